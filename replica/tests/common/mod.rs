@@ -1,0 +1,137 @@
+//! Helpers shared by the replica's integration tests: an in-process link
+//! between replicas that a test can cut and heal, a walker that pages a log
+//! and checks exactly-once, and the seed plumbing for randomized tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Event, PageError, Replica, Store};
+
+/// Sends `source` everything `target` misses (in chunks of `budget` bytes)
+/// until `target` holds all of it. Returns how many events became visible.
+pub fn push<S: Store, T: Store>(
+    source: &Replica<S>,
+    target: &mut Replica<T>,
+    budget: usize,
+) -> u64 {
+    let mut applied = 0;
+    // Bounded: each round applies at least one event or stops.
+    for _ in 0..10_000 {
+        let delta = source.delta_for(&target.marks(), budget);
+        if delta.events.is_empty() && delta.floor.is_empty() {
+            return applied;
+        }
+        let report = target
+            .apply(&delta)
+            .expect("delta from a correct peer applies");
+        applied += report.applied;
+        if report.applied == 0 && report.floors_raised == 0 {
+            return applied;
+        }
+    }
+    panic!("push did not converge in 10,000 rounds");
+}
+
+/// A two-way in-process link between two replicas that tests cut and heal.
+#[derive(Debug, Default)]
+pub struct Link {
+    pub cut: bool,
+}
+
+impl Link {
+    /// Exchanges everything both ways, unless the link is cut.
+    pub fn sync<S: Store, T: Store>(&self, a: &mut Replica<S>, b: &mut Replica<T>) {
+        if !self.cut {
+            push(a, b, 1 << 20);
+            push(b, a, 1 << 20);
+        }
+    }
+}
+
+/// A reader that walks a log page by page and remembers what it got.
+#[derive(Debug, Default)]
+pub struct Walker {
+    pub cursor: VersionVector,
+    pub seen: BTreeSet<(StreamId, u64)>,
+    pub events: Vec<Event>,
+    /// The highest lamport stamp this walk has returned: the position a
+    /// scalar cursor would resume from.
+    pub position: u64,
+}
+
+impl Walker {
+    /// Pages once; panics on a duplicate or a disorder within the page.
+    pub fn step<S: Store>(
+        &mut self,
+        replica: &Replica<S>,
+        limit: usize,
+    ) -> Result<bool, PageError> {
+        let page = replica.page(&self.cursor, limit)?;
+        for pair in page.events.windows(2) {
+            assert!(
+                (pair[0].lamport, pair[0].stream) < (pair[1].lamport, pair[1].stream),
+                "page out of (lamport, stream) order: {pair:?}"
+            );
+        }
+        for event in page.events {
+            assert!(
+                self.seen.insert((event.stream, event.seq)),
+                "event {}:{} returned twice",
+                event.stream,
+                event.seq
+            );
+            self.position = self.position.max(event.lamport);
+            self.events.push(event);
+        }
+        self.cursor = page.next;
+        Ok(page.at_head)
+    }
+
+    /// Pages until the replica's head (bounded).
+    pub fn walk_to_head<S: Store>(&mut self, replica: &Replica<S>, limit: usize) {
+        for _ in 0..1_000_000 {
+            if self.step(replica, limit).expect("page") {
+                return;
+            }
+        }
+        panic!("walk did not reach the head");
+    }
+}
+
+/// Every event name a replica holds (above its floor).
+pub fn held<S: Store>(replica: &Replica<S>) -> BTreeSet<(StreamId, u64)> {
+    let floor = replica.floor();
+    replica
+        .marks()
+        .iter()
+        .flat_map(|(stream, head)| (floor.get(stream) + 1..=head).map(move |seq| (stream, seq)))
+        .collect()
+}
+
+/// The seed for a randomized test: `MESHLOG_SEED` if set, else the clock.
+pub fn seed() -> u64 {
+    match std::env::var("MESHLOG_SEED") {
+        Ok(text) => text.trim().parse().expect("MESHLOG_SEED must be a u64"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    }
+}
+
+/// Runs `test` with `seed`, printing the seed if it panics.
+pub fn with_seed<R>(name: &str, seed: u64, test: impl FnOnce(u64) -> R) -> R {
+    struct Announce<'a>(&'a str, u64);
+    impl Drop for Announce<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!(
+                    "{}: failed with seed {}; replay with MESHLOG_SEED={}",
+                    self.0, self.1, self.1
+                );
+            }
+        }
+    }
+    let _announce = Announce(name, seed);
+    test(seed)
+}

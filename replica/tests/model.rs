@@ -1,0 +1,466 @@
+//! The replica's model test: random schedules of appends on random replicas,
+//! deltas sent with small budgets and then delivered late, twice, out of
+//! order or never, partitions and heals, compactions, restarts from the
+//! store, and readers that page from one replica and then switch to another.
+//!
+//! A reference model (every event ever appended, and per reader what it was
+//! returned and what it was told it lost) is checked after every step:
+//! each replica holds exactly a gap-free prefix per stream above its floor,
+//! with the events' true content, and a digest equal to its held events';
+//! each page is ordered, new to its reader, and resumes where it should; a
+//! stale report names exactly the streams where the cursor is below the
+//! floor. At the end everything is healed: replicas converge (equal marks,
+//! and equal digests once compacted to one floor), and every reader gets
+//! every event exactly once unless it was told it lost it.
+//!
+//! Seeded: `MESHLOG_SEED=<n>` replays a failing run; `MESHLOG_QC_TESTS=<n>`
+//! runs more cases than the default 2,000.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::{held, push, with_seed};
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Config, Delta, Event, MemStore, PageError, Replica};
+use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
+
+const READERS: usize = 2;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Append {
+        replica: u8,
+    },
+    /// Sends a delta; an optimistic sender assumes what it already has in
+    /// flight to the target arrives (as sync does), which creates holes when
+    /// frames are then lost or reordered.
+    Send {
+        from: u8,
+        to: u8,
+        budget: u16,
+        optimistic: bool,
+    },
+    Deliver {
+        index: u8,
+        twice: bool,
+    },
+    Lose {
+        index: u8,
+    },
+    Partition {
+        a: u8,
+        b: u8,
+    },
+    Compact {
+        replica: u8,
+        keep_last: u8,
+    },
+    Page {
+        reader: u8,
+        replica: u8,
+        limit: u8,
+    },
+    Restart {
+        replica: u8,
+    },
+}
+
+impl Arbitrary for Op {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let pick = |g: &mut Gen, n: u8| u8::arbitrary(g) % n;
+        match pick(g, 20) {
+            0..=4 => Op::Append {
+                replica: u8::arbitrary(g),
+            },
+            5..=8 => Op::Send {
+                from: u8::arbitrary(g),
+                to: u8::arbitrary(g),
+                budget: 40 + u16::arbitrary(g) % 400,
+                optimistic: bool::arbitrary(g),
+            },
+            9..=11 => Op::Deliver {
+                index: u8::arbitrary(g),
+                twice: pick(g, 4) == 0,
+            },
+            12 => Op::Lose {
+                index: u8::arbitrary(g),
+            },
+            13 => Op::Partition {
+                a: u8::arbitrary(g),
+                b: u8::arbitrary(g),
+            },
+            14 => Op::Compact {
+                replica: u8::arbitrary(g),
+                keep_last: pick(g, 6),
+            },
+            15..=18 => Op::Page {
+                reader: u8::arbitrary(g),
+                replica: u8::arbitrary(g),
+                limit: 1 + pick(g, 5),
+            },
+            _ => Op::Restart {
+                replica: u8::arbitrary(g),
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Schedule {
+    replicas: u8,
+    ops: Vec<Op>,
+}
+
+impl Arbitrary for Schedule {
+    fn arbitrary(g: &mut Gen) -> Self {
+        Schedule {
+            replicas: 2 + u8::arbitrary(g) % 3,
+            ops: Vec::arbitrary(g),
+        }
+    }
+
+    fn shrink(&self) -> Box<dyn Iterator<Item = Self>> {
+        let replicas = self.replicas;
+        Box::new(self.ops.shrink().map(move |ops| Schedule { replicas, ops }))
+    }
+}
+
+#[derive(Default)]
+struct Reader {
+    cursor: VersionVector,
+    seen: BTreeSet<(StreamId, u64)>,
+    /// Events a stale report said were compacted before this reader saw them.
+    excused: BTreeSet<(StreamId, u64)>,
+}
+
+struct World {
+    replicas: Vec<Replica>,
+    cut: BTreeSet<(usize, usize)>,
+    in_flight: Vec<(usize, Delta)>,
+    reference: BTreeMap<(StreamId, u64), Event>,
+    readers: Vec<Reader>,
+    time_ms: u64,
+}
+
+impl World {
+    fn new(n: usize) -> Self {
+        World {
+            replicas: (1..=n as u64)
+                .map(|id| Replica::new(StreamId::new(id)))
+                .collect(),
+            cut: BTreeSet::new(),
+            in_flight: Vec::new(),
+            reference: BTreeMap::new(),
+            readers: (0..READERS).map(|_| Reader::default()).collect(),
+            time_ms: 1_000,
+        }
+    }
+
+    fn step(&mut self, op: &Op) {
+        let n = self.replicas.len();
+        match *op {
+            Op::Append { replica } => {
+                self.time_ms += 1;
+                let r = &mut self.replicas[replica as usize % n];
+                let event = r
+                    .append_at(self.time_ms.to_le_bytes().to_vec(), self.time_ms)
+                    .unwrap();
+                assert!(
+                    self.reference
+                        .insert((event.stream, event.seq), event)
+                        .is_none(),
+                    "seq reused"
+                );
+            }
+            Op::Send {
+                from,
+                to,
+                budget,
+                optimistic,
+            } => {
+                let (from, to) = (from as usize % n, to as usize % n);
+                if from != to && !self.cut.contains(&(from.min(to), from.max(to))) {
+                    let mut believed = self.replicas[to].marks();
+                    if optimistic {
+                        for (_, delta) in self.in_flight.iter().filter(|(t, _)| *t == to) {
+                            for e in &delta.events {
+                                believed.advance(e.stream, e.seq);
+                            }
+                        }
+                    }
+                    let delta = self.replicas[from].delta_for(&believed, budget as usize);
+                    self.in_flight.push((to, delta));
+                }
+            }
+            Op::Deliver { index, twice } => {
+                if !self.in_flight.is_empty() {
+                    let index = index as usize % self.in_flight.len();
+                    let (to, delta) = if twice {
+                        self.in_flight[index].clone()
+                    } else {
+                        self.in_flight.swap_remove(index)
+                    };
+                    self.replicas[to].apply(&delta).unwrap();
+                }
+            }
+            Op::Lose { index } => {
+                if !self.in_flight.is_empty() {
+                    let index = index as usize % self.in_flight.len();
+                    self.in_flight.swap_remove(index);
+                }
+            }
+            Op::Partition { a, b } => {
+                let (a, b) = (a as usize % n, b as usize % n);
+                let key = (a.min(b), a.max(b));
+                if !self.cut.remove(&key) {
+                    self.cut.insert(key);
+                }
+            }
+            Op::Compact { replica, keep_last } => {
+                let r = &mut self.replicas[replica as usize % n];
+                let target: VersionVector = r
+                    .marks()
+                    .iter()
+                    .map(|(s, head)| (s, head.saturating_sub(keep_last as u64)))
+                    .collect();
+                let before = r.floor();
+                r.compact(&target).unwrap();
+                for (s, seq) in target.iter() {
+                    assert_eq!(
+                        r.floor().get(s),
+                        seq.max(before.get(s)),
+                        "floor after compact"
+                    );
+                }
+            }
+            Op::Page {
+                reader,
+                replica,
+                limit,
+            } => {
+                let r = &self.replicas[replica as usize % n];
+                let reader = &mut self.readers[reader as usize % READERS];
+                page(reader, r, limit as usize, &self.reference);
+            }
+            Op::Restart { replica } => {
+                let slot = &mut self.replicas[replica as usize % n];
+                let config = slot.config().clone();
+                let (marks, floor, digest) = (slot.marks(), slot.floor(), slot.digest());
+                let old = std::mem::replace(slot, Replica::new(StreamId::new(0)));
+                *slot = Replica::open(config, old.into_store()).unwrap();
+                // The pending buffer is volatile; everything visible survives.
+                assert_eq!(
+                    (slot.marks(), slot.floor(), slot.digest()),
+                    (marks, floor, digest)
+                );
+            }
+        }
+        self.check_replicas();
+    }
+
+    /// Invariant 2 and the digest, on every replica, against the reference.
+    fn check_replicas(&self) {
+        for r in &self.replicas {
+            let floor = r.floor();
+            let mut events = 0u64;
+            let mut sum = 0u128;
+            for (stream, head) in r.marks().iter() {
+                let mut lamport = 0;
+                for seq in floor.get(stream) + 1..=head {
+                    let event = r
+                        .get(stream, seq)
+                        .unwrap_or_else(|| panic!("hole at {stream}:{seq}"));
+                    assert_eq!(
+                        Some(&event),
+                        self.reference.get(&(stream, seq)),
+                        "content of {stream}:{seq}"
+                    );
+                    assert!(event.lamport > lamport, "lamport rises with seq");
+                    lamport = event.lamport;
+                    events += 1;
+                    sum = sum.wrapping_add(event.content_hash());
+                }
+            }
+            assert_eq!(
+                (r.digest().events, r.digest().sum),
+                (events, sum),
+                "digest of held events"
+            );
+        }
+    }
+
+    /// Heals every link and exchanges until quiescent, then checks
+    /// convergence and that every reader gets every event exactly once
+    /// unless it was told it lost it.
+    fn heal_and_check(&mut self) {
+        let n = self.replicas.len();
+        for _ in 0..n {
+            for from in 0..n {
+                for to in 0..n {
+                    if from != to {
+                        let (source, target) = pair(&mut self.replicas, from, to);
+                        push(source, target, 300);
+                    }
+                }
+            }
+        }
+        let marks = self.replicas[0].marks();
+        let mut floor = VersionVector::new();
+        for r in &self.replicas {
+            assert_eq!(r.marks(), marks, "marks converge");
+            floor.join(&r.floor());
+        }
+        for r in &mut self.replicas {
+            r.compact(&floor).unwrap();
+        }
+        let digest = self.replicas[0].digest();
+        for r in &self.replicas {
+            assert_eq!(
+                r.digest(),
+                digest,
+                "digests converge once compacted to one floor"
+            );
+            assert_eq!(held(r).len() as u64, digest.events);
+        }
+        let all: BTreeSet<_> = self.reference.keys().copied().collect();
+        for (i, reader) in self.readers.iter_mut().enumerate() {
+            let r = &self.replicas[i % n];
+            for _ in 0..10_000 {
+                if page(reader, r, 3, &self.reference) {
+                    break;
+                }
+            }
+            assert!(reader.seen.is_disjoint(&reader.excused));
+            let union: BTreeSet<_> = reader.seen.union(&reader.excused).copied().collect();
+            assert_eq!(
+                union, all,
+                "reader {i} got every event once or was told it lost it"
+            );
+        }
+    }
+}
+
+/// One page for `reader` on `r`, checked. Returns whether it reached the head.
+fn page(
+    reader: &mut Reader,
+    r: &Replica,
+    limit: usize,
+    reference: &BTreeMap<(StreamId, u64), Event>,
+) -> bool {
+    match r.page(&reader.cursor, limit) {
+        Ok(page) => {
+            let mut next = reader.cursor.clone();
+            let mut last = None;
+            for event in &page.events {
+                let key = (event.lamport, event.stream);
+                assert!(last < Some(key), "page order");
+                last = Some(key);
+                assert!(
+                    !reader.cursor.covers(event.stream, event.seq),
+                    "returned a covered event"
+                );
+                assert!(
+                    reader.seen.insert((event.stream, event.seq)),
+                    "returned twice"
+                );
+                assert!(
+                    !reader.excused.contains(&(event.stream, event.seq)),
+                    "returned a lost event"
+                );
+                assert_eq!(Some(event), reference.get(&(event.stream, event.seq)));
+                next.advance(event.stream, event.seq);
+            }
+            assert!(page.events.len() <= limit);
+            assert_eq!(page.next, next, "next = cursor joined with the page");
+            assert_eq!(page.at_head, next.dominates(&r.marks()), "at_head");
+            reader.cursor = page.next;
+            page.at_head
+        }
+        Err(PageError::Stale(stale)) => {
+            let floor = r.floor();
+            let expected: Vec<_> = floor
+                .iter()
+                .filter(|&(s, f)| reader.cursor.get(s) < f)
+                .map(|(s, f)| (s, reader.cursor.get(s) + 1..=f))
+                .collect();
+            let got: Vec<_> = stale.lost().iter().map(|l| (l.stream, l.seqs())).collect();
+            assert_eq!(
+                got, expected,
+                "stale report names exactly the ranges below the floor"
+            );
+            for (stream, seqs) in got {
+                for seq in seqs {
+                    assert!(
+                        !reader.seen.contains(&(stream, seq)),
+                        "reported lost but was returned"
+                    );
+                    reader.excused.insert((stream, seq));
+                }
+            }
+            reader.cursor = stale.resume().clone();
+            false
+        }
+        Err(other) => panic!("unexpected page error {other:?}"),
+    }
+}
+
+fn pair(replicas: &mut [Replica], from: usize, to: usize) -> (&Replica, &mut Replica) {
+    assert_ne!(from, to);
+    if from < to {
+        let (left, right) = replicas.split_at_mut(to);
+        (&left[from], &mut right[0])
+    } else {
+        let (left, right) = replicas.split_at_mut(from);
+        (&right[0], &mut left[to])
+    }
+}
+
+fn run(schedule: Schedule) -> TestResult {
+    let mut world = World::new(schedule.replicas as usize);
+    for op in &schedule.ops {
+        world.step(op);
+    }
+    world.heal_and_check();
+    TestResult::passed()
+}
+
+#[test]
+fn model_replicas_converge_and_walks_are_exactly_once_or_told_stale() {
+    let tests: u64 = std::env::var("MESHLOG_QC_TESTS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2_000);
+    with_seed("model", common::seed(), |seed| {
+        QuickCheck::new()
+            .rng(Gen::from_size_and_seed(80, seed))
+            .tests(tests)
+            .max_tests(tests * 2)
+            .quickcheck(run as fn(Schedule) -> TestResult);
+    });
+}
+
+/// A small replica config is enough for the model: keep it the default, but
+/// make sure the pending buffer's overflow path is reachable too.
+#[test]
+fn model_with_a_tiny_pending_buffer_still_converges() {
+    with_seed("model-tiny-pending", common::seed(), |seed| {
+        let mut g = Gen::from_size_and_seed(60, seed);
+        for _ in 0..200 {
+            let schedule = Schedule::arbitrary(&mut g);
+            let n = schedule.replicas as usize;
+            let mut world = World::new(n);
+            world.replicas = (1..=n as u64)
+                .map(|id| {
+                    let mut config = Config::new(StreamId::new(id));
+                    config.pending_events_max = 1;
+                    Replica::open(config, MemStore::default()).unwrap()
+                })
+                .collect();
+            for op in &schedule.ops {
+                world.step(op);
+            }
+            world.heal_and_check();
+        }
+    });
+}
