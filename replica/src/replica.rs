@@ -787,10 +787,27 @@ impl Digest {
 /// A k-way merge of stream suffixes by `(lamport, stream)`: per stream, the
 /// events above `max(start, floor)`. Within a stream lamport rises with seq,
 /// so the merge yields exactly the uncovered events in page order.
+///
+/// The heap holds one entry per stream with events left, keyed by
+/// `lamport << 64 | stream` so a comparison is one `u128` compare; the top is
+/// replaced in place by its successor (one sift-down instead of a pop and a
+/// push).
 struct Merge<'a> {
-    heap: BinaryHeap<Reverse<(u64, StreamId, u64, usize)>>,
-    slots: Vec<(StreamId, &'a StreamLog)>,
-    last_seq: Vec<u64>,
+    heap: BinaryHeap<Reverse<(u128, usize)>>,
+    slots: Vec<Slot<'a>>,
+}
+
+struct Slot<'a> {
+    stream: StreamId,
+    log: &'a StreamLog,
+    /// The seq the merge starts this stream from.
+    first_seq: u64,
+    /// The next seq to yield.
+    next_seq: u64,
+}
+
+fn merge_key(lamport: u64, stream: StreamId) -> u128 {
+    (u128::from(lamport) << 64) | u128::from(stream.get())
 }
 
 impl<'a> Merge<'a> {
@@ -800,15 +817,18 @@ impl<'a> Merge<'a> {
         for (&stream, log) in streams {
             let seq = start.get(stream).max(log.floor).saturating_add(1);
             if let Some(held) = log.held(seq) {
-                heads.push(Reverse((held.lamport, stream, seq, slots.len())));
+                heads.push(Reverse((merge_key(held.lamport, stream), slots.len())));
+                slots.push(Slot {
+                    stream,
+                    log,
+                    first_seq: seq,
+                    next_seq: seq,
+                });
             }
-            slots.push((stream, log));
         }
-        let last_seq = vec![0; slots.len()];
         Merge {
             heap: BinaryHeap::from(heads),
             slots,
-            last_seq,
         }
     }
 
@@ -818,9 +838,9 @@ impl<'a> Merge<'a> {
 
     /// Joins what the merge yielded into `cursor`.
     fn advance_cursor(&self, cursor: &mut VersionVector) {
-        for (slot, &seq) in self.last_seq.iter().enumerate() {
-            if seq > 0 {
-                cursor.advance(self.slots[slot].0, seq);
+        for slot in &self.slots {
+            if slot.next_seq > slot.first_seq {
+                cursor.advance(slot.stream, slot.next_seq - 1);
             }
         }
     }
@@ -830,14 +850,21 @@ impl<'a> Iterator for Merge<'a> {
     type Item = (StreamId, u64, &'a Held);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let Reverse((_, stream, seq, slot)) = self.heap.pop()?;
-        let log = self.slots[slot].1;
-        let held = log.held(seq).expect("merge entries point at held events");
-        self.last_seq[slot] = seq;
-        if let Some(next) = log.held(seq + 1) {
-            self.heap
-                .push(Reverse((next.lamport, stream, seq + 1, slot)));
+        let mut top = self.heap.peek_mut()?;
+        let Reverse((_, index)) = *top;
+        let slot = &mut self.slots[index];
+        let seq = slot.next_seq;
+        let held = slot
+            .log
+            .held(seq)
+            .expect("merge entries point at held events");
+        slot.next_seq += 1;
+        match slot.log.held(seq + 1) {
+            Some(next) => *top = Reverse((merge_key(next.lamport, slot.stream), index)),
+            None => {
+                std::collections::binary_heap::PeekMut::pop(top);
+            }
         }
-        Some((stream, seq, held))
+        Some((slot.stream, seq, held))
     }
 }
