@@ -13,7 +13,9 @@
 //!
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash.
 //! - `replica`: [`Replica`] — append, validate/apply, page, delta, compact,
-//!   digest — and the k-way merge behind paging.
+//!   digest.
+//! - `log`: the held events in page order, each stream's gap-free prefix and
+//!   pending buffer, and the walk behind paging and deltas.
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait and [`MemStore`].
 //! - `error`: [`ReplicaError`] and [`PageError`].
@@ -26,6 +28,7 @@
 
 mod error;
 mod event;
+mod log;
 mod policy;
 mod replica;
 mod store;

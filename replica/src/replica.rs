@@ -1,13 +1,13 @@
 //! `Replica`: one runtime's copy of the log.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use meshlog_cursor::token::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
+use crate::log::{Content, Log};
 use crate::{Batch, Event, MemStore, PageError, ReplicaError, Store};
 
 /// A replica's settings and limits.
@@ -119,64 +119,6 @@ pub struct Stats {
     pub deltas_refused: u64,
 }
 
-#[derive(Debug, Clone)]
-struct Held {
-    lamport: u64,
-    time_ms: u64,
-    payload: Bytes,
-}
-
-impl Held {
-    fn of(event: &Event) -> Self {
-        Held {
-            lamport: event.lamport,
-            time_ms: event.time_ms,
-            payload: event.payload.clone(),
-        }
-    }
-
-    fn to_event(&self, stream: StreamId, seq: u64) -> Event {
-        Event {
-            stream,
-            seq,
-            lamport: self.lamport,
-            time_ms: self.time_ms,
-            payload: self.payload.clone(),
-        }
-    }
-
-    fn same_as(&self, event: &Event) -> bool {
-        self.lamport == event.lamport
-            && self.time_ms == event.time_ms
-            && self.payload == event.payload
-    }
-}
-
-/// One stream as a replica holds it: exactly the seqs `floor+1 ..= head`,
-/// plus early arrivals waiting for the hole below them to fill.
-#[derive(Debug, Default)]
-struct StreamLog {
-    floor: u64,
-    held: VecDeque<Held>,
-    pending: BTreeMap<u64, Held>,
-}
-
-impl StreamLog {
-    fn head(&self) -> u64 {
-        self.floor + self.held.len() as u64
-    }
-
-    fn held(&self, seq: u64) -> Option<&Held> {
-        let index = seq.checked_sub(self.floor + 1)?;
-        self.held.get(usize::try_from(index).ok()?)
-    }
-
-    /// The held or pending version of `seq`, if any.
-    fn known(&self, seq: u64) -> Option<&Held> {
-        self.held(seq).or_else(|| self.pending.get(&seq))
-    }
-}
-
 /// One runtime's replica of the log: its own stream, which it appends to, and
 /// every other stream it has received, each a gap-free prefix above its floor.
 ///
@@ -205,7 +147,7 @@ impl StreamLog {
 #[derive(Debug)]
 pub struct Replica<S: Store = MemStore> {
     config: Config,
-    streams: BTreeMap<StreamId, StreamLog>,
+    log: Log,
     marks: VersionVector,
     floor: VersionVector,
     clock: u64,
@@ -233,7 +175,7 @@ impl<S: Store> Replica<S> {
         let meta = store.meta().map_err(store_error)?;
         let mut replica = Replica {
             config,
-            streams: BTreeMap::new(),
+            log: Log::default(),
             marks: VersionVector::new(),
             floor: meta.floor.clone(),
             clock: meta.clock,
@@ -243,7 +185,6 @@ impl<S: Store> Replica<S> {
             store,
             failed: false,
         };
-        let mut chunk = Vec::new();
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
         if streams.len() > replica.config.streams_max {
             return Err(ReplicaError::TooManyStreams {
@@ -251,19 +192,17 @@ impl<S: Store> Replica<S> {
                 limit: replica.config.streams_max,
             });
         }
+        let mut chunk = Vec::new();
         for (stream, head) in streams {
             let floor = meta.floor.get(stream);
             let corrupt = |detail: String| ReplicaError::Corrupt { stream, detail };
             if head < floor {
                 return Err(corrupt(format!("head {head} is below floor {floor}")));
             }
-            let mut log = StreamLog {
-                floor,
-                ..StreamLog::default()
-            };
-            while log.head() < head {
+            replica.log.ensure_stream(stream, floor);
+            while replica.log.head(stream) < head {
                 chunk.clear();
-                let after = log.head();
+                let after = replica.log.head(stream);
                 replica
                     .store
                     .read_stream(stream, after, 4096, &mut chunk)
@@ -275,18 +214,19 @@ impl<S: Store> Replica<S> {
                     )));
                 }
                 for event in &chunk {
-                    let expected = log.head() + 1;
+                    let expected = replica.log.head(stream) + 1;
                     if event.stream != stream || event.seq != expected {
                         return Err(corrupt(format!(
                             "expected seq {expected}, read stream {} seq {}",
                             event.stream, event.seq
                         )));
                     }
-                    if let Some(prev) = log.held.back() {
-                        if prev.lamport >= event.lamport {
+                    let previous = replica.log.stream(stream).and_then(|l| l.last_lamport());
+                    if let Some(previous) = previous {
+                        if previous >= event.lamport {
                             return Err(corrupt(format!(
-                                "seq {} has lamport {} after lamport {}",
-                                event.seq, event.lamport, prev.lamport
+                                "seq {} has lamport {} after lamport {previous}",
+                                event.seq, event.lamport
                             )));
                         }
                     }
@@ -297,21 +237,20 @@ impl<S: Store> Replica<S> {
                         )));
                     }
                     replica.digest.add(event);
-                    log.held.push_back(Held::of(event));
+                    replica.log.push(event);
                 }
             }
-            if log.head() != head {
+            if replica.log.head(stream) != head {
                 return Err(corrupt(format!(
                     "read up to seq {} past the recorded head {head}",
-                    log.head()
+                    replica.log.head(stream)
                 )));
             }
             replica.marks.advance(stream, head);
-            replica.streams.insert(stream, log);
         }
         tracing::debug!(
             stream = %replica.config.stream,
-            streams = replica.streams.len(),
+            streams = replica.log.stream_count(),
             events = replica.digest.events,
             clock = replica.clock,
             "replica opened"
@@ -363,16 +302,12 @@ impl<S: Store> Replica<S> {
 
     /// The event `(stream, seq)`, if held (pending events are not visible).
     pub fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
-        let held = self.streams.get(&stream)?.held(seq)?;
-        Some(held.to_event(stream, seq))
+        self.log.get(stream, seq)
     }
 
     /// `(seq, time_ms)` of the held events of `stream`, in seq order.
     pub(crate) fn held_times(&self, stream: StreamId) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.streams.get(&stream).into_iter().flat_map(|log| {
-            let first = log.floor + 1;
-            (first..).zip(log.held.iter().map(|held| held.time_ms))
-        })
+        self.log.times(stream)
     }
 
     /// The store underneath.
@@ -447,14 +382,13 @@ impl<S: Store> Replica<S> {
         // Durable first: nothing is paged or sent that the store could forget.
         self.commit(&batch)?;
         self.clock = lamport;
-        let log = self.streams.entry(stream).or_default();
         for event in &batch.events {
             // An early event of our own stream can only come from a peer
             // holding what this writer forgot; ours replaces it.
-            if log.pending.remove(&event.seq).is_some() {
+            if self.log.forget_early(stream, event.seq) {
                 self.pending_len -= 1;
             }
-            log.held.push_back(Held::of(event));
+            self.log.push(event);
             self.digest.add(event);
         }
         self.marks.advance(stream, seq);
@@ -467,9 +401,9 @@ impl<S: Store> Replica<S> {
     /// `(lamport, stream)`, and `next = after ⊔ page`.
     ///
     /// Refuses a cursor below the floor with [`PageError::Stale`], naming
-    /// every stream and range lost. Costs O(limit · log S + S) for S streams,
-    /// whatever the log's length. A cursor from any replica of the mesh is
-    /// valid here.
+    /// every stream and range lost. Costs O(S + limit · log S) for S streams,
+    /// plus logarithmic seeks into the ordered log, whatever the log's
+    /// length. A cursor from any replica of the mesh is valid here.
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
         if limit > self.config.page_len_max {
             return Err(PageError::LimitTooLarge {
@@ -478,14 +412,10 @@ impl<S: Store> Replica<S> {
             });
         }
         after.check_floor(&self.floor)?;
-        let mut merge = Merge::new(&self.streams, after);
-        let mut events = Vec::with_capacity(limit.min(1024));
-        for (stream, seq, held) in merge.by_ref().take(limit) {
-            events.push(held.to_event(stream, seq));
-        }
-        let at_head = merge.is_done();
-        let mut next = after.clone();
-        merge.advance_cursor(&mut next);
+        let mut walk = self.log.walk(after);
+        let events: Vec<Event> = walk.by_ref().take(limit).collect();
+        let at_head = walk.is_done();
+        let next = walk.cursor(after);
         tracing::trace!(len = events.len(), at_head, "page");
         Ok(Page {
             events,
@@ -506,8 +436,7 @@ impl<S: Store> Replica<S> {
             .collect();
         let mut events = Vec::new();
         let mut used = 0usize;
-        for (stream, seq, held) in Merge::new(&self.streams, their_marks) {
-            let event = held.to_event(stream, seq);
+        for event in self.log.walk(their_marks) {
             let size = event.size_hint();
             if !events.is_empty() && used.saturating_add(size) > byte_budget {
                 break;
@@ -524,7 +453,7 @@ impl<S: Store> Replica<S> {
         let mut new_streams: HashSet<StreamId> = HashSet::new();
         let mut offered: HashMap<(StreamId, u64), &Event> = HashMap::new();
         for (stream, _) in delta.floor.iter() {
-            if !self.streams.contains_key(&stream) {
+            if !self.log.has_stream(stream) {
                 new_streams.insert(stream);
             }
         }
@@ -540,8 +469,7 @@ impl<S: Store> Replica<S> {
                     limit: self.config.payload_bytes_max,
                 });
             }
-            let log = self.streams.get(&stream);
-            if log.is_none() {
+            if !self.log.has_stream(stream) {
                 new_streams.insert(stream);
             }
             let floor_seq = self.floor.get(stream).max(delta.floor.get(stream));
@@ -550,21 +478,17 @@ impl<S: Store> Replica<S> {
             }
             // Whatever version of this seq, or of its neighbours, we know:
             // held, pending, or earlier in this same delta.
-            let known = |seq: u64| -> Option<(u64, Option<&Held>, Option<&Event>)> {
-                if let Some(held) = log.and_then(|log| log.known(seq)) {
-                    return Some((held.lamport, Some(held), None));
-                }
-                offered
-                    .get(&(stream, seq))
-                    .map(|other| (other.lamport, None, Some(*other)))
+            let known = |seq: u64| -> Option<Content<'_>> {
+                self.log.known(stream, seq).or_else(|| {
+                    offered.get(&(stream, seq)).map(|other| Content {
+                        lamport: other.lamport,
+                        time_ms: other.time_ms,
+                        payload: &other.payload,
+                    })
+                })
             };
-            if let Some((_, held, other)) = known(event.seq) {
-                let same = match (held, other) {
-                    (Some(held), _) => held.same_as(event),
-                    (None, Some(other)) => other == event,
-                    (None, None) => true,
-                };
-                if !same {
+            if let Some(content) = known(event.seq) {
+                if !content.same_as(event) {
                     return Err(ReplicaError::Equivocation {
                         stream,
                         seq: event.seq,
@@ -573,22 +497,22 @@ impl<S: Store> Replica<S> {
             }
             let below = event.seq - 1;
             if below > floor_seq {
-                if let Some((lamport, _, _)) = known(below) {
-                    if lamport >= event.lamport {
-                        return Err(lamport_error(event, below, lamport));
+                if let Some(content) = known(below) {
+                    if content.lamport >= event.lamport {
+                        return Err(lamport_error(event, below, content.lamport));
                     }
                 }
             }
             if let Some(above) = event.seq.checked_add(1) {
-                if let Some((lamport, _, _)) = known(above) {
-                    if lamport <= event.lamport {
-                        return Err(lamport_error(event, above, lamport));
+                if let Some(content) = known(above) {
+                    if content.lamport <= event.lamport {
+                        return Err(lamport_error(event, above, content.lamport));
                     }
                 }
             }
             offered.insert((stream, event.seq), event);
         }
-        let streams = self.streams.len() + new_streams.len();
+        let streams = self.log.stream_count() + new_streams.len();
         if streams > self.config.streams_max {
             return Err(ReplicaError::TooManyStreams {
                 streams,
@@ -619,17 +543,18 @@ impl<S: Store> Replica<S> {
         }
         for event in &delta.events {
             let stream = event.stream;
-            let log = self.streams.entry(stream).or_default();
-            if event.seq <= log.floor {
+            let log = self.log.ensure_stream(stream, 0);
+            let (floor, head) = (log.floor, log.head());
+            if event.seq <= floor {
                 report.below_floor += 1;
-            } else if event.seq <= log.head() || log.pending.contains_key(&event.seq) {
+            } else if event.seq <= head || self.log.is_pending(stream, event.seq) {
                 report.duplicates += 1;
-            } else if event.seq == log.head() + 1 {
-                log.held.push_back(Held::of(event));
+            } else if event.seq == head + 1 {
+                self.log.push(event);
                 batch.events.push(event.clone());
-                self.pending_len -= release_pending(stream, log, &mut batch);
+                self.pending_len -= self.log.release_pending(stream, &mut batch.events);
             } else if self.pending_len < self.config.pending_events_max {
-                log.pending.insert(event.seq, Held::of(event));
+                self.log.hold_early(event);
                 self.pending_len += 1;
                 report.pending += 1;
             } else {
@@ -671,7 +596,7 @@ impl<S: Store> Replica<S> {
         };
         let mut report = CompactReport::default();
         for (stream, target_seq) in target.iter() {
-            let Some(log) = self.streams.get(&stream) else {
+            let Some(log) = self.log.stream(stream) else {
                 continue;
             };
             let floor_seq = target_seq.min(log.head());
@@ -701,31 +626,17 @@ impl<S: Store> Replica<S> {
 
     /// Raises one stream's floor, dropping held and pending events at or
     /// below it; a floor above the head moves the head up to it. Records the
-    /// change in `batch`, including pending events it releases.
+    /// change in `batch`, with the pending events it releases; the caller
+    /// accounts for those (clock, marks, digest) with the rest of the batch.
     fn raise_floor(&mut self, stream: StreamId, floor_seq: u64, batch: &mut Batch) {
-        let log = self.streams.entry(stream).or_default();
-        while log.floor < floor_seq {
-            let Some(held) = log.held.pop_front() else {
-                log.floor = floor_seq;
-                break;
-            };
-            log.floor += 1;
-            self.digest.remove(&held.to_event(stream, log.floor));
-        }
-        let stale: Vec<u64> = log
-            .pending
-            .range(..=floor_seq)
-            .map(|(seq, _)| *seq)
-            .collect();
-        for seq in &stale {
-            log.pending.remove(seq);
-        }
-        self.pending_len -= stale.len();
-        // Released events are accounted (clock, marks, digest) by the caller
-        // with the rest of the batch.
-        self.pending_len -= release_pending(stream, log, batch);
+        let digest = &mut self.digest;
+        let discarded = self
+            .log
+            .raise_floor(stream, floor_seq, &mut |event| digest.remove(&event));
+        self.pending_len -= discarded;
+        self.pending_len -= self.log.release_pending(stream, &mut batch.events);
         self.floor.advance(stream, floor_seq);
-        self.marks.advance(stream, log.head());
+        self.marks.advance(stream, self.log.head(stream));
         batch.floors.push((stream, floor_seq));
     }
 
@@ -744,18 +655,6 @@ impl<S: Store> Replica<S> {
             Ok(())
         }
     }
-}
-
-/// Moves pending events that now follow the head into the held log, and
-/// into `batch`. Returns how many moved.
-fn release_pending(stream: StreamId, log: &mut StreamLog, batch: &mut Batch) -> usize {
-    let mut released = 0;
-    while let Some(held) = log.pending.remove(&(log.head() + 1)) {
-        batch.events.push(held.to_event(stream, log.head() + 1));
-        log.held.push_back(held);
-        released += 1;
-    }
-    released
 }
 
 fn lamport_error(event: &Event, neighbour_seq: u64, neighbour_lamport: u64) -> ReplicaError {
@@ -781,90 +680,5 @@ impl Digest {
     fn remove(&mut self, event: &Event) {
         self.events -= 1;
         self.sum = self.sum.wrapping_sub(event.content_hash());
-    }
-}
-
-/// A k-way merge of stream suffixes by `(lamport, stream)`: per stream, the
-/// events above `max(start, floor)`. Within a stream lamport rises with seq,
-/// so the merge yields exactly the uncovered events in page order.
-///
-/// The heap holds one entry per stream with events left, keyed by
-/// `lamport << 64 | stream` so a comparison is one `u128` compare; the top is
-/// replaced in place by its successor (one sift-down instead of a pop and a
-/// push).
-struct Merge<'a> {
-    heap: BinaryHeap<Reverse<(u128, usize)>>,
-    slots: Vec<Slot<'a>>,
-}
-
-struct Slot<'a> {
-    stream: StreamId,
-    log: &'a StreamLog,
-    /// The seq the merge starts this stream from.
-    first_seq: u64,
-    /// The next seq to yield.
-    next_seq: u64,
-}
-
-fn merge_key(lamport: u64, stream: StreamId) -> u128 {
-    (u128::from(lamport) << 64) | u128::from(stream.get())
-}
-
-impl<'a> Merge<'a> {
-    fn new(streams: &'a BTreeMap<StreamId, StreamLog>, start: &VersionVector) -> Self {
-        let mut slots = Vec::with_capacity(streams.len());
-        let mut heads = Vec::with_capacity(streams.len());
-        for (&stream, log) in streams {
-            let seq = start.get(stream).max(log.floor).saturating_add(1);
-            if let Some(held) = log.held(seq) {
-                heads.push(Reverse((merge_key(held.lamport, stream), slots.len())));
-                slots.push(Slot {
-                    stream,
-                    log,
-                    first_seq: seq,
-                    next_seq: seq,
-                });
-            }
-        }
-        Merge {
-            heap: BinaryHeap::from(heads),
-            slots,
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        self.heap.is_empty()
-    }
-
-    /// Joins what the merge yielded into `cursor`.
-    fn advance_cursor(&self, cursor: &mut VersionVector) {
-        for slot in &self.slots {
-            if slot.next_seq > slot.first_seq {
-                cursor.advance(slot.stream, slot.next_seq - 1);
-            }
-        }
-    }
-}
-
-impl<'a> Iterator for Merge<'a> {
-    type Item = (StreamId, u64, &'a Held);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let mut top = self.heap.peek_mut()?;
-        let Reverse((_, index)) = *top;
-        let slot = &mut self.slots[index];
-        let seq = slot.next_seq;
-        let held = slot
-            .log
-            .held(seq)
-            .expect("merge entries point at held events");
-        slot.next_seq += 1;
-        match slot.log.held(seq + 1) {
-            Some(next) => *top = Reverse((merge_key(next.lamport, slot.stream), index)),
-            None => {
-                std::collections::binary_heap::PeekMut::pop(top);
-            }
-        }
-        Some((slot.stream, seq, held))
     }
 }
