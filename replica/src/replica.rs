@@ -349,6 +349,7 @@ impl<S: Store> Replica<S> {
     ) -> Result<Vec<Event>, ReplicaError> {
         self.check_usable()?;
         let stream = self.config.stream;
+        let _span = tracing::trace_span!("append", %stream).entered();
         let mut seq = self.marks.get(stream);
         let mut lamport = self.clock;
         let mut events = Vec::new();
@@ -411,6 +412,7 @@ impl<S: Store> Replica<S> {
                 max: self.config.page_len_max,
             });
         }
+        let _span = tracing::trace_span!("page", limit).entered();
         after.check_floor(&self.floor)?;
         let mut walk = self.log.walk(after);
         let events: Vec<Event> = walk.by_ref().take(limit).collect();
@@ -528,6 +530,7 @@ impl<S: Store> Replica<S> {
     /// exposed with a hole below them. A refused delta changes nothing.
     pub fn apply(&mut self, delta: &Delta) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
+        let _span = tracing::debug_span!("apply", events = delta.events.len()).entered();
         if let Err(error) = self.validate(delta) {
             self.stats.deltas_refused += 1;
             tracing::warn!(%error, "delta refused");
@@ -590,6 +593,7 @@ impl<S: Store> Replica<S> {
     /// A floor never falls.
     pub fn compact(&mut self, target: &VersionVector) -> Result<CompactReport, ReplicaError> {
         self.check_usable()?;
+        let _span = tracing::debug_span!("compact").entered();
         let mut batch = Batch {
             clock: self.clock,
             ..Batch::default()
