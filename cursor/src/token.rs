@@ -222,17 +222,21 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
             field: "entries",
         });
     }
-    let mut vector = VersionVector::new();
-    let mut next_stream = 0u64;
+    // The count is at most half the remaining bytes: this allocation is
+    // bounded by the input's length, whatever the count claims.
+    let mut entries: Vec<(StreamId, u64)> = Vec::with_capacity(streams as usize);
+    let mut next_stream = Some(0u64);
     for _ in 0..streams {
         let offset = reader.pos;
         let gap = reader.varint("stream gap")?;
-        let id = next_stream
-            .checked_add(gap)
-            .ok_or(TokenError::NonCanonical {
-                offset,
-                rule: CanonicalRule::StreamOverflow,
-            })?;
+        // After stream u64::MAX no id remains: any further entry overflows.
+        let id =
+            next_stream
+                .and_then(|next| next.checked_add(gap))
+                .ok_or(TokenError::NonCanonical {
+                    offset,
+                    rule: CanonicalRule::StreamOverflow,
+                })?;
         let stream = StreamId::new(id);
         let offset = reader.pos;
         let seq = reader.varint("seq")?;
@@ -242,21 +246,8 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
                 rule: CanonicalRule::ZeroEntry { stream },
             });
         }
-        vector.advance(stream, seq);
-        // The next id must be above this one; past u64::MAX no id remains,
-        // which the next gap's checked_add reports.
-        next_stream = match id.checked_add(1) {
-            Some(next) => next,
-            None => {
-                if vector.len() < streams as usize {
-                    return Err(TokenError::NonCanonical {
-                        offset: reader.pos,
-                        rule: CanonicalRule::StreamOverflow,
-                    });
-                }
-                u64::MAX
-            }
-        };
+        entries.push((stream, seq));
+        next_stream = id.checked_add(1);
     }
     if reader.pos != body.len() {
         return Err(TokenError::TrailingBytes {
@@ -264,7 +255,7 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
             count: body.len() - reader.pos,
         });
     }
-    Ok(vector)
+    Ok(VersionVector::from_sorted_entries(entries))
 }
 
 /// Encodes a vector as a text token: URL-safe base64 of [`encode`], without
@@ -309,7 +300,9 @@ fn base64_error(text: &str) -> impl Fn(base64::DecodeError) -> TokenError + '_ {
             base64::DecodeError::InvalidLastSymbol(offset, _) => {
                 (offset, "last character has nonzero unused bits")
             }
-            base64::DecodeError::InvalidPadding => (text.len(), "padding is not used"),
+            base64::DecodeError::InvalidPadding => {
+                (text.find('=').unwrap_or(text.len()), "padding is not used")
+            }
         };
         TokenError::Base64 { offset, reason }
     }

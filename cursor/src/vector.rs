@@ -51,6 +51,16 @@ impl VersionVector {
         Self::default()
     }
 
+    /// Builds a vector from entries in strictly ascending stream order with
+    /// nonzero seqs, in one go (the token decoder's fast path).
+    pub(crate) fn from_sorted_entries(entries: Vec<(StreamId, u64)>) -> Self {
+        debug_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0));
+        debug_assert!(entries.iter().all(|&(_, seq)| seq > 0));
+        let mut clock = VClock::new();
+        clock.dots = entries.into_iter().collect();
+        VersionVector { clock }
+    }
+
     /// The last seq covered for `stream` (0 if none).
     pub fn get(&self, stream: StreamId) -> u64 {
         self.clock.get(&stream)
@@ -136,7 +146,9 @@ impl VersionVector {
             .iter()
             .filter_map(|(stream, floor_seq)| {
                 let cursor_seq = self.get(stream);
-                (cursor_seq < floor_seq).then_some(LostRange {
+                // Lazily: `cursor_seq + 1` overflows when the cursor is at
+                // u64::MAX (and not behind).
+                (cursor_seq < floor_seq).then(|| LostRange {
                     stream,
                     first_seq: cursor_seq + 1,
                     last_seq: floor_seq,
@@ -204,9 +216,14 @@ impl LostRange {
         self.first_seq..=self.last_seq
     }
 
-    /// How many events were lost.
+    /// How many events were lost (saturating at `u64::MAX`; 0 for a range
+    /// built by hand with `first_seq > last_seq`).
     pub fn count(&self) -> u64 {
-        self.last_seq - self.first_seq + 1
+        if self.last_seq < self.first_seq {
+            0
+        } else {
+            (self.last_seq - self.first_seq).saturating_add(1)
+        }
     }
 }
 
