@@ -1,1 +1,85 @@
-//! todo
+//! meshlog's anti-entropy: replicas converge by exchanging high-water marks
+//! (the version vectors the cursor also uses) and sending each other what
+//! the other misses, third-party streams included, over any tokio byte
+//! stream.
+//!
+//! Links break, frames are lost, duplicated, delayed and reordered, and a
+//! partitioned writer keeps writing. Sessions cope because every delta is
+//! computed from what the peer is believed to hold, applying is idempotent
+//! and order-free (the replica's job), and a periodic heartbeat replaces that
+//! belief with the peer's real marks, so whatever was lost is sent again.
+//! After a link heals, convergence takes one round trip.
+//!
+//! # Layout
+//!
+//! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their postcard
+//!   encoding behind a `u32` length prefix, [`FRAME_BYTES_MAX`], the
+//!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:
+//!   `docs/PROTOCOL.md`.
+//! - `shared`: [`SharedReplica`], a replica behind a mutex with a watch of
+//!   its marks that wakes sessions on new events.
+//! - `session`: [`Session`], the protocol with one peer over one stream,
+//!   [`SessionConfig`], [`SessionState`], [`SessionError`].
+//! - `manager`: [`PeerManager`], which dials configured peers over TCP,
+//!   reconnects with jittered backoff, accepts inbound peers and reports
+//!   [`PeerStatus`] (connected, marks, lag in events).
+//! - `rng`: [`SplitMix64`], the seeded generator behind jitter and faults.
+//! - `testkit` (feature `testkit`): the frame-level fault proxy
+//!   (`FaultLink` in memory, `FaultProxy` over TCP), an in-memory mesh of
+//!   replicas with reconnecting links, seeds from `MESHLOG_SEED`, and the
+//!   frame-decoding checks of the `frame_decode` fuzz target.
+//!
+//! **Architecture invariant:** only this crate knows frames and sockets.
+//! The replica and the cursor are used through their public API; their types
+//! are converted to this crate's private serde types at the frame boundary.
+//!
+//! # Example
+//!
+//! Two replicas linked by an in-memory stream converge:
+//!
+//! ```
+//! use std::time::Duration;
+//! use meshlog_cursor::StreamId;
+//! use meshlog_sync::{Session, SessionConfig, SharedReplica};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build()?.block_on(async {
+//! let a = SharedReplica::in_memory(StreamId::new(1));
+//! let b = SharedReplica::in_memory(StreamId::new(2));
+//! a.append(&b"from a"[..])?;
+//! b.append(&b"from b"[..])?;
+//!
+//! let (a_end, b_end) = tokio::io::duplex(64 * 1024);
+//! let config = SessionConfig::with_heartbeat(Duration::from_millis(50));
+//! let a_session = tokio::spawn(Session::new(a.clone(), config.clone()).run(a_end));
+//! let b_session = tokio::spawn(Session::new(b.clone(), config).run(b_end));
+//!
+//! for _ in 0..100 {
+//!     if a.digest() == b.digest() {
+//!         break;
+//!     }
+//!     tokio::time::sleep(Duration::from_millis(10)).await;
+//! }
+//! assert_eq!(a.digest(), b.digest());
+//! assert_eq!(a.marks(), b.marks());
+//! a_session.abort();
+//! b_session.abort();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod frame;
+mod manager;
+mod rng;
+mod session;
+mod shared;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use frame::{Frame, FrameError, FrameReader, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
+pub use rng::SplitMix64;
+pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
+pub use shared::SharedReplica;

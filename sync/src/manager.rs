@@ -1,0 +1,406 @@
+//! `PeerManager`: TCP sessions with configured and inbound peers.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{MemStore, Store};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::{Session, SessionConfig, SessionError, SessionState, SharedReplica, SplitMix64};
+
+/// Where to listen, whom to dial, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagerConfig {
+    /// The address to accept inbound peers on (`None`: dial only). Port 0
+    /// picks a free port; see [`PeerManager::local_addr`].
+    pub listen: Option<SocketAddr>,
+    /// Peers to dial and keep dialing.
+    pub peers: Vec<SocketAddr>,
+    /// Each session's timing and limits.
+    pub session: SessionConfig,
+    /// The first reconnect delay; it doubles per failed attempt. Default
+    /// 100 ms.
+    pub backoff_min: Duration,
+    /// The longest reconnect delay. Default 10 s.
+    pub backoff_max: Duration,
+    /// How long a dial may take. Default 5 s.
+    pub connect_timeout: Duration,
+    /// The most inbound sessions at once; more are refused. Default 64.
+    pub inbound_max: usize,
+    /// Seeds the reconnect jitter (mixed with this replica's stream and the
+    /// peer's index), so that a test's schedule replays. Default 0.
+    pub jitter_seed: u64,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            listen: None,
+            peers: Vec::new(),
+            session: SessionConfig::default(),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            inbound_max: 64,
+            jitter_seed: 0,
+        }
+    }
+}
+
+/// Whether we dialed the peer or it dialed us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerDirection {
+    /// A configured peer we dial (and redial).
+    Outbound,
+    /// A peer that connected to our listener.
+    Inbound,
+}
+
+/// One peer as the manager sees it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// The address dialed, or the inbound peer's address.
+    pub addr: SocketAddr,
+    /// Who dialed.
+    pub direction: PeerDirection,
+    /// Whether a session is running and the peer's hello has arrived.
+    pub connected: bool,
+    /// The peer's stream, from its last hello.
+    pub stream: Option<StreamId>,
+    /// The marks the peer has acknowledged (last session).
+    pub marks: VersionVector,
+    /// How many events this replica holds that the peer has not
+    /// acknowledged: per stream, our mark minus its mark, summed.
+    pub lag_events: u64,
+    /// Sessions started with this peer (connections made).
+    pub connects: u64,
+    /// Why the last session or dial ended badly, if it did.
+    pub last_error: Option<String>,
+    /// The current (or last) session's state and counters.
+    pub session: SessionState,
+}
+
+/// Why the manager could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct BindError {
+    /// The address asked for.
+    pub addr: SocketAddr,
+    /// The socket error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Keeps sessions with peers over TCP: dials every configured peer and
+/// redials it with jittered exponential backoff whenever its session ends,
+/// accepts inbound peers (up to a limit), and reports each peer's state.
+///
+/// One peer never blocks another or an append: each session is its own task
+/// with a bounded output buffer and read/write timeouts. Dropping the
+/// manager (or [`PeerManager::shutdown`]) ends every session.
+///
+/// If two replicas dial each other, they keep two sessions; both are
+/// correct (receipt is idempotent), one is redundant.
+pub struct PeerManager<S: Store = MemStore> {
+    shared: SharedReplica<S>,
+    config: ManagerConfig,
+    local_addr: Option<SocketAddr>,
+    slots: Arc<Mutex<Vec<Arc<Slot>>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+struct Slot {
+    addr: SocketAddr,
+    direction: PeerDirection,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    running: Option<watch::Receiver<SessionState>>,
+    last: SessionState,
+    connects: u64,
+    last_error: Option<String>,
+}
+
+impl<S: Store + Send + 'static> PeerManager<S> {
+    /// Binds the listener (if configured) and starts dialing every
+    /// configured peer. Must be called within a tokio runtime.
+    pub async fn start(shared: SharedReplica<S>, config: ManagerConfig) -> Result<Self, BindError> {
+        let listener = match config.listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| BindError { addr, source })?,
+            ),
+            None => None,
+        };
+        let local_addr = match &listener {
+            Some(listener) => Some(listener.local_addr().map_err(|source| BindError {
+                addr: config.listen.expect("a listener was bound"),
+                source,
+            })?),
+            None => None,
+        };
+        let manager = PeerManager {
+            shared,
+            config,
+            local_addr,
+            slots: Arc::default(),
+            tasks: Mutex::default(),
+        };
+        if let Some(listener) = listener {
+            tracing::info!(local = %manager.shared.stream(), addr = ?local_addr, "sync listening");
+            let task = tokio::spawn(accept_loop(
+                listener,
+                manager.shared.clone(),
+                manager.config.clone(),
+                Arc::clone(&manager.slots),
+            ));
+            lock(&manager.tasks).push(task);
+        }
+        for addr in manager.config.peers.clone() {
+            manager.connect(addr);
+        }
+        Ok(manager)
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Starts dialing `addr` (and redialing it) from now on. Must be called
+    /// within a tokio runtime.
+    pub fn connect(&self, addr: SocketAddr) {
+        let slot = Arc::new(Slot {
+            addr,
+            direction: PeerDirection::Outbound,
+            state: Mutex::default(),
+        });
+        let index = {
+            let mut slots = lock(&self.slots);
+            slots.push(Arc::clone(&slot));
+            slots.len() as u64
+        };
+        let seed = SplitMix64::derive(self.config.jitter_seed ^ self.shared.stream().get(), index);
+        let task = tokio::spawn(dial_loop(
+            self.shared.clone(),
+            self.config.clone(),
+            slot,
+            SplitMix64::new(seed),
+        ));
+        lock(&self.tasks).push(task);
+    }
+
+    /// Every peer's state now: configured peers first, in order, then the
+    /// inbound peers connected now.
+    pub fn peers(&self) -> Vec<PeerStatus> {
+        let marks = self.shared.marks();
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
+        slots.iter().map(|slot| slot.status(&marks)).collect()
+    }
+
+    /// Ends every session and stops dialing and accepting.
+    pub async fn shutdown(self) {
+        let tasks = std::mem::take(&mut *lock(&self.tasks));
+        for task in &tasks {
+            task.abort();
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+impl<S: Store> Drop for PeerManager<S> {
+    fn drop(&mut self) {
+        for task in lock(&self.tasks).iter() {
+            task.abort();
+        }
+    }
+}
+
+impl Slot {
+    fn status(&self, our_marks: &VersionVector) -> PeerStatus {
+        let state = lock(&self.state);
+        let (running, session) = match &state.running {
+            Some(receiver) => (true, receiver.borrow().clone()),
+            None => (false, state.last.clone()),
+        };
+        PeerStatus {
+            addr: self.addr,
+            direction: self.direction,
+            connected: running && session.peer.is_some(),
+            stream: session.peer,
+            marks: session.peer_marks.clone(),
+            lag_events: lag_events(our_marks, &session.peer_marks),
+            connects: state.connects,
+            last_error: state.last_error.clone(),
+            session,
+        }
+    }
+
+    fn started(&self, receiver: watch::Receiver<SessionState>) {
+        let mut state = lock(&self.state);
+        state.running = Some(receiver);
+        state.connects += 1;
+    }
+
+    /// Records a session's end; returns whether the peer's hello had
+    /// arrived (the session was established).
+    fn ended(&self, result: Result<crate::SessionEnd, SessionError>) -> bool {
+        let mut state = lock(&self.state);
+        if let Some(receiver) = state.running.take() {
+            state.last = receiver.borrow().clone();
+        }
+        if let Err(error) = result {
+            state.last_error = Some(error.to_string());
+        }
+        state.last.peer.is_some()
+    }
+
+    fn failed(&self, reason: String) {
+        lock(&self.state).last_error = Some(reason);
+    }
+}
+
+/// Events `ours` covers that `theirs` does not, summed over streams.
+fn lag_events(ours: &VersionVector, theirs: &VersionVector) -> u64 {
+    ours.iter()
+        .map(|(stream, seq)| seq.saturating_sub(theirs.get(stream)))
+        .fold(0u64, u64::saturating_add)
+}
+
+/// The delay before reconnect attempt `attempt` (0-based): exponential from
+/// `backoff_min` to `backoff_max`, drawn uniformly from its upper half so that
+/// replicas restarted together do not dial in lockstep.
+fn backoff(attempt: u32, config: &ManagerConfig, rng: &mut SplitMix64) -> Duration {
+    let min_ms = config.backoff_min.as_millis().max(1) as u64;
+    let max_ms = (config.backoff_max.as_millis() as u64).max(min_ms);
+    let base_ms = min_ms.saturating_mul(1u64 << attempt.min(32)).min(max_ms);
+    Duration::from_millis(base_ms / 2 + rng.below(base_ms / 2 + 1))
+}
+
+async fn dial_loop<S: Store + Send + 'static>(
+    shared: SharedReplica<S>,
+    config: ManagerConfig,
+    slot: Arc<Slot>,
+    mut rng: SplitMix64,
+) {
+    let local = shared.stream();
+    let mut attempt = 0u32;
+    loop {
+        match tokio::time::timeout(config.connect_timeout, TcpStream::connect(slot.addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                tracing::debug!(%local, peer_addr = %slot.addr, "dialed peer");
+                let session = Session::new(shared.clone(), config.session.clone());
+                slot.started(session.state());
+                let result = session.run(stream).await;
+                if slot.ended(result) {
+                    attempt = 0;
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(%local, peer_addr = %slot.addr, %error, "dial failed");
+                slot.failed(format!("dial failed: {error}"));
+            }
+            Err(_) => {
+                tracing::debug!(%local, peer_addr = %slot.addr, "dial timed out");
+                slot.failed(format!("dial timed out after {:?}", config.connect_timeout));
+            }
+        }
+        let delay = backoff(attempt, &config, &mut rng);
+        attempt = attempt.saturating_add(1);
+        tokio::time::sleep(delay).await;
+    }
+}
+
+async fn accept_loop<S: Store + Send + 'static>(
+    listener: TcpListener,
+    shared: SharedReplica<S>,
+    config: ManagerConfig,
+    slots: Arc<Mutex<Vec<Arc<Slot>>>>,
+) {
+    let local = shared.stream();
+    // Owned here: aborting this task drops the set, which aborts every
+    // inbound session.
+    let mut sessions = JoinSet::new();
+    loop {
+        let (stream, addr) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of descriptors, say: wait rather than spin.
+                tracing::warn!(%local, %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        while sessions.try_join_next().is_some() {}
+        if sessions.len() >= config.inbound_max {
+            tracing::warn!(%local, peer_addr = %addr, limit = config.inbound_max, "inbound peer refused: too many inbound sessions");
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        tracing::debug!(%local, peer_addr = %addr, "accepted peer");
+        let slot = Arc::new(Slot {
+            addr,
+            direction: PeerDirection::Inbound,
+            state: Mutex::default(),
+        });
+        lock(&slots).push(Arc::clone(&slot));
+        let session = Session::new(shared.clone(), config.session.clone());
+        slot.started(session.state());
+        let slots = Arc::clone(&slots);
+        sessions.spawn(async move {
+            let result = session.run(stream).await;
+            slot.ended(result);
+            // An inbound peer that left is forgotten: it dials again.
+            lock(&slots).retain(|other| !Arc::ptr_eq(other, &slot));
+        });
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only plain bookkeeping happens under these locks; a panic elsewhere
+    // leaves it consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_within_bounds_and_jitters() {
+        let config = ManagerConfig {
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(2),
+            ..ManagerConfig::default()
+        };
+        let mut rng = SplitMix64::new(7);
+        for attempt in 0..40 {
+            let base = (100u64 << attempt.min(5)).min(2000);
+            let delay = backoff(attempt, &config, &mut rng).as_millis() as u64;
+            assert!(
+                delay >= base / 2 && delay <= base,
+                "attempt {attempt}: {delay} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn lag_counts_what_the_peer_misses() {
+        let s = StreamId::new;
+        let ours: VersionVector = [(s(1), 10), (s(2), 3)].into_iter().collect();
+        let theirs: VersionVector = [(s(1), 4), (s(3), 9)].into_iter().collect();
+        assert_eq!(lag_events(&ours, &theirs), 6 + 3);
+    }
+}

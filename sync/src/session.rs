@@ -1,0 +1,527 @@
+//! `Session`: anti-entropy between this replica and one peer over one byte
+//! stream.
+
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Delta, MemStore, ReplicaError, Store};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+
+use crate::frame::{self, Frame, FrameError, FrameReader, Hello, FRAME_BYTES_MAX};
+use crate::SharedReplica;
+
+/// A session's timing and limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// How often a session sends a heartbeat with its marks (the periodic
+    /// re-exchange that repairs lost frames), re-sends an unanswered hello,
+    /// and checks its timeouts. Default 1 s.
+    pub heartbeat_interval: Duration,
+    /// A session that receives no frame for this long (or no hello) ends
+    /// with [`SessionError::ReadTimeout`]. Default 10 s; keep it several
+    /// heartbeat intervals long so a few lost heartbeats are survived.
+    pub read_timeout: Duration,
+    /// A session whose queued output makes no progress for this long ends
+    /// with [`SessionError::WriteTimeout`]. Default 10 s.
+    pub write_timeout: Duration,
+    /// The byte budget of one delta frame, by [`meshlog_replica::Event::size_hint`]
+    /// (a delta holds at least one event whatever its size). Default 256 KiB;
+    /// capped so that a frame stays below [`FRAME_BYTES_MAX`].
+    pub delta_bytes_max: usize,
+    /// No new delta is queued while this many bytes wait to be written: the
+    /// bound on a session's output buffer (plus one frame), and the
+    /// backpressure a slow peer exerts. Default 512 KiB.
+    pub queue_bytes_max: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            heartbeat_interval: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+            delta_bytes_max: 256 * 1024,
+            queue_bytes_max: 512 * 1024,
+        }
+    }
+}
+
+impl SessionConfig {
+    /// Defaults scaled to a heartbeat interval: read and write timeouts of
+    /// ten intervals. Tests use short intervals (10 to 50 ms).
+    pub fn with_heartbeat(heartbeat_interval: Duration) -> Self {
+        SessionConfig {
+            heartbeat_interval,
+            read_timeout: heartbeat_interval * 10,
+            write_timeout: heartbeat_interval * 10,
+            ..SessionConfig::default()
+        }
+    }
+
+    /// The largest delta budget that keeps every frame below the limit:
+    /// room is left for a floor vector of the most streams a vector holds
+    /// and for one event of the largest payload a replica accepts.
+    fn delta_budget(&self) -> usize {
+        self.delta_bytes_max.clamp(1, FRAME_BYTES_MAX / 2)
+    }
+}
+
+/// What a session knows about its peer, published as it changes (see
+/// [`Session::state`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionState {
+    /// The peer's stream, once its hello arrived.
+    pub peer: Option<StreamId>,
+    /// The marks the peer reported (hello, acks, heartbeats), joined: what it
+    /// has acknowledged holding.
+    pub peer_marks: VersionVector,
+    /// The floor in the peer's hello.
+    pub peer_floor: VersionVector,
+    /// Frames sent (queued for writing).
+    pub frames_sent: u64,
+    /// Frames received.
+    pub frames_received: u64,
+    /// Bytes sent, prefixes included.
+    pub bytes_sent: u64,
+    /// Bytes received, prefixes included.
+    pub bytes_received: u64,
+    /// Events sent in deltas (re-sends counted again).
+    pub events_sent: u64,
+    /// Received events that became visible here.
+    pub events_applied: u64,
+    /// Received events this replica already held.
+    pub events_duplicate: u64,
+}
+
+/// How a session ended when nothing went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The peer closed the stream between frames.
+    PeerClosed,
+    /// The stop future given to [`Session::run_until`] completed.
+    Stopped,
+}
+
+/// Why a session ended badly. Each variant is logged (`tracing::warn!`) with
+/// its reason when the session ends; the replica's log is unchanged by the
+/// frame that caused it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The byte stream failed, or ended inside a frame.
+    #[error("link failed: {0}")]
+    Io(#[source] io::Error),
+    /// The peer sent bytes that are not a valid frame: garbage, an oversized
+    /// length prefix, another protocol version, a non-canonical vector.
+    #[error("bad frame from peer: {0}")]
+    Frame(#[source] FrameError),
+    /// The peer's delta was refused by the replica (an equivocation, a
+    /// lamport stamp not rising, too many streams...). Nothing was applied.
+    #[error("delta from peer {peer} refused: {source}")]
+    Refused {
+        /// The peer's stream.
+        peer: StreamId,
+        /// Why the replica refused it.
+        #[source]
+        source: ReplicaError,
+    },
+    /// The local replica failed (its store) while applying a delta.
+    #[error("local replica failed: {0}")]
+    Replica(#[source] ReplicaError),
+    /// The peer's hello names this replica's own stream: a connection to
+    /// itself, or two replicas configured with one id.
+    #[error("peer claims this replica's own stream {stream}: a self-connection or a duplicate id")]
+    SelfConnection {
+        /// The stream claimed.
+        stream: StreamId,
+    },
+    /// A second hello named another stream than the first.
+    #[error("peer changed identity from stream {was} to stream {now} within one session")]
+    IdentityChanged {
+        /// The stream of the first hello.
+        was: StreamId,
+        /// The stream of the later hello.
+        now: StreamId,
+    },
+    /// No frame (or no hello) arrived for the read timeout.
+    #[error("no {what} from the peer for {idle:?} (read timeout)")]
+    ReadTimeout {
+        /// `frame`, or `hello` if the peer never said who it is.
+        what: &'static str,
+        /// How long the session waited.
+        idle: Duration,
+    },
+    /// Queued output made no progress for the write timeout: the peer is not
+    /// reading.
+    #[error("{queued_bytes} queued bytes made no progress for {stalled:?} (write timeout)")]
+    WriteTimeout {
+        /// How long writing stalled.
+        stalled: Duration,
+        /// Bytes waiting to be written.
+        queued_bytes: usize,
+    },
+    /// A frame of ours could not be encoded (an event too large for a frame:
+    /// the replica's `payload_bytes_max` is set above what a frame carries).
+    #[error("cannot send a frame: {0}")]
+    Send(#[source] FrameError),
+}
+
+impl From<io::Error> for SessionError {
+    fn from(error: io::Error) -> Self {
+        match FrameError::of_io(&error) {
+            Some(frame_error) => SessionError::Frame(frame_error.clone()),
+            None => SessionError::Io(error),
+        }
+    }
+}
+
+/// Anti-entropy with one peer over one byte stream (a TCP connection, an
+/// in-memory duplex, a fault proxy's end).
+///
+/// The protocol, from each side (see `docs/PROTOCOL.md`):
+///
+/// 1. Send a hello with our stream, protocol version, marks and floor, and
+///    re-send it every tick until the peer sends anything else (which shows
+///    it has our hello). Frames other than a hello that arrive before the
+///    peer's hello are ignored; the peer re-sends its hello.
+/// 2. Keep a *view* of the peer's marks: set from its hello, joined with its
+///    acks and with the events it sends us, **replaced** by every heartbeat.
+/// 3. While the view does not cover our marks and less than
+///    `queue_bytes_max` is queued, send `delta_for(view, budget)` and advance
+///    the view by what it carries (optimistically: if that frame is lost, the
+///    peer's next heartbeat lowers the view again and it is re-sent).
+/// 4. After applying a delta that changed our log, ack our marks.
+/// 5. Every tick, send a heartbeat with our marks; time out a silent peer.
+///
+/// New events (local appends, or deltas applied from any other peer) wake
+/// the session through the shared replica's marks watch, so they are pushed
+/// at once, including third-party streams: an event travels from C to B
+/// through A. The session runs in one task with no queue of events: a slow
+/// peer only fills this session's bounded output buffer.
+///
+/// Dropping the future closes the stream; there are no background tasks.
+pub struct Session<S: Store = MemStore> {
+    shared: SharedReplica<S>,
+    config: SessionConfig,
+    state: watch::Sender<SessionState>,
+}
+
+impl<S: Store> Session<S> {
+    /// A session for `shared` with `config`, not yet running.
+    pub fn new(shared: SharedReplica<S>, config: SessionConfig) -> Self {
+        let (state, _) = watch::channel(SessionState::default());
+        Session {
+            shared,
+            config,
+            state,
+        }
+    }
+
+    /// A receiver of the session's state (peer, acknowledged marks,
+    /// counters), updated as it runs.
+    pub fn state(&self) -> watch::Receiver<SessionState> {
+        self.state.subscribe()
+    }
+
+    /// Runs the session over `io` until the peer closes it or it fails.
+    pub async fn run<IO>(self, io: IO) -> Result<SessionEnd, SessionError>
+    where
+        IO: AsyncRead + AsyncWrite,
+    {
+        self.run_until(io, std::future::pending::<()>()).await
+    }
+
+    /// Runs the session over `io` until the peer closes it, it fails, or
+    /// `stop` completes.
+    pub async fn run_until<IO, F>(self, io: IO, stop: F) -> Result<SessionEnd, SessionError>
+    where
+        IO: AsyncRead + AsyncWrite,
+        F: Future,
+    {
+        let (read, write) = tokio::io::split(io);
+        let local = self.shared.stream();
+        let mut driver = Driver {
+            marks: self.shared.subscribe(),
+            shared: self.shared,
+            config: self.config,
+            state: self.state,
+            reader: FrameReader::new(),
+            read,
+            write,
+            out: BytesMut::new(),
+            peer: None,
+            view: VersionVector::new(),
+            peer_has_our_hello: false,
+            hello_due: true,
+            heartbeat_due: false,
+            ack_due: false,
+            started_at: Instant::now(),
+            last_frame_at: Instant::now(),
+            write_progress_at: Instant::now(),
+        };
+        let result = driver.run(stop).await;
+        let peer = driver.peer.map(|p| p.to_string());
+        let peer = peer.as_deref().unwrap_or("unknown");
+        match &result {
+            Ok(end) => tracing::info!(%local, peer, ?end, "sync session ended"),
+            Err(error) => {
+                tracing::warn!(%local, peer, reason = %error, "sync session closed: {error}")
+            }
+        }
+        result
+    }
+}
+
+struct Driver<S: Store, R, W> {
+    shared: SharedReplica<S>,
+    config: SessionConfig,
+    state: watch::Sender<SessionState>,
+    marks: watch::Receiver<VersionVector>,
+    reader: FrameReader,
+    read: R,
+    write: W,
+    /// Encoded frames waiting to be written.
+    out: BytesMut,
+    peer: Option<StreamId>,
+    /// What we believe the peer holds: what to send is computed from it.
+    view: VersionVector,
+    peer_has_our_hello: bool,
+    hello_due: bool,
+    heartbeat_due: bool,
+    ack_due: bool,
+    started_at: Instant,
+    last_frame_at: Instant,
+    write_progress_at: Instant,
+}
+
+impl<S, R, W> Driver<S, R, W>
+where
+    S: Store,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    async fn run<F: Future>(&mut self, stop: F) -> Result<SessionEnd, SessionError> {
+        tokio::pin!(stop);
+        let interval = self.config.heartbeat_interval.max(Duration::from_millis(1));
+        let mut next_tick = Instant::now() + interval;
+        loop {
+            self.fill()?;
+            // Biased: the order is fixed, so a run under tokio's paused clock
+            // replays exactly from its seeds.
+            tokio::select! {
+                biased;
+                _ = &mut stop => return Ok(SessionEnd::Stopped),
+                read = self.reader.read_payload(&mut self.read) => match read? {
+                    Some(payload) => self.on_payload(payload)?,
+                    None => return Ok(SessionEnd::PeerClosed),
+                },
+                written = self.write.write(&self.out), if !self.out.is_empty() => {
+                    let written = written?;
+                    if written == 0 {
+                        return Err(SessionError::Io(io::ErrorKind::WriteZero.into()));
+                    }
+                    self.out.advance(written);
+                    self.write_progress_at = Instant::now();
+                    if self.out.is_empty() {
+                        self.write.flush().await?;
+                    }
+                }
+                _ = sleep_until(next_tick) => {
+                    next_tick = Instant::now() + interval;
+                    self.on_tick()?;
+                }
+                // New events here: loop round to fill.
+                _ = self.marks.changed() => {}
+            }
+        }
+    }
+
+    fn on_tick(&mut self) -> Result<(), SessionError> {
+        let now = Instant::now();
+        if self.peer.is_none() && now - self.started_at > self.config.read_timeout {
+            return Err(SessionError::ReadTimeout {
+                what: "hello",
+                idle: now - self.started_at,
+            });
+        }
+        if now - self.last_frame_at > self.config.read_timeout {
+            return Err(SessionError::ReadTimeout {
+                what: "frame",
+                idle: now - self.last_frame_at,
+            });
+        }
+        if !self.out.is_empty() && now - self.write_progress_at > self.config.write_timeout {
+            return Err(SessionError::WriteTimeout {
+                stalled: now - self.write_progress_at,
+                queued_bytes: self.out.len(),
+            });
+        }
+        self.hello_due |= !self.peer_has_our_hello;
+        self.heartbeat_due |= self.peer.is_some();
+        Ok(())
+    }
+
+    /// Queues what is due: a hello, a heartbeat or an ack, then deltas while
+    /// the peer misses something and the output buffer has room.
+    fn fill(&mut self) -> Result<(), SessionError> {
+        if self.hello_due {
+            self.hello_due = false;
+            let hello = self.shared.with(|replica| Hello {
+                protocol: frame::PROTOCOL_VERSION,
+                stream: replica.stream(),
+                marks: replica.marks(),
+                floor: replica.floor(),
+            });
+            self.enqueue(&Frame::Hello(hello))?;
+        }
+        if self.peer.is_none() {
+            return Ok(());
+        }
+        if self.heartbeat_due {
+            // A heartbeat carries our marks too: it stands for a due ack.
+            self.heartbeat_due = false;
+            self.ack_due = false;
+            let marks = self.shared.marks();
+            self.enqueue(&Frame::Heartbeat { marks })?;
+        }
+        if self.ack_due {
+            self.ack_due = false;
+            let marks = self.shared.marks();
+            self.enqueue(&Frame::Ack { marks })?;
+        }
+        let budget = self.config.delta_budget();
+        while self.out.len() < self.config.queue_bytes_max {
+            let marks = self.marks.borrow_and_update().clone();
+            if self.view.dominates(&marks) {
+                break;
+            }
+            let delta = self.shared.delta_for(&self.view, budget);
+            if delta.events.is_empty() && delta.floor.is_empty() {
+                // The watch ran ahead of a compaction; nothing to send.
+                break;
+            }
+            advance_by(&mut self.view, &delta);
+            let events = delta.events.len() as u64;
+            self.enqueue(&Frame::Delta(delta))?;
+            self.state.send_modify(|state| state.events_sent += events);
+        }
+        Ok(())
+    }
+
+    fn enqueue(&mut self, frame: &Frame) -> Result<(), SessionError> {
+        let bytes = frame::encode(frame).map_err(SessionError::Send)?;
+        if self.out.is_empty() {
+            self.write_progress_at = Instant::now();
+        }
+        self.out.extend_from_slice(&bytes);
+        tracing::trace!(kind = frame.kind(), len = bytes.len(), "frame queued");
+        self.state.send_modify(|state| {
+            state.frames_sent += 1;
+            state.bytes_sent += bytes.len() as u64;
+        });
+        Ok(())
+    }
+
+    fn on_payload(&mut self, payload: Bytes) -> Result<(), SessionError> {
+        self.last_frame_at = Instant::now();
+        let len = payload.len() + frame::LENGTH_PREFIX_BYTES;
+        self.state.send_modify(|state| {
+            state.frames_received += 1;
+            state.bytes_received += len as u64;
+        });
+        let frame = frame::decode(&payload).map_err(SessionError::Frame)?;
+        tracing::trace!(kind = frame.kind(), len, "frame received");
+        if let Frame::Hello(hello) = frame {
+            return self.on_hello(hello);
+        }
+        // Only a peer that has our hello sends anything else.
+        self.peer_has_our_hello = true;
+        let Some(peer) = self.peer else {
+            // Its hello was lost on the way; it re-sends it every tick.
+            tracing::debug!(kind = frame.kind(), "frame before the peer's hello ignored");
+            return Ok(());
+        };
+        match frame {
+            Frame::Delta(delta) => self.on_delta(peer, delta)?,
+            Frame::Ack { marks } => {
+                self.view.join(&marks);
+                self.state
+                    .send_modify(|state| state.peer_marks.join(&marks));
+            }
+            Frame::Heartbeat { marks } => {
+                // The truth about the peer: whatever we optimistically
+                // counted as sent and it does not hold is sent again.
+                self.state
+                    .send_modify(|state| state.peer_marks.join(&marks));
+                self.view = marks;
+            }
+            Frame::Hello(_) => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+
+    fn on_hello(&mut self, hello: Hello) -> Result<(), SessionError> {
+        let local = self.shared.stream();
+        if hello.stream == local {
+            return Err(SessionError::SelfConnection {
+                stream: hello.stream,
+            });
+        }
+        match self.peer {
+            Some(was) if was != hello.stream => {
+                return Err(SessionError::IdentityChanged {
+                    was,
+                    now: hello.stream,
+                });
+            }
+            Some(_) => {
+                // A re-sent or duplicated hello: take it as a heartbeat.
+            }
+            None => {
+                self.peer = Some(hello.stream);
+                tracing::debug!(%local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
+            }
+        }
+        self.state.send_modify(|state| {
+            state.peer = Some(hello.stream);
+            state.peer_marks.join(&hello.marks);
+            state.peer_floor.join(&hello.floor);
+        });
+        self.view = hello.marks;
+        Ok(())
+    }
+
+    fn on_delta(&mut self, peer: StreamId, delta: Delta) -> Result<(), SessionError> {
+        let report = self.shared.apply(&delta).map_err(|source| match source {
+            ReplicaError::Store(_) | ReplicaError::Failed => SessionError::Replica(source),
+            source => SessionError::Refused { peer, source },
+        })?;
+        // The peer holds what it sent (each stream is a prefix): never echo
+        // it back.
+        advance_by(&mut self.view, &delta);
+        if report.applied > 0 || report.floors_raised > 0 {
+            self.ack_due = true;
+        }
+        self.state.send_modify(|state| {
+            state.events_applied += report.applied;
+            state.events_duplicate += report.duplicates;
+        });
+        Ok(())
+    }
+}
+
+/// Advances `view` by what a delta carries: per stream, its last event and
+/// its floor (a replica holding seq `n` of a stream holds every seq below).
+fn advance_by(view: &mut VersionVector, delta: &Delta) {
+    for (stream, floor_seq) in delta.floor.iter() {
+        view.advance(stream, floor_seq);
+    }
+    for event in &delta.events {
+        view.advance(event.stream, event.seq);
+    }
+}

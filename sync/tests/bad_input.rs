@@ -1,0 +1,339 @@
+//! Bad input from a peer: garbage, an oversized frame, a wrong protocol
+//! version, an equivocating event, a non-canonical vector, a hello naming
+//! ourselves, a stream cut inside a frame, a silent peer and a peer that
+//! never reads.
+//!
+//! What it proves: each ends the session with its own typed error, the
+//! reason is logged through `tracing` (captured here and searched), and the
+//! replica's state (marks, floor, digest) is unchanged. Over TCP, a
+//! `PeerManager` that dials a peer sending garbage reports the reason in the
+//! peer's status and keeps redialing.
+//!
+//! How: a fake peer writes raw bytes into an in-memory stream (or a TCP
+//! socket on 127.0.0.1) facing a real `Session`.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io::Write;
+use std::sync::Once;
+use std::time::Duration;
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Delta, Digest, Event, ReplicaError};
+use meshlog_sync::frame::{self, Frame, Hello};
+use meshlog_sync::{
+    FrameError, ManagerConfig, PeerManager, Session, SessionConfig, SessionEnd, SessionError,
+    SharedReplica, FRAME_BYTES_MAX, PROTOCOL_VERSION,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+thread_local! {
+    /// What this thread logged: each test runs its session on its own
+    /// thread (a current-thread runtime), so its log is its own.
+    static CAPTURED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Writes into this thread's `CAPTURED`.
+struct ThreadCapture;
+
+impl Write for ThreadCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURED.with(|captured| captured.borrow_mut().extend_from_slice(buf));
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `test` on a current-thread runtime with paused time, capturing what
+/// it logs; returns its output and the log.
+///
+/// One global subscriber for the whole binary: per-test scoped subscribers
+/// race on tracing's cached callsite interest when tests run in parallel.
+fn logged<F: Future>(test: F) -> (F::Output, String) {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_writer(|| ThreadCapture)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+    });
+    CAPTURED.with(|captured| captured.borrow_mut().clear());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let out = runtime.block_on(test);
+    let log = CAPTURED.with(|captured| String::from_utf8_lossy(&captured.borrow()).into_owned());
+    (out, log)
+}
+
+const A: StreamId = StreamId::new(0xa);
+const B: StreamId = StreamId::new(0xb);
+
+fn event(stream: StreamId, seq: u64, lamport: u64, payload: &'static [u8]) -> Event {
+    Event {
+        stream,
+        seq,
+        lamport,
+        time_ms: 0,
+        payload: Bytes::from_static(payload),
+    }
+}
+
+/// A replica holding an event of its own and one of B's.
+fn replica_a() -> SharedReplica {
+    let a = SharedReplica::in_memory(A);
+    a.append_at(&b"a1"[..], 0).unwrap();
+    a.apply(&Delta {
+        floor: VersionVector::new(),
+        events: vec![event(B, 1, 1, b"original")],
+    })
+    .unwrap();
+    a
+}
+
+fn state(replica: &SharedReplica) -> (VersionVector, VersionVector, Digest) {
+    (replica.marks(), replica.floor(), replica.digest())
+}
+
+fn hello(stream: StreamId, protocol: u16) -> Vec<u8> {
+    frame::encode(&Frame::Hello(Hello {
+        protocol,
+        stream,
+        marks: [(B, 1)].into_iter().collect(),
+        floor: VersionVector::new(),
+    }))
+    .unwrap()
+}
+
+/// Runs a session of `replica` against a fake peer that writes `bytes`,
+/// then reads and discards until the session closes (or, with `close`,
+/// closes its side right after writing).
+async fn against(
+    replica: &SharedReplica,
+    bytes: Vec<u8>,
+    close: bool,
+) -> Result<SessionEnd, SessionError> {
+    let (ours, mut peer) = tokio::io::duplex(1 << 20);
+    let config = SessionConfig::with_heartbeat(Duration::from_millis(20));
+    let session = Session::new(replica.clone(), config).run(ours);
+    let peer_side = async move {
+        peer.write_all(&bytes).await.unwrap();
+        if close {
+            return;
+        }
+        let mut sink = vec![0u8; 4096];
+        while let Ok(1..) = peer.read(&mut sink).await {}
+    };
+    let (result, ()) = tokio::join!(session, peer_side);
+    result
+}
+
+/// Feeds `bytes`, checks the error with `expected`, the log for `reason`,
+/// and the replica for no change.
+fn refused(
+    bytes: Vec<u8>,
+    close: bool,
+    reason: &str,
+    expected: impl FnOnce(&SessionError) -> bool,
+) {
+    let a = replica_a();
+    let before = state(&a);
+    let (result, log) = logged(against(&a, bytes, close));
+    let error = result.expect_err("the session must end with an error");
+    assert!(expected(&error), "unexpected error: {error:?}");
+    assert!(
+        log.contains("sync session closed") && log.contains(reason),
+        "reason {reason:?} not logged:\n{log}"
+    );
+    assert_eq!(state(&a), before, "the replica changed");
+}
+
+#[test]
+fn garbage_is_disconnected() {
+    refused(
+        vec![5, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 0x01],
+        false,
+        "bad frame from peer",
+        |e| {
+            matches!(
+                e,
+                SessionError::Frame(FrameError::UnknownKind { .. } | FrameError::Malformed { .. })
+            )
+        },
+    );
+}
+
+#[test]
+fn an_oversized_frame_is_refused_by_its_prefix_alone() {
+    // Only the prefix is sent: the session must not wait for 4 MiB to come.
+    let prefix = ((FRAME_BYTES_MAX + 1) as u32).to_le_bytes().to_vec();
+    refused(
+        prefix,
+        false,
+        "exceeds the maximum",
+        |e| matches!(e, SessionError::Frame(FrameError::TooLarge { len, .. }) if *len == FRAME_BYTES_MAX + 1),
+    );
+}
+
+#[test]
+fn a_wrong_protocol_version_is_named() {
+    refused(
+        hello(B, PROTOCOL_VERSION + 1),
+        false,
+        "peer speaks protocol version 2",
+        |e| {
+            matches!(
+                e,
+                SessionError::Frame(FrameError::ProtocolVersion { theirs: 2, ours: 1 })
+            )
+        },
+    );
+}
+
+#[test]
+fn an_equivocating_event_is_refused_whole() {
+    let mut bytes = hello(B, PROTOCOL_VERSION);
+    // B's seq 1 with another payload, and a valid seq 2 in the same delta:
+    // nothing of it may be applied.
+    let forged = Delta {
+        floor: VersionVector::new(),
+        events: vec![event(B, 1, 1, b"forged"), event(B, 2, 2, b"b2")],
+    };
+    bytes.extend(frame::encode(&Frame::Delta(forged)).unwrap());
+    refused(bytes, false, "equivocation", |e| {
+        matches!(
+            e,
+            SessionError::Refused { peer, source: ReplicaError::Equivocation { stream, seq: 1 } }
+                if *peer == B && *stream == B
+        )
+    });
+}
+
+#[test]
+fn a_non_canonical_vector_is_refused() {
+    let mut bytes = hello(B, PROTOCOL_VERSION);
+    // An ack whose streams descend: kind 2, two entries (5, 1), (3, 1).
+    bytes.extend([6, 0, 0, 0, 2, 2, 5, 1, 3, 1]);
+    refused(bytes, false, "strictly ascending", |e| {
+        matches!(
+            e,
+            SessionError::Frame(FrameError::BadVector { field: "marks", .. })
+        )
+    });
+}
+
+#[test]
+fn a_hello_naming_ourselves_is_refused() {
+    refused(
+        hello(A, PROTOCOL_VERSION),
+        false,
+        "own stream",
+        |e| matches!(e, SessionError::SelfConnection { stream } if *stream == A),
+    );
+}
+
+#[test]
+fn a_stream_cut_inside_a_frame_is_an_error() {
+    refused(
+        vec![10, 0, 0, 0, 2, 0],
+        true,
+        "inside a frame",
+        |e| matches!(e, SessionError::Io(error) if error.kind() == std::io::ErrorKind::UnexpectedEof),
+    );
+}
+
+#[test]
+fn a_silent_peer_times_out() {
+    // A peer that says hello, then nothing: the read timeout (10 heartbeats
+    // of 20 ms) ends the session.
+    refused(hello(B, PROTOCOL_VERSION), false, "read timeout", |e| {
+        matches!(e, SessionError::ReadTimeout { what: "frame", .. })
+    });
+}
+
+#[test]
+fn a_peer_that_never_reads_times_out_and_appends_go_on() {
+    let ((), log) = logged(async {
+        let a = replica_a();
+        // A 1 KiB buffer: the session's frames fill it and the peer never
+        // reads them; it keeps sending heartbeats so the read side is alive.
+        let (ours, peer) = tokio::io::duplex(1024);
+        let config = SessionConfig::with_heartbeat(Duration::from_millis(20));
+        let session = tokio::spawn(Session::new(a.clone(), config).run(ours));
+        let (_peer_read, mut peer_write) = tokio::io::split(peer);
+        peer_write
+            .write_all(&hello(B, PROTOCOL_VERSION))
+            .await
+            .unwrap();
+        let heartbeat = frame::encode(&Frame::Heartbeat {
+            marks: VersionVector::new(),
+        })
+        .unwrap();
+        let mut appended = 0;
+        while !session.is_finished() && appended < 1000 {
+            // Appends are never held up by the stalled session.
+            a.append_at(vec![7u8; 512], 0).unwrap();
+            appended += 1;
+            peer_write.write_all(&heartbeat).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let result = session.await.unwrap();
+        assert!(
+            matches!(result, Err(SessionError::WriteTimeout { .. })),
+            "{result:?}"
+        );
+        assert_eq!(a.marks().get(A), 1 + appended);
+    });
+    assert!(log.contains("write timeout"), "{log}");
+}
+
+#[tokio::test]
+async fn a_manager_reports_why_it_dropped_a_garbage_peer_and_redials() {
+    // A fake peer on 127.0.0.1 that answers every connection with garbage.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let _ = socket.write_all(&[3, 0, 0, 0, 0x7f, 0x7f, 0x7f]).await;
+                let mut sink = vec![0u8; 4096];
+                while let Ok(1..) = socket.read(&mut sink).await {}
+            });
+        }
+    });
+    let a = replica_a();
+    let before = state(&a);
+    let config = ManagerConfig {
+        peers: vec![addr],
+        session: SessionConfig::with_heartbeat(Duration::from_millis(20)),
+        backoff_min: Duration::from_millis(5),
+        backoff_max: Duration::from_millis(20),
+        ..ManagerConfig::default()
+    };
+    let manager = PeerManager::start(a.clone(), config).await.unwrap();
+    let start = tokio::time::Instant::now();
+    loop {
+        let peer = manager.peers().remove(0);
+        if peer.connects >= 2 {
+            let reason = peer.last_error.expect("a reason");
+            assert!(reason.contains("unknown frame kind 127"), "{reason}");
+            assert!(!peer.connected);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no redial: {peer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(state(&a), before);
+    manager.shutdown().await;
+    fake.abort();
+}
