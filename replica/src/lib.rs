@@ -18,23 +18,31 @@
 //!   pending buffer, and the walk behind paging and deltas.
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait and [`MemStore`].
+//! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`].
+//! - `group`: [`GroupCommit`], many appending threads batched into one
+//!   durable commit per round.
 //! - `error`: [`ReplicaError`] and [`PageError`].
 //!
-//! **Architecture invariant:** this crate never touches the network and does
-//! no I/O of its own; it knows nothing of frames or sockets (that is
-//! `meshlog-sync`) and encodes no tokens (that is `meshlog-cursor`).
+//! **Architecture invariant:** this crate never touches the network; its only
+//! I/O is the durable store (`disk`, files in one data directory). It knows
+//! nothing of frames or sockets (that is `meshlog-sync`) and encodes no tokens
+//! (that is `meshlog-cursor`).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod disk;
 mod error;
 mod event;
+mod group;
 mod log;
 mod policy;
 mod replica;
 mod store;
 
+pub use disk::{DiskError, DiskStore, Recovery, DATA_FILE, FORMAT_VERSION, LOCK_FILE};
 pub use error::{PageError, ReplicaError};
 pub use event::Event;
+pub use group::{GroupCommit, GroupStats, GROUP_BYTES_MAX, GROUP_EVENTS_MAX};
 pub use policy::RetentionPolicy;
 pub use replica::{ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats};
 pub use store::{Batch, MemStore, Store, StoreMeta};

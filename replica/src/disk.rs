@@ -1,0 +1,850 @@
+//! `DiskStore`: the durable [`Store`], on the redb embedded engine.
+//!
+//! A data directory holds two files:
+//!
+//! - `meshlog.redb`, the redb database: table `events` maps `(stream, seq)`
+//!   to a value in meshlog's own fixed layout with a crc32; table `streams`
+//!   maps a stream to its `(floor, head)`; table `meta` holds the lamport
+//!   clock and the format version. Every record carries a crc32 over its
+//!   key and content, so a damaged value is named, not served.
+//! - `LOCK`, locked exclusively while a store is open, so that a second
+//!   process (or a second open in this one) is refused with
+//!   [`DiskError::Locked`]. Once the database has been created it also holds
+//!   a marker line, so that a data file deleted from under the directory is
+//!   reported rather than silently replaced by an empty log.
+//!
+//! Every [`Store::commit`] is one redb write transaction committed with
+//! [`redb::Durability::Immediate`]: it has reached the disk (fsync) when
+//! `commit` returns. Recovery on [`DiskStore::open`] lets redb verify the
+//! checksum of every page (falling back from a torn newest commit, which
+//! [`Recovery::rolled_back`] reports), then checks meshlog's own records:
+//! the format, the clock, every stream's `floor <= head`, and that the
+//! events table holds exactly the events `floor+1 ..= head` of each stream,
+//! counted and bounded. The replica's open then reads every event, checking
+//! each value's crc32 and that seqs run without a hole and lamport rises
+//! with seq.
+//!
+//! See `docs/STORAGE.md` for the engine choice and its measurements.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::{Batch, Event, Store, StoreMeta};
+
+/// The name of the redb database file inside a data directory.
+pub const DATA_FILE: &str = "meshlog.redb";
+/// The name of the lock file inside a data directory.
+pub const LOCK_FILE: &str = "LOCK";
+/// The on-disk format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
+const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const META_FORMAT: &str = "format";
+const META_CLOCK: &str = "clock";
+/// Written to `LOCK` once the database exists; see the module docs.
+const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
+
+/// The fixed part of an event value: lamport, time_ms, payload length, and
+/// the trailing crc32.
+const EVENT_OVERHEAD: usize = 8 + 8 + 4 + 4;
+const STREAM_RECORD_LEN: usize = 8 + 8 + 4;
+
+/// Why a [`DiskStore`] could not open, read or commit. Each variant names
+/// the file, and what failed in it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DiskError {
+    /// Another process (or another open store in this one) holds the data
+    /// directory.
+    #[error("data directory {} is locked by another process (lock file {})", dir.display(), lock.display())]
+    Locked {
+        /// The data directory.
+        dir: PathBuf,
+        /// The lock file held.
+        lock: PathBuf,
+    },
+    /// An operating-system call on a file failed.
+    #[error("{}: {op} failed: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The error from the operating system.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is damaged: the engine's page checksums, its structure, or
+    /// one of meshlog's records (streams, clock, format, counts) fails a
+    /// check. Nothing was repaired silently.
+    #[error("{} is damaged: {detail}", path.display())]
+    Corrupt {
+        /// The damaged file.
+        path: PathBuf,
+        /// What failed.
+        detail: String,
+    },
+    /// One stored event fails its crc32 or its layout.
+    #[error("{} is damaged: event stream {stream} seq {seq}: {detail}", path.display())]
+    CorruptEvent {
+        /// The damaged file.
+        path: PathBuf,
+        /// The event's stream (from its key).
+        stream: StreamId,
+        /// The event's seq (from its key).
+        seq: u64,
+        /// What failed.
+        detail: String,
+    },
+    /// The file was written in a format this build does not read.
+    #[error("{} has format version {found}; this build reads version {expected}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// [`FORMAT_VERSION`].
+        expected: u32,
+    },
+    /// The storage engine failed in a way that is not damage or I/O.
+    #[error("{}: storage engine failed while {op}: {source}", path.display())]
+    Engine {
+        /// The database file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The engine's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A batch would leave a hole in a stream (its events do not follow the
+    /// stored head). Nothing was written.
+    #[error("{}: batch refused, nothing written: stream {stream}: {detail}", path.display())]
+    BatchRefused {
+        /// The database file.
+        path: PathBuf,
+        /// The stream.
+        stream: StreamId,
+        /// What does not follow.
+        detail: String,
+    },
+}
+
+/// What recovery found on open, beyond the log itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The data file did not exist: a new, empty store was created.
+    pub created: bool,
+    /// redb found the newest commit torn (its pages do not match the
+    /// checksum its commit slot records) and fell back to the commit before
+    /// it. A commit torn by a crash never returned, so nothing in it was
+    /// acknowledged; the log read back is a correct prefix either way, and
+    /// this says that the newest commit on disk was dropped.
+    pub rolled_back: bool,
+}
+
+/// The durable [`Store`]: a redb database in a locked data directory.
+///
+/// ```
+/// use meshlog_cursor::StreamId;
+/// use meshlog_replica::{Config, DiskStore, Replica};
+///
+/// let dir = std::env::temp_dir().join(format!("meshlog-doc-{}", std::process::id()));
+/// # let _ = std::fs::remove_dir_all(&dir);
+/// let config = Config::new(StreamId::new(1));
+/// let mut replica = Replica::open(config.clone(), DiskStore::open(&dir)?)?;
+/// replica.append(&b"hello"[..])?;
+/// drop(replica); // or a crash: the append was durable when it returned
+///
+/// let reopened = Replica::open(config, DiskStore::open(&dir)?)?;
+/// assert_eq!(reopened.marks().get(StreamId::new(1)), 1);
+/// # drop(reopened);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct DiskStore {
+    dir: PathBuf,
+    path: PathBuf,
+    db: Database,
+    /// What the database holds, kept to validate batches without a read.
+    meta: StoreMeta,
+    recovery: Recovery,
+    value: Vec<u8>,
+    // Held for its lock; released when the store is dropped.
+    _lock: File,
+}
+
+impl DiskStore {
+    /// Opens (or creates) the store in `dir`, locking the directory, and
+    /// recovers and checks it. A damaged file gives a [`DiskError`] naming
+    /// it, never a panic and never a silently shorter log.
+    pub fn open(dir: impl AsRef<Path>) -> Result<DiskStore, DiskError> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(io(&dir, "create directory"))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io(&lock_path, "open lock file"))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(DiskError::Locked {
+                    dir,
+                    lock: lock_path,
+                })
+            }
+            Err(TryLockError::Error(source)) => {
+                return Err(DiskError::Io {
+                    path: lock_path,
+                    op: "lock",
+                    source,
+                })
+            }
+        }
+        let mut marker = Vec::new();
+        lock.read_to_end(&mut marker)
+            .map_err(io(&lock_path, "read lock file"))?;
+        let path = dir.join(DATA_FILE);
+        let exists = path.try_exists().map_err(io(&path, "stat"))?;
+        if !exists && !marker.is_empty() {
+            return Err(DiskError::Corrupt {
+                path,
+                detail: format!(
+                    "the data file is missing, but {} records that this directory held a store",
+                    lock_path.display()
+                ),
+            });
+        }
+
+        let rolled_back = Arc::new(AtomicBool::new(false));
+        let mut created = !exists;
+        let db = match open_database(&path, exists, Arc::clone(&rolled_back)) {
+            Ok(db) => db,
+            // No marker: no open of this directory ever returned, so nothing
+            // in the file was acknowledged. A file left unreadable by a crash
+            // during the first open is started over.
+            Err(error) if exists && marker.is_empty() => {
+                tracing::warn!(%error, "starting over a data file never acknowledged");
+                std::fs::remove_file(&path).map_err(io(&path, "remove"))?;
+                created = true;
+                open_database(&path, false, Arc::clone(&rolled_back))?
+            }
+            Err(error) => return Err(error),
+        };
+        if created {
+            // The new file's directory entry must be durable before the
+            // first commit is acknowledged.
+            sync_dir(&dir)?;
+        }
+        let mut store = DiskStore {
+            dir,
+            path,
+            db,
+            meta: StoreMeta::default(),
+            recovery: Recovery {
+                created,
+                rolled_back: rolled_back.load(Ordering::Relaxed),
+            },
+            value: Vec::new(),
+            _lock: lock,
+        };
+        store.init_format()?;
+        if marker.is_empty() {
+            // Only after the format commit is durable: a marker promises a
+            // data file worth missing.
+            store
+                ._lock
+                .write_all(LOCK_MARKER)
+                .and_then(|()| store._lock.sync_all())
+                .map_err(io(&lock_path, "write lock file"))?;
+        }
+        store.meta = store.load_meta()?;
+        tracing::debug!(
+            dir = %store.dir.display(),
+            streams = store.meta.heads.len(),
+            clock = store.meta.clock,
+            created = store.recovery.created,
+            rolled_back = store.recovery.rolled_back,
+            "disk store opened"
+        );
+        if store.recovery.rolled_back {
+            tracing::warn!(
+                path = %store.path.display(),
+                "the newest commit was torn; recovered the commit before it"
+            );
+        }
+        Ok(store)
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What recovery found on open.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
+    }
+
+    /// Writes the format record into a database that has none yet: a new
+    /// file, or one whose first commit never completed (nothing in it was
+    /// ever acknowledged). Refuses a database that has meshlog tables but no
+    /// format record.
+    fn init_format(&mut self) -> Result<(), DiskError> {
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let format = match read.open_table(META) {
+            Ok(table) => table
+                .get(META_FORMAT)
+                .map_err(self.engine("read format"))?
+                .map(|value| value.value().to_vec()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(error) => return Err(self.engine("open meta table")(error)),
+        };
+        if let Some(format) = format {
+            let found = decode_format(&format).ok_or_else(|| {
+                self.corrupt(format!(
+                    "the format record fails its checksum ({} bytes)",
+                    format.len()
+                ))
+            })?;
+            if found != FORMAT_VERSION {
+                return Err(DiskError::Format {
+                    path: self.path.clone(),
+                    found,
+                    expected: FORMAT_VERSION,
+                });
+            }
+            return Ok(());
+        }
+        let tables = read
+            .list_tables()
+            .map_err(self.engine("list tables"))?
+            .count();
+        drop(read);
+        if tables > 0 {
+            return Err(self.corrupt("meshlog tables exist but the format record is missing"));
+        }
+        let txn = self.begin_write()?;
+        {
+            let mut meta = txn
+                .open_table(META)
+                .map_err(self.engine("open meta table"))?;
+            meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
+                .map_err(self.engine("write format"))?;
+            txn.open_table(EVENTS)
+                .map_err(self.engine("create events table"))?;
+            txn.open_table(STREAMS)
+                .map_err(self.engine("create streams table"))?;
+        }
+        txn.commit().map_err(self.engine("commit format"))?;
+        Ok(())
+    }
+
+    /// Reads and checks the streams, the clock and the events' extent.
+    fn load_meta(&self) -> Result<StoreMeta, DiskError> {
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let meta_table = read
+            .open_table(META)
+            .map_err(self.engine("open meta table"))?;
+        let clock = match meta_table
+            .get(META_CLOCK)
+            .map_err(self.engine("read clock"))?
+        {
+            Some(value) => decode_clock(value.value())
+                .ok_or_else(|| self.corrupt("the clock record fails its checksum"))?,
+            None => 0,
+        };
+        let streams = read
+            .open_table(STREAMS)
+            .map_err(self.engine("open streams table"))?;
+        let events = read
+            .open_table(EVENTS)
+            .map_err(self.engine("open events table"))?;
+        let mut meta = StoreMeta {
+            clock,
+            ..StoreMeta::default()
+        };
+        let mut expected_len: u64 = 0;
+        for entry in streams.iter().map_err(self.engine("read streams"))? {
+            let (key, value) = entry.map_err(self.engine("read streams"))?;
+            let stream = StreamId::new(key.value());
+            let (floor, head) = decode_stream(stream, value.value()).ok_or_else(|| {
+                self.corrupt(format!("the record of stream {stream} fails its checksum"))
+            })?;
+            if head < floor {
+                return Err(self.corrupt(format!(
+                    "stream {stream} records head {head} below floor {floor}"
+                )));
+            }
+            let range = (stream.get(), 0)..=(stream.get(), u64::MAX);
+            let mut held = events.range(range).map_err(self.engine("read events"))?;
+            let first = held
+                .next()
+                .transpose()
+                .map_err(self.engine("read events"))?;
+            let last = held
+                .next_back()
+                .transpose()
+                .map_err(self.engine("read events"))?;
+            let first_seq = first.as_ref().map(|(key, _)| key.value().1);
+            let last_seq = last.as_ref().map(|(key, _)| key.value().1).or(first_seq);
+            let expected = (head > floor).then_some((floor + 1, head));
+            if first_seq.zip(last_seq) != expected {
+                let found = match first_seq.zip(last_seq) {
+                    Some((first, last)) => format!("seqs {first}..={last}"),
+                    None => "no events".to_string(),
+                };
+                let wanted = match expected {
+                    Some((first, last)) => format!("seqs {first}..={last}"),
+                    None => "no events".to_string(),
+                };
+                return Err(self.corrupt(format!(
+                    "stream {stream} records floor {floor} and head {head} ({wanted}), \
+                     but the events table holds {found}"
+                )));
+            }
+            expected_len += head - floor;
+            meta.floor.advance(stream, floor);
+            meta.heads.advance(stream, head);
+        }
+        let len = events.len().map_err(self.engine("count events"))?;
+        if len != expected_len {
+            return Err(self.corrupt(format!(
+                "the events table holds {len} events, but the stream records account for \
+                 {expected_len}"
+            )));
+        }
+        Ok(meta)
+    }
+
+    fn begin_write(&self) -> Result<redb::WriteTransaction, DiskError> {
+        let mut txn = self.db.begin_write().map_err(self.engine("begin write"))?;
+        // The default, made explicit: the commit returns after fsync.
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(self.engine("set durability"))?;
+        Ok(txn)
+    }
+
+    /// Checks that `batch` keeps every stream gap-free against what is
+    /// stored, and returns the per-stream `(floor, head)` after it.
+    fn plan(&self, batch: &Batch) -> Result<BTreeMap<StreamId, (u64, u64)>, DiskError> {
+        let mut touched: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
+        let stored = |stream: StreamId| (self.meta.floor.get(stream), self.meta.heads.get(stream));
+        for &(stream, floor_seq) in &batch.floors {
+            let (floor, head) = touched.entry(stream).or_insert_with(|| stored(stream));
+            *floor = (*floor).max(floor_seq);
+            *head = (*head).max(floor_seq);
+        }
+        for event in &batch.events {
+            let (_, head) = touched
+                .entry(event.stream)
+                .or_insert_with(|| stored(event.stream));
+            if event.seq != *head + 1 {
+                return Err(DiskError::BatchRefused {
+                    path: self.path.clone(),
+                    stream: event.stream,
+                    detail: format!("seq {} does not follow head {head}", event.seq),
+                });
+            }
+            if u32::try_from(event.payload.len()).is_err() {
+                return Err(DiskError::BatchRefused {
+                    path: self.path.clone(),
+                    stream: event.stream,
+                    detail: format!("seq {} has a payload over 4 GiB", event.seq),
+                });
+            }
+            *head = event.seq;
+        }
+        Ok(touched)
+    }
+
+    fn engine<E: Into<redb::Error>>(&self, op: &'static str) -> impl FnOnce(E) -> DiskError + '_ {
+        move |error| engine_error(&self.dir, &self.path, op, error.into())
+    }
+
+    fn corrupt(&self, detail: impl Into<String>) -> DiskError {
+        DiskError::Corrupt {
+            path: self.path.clone(),
+            detail: detail.into(),
+        }
+    }
+}
+
+impl Store for DiskStore {
+    type Error = DiskError;
+
+    fn meta(&self) -> Result<StoreMeta, DiskError> {
+        Ok(self.meta.clone())
+    }
+
+    fn read_stream(
+        &self,
+        stream: StreamId,
+        after_seq: u64,
+        limit: usize,
+        out: &mut Vec<Event>,
+    ) -> Result<(), DiskError> {
+        let Some(first) = after_seq.checked_add(1) else {
+            return Ok(());
+        };
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let events = read
+            .open_table(EVENTS)
+            .map_err(self.engine("open events table"))?;
+        let range = (stream.get(), first)..=(stream.get(), u64::MAX);
+        for entry in events
+            .range(range)
+            .map_err(self.engine("read events"))?
+            .take(limit)
+        {
+            let (key, value) = entry.map_err(self.engine("read events"))?;
+            let (key_stream, seq) = key.value();
+            let event =
+                decode_event(StreamId::new(key_stream), seq, value.value()).map_err(|detail| {
+                    DiskError::CorruptEvent {
+                        path: self.path.clone(),
+                        stream: StreamId::new(key_stream),
+                        seq,
+                        detail,
+                    }
+                })?;
+            out.push(event);
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, batch: &Batch) -> Result<(), DiskError> {
+        let touched = self.plan(batch)?;
+        let clock = self.meta.clock.max(batch.clock);
+        let txn = self.begin_write()?;
+        {
+            let mut events = txn
+                .open_table(EVENTS)
+                .map_err(self.engine("open events table"))?;
+            for &(stream, floor_seq) in &batch.floors {
+                if floor_seq > self.meta.floor.get(stream) {
+                    let range = (stream.get(), 0)..=(stream.get(), floor_seq);
+                    events
+                        .retain_in(range, |_, _| false)
+                        .map_err(self.engine("delete events below the floor"))?;
+                }
+            }
+            for event in &batch.events {
+                encode_event(event, &mut self.value);
+                let key = (event.stream.get(), event.seq);
+                events.insert(key, self.value.as_slice()).map_err(|error| {
+                    engine_error(&self.dir, &self.path, "write event", error.into())
+                })?;
+            }
+            let mut streams = txn
+                .open_table(STREAMS)
+                .map_err(self.engine("open streams table"))?;
+            for (&stream, &(floor, head)) in &touched {
+                let record = encode_stream(stream, floor, head);
+                streams
+                    .insert(stream.get(), record.as_slice())
+                    .map_err(self.engine("write stream record"))?;
+            }
+            if clock != self.meta.clock {
+                let mut meta = txn
+                    .open_table(META)
+                    .map_err(self.engine("open meta table"))?;
+                meta.insert(META_CLOCK, encode_clock(clock).as_slice())
+                    .map_err(self.engine("write clock"))?;
+            }
+        }
+        txn.commit().map_err(self.engine("commit"))?;
+        for (stream, (floor, head)) in touched {
+            self.meta.floor.advance(stream, floor);
+            self.meta.heads.advance(stream, head);
+        }
+        self.meta.clock = clock;
+        Ok(())
+    }
+}
+
+/// Opens the redb file with a full integrity check, turning a panic inside
+/// the engine (which a damaged file can provoke) into [`DiskError::Corrupt`].
+/// Sets `rolled_back` if redb falls back from a torn newest commit.
+fn open_database(
+    path: &Path,
+    exists: bool,
+    rolled_back: Arc<AtomicBool>,
+) -> Result<Database, DiskError> {
+    let dir = path.parent().unwrap_or(path).to_path_buf();
+    let mut builder = redb::Builder::new();
+    // redb's repair reports its progress in steps: 0.0 on entry, 0.3 only
+    // when the newest commit fails its checksum and it falls back to the
+    // one before (redb 4.x `Database::do_repair`), 0.6 and on for the
+    // allocator rebuild that every checked open runs. The step between the
+    // first two is the only sign of a fallback redb gives.
+    builder
+        .set_check_integrity_on_open(true)
+        .set_repair_callback(move |session| {
+            let progress = session.progress();
+            if progress > 0.0 && progress < 0.6 {
+                rolled_back.store(true, Ordering::Relaxed);
+            }
+        });
+    let opened = catch_unwind(AssertUnwindSafe(|| {
+        if exists {
+            builder.open(path)
+        } else {
+            builder.create(path)
+        }
+    }));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(error)) => Err(engine_error(&dir, path, "open", error.into())),
+        Err(panic) => Err(DiskError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!(
+                "the storage engine panicked opening it: {}",
+                panic_message(&*panic)
+            ),
+        }),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        (*message).to_string()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "(no message)".to_string()
+    }
+}
+
+fn engine_error(dir: &Path, path: &Path, op: &'static str, error: redb::Error) -> DiskError {
+    match error {
+        redb::Error::Corrupted(detail) => DiskError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("{op}: {detail}"),
+        },
+        // redb reports a file that is not (or no longer) a database, or ends
+        // early, as I/O errors of these kinds: that is damage, not a failing
+        // disk.
+        redb::Error::Io(source)
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            DiskError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("{op}: {source}"),
+            }
+        }
+        redb::Error::Io(source) => DiskError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        },
+        redb::Error::DatabaseAlreadyOpen => DiskError::Locked {
+            dir: dir.to_path_buf(),
+            lock: path.to_path_buf(),
+        },
+        other => DiskError::Engine {
+            path: path.to_path_buf(),
+            op,
+            source: Box::new(other),
+        },
+    }
+}
+
+fn io(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> DiskError {
+    let path = path.to_path_buf();
+    move |source| DiskError::Io { path, op, source }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), DiskError> {
+    File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io(dir, "sync directory"))
+}
+
+/// Encodes an event's value: lamport, time_ms, payload length (all
+/// little-endian), payload, then a crc32 over the key and all of that.
+fn encode_event(event: &Event, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(EVENT_OVERHEAD + event.payload.len());
+    out.extend_from_slice(&event.lamport.to_le_bytes());
+    out.extend_from_slice(&event.time_ms.to_le_bytes());
+    let len = u32::try_from(event.payload.len()).expect("payload length checked by plan");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&event.payload);
+    let crc = event_crc(event.stream, event.seq, out);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+fn decode_event(stream: StreamId, seq: u64, value: &[u8]) -> Result<Event, String> {
+    if value.len() < EVENT_OVERHEAD {
+        return Err(format!(
+            "value of {} bytes is shorter than the {EVENT_OVERHEAD}-byte header",
+            value.len()
+        ));
+    }
+    let (body, crc) = value.split_at(value.len() - 4);
+    let stored_crc = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
+    let computed_crc = event_crc(stream, seq, body);
+    if stored_crc != computed_crc {
+        return Err(format!(
+            "crc32 mismatch: stored {stored_crc:#010x}, computed {computed_crc:#010x}"
+        ));
+    }
+    let lamport = u64_at(body, 0);
+    let time_ms = u64_at(body, 8);
+    let len = u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")) as usize;
+    if len != body.len() - 20 {
+        return Err(format!(
+            "payload length {len} does not match the value's {} bytes",
+            body.len() - 20
+        ));
+    }
+    Ok(Event {
+        stream,
+        seq,
+        lamport,
+        time_ms,
+        payload: Bytes::copy_from_slice(&body[20..]),
+    })
+}
+
+fn event_crc(stream: StreamId, seq: u64, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&stream.get().to_le_bytes());
+    hasher.update(&seq.to_le_bytes());
+    hasher.update(body);
+    hasher.finalize()
+}
+
+fn encode_stream(stream: StreamId, floor: u64, head: u64) -> [u8; STREAM_RECORD_LEN] {
+    let mut record = [0u8; STREAM_RECORD_LEN];
+    record[0..8].copy_from_slice(&floor.to_le_bytes());
+    record[8..16].copy_from_slice(&head.to_le_bytes());
+    let crc = record_crc(&stream.get().to_le_bytes(), &record[..16]);
+    record[16..20].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+fn decode_stream(stream: StreamId, record: &[u8]) -> Option<(u64, u64)> {
+    if record.len() != STREAM_RECORD_LEN {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[16..20].try_into().expect("4 bytes"));
+    (crc == record_crc(&stream.get().to_le_bytes(), &record[..16]))
+        .then(|| (u64_at(record, 0), u64_at(record, 8)))
+}
+
+fn encode_clock(clock: u64) -> [u8; 12] {
+    let mut record = [0u8; 12];
+    record[0..8].copy_from_slice(&clock.to_le_bytes());
+    let crc = record_crc(META_CLOCK.as_bytes(), &record[..8]);
+    record[8..12].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+fn decode_clock(record: &[u8]) -> Option<u64> {
+    if record.len() != 12 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
+    (crc == record_crc(META_CLOCK.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
+}
+
+fn encode_format(version: u32) -> [u8; 8] {
+    let mut record = [0u8; 8];
+    record[0..4].copy_from_slice(&version.to_le_bytes());
+    let crc = record_crc(META_FORMAT.as_bytes(), &record[..4]);
+    record[4..8].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+fn decode_format(record: &[u8]) -> Option<u32> {
+    if record.len() != 8 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
+    (crc == record_crc(META_FORMAT.as_bytes(), &record[..4]))
+        .then(|| u32::from_le_bytes(record[0..4].try_into().expect("4 bytes")))
+}
+
+fn record_crc(key: &[u8], body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(key);
+    hasher.update(body);
+    hasher.finalize()
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_value_round_trips_and_catches_every_single_bit_flip() {
+        let event = Event {
+            stream: StreamId::new(7),
+            seq: 42,
+            lamport: 99,
+            time_ms: 1_700_000_000_000,
+            payload: Bytes::from_static(b"payload"),
+        };
+        let mut value = Vec::new();
+        encode_event(&event, &mut value);
+        assert_eq!(
+            decode_event(event.stream, event.seq, &value),
+            Ok(event.clone())
+        );
+        for bit in 0..value.len() * 8 {
+            let mut flipped = value.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                decode_event(event.stream, event.seq, &flipped).is_err(),
+                "bit {bit}"
+            );
+        }
+        // A value stored under another key is caught too.
+        assert!(decode_event(event.stream, 43, &value).is_err());
+        assert!(decode_event(event.stream, 42, &value[..value.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn records_round_trip_and_catch_flips() {
+        let stream = StreamId::new(3);
+        let record = encode_stream(stream, 5, 9);
+        assert_eq!(decode_stream(stream, &record), Some((5, 9)));
+        assert_eq!(decode_stream(StreamId::new(4), &record), None);
+        let clock = encode_clock(77);
+        assert_eq!(decode_clock(&clock), Some(77));
+        let mut flipped = clock;
+        flipped[0] ^= 1;
+        assert_eq!(decode_clock(&flipped), None);
+        assert_eq!(decode_format(&encode_format(1)), Some(1));
+    }
+}

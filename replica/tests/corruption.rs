@@ -1,0 +1,308 @@
+//! Damaged files: a truncated or bit-flipped data file gives a typed error
+//! naming the file, or — where the engine repairs — a log that is a correct
+//! prefix of what was written, with the repair reported
+//! (`Recovery::rolled_back`). Never a panic,
+//! never a silently shorter log.
+//!
+//! The seeded tests write a small log (own appends over many commits,
+//! received peer events, a compaction), close it cleanly, and then, for
+//! seeded offsets, truncate a copy of the data file or flip one bit in it
+//! and reopen the copy (`DiskStore::open`, then `Replica::open`, which
+//! reads every event) under `catch_unwind`. The targeted tests damage one
+//! meshlog record inside an intact redb file (through redb itself) and
+//! check the error names it.
+
+mod disk_support;
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{
+    Config, Delta, DiskError, DiskStore, Event, Replica, ReplicaError, DATA_FILE, LOCK_FILE,
+};
+use redb::{ReadableTable, TableDefinition};
+
+use disk_support::{data_file, scratch, seed, Rng, SeedReport};
+
+const OWN: StreamId = StreamId::new(1);
+const PEER: StreamId = StreamId::new(2);
+const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
+const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
+
+/// What a reopen gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    /// A typed error naming the data file.
+    Refused,
+    /// The whole log, unchanged (the damage hit unused bytes).
+    Whole,
+    /// A correct prefix, with the fallback reported.
+    RepairedPrefix,
+}
+
+/// Writes the log the damage tests start from; returns every event held.
+fn write_log(dir: &Path) -> BTreeMap<(StreamId, u64), Event> {
+    let store = DiskStore::open(dir).unwrap();
+    let mut replica = Replica::open(Config::new(OWN), store).unwrap();
+    for commit in 0..40u64 {
+        let payloads = (0..5).map(|i| Bytes::from(format!("own {commit}.{i} {}", "x".repeat(40))));
+        replica.append_batch_at(payloads, commit).unwrap();
+        if commit % 4 == 0 {
+            let seq = replica.marks().get(PEER) + 1;
+            let event = Event {
+                stream: PEER,
+                seq,
+                lamport: replica.clock() + 100,
+                time_ms: commit,
+                payload: Bytes::from(format!("peer {seq}")),
+            };
+            let delta = Delta {
+                floor: VersionVector::new(),
+                events: vec![event],
+            };
+            replica.apply(&delta).unwrap();
+        }
+    }
+    let floor: VersionVector = [(OWN, 30)].into_iter().collect();
+    replica.compact(&floor).unwrap();
+    held(&replica)
+}
+
+fn held<S: meshlog_replica::Store>(replica: &Replica<S>) -> BTreeMap<(StreamId, u64), Event> {
+    let mut events = BTreeMap::new();
+    for (stream, head) in replica.marks().iter() {
+        for seq in replica.floor().get(stream) + 1..=head {
+            let event = replica.get(stream, seq).expect("held below the head");
+            events.insert((stream, seq), event);
+        }
+    }
+    events
+}
+
+/// Reopens `dir`, which holds a damaged copy, and classifies the result.
+fn reopen_damaged(dir: &Path, original: &BTreeMap<(StreamId, u64), Event>, case: &str) -> Outcome {
+    let opened = catch_unwind(AssertUnwindSafe(|| {
+        let store = DiskStore::open(dir).map_err(|error| error.to_string())?;
+        let recovery = store.recovery();
+        let replica = Replica::open(Config::new(OWN), store).map_err(|error| error.to_string())?;
+        Ok::<_, String>((recovery, held(&replica)))
+    }));
+    match opened {
+        Err(_) => panic!("{case}: reopening a damaged file panicked"),
+        Ok(Err(message)) => {
+            if std::env::var_os("MESHLOG_DAMAGE_VERBOSE").is_some() {
+                eprintln!("{case}: {message}");
+            }
+            assert!(
+                message.contains(DATA_FILE),
+                "{case}: the error does not name the file: {message}"
+            );
+            Outcome::Refused
+        }
+        Ok(Ok((_, events))) if &events == original => Outcome::Whole,
+        Ok(Ok((recovery, events))) => {
+            for (key, event) in &events {
+                assert_eq!(
+                    original.get(key),
+                    Some(event),
+                    "{case}: {key:?} is not the original"
+                );
+            }
+            // A prefix per stream: what is missing is at the top.
+            for (stream, seq) in original.keys() {
+                let kept_above = events.keys().any(|&(s, q)| s == *stream && q > *seq);
+                assert!(
+                    events.contains_key(&(*stream, *seq)) || !kept_above,
+                    "{case}: a hole at {stream} {seq}"
+                );
+            }
+            assert!(
+                recovery.rolled_back,
+                "{case}: {} events lost without the fallback being reported",
+                original.len() - events.len()
+            );
+            Outcome::RepairedPrefix
+        }
+    }
+}
+
+/// Copies the store in `source` to `target` with its data file replaced.
+fn damaged_copy(source: &Path, target: &Path, data: &[u8]) {
+    std::fs::copy(source.join(LOCK_FILE), target.join(LOCK_FILE)).unwrap();
+    std::fs::write(target.join(DATA_FILE), data).unwrap();
+}
+
+fn run_damage(name: &'static str, cases: u64, damage: impl Fn(&mut Rng, &mut Vec<u8>) -> String) {
+    let seed = seed();
+    let _report = SeedReport::new(name, seed);
+    let mut rng = Rng::new(seed);
+    let source = scratch();
+    let original = write_log(source.path());
+    let data = std::fs::read(data_file(source.path())).unwrap();
+    let cases = std::env::var("MESHLOG_DAMAGE_CASES")
+        .ok()
+        .map_or(cases, |text| {
+            text.parse().expect("MESHLOG_DAMAGE_CASES is a number")
+        });
+    let mut outcomes: BTreeMap<Outcome, u64> = BTreeMap::new();
+    for case in 0..cases {
+        let mut damaged = data.clone();
+        let what = damage(&mut rng, &mut damaged);
+        let target = scratch();
+        damaged_copy(source.path(), target.path(), &damaged);
+        let outcome = reopen_damaged(target.path(), &original, &format!("case {case}: {what}"));
+        *outcomes.entry(outcome).or_default() += 1;
+    }
+    eprintln!("{name}: {} bytes, outcomes {outcomes:?}", data.len());
+}
+
+#[test]
+fn a_truncated_data_file_is_refused_or_repaired_never_a_panic() {
+    run_damage(
+        "a_truncated_data_file_is_refused_or_repaired_never_a_panic",
+        60,
+        |rng, data| {
+            // Page boundaries and arbitrary offsets alike.
+            let len = data.len() as u64;
+            let at = match rng.below(3) {
+                0 => rng.below(len / 4096 + 1) * 4096,
+                _ => rng.below(len),
+            };
+            data.truncate(at as usize);
+            format!("truncated to {at} of {len} bytes")
+        },
+    );
+}
+
+#[test]
+fn a_flipped_bit_in_the_data_file_is_refused_or_repaired_never_a_panic() {
+    run_damage(
+        "a_flipped_bit_in_the_data_file_is_refused_or_repaired_never_a_panic",
+        200,
+        |rng, data| {
+            // Half the flips in the first pages (header, commit slots, roots),
+            // where damage is most telling; half anywhere.
+            let len = data.len() as u64;
+            let at = if rng.below(2) == 0 {
+                rng.below(len.min(3 * 4096))
+            } else {
+                rng.below(len)
+            };
+            let bit = rng.below(8);
+            data[at as usize] ^= 1 << bit;
+            format!("bit {bit} of byte {at} flipped")
+        },
+    );
+}
+
+/// Opens the clean store, runs `change` on its redb file, and returns the
+/// error reopening it gives.
+fn damage_record(change: impl FnOnce(&redb::WriteTransaction)) -> ReplicaError {
+    let dir = scratch();
+    write_log(dir.path());
+    {
+        let db = redb::Database::open(data_file(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        change(&txn);
+        txn.commit().unwrap();
+    }
+    let opened = DiskStore::open(dir.path())
+        .map_err(|error| ReplicaError::Store(Box::new(error)))
+        .and_then(|store| Replica::open(Config::new(OWN), store));
+    let error = opened.expect_err("a damaged record must not open");
+    eprintln!("damaged record reported: {error}");
+    error
+}
+
+fn disk_error(error: &ReplicaError) -> &DiskError {
+    match error {
+        ReplicaError::Store(source) => source.downcast_ref::<DiskError>().expect("a DiskError"),
+        other => panic!("expected a store error, got {other}"),
+    }
+}
+
+#[test]
+fn a_flipped_bit_in_an_event_value_names_the_stream_and_seq() {
+    let error = damage_record(|txn| {
+        let mut events = txn.open_table(EVENTS).unwrap();
+        let mut value = events
+            .get((OWN.get(), 77))
+            .unwrap()
+            .unwrap()
+            .value()
+            .to_vec();
+        value[30] ^= 0x10;
+        events.insert((OWN.get(), 77), value.as_slice()).unwrap();
+    });
+    match disk_error(&error) {
+        DiskError::CorruptEvent {
+            path,
+            stream,
+            seq,
+            detail,
+        } => {
+            assert!(path.ends_with(DATA_FILE));
+            assert_eq!((*stream, *seq), (OWN, 77));
+            assert!(detail.contains("crc32 mismatch"), "{detail}");
+        }
+        other => panic!("expected CorruptEvent, got {other}"),
+    }
+    assert!(
+        error.to_string().contains("event stream 1 seq 77"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_damaged_stream_record_is_named() {
+    let error = damage_record(|txn| {
+        let mut streams = txn.open_table(STREAMS).unwrap();
+        let mut value = streams.get(PEER.get()).unwrap().unwrap().value().to_vec();
+        value[8] ^= 1;
+        streams.insert(PEER.get(), value.as_slice()).unwrap();
+    });
+    match disk_error(&error) {
+        DiskError::Corrupt { detail, .. } => {
+            assert!(
+                detail.contains("record of stream 2 fails its checksum"),
+                "{detail}"
+            )
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}
+
+#[test]
+fn an_event_missing_inside_a_stream_is_reported_not_served_short() {
+    let error = damage_record(|txn| {
+        let mut events = txn.open_table(EVENTS).unwrap();
+        events.remove((OWN.get(), 100)).unwrap();
+    });
+    match disk_error(&error) {
+        DiskError::Corrupt { detail, .. } => {
+            assert!(detail.contains("events table holds"), "{detail}")
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}
+
+#[test]
+fn a_missing_head_event_is_reported_not_served_short() {
+    let error = damage_record(|txn| {
+        let mut events = txn.open_table(EVENTS).unwrap();
+        let last = events.last().unwrap().unwrap().0.value();
+        events.remove(last).unwrap();
+    });
+    match disk_error(&error) {
+        DiskError::Corrupt { detail, .. } => {
+            assert!(
+                detail.contains("but the events table holds seqs"),
+                "{detail}"
+            )
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}

@@ -1,0 +1,346 @@
+//! What `DiskStore` and `GroupCommit` promise, one test per promise: a
+//! reopened replica holds exactly what was committed (events, floors, the
+//! clock), its next append takes a fresh seq and a higher lamport; the data
+//! directory is locked against a second open, in this process and in
+//! another; a batch that would leave a hole is refused with nothing
+//! written; a deleted data file is reported, not replaced by an empty log;
+//! group commit acknowledges every append exactly once, batched; and a
+//! seeded random run keeps a disk replica equal to an in-memory one across
+//! reopens.
+
+mod disk_support;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{
+    Batch, Config, Delta, DiskError, DiskStore, Event, GroupCommit, MemStore, Recovery, Replica,
+    Store,
+};
+
+use disk_support::{data_file, scratch, seed, Rng, SeedReport};
+
+const OWN: StreamId = StreamId::new(1);
+const PEER: StreamId = StreamId::new(2);
+
+fn open(dir: &std::path::Path) -> Replica<DiskStore> {
+    let store = DiskStore::open(dir).expect("open the store");
+    Replica::open(Config::new(OWN), store).expect("recover the replica")
+}
+
+/// An event of the simulated peer: deterministic, with a lamport far above
+/// ours so that receiving it must raise the clock.
+fn peer_event(seq: u64) -> Event {
+    Event {
+        stream: PEER,
+        seq,
+        lamport: 1_000_000 + seq * 1_000,
+        time_ms: seq,
+        payload: Bytes::from(format!("peer {seq}")),
+    }
+}
+
+#[test]
+fn reopen_recovers_events_floors_and_clock_and_the_next_append_is_fresh() {
+    let dir = scratch();
+    let mut replica = open(dir.path());
+    for i in 0..50u64 {
+        replica.append_at(format!("own {i}"), i).unwrap();
+    }
+    let delta = Delta {
+        floor: VersionVector::new(),
+        events: (1..=10).map(peer_event).collect(),
+    };
+    replica.apply(&delta).unwrap();
+    let compacted: VersionVector = [(OWN, 20), (PEER, 4)].into_iter().collect();
+    replica.compact(&compacted).unwrap();
+    let (marks, floor, clock, digest) = (
+        replica.marks(),
+        replica.floor(),
+        replica.clock(),
+        replica.digest(),
+    );
+    assert!(clock >= peer_event(10).lamport);
+    drop(replica);
+
+    let store = DiskStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.recovery(),
+        Recovery {
+            created: false,
+            rolled_back: false
+        },
+        "a clean close leaves nothing torn"
+    );
+    let mut reopened = Replica::open(Config::new(OWN), store).unwrap();
+    assert_eq!(reopened.marks(), marks);
+    assert_eq!(reopened.floor(), floor);
+    assert_eq!(reopened.clock(), clock);
+    assert_eq!(reopened.digest(), digest);
+    assert_eq!(reopened.get(OWN, 20), None, "compacted away");
+    assert_eq!(reopened.get(OWN, 21).unwrap().payload, "own 20");
+    let next = reopened.append(&b"after reopen"[..]).unwrap();
+    assert_eq!(next.seq, 51);
+    assert!(next.lamport > clock);
+}
+
+#[test]
+fn a_second_open_of_the_directory_is_refused_until_the_first_closes() {
+    let dir = scratch();
+    let first = DiskStore::open(dir.path()).unwrap();
+    match DiskStore::open(dir.path()) {
+        Err(DiskError::Locked { dir: locked, .. }) => assert_eq!(locked, dir.path()),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    drop(first);
+    DiskStore::open(dir.path()).expect("opens once the first store is closed");
+}
+
+/// Set by `another_process_is_refused_the_lock` for the child it starts.
+const LOCK_CHILD_ENV: &str = "MESHLOG_LOCK_CHILD_DIR";
+
+/// The child half of `another_process_is_refused_the_lock`: runs only in the
+/// child process (the test binary run again with `LOCK_CHILD_ENV` set) and
+/// passes trivially otherwise.
+#[test]
+fn lock_child_process() {
+    let Ok(dir) = std::env::var(LOCK_CHILD_ENV) else {
+        return;
+    };
+    match DiskStore::open(&dir) {
+        Err(error @ DiskError::Locked { .. }) => println!("child: refused: {error}"),
+        other => println!("child: NOT refused: {other:?}"),
+    }
+}
+
+#[test]
+fn another_process_is_refused_the_lock() {
+    let dir = scratch();
+    let _held = DiskStore::open(dir.path()).unwrap();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lock_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(LOCK_CHILD_ENV, dir.path())
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("child: refused: data directory"),
+        "child output: {stdout}"
+    );
+    assert!(stdout.contains("is locked by another process"), "{stdout}");
+}
+
+#[test]
+fn a_batch_that_would_leave_a_hole_is_refused_and_nothing_is_written() {
+    let dir = scratch();
+    let mut store = DiskStore::open(dir.path()).unwrap();
+    let event = |seq: u64| Event {
+        stream: OWN,
+        seq,
+        lamport: seq,
+        time_ms: 0,
+        payload: Bytes::from_static(b"x"),
+    };
+    store
+        .commit(&Batch {
+            events: vec![event(1)],
+            floors: vec![],
+            clock: 1,
+        })
+        .unwrap();
+    let refused = store.commit(&Batch {
+        events: vec![event(2), event(4)],
+        floors: vec![],
+        clock: 4,
+    });
+    match refused {
+        Err(DiskError::BatchRefused { stream, detail, .. }) => {
+            assert_eq!(stream, OWN);
+            assert!(detail.contains("seq 4 does not follow head 2"), "{detail}");
+        }
+        other => panic!("expected BatchRefused, got {other:?}"),
+    }
+    drop(store);
+    let store = DiskStore::open(dir.path()).unwrap();
+    let meta = store.meta().unwrap();
+    assert_eq!(meta.heads.get(OWN), 1);
+    assert_eq!(meta.clock, 1);
+}
+
+#[test]
+fn a_deleted_data_file_is_reported_not_replaced_by_an_empty_log() {
+    let dir = scratch();
+    let mut replica = open(dir.path());
+    replica.append(&b"acknowledged"[..]).unwrap();
+    drop(replica);
+    std::fs::remove_file(data_file(dir.path())).unwrap();
+    match DiskStore::open(dir.path()) {
+        Err(DiskError::Corrupt { path, detail }) => {
+            assert_eq!(path, data_file(dir.path()));
+            assert!(detail.contains("data file is missing"), "{detail}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_empty_data_file_is_reported_not_taken_for_a_new_log() {
+    let dir = scratch();
+    let mut replica = open(dir.path());
+    replica.append(&b"acknowledged"[..]).unwrap();
+    drop(replica);
+    std::fs::File::create(data_file(dir.path())).unwrap();
+    match DiskStore::open(dir.path()) {
+        Err(DiskError::Corrupt { path, .. }) => assert_eq!(path, data_file(dir.path())),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn group_commit_acknowledges_every_append_once_batched_and_durable() {
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 100;
+    let dir = scratch();
+    let group = Arc::new(GroupCommit::new(open(dir.path())));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let group = Arc::clone(&group);
+            std::thread::spawn(move || {
+                (0..PER_THREAD)
+                    .map(|i| group.append(format!("t{t} i{i}")).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut seqs = BTreeSet::new();
+    let mut acknowledged = Vec::new();
+    for thread in threads {
+        let events = thread.join().unwrap();
+        // One thread's appends are acknowledged in the order it made them.
+        assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+        for event in events {
+            assert!(
+                seqs.insert(event.seq),
+                "seq {} acknowledged twice",
+                event.seq
+            );
+            acknowledged.push(event);
+        }
+    }
+    let total = (THREADS * PER_THREAD) as u64;
+    assert_eq!(seqs, (1..=total).collect());
+    let stats = group.stats();
+    assert_eq!(stats.events, total);
+    assert!(stats.commits <= total);
+    drop(Arc::into_inner(group).unwrap().into_inner());
+
+    let reopened = open(dir.path());
+    for event in acknowledged {
+        assert_eq!(reopened.get(OWN, event.seq), Some(event));
+    }
+}
+
+#[test]
+fn group_commit_refuses_an_oversized_payload_alone() {
+    let mut config = Config::new(OWN);
+    config.payload_bytes_max = 4;
+    let group = GroupCommit::new(Replica::open(config, MemStore::default()).unwrap());
+    assert!(group.append(&b"too long"[..]).is_err());
+    assert_eq!(group.append(&b"ok"[..]).unwrap().seq, 1);
+}
+
+/// A seeded random run of appends, received deltas (in order, early, and
+/// duplicated) and compactions, applied to a replica on `DiskStore` and one
+/// on `MemStore`; the disk one is reopened at random steps. After every
+/// step both agree on marks, floor, clock and digest.
+#[test]
+fn disk_replica_equals_memory_replica_across_random_reopens() {
+    let seed = seed();
+    let _report = SeedReport::new(
+        "disk_replica_equals_memory_replica_across_random_reopens",
+        seed,
+    );
+    let mut rng = Rng::new(seed);
+    let dir = scratch();
+    let mut disk = open(dir.path());
+    let mut memory = Replica::open(Config::new(OWN), MemStore::default()).unwrap();
+    let mut peer_sent = 0u64;
+    for step in 0..300 {
+        match rng.below(10) {
+            0..=3 => {
+                let n = rng.between(1, 5) as usize;
+                let payloads: Vec<Bytes> = (0..n)
+                    .map(|i| Bytes::from(format!("s{step} {i}")))
+                    .collect();
+                let a = disk.append_batch_at(payloads.clone(), step).unwrap();
+                let b = memory.append_batch_at(payloads, step).unwrap();
+                assert_eq!(a, b);
+            }
+            4..=6 => {
+                // The peer's next events, sometimes with one held back (an
+                // early arrival waits in the pending buffer), sometimes again.
+                let first = if rng.below(4) == 0 && peer_sent > 0 {
+                    rng.between(1, peer_sent)
+                } else {
+                    peer_sent + 1
+                };
+                let last = first + rng.below(4);
+                let mut events: Vec<Event> = (first..=last).map(peer_event).collect();
+                if rng.below(3) == 0 && events.len() > 1 {
+                    events.remove(0);
+                }
+                let delta = Delta {
+                    floor: VersionVector::new(),
+                    events,
+                };
+                let a = disk.apply(&delta).unwrap();
+                let b = memory.apply(&delta).unwrap();
+                assert_eq!(a, b);
+                peer_sent = peer_sent.max(last);
+            }
+            7 => {
+                let target: VersionVector = [
+                    (OWN, rng.below(disk.marks().get(OWN) + 1)),
+                    (PEER, rng.below(disk.marks().get(PEER) + 1)),
+                ]
+                .into_iter()
+                .collect();
+                assert_eq!(
+                    disk.compact(&target).unwrap(),
+                    memory.compact(&target).unwrap()
+                );
+            }
+            _ => {
+                // Reopen both: the pending buffer lives in memory only, so
+                // a reopen forgets it on either store alike.
+                drop(disk);
+                disk = open(dir.path());
+                memory = Replica::open(Config::new(OWN), memory.into_store()).unwrap();
+            }
+        }
+        assert_eq!(disk.marks(), memory.marks(), "step {step}");
+        assert_eq!(disk.floor(), memory.floor(), "step {step}");
+        assert_eq!(disk.clock(), memory.clock(), "step {step}");
+        assert_eq!(disk.digest(), memory.digest(), "step {step}");
+    }
+}
+
+#[test]
+fn a_data_file_torn_during_the_first_open_is_started_over() {
+    // No open ever returned here (the lock file holds no marker), so nothing
+    // in the file was acknowledged: a kill during the first open leaves a
+    // file that may be empty or partial, and the next open starts over.
+    let dir = scratch();
+    std::fs::write(data_file(dir.path()), b"redb\x1a\n torn first write").unwrap();
+    let store = DiskStore::open(dir.path()).unwrap();
+    assert!(store.recovery().created);
+    assert_eq!(store.meta().unwrap().heads, VersionVector::new());
+}
