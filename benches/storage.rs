@@ -1,0 +1,178 @@
+//! The durable store under group commit, beside the in-memory store, in one
+//! run: append rate with 1, 8 and 64 concurrent appenders (each appender
+//! waits for its acknowledgement, i.e. for the durable commit on disk), and
+//! the time to reopen (recover and check) a 1M-event log.
+//!
+//! Run: `cargo bench -p meshlog-bench --bench storage`.
+//! `MESHLOG_BENCH_SECONDS` sets each append run's length (default 3),
+//! `MESHLOG_BENCH_EVENTS` the reopened log's length (default 1,000,000; 0
+//! skips it), `MESHLOG_BENCH_APPENDERS` runs one appender count only.
+//! Figures are recorded in docs/BENCHMARKS-storage.md.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use meshlog_replica::{Config, DiskStore, GroupCommit, MemStore, Replica, Store};
+
+const PAYLOAD_BYTES: usize = 100;
+
+fn main() {
+    let seconds: u64 = env_number("MESHLOG_BENCH_SECONDS", 3);
+    let events: u64 = env_number("MESHLOG_BENCH_EVENTS", 1_000_000);
+    let root = std::env::temp_dir().join(format!("meshlog-bench-storage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    println!(
+        "meshlog storage: {PAYLOAD_BYTES}-byte payloads, {seconds} s per append run, {} cores",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!(
+        "{:<8} {:>10} {:>14} {:>12} {:>12} {:>14}",
+        "store", "appenders", "events/s", "commits/s", "mean batch", "p99 ack ms"
+    );
+    let only: Option<usize> = std::env::var("MESHLOG_BENCH_APPENDERS")
+        .ok()
+        .map(|text| text.parse().expect("a number"));
+    for appenders in [1usize, 8, 64] {
+        if only.is_some_and(|only| only != appenders) {
+            continue;
+        }
+        let memory = Replica::open(config(), MemStore::default()).unwrap();
+        append_run("memory", memory, appenders, seconds);
+        let dir = root.join(format!("append-{appenders}"));
+        let disk = Replica::open(config(), DiskStore::open(&dir).unwrap()).unwrap();
+        append_run("disk", disk, appenders, seconds);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    if events > 0 {
+        reopen_run(&root.join("reopen"), events);
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map_or(default, |text| text.parse().expect("a number"))
+}
+
+fn config() -> Config {
+    Config::new(StreamId::new(1))
+}
+
+fn payload(n: u64) -> Bytes {
+    let mut bytes = format!("event {n} ").into_bytes();
+    bytes.resize(PAYLOAD_BYTES, b'.');
+    Bytes::from(bytes)
+}
+
+/// `appenders` threads append in a loop, each waiting for its
+/// acknowledgement, for `seconds`.
+fn append_run<S: Store + Send + 'static>(
+    name: &str,
+    replica: Replica<S>,
+    appenders: usize,
+    seconds: u64,
+) {
+    let group = Arc::new(GroupCommit::new(replica));
+    let stop = Arc::new(AtomicBool::new(false));
+    let counter = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..appenders)
+        .map(|_| {
+            let (group, stop, counter) =
+                (Arc::clone(&group), Arc::clone(&stop), Arc::clone(&counter));
+            std::thread::spawn(move || {
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let n = counter.fetch_add(1, Ordering::Relaxed);
+                    let asked = Instant::now();
+                    group.append(payload(n)).expect("append");
+                    latencies.push(asked.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies: Vec<Duration> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let elapsed = start.elapsed().as_secs_f64();
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    let stats = group.stats();
+    println!(
+        "{:<8} {:>10} {:>14.0} {:>12.0} {:>12.1} {:>14.2}",
+        name,
+        appenders,
+        stats.events as f64 / elapsed,
+        stats.commits as f64 / elapsed,
+        stats.events as f64 / stats.commits.max(1) as f64,
+        p99.as_secs_f64() * 1e3,
+    );
+}
+
+const BATCH: u64 = 4096;
+
+fn build<S: Store>(replica: &mut Replica<S>, events: u64) {
+    let mut n = 0;
+    while n < events {
+        let len = BATCH.min(events - n);
+        replica
+            .append_batch_at((n..n + len).map(payload), n)
+            .unwrap();
+        n += len;
+    }
+}
+
+/// Writes an `events`-long log in large batches, closes it, and times the
+/// reopen: the store's own open (lock, redb's integrity check, meshlog's
+/// record checks), then the replica's recovery (reading and checking every
+/// event). The in-memory store's recovery runs beside it.
+fn reopen_run(dir: &Path, events: u64) {
+    let mut disk = Replica::open(config(), DiskStore::open(dir).unwrap()).unwrap();
+    let start = Instant::now();
+    build(&mut disk, events);
+    let write = start.elapsed();
+    drop(disk);
+    let size = std::fs::metadata(dir.join(meshlog_replica::DATA_FILE))
+        .unwrap()
+        .len();
+
+    let start = Instant::now();
+    let store = DiskStore::open(dir).unwrap();
+    let store_open = start.elapsed();
+    let disk = Replica::open(config(), store).unwrap();
+    let disk_reopen = start.elapsed();
+    assert_eq!(disk.marks().get(StreamId::new(1)), events);
+    drop(disk);
+
+    let mut memory = Replica::open(config(), MemStore::default()).unwrap();
+    build(&mut memory, events);
+    let store = memory.into_store();
+    let start = Instant::now();
+    let memory = Replica::open(config(), store).unwrap();
+    let memory_reopen = start.elapsed();
+    assert_eq!(memory.marks().get(StreamId::new(1)), events);
+
+    println!();
+    println!(
+        "reopen of a {events}-event log ({:.0} MiB on disk, written in {:.1} s in batches of {BATCH}):",
+        size as f64 / (1 << 20) as f64,
+        write.as_secs_f64()
+    );
+    println!("  disk:   {:>8.0} ms total = {:>6.0} ms store open (lock, redb integrity check, record checks) + {:>6.0} ms replica recovery (read and check every event)",
+        disk_reopen.as_secs_f64() * 1e3,
+        store_open.as_secs_f64() * 1e3,
+        (disk_reopen - store_open).as_secs_f64() * 1e3);
+    println!(
+        "  memory: {:>8.0} ms replica recovery",
+        memory_reopen.as_secs_f64() * 1e3
+    );
+}
