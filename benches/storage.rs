@@ -7,7 +7,7 @@
 //! `MESHLOG_BENCH_SECONDS` sets each append run's length (default 3),
 //! `MESHLOG_BENCH_EVENTS` the reopened log's length (default 1,000,000; 0
 //! skips it), `MESHLOG_BENCH_APPENDERS` runs one appender count only.
-//! Figures are recorded in docs/BENCHMARKS-storage.md.
+//! Figures are recorded in docs/BENCHMARKS.md ("Durable storage").
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
