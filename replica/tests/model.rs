@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::{held, push, with_seed};
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Config, Delta, Event, MemStore, PageError, Replica};
+use meshlog_replica::{Config, Delta, DiskStore, Event, MemStore, PageError, Replica, Store};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 const READERS: usize = 2;
@@ -134,8 +134,60 @@ struct Reader {
     excused: BTreeSet<(StreamId, u64)>,
 }
 
-struct World {
-    replicas: Vec<Replica>,
+/// Where the model's replicas keep their events, and how a restart reopens
+/// them: the in-memory store, or the durable one reopened from its files.
+trait Backend {
+    type Store: Store;
+    fn create(&mut self, config: Config) -> Replica<Self::Store>;
+    fn reopen(&mut self, config: Config, store: Self::Store) -> Replica<Self::Store>;
+}
+
+struct Memory {
+    pending_events_max: Option<usize>,
+}
+
+impl Backend for Memory {
+    type Store = MemStore;
+
+    fn create(&mut self, mut config: Config) -> Replica<MemStore> {
+        if let Some(max) = self.pending_events_max {
+            config.pending_events_max = max;
+        }
+        Replica::open(config, MemStore::default()).unwrap()
+    }
+
+    fn reopen(&mut self, config: Config, store: MemStore) -> Replica<MemStore> {
+        Replica::open(config, store).unwrap()
+    }
+}
+
+/// Each replica in a directory of its own, removed with the backend.
+#[derive(Default)]
+struct Disk {
+    dirs: Vec<tempfile::TempDir>,
+}
+
+impl Backend for Disk {
+    type Store = DiskStore;
+
+    fn create(&mut self, config: Config) -> Replica<DiskStore> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(dir.path()).unwrap();
+        self.dirs.push(dir);
+        Replica::open(config, store).unwrap()
+    }
+
+    fn reopen(&mut self, config: Config, store: DiskStore) -> Replica<DiskStore> {
+        // Close the files (and the directory lock), then recover from disk.
+        let dir = store.dir().to_path_buf();
+        drop(store);
+        Replica::open(config, DiskStore::open(&dir).unwrap()).unwrap()
+    }
+}
+
+struct World<B: Backend> {
+    backend: B,
+    replicas: Vec<Replica<B::Store>>,
     cut: BTreeSet<(usize, usize)>,
     in_flight: Vec<(usize, Delta)>,
     reference: BTreeMap<(StreamId, u64), Event>,
@@ -143,12 +195,14 @@ struct World {
     time_ms: u64,
 }
 
-impl World {
-    fn new(n: usize) -> Self {
+impl<B: Backend> World<B> {
+    fn new(n: usize, mut backend: B) -> Self {
+        let replicas = (1..=n as u64)
+            .map(|id| backend.create(Config::new(StreamId::new(id))))
+            .collect();
         World {
-            replicas: (1..=n as u64)
-                .map(|id| Replica::new(StreamId::new(id)))
-                .collect(),
+            backend,
+            replicas,
             cut: BTreeSet::new(),
             in_flight: Vec::new(),
             reference: BTreeMap::new(),
@@ -244,16 +298,20 @@ impl World {
                 page(reader, r, limit as usize, &self.reference);
             }
             Op::Restart { replica } => {
-                let slot = &mut self.replicas[replica as usize % n];
-                let config = slot.config().clone();
-                let (marks, floor, digest) = (slot.marks(), slot.floor(), slot.digest());
-                let old = std::mem::replace(slot, Replica::new(StreamId::new(0)));
-                *slot = Replica::open(config, old.into_store()).unwrap();
-                // The pending buffer is volatile; everything visible survives.
+                let index = replica as usize % n;
+                let old = self.replicas.remove(index);
+                let config = old.config().clone();
+                let (marks, floor, digest, clock) =
+                    (old.marks(), old.floor(), old.digest(), old.clock());
+                let reopened = self.backend.reopen(config, old.into_store());
+                // The pending buffer is volatile; everything visible survives,
+                // and the clock never goes back.
                 assert_eq!(
-                    (slot.marks(), slot.floor(), slot.digest()),
+                    (reopened.marks(), reopened.floor(), reopened.digest()),
                     (marks, floor, digest)
                 );
+                assert!(reopened.clock() >= clock, "clock after reopen");
+                self.replicas.insert(index, reopened);
             }
         }
         self.check_replicas();
@@ -342,9 +400,9 @@ impl World {
 }
 
 /// One page for `reader` on `r`, checked. Returns whether it reached the head.
-fn page(
+fn page<S: Store>(
     reader: &mut Reader,
-    r: &Replica,
+    r: &Replica<S>,
     limit: usize,
     reference: &BTreeMap<(StreamId, u64), Event>,
 ) -> bool {
@@ -405,7 +463,11 @@ fn page(
     }
 }
 
-fn pair(replicas: &mut [Replica], from: usize, to: usize) -> (&Replica, &mut Replica) {
+fn pair<S: Store>(
+    replicas: &mut [Replica<S>],
+    from: usize,
+    to: usize,
+) -> (&Replica<S>, &mut Replica<S>) {
     assert_ne!(from, to);
     if from < to {
         let (left, right) = replicas.split_at_mut(to);
@@ -416,12 +478,26 @@ fn pair(replicas: &mut [Replica], from: usize, to: usize) -> (&Replica, &mut Rep
     }
 }
 
-fn run(schedule: Schedule) -> TestResult {
-    let mut world = World::new(schedule.replicas as usize);
+fn run_on<B: Backend>(schedule: &Schedule, backend: B) {
+    let mut world = World::new(schedule.replicas as usize, backend);
     for op in &schedule.ops {
         world.step(op);
     }
     world.heal_and_check();
+}
+
+fn run(schedule: Schedule) -> TestResult {
+    run_on(
+        &schedule,
+        Memory {
+            pending_events_max: None,
+        },
+    );
+    TestResult::passed()
+}
+
+fn run_on_disk(schedule: Schedule) -> TestResult {
+    run_on(&schedule, Disk::default());
     TestResult::passed()
 }
 
@@ -448,19 +524,28 @@ fn model_with_a_tiny_pending_buffer_still_converges() {
         let mut g = Gen::from_size_and_seed(60, seed);
         for _ in 0..200 {
             let schedule = Schedule::arbitrary(&mut g);
-            let n = schedule.replicas as usize;
-            let mut world = World::new(n);
-            world.replicas = (1..=n as u64)
-                .map(|id| {
-                    let mut config = Config::new(StreamId::new(id));
-                    config.pending_events_max = 1;
-                    Replica::open(config, MemStore::default()).unwrap()
-                })
-                .collect();
-            for op in &schedule.ops {
-                world.step(op);
-            }
-            world.heal_and_check();
+            let backend = Memory {
+                pending_events_max: Some(1),
+            };
+            run_on(&schedule, backend);
         }
+    });
+}
+
+/// The same model on the durable store, where a restart closes the files and
+/// recovers from them. Every commit is fsynced, so fewer cases run by
+/// default (`MESHLOG_QC_DISK_TESTS` for more).
+#[test]
+fn model_on_the_durable_store_with_reopen_converges() {
+    let tests: u64 = std::env::var("MESHLOG_QC_DISK_TESTS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(100);
+    with_seed("model-disk", common::seed(), |seed| {
+        QuickCheck::new()
+            .rng(Gen::from_size_and_seed(40, seed))
+            .tests(tests)
+            .max_tests(tests * 2)
+            .quickcheck(run_on_disk as fn(Schedule) -> TestResult);
     });
 }
