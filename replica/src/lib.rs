@@ -16,6 +16,7 @@
 //!   digest.
 //! - `log`: the held events in page order, each stream's gap-free prefix and
 //!   pending buffer, and the walk behind paging and deltas.
+//! - `order`: the sorted, chunked map that holds the events in page order.
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait and [`MemStore`].
 //! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`].
@@ -35,6 +36,7 @@ mod error;
 mod event;
 mod group;
 mod log;
+mod order;
 mod policy;
 mod replica;
 mod store;

@@ -1,19 +1,20 @@
 //! `Log`: the events a replica holds, laid out for paging.
 //!
-//! Every held event lives once, in `order`, a map keyed by
-//! `lamport << 64 | stream` — page order — so a walk reads events in the order
-//! it returns them, as a sequential scan. Per stream, `lamports` maps a seq to
+//! Every held event lives once, in `order`, a sorted map keyed by
+//! `lamport << 64 | stream` — page order — in contiguous chunks, so a walk
+//! reads events in the order it returns them, as a sequential scan. Per stream, `lamports` maps a seq to
 //! its key (seq `floor + 1 + i` has `lamports[i]`), which makes the stream a
 //! gap-free prefix by construction, and `pending` holds early arrivals.
 
 use std::cmp::Reverse;
 use std::collections::binary_heap::PeekMut;
-use std::collections::btree_map::{self, BTreeMap};
+use std::collections::BTreeMap;
 use std::collections::{BinaryHeap, VecDeque};
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
+use crate::order::{self, Order};
 use crate::Event;
 
 /// A held event's content, beside its key.
@@ -103,7 +104,7 @@ fn to_event(key: u128, stored: &Stored) -> Event {
 #[derive(Debug, Default)]
 pub(crate) struct Log {
     streams: Streams,
-    order: BTreeMap<u128, Stored>,
+    order: Order<Stored>,
 }
 
 /// The streams, each at a dense slot that never changes (streams are never
@@ -180,14 +181,14 @@ impl Log {
     /// The held event `(stream, seq)`.
     pub(crate) fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
         let key = key(self.streams.get(&stream)?.lamport(seq)?, stream);
-        self.order.get(&key).map(|stored| to_event(key, stored))
+        self.order.get(key).map(|stored| to_event(key, stored))
     }
 
     /// The held or pending version of `(stream, seq)`.
     pub(crate) fn known(&self, stream: StreamId, seq: u64) -> Option<Content<'_>> {
         let log = self.streams.get(&stream)?;
         if let Some(lamport) = log.lamport(seq) {
-            let stored = self.order.get(&key(lamport, stream))?;
+            let stored = self.order.get(key(lamport, stream))?;
             return Some(Content {
                 lamport,
                 time_ms: stored.time_ms,
@@ -212,7 +213,10 @@ impl Log {
     pub(crate) fn times(&self, stream: StreamId) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.streams.get(&stream).into_iter().flat_map(move |log| {
             log.lamports.iter().map(move |&lamport| {
-                let stored = &self.order[&key(lamport, stream)];
+                let stored = self
+                    .order
+                    .get(key(lamport, stream))
+                    .expect("held events are in order");
                 (stored.seq, stored.time_ms)
             })
         })
@@ -294,16 +298,22 @@ impl Log {
         dropped: &mut impl FnMut(Event),
     ) -> usize {
         let (_, log) = self.streams.entry(stream);
+        let mut doomed = Vec::new();
         while log.floor < floor_seq {
             let Some(lamport) = log.lamports.pop_front() else {
                 log.floor = floor_seq;
                 break;
             };
             log.floor += 1;
-            let key = key(lamport, stream);
-            let stored = self.order.remove(&key).expect("held events are in order");
-            dropped(to_event(key, &stored));
+            doomed.push(key(lamport, stream));
         }
+        // Lamport rises with seq, so the keys are ascending.
+        let mut removed = 0;
+        self.order.remove_sorted(&doomed, |key, stored| {
+            removed += 1;
+            dropped(to_event(key, &stored));
+        });
+        assert_eq!(removed, doomed.len(), "held events are in order");
         let stale: Vec<u64> = log
             .pending
             .range(..=floor_seq)
@@ -349,7 +359,7 @@ impl Place<'_> {
 enum Mode<'a> {
     /// Scanning `order` from the lowest uncovered key, skipping covered
     /// events (the common case: a walk in step with the log skips none).
-    Scan(btree_map::Range<'a, u128, Stored>),
+    Scan(order::Range<'a, Stored>),
     /// A k-way merge of stream suffixes, once the scan has skipped too much
     /// (a late event far below the walk's position): one heap entry per
     /// stream with events left.
@@ -404,7 +414,7 @@ impl<'a> Walk<'a> {
         );
         let first = places.iter().filter_map(Place::next_key).min();
         let mode = match first {
-            Some(first) => Mode::Scan(log.order.range(first..)),
+            Some(first) => Mode::Scan(log.order.range_from(first)),
             None => Mode::Merge(BinaryHeap::new()),
         };
         Walk {
@@ -451,7 +461,7 @@ impl Iterator for Walk<'_> {
         loop {
             match &mut self.mode {
                 Mode::Scan(range) => {
-                    let (&key, stored) = range.next()?;
+                    let (key, stored) = range.next()?;
                     let place = &mut self.places[stored.slot as usize];
                     if stored.seq > place.covered {
                         debug_assert_eq!(stored.seq, place.covered + 1);
@@ -475,7 +485,7 @@ impl Iterator for Walk<'_> {
                             PeekMut::pop(top);
                         }
                     }
-                    let stored = &self.log.order[&key];
+                    let stored = self.log.order.get(key).expect("held events are in order");
                     return Some(to_event(key, stored));
                 }
             }
