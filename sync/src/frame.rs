@@ -684,6 +684,38 @@ mod tests {
         );
     }
 
+    /// `docs/PROTOCOL.md` states that a delta of one event takes at most
+    /// 327,708 bytes besides its payload, so payloads up to 3,866,596 bytes
+    /// always fit a frame: the worst case (the largest floor vector, every
+    /// varint at its longest) lands exactly on the limit.
+    #[test]
+    fn the_largest_payload_that_always_fits_is_the_documented_one() {
+        let floor: VersionVector = (0..STREAMS_MAX as u64)
+            .map(|i| (StreamId::new(u64::MAX - i), u64::MAX))
+            .collect();
+        let delta = |payload_len: usize| {
+            Frame::Delta(Delta {
+                floor: floor.clone(),
+                events: vec![Event {
+                    stream: StreamId::new(u64::MAX),
+                    seq: u64::MAX,
+                    lamport: u64::MAX,
+                    time_ms: u64::MAX,
+                    payload: Bytes::from(vec![0u8; payload_len]),
+                }],
+            })
+        };
+        let bytes = encode(&delta(3_866_596)).unwrap();
+        assert_eq!(bytes.len(), LENGTH_PREFIX_BYTES + FRAME_BYTES_MAX);
+        assert_eq!(
+            encode(&delta(3_866_597)),
+            Err(FrameError::TooLarge {
+                len: FRAME_BYTES_MAX + 1,
+                max: FRAME_BYTES_MAX
+            })
+        );
+    }
+
     #[test]
     fn another_protocol_version_is_named() {
         // Kind 0, version 2 (varint), then garbage the reader never reaches.

@@ -22,8 +22,9 @@ pub struct ManagerConfig {
     pub peers: Vec<SocketAddr>,
     /// Each session's timing and limits.
     pub session: SessionConfig,
-    /// The first reconnect delay; it doubles per failed attempt. Default
-    /// 100 ms.
+    /// The first reconnect delay; it doubles per failed attempt, and starts
+    /// over after a session that was established (the peer's hello arrived)
+    /// and lasted at least `backoff_max`. Default 100 ms.
     pub backoff_min: Duration,
     /// The longest reconnect delay. Default 10 s.
     pub backoff_max: Duration,
@@ -78,7 +79,8 @@ pub struct PeerStatus {
     pub lag_events: u64,
     /// Sessions started with this peer (connections made).
     pub connects: u64,
-    /// Why the last session or dial ended badly, if it did.
+    /// Why the most recent session or dial that ended badly did; kept
+    /// while later sessions run.
     pub last_error: Option<String>,
     /// The current (or last) session's state and counters.
     pub session: SessionState,
@@ -185,7 +187,12 @@ impl<S: Store + Send + 'static> PeerManager<S> {
         let index = {
             let mut slots = lock(&self.slots);
             slots.push(Arc::clone(&slot));
-            slots.len() as u64
+            // The peer's index among dialed peers: inbound peers come and go
+            // and must not change a dialed peer's jitter.
+            slots
+                .iter()
+                .filter(|slot| slot.direction == PeerDirection::Outbound)
+                .count() as u64
         };
         let seed = SplitMix64::derive(self.config.jitter_seed ^ self.shared.stream().get(), index);
         let task = tokio::spawn(dial_loop(
@@ -197,8 +204,8 @@ impl<S: Store + Send + 'static> PeerManager<S> {
         lock(&self.tasks).push(task);
     }
 
-    /// Every peer's state now: configured peers first, in order, then the
-    /// inbound peers connected now.
+    /// Every peer's state now, in the order the peers were added (configured
+    /// peers first); an inbound peer is listed while its session runs.
     pub fn peers(&self) -> Vec<PeerStatus> {
         let marks = self.shared.marks();
         let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
@@ -276,6 +283,15 @@ fn lag_events(ours: &VersionVector, theirs: &VersionVector) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// Whether a session that ended restarts the backoff from `backoff_min`: only
+/// one that was established and lasted at least `backoff_max`. A peer that
+/// fails right after its hello (a refused delta, garbage after a valid hello)
+/// fails the same way on every connection and must be dialed less and less
+/// often, not every `backoff_min`.
+fn resets_backoff(established: bool, lasted: Duration, config: &ManagerConfig) -> bool {
+    established && lasted >= config.backoff_max
+}
+
 /// The delay before reconnect attempt `attempt` (0-based): exponential from
 /// `backoff_min` to `backoff_max`, drawn uniformly from its upper half so that
 /// replicas restarted together do not dial in lockstep.
@@ -301,8 +317,10 @@ async fn dial_loop<S: Store + Send + 'static>(
                 tracing::debug!(%local, peer_addr = %slot.addr, "dialed peer");
                 let session = Session::new(shared.clone(), config.session.clone());
                 slot.started(session.state());
+                let started_at = tokio::time::Instant::now();
                 let result = session.run(stream).await;
-                if slot.ended(result) {
+                let established = slot.ended(result);
+                if resets_backoff(established, started_at.elapsed(), &config) {
                     attempt = 0;
                 }
             }
@@ -394,6 +412,22 @@ mod tests {
                 "attempt {attempt}: {delay} ms"
             );
         }
+    }
+
+    /// Found in review: the backoff started over after every established
+    /// session, so a peer that sent a valid hello and then a refused delta
+    /// was redialed every 50 to 100 ms for ever.
+    #[test]
+    fn only_an_established_session_that_lasted_resets_the_backoff() {
+        let config = ManagerConfig {
+            backoff_max: Duration::from_secs(10),
+            ..ManagerConfig::default()
+        };
+        let brief = Duration::from_millis(30);
+        let long = Duration::from_secs(10);
+        assert!(!resets_backoff(true, brief, &config));
+        assert!(!resets_backoff(false, long, &config));
+        assert!(resets_backoff(true, long, &config));
     }
 
     #[test]

@@ -26,16 +26,16 @@ pub struct SessionConfig {
     /// with [`SessionError::ReadTimeout`]. Default 10 s; keep it several
     /// heartbeat intervals long so a few lost heartbeats are survived.
     pub read_timeout: Duration,
-    /// A session whose queued output makes no progress for this long ends
-    /// with [`SessionError::WriteTimeout`]. Default 10 s.
+    /// A session whose queued output (or a flush) makes no progress for
+    /// this long ends with [`SessionError::WriteTimeout`]. Default 10 s.
     pub write_timeout: Duration,
     /// The byte budget of one delta frame, by [`meshlog_replica::Event::size_hint`]
     /// (a delta holds at least one event whatever its size). Default 256 KiB;
     /// capped so that a frame stays below [`FRAME_BYTES_MAX`].
     pub delta_bytes_max: usize,
-    /// No new delta is queued while this many bytes wait to be written: the
-    /// bound on a session's output buffer (plus one frame), and the
-    /// backpressure a slow peer exerts. Default 512 KiB.
+    /// No new delta, ack or heartbeat is queued while this many bytes wait to
+    /// be written: the bound on a session's output buffer (plus one frame and
+    /// a hello), and the backpressure a slow peer exerts. Default 512 KiB.
     pub queue_bytes_max: usize,
 }
 
@@ -156,8 +156,8 @@ pub enum SessionError {
         /// How long the session waited.
         idle: Duration,
     },
-    /// Queued output made no progress for the write timeout: the peer is not
-    /// reading.
+    /// Queued output, or a flush, made no progress for the write timeout:
+    /// the peer is not reading.
     #[error("{queued_bytes} queued bytes made no progress for {stalled:?} (write timeout)")]
     WriteTimeout {
         /// How long writing stalled.
@@ -197,6 +197,8 @@ impl From<io::Error> for SessionError {
 ///    peer's next heartbeat lowers the view again and it is re-sent).
 /// 4. After applying a delta that changed our log, ack our marks.
 /// 5. Every tick, send a heartbeat with our marks; time out a silent peer.
+///
+/// Acks and heartbeats wait, like deltas, while `queue_bytes_max` is queued.
 ///
 /// New events (local appends, or deltas applied from any other peer) wake
 /// the session through the shared replica's marks watch, so they are pushed
@@ -328,7 +330,7 @@ where
                     self.out.advance(written);
                     self.write_progress_at = Instant::now();
                     if self.out.is_empty() {
-                        self.write.flush().await?;
+                        self.flush().await?;
                     }
                 }
                 _ = sleep_until(next_tick) => {
@@ -338,6 +340,20 @@ where
                 // New events here: loop round to fill.
                 _ = self.marks.changed() => {}
             }
+        }
+    }
+
+    /// Flushes the stream, within the write timeout: a transport whose
+    /// flush never completes (a peer that stopped reading behind a buffered
+    /// writer) must not hold the session for ever.
+    async fn flush(&mut self) -> Result<(), SessionError> {
+        let write_timeout = self.config.write_timeout;
+        match tokio::time::timeout(write_timeout, self.write.flush()).await {
+            Ok(flushed) => Ok(flushed?),
+            Err(_) => Err(SessionError::WriteTimeout {
+                stalled: write_timeout,
+                queued_bytes: self.out.len(),
+            }),
         }
     }
 
@@ -366,8 +382,18 @@ where
         Ok(())
     }
 
-    /// Queues what is due: a hello, a heartbeat or an ack, then deltas while
-    /// the peer misses something and the output buffer has room.
+    /// Whether the output buffer has room for another frame. At least one
+    /// frame always fits, whatever `queue_bytes_max` says.
+    fn has_room(&self) -> bool {
+        self.out.len() < self.config.queue_bytes_max.max(1)
+    }
+
+    /// Queues what is due: a hello, then, while the output buffer has room, a
+    /// heartbeat or an ack and deltas while the peer misses something.
+    ///
+    /// A heartbeat or ack that finds no room stays due (one of each, however
+    /// many deltas asked for it): a peer that sends without reading cannot
+    /// grow the buffer with our replies.
     fn fill(&mut self) -> Result<(), SessionError> {
         if self.hello_due {
             self.hello_due = false;
@@ -382,20 +408,20 @@ where
         if self.peer.is_none() {
             return Ok(());
         }
-        if self.heartbeat_due {
+        if self.heartbeat_due && self.has_room() {
             // A heartbeat carries our marks too: it stands for a due ack.
             self.heartbeat_due = false;
             self.ack_due = false;
             let marks = self.shared.marks();
             self.enqueue(&Frame::Heartbeat { marks })?;
         }
-        if self.ack_due {
+        if self.ack_due && self.has_room() {
             self.ack_due = false;
             let marks = self.shared.marks();
             self.enqueue(&Frame::Ack { marks })?;
         }
         let budget = self.config.delta_budget();
-        while self.out.len() < self.config.queue_bytes_max {
+        while self.has_room() {
             let marks = self.marks.borrow_and_update().clone();
             if self.view.dominates(&marks) {
                 break;

@@ -1,7 +1,8 @@
 //! Bad input from a peer: garbage, an oversized frame, a wrong protocol
 //! version, an equivocating event, a non-canonical vector, a hello naming
-//! ourselves, a stream cut inside a frame, a silent peer and a peer that
-//! never reads.
+//! ourselves, a stream cut inside a frame, a silent peer, a peer that
+//! never reads (also while it sends deltas that each ask for an ack), and a
+//! transport whose flush never completes.
 //!
 //! What it proves: each ends the session with its own typed error, the
 //! reason is logged through `tracing` (captured here and searched), and the
@@ -15,7 +16,9 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::io::Write;
+use std::pin::Pin;
 use std::sync::Once;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,7 +29,7 @@ use meshlog_sync::{
     FrameError, ManagerConfig, PeerManager, Session, SessionConfig, SessionEnd, SessionError,
     SharedReplica, FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
 thread_local! {
     /// What this thread logged: each test runs its session on its own
@@ -290,6 +293,124 @@ fn a_peer_that_never_reads_times_out_and_appends_go_on() {
         );
         assert_eq!(a.marks().get(A), 1 + appended);
     });
+    assert!(log.contains("write timeout"), "{log}");
+}
+
+/// Found in review: every delta that changed the log queued an ack whatever
+/// the output buffer held, so a peer that sent small deltas and never read
+/// grew the buffer by one ack (our whole marks) per delta until the write
+/// timeout, far past `queue_bytes_max`.
+#[test]
+fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
+    const DELTAS: u64 = 1000;
+    let ((sent, bound), _log) = logged(async {
+        let a = replica_a();
+        // Marks of 300 streams make every ack about a kilobyte.
+        let many = (0x100..0x100 + 300u64)
+            .map(|stream| event(StreamId::new(stream), 1, 1, b"x"))
+            .collect();
+        a.apply(&Delta {
+            floor: VersionVector::new(),
+            events: many,
+        })
+        .unwrap();
+        // The peer claims to hold everything: only acks are due.
+        let mut bytes = frame::encode(&Frame::Hello(Hello {
+            protocol: PROTOCOL_VERSION,
+            stream: B,
+            marks: a.marks(),
+            floor: VersionVector::new(),
+        }))
+        .unwrap();
+        for seq in 2..2 + DELTAS {
+            bytes.extend(
+                frame::encode(&Frame::Delta(Delta {
+                    floor: VersionVector::new(),
+                    events: vec![event(B, seq, seq, b"b")],
+                }))
+                .unwrap(),
+            );
+        }
+        let duplex_bytes = 1024;
+        let (ours, peer) = tokio::io::duplex(duplex_bytes);
+        let config = SessionConfig {
+            queue_bytes_max: 4096,
+            ..SessionConfig::with_heartbeat(Duration::from_millis(20))
+        };
+        let session = Session::new(a.clone(), config.clone());
+        let state = session.state();
+        let (_peer_read, mut peer_write) = tokio::io::split(peer);
+        let (result, ()) = tokio::join!(session.run(ours), async {
+            peer_write.write_all(&bytes).await.unwrap();
+        });
+        assert!(result.is_err(), "the session must time out: {result:?}");
+        let ack_bytes = frame::encode(&Frame::Ack { marks: a.marks() })
+            .unwrap()
+            .len() as u64;
+        // What the peer's buffer took, the queue bound, and the frames that
+        // may cross it: the hello, and the ack or heartbeat that filled it.
+        let bound = duplex_bytes as u64 + config.queue_bytes_max as u64 + 2 * ack_bytes;
+        let sent = state.borrow().clone();
+        (sent, bound)
+    });
+    assert_eq!(
+        sent.events_applied, DELTAS,
+        "every delta was read and applied"
+    );
+    assert!(
+        sent.bytes_sent <= bound,
+        "{} bytes queued; the bound is {bound}",
+        sent.bytes_sent
+    );
+}
+
+/// A byte stream whose flush never completes, as a buffered transport's
+/// does when the peer stops reading.
+struct FlushNeverCompletes(DuplexStream);
+
+impl AsyncRead for FlushNeverCompletes {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for FlushNeverCompletes {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Pending
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Found in review: the session awaited `flush` with no timeout, so a flush
+/// that never completed held the session (and its reads) for ever.
+#[test]
+fn a_flush_that_never_completes_times_out() {
+    let (result, log) = logged(async {
+        let a = replica_a();
+        let (ours, _peer) = tokio::io::duplex(64 * 1024);
+        let config = SessionConfig::with_heartbeat(Duration::from_millis(20));
+        let session = Session::new(a, config).run(FlushNeverCompletes(ours));
+        // Bounded, so that a regression fails instead of hanging.
+        tokio::time::timeout(Duration::from_secs(60), session).await
+    });
+    let result = result.expect("the session must end on its own");
+    assert!(
+        matches!(result, Err(SessionError::WriteTimeout { .. })),
+        "{result:?}"
+    );
     assert!(log.contains("write timeout"), "{log}");
 }
 

@@ -15,6 +15,9 @@
 //! heal. It also checks the managers' peer reports (connected, marks, lag).
 //!
 //! Real time, short intervals (20 ms heartbeats); every wait is bounded.
+//! Read and write timeouts are long (5 s): nothing here waits for one, and a
+//! loaded machine that stalls the runtime for a few hundred milliseconds must
+//! not end a session in the middle of a step that observes it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,7 +34,11 @@ fn config(listen: bool, peers: Vec<SocketAddr>) -> ManagerConfig {
     ManagerConfig {
         listen: listen.then(|| "127.0.0.1:0".parse().unwrap()),
         peers,
-        session: SessionConfig::with_heartbeat(Duration::from_millis(20)),
+        session: SessionConfig {
+            read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+            ..SessionConfig::with_heartbeat(Duration::from_millis(20))
+        },
         backoff_min: Duration::from_millis(10),
         backoff_max: Duration::from_millis(100),
         connect_timeout: Duration::from_secs(1),
@@ -205,13 +212,22 @@ async fn events_travel_through_a_third_replica() {
     assert_eq!(seen, vec![c1]);
 
     // Peer reports: B is connected to A (through the proxy) and has
-    // acknowledged everything.
+    // acknowledged everything. The report checked is the one the wait saw,
+    // so a reconnect in between cannot show a fresh session's empty marks.
+    let mut caught_up = None;
     wait_for("B's report to show A caught up", || {
-        let peers = manager_b.peers();
-        peers.len() == 1 && peers[0].connected && peers[0].lag_events == 0
+        let mut peers = manager_b.peers();
+        let done = peers.len() == 1
+            && peers[0].connected
+            && peers[0].lag_events == 0
+            && peers[0].marks == b.marks();
+        if done {
+            caught_up = peers.pop();
+        }
+        done
     })
     .await;
-    let report = &manager_b.peers()[0];
+    let report = caught_up.expect("the wait saw the report");
     assert_eq!(report.direction, PeerDirection::Outbound);
     assert_eq!(report.stream, Some(a.stream()));
     assert_eq!(report.marks, b.marks());
