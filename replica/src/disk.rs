@@ -144,7 +144,9 @@ pub enum DiskError {
 /// What recovery found on open, beyond the log itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// The data file did not exist: a new, empty store was created.
+    /// The data file did not exist, or no open had ever returned on it and
+    /// it was damaged (set aside as `meshlog.redb.damaged-<ns>`): a new,
+    /// empty store was created.
     pub created: bool,
     /// redb found the newest commit torn (its pages do not match the
     /// checksum its commit slot records) and fell back to the commit before
@@ -192,7 +194,13 @@ impl DiskStore {
     /// it, never a panic and never a silently shorter log.
     pub fn open(dir: impl AsRef<Path>) -> Result<DiskStore, DiskError> {
         let dir = dir.as_ref().to_path_buf();
+        let new_dirs = missing_dirs(&dir)?;
         std::fs::create_dir_all(&dir).map_err(io(&dir, "create directory"))?;
+        // A directory created here must itself survive a power cut, or the
+        // files acknowledged in it go with it: sync each new one's parent.
+        for new_dir in &new_dirs {
+            sync_dir(parent_dir(new_dir))?;
+        }
         let lock_path = dir.join(LOCK_FILE);
         let mut lock = OpenOptions::new()
             .read(true)
@@ -217,8 +225,11 @@ impl DiskStore {
                 })
             }
         }
+        // Bounded: the lock file is read from disk like any other input.
         let mut marker = Vec::new();
-        lock.read_to_end(&mut marker)
+        (&mut lock)
+            .take(LOCK_MARKER.len() as u64 + 1)
+            .read_to_end(&mut marker)
             .map_err(io(&lock_path, "read lock file"))?;
         let path = dir.join(DATA_FILE);
         let exists = path.try_exists().map_err(io(&path, "stat"))?;
@@ -237,11 +248,18 @@ impl DiskStore {
         let db = match open_database(&path, exists, Arc::clone(&rolled_back)) {
             Ok(db) => db,
             // No marker: no open of this directory ever returned, so nothing
-            // in the file was acknowledged. A file left unreadable by a crash
-            // during the first open is started over.
-            Err(error) if exists && marker.is_empty() => {
-                tracing::warn!(%error, "starting over a data file never acknowledged");
-                std::fs::remove_file(&path).map_err(io(&path, "remove"))?;
+            // in the file was acknowledged. A file left damaged by a crash
+            // during the first open is set aside, not deleted, and started
+            // over: the marker is also missing if `LOCK` itself was deleted,
+            // and then the file may hold a log. Only damage qualifies, never
+            // a lock (another process holding the file) or an I/O error.
+            Err(error @ DiskError::Corrupt { .. }) if exists && marker.is_empty() => {
+                let aside = set_aside(&path)?;
+                tracing::warn!(
+                    %error,
+                    aside = %aside.display(),
+                    "set aside a damaged data file no open ever acknowledged; starting over"
+                );
                 created = true;
                 open_database(&path, false, Arc::clone(&rolled_back))?
             }
@@ -264,7 +282,7 @@ impl DiskStore {
             value: Vec::new(),
             _lock: lock,
         };
-        store.init_format()?;
+        store.init_format(!marker.is_empty())?;
         if marker.is_empty() {
             // Only after the format commit is durable: a marker promises a
             // data file worth missing.
@@ -310,8 +328,10 @@ impl DiskStore {
     /// Writes the format record into a database that has none yet: a new
     /// file, or one whose first commit never completed (nothing in it was
     /// ever acknowledged). Refuses a database that has meshlog tables but no
-    /// format record.
-    fn init_format(&mut self) -> Result<(), DiskError> {
+    /// format record, and one without it in a directory whose lock file
+    /// records a store (`marked`): that file was replaced, and writing a
+    /// format into it would serve an empty log.
+    fn init_format(&mut self, marked: bool) -> Result<(), DiskError> {
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
         let format = match read.open_table(META) {
             Ok(table) => table
@@ -344,6 +364,12 @@ impl DiskStore {
         drop(read);
         if tables > 0 {
             return Err(self.corrupt("meshlog tables exist but the format record is missing"));
+        }
+        if marked {
+            return Err(self.corrupt(format!(
+                "the format record is missing, but {} records that this directory held a store",
+                self.dir.join(LOCK_FILE).display()
+            )));
         }
         let txn = self.begin_write()?;
         {
@@ -409,7 +435,8 @@ impl DiskStore {
                 .map_err(self.engine("read events"))?;
             let first_seq = first.as_ref().map(|(key, _)| key.value().1);
             let last_seq = last.as_ref().map(|(key, _)| key.value().1).or(first_seq);
-            let expected = (head > floor).then_some((floor + 1, head));
+            // Lazily: `floor + 1` overflows when `floor == head == u64::MAX`.
+            let expected = (head > floor).then(|| (floor + 1, head));
             if first_seq.zip(last_seq) != expected {
                 let found = match first_seq.zip(last_seq) {
                     Some((first, last)) => format!("seqs {first}..={last}"),
@@ -424,7 +451,12 @@ impl DiskStore {
                      but the events table holds {found}"
                 )));
             }
-            expected_len += head - floor;
+            expected_len = expected_len.checked_add(head - floor).ok_or_else(|| {
+                self.corrupt(format!(
+                    "the stream records account for more than {} events",
+                    u64::MAX
+                ))
+            })?;
             meta.floor.advance(stream, floor);
             meta.heads.advance(stream, head);
         }
@@ -460,7 +492,9 @@ impl DiskStore {
             let (_, head) = touched
                 .entry(event.stream)
                 .or_insert_with(|| stored(event.stream));
-            if event.seq != *head + 1 {
+            // Checked: a head read from disk (or raised by a floor) may be
+            // `u64::MAX`, and nothing follows it.
+            if head.checked_add(1) != Some(event.seq) {
                 return Err(DiskError::BatchRefused {
                     path: self.path.clone(),
                     stream: event.stream,
@@ -677,6 +711,39 @@ fn engine_error(dir: &Path, path: &Path, op: &'static str, error: redb::Error) -
 fn io(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> DiskError {
     let path = path.to_path_buf();
     move |source| DiskError::Io { path, op, source }
+}
+
+/// The directories of `dir`'s path, innermost first, that do not exist yet.
+fn missing_dirs(dir: &Path) -> Result<Vec<PathBuf>, DiskError> {
+    let mut missing = Vec::new();
+    for ancestor in dir.ancestors() {
+        if ancestor.as_os_str().is_empty() || ancestor.try_exists().map_err(io(ancestor, "stat"))? {
+            break;
+        }
+        missing.push(ancestor.to_path_buf());
+    }
+    Ok(missing)
+}
+
+/// The directory holding `path` (`.` for a bare relative name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// Renames a damaged data file to a name of its own beside it, and returns
+/// that name.
+fn set_aside(path: &Path) -> Result<PathBuf, DiskError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".damaged-{stamp}"));
+    let aside = PathBuf::from(name);
+    std::fs::rename(path, &aside).map_err(io(path, "set aside"))?;
+    Ok(aside)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), DiskError> {

@@ -79,6 +79,10 @@ struct Shared<S: Store> {
     payload_bytes_max: usize,
     commits: AtomicU64,
     events: AtomicU64,
+    /// Fault injection: the committer panics outside its `catch_unwind`
+    /// at its next round, as a bug of its own would.
+    #[cfg(test)]
+    panic_next_round: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -93,7 +97,25 @@ struct Queue {
 #[derive(Debug)]
 struct Waiter {
     payload: Bytes,
-    slot: Arc<Slot>,
+    /// Taken when the caller is answered. A waiter dropped unanswered (its
+    /// round lost to a panic in the committer, or left in the queue of a
+    /// committer that is gone) answers [`ReplicaError::Failed`], so that no
+    /// caller waits forever.
+    slot: Option<Arc<Slot>>,
+}
+
+impl Waiter {
+    fn answer(&mut self, outcome: Result<Event, ReplicaError>) {
+        if let Some(slot) = self.slot.take() {
+            slot.finish(outcome);
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.answer(Err(ReplicaError::Failed));
+    }
 }
 
 /// Where the committer leaves one caller's outcome.
@@ -135,6 +157,8 @@ impl<S: Store + Send + 'static> GroupCommit<S> {
             queued: Condvar::new(),
             commits: AtomicU64::new(0),
             events: AtomicU64::new(0),
+            #[cfg(test)]
+            panic_next_round: std::sync::atomic::AtomicBool::new(false),
         });
         let committer = {
             let shared = Arc::clone(&shared);
@@ -156,7 +180,8 @@ impl<S: Store + Send + 'static> GroupCommit<S> {
     /// A payload over the limit is refused alone. A failed commit fails
     /// every append of its round (each gets the store's error) and poisons
     /// the replica: later appends get [`ReplicaError::Failed`] until it is
-    /// reopened.
+    /// reopened. So does a panic, in the replica or in the committer
+    /// itself: every caller is answered.
     pub fn append(&self, payload: impl Into<Bytes>) -> Result<Event, ReplicaError> {
         let shared = &self.shared;
         let payload = payload.into();
@@ -170,9 +195,14 @@ impl<S: Store + Send + 'static> GroupCommit<S> {
         let slot = Arc::new(Slot::default());
         let idle = {
             let mut queue = lock(&shared.queue);
+            // Closed while the group is borrowed: the committer is gone
+            // (see `Shared::run`), and nothing would answer.
+            if queue.closed {
+                return Err(ReplicaError::Failed);
+            }
             queue.waiting.push_back(Waiter {
                 payload,
-                slot: Arc::clone(&slot),
+                slot: Some(Arc::clone(&slot)),
             });
             std::mem::take(&mut queue.idle)
         };
@@ -243,7 +273,12 @@ impl<S: Store> Shared<S> {
     /// The committer thread: one round per wake-up while anything is
     /// queued; ends when the group closes and the queue is empty.
     fn run(&self) {
+        let _closing = CloseOnExit(self);
         while let Some(round) = self.next_round() {
+            #[cfg(test)]
+            if self.panic_next_round.load(Ordering::Relaxed) {
+                panic!("injected: the committer dies holding a round");
+            }
             self.commit_round(round);
         }
     }
@@ -277,7 +312,7 @@ impl<S: Store> Shared<S> {
 
     /// Appends one round in one commit, then gives every caller its
     /// outcome.
-    fn commit_round(&self, round: Vec<Waiter>) {
+    fn commit_round(&self, mut round: Vec<Waiter>) {
         let committed = catch_unwind(AssertUnwindSafe(|| {
             let payloads = round.iter().map(|waiter| waiter.payload.clone());
             match self.replica.lock() {
@@ -292,15 +327,15 @@ impl<S: Store> Shared<S> {
                 assert_eq!(events.len(), round.len(), "one event per payload");
                 self.events
                     .fetch_add(events.len() as u64, Ordering::Relaxed);
-                for (waiter, event) in round.iter().zip(events) {
-                    waiter.slot.finish(Ok(event));
+                for (waiter, event) in round.iter_mut().zip(events) {
+                    waiter.answer(Ok(event));
                 }
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, events = round.len(), "group commit failed");
                 let error = Arc::new(error);
-                for waiter in &round {
-                    waiter.slot.finish(Err(share(&error)));
+                for waiter in &mut round {
+                    waiter.answer(Err(share(&error)));
                 }
             }
             Err(_) => {
@@ -308,11 +343,28 @@ impl<S: Store> Shared<S> {
                     events = round.len(),
                     "the replica panicked in a group commit; appends fail from now on"
                 );
-                for waiter in &round {
-                    waiter.slot.finish(Err(ReplicaError::Failed));
+                for waiter in &mut round {
+                    waiter.answer(Err(ReplicaError::Failed));
                 }
             }
         }
+    }
+}
+
+/// Closes the queue when the committer thread ends, however it ends (the
+/// group closing, or a panic of its own), and answers every caller still
+/// queued: nothing waits for a committer that is gone.
+struct CloseOnExit<'a, S: Store>(&'a Shared<S>);
+
+impl<S: Store> Drop for CloseOnExit<'_, S> {
+    fn drop(&mut self) {
+        let orphans: Vec<Waiter> = {
+            let mut queue = lock(&self.0.queue);
+            queue.closed = true;
+            queue.waiting.drain(..).collect()
+        };
+        // Each answers `Failed` as it drops, outside the queue's lock.
+        drop(orphans);
     }
 }
 
@@ -354,4 +406,47 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Review regression: a panic in the committer thread outside its
+    /// `catch_unwind` dropped its round unanswered and left every later
+    /// append queued for a thread that was gone: those callers waited
+    /// forever.
+    #[test]
+    fn appends_are_answered_not_left_waiting_when_the_committer_dies() {
+        let group = Arc::new(GroupCommit::new(Replica::new(StreamId::new(1))));
+        assert_eq!(group.append(&b"before"[..]).unwrap().seq, 1);
+        group.shared.panic_next_round.store(true, Ordering::Relaxed);
+        let (outcome_tx, outcome) = mpsc::channel();
+        let caller = {
+            let group = Arc::clone(&group);
+            std::thread::spawn(move || {
+                let _ = outcome_tx.send(group.append(&b"in the lost round"[..]));
+            })
+        };
+        let lost = outcome
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the caller in the lost round was never answered");
+        assert!(matches!(lost, Err(ReplicaError::Failed)), "{lost:?}");
+        caller.join().unwrap();
+        // Refused at once, not queued for a committer that is gone.
+        let after = group.append(&b"after"[..]);
+        assert!(matches!(after, Err(ReplicaError::Failed)), "{after:?}");
+        // What was committed stays readable.
+        assert_eq!(
+            group.with(|replica| replica.marks().get(StreamId::new(1))),
+            1
+        );
+        // Dropping the group re-raises the committer's own panic (a bug).
+        let group = Arc::into_inner(group).expect("the only handle left");
+        assert!(catch_unwind(AssertUnwindSafe(|| drop(group))).is_err());
+    }
 }

@@ -306,3 +306,87 @@ fn a_missing_head_event_is_reported_not_served_short() {
         other => panic!("expected Corrupt, got {other}"),
     }
 }
+
+/// A stream record as `disk.rs` lays it out (`docs/STORAGE.md`): floor,
+/// head, crc32 over the stream and both.
+fn stream_record(stream: StreamId, floor: u64, head: u64) -> Vec<u8> {
+    let mut record = Vec::with_capacity(20);
+    record.extend_from_slice(&floor.to_le_bytes());
+    record.extend_from_slice(&head.to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&stream.get().to_le_bytes());
+    hasher.update(&record);
+    record.extend_from_slice(&hasher.finalize().to_le_bytes());
+    record
+}
+
+/// Review regression: recovery computed `floor + 1` eagerly (`then_some`)
+/// for every stream record, so a well-formed record with a floor of
+/// `u64::MAX` panicked on overflow.
+#[test]
+fn a_stream_record_with_a_floor_of_u64_max_opens_without_a_panic() {
+    const FAR: StreamId = StreamId::new(9);
+    let dir = scratch();
+    write_log(dir.path());
+    {
+        let db = redb::Database::open(data_file(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut streams = txn.open_table(STREAMS).unwrap();
+            let record = stream_record(FAR, u64::MAX, u64::MAX);
+            streams.insert(FAR.get(), record.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let opened = catch_unwind(AssertUnwindSafe(|| {
+        let store = DiskStore::open(dir.path()).unwrap();
+        Replica::open(Config::new(OWN), store).unwrap()
+    }));
+    let replica = opened.expect("opening must not panic");
+    assert_eq!(replica.floor().get(FAR), u64::MAX);
+    assert_eq!(replica.marks().get(FAR), u64::MAX);
+}
+
+/// Review regression: recovery summed `head - floor` over the stream
+/// records unchecked, so records (each consistent with its first and last
+/// stored event) whose spans add up past `u64::MAX` panicked on overflow in
+/// a debug build and wrapped in a release one.
+#[test]
+fn stream_records_accounting_for_more_than_u64_max_events_are_refused_not_a_panic() {
+    let error = damage_record(|txn| {
+        let mut streams = txn.open_table(STREAMS).unwrap();
+        let mut events = txn.open_table(EVENTS).unwrap();
+        for stream in [StreamId::new(7), StreamId::new(8)] {
+            let record = stream_record(stream, 0, u64::MAX);
+            streams.insert(stream.get(), record.as_slice()).unwrap();
+            for seq in [1, u64::MAX] {
+                events.insert((stream.get(), seq), &b"x"[..]).unwrap();
+            }
+        }
+    });
+    match disk_error(&error) {
+        DiskError::Corrupt { detail, .. } => {
+            assert!(detail.contains("stream records account for"), "{detail}")
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}
+
+/// Review regression: a data file replaced by an empty (valid) redb
+/// database, beside a `LOCK` that records a store, was given a fresh format
+/// record and served as an empty log: every acknowledged event silently
+/// gone.
+#[test]
+fn a_data_file_replaced_by_an_empty_database_is_reported_not_served_empty() {
+    let dir = scratch();
+    write_log(dir.path());
+    std::fs::remove_file(data_file(dir.path())).unwrap();
+    drop(redb::Database::create(data_file(dir.path())).unwrap());
+    match DiskStore::open(dir.path()) {
+        Err(DiskError::Corrupt { path, detail }) => {
+            assert_eq!(path, data_file(dir.path()));
+            assert!(detail.contains("format record is missing"), "{detail}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}

@@ -66,6 +66,11 @@ fn crash_child_process() {
     let Ok(dir) = std::env::var(DIR_ENV) else {
         return;
     };
+    // The harness has printed `test crash_child_process ... ` without a
+    // newline: end that line, so that our first line (an `error` line if the
+    // open fails) reaches the parent whole and is not taken for the
+    // harness's.
+    println!();
     let round: u64 = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
     let fail = |what: &str| -> ! {
         println!("error {what}");
@@ -243,9 +248,14 @@ fn acknowledged_events_survive_sigkill() {
                         acks_wanted -= 1;
                     }
                 }
-                Err(_) => {
+                Err(mpsc::RecvTimeoutError::Timeout) => {
                     let _ = child.kill();
-                    panic!("round {round}: the child stopped acknowledging");
+                    panic!("round {round}: the child stopped acknowledging for 20 s");
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = child.kill();
+                    let status = child.wait();
+                    panic!("round {round}: the child ended on its own: {status:?}");
                 }
             }
         }

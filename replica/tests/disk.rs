@@ -338,9 +338,74 @@ fn a_data_file_torn_during_the_first_open_is_started_over() {
     // No open ever returned here (the lock file holds no marker), so nothing
     // in the file was acknowledged: a kill during the first open leaves a
     // file that may be empty or partial, and the next open starts over.
+    for torn in [&b"redb\x1a\n torn first write"[..], &b""[..]] {
+        let dir = scratch();
+        std::fs::write(data_file(dir.path()), torn).unwrap();
+        let store = DiskStore::open(dir.path()).unwrap();
+        assert!(store.recovery().created);
+        assert_eq!(store.meta().unwrap().heads, VersionVector::new());
+        // Set aside, not deleted: the marker is missing as well when `LOCK`
+        // was deleted, and then the file may have held a log.
+        let aside: Vec<Vec<u8>> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.to_string_lossy().contains(".damaged-"))
+            .map(|path| std::fs::read(path).unwrap())
+            .collect();
+        assert_eq!(aside, vec![torn.to_vec()]);
+    }
+}
+
+/// Review regression: with `LOCK` deleted from under a running store (an
+/// operator "cleaning a stale lock"), a second open took a fresh lock, found
+/// no marker, failed to open the data file (redb's own lock refused it) and
+/// then deleted the live data file as "never acknowledged".
+#[test]
+fn an_open_after_the_lock_file_was_deleted_is_refused_and_keeps_the_data() {
     let dir = scratch();
-    std::fs::write(data_file(dir.path()), b"redb\x1a\n torn first write").unwrap();
+    let mut first = open(dir.path());
+    let event = first.append(&b"acknowledged"[..]).unwrap();
+    std::fs::remove_file(dir.path().join(meshlog_replica::LOCK_FILE)).unwrap();
+    match DiskStore::open(dir.path()) {
+        Err(DiskError::Locked { .. }) => {}
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    assert!(
+        data_file(dir.path()).exists(),
+        "the live data file was removed"
+    );
+    drop(first);
+    let reopened = open(dir.path());
+    assert_eq!(reopened.get(OWN, event.seq), Some(event));
+}
+
+/// Review regression: `DiskStore::commit` computed `head + 1` unchecked, so a
+/// batch for a stream whose head is `u64::MAX` (a floor raised that far)
+/// panicked on overflow instead of being refused.
+#[test]
+fn a_batch_above_a_head_of_u64_max_is_refused_not_a_panic() {
+    let dir = scratch();
+    let mut store = DiskStore::open(dir.path()).unwrap();
+    store
+        .commit(&Batch {
+            events: vec![],
+            floors: vec![(PEER, u64::MAX)],
+            clock: 0,
+        })
+        .unwrap();
+    let refused = store.commit(&Batch {
+        events: vec![Event {
+            seq: 1,
+            ..peer_event(1)
+        }],
+        floors: vec![],
+        clock: 0,
+    });
+    match refused {
+        Err(DiskError::BatchRefused { stream, .. }) => assert_eq!(stream, PEER),
+        other => panic!("expected BatchRefused, got {other:?}"),
+    }
+    drop(store);
     let store = DiskStore::open(dir.path()).unwrap();
-    assert!(store.recovery().created);
-    assert_eq!(store.meta().unwrap().heads, VersionVector::new());
+    assert_eq!(store.meta().unwrap().heads.get(PEER), u64::MAX);
 }
