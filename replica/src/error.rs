@@ -94,6 +94,10 @@ pub enum PageError {
     /// names every stream, the seqs lost, and the cursor to resume from.
     #[error(transparent)]
     Stale(#[from] StaleCursor),
+    /// An earlier store commit failed, so the replica's memory may hold
+    /// what its store does not: it serves nothing until reopened.
+    #[error("an earlier store commit failed; reopen the replica to recover its durable state")]
+    Failed,
     /// The requested page is longer than the configured limit.
     #[error("page limit {limit} exceeds the maximum of {max}")]
     LimitTooLarge {

@@ -402,7 +402,9 @@ impl<S: Store> Replica<S> {
     /// `(lamport, stream)`, and `next = after ⊔ page`.
     ///
     /// Refuses a cursor below the floor with [`PageError::Stale`], naming
-    /// every stream and range lost. Costs O(S + limit · log S) for S streams,
+    /// every stream and range lost, and every cursor with
+    /// [`PageError::Failed`] once a store commit has failed (`apply` and
+    /// `compact` change memory before they commit). Costs O(S + limit · log S) for S streams,
     /// plus logarithmic seeks into the ordered log, whatever the log's
     /// length. A cursor from any replica of the mesh is valid here.
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
@@ -413,6 +415,9 @@ impl<S: Store> Replica<S> {
             });
         }
         let _span = tracing::trace_span!("page", limit).entered();
+        if self.failed {
+            return Err(PageError::Failed);
+        }
         after.check_floor(&self.floor)?;
         let mut walk = self.log.walk(after);
         let events: Vec<Event> = walk.by_ref().take(limit).collect();
@@ -430,7 +435,13 @@ impl<S: Store> Replica<S> {
     /// their mark is below it, and events per stream contiguous from their
     /// mark, in `(lamport, stream)` order, up to `byte_budget` bytes by
     /// [`Event::size_hint`] (at least one event if any is missing).
+    ///
+    /// Empty once a store commit has failed: a replica sends nothing its
+    /// store may not hold, so no peer gets an event its writer could forget.
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
+        if self.failed {
+            return Delta::default();
+        }
         let floor: VersionVector = self
             .floor
             .iter()

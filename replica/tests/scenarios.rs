@@ -476,3 +476,79 @@ fn reopening_a_store_restores_head_floor_and_clock_and_never_reuses_a_seq() {
     assert_eq!(next.seq, marks.get(StreamId::new(1)) + 1);
     assert!(next.lamport > clock);
 }
+
+/// A store whose commits fail on command (through a shared flag), over a
+/// `MemStore`.
+#[derive(Debug, Default)]
+struct FlakyStore {
+    inner: MemStore,
+    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("injected commit failure")]
+struct Injected;
+
+impl meshlog_replica::Store for FlakyStore {
+    type Error = Injected;
+
+    fn meta(&self) -> Result<meshlog_replica::StoreMeta, Injected> {
+        Ok(self.inner.meta().unwrap())
+    }
+
+    fn read_stream(
+        &self,
+        stream: StreamId,
+        after_seq: u64,
+        limit: usize,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Injected> {
+        self.inner
+            .read_stream(stream, after_seq, limit, out)
+            .unwrap();
+        Ok(())
+    }
+
+    fn commit(&mut self, batch: &meshlog_replica::Batch) -> Result<(), Injected> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Injected);
+        }
+        self.inner.commit(batch).unwrap();
+        Ok(())
+    }
+}
+
+/// After a failed commit the replica serves nothing its store may not hold
+/// (pages, deltas) and refuses changes; reopening recovers the durable state.
+#[test]
+fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
+    use meshlog_replica::Store as _;
+    let mut a = replica(1);
+    for i in 0..3u8 {
+        a.append(vec![i]).unwrap();
+    }
+    let config = Config::new(StreamId::new(2));
+    let store = FlakyStore::default();
+    let fail = store.fail.clone();
+    let mut b = Replica::open(config.clone(), store).unwrap();
+    b.append(&b"durable"[..]).unwrap();
+    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let delta = a.delta_for(&b.marks(), usize::MAX);
+    assert!(matches!(b.apply(&delta), Err(ReplicaError::Store(_))));
+    // Memory now holds A's events, the store does not: nothing is served.
+    assert!(matches!(
+        b.page(&VersionVector::new(), 10),
+        Err(PageError::Failed)
+    ));
+    assert_eq!(
+        b.delta_for(&VersionVector::new(), usize::MAX),
+        Delta::default()
+    );
+    assert!(matches!(b.append(&b"x"[..]), Err(ReplicaError::Failed)));
+    let store = b.into_store();
+    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(store.meta().unwrap().heads.get(StreamId::new(1)), 0);
+    let b = Replica::open(config, store).unwrap();
+    let page = b.page(&VersionVector::new(), 10).unwrap();
+    assert_eq!(page.events.len(), 1, "only the durable event survives");
+}
