@@ -32,3 +32,8 @@ pub use meshlog_sync as sync;
 
 pub use meshlog_cursor::{StaleCursor, StreamId, TokenError, VersionVector};
 pub use meshlog_replica::{Event, Page, PageError, Replica, ReplicaError};
+
+/// The README's example, compiled and run as a doctest so it stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
