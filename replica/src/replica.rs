@@ -576,10 +576,20 @@ impl<S: Store> Replica<S> {
             }
         }
         report.applied = batch.events.len() as u64;
+        // Marks move once per stream touched, to the stream's head: a
+        // vector update per event would cost a map insert each.
+        let mut touched: Vec<StreamId> = Vec::new();
         for event in &batch.events {
             self.clock = self.clock.max(event.lamport);
-            self.marks.advance(event.stream, event.seq);
             self.digest.add(event);
+            if touched.last() != Some(&event.stream) {
+                touched.push(event.stream);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for stream in touched {
+            self.marks.advance(stream, self.log.head(stream));
         }
         batch.clock = self.clock;
         self.stats.applied += report.applied;
