@@ -7,10 +7,13 @@
 //!
 //! Decoding is total: any byte string gives a [`Frame`] or a typed
 //! [`FrameError`], never a panic. A length prefix is checked against
-//! [`FRAME_BYTES_MAX`] before anything is allocated for the payload, and
-//! decoding a payload allocates at most a small multiple of its length
-//! (sequences are grown as elements are read, never reserved by a count read
-//! from the input).
+//! [`FRAME_BYTES_MAX`] before anything is allocated for the payload. Every
+//! count a payload announces (a vector's streams, a delta's events) is
+//! checked against its limit ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`]) before
+//! any of its elements is decoded, and sequences are grown as elements are
+//! read, never reserved by a count read from the input: a payload decodes
+//! into at most a small multiple of its length, and never into more than
+//! its limits allow, however small its elements.
 //!
 //! The serde types here are private: [`Frame`] carries the domain types of
 //! `meshlog-cursor` and `meshlog-replica` (which are deliberately not
@@ -50,6 +53,22 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// events (see `SessionConfig::delta_bytes_max`), plus a floor vector of up
 /// to [`STREAMS_MAX`] entries (at most 20 bytes each, about 320 KiB).
 pub const FRAME_BYTES_MAX: usize = 4 << 20;
+
+/// The most events one delta frame may carry: 8192.
+///
+/// The bound on what one frame decodes into. Without it a 4 MiB delta of
+/// minimal events (5 bytes each on the wire, 64 bytes each decoded) would
+/// decode into some 800,000 events, 50 to 100 MB, for each inbound session
+/// at once. With it a delta decodes into at most about 1 MiB of events
+/// besides its payloads.
+///
+/// A sender's byte budget counts at least 50 bytes per event
+/// ([`meshlog_replica::Event::size_hint`]), so the default budget of
+/// 256 KiB never builds a delta of more than 5,242 events; a session with a
+/// larger budget splits what it builds into frames of at most this many
+/// events. A receiver refuses a delta announcing more
+/// ([`FrameError::TooManyEvents`]) after reading only its count.
+pub const DELTA_EVENTS_MAX: usize = 8192;
 
 /// The length prefix: a `u32`, little-endian.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
@@ -171,8 +190,19 @@ pub enum FrameError {
         /// How many bytes were left.
         len: usize,
     },
+    /// A delta announces more events than a frame may carry. Refused after
+    /// reading the count, before any event is decoded; when encoding,
+    /// before anything is written.
+    #[error("delta frame of {count} events exceeds the maximum of {max} events")]
+    TooManyEvents {
+        /// The count announced (or, when encoding, held).
+        count: usize,
+        /// [`DELTA_EVENTS_MAX`].
+        max: usize,
+    },
     /// A version vector in the frame is not canonical: streams not strictly
-    /// ascending, a zero seq, or more streams than a vector may hold.
+    /// ascending, a zero seq, or more streams than a vector may hold (that
+    /// count checked before any entry is decoded).
     #[error("{field} of a {kind} frame is not a canonical version vector: {detail}")]
     BadVector {
         /// The frame's kind.
@@ -238,8 +268,18 @@ fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
 /// Encodes a frame with its length prefix.
 ///
 /// Fails with [`FrameError::TooLarge`] if the payload would exceed
-/// [`FRAME_BYTES_MAX`] (a delta built past the budget, say).
+/// [`FRAME_BYTES_MAX`] (a delta built past the budget, say), and with
+/// [`FrameError::TooManyEvents`] for a delta of more than
+/// [`DELTA_EVENTS_MAX`] events: nothing is sent that the peer would refuse.
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
+    if let Frame::Delta(delta) = frame {
+        if delta.events.len() > DELTA_EVENTS_MAX {
+            return Err(FrameError::TooManyEvents {
+                count: delta.events.len(),
+                max: DELTA_EVENTS_MAX,
+            });
+        }
+    }
     let repr = FrameRepr::from_frame(frame);
     let mut out = postcard::to_extend(&repr, vec![0u8; LENGTH_PREFIX_BYTES]).map_err(|error| {
         FrameError::Encode {
@@ -263,7 +303,11 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 ///
 /// Total: any bytes give a frame or a typed error. A hello is checked for
 /// its protocol version before the rest of it is read, so a peer of another
-/// version gets [`FrameError::ProtocolVersion`], not a decoding error.
+/// version gets [`FrameError::ProtocolVersion`], not a decoding error. The
+/// counts the payload announces are checked before their elements are
+/// decoded: a delta of more than [`DELTA_EVENTS_MAX`] events is
+/// [`FrameError::TooManyEvents`], a vector of more than [`STREAMS_MAX`]
+/// streams [`FrameError::BadVector`].
 pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
@@ -303,6 +347,7 @@ pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
             });
         }
     }
+    check_counts(tag, kind, payload)?;
     let (repr, rest) = postcard::take_from_bytes::<FrameRepr>(payload).map_err(malformed(kind))?;
     if !rest.is_empty() {
         return Err(FrameError::TrailingBytes {
@@ -311,6 +356,78 @@ pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
         });
     }
     repr.into_frame(kind)
+}
+
+/// Checks the counts a payload announces against their limits before
+/// anything is decoded for their elements: each vector's entries (at most
+/// [`STREAMS_MAX`]) and a delta's events (at most [`DELTA_EVENTS_MAX`]).
+///
+/// postcard writes a sequence's count (a varint) before its elements, so
+/// this walks the payload's layout reading varints only, skipping vector
+/// entries without storing them and stopping at a delta's event count: it
+/// allocates nothing. Bytes that do not parse are left to the decoder,
+/// which reports them as it would without this check.
+fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Result<(), FrameError> {
+    fn take<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
+        postcard::take_from_bytes::<T>(bytes).ok()
+    }
+    /// Reads a vector's count, refuses it above the limit, and skips its
+    /// entries; `Ok(None)` if the bytes do not parse.
+    fn skip_vector<'a>(
+        bytes: &'a [u8],
+        kind: &'static str,
+        field: &'static str,
+    ) -> Result<Option<&'a [u8]>, FrameError> {
+        let Some((count, mut rest)) = take::<u64>(bytes) else {
+            return Ok(None);
+        };
+        if count > STREAMS_MAX as u64 {
+            return Err(FrameError::BadVector {
+                kind,
+                field,
+                detail: format!("{count} streams exceed the limit of {STREAMS_MAX}"),
+            });
+        }
+        for _ in 0..count {
+            let Some((_, after)) = take::<(u64, u64)>(rest) else {
+                return Ok(None);
+            };
+            rest = after;
+        }
+        Ok(Some(rest))
+    }
+
+    let Some((_, body)) = take::<u32>(payload) else {
+        return Ok(());
+    };
+    match tag {
+        tag::HELLO => {
+            let Some((_, vectors)) = take::<(u16, u64)>(body) else {
+                return Ok(());
+            };
+            if let Some(floor) = skip_vector(vectors, kind, "marks")? {
+                skip_vector(floor, kind, "floor")?;
+            }
+        }
+        tag::DELTA => {
+            let Some(events) = skip_vector(body, kind, "floor")? else {
+                return Ok(());
+            };
+            let Some((count, _)) = take::<u64>(events) else {
+                return Ok(());
+            };
+            if count > DELTA_EVENTS_MAX as u64 {
+                return Err(FrameError::TooManyEvents {
+                    count: usize::try_from(count).unwrap_or(usize::MAX),
+                    max: DELTA_EVENTS_MAX,
+                });
+            }
+        }
+        _ => {
+            skip_vector(body, kind, "marks")?;
+        }
+    }
+    Ok(())
 }
 
 /// Reads length-prefixed frames from a byte stream, one whole frame at a
@@ -348,15 +465,26 @@ impl FrameReader {
         source: &mut R,
     ) -> std::io::Result<Option<Bytes>> {
         Ok(self
-            .read_raw(source)
+            .read_frame(source)
             .await?
             .map(|raw| raw.slice(LENGTH_PREFIX_BYTES..)))
     }
 
-    /// The next whole frame's raw bytes, prefix included: what a proxy
-    /// forwards. Same contract as [`FrameReader::read_payload`]; the prefix
-    /// is checked, the payload is not decoded.
+    /// The next whole frame's raw bytes, prefix included: what the
+    /// testkit's fault proxy forwards. Same contract as
+    /// [`FrameReader::read_payload`]; the prefix is checked, the payload is
+    /// not decoded. Only with the `testkit` feature: a session never needs a
+    /// frame it has not decoded.
+    #[cfg(feature = "testkit")]
     pub async fn read_raw<R: AsyncRead + Unpin>(
+        &mut self,
+        source: &mut R,
+    ) -> std::io::Result<Option<Bytes>> {
+        self.read_frame(source).await
+    }
+
+    /// The next whole frame, prefix included (see `read_raw`).
+    async fn read_frame<R: AsyncRead + Unpin>(
         &mut self,
         source: &mut R,
     ) -> std::io::Result<Option<Bytes>> {
@@ -484,6 +612,8 @@ impl VectorRepr {
             field,
             detail,
         };
+        // Also checked before decoding (`check_counts`); kept here so that
+        // no vector over the limit is built whatever path led here.
         if entries.len() > STREAMS_MAX {
             return Err(bad(format!(
                 "{} streams exceed the limit of {STREAMS_MAX}",
@@ -761,13 +891,97 @@ mod tests {
     }
 
     #[test]
-    fn a_huge_announced_count_allocates_nothing_up_front() {
-        // A delta whose events claim 2^32-1 elements in a 7-byte payload: the
-        // decoder runs out of input, it does not reserve.
-        let err = decode(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
+    fn a_huge_announced_count_is_refused_by_the_count_alone() {
+        // A delta whose events claim 2^32-1 elements in a 7-byte payload.
+        assert_eq!(
+            decode(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+            Err(FrameError::TooManyEvents {
+                count: 0xffff_ffff,
+                max: DELTA_EVENTS_MAX
+            })
+        );
+        // An ack whose marks claim 2^32-1 entries.
+        let err = decode(&[2, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
         assert!(
-            matches!(err, FrameError::Malformed { kind: "delta", .. }),
+            matches!(err, FrameError::BadVector { kind: "ack", field: "marks", ref detail } if detail.starts_with("4294967295 streams")),
             "{err}"
         );
+    }
+
+    fn tiny_events(count: usize) -> Vec<Event> {
+        (1..=count as u64)
+            .map(|seq| Event {
+                stream: StreamId::new(1),
+                seq,
+                lamport: seq,
+                time_ms: 0,
+                payload: Bytes::new(),
+            })
+            .collect()
+    }
+
+    /// Found in review: a 4 MiB delta of minimal events decoded into about
+    /// 800,000 events (50 to 100 MB) before anything checked their number.
+    #[test]
+    fn a_delta_of_more_events_than_the_limit_is_refused_before_decoding() {
+        // Kind 1, an empty floor, the count, then one minimal event
+        // (stream, seq, lamport, time, empty payload) where 8193 should be.
+        let mut payload = vec![1, 0];
+        payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
+        payload.extend([1, 1, 1, 0, 0]);
+        assert_eq!(
+            decode(&payload),
+            Err(FrameError::TooManyEvents {
+                count: DELTA_EVENTS_MAX + 1,
+                max: DELTA_EVENTS_MAX
+            })
+        );
+        // The count is read past a floor vector too.
+        let mut payload = vec![1, 2, 1, 4, 7, 2];
+        payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
+        assert!(matches!(
+            decode(&payload),
+            Err(FrameError::TooManyEvents { .. })
+        ));
+    }
+
+    #[test]
+    fn a_delta_at_the_event_limit_round_trips_and_one_above_is_not_encoded() {
+        let at_limit = Frame::Delta(Delta {
+            floor: VersionVector::new(),
+            events: tiny_events(DELTA_EVENTS_MAX),
+        });
+        let bytes = encode(&at_limit).unwrap();
+        assert_eq!(decode(&bytes[LENGTH_PREFIX_BYTES..]), Ok(at_limit));
+        let above = Frame::Delta(Delta {
+            floor: VersionVector::new(),
+            events: tiny_events(DELTA_EVENTS_MAX + 1),
+        });
+        assert_eq!(
+            encode(&above),
+            Err(FrameError::TooManyEvents {
+                count: DELTA_EVENTS_MAX + 1,
+                max: DELTA_EVENTS_MAX
+            })
+        );
+    }
+
+    /// The sender's side of the limit: a byte budget counts at least 50
+    /// bytes per event, so the default budget cannot build a delta the
+    /// receiver refuses; larger budgets are split by the session.
+    #[test]
+    fn the_default_budget_never_builds_a_delta_over_the_event_limit() {
+        let mut replica = meshlog_replica::Replica::new(StreamId::new(1));
+        for i in 0..(DELTA_EVENTS_MAX as u64 + 100) {
+            replica.append_at(Bytes::new(), i).unwrap();
+        }
+        let budget = crate::SessionConfig::default().delta_bytes_max;
+        let delta = replica.delta_for(&VersionVector::new(), budget);
+        assert!(
+            delta.events.len() <= DELTA_EVENTS_MAX,
+            "{} events",
+            delta.events.len()
+        );
+        assert_eq!(delta.events.len(), budget / 50);
     }
 }

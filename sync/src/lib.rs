@@ -13,21 +13,26 @@
 //! # Layout
 //!
 //! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their postcard
-//!   encoding behind a `u32` length prefix, [`FRAME_BYTES_MAX`], the
+//!   encoding behind a `u32` length prefix, [`FRAME_BYTES_MAX`],
+//!   [`DELTA_EVENTS_MAX`], the
 //!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:
 //!   `docs/PROTOCOL.md`.
 //! - `shared`: [`SharedReplica`], a replica behind a mutex with a watch of
-//!   its marks that wakes sessions on new events.
+//!   its marks that wakes sessions on new events, and async calls that
+//!   commit where [`Commits`] says (tokio's blocking pool for a durable
+//!   store), so a commit never stalls the runtime.
 //! - `session`: [`Session`], the protocol with one peer over one stream,
 //!   [`SessionConfig`], [`SessionState`], [`SessionError`].
 //! - `manager`: [`PeerManager`], which dials configured peers over TCP,
 //!   reconnects with jittered backoff, accepts inbound peers and reports
 //!   [`PeerStatus`] (connected, marks, lag in events).
-//! - `rng`: [`SplitMix64`], the seeded generator behind jitter and faults.
+//! - `rng`: `SplitMix64`, the seeded generator behind the manager's jitter
+//!   and the testkit's faults (crate-private; the testkit re-exports it).
 //! - `testkit` (feature `testkit`): the frame-level fault proxy
 //!   (`FaultLink` in memory, `FaultProxy` over TCP), an in-memory mesh of
-//!   replicas with reconnecting links, seeds from `MESHLOG_SEED`, and the
-//!   frame-decoding checks of the `frame_decode` fuzz target.
+//!   replicas with reconnecting links, seeds from `MESHLOG_SEED`,
+//!   `SplitMix64`, a paused-clock runtime and a bounded `wait_for` for
+//!   tests, and the frame-decoding checks of the `frame_decode` fuzz target.
 //!
 //! **Architecture invariant:** only this crate knows frames and sockets.
 //! The replica and the cursor are used through their public API; their types
@@ -78,8 +83,9 @@ mod shared;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use frame::{Frame, FrameError, FrameReader, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+pub use frame::{
+    Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
+};
 pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
-pub use rng::SplitMix64;
 pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
-pub use shared::SharedReplica;
+pub use shared::{Commits, SharedReplica};

@@ -10,7 +10,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::{Session, SessionConfig, SessionError, SessionState, SharedReplica, SplitMix64};
+use crate::rng::SplitMix64;
+use crate::{Session, SessionConfig, SessionError, SessionState, SharedReplica};
 
 /// Where to listen, whom to dial, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,12 +2,16 @@
 //!
 //! Not cryptographic; chosen because every decision it makes must replay
 //! from a seed, and because it has no dependency and no global state.
+//!
+//! Crate-private: the manager draws its reconnect jitter from it, and the
+//! `testkit` re-exports it for seeded tests in any crate. It is not part of
+//! the sync API proper.
 
 /// A SplitMix64 generator (Steele, Lea and Flood, 2014): one `u64` of state,
 /// every output a pure function of the seed and the number of draws.
 ///
 /// ```
-/// use meshlog_sync::SplitMix64;
+/// use meshlog_sync::testkit::SplitMix64;
 /// let mut a = SplitMix64::new(42);
 /// let mut b = SplitMix64::new(42);
 /// assert_eq!(a.next_u64(), b.next_u64());
@@ -40,11 +44,13 @@ impl SplitMix64 {
     }
 
     /// A uniform draw in `[0, 1)`.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// `true` with probability `p` (clamped to `[0, 1]`).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub fn chance(&mut self, p: f64) -> bool {
         self.unit() < p
     }

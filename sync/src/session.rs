@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, MemStore, ReplicaError, Store};
+use meshlog_replica::{Delta, Event, MemStore, ReplicaError, Store};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
-use crate::frame::{self, Frame, FrameError, FrameReader, Hello, FRAME_BYTES_MAX};
+use crate::frame::{
+    self, Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX,
+};
 use crate::SharedReplica;
 
 /// A session's timing and limits.
@@ -29,9 +31,11 @@ pub struct SessionConfig {
     /// A session whose queued output (or a flush) makes no progress for
     /// this long ends with [`SessionError::WriteTimeout`]. Default 10 s.
     pub write_timeout: Duration,
-    /// The byte budget of one delta frame, by [`meshlog_replica::Event::size_hint`]
+    /// The byte budget of one delta, by [`meshlog_replica::Event::size_hint`]
     /// (a delta holds at least one event whatever its size). Default 256 KiB;
-    /// capped so that a frame stays below [`FRAME_BYTES_MAX`].
+    /// capped so that a frame stays below [`FRAME_BYTES_MAX`]. A delta of
+    /// more than [`DELTA_EVENTS_MAX`] events (small events under a budget
+    /// above 400 KiB) is sent as several frames.
     pub delta_bytes_max: usize,
     /// No new delta, ack or heartbeat is queued while this many bytes wait to
     /// be written: the bound on a session's output buffer (plus one frame and
@@ -192,9 +196,10 @@ impl From<io::Error> for SessionError {
 /// 2. Keep a *view* of the peer's marks: set from its hello, joined with its
 ///    acks and with the events it sends us, **replaced** by every heartbeat.
 /// 3. While the view does not cover our marks and less than
-///    `queue_bytes_max` is queued, send `delta_for(view, budget)` and advance
-///    the view by what it carries (optimistically: if that frame is lost, the
-///    peer's next heartbeat lowers the view again and it is re-sent).
+///    `queue_bytes_max` is queued, send `delta_for(view, budget)` (in frames
+///    of at most [`DELTA_EVENTS_MAX`] events) and advance the view by what it
+///    carries (optimistically: if that frame is lost, the peer's next
+///    heartbeat lowers the view again and it is re-sent).
 /// 4. After applying a delta that changed our log, ack our marks.
 /// 5. Every tick, send a heartbeat with our marks; time out a silent peer.
 ///
@@ -206,7 +211,28 @@ impl From<io::Error> for SessionError {
 /// through A. The session runs in one task with no queue of events: a slow
 /// peer only fills this session's bounded output buffer.
 ///
-/// Dropping the future closes the stream; there are no background tasks.
+/// # Sharing the runtime
+///
+/// - **Fair turns.** Each turn the session serves one thing that is ready:
+///   the tick first (it is ready once per interval, so it starves nothing),
+///   then reading and writing, which take turns going first: after a frame
+///   is handled, writing goes first. A peer whose frames are always ready (a
+///   deep backlog on a fast link) cannot starve our acks and heartbeats and
+///   then time out waiting for them. The order is fixed per turn, not
+///   random, so a run under tokio's paused clock replays from its seeds.
+/// - **Yielding.** Every frame handled spends a unit of the task's tokio
+///   coop budget, so a session that always has a frame to handle (even from
+///   its own buffer, with no socket read in between) still yields to the
+///   runtime's other tasks and timers.
+/// - **Commits off the runtime.** A received delta is applied with
+///   [`SharedReplica::apply_async`]: with a durable store (anything but
+///   [`Commits::Inline`](crate::Commits)), on tokio's blocking pool, so its
+///   fsync does not stall the runtime's other tasks. The session awaits each
+///   apply before it reads the next frame: a peer's deltas are applied in
+///   the order they arrived, one at a time.
+///
+/// Dropping the future closes the stream; there are no background tasks (an
+/// apply already handed to the blocking pool finishes there).
 pub struct Session<S: Store = MemStore> {
     shared: SharedReplica<S>,
     config: SessionConfig,
@@ -229,7 +255,9 @@ impl<S: Store> Session<S> {
     pub fn state(&self) -> watch::Receiver<SessionState> {
         self.state.subscribe()
     }
+}
 
+impl<S: Store + Send + 'static> Session<S> {
     /// Runs the session over `io` until the peer closes it or it fails.
     pub async fn run<IO>(self, io: IO) -> Result<SessionEnd, SessionError>
     where
@@ -279,6 +307,16 @@ impl<S: Store> Session<S> {
     }
 }
 
+/// What one turn of a session serves: the branch of its select that was
+/// ready first in that turn's order.
+enum Turn {
+    Stop,
+    Tick,
+    Read(io::Result<Option<Bytes>>),
+    Wrote(io::Result<usize>),
+    MarksChanged,
+}
+
 struct Driver<S: Store, R, W> {
     shared: SharedReplica<S>,
     config: SessionConfig,
@@ -303,7 +341,7 @@ struct Driver<S: Store, R, W> {
 
 impl<S, R, W> Driver<S, R, W>
 where
-    S: Store,
+    S: Store + Send + 'static,
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -311,18 +349,56 @@ where
         tokio::pin!(stop);
         let interval = self.config.heartbeat_interval.max(Duration::from_millis(1));
         let mut next_tick = Instant::now() + interval;
+        // Whether reading goes before writing this turn: not right after a
+        // frame was handled, so that a peer whose frames are always ready
+        // cannot starve our writes (see "Sharing the runtime" on `Session`).
+        let mut read_first = true;
         loop {
             self.fill()?;
-            // Biased: the order is fixed, so a run under tokio's paused clock
-            // replays exactly from its seeds.
-            tokio::select! {
-                biased;
-                _ = &mut stop => return Ok(SessionEnd::Stopped),
-                read = self.reader.read_payload(&mut self.read) => match read? {
-                    Some(payload) => self.on_payload(payload)?,
+            let has_output = !self.out.is_empty();
+            // Biased, in an order fixed per turn: a run under tokio's paused
+            // clock replays exactly from its seeds. Two selects rather than
+            // one, because a select's order is fixed where it is written.
+            // The tick goes first, even before a frame that is ready: it can
+            // then time out a peer whose frame waits unread only if this
+            // session went unpolled for a whole read timeout, in which case
+            // it sent no heartbeat for as long and the peer times out too.
+            let turn = if read_first {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => Turn::Stop,
+                    _ = sleep_until(next_tick) => Turn::Tick,
+                    read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
+                    written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
+                    _ = self.marks.changed() => Turn::MarksChanged,
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => Turn::Stop,
+                    _ = sleep_until(next_tick) => Turn::Tick,
+                    written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
+                    read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
+                    _ = self.marks.changed() => Turn::MarksChanged,
+                }
+            };
+            read_first = !matches!(turn, Turn::Read(_));
+            match turn {
+                Turn::Stop => return Ok(SessionEnd::Stopped),
+                Turn::Tick => {
+                    next_tick = Instant::now() + interval;
+                    self.on_tick()?;
+                }
+                Turn::Read(read) => match read? {
+                    Some(payload) => {
+                        self.on_payload(payload).await?;
+                        // Frames served from our own buffer touch no socket,
+                        // so nothing else would make us yield under a flood.
+                        tokio::task::coop::consume_budget().await;
+                    }
                     None => return Ok(SessionEnd::PeerClosed),
                 },
-                written = self.write.write(&self.out), if !self.out.is_empty() => {
+                Turn::Wrote(written) => {
                     let written = written?;
                     if written == 0 {
                         return Err(SessionError::Io(io::ErrorKind::WriteZero.into()));
@@ -333,12 +409,8 @@ where
                         self.flush().await?;
                     }
                 }
-                _ = sleep_until(next_tick) => {
-                    next_tick = Instant::now() + interval;
-                    self.on_tick()?;
-                }
                 // New events here: loop round to fill.
-                _ = self.marks.changed() => {}
+                Turn::MarksChanged => {}
             }
         }
     }
@@ -433,7 +505,9 @@ where
             }
             advance_by(&mut self.view, &delta);
             let events = delta.events.len() as u64;
-            self.enqueue(&Frame::Delta(delta))?;
+            for part in split_delta(delta) {
+                self.enqueue(&Frame::Delta(part))?;
+            }
             self.state.send_modify(|state| state.events_sent += events);
         }
         Ok(())
@@ -453,7 +527,7 @@ where
         Ok(())
     }
 
-    fn on_payload(&mut self, payload: Bytes) -> Result<(), SessionError> {
+    async fn on_payload(&mut self, payload: Bytes) -> Result<(), SessionError> {
         self.last_frame_at = Instant::now();
         let len = payload.len() + frame::LENGTH_PREFIX_BYTES;
         self.state.send_modify(|state| {
@@ -473,7 +547,7 @@ where
             return Ok(());
         };
         match frame {
-            Frame::Delta(delta) => self.on_delta(peer, delta)?,
+            Frame::Delta(delta) => self.on_delta(peer, delta).await?,
             Frame::Ack { marks } => {
                 self.view.join(&marks);
                 self.state
@@ -522,14 +596,24 @@ where
         Ok(())
     }
 
-    fn on_delta(&mut self, peer: StreamId, delta: Delta) -> Result<(), SessionError> {
-        let report = self.shared.apply(&delta).map_err(|source| match source {
-            ReplicaError::Store(_) | ReplicaError::Failed => SessionError::Replica(source),
-            source => SessionError::Refused { peer, source },
-        })?;
+    async fn on_delta(&mut self, peer: StreamId, delta: Delta) -> Result<(), SessionError> {
         // The peer holds what it sent (each stream is a prefix): never echo
-        // it back.
+        // it back. Advanced before the apply, which takes the delta: if the
+        // apply fails, the session ends and the view with it.
         advance_by(&mut self.view, &delta);
+        // Awaited before the next frame is read: one session's applies run
+        // in the order its frames arrived. With a durable store the commit
+        // runs on the blocking pool (see `SharedReplica::apply_async`).
+        let report = self
+            .shared
+            .apply_async(delta)
+            .await
+            .map_err(|source| match source {
+                ReplicaError::Store(_) | ReplicaError::Failed => SessionError::Replica(source),
+                source => SessionError::Refused { peer, source },
+            })?;
+        // Time spent committing what the peer sent is not its silence.
+        self.last_frame_at = Instant::now();
         if report.applied > 0 || report.floors_raised > 0 {
             self.ack_due = true;
         }
@@ -541,6 +625,30 @@ where
     }
 }
 
+/// Splits a delta into deltas of at most [`DELTA_EVENTS_MAX`] events, in
+/// order, the first carrying the floor: a receiver refuses a frame of more.
+/// Each part is a run of the whole's `(lamport, stream)` order, so per
+/// stream it continues where the parts before it ended, as successive
+/// deltas do.
+fn split_delta(delta: Delta) -> Vec<Delta> {
+    if delta.events.len() <= DELTA_EVENTS_MAX {
+        return vec![delta];
+    }
+    let Delta { mut floor, events } = delta;
+    let mut parts = Vec::with_capacity(events.len().div_ceil(DELTA_EVENTS_MAX));
+    let mut events = events.into_iter();
+    loop {
+        let part: Vec<Event> = events.by_ref().take(DELTA_EVENTS_MAX).collect();
+        if part.is_empty() {
+            return parts;
+        }
+        parts.push(Delta {
+            floor: std::mem::take(&mut floor),
+            events: part,
+        });
+    }
+}
+
 /// Advances `view` by what a delta carries: per stream, its last event and
 /// its floor (a replica holding seq `n` of a stream holds every seq below).
 fn advance_by(view: &mut VersionVector, delta: &Delta) {
@@ -549,5 +657,42 @@ fn advance_by(view: &mut VersionVector, delta: &Delta) {
     }
     for event in &delta.events {
         view.advance(event.stream, event.seq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64) -> Event {
+        Event {
+            stream: StreamId::new(1 + seq % 3),
+            seq,
+            lamport: seq,
+            time_ms: 0,
+            payload: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn a_delta_is_split_at_the_event_limit_with_the_floor_in_the_first_part() {
+        let floor: VersionVector = [(StreamId::new(9), 4)].into_iter().collect();
+        let events: Vec<Event> = (1..=2 * DELTA_EVENTS_MAX as u64 + 1).map(event).collect();
+        let parts = split_delta(Delta {
+            floor: floor.clone(),
+            events: events.clone(),
+        });
+        let lens: Vec<usize> = parts.iter().map(|part| part.events.len()).collect();
+        assert_eq!(lens, [DELTA_EVENTS_MAX, DELTA_EVENTS_MAX, 1]);
+        assert_eq!(parts[0].floor, floor);
+        assert!(parts[1..].iter().all(|part| part.floor.is_empty()));
+        let joined: Vec<Event> = parts.into_iter().flat_map(|part| part.events).collect();
+        assert_eq!(joined, events);
+
+        let small = Delta {
+            floor,
+            events: events[..3].to_vec(),
+        };
+        assert_eq!(split_delta(small.clone()), [small]);
     }
 }

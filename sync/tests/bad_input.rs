@@ -25,6 +25,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Digest, Event, ReplicaError};
 use meshlog_sync::frame::{self, Frame, Hello};
+use meshlog_sync::testkit;
 use meshlog_sync::{
     FrameError, ManagerConfig, PeerManager, Session, SessionConfig, SessionEnd, SessionError,
     SharedReplica, FRAME_BYTES_MAX, PROTOCOL_VERSION,
@@ -65,12 +66,7 @@ fn logged<F: Future>(test: F) -> (F::Output, String) {
             .init();
     });
     CAPTURED.with(|captured| captured.borrow_mut().clear());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let out = runtime.block_on(test);
+    let out = testkit::run_paused(test);
     let log = CAPTURED.with(|captured| String::from_utf8_lossy(&captured.borrow()).into_owned());
     (out, log)
 }

@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::PageError;
-use meshlog_sync::testkit::{self, Direction, Faults, LinkControl, MeshConfig, SimMesh};
-use meshlog_sync::{SharedReplica, SplitMix64};
+use meshlog_sync::testkit::{
+    self, Direction, Faults, LinkControl, MeshConfig, SimMesh, SplitMix64,
+};
+use meshlog_sync::SharedReplica;
 
 const CONVERGE_WITHIN: Duration = Duration::from_secs(2);
 
@@ -204,11 +206,6 @@ async fn scenario(seed: u64) {
 #[test]
 fn case_a_follower_converges_after_loss() {
     testkit::for_each_seed("case_a_follower_converges_after_loss", 0xa, 8, |seed| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a runtime")
-            .block_on(scenario(seed));
+        testkit::run_paused(scenario(seed));
     });
 }

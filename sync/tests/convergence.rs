@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::Event;
-use meshlog_sync::testkit::{self, Direction, Faults, MeshConfig, SimMesh};
-use meshlog_sync::{SharedReplica, SplitMix64};
+use meshlog_sync::testkit::{self, Direction, Faults, MeshConfig, SimMesh, SplitMix64};
+use meshlog_sync::SharedReplica;
 
 const SCHEDULES_PER_TEST: usize = 52;
 /// After everything heals, replicas must agree within this much virtual
@@ -64,12 +64,7 @@ impl Reader {
 }
 
 fn run_schedule(seed: u64) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("a runtime");
-    runtime.block_on(schedule(seed));
+    testkit::run_paused(schedule(seed));
 }
 
 async fn schedule(seed: u64) {

@@ -25,9 +25,10 @@ use std::time::Duration;
 
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Event};
-use meshlog_sync::testkit::{FaultProxy, Faults};
+use meshlog_sync::testkit::{wait_for, FaultProxy, Faults};
 use meshlog_sync::{ManagerConfig, PeerDirection, PeerManager, SessionConfig, SharedReplica};
 
+/// How long any wait here may take, in real time.
 const WAIT: Duration = Duration::from_secs(10);
 
 fn config(listen: bool, peers: Vec<SocketAddr>) -> ManagerConfig {
@@ -43,15 +44,6 @@ fn config(listen: bool, peers: Vec<SocketAddr>) -> ManagerConfig {
         backoff_max: Duration::from_millis(100),
         connect_timeout: Duration::from_secs(1),
         ..ManagerConfig::default()
-    }
-}
-
-/// Polls `done` every 5 ms until it holds, for at most `WAIT`.
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = tokio::time::Instant::now();
-    while !done() {
-        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -101,7 +93,7 @@ async fn events_resume_across_partition_test() {
     for i in 1..=3 {
         record(a.append(format!("a{i}").into_bytes()).unwrap());
     }
-    wait_for("A and B to converge", || {
+    wait_for("A and B to converge", WAIT, || {
         a.marks() == b.marks() && a.digest() == b.digest()
     })
     .await;
@@ -142,7 +134,7 @@ async fn events_resume_across_partition_test() {
     );
 
     link.heal();
-    wait_for("A to accept the late event", || {
+    wait_for("A to accept the late event", WAIT, || {
         a.marks().covers(late.stream, late.seq)
     })
     .await;
@@ -178,7 +170,7 @@ async fn events_resume_across_partition_test() {
     let seen: BTreeMap<_, _> = seen.into_iter().map(|e| ((e.stream, e.seq), e)).collect();
     assert_eq!(seen, appended);
 
-    wait_for("B to converge too", || {
+    wait_for("B to converge too", WAIT, || {
         a.marks() == b.marks() && a.digest() == b.digest()
     })
     .await;
@@ -204,7 +196,7 @@ async fn events_travel_through_a_third_replica() {
         .unwrap();
 
     let c1 = c.append(&b"c1"[..]).unwrap();
-    wait_for("c1 to reach B through A", || {
+    wait_for("c1 to reach B through A", WAIT, || {
         b.marks().covers(c1.stream, c1.seq)
     })
     .await;
@@ -215,7 +207,7 @@ async fn events_travel_through_a_third_replica() {
     // acknowledged everything. The report checked is the one the wait saw,
     // so a reconnect in between cannot show a fresh session's empty marks.
     let mut caught_up = None;
-    wait_for("B's report to show A caught up", || {
+    wait_for("B's report to show A caught up", WAIT, || {
         let mut peers = manager_b.peers();
         let done = peers.len() == 1
             && peers[0].connected
@@ -231,7 +223,7 @@ async fn events_travel_through_a_third_replica() {
     assert_eq!(report.direction, PeerDirection::Outbound);
     assert_eq!(report.stream, Some(a.stream()));
     assert_eq!(report.marks, b.marks());
-    wait_for("A to report two inbound peers", || {
+    wait_for("A to report two inbound peers", WAIT, || {
         let peers = manager_a.peers();
         peers.len() == 2
             && peers
@@ -242,10 +234,13 @@ async fn events_travel_through_a_third_replica() {
 
     proxy.control().cut();
     let c2 = c.append(&b"c2 while B is cut off"[..]).unwrap();
-    wait_for("c2 to reach A", || a.marks().covers(c2.stream, c2.seq)).await;
+    wait_for("c2 to reach A", WAIT, || {
+        a.marks().covers(c2.stream, c2.seq)
+    })
+    .await;
     // While cut, B's report shows it behind... from A's side: A holds c2 and
     // B has not acknowledged it.
-    wait_for("A to report B lagging", || {
+    wait_for("A to report B lagging", WAIT, || {
         manager_a
             .peers()
             .iter()
@@ -253,7 +248,7 @@ async fn events_travel_through_a_third_replica() {
     })
     .await;
     proxy.control().heal();
-    wait_for("c2 to reach B after the heal", || {
+    wait_for("c2 to reach B after the heal", WAIT, || {
         b.marks().covers(c2.stream, c2.seq)
     })
     .await;

@@ -11,6 +11,10 @@
 //!   checks run stays within `ALLOC_PER_BYTE` per input byte plus a slack:
 //!   a decoder that reserved by a count read from the input would blow far
 //!   past it (a 7-byte delta can claim 4 billion events).
+//! - A delta announcing more than `DELTA_EVENTS_MAX` events, or a vector
+//!   announcing more than `STREAMS_MAX` streams, is refused by its count
+//!   with next to nothing allocated, however long the frame (the 4 MiB
+//!   frame of minimal events found in review).
 //! - quickcheck: arbitrary frames encode, split and decode to themselves.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -18,11 +22,12 @@ use std::cell::Cell;
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use meshlog_cursor::token::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Event};
 use meshlog_sync::frame::{self, Frame, Hello};
-use meshlog_sync::testkit::{self, frame_check};
-use meshlog_sync::{FrameError, SplitMix64, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use meshlog_sync::testkit::{self, frame_check, SplitMix64};
+use meshlog_sync::{FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 
 /// Live heap bytes allowed per input byte, plus `ALLOC_SLACK`. The largest
@@ -76,12 +81,18 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Runs the fuzz target's checks on `data` and asserts the memory bound.
-fn check(name: &str, data: &[u8]) -> frame_check::Outcome {
+/// Runs `work` and returns its output with the peak of live heap bytes on
+/// this thread while it ran, above what was live before.
+fn peak_of<T>(work: impl FnOnce() -> T) -> (T, i64) {
     let before = LIVE.with(Cell::get);
     PEAK.with(|peak| peak.set(before));
-    let outcome = frame_check::check_input(data);
-    let peak = PEAK.with(Cell::get) - before;
+    let out = work();
+    (out, PEAK.with(Cell::get) - before)
+}
+
+/// Runs the fuzz target's checks on `data` and asserts the memory bound.
+fn check(name: &str, data: &[u8]) -> frame_check::Outcome {
+    let (outcome, peak) = peak_of(|| frame_check::check_input(data));
     let bound = ALLOC_PER_BYTE * data.len() as i64 + ALLOC_SLACK;
     assert!(
         peak <= bound,
@@ -170,12 +181,64 @@ fn hand_made_inputs_give_their_typed_errors() {
         (
             "delta claiming 2^32-1 events in 7 bytes",
             vec![1, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f],
-            |o| matches!(o.errors[..], [FrameError::Malformed { kind: "delta", .. }]),
+            |o| {
+                o.errors
+                    == [FrameError::TooManyEvents {
+                        count: 0xffff_ffff,
+                        max: DELTA_EVENTS_MAX,
+                    }]
+            },
+        ),
+        (
+            "delta claiming one event more than the limit",
+            {
+                // Kind 1, empty floor, the count, and one minimal event.
+                let mut input = vec![1, 1, 0];
+                input.extend(postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64 + 1)).unwrap());
+                input.extend([1, 1, 1, 0, 0]);
+                input
+            },
+            |o| {
+                o.errors
+                    == [FrameError::TooManyEvents {
+                        count: DELTA_EVENTS_MAX + 1,
+                        max: DELTA_EVENTS_MAX,
+                    }]
+            },
         ),
         (
             "hello claiming 2^32-1 marks",
             vec![2, 0x0b, 0xff, 0xff, 0xff, 0xff, 0x0f],
-            |o| matches!(o.errors[..], [FrameError::Malformed { kind: "hello", .. }]),
+            |o| {
+                matches!(
+                    o.errors[..],
+                    [FrameError::BadVector {
+                        kind: "hello",
+                        field: "marks",
+                        ..
+                    }]
+                )
+            },
+        ),
+        (
+            "heartbeat claiming one stream more than a vector holds",
+            {
+                // Kind 3, the count, and one entry.
+                let mut input = vec![1, 3];
+                input.extend(postcard::to_stdvec(&(STREAMS_MAX as u64 + 1)).unwrap());
+                input.extend([1, 1]);
+                input
+            },
+            |o| {
+                matches!(
+                    o.errors[..],
+                    [FrameError::BadVector {
+                        kind: "heartbeat",
+                        field: "marks",
+                        ..
+                    }]
+                )
+            },
         ),
         ("hello of protocol version 2", vec![1, 0, 2], |o| {
             matches!(
@@ -259,6 +322,64 @@ fn hand_made_inputs_give_their_typed_errors() {
         let outcome = check(name, &input);
         assert!(expect(&outcome), "{name}: unexpected outcome {outcome:?}");
     }
+}
+
+/// A payload of `count` minimal events (stream 1, seq, lamport and time 0..,
+/// empty payload: 5 bytes each), after `head`.
+fn minimal_events(head: &[u8], count: usize) -> Vec<u8> {
+    let mut payload = head.to_vec();
+    payload.extend(postcard::to_stdvec(&(count as u64)).unwrap());
+    for _ in 0..count {
+        payload.extend([1, 1, 1, 0, 0]);
+    }
+    payload
+}
+
+/// Found in review: a delta of minimal events filling a 4 MiB frame decoded
+/// into about 800,000 events (50 to 100 MB, for each inbound session at
+/// once). Now its count is refused before anything is decoded for its
+/// events: the peak of live heap bytes stays within the slack, whatever the
+/// frame's length. (The old decoder held over 50 MB here.)
+#[test]
+fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
+    let count = (FRAME_BYTES_MAX - 3) / 5 - 1;
+    // Kind 1 (delta), an empty floor, then the events.
+    let payload = minimal_events(&[1, 0], count);
+    assert!(payload.len() <= FRAME_BYTES_MAX, "{} bytes", payload.len());
+    let (decoded, peak) = peak_of(|| frame::decode(&payload));
+    assert_eq!(
+        decoded,
+        Err(FrameError::TooManyEvents {
+            count,
+            max: DELTA_EVENTS_MAX
+        })
+    );
+    assert!(peak <= ALLOC_SLACK, "refusing it held {peak} heap bytes");
+
+    // A vector: an ack of 2-byte entries filling the frame.
+    let entries = (FRAME_BYTES_MAX - 4) / 2;
+    let mut payload = vec![2];
+    payload.extend(postcard::to_stdvec(&(entries as u64)).unwrap());
+    payload.extend(std::iter::repeat_n([1u8, 1], entries).flatten());
+    let (decoded, peak) = peak_of(|| frame::decode(&payload));
+    assert!(
+        matches!(decoded, Err(FrameError::BadVector { kind: "ack", .. })),
+        "{decoded:?}"
+    );
+    assert!(peak <= ALLOC_SLACK, "refusing it held {peak} heap bytes");
+}
+
+/// The most a delta frame decodes into: `DELTA_EVENTS_MAX` minimal events
+/// decode (the receiver takes what a sender may send) into about 1 MiB.
+#[test]
+fn a_delta_at_the_event_limit_decodes_within_a_bounded_size() {
+    let payload = minimal_events(&[1, 0], DELTA_EVENTS_MAX);
+    let (decoded, peak) = peak_of(|| frame::decode(&payload));
+    let Ok(Frame::Delta(delta)) = decoded else {
+        panic!("{decoded:?}");
+    };
+    assert_eq!(delta.events.len(), DELTA_EVENTS_MAX);
+    assert!(peak <= 1 << 20, "decoding it held {peak} heap bytes");
 }
 
 /// Replays `fuzz/regressions/frame_decode/`, where `fuzz/smoke.sh` copies

@@ -3,6 +3,8 @@
 //!
 //! - A large backlog (including a payload of the replica's 1 MiB maximum)
 //!   crosses in budgeted delta frames, none above the frame limit.
+//! - Small events under a budget large enough to build deltas of more than
+//!   `DELTA_EVENTS_MAX` events cross split into frames the receiver takes.
 //! - A dead peer (never reads, never writes) does not hold up another peer
 //!   or appends, and its session ends on its own timeout.
 //! - In a chain C - A - B, C's events reach B through A and nobody receives
@@ -15,18 +17,14 @@
 use std::time::Duration;
 
 use meshlog_cursor::StreamId;
-use meshlog_sync::testkit::{Direction, FaultLink, Faults};
-use meshlog_sync::{Session, SessionConfig, SessionError, SessionState, SharedReplica};
+use meshlog_sync::testkit::{run_paused, wait_for, Direction, FaultLink, Faults};
+use meshlog_sync::{
+    Session, SessionConfig, SessionError, SessionState, SharedReplica, DELTA_EVENTS_MAX,
+};
 use tokio::sync::watch;
 
-fn paused<F: std::future::Future>(test: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-        .block_on(test)
-}
+/// How long any wait here may take, in paused time.
+const WAIT: Duration = Duration::from_secs(10);
 
 fn config() -> SessionConfig {
     SessionConfig::with_heartbeat(Duration::from_millis(20))
@@ -48,19 +46,9 @@ fn link(
     states
 }
 
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..10_000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[test]
 fn a_backlog_crosses_in_budgeted_frames() {
-    paused(async {
+    run_paused(async {
         let a = SharedReplica::in_memory(StreamId::new(1));
         let b = SharedReplica::in_memory(StreamId::new(2));
         let max_payload = a.with(|r| r.config().payload_bytes_max);
@@ -73,7 +61,7 @@ fn a_backlog_crosses_in_budgeted_frames() {
             ..config()
         };
         let (a_state, _) = link(&a, &b, config);
-        wait_for("b to catch up", || b.digest() == a.digest()).await;
+        wait_for("b to catch up", WAIT, || b.digest() == a.digest()).await;
         assert_eq!(b.marks(), a.marks());
         let sent = a_state.borrow().clone();
         // The small events need at least this many 128 KiB frames; the
@@ -91,9 +79,38 @@ fn a_backlog_crosses_in_budgeted_frames() {
     });
 }
 
+/// The sender's side of `DELTA_EVENTS_MAX`: a 2 MiB budget builds a delta
+/// of some 40,000 empty events; it must cross as frames of at most the
+/// limit, or the receiver refuses it and nothing converges.
+#[test]
+fn small_events_under_a_large_budget_cross_in_frames_within_the_event_limit() {
+    run_paused(async {
+        let a = SharedReplica::in_memory(StreamId::new(1));
+        let b = SharedReplica::in_memory(StreamId::new(2));
+        let count = 3 * DELTA_EVENTS_MAX as u64 + 5;
+        for i in 0..count {
+            a.append_at(&b""[..], i).unwrap();
+        }
+        let config = SessionConfig {
+            delta_bytes_max: 2 << 20,
+            ..config()
+        };
+        let (a_state, b_state) = link(&a, &b, config);
+        wait_for("b to catch up", WAIT, || b.digest() == a.digest()).await;
+        let sent = a_state.borrow().clone();
+        assert_eq!(sent.events_sent, count, "nothing was sent twice");
+        // The hello, then at least four delta frames for one delta.
+        assert!(
+            sent.frames_sent > count / DELTA_EVENTS_MAX as u64 + 1,
+            "{sent:?}"
+        );
+        assert_eq!(b_state.borrow().events_applied, count);
+    });
+}
+
 #[test]
 fn a_dead_peer_blocks_neither_appends_nor_other_peers() {
-    paused(async {
+    run_paused(async {
         let a = SharedReplica::in_memory(StreamId::new(1));
         let b = SharedReplica::in_memory(StreamId::new(2));
         link(&a, &b, config());
@@ -104,7 +121,7 @@ fn a_dead_peer_blocks_neither_appends_nor_other_peers() {
             a.append_at(vec![1u8; 4096], i).unwrap();
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        wait_for("b to catch up while the dead session stalls", || {
+        wait_for("b to catch up while the dead session stalls", WAIT, || {
             b.digest() == a.digest()
         })
         .await;
@@ -118,7 +135,7 @@ fn a_dead_peer_blocks_neither_appends_nor_other_peers() {
 
 #[test]
 fn events_are_relayed_and_never_echoed() {
-    paused(async {
+    run_paused(async {
         let a = SharedReplica::in_memory(StreamId::new(1));
         let b = SharedReplica::in_memory(StreamId::new(2));
         let c = SharedReplica::in_memory(StreamId::new(3));
@@ -130,7 +147,7 @@ fn events_are_relayed_and_never_echoed() {
                 .unwrap();
             tokio::time::sleep(Duration::from_millis(3)).await;
         }
-        wait_for("all three to converge", || {
+        wait_for("all three to converge", WAIT, || {
             a.digest() == b.digest() && b.digest() == c.digest() && a.marks() == c.marks()
         })
         .await;
@@ -149,7 +166,7 @@ fn events_are_relayed_and_never_echoed() {
 
 #[test]
 fn a_lost_hello_is_resent_on_the_same_connection() {
-    paused(async {
+    run_paused(async {
         let a = SharedReplica::in_memory(StreamId::new(1));
         let b = SharedReplica::in_memory(StreamId::new(2));
         a.append_at(&b"a1"[..], 0).unwrap();
@@ -166,7 +183,7 @@ fn a_lost_hello_is_resent_on_the_same_connection() {
             "a's hello was re-sent"
         );
         control.heal();
-        wait_for("a and b to converge", || {
+        wait_for("a and b to converge", WAIT, || {
             a.digest() == b.digest() && a.marks() == b.marks()
         })
         .await;

@@ -12,10 +12,14 @@
 //!   protocol version), so the fuzzer reaches the hello's vectors at once.
 //!
 //! What must hold: no panic; a length prefix above [`FRAME_BYTES_MAX`] is
-//! [`FrameError::TooLarge`] and nothing else is; every frame that decodes
-//! re-encodes and decodes to itself.
+//! [`FrameError::TooLarge`] and nothing else is; a delta that decodes holds
+//! at most [`DELTA_EVENTS_MAX`] events, and [`FrameError::TooManyEvents`]
+//! names a count above it; every frame that decodes re-encodes and decodes
+//! to itself.
 
-use crate::frame::{self, split_frame, FrameError, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use crate::frame::{
+    self, split_frame, Frame, FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
+};
 
 /// What one input did, for the replay test's expectations.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -67,6 +71,13 @@ pub fn check_input(data: &[u8]) -> Outcome {
 fn check_payload(payload: &[u8], outcome: &mut Outcome) {
     match frame::decode(payload) {
         Ok(decoded) => {
+            if let Frame::Delta(delta) = &decoded {
+                assert!(
+                    delta.events.len() <= DELTA_EVENTS_MAX,
+                    "decoded a delta of {} events",
+                    delta.events.len()
+                );
+            }
             let encoded = frame::encode(&decoded)
                 .unwrap_or_else(|error| panic!("a decoded frame does not re-encode: {error}"));
             let (again, _) = split_frame(&encoded)
@@ -83,6 +94,9 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
             if let (FrameError::TooLarge { .. }, true) = (&error, payload.len() <= FRAME_BYTES_MAX)
             {
                 panic!("decode of {} bytes reported {error}", payload.len());
+            }
+            if let FrameError::TooManyEvents { count, max } = error {
+                assert!(count > max && max == DELTA_EVENTS_MAX, "{error}");
             }
             outcome.errors.push(error);
         }

@@ -7,7 +7,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::proxy::{FaultLink, Faults, LinkControl};
-use crate::{Session, SessionConfig, SharedReplica, SplitMix64};
+use crate::rng::SplitMix64;
+use crate::{Session, SessionConfig, SharedReplica};
 
 /// How a [`SimMesh`] runs its sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,16 +13,20 @@
 //! - [`seeds`] and [`for_each_seed`]: run a randomized test over many seeds,
 //!   print the one that fails, and replay it from the `MESHLOG_SEED`
 //!   environment variable.
+//! - [`SplitMix64`]: the seeded generator every fault decision is drawn
+//!   from, for tests that draw their own schedules.
+//! - [`run_paused`] and [`wait_for`]: a current-thread runtime whose clock
+//!   starts paused, and a bounded wait for a condition, so tests need not
+//!   each build their own.
 //! - [`frame_check`]: the checks of the `frame_decode` fuzz target, shared
 //!   with its replay under `cargo test`.
 //!
-//! To use it from another crate's tests (tokio's `test-util` feature is what
-//! allows a paused clock):
+//! To use it from another crate's tests (the feature turns on tokio's
+//! `test-util`, which is what allows a paused clock):
 //!
 //! ```toml
 //! [dev-dependencies]
 //! meshlog-sync = { workspace = true, features = ["testkit"] }
-//! tokio = { workspace = true, features = ["test-util"] }
 //! ```
 //!
 //! With `MESHLOG_SEED` set, every test that draws its seeds from [`seeds`]
@@ -32,10 +36,13 @@ pub mod frame_check;
 mod mesh;
 mod proxy;
 
+pub use crate::rng::SplitMix64;
 pub use mesh::{Divergence, MeshConfig, SimMesh};
 pub use proxy::{Direction, FaultLink, FaultProxy, Faults, LinkControl, LinkStats};
 
+use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
+use std::time::Duration;
 
 /// The environment variable that replays one seed.
 pub const SEED_ENV: &str = "MESHLOG_SEED";
@@ -59,7 +66,7 @@ pub fn seeds(base: u64, count: usize) -> Vec<u64> {
         return vec![seed];
     }
     (0..count as u64)
-        .map(|i| crate::SplitMix64::derive(base, i))
+        .map(|i| SplitMix64::derive(base, i))
         .collect()
 }
 
@@ -84,5 +91,56 @@ pub fn for_each_seed(name: &str, base: u64, count: usize, mut check: impl FnMut(
             );
             panic::resume_unwind(cause);
         }
+    }
+}
+
+/// Runs `test` to completion on a new current-thread runtime whose clock
+/// starts paused: time stands still while any task can run and jumps to the
+/// next timer when none can, so a run replays exactly and its timeouts take
+/// no real time.
+///
+/// Time does not jump while a `spawn_blocking` task runs (tokio holds it
+/// back), so a test whose timers must fire during blocking work needs a
+/// runtime on the real clock instead.
+///
+/// ```
+/// use std::time::Duration;
+/// use meshlog_sync::testkit::run_paused;
+///
+/// let slept = run_paused(async {
+///     let start = tokio::time::Instant::now();
+///     tokio::time::sleep(Duration::from_secs(3600)).await;
+///     start.elapsed()
+/// });
+/// assert_eq!(slept, Duration::from_secs(3600));
+/// ```
+///
+/// # Panics
+///
+/// If the runtime cannot be built (out of threads or descriptors).
+pub fn run_paused<F: Future>(test: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(test)
+}
+
+/// Waits until `done` holds, checking it every millisecond of tokio time
+/// (paused or real).
+///
+/// # Panics
+///
+/// If `done` still does not hold after `within`, naming `what`: a test that
+/// waits for something that never happens fails instead of hanging.
+pub async fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let start = tokio::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() <= within,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

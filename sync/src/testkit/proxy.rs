@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep_until, Instant};
 
-use crate::{FrameReader, SplitMix64};
+use crate::rng::SplitMix64;
+use crate::FrameReader;
 
 /// How a link mistreats the frames that cross it. Probabilities are per
 /// frame, in `[0, 1]`.
