@@ -390,8 +390,9 @@ fn frame_detail(frames: &[&Sent], payload: usize) -> String {
         }
     }
     if events > 0 {
-        // Per event: stream, seq, lamport, time_ms varints and the payload's
-        // length; per frame: prefix, kind, floor, count.
+        // Per event: lamport gap, time and payload length varints; per run
+        // (one per stream): stream, first seq, count; per frame: prefix,
+        // kind, floor, count.
         let fields = delta_bytes - payload;
         parts.push(format!(
             "deltas carry {events} events: payload {payload} B + {fields} B of event fields \

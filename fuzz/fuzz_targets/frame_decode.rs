@@ -19,7 +19,7 @@ use libfuzzer_sys::fuzz_target;
 use meshlog_sync::testkit::frame_check;
 
 /// Live heap bytes at most per input byte, plus `ALLOC_SLACK`. An event takes
-/// at least 5 input bytes and 64 bytes once decoded, in a vector that may
+/// at least 3 input bytes (`EVENT_BYTES_MIN`) and 64 bytes once decoded, in a vector that may
 /// have doubled; the checks also re-encode what decoded. A decoder that
 /// reserved by a count it had not checked against the input (a 7-byte delta
 /// can claim 4 billion events) would blow far past it.

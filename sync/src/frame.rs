@@ -1,19 +1,26 @@
-//! Wire frames: the messages two replicas exchange, their postcard encoding
-//! and the length prefix around it.
+//! Wire frames: the messages two replicas exchange, their encoding and the
+//! length prefix around it.
 //!
 //! A frame on the wire is a 4-byte little-endian payload length followed by
-//! the payload, a postcard-encoded [`Frame`]. The byte format is specified in
-//! `docs/PROTOCOL.md`; this module is its only implementation.
+//! the payload: the frame's kind, then its content. Hellos, acks,
+//! heartbeats and a delta's floor are postcard encodings; a delta's events
+//! are written by hand (`encode_events`, `decode_events`), grouped into one
+//! run per stream with seqs implied and lamports and times as differences.
+//! The byte format is specified in `docs/PROTOCOL.md`; this module is its
+//! only implementation.
 //!
 //! Decoding is total: any byte string gives a [`Frame`] or a typed
 //! [`FrameError`], never a panic. A length prefix is checked against
 //! [`FRAME_BYTES_MAX`] before anything is allocated for the payload. Every
-//! count a payload announces (a vector's streams, a delta's events) is
-//! checked against its limit ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`]) before
-//! any of its elements is decoded, and sequences are grown as elements are
-//! read, never reserved by a count read from the input: a payload decodes
-//! into at most a small multiple of its length, and never into more than
-//! its limits allow, however small its elements.
+//! count a payload announces (a vector's streams, a delta's events, a run's
+//! events, a payload's length) is checked against its limit
+//! ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`]) and against the bytes left before
+//! any of its elements is decoded. Vectors are grown as their entries are
+//! read, never reserved by a count read from the input; a delta's events
+//! are reserved once, by a count already known to fit the bytes left at
+//! [`EVENT_BYTES_MIN`] bytes an event. A payload decodes into at most a
+//! small multiple of its length (an event of 3 bytes into 64), and never
+//! into more than its limits allow, however small its elements.
 //!
 //! The serde types here are private: [`Frame`] carries the domain types of
 //! `meshlog-cursor` and `meshlog-replica` (which are deliberately not
@@ -57,10 +64,10 @@ pub const FRAME_BYTES_MAX: usize = 4 << 20;
 /// The most events one delta frame may carry: 8192.
 ///
 /// The bound on what one frame decodes into. Without it a 4 MiB delta of
-/// minimal events (5 bytes each on the wire, 64 bytes each decoded) would
-/// decode into some 800,000 events, 50 to 100 MB, for each inbound session
-/// at once. With it a delta decodes into at most about 1 MiB of events
-/// besides its payloads.
+/// minimal events ([`EVENT_BYTES_MIN`] bytes each on the wire, 64 bytes
+/// each decoded) would decode into some 1,400,000 events, about 90 MB, for
+/// each inbound session at once. With it a delta decodes into at most
+/// 512 KiB of events besides its payloads.
 ///
 /// A sender's byte budget counts at least 50 bytes per event
 /// ([`meshlog_replica::Event::size_hint`]), so the default budget of
@@ -70,11 +77,21 @@ pub const FRAME_BYTES_MAX: usize = 4 << 20;
 /// ([`FrameError::TooManyEvents`]) after reading only its count.
 pub const DELTA_EVENTS_MAX: usize = 8192;
 
+/// The fewest bytes an event of a delta takes on the wire: its lamport gap,
+/// its time and its payload length, one varint byte each (the run it
+/// belongs to takes more).
+///
+/// A delta's event count, and each run's, is refused
+/// ([`FrameError::CountAboveBytes`]) if this many bytes per event do not
+/// fit what is left of the payload, so what a delta decodes into stays
+/// within 64 / 3 bytes of events per payload byte.
+pub const EVENT_BYTES_MIN: usize = 3;
+
 /// The length prefix: a `u32`, little-endian.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
 
-/// The postcard variant index of each frame kind; the first byte of every
-/// payload (a varint below 128 is one byte).
+/// Each frame kind's number: the varint that opens every payload (a varint
+/// below 128 is one byte), as a postcard enum's variant index would.
 mod tag {
     pub const HELLO: u32 = 0;
     pub const DELTA: u32 = 1;
@@ -200,6 +217,52 @@ pub enum FrameError {
         /// [`DELTA_EVENTS_MAX`].
         max: usize,
     },
+    /// A delta announces more than the bytes left in it can hold: an event
+    /// count (of the whole delta, `field` = `events`, or of one run, `run`)
+    /// above the bytes left divided by [`EVENT_BYTES_MIN`], or a payload
+    /// length (`payload`) above the bytes left. Refused before anything is
+    /// allocated for it.
+    #[error("a delta frame's {field} count of {count} does not fit the {bytes_left} bytes left")]
+    CountAboveBytes {
+        /// What the count counts: `events`, `run` or `payload`.
+        field: &'static str,
+        /// The count announced.
+        count: u64,
+        /// The bytes left in the payload after the count.
+        bytes_left: usize,
+    },
+    /// A run of a delta names seqs past `u64::MAX`: its first seq plus its
+    /// event count, less one, overflows.
+    #[error(
+        "delta run of stream {stream}: {count} events from seq {first_seq} overflow a u64 seq"
+    )]
+    SeqOverflow {
+        /// The run's stream.
+        stream: StreamId,
+        /// The run's first seq.
+        first_seq: u64,
+        /// The run's event count.
+        count: u64,
+    },
+    /// An event's lamport stamp (the previous event's in its run, plus
+    /// one, plus the event's gap) overflows a `u64`.
+    #[error("delta event {stream}:{seq}: lamport stamp overflows a u64")]
+    LamportOverflow {
+        /// The event's stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+    },
+    /// A delta's runs are not canonical: a run of no events, a run of more
+    /// events than the delta's count leaves, or a stream not above the
+    /// previous run's (one run per stream, streams strictly ascending).
+    #[error("delta run of stream {stream} is not canonical: {detail}")]
+    BadRun {
+        /// The run's stream.
+        stream: StreamId,
+        /// What is wrong.
+        detail: String,
+    },
     /// A version vector in the frame is not canonical: streams not strictly
     /// ascending, a zero seq, or more streams than a vector may hold (that
     /// count checked before any entry is decoded).
@@ -212,7 +275,10 @@ pub enum FrameError {
         /// What is wrong, with the stream concerned.
         detail: String,
     },
-    /// The frame could not be encoded.
+    /// The frame could not be encoded: postcard failed, or a delta holds
+    /// what its layout cannot carry (and a receiver would refuse): per
+    /// stream, events not contiguous in seq order, a lamport stamp not
+    /// rising with seq, or a lamport stamp of 0.
     #[error("cannot encode a {kind} frame: {detail}")]
     Encode {
         /// The frame's kind.
@@ -268,25 +334,78 @@ fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
 /// Encodes a frame with its length prefix.
 ///
 /// Fails with [`FrameError::TooLarge`] if the payload would exceed
-/// [`FRAME_BYTES_MAX`] (a delta built past the budget, say), and with
+/// [`FRAME_BYTES_MAX`] (a delta built past the budget, say), with
 /// [`FrameError::TooManyEvents`] for a delta of more than
-/// [`DELTA_EVENTS_MAX`] events: nothing is sent that the peer would refuse.
+/// [`DELTA_EVENTS_MAX`] events, and with [`FrameError::Encode`] for a delta
+/// whose events break the model (per stream, seqs not contiguous in the
+/// order given, or lamport stamps not rising from 1): nothing is sent that
+/// the peer would refuse.
+///
+/// A delta's events may come in any order across streams; per stream they
+/// must be in seq order. They are decoded in `(lamport, stream)` order,
+/// the order [`meshlog_replica::Replica::delta_for`] builds.
+///
+/// ```
+/// use bytes::Bytes;
+/// use meshlog_cursor::{StreamId, VersionVector};
+/// use meshlog_replica::{Delta, Event};
+/// use meshlog_sync::frame::{self, Frame, LENGTH_PREFIX_BYTES};
+///
+/// let event = |stream, seq, lamport| Event {
+///     stream: StreamId::new(stream),
+///     seq,
+///     lamport,
+///     time_ms: 1_000 + lamport,
+///     payload: Bytes::from_static(b"x"),
+/// };
+/// // Two writers' events, interleaved as a replica sends them.
+/// let delta = Delta {
+///     floor: VersionVector::new(),
+///     events: vec![event(2, 1, 1), event(1, 4, 2), event(2, 2, 3), event(1, 5, 4)],
+/// };
+/// let bytes = frame::encode(&Frame::Delta(delta.clone()))?;
+/// assert_eq!(frame::decode(&bytes[LENGTH_PREFIX_BYTES..])?, Frame::Delta(delta));
+/// # Ok::<(), meshlog_sync::FrameError>(())
+/// ```
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
-    if let Frame::Delta(delta) = frame {
-        if delta.events.len() > DELTA_EVENTS_MAX {
-            return Err(FrameError::TooManyEvents {
-                count: delta.events.len(),
-                max: DELTA_EVENTS_MAX,
-            });
+    let kind = frame.kind();
+    let postcard_error = |error: postcard::Error| FrameError::Encode {
+        kind,
+        detail: error.to_string(),
+    };
+    let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
+    match frame {
+        Frame::Hello(hello) => {
+            put_varint(&mut out, u64::from(tag::HELLO));
+            let repr = HelloRepr {
+                protocol: hello.protocol,
+                stream: hello.stream.get(),
+                marks: VectorRepr::of(&hello.marks),
+                floor: VectorRepr::of(&hello.floor),
+            };
+            out = postcard::to_extend(&repr, out).map_err(postcard_error)?;
+        }
+        Frame::Delta(delta) => {
+            if delta.events.len() > DELTA_EVENTS_MAX {
+                return Err(FrameError::TooManyEvents {
+                    count: delta.events.len(),
+                    max: DELTA_EVENTS_MAX,
+                });
+            }
+            put_varint(&mut out, u64::from(tag::DELTA));
+            out =
+                postcard::to_extend(&VectorRepr::of(&delta.floor), out).map_err(postcard_error)?;
+            encode_events(&delta.events, &mut out)?;
+        }
+        Frame::Ack { marks } => {
+            put_varint(&mut out, u64::from(tag::ACK));
+            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
+        }
+        Frame::Heartbeat { marks } => {
+            put_varint(&mut out, u64::from(tag::HEARTBEAT));
+            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
         }
     }
-    let repr = FrameRepr::from_frame(frame);
-    let mut out = postcard::to_extend(&repr, vec![0u8; LENGTH_PREFIX_BYTES]).map_err(|error| {
-        FrameError::Encode {
-            kind: frame.kind(),
-            detail: error.to_string(),
-        }
-    })?;
     let len = out.len() - LENGTH_PREFIX_BYTES;
     if len > FRAME_BYTES_MAX {
         return Err(FrameError::TooLarge {
@@ -306,8 +425,12 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 /// version gets [`FrameError::ProtocolVersion`], not a decoding error. The
 /// counts the payload announces are checked before their elements are
 /// decoded: a delta of more than [`DELTA_EVENTS_MAX`] events is
-/// [`FrameError::TooManyEvents`], a vector of more than [`STREAMS_MAX`]
+/// [`FrameError::TooManyEvents`], a count the bytes left cannot hold
+/// [`FrameError::CountAboveBytes`], a vector of more than [`STREAMS_MAX`]
 /// streams [`FrameError::BadVector`].
+///
+/// A delta's events come out in `(lamport, stream)` order (per stream in
+/// seq order), whatever order the sender's delta held them in.
 pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
@@ -324,7 +447,7 @@ pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
             detail: error.to_string(),
         }
     };
-    let (tag, _) = postcard::take_from_bytes::<u32>(payload).map_err(malformed("frame"))?;
+    let (tag, body) = postcard::take_from_bytes::<u32>(payload).map_err(malformed("frame"))?;
     let kind = match tag {
         tag::HELLO => "hello",
         tag::DELTA => "delta",
@@ -338,8 +461,7 @@ pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
         }
     };
     if tag == tag::HELLO {
-        let ((_, protocol), _) =
-            postcard::take_from_bytes::<(u32, u16)>(payload).map_err(malformed(kind))?;
+        let (protocol, _) = postcard::take_from_bytes::<u16>(body).map_err(malformed(kind))?;
         if protocol != PROTOCOL_VERSION {
             return Err(FrameError::ProtocolVersion {
                 theirs: protocol,
@@ -348,25 +470,60 @@ pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
         }
     }
     check_counts(tag, kind, payload)?;
-    let (repr, rest) = postcard::take_from_bytes::<FrameRepr>(payload).map_err(malformed(kind))?;
-    if !rest.is_empty() {
-        return Err(FrameError::TrailingBytes {
-            kind,
-            len: rest.len(),
-        });
+    /// The whole of `bytes` as one `T`.
+    fn take_all<'a, T: Deserialize<'a>>(
+        bytes: &'a [u8],
+        kind: &'static str,
+    ) -> Result<T, FrameError> {
+        let (value, rest) =
+            postcard::take_from_bytes::<T>(bytes).map_err(|error| FrameError::Malformed {
+                kind,
+                detail: error.to_string(),
+            })?;
+        if !rest.is_empty() {
+            return Err(FrameError::TrailingBytes {
+                kind,
+                len: rest.len(),
+            });
+        }
+        Ok(value)
     }
-    repr.into_frame(kind)
+    Ok(match tag {
+        tag::HELLO => {
+            let hello: HelloRepr = take_all(body, kind)?;
+            Frame::Hello(Hello {
+                protocol: hello.protocol,
+                stream: StreamId::new(hello.stream),
+                marks: hello.marks.into_vector(kind, "marks")?,
+                floor: hello.floor.into_vector(kind, "floor")?,
+            })
+        }
+        tag::DELTA => {
+            let (floor, events) =
+                postcard::take_from_bytes::<VectorRepr>(body).map_err(malformed(kind))?;
+            Frame::Delta(Delta {
+                floor: floor.into_vector(kind, "floor")?,
+                events: decode_events(events)?,
+            })
+        }
+        tag::ACK => Frame::Ack {
+            marks: take_all::<VectorRepr>(body, kind)?.into_vector(kind, "marks")?,
+        },
+        _ => Frame::Heartbeat {
+            marks: take_all::<VectorRepr>(body, kind)?.into_vector(kind, "marks")?,
+        },
+    })
 }
 
-/// Checks the counts a payload announces against their limits before
-/// anything is decoded for their elements: each vector's entries (at most
-/// [`STREAMS_MAX`]) and a delta's events (at most [`DELTA_EVENTS_MAX`]).
+/// Checks the counts of the payload's vectors against their limit (at most
+/// [`STREAMS_MAX`] entries) before anything is decoded for their entries. A
+/// delta's event counts are checked by `decode_events` as it reads them.
 ///
 /// postcard writes a sequence's count (a varint) before its elements, so
 /// this walks the payload's layout reading varints only, skipping vector
-/// entries without storing them and stopping at a delta's event count: it
-/// allocates nothing. Bytes that do not parse are left to the decoder,
-/// which reports them as it would without this check.
+/// entries without storing them: it allocates nothing. Bytes that do not
+/// parse are left to the decoder, which reports them as it would without
+/// this check.
 fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Result<(), FrameError> {
     fn take<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
         postcard::take_from_bytes::<T>(bytes).ok()
@@ -410,18 +567,9 @@ fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Result<(), Fram
             }
         }
         tag::DELTA => {
-            let Some(events) = skip_vector(body, kind, "floor")? else {
-                return Ok(());
-            };
-            let Some((count, _)) = take::<u64>(events) else {
-                return Ok(());
-            };
-            if count > DELTA_EVENTS_MAX as u64 {
-                return Err(FrameError::TooManyEvents {
-                    count: usize::try_from(count).unwrap_or(usize::MAX),
-                    max: DELTA_EVENTS_MAX,
-                });
-            }
+            // The event counts are checked by `decode_events`, which reads
+            // them before anything else of the events.
+            skip_vector(body, kind, "floor")?;
         }
         _ => {
             skip_vector(body, kind, "marks")?;
@@ -523,34 +671,11 @@ impl FrameReader {
 // ---------------------------------------------------------------------------
 
 #[derive(Serialize, Deserialize)]
-enum FrameRepr {
-    Hello(HelloRepr),
-    Delta(DeltaRepr),
-    Ack(VectorRepr),
-    Heartbeat(VectorRepr),
-}
-
-#[derive(Serialize, Deserialize)]
 struct HelloRepr {
     protocol: u16,
     stream: u64,
     marks: VectorRepr,
     floor: VectorRepr,
-}
-
-#[derive(Serialize, Deserialize)]
-struct DeltaRepr {
-    floor: VectorRepr,
-    events: Seq<EventRepr>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct EventRepr {
-    stream: u64,
-    seq: u64,
-    lamport: u64,
-    time_ms: u64,
-    payload: Bytes,
 }
 
 /// A version vector on the wire: `(stream, seq)` pairs, streams strictly
@@ -643,65 +768,259 @@ impl VectorRepr {
     }
 }
 
-impl FrameRepr {
-    fn from_frame(frame: &Frame) -> Self {
-        match frame {
-            Frame::Hello(hello) => FrameRepr::Hello(HelloRepr {
-                protocol: hello.protocol,
-                stream: hello.stream.get(),
-                marks: VectorRepr::of(&hello.marks),
-                floor: VectorRepr::of(&hello.floor),
-            }),
-            Frame::Delta(delta) => FrameRepr::Delta(DeltaRepr {
-                floor: VectorRepr::of(&delta.floor),
-                events: Seq(delta
-                    .events
-                    .iter()
-                    .map(|event| EventRepr {
-                        stream: event.stream.get(),
-                        seq: event.seq,
-                        lamport: event.lamport,
-                        time_ms: event.time_ms,
-                        // A reference count, not a copy.
-                        payload: event.payload.clone(),
-                    })
-                    .collect()),
-            }),
-            Frame::Ack { marks } => FrameRepr::Ack(VectorRepr::of(marks)),
-            Frame::Heartbeat { marks } => FrameRepr::Heartbeat(VectorRepr::of(marks)),
+// ---------------------------------------------------------------------------
+// A delta's events: one run per stream, written by hand.
+// ---------------------------------------------------------------------------
+
+/// The longest varint of a `u64`: 10 bytes of 7 bits, the last holding 1.
+const VARINT_BYTES_MAX: usize = 10;
+
+/// Appends `value` as a LEB128 varint, postcard's encoding of unsigned
+/// integers: 7 bits a byte, least significant group first, the high bit
+/// set on every byte but the last. Always the shortest form.
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A signed difference as an unsigned number, small magnitudes small:
+/// 0, -1, 1, -2, 2... as 0, 1, 2, 3, 4...
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+/// The inverse of [`zigzag`].
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+/// Writes a delta's events after its floor (`docs/PROTOCOL.md`, "Delta
+/// events"): their count, then one run per stream, streams ascending, each
+/// `stream, first seq, event count` and its events in seq order, every
+/// event `lamport gap, time, payload length, payload`.
+///
+/// The seqs of a run are implied (`first + i`), so a stream's events must
+/// be contiguous; a lamport stamp is written as its gap above the previous
+/// one in the run less one (above 0 for the first), so it must rise from 1;
+/// a time is the wrapping difference from the previous event's in the
+/// frame, zigzag-encoded (the first event's plain). What the layout cannot
+/// carry is refused with [`FrameError::Encode`].
+fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), FrameError> {
+    let refuse = |detail: String| FrameError::Encode {
+        kind: "delta",
+        detail,
+    };
+    // Grouped by stream, each stream's events in the order given: a stable
+    // sort. A replica's delta interleaves streams in `(lamport, stream)`
+    // order; the decoder restores that order.
+    let mut by_stream: Vec<&Event> = events.iter().collect();
+    by_stream.sort_by_key(|event| event.stream);
+    put_varint(out, events.len() as u64);
+    let mut time_previous: Option<u64> = None;
+    for run in by_stream.chunk_by(|a, b| a.stream == b.stream) {
+        let first = run[0];
+        put_varint(out, first.stream.get());
+        put_varint(out, first.seq);
+        put_varint(out, run.len() as u64);
+        let mut seq_due = Some(first.seq);
+        let mut lamport_previous = 0u64;
+        for event in run {
+            if seq_due != Some(event.seq) {
+                return Err(refuse(format!(
+                    "event {}:{} follows seq {} of its stream: a delta carries each \
+                     stream's events contiguous and in seq order",
+                    event.stream,
+                    event.seq,
+                    seq_due.map_or(u64::MAX, |due| due - 1),
+                )));
+            }
+            if event.lamport <= lamport_previous {
+                return Err(refuse(format!(
+                    "event {}:{} has lamport stamp {}, not above {}: lamport stamps rise \
+                     from 1 with seq",
+                    event.stream, event.seq, event.lamport, lamport_previous
+                )));
+            }
+            put_varint(out, event.lamport - lamport_previous - 1);
+            let time = match time_previous {
+                None => event.time_ms,
+                Some(previous) => zigzag(event.time_ms.wrapping_sub(previous) as i64),
+            };
+            put_varint(out, time);
+            put_varint(out, event.payload.len() as u64);
+            out.extend_from_slice(&event.payload);
+            seq_due = event.seq.checked_add(1);
+            lamport_previous = event.lamport;
+            time_previous = Some(event.time_ms);
+        }
+    }
+    Ok(())
+}
+
+/// Reads a delta's events, written by [`encode_events`], to the end of the
+/// payload.
+///
+/// Every count is checked before anything is decoded or allocated for what
+/// it counts: the delta's against [`DELTA_EVENTS_MAX`], then it and each
+/// run's against the bytes left at [`EVENT_BYTES_MIN`] bytes an event, each
+/// payload length against the bytes left. Seqs, lamport stamps and their
+/// sums are checked for overflow. Only canonical input decodes (shortest
+/// varints, one run per stream, streams strictly ascending, no empty run),
+/// so the frame re-encodes to the very bytes it came from.
+///
+/// The events come out in `(lamport, stream)` order: within a run lamport
+/// rises with seq by construction, and no two runs share a stream, so that
+/// order keeps each stream's events in seq order.
+fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
+    let mut reader = Reader { bytes };
+    let count = reader.varint("event count")?;
+    if count > DELTA_EVENTS_MAX as u64 {
+        return Err(FrameError::TooManyEvents {
+            count: usize::try_from(count).unwrap_or(usize::MAX),
+            max: DELTA_EVENTS_MAX,
+        });
+    }
+    reader.check_fits("events", count)?;
+    // At most DELTA_EVENTS_MAX events, and at most one per
+    // EVENT_BYTES_MIN bytes of input: reserved once, exactly.
+    let count = count as usize;
+    let mut events: Vec<Event> = Vec::with_capacity(count);
+    let mut stream_previous: Option<StreamId> = None;
+    let mut time_previous: Option<u64> = None;
+    while events.len() < count {
+        let stream = StreamId::new(reader.varint("stream")?);
+        let bad_run = |detail: String| FrameError::BadRun { stream, detail };
+        if let Some(previous) = stream_previous {
+            if stream <= previous {
+                return Err(bad_run(format!(
+                    "it follows the run of stream {previous}: one run per stream, \
+                     streams strictly ascending"
+                )));
+            }
+        }
+        stream_previous = Some(stream);
+        let first_seq = reader.varint("first seq")?;
+        let run_len = reader.varint("run event count")?;
+        let events_left = count - events.len();
+        if run_len == 0 {
+            return Err(bad_run("a run of no events".to_string()));
+        }
+        if run_len > events_left as u64 {
+            return Err(bad_run(format!(
+                "{run_len} events where the delta's count leaves {events_left}"
+            )));
+        }
+        let last_seq = first_seq
+            .checked_add(run_len - 1)
+            .ok_or(FrameError::SeqOverflow {
+                stream,
+                first_seq,
+                count: run_len,
+            })?;
+        reader.check_fits("run", run_len)?;
+        let mut lamport = 0u64;
+        for seq in first_seq..=last_seq {
+            let gap = reader.varint("lamport gap")?;
+            lamport = lamport
+                .checked_add(gap)
+                .and_then(|sum| sum.checked_add(1))
+                .ok_or(FrameError::LamportOverflow { stream, seq })?;
+            let time_ms = match time_previous {
+                None => reader.varint("time")?,
+                Some(previous) => {
+                    previous.wrapping_add(unzigzag(reader.varint("time difference")?) as u64)
+                }
+            };
+            time_previous = Some(time_ms);
+            let len = reader.varint("payload length")?;
+            let payload = Bytes::copy_from_slice(reader.take("payload", len)?);
+            events.push(Event {
+                stream,
+                seq,
+                lamport,
+                time_ms,
+                payload,
+            });
+        }
+    }
+    if !reader.bytes.is_empty() {
+        return Err(FrameError::TrailingBytes {
+            kind: "delta",
+            len: reader.bytes.len(),
+        });
+    }
+    // Allocation-free, and already sorted for a delta of one stream.
+    events.sort_unstable_by_key(|event| (event.lamport, event.stream));
+    Ok(events)
+}
+
+/// Reads the hand-written part of a delta frame: shortest-form varints and
+/// byte strings, every error a [`FrameError`] of the delta kind.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn malformed(what: &str, problem: &str) -> FrameError {
+        FrameError::Malformed {
+            kind: "delta",
+            detail: format!("{what}: {problem}"),
         }
     }
 
-    fn into_frame(self, kind: &'static str) -> Result<Frame, FrameError> {
-        Ok(match self {
-            FrameRepr::Hello(hello) => Frame::Hello(Hello {
-                protocol: hello.protocol,
-                stream: StreamId::new(hello.stream),
-                marks: hello.marks.into_vector(kind, "marks")?,
-                floor: hello.floor.into_vector(kind, "floor")?,
-            }),
-            FrameRepr::Delta(delta) => Frame::Delta(Delta {
-                floor: delta.floor.into_vector(kind, "floor")?,
-                events: delta
-                    .events
-                    .0
-                    .into_iter()
-                    .map(|event| Event {
-                        stream: StreamId::new(event.stream),
-                        seq: event.seq,
-                        lamport: event.lamport,
-                        time_ms: event.time_ms,
-                        payload: event.payload,
-                    })
-                    .collect(),
-            }),
-            FrameRepr::Ack(marks) => Frame::Ack {
-                marks: marks.into_vector(kind, "marks")?,
-            },
-            FrameRepr::Heartbeat(marks) => Frame::Heartbeat {
-                marks: marks.into_vector(kind, "marks")?,
-            },
-        })
+    /// The next varint; `what` names it in errors. Refuses a varint cut
+    /// short, one above `u64::MAX`, and one not in its shortest form (a
+    /// last byte of 0 after others), so that every value has one encoding.
+    fn varint(&mut self, what: &str) -> Result<u64, FrameError> {
+        let mut value = 0u64;
+        for (i, &byte) in self.bytes.iter().take(VARINT_BYTES_MAX).enumerate() {
+            if i == VARINT_BYTES_MAX - 1 && byte > 1 {
+                return Err(Self::malformed(what, "varint above u64::MAX"));
+            }
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                if byte == 0 && i > 0 {
+                    return Err(Self::malformed(what, "varint not in its shortest form"));
+                }
+                self.bytes = &self.bytes[i + 1..];
+                return Ok(value);
+            }
+        }
+        // Every 10th byte returned above: the input ended first.
+        Err(Self::malformed(what, "the frame ends inside a varint"))
+    }
+
+    /// Refuses a count of events the bytes left cannot hold, at
+    /// [`EVENT_BYTES_MIN`] bytes each.
+    fn check_fits(&self, field: &'static str, count: u64) -> Result<(), FrameError> {
+        let bytes_left = self.bytes.len();
+        if count.saturating_mul(EVENT_BYTES_MIN as u64) > bytes_left as u64 {
+            return Err(FrameError::CountAboveBytes {
+                field,
+                count,
+                bytes_left,
+            });
+        }
+        Ok(())
+    }
+
+    /// The next `len` bytes, refused before anything is read if fewer are
+    /// left.
+    fn take(&mut self, field: &'static str, len: u64) -> Result<&'a [u8], FrameError> {
+        let bytes_left = self.bytes.len();
+        if len > bytes_left as u64 {
+            return Err(FrameError::CountAboveBytes {
+                field,
+                count: len,
+                bytes_left,
+            });
+        }
+        let (taken, rest) = self.bytes.split_at(len as usize);
+        self.bytes = rest;
+        Ok(taken)
     }
 }
 
@@ -810,12 +1129,48 @@ mod tests {
         .unwrap();
         assert_eq!(
             delta,
-            [0x0b, 0, 0, 0, 0x01, 0x00, 0x01, 0x02, 0x05, 0x0b, 0xe8, 0x07, 0x02, 0x68, 0x69]
+            [
+                0x0c, 0, 0, 0, 0x01, 0x00, 0x01, 0x02, 0x05, 0x01, 0x0a, 0xe8, 0x07, 0x02, 0x68,
+                0x69
+            ]
         );
+        // Two writers interleaved, a floor, a clock stepping back.
+        let event = |stream, seq, lamport, time_ms, payload: &'static [u8]| Event {
+            stream: StreamId::new(stream),
+            seq,
+            lamport,
+            time_ms,
+            payload: Bytes::from_static(payload),
+        };
+        let interleaved = Frame::Delta(Delta {
+            floor: vv(&[(2, 8)]),
+            events: vec![
+                event(7, 3, 20, 5000, b"a"),
+                event(2, 9, 21, 5010, b"b"),
+                event(7, 4, 22, 4990, b"c"),
+                event(2, 10, 25, 5020, b""),
+            ],
+        });
+        let bytes = encode(&interleaved).unwrap();
+        #[rustfmt::skip]
+        let expected = [
+            0x1b, 0, 0, 0,
+            0x01,
+            0x01, 0x02, 0x08,
+            0x04,
+            0x02, 0x09, 0x02,
+            0x14, 0x92, 0x27, 0x01, 0x62,
+            0x03, 0x14, 0x00,
+            0x07, 0x03, 0x02,
+            0x13, 0x27, 0x01, 0x61,
+            0x01, 0x13, 0x01, 0x63,
+        ];
+        assert_eq!(bytes, expected);
+        assert_eq!(decode(&bytes[LENGTH_PREFIX_BYTES..]), Ok(interleaved));
     }
 
     /// `docs/PROTOCOL.md` states that a delta of one event takes at most
-    /// 327,708 bytes besides its payload, so payloads up to 3,866,596 bytes
+    /// 327,709 bytes besides its payload, so payloads up to 3,866,595 bytes
     /// always fit a frame: the worst case (the largest floor vector, every
     /// varint at its longest) lands exactly on the limit.
     #[test]
@@ -835,10 +1190,10 @@ mod tests {
                 }],
             })
         };
-        let bytes = encode(&delta(3_866_596)).unwrap();
+        let bytes = encode(&delta(3_866_595)).unwrap();
         assert_eq!(bytes.len(), LENGTH_PREFIX_BYTES + FRAME_BYTES_MAX);
         assert_eq!(
-            encode(&delta(3_866_597)),
+            encode(&delta(3_866_596)),
             Err(FrameError::TooLarge {
                 len: FRAME_BYTES_MAX + 1,
                 max: FRAME_BYTES_MAX
@@ -924,11 +1279,12 @@ mod tests {
     /// 800,000 events (50 to 100 MB) before anything checked their number.
     #[test]
     fn a_delta_of_more_events_than_the_limit_is_refused_before_decoding() {
-        // Kind 1, an empty floor, the count, then one minimal event
-        // (stream, seq, lamport, time, empty payload) where 8193 should be.
+        // Kind 1, an empty floor, the count, then a run (stream 1 from
+        // seq 1) of one minimal event (lamport gap, time, empty payload)
+        // where 8193 should be.
         let mut payload = vec![1, 0];
         payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
-        payload.extend([1, 1, 1, 0, 0]);
+        payload.extend([1, 1, 1, 0, 0, 0]);
         assert_eq!(
             decode(&payload),
             Err(FrameError::TooManyEvents {
@@ -983,5 +1339,239 @@ mod tests {
             delta.events.len()
         );
         assert_eq!(delta.events.len(), budget / 50);
+    }
+
+    fn event(stream: u64, seq: u64, lamport: u64, time_ms: u64) -> Event {
+        Event {
+            stream: StreamId::new(stream),
+            seq,
+            lamport,
+            time_ms,
+            payload: Bytes::from(format!("{stream}:{seq}")),
+        }
+    }
+
+    fn delta_of(events: Vec<Event>) -> Frame {
+        Frame::Delta(Delta {
+            floor: VersionVector::new(),
+            events,
+        })
+    }
+
+    fn round_trip(frame: &Frame) -> Result<Frame, FrameError> {
+        let bytes = encode(frame)?;
+        decode(&bytes[LENGTH_PREFIX_BYTES..])
+    }
+
+    /// A delta's seqs are implied and its lamport stamps are gaps, so what
+    /// breaks the model (and a receiver's replica would refuse) cannot be
+    /// written: the encoder says so instead of sending something else.
+    #[test]
+    fn a_delta_the_layout_cannot_carry_is_not_encoded() {
+        let cases = [
+            (
+                "a hole",
+                vec![event(1, 1, 1, 0), event(1, 3, 2, 0)],
+                "follows seq 1",
+            ),
+            (
+                "seqs out of order",
+                vec![event(1, 2, 2, 0), event(1, 1, 1, 0)],
+                "follows seq 2",
+            ),
+            (
+                "a seq twice",
+                vec![event(1, 1, 1, 0), event(1, 1, 2, 0)],
+                "follows seq 1",
+            ),
+            (
+                "a lamport stamp repeated",
+                vec![event(1, 1, 5, 0), event(1, 2, 5, 0)],
+                "not above 5",
+            ),
+            (
+                "a lamport stamp falling",
+                vec![event(1, 1, 5, 0), event(1, 2, 4, 0)],
+                "not above 5",
+            ),
+            (
+                "a lamport stamp of 0",
+                vec![event(2, 1, 1, 0), event(1, 1, 0, 0)],
+                "stamp 0, not above 0",
+            ),
+            (
+                "a seq past u64::MAX",
+                vec![event(1, u64::MAX, 1, 0), event(1, 0, 2, 0)],
+                "follows seq 18446744073709551615",
+            ),
+        ];
+        for (name, events, says) in cases {
+            match encode(&delta_of(events)) {
+                Err(FrameError::Encode {
+                    kind: "delta",
+                    detail,
+                }) => {
+                    assert!(detail.contains(says), "{name}: {detail}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    /// The lamport field is the gap above the previous stamp in the run
+    /// less one (above 0 for the first event), so a gap of 0 is the next
+    /// stamp: no byte string can say that a stamp stands still or falls.
+    #[test]
+    fn a_lamport_gap_of_zero_is_the_next_stamp() {
+        // Kind 1, no floor, 3 events: stream 5 from seq 1, gaps 0, 0, 4.
+        let payload = [1, 0, 3, 5, 1, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0];
+        let Ok(Frame::Delta(delta)) = decode(&payload) else {
+            panic!("{:?}", decode(&payload));
+        };
+        let stamps: Vec<(u64, u64)> = delta.events.iter().map(|e| (e.seq, e.lamport)).collect();
+        assert_eq!(stamps, [(1, 1), (2, 2), (3, 7)]);
+    }
+
+    /// The ends of every range: seqs up to `u64::MAX`, lamport stamps up
+    /// to `u64::MAX`, and times that jump across the whole `u64` range
+    /// (their differences wrap, so every step has an encoding: one of 2^63
+    /// is `i64::MIN`).
+    #[test]
+    fn seqs_lamports_and_times_at_their_limits_round_trip() {
+        let frame = delta_of(vec![
+            event(u64::MAX, u64::MAX - 2, 1, 0),
+            event(u64::MAX, u64::MAX - 1, 2, u64::MAX),
+            event(u64::MAX, u64::MAX, u64::MAX, 0),
+            event(0, 0, u64::MAX - 1, 1 << 63),
+            event(0, 1, u64::MAX, 0),
+        ]);
+        let Frame::Delta(delta) = &frame else {
+            unreachable!()
+        };
+        let mut sorted = delta.events.clone();
+        sorted.sort_by_key(|e| (e.lamport, e.stream));
+        assert_eq!(round_trip(&frame), Ok(delta_of(sorted)));
+        // One event at seq u64::MAX, alone in its run.
+        let frame = delta_of(vec![event(3, u64::MAX, u64::MAX, u64::MAX)]);
+        assert_eq!(round_trip(&frame), Ok(frame));
+    }
+
+    #[test]
+    fn zigzag_maps_small_magnitudes_to_small_numbers_and_back() {
+        let pairs = [
+            (0, 0),
+            (-1, 1),
+            (1, 2),
+            (-2, 3),
+            (i64::MAX, u64::MAX - 1),
+            (i64::MIN, u64::MAX),
+        ];
+        for (signed, unsigned) in pairs {
+            assert_eq!(zigzag(signed), unsigned);
+            assert_eq!(unzigzag(unsigned), signed);
+        }
+    }
+
+    /// Every value has one encoding: a varint longer than its shortest
+    /// form, or above `u64::MAX`, is refused, so a delta that decodes
+    /// re-encodes to the very bytes it came from.
+    #[test]
+    fn delta_varints_are_read_in_their_shortest_form_only() {
+        let malformed = |payload: &[u8], says: &str| match decode(payload) {
+            Err(FrameError::Malformed {
+                kind: "delta",
+                detail,
+            }) => {
+                assert!(detail.contains(says), "{payload:?}: {detail}");
+            }
+            other => panic!("{payload:?}: {other:?}"),
+        };
+        // An empty delta whose count 0 is written in two bytes.
+        malformed(
+            &[1, 0, 0x80, 0x00],
+            "event count: varint not in its shortest form",
+        );
+        // Stream 1 written in two bytes.
+        malformed(
+            &[1, 0, 1, 0x81, 0x00, 1, 1, 0, 0, 0],
+            "stream: varint not in its shortest form",
+        );
+        // A first seq of 2^64 (a 10th byte of 2), and of eleven bytes.
+        let mut payload = vec![1, 0, 1, 1];
+        payload.extend([0x80; 9]);
+        payload.extend([0x02, 1, 0, 0, 0]);
+        malformed(&payload, "first seq: varint above u64::MAX");
+        let mut payload = vec![1, 0, 1, 1];
+        payload.extend([0xff; 10]);
+        payload.extend([0x01, 1, 0, 0, 0]);
+        malformed(&payload, "first seq: varint above u64::MAX");
+        // Cut inside the time varint.
+        malformed(
+            &[1, 0, 1, 1, 1, 1, 0, 0x80, 0x80],
+            "time: the frame ends inside a varint",
+        );
+        // The shortest forms of 0 and u64::MAX are fine.
+        let mut payload = vec![1, 0, 1, 1];
+        payload.extend([0xff; 9]);
+        payload.extend([0x01, 1, 0, 0, 0]);
+        let Ok(Frame::Delta(delta)) = decode(&payload) else {
+            panic!("{:?}", decode(&payload));
+        };
+        assert_eq!(
+            (delta.events[0].seq, delta.events[0].lamport),
+            (u64::MAX, 1)
+        );
+        let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
+        bytes.extend(&payload);
+        assert_eq!(encode(&Frame::Delta(delta)), Ok(bytes));
+    }
+
+    /// A replica's delta interleaves its writers in `(lamport, stream)`
+    /// order; the frame groups them by stream, and the receiver gets them
+    /// back in that same order. A delta in another order (stream by
+    /// stream, say) arrives in `(lamport, stream)` order, each stream's
+    /// events still in seq order.
+    #[test]
+    fn interleaved_writers_round_trip_in_the_order_a_replica_sends() {
+        let ids = [0x5eed_0001u64, 0x17, 0xffff_ffff, 3];
+        let mut writers: Vec<meshlog_replica::Replica> = ids
+            .iter()
+            .map(|&id| meshlog_replica::Replica::new(StreamId::new(id)))
+            .collect();
+        let mut rng = crate::rng::SplitMix64::new(0xf4a3e);
+        for i in 0..400u64 {
+            let w = rng.below(ids.len() as u64) as usize;
+            // Wall clocks that step back now and then.
+            let time_ms = 1_750_000_000_000 + i * 7 - rng.below(3) * 20;
+            let payload = vec![i as u8; rng.below(40) as usize];
+            writers[w].append_at(Bytes::from(payload), time_ms).unwrap();
+            // Writers see each other's events now and then, so their
+            // clocks interleave.
+            if rng.below(3) == 0 {
+                let target = rng.below(ids.len() as u64) as usize;
+                let delta = writers[w].delta_for(&writers[target].marks(), usize::MAX);
+                writers[target].apply(&delta).unwrap();
+            }
+        }
+        for w in 1..writers.len() {
+            let delta = writers[w].delta_for(&writers[0].marks(), usize::MAX);
+            writers[0].apply(&delta).unwrap();
+        }
+        let delta = writers[0].delta_for(&VersionVector::new(), usize::MAX);
+        assert_eq!(delta.events.len(), 400);
+        let streams_switch = delta
+            .events
+            .windows(2)
+            .filter(|pair| pair[0].stream != pair[1].stream)
+            .count();
+        assert!(streams_switch > 100, "{streams_switch} switches");
+        let frame = Frame::Delta(delta.clone());
+        assert_eq!(round_trip(&frame), Ok(frame));
+
+        // Stream by stream, and backwards across streams.
+        let mut by_stream = delta.events.clone();
+        by_stream.sort_by_key(|e| std::cmp::Reverse(e.stream));
+        assert_ne!(by_stream, delta.events);
+        assert_eq!(round_trip(&delta_of(by_stream)), Ok(Frame::Delta(delta)));
     }
 }

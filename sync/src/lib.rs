@@ -12,8 +12,9 @@
 //!
 //! # Layout
 //!
-//! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their postcard
-//!   encoding behind a `u32` length prefix, [`FRAME_BYTES_MAX`],
+//! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their encoding
+//!   (postcard, but a delta's events written by hand in per-stream runs)
+//!   behind a `u32` length prefix, [`FRAME_BYTES_MAX`],
 //!   [`DELTA_EVENTS_MAX`], the
 //!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:
 //!   `docs/PROTOCOL.md`.

@@ -15,7 +15,14 @@
 //!   announcing more than `STREAMS_MAX` streams, is refused by its count
 //!   with next to nothing allocated, however long the frame (the 4 MiB
 //!   frame of minimal events found in review).
-//! - quickcheck: arbitrary frames encode, split and decode to themselves.
+//! - A delta's runs: every typed error of their layout (a count above the
+//!   bytes left, a seq or lamport stamp overflowing, runs not canonical),
+//!   each from a hand-made payload.
+//! - quickcheck: arbitrary frames encode, split and decode to themselves;
+//!   a delta's events come back in `(lamport, stream)` order however its
+//!   streams were interleaved, each stream's in seq order. Arbitrary events
+//!   (holes, repeats, stamps standing still) encode exactly when a
+//!   reference model says the layout can carry them.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -31,8 +38,9 @@ use meshlog_sync::{FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSI
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 
 /// Live heap bytes allowed per input byte, plus `ALLOC_SLACK`. The largest
-/// cost per byte: a decoded event (64 bytes in memory) from 5 input bytes,
-/// held in a vector that may have doubled, then re-encoded by the checks.
+/// cost per byte: a decoded event (64 bytes in memory) from 3 input bytes,
+/// in a vector reserved exactly, held twice by the checks (the decoded
+/// frame, and the frame decoded again from its re-encoding): about 43.
 const ALLOC_PER_BYTE: i64 = 64;
 const ALLOC_SLACK: i64 = 16 * 1024;
 
@@ -192,10 +200,11 @@ fn hand_made_inputs_give_their_typed_errors() {
         (
             "delta claiming one event more than the limit",
             {
-                // Kind 1, empty floor, the count, and one minimal event.
+                // Kind 1, empty floor, the count, and a run of one minimal
+                // event.
                 let mut input = vec![1, 1, 0];
                 input.extend(postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64 + 1)).unwrap());
-                input.extend([1, 1, 1, 0, 0]);
+                input.extend([1, 1, 1, 0, 0, 0]);
                 input
             },
             |o| {
@@ -203,6 +212,149 @@ fn hand_made_inputs_give_their_typed_errors() {
                     == [FrameError::TooManyEvents {
                         count: DELTA_EVENTS_MAX + 1,
                         max: DELTA_EVENTS_MAX,
+                    }]
+            },
+        ),
+        // A delta's runs (mode 1, kind 1, an empty floor, then the events).
+        (
+            "delta whose event count needs more bytes than are left",
+            vec![1, 1, 0, 3, 1, 1, 3, 0, 0, 0],
+            |o| {
+                o.errors
+                    == [FrameError::CountAboveBytes {
+                        field: "events",
+                        count: 3,
+                        bytes_left: 6,
+                    }]
+            },
+        ),
+        (
+            "delta run whose event count needs more bytes than are left",
+            vec![1, 1, 0, 2, 1, 1, 2, 0, 0, 0],
+            |o| {
+                o.errors
+                    == [FrameError::CountAboveBytes {
+                        field: "run",
+                        count: 2,
+                        bytes_left: 3,
+                    }]
+            },
+        ),
+        (
+            "delta payload longer than what is left",
+            vec![1, 1, 0, 1, 1, 1, 1, 0, 0, 5, b'a'],
+            |o| {
+                o.errors
+                    == [FrameError::CountAboveBytes {
+                        field: "payload",
+                        count: 5,
+                        bytes_left: 1,
+                    }]
+            },
+        ),
+        (
+            "delta run of two events from seq u64::MAX",
+            {
+                let mut input = vec![1, 1, 0, 2, 1];
+                input.extend([0xff; 9]);
+                input.extend([0x01, 2, 0, 0, 0, 0, 0, 0]);
+                input
+            },
+            |o| {
+                o.errors
+                    == [FrameError::SeqOverflow {
+                        stream: StreamId::new(1),
+                        first_seq: u64::MAX,
+                        count: 2,
+                    }]
+            },
+        ),
+        (
+            "delta run ending at seq u64::MAX",
+            {
+                let mut input = vec![1, 1, 0, 2, 1, 0xfe];
+                input.extend([0xff; 8]);
+                input.extend([0x01, 2, 0, 0, 0, 0, 0, 0]);
+                input
+            },
+            |o| o.decoded == 1 && o.errors.is_empty(),
+        ),
+        (
+            "delta event stamped u64::MAX, then one more in its run",
+            {
+                // Gap u64::MAX - 1 above 0, plus one: u64::MAX; then gap 0.
+                let mut input = vec![1, 1, 0, 2, 7, 1, 2, 0xfe];
+                input.extend([0xff; 8]);
+                input.extend([0x01, 0, 0, 0, 0, 0]);
+                input
+            },
+            |o| {
+                o.errors
+                    == [FrameError::LamportOverflow {
+                        stream: StreamId::new(7),
+                        seq: 2,
+                    }]
+            },
+        ),
+        (
+            "delta event whose lamport gap alone overflows",
+            {
+                let mut input = vec![1, 1, 0, 1, 7, 1, 1];
+                input.extend([0xff; 9]);
+                input.extend([0x01, 0, 0]);
+                input
+            },
+            |o| {
+                o.errors
+                    == [FrameError::LamportOverflow {
+                        stream: StreamId::new(7),
+                        seq: 1,
+                    }]
+            },
+        ),
+        (
+            "delta with lamport gaps of 0 (stamps 1 and 2)",
+            vec![1, 1, 0, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0],
+            |o| o.decoded == 1 && o.errors.is_empty(),
+        ),
+        (
+            "delta with two adjacent runs of one stream, seqs contiguous",
+            vec![1, 1, 0, 2, 1, 1, 1, 0, 0, 0, 1, 2, 1, 0, 0, 0],
+            |o| {
+                matches!(
+                    &o.errors[..],
+                    [FrameError::BadRun { stream, .. }] if *stream == StreamId::new(1)
+                )
+            },
+        ),
+        (
+            "delta with runs of descending streams",
+            vec![1, 1, 0, 2, 2, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+            |o| {
+                matches!(
+                    &o.errors[..],
+                    [FrameError::BadRun { stream, .. }] if *stream == StreamId::new(1)
+                )
+            },
+        ),
+        (
+            "delta with an empty run",
+            vec![1, 1, 0, 1, 1, 1, 0, 0, 0, 0],
+            |o| matches!(&o.errors[..], [FrameError::BadRun { detail, .. }] if detail.contains("no events")),
+        ),
+        (
+            "delta run of more events than the delta's count",
+            vec![1, 1, 0, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0],
+            |o| matches!(&o.errors[..], [FrameError::BadRun { detail, .. }] if detail.contains("leaves 1")),
+        ),
+        (
+            "delta with a byte after its events",
+            vec![1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 9],
+            |o| {
+                o.errors
+                    == [FrameError::TrailingBytes {
+                        kind: "delta",
+                        len: 1,
                     }]
             },
         ),
@@ -324,14 +476,15 @@ fn hand_made_inputs_give_their_typed_errors() {
     }
 }
 
-/// A payload of `count` minimal events (stream 1, seq, lamport and time 0..,
-/// empty payload: 5 bytes each), after `head`.
+/// A payload of `count` minimal events after `head`: one run of stream 1
+/// from seq 1, every event a lamport gap of 0, a time of 0 (the first) or
+/// a difference of 0, and an empty payload: 3 bytes each.
 fn minimal_events(head: &[u8], count: usize) -> Vec<u8> {
     let mut payload = head.to_vec();
     payload.extend(postcard::to_stdvec(&(count as u64)).unwrap());
-    for _ in 0..count {
-        payload.extend([1, 1, 1, 0, 0]);
-    }
+    payload.extend([1, 1]);
+    payload.extend(postcard::to_stdvec(&(count as u64)).unwrap());
+    payload.extend(std::iter::repeat_n(0u8, 3 * count));
     payload
 }
 
@@ -339,10 +492,11 @@ fn minimal_events(head: &[u8], count: usize) -> Vec<u8> {
 /// into about 800,000 events (50 to 100 MB, for each inbound session at
 /// once). Now its count is refused before anything is decoded for its
 /// events: the peak of live heap bytes stays within the slack, whatever the
-/// frame's length. (The old decoder held over 50 MB here.)
+/// frame's length. (The old decoder held over 50 MB here; minimal events
+/// are 3 bytes now, so the frame would claim some 1,400,000.)
 #[test]
 fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
-    let count = (FRAME_BYTES_MAX - 3) / 5 - 1;
+    let count = (FRAME_BYTES_MAX - 10) / 3;
     // Kind 1 (delta), an empty floor, then the events.
     let payload = minimal_events(&[1, 0], count);
     assert!(payload.len() <= FRAME_BYTES_MAX, "{} bytes", payload.len());
@@ -370,7 +524,8 @@ fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
 }
 
 /// The most a delta frame decodes into: `DELTA_EVENTS_MAX` minimal events
-/// decode (the receiver takes what a sender may send) into about 1 MiB.
+/// decode (the receiver takes what a sender may send) into 512 KiB,
+/// reserved once: less than 64 bytes for each of their 3 bytes.
 #[test]
 fn a_delta_at_the_event_limit_decodes_within_a_bounded_size() {
     let payload = minimal_events(&[1, 0], DELTA_EVENTS_MAX);
@@ -379,7 +534,12 @@ fn a_delta_at_the_event_limit_decodes_within_a_bounded_size() {
         panic!("{decoded:?}");
     };
     assert_eq!(delta.events.len(), DELTA_EVENTS_MAX);
-    assert!(peak <= 1 << 20, "decoding it held {peak} heap bytes");
+    assert!(peak <= 512 << 10, "decoding it held {peak} heap bytes");
+    assert!(
+        peak <= ALLOC_PER_BYTE / 2 * payload.len() as i64,
+        "decoding {} bytes held {peak} heap bytes",
+        payload.len()
+    );
 }
 
 /// Replays `fuzz/regressions/frame_decode/`, where `fuzz/smoke.sh` copies
@@ -446,8 +606,13 @@ fn random_and_mutated_inputs_decode_totally_in_bounded_memory() {
     });
 }
 
+/// An arbitrary frame, and what it decodes to: itself, but for a delta's
+/// events, which come back in `(lamport, stream)` order.
 #[derive(Debug, Clone)]
-struct AnyFrame(Frame);
+struct AnyFrame {
+    frame: Frame,
+    decoded: Frame,
+}
 
 fn any_vector(g: &mut Gen) -> VersionVector {
     Vec::<(u64, u64)>::arbitrary(g)
@@ -456,46 +621,125 @@ fn any_vector(g: &mut Gen) -> VersionVector {
         .collect()
 }
 
+/// A number below `n` (n > 0).
+fn below(g: &mut Gen, n: u64) -> u64 {
+    u64::arbitrary(g) % n
+}
+
+/// A delta the model allows, its streams interleaved at random: per stream
+/// a run of contiguous seqs (some ending at `u64::MAX`) with lamport stamps
+/// rising by gaps small and huge (some reaching `u64::MAX`), times anywhere
+/// in the `u64` range or a few milliseconds apart, either way.
+fn any_model_delta(g: &mut Gen) -> Delta {
+    let mut streams: Vec<u64> = Vec::<u64>::arbitrary(g);
+    streams.truncate(8);
+    streams.sort_unstable();
+    streams.dedup();
+    let mut time_ms = u64::arbitrary(g);
+    let mut runs: Vec<std::collections::VecDeque<Event>> = Vec::new();
+    for stream in streams {
+        let len = 1 + below(g, 6);
+        let first_seq = match below(g, 4) {
+            0 => u64::MAX - (len - 1),
+            1 => 1 + below(g, 1000),
+            _ => u64::arbitrary(g).min(u64::MAX - (len - 1)),
+        };
+        let mut lamport = 0u64;
+        let mut run = std::collections::VecDeque::new();
+        for seq in first_seq..=first_seq + (len - 1) {
+            let gap = match below(g, 4) {
+                0 => u64::arbitrary(g),
+                1 => 0,
+                _ => below(g, 300),
+            };
+            let Some(next) = lamport.checked_add(1).and_then(|l| l.checked_add(gap)) else {
+                // Up to u64::MAX, then the run ends.
+                if lamport == u64::MAX {
+                    break;
+                }
+                lamport = u64::MAX;
+                run.push_back(any_event(g, stream, seq, lamport, &mut time_ms));
+                break;
+            };
+            lamport = next;
+            run.push_back(any_event(g, stream, seq, lamport, &mut time_ms));
+        }
+        runs.push(run);
+    }
+    // An arbitrary interleaving that keeps each stream's order.
+    let mut events = Vec::new();
+    loop {
+        runs.retain(|run| !run.is_empty());
+        if runs.is_empty() {
+            break;
+        }
+        let at = below(g, runs.len() as u64) as usize;
+        events.extend(runs[at].pop_front());
+    }
+    Delta {
+        floor: any_vector(g),
+        events,
+    }
+}
+
+fn any_event(g: &mut Gen, stream: u64, seq: u64, lamport: u64, time_ms: &mut u64) -> Event {
+    *time_ms = match below(g, 3) {
+        0 => u64::arbitrary(g),
+        1 => time_ms.wrapping_add(below(g, 50)),
+        _ => time_ms.wrapping_sub(below(g, 50)),
+    };
+    Event {
+        stream: StreamId::new(stream),
+        seq,
+        lamport,
+        time_ms: *time_ms,
+        payload: Bytes::from(Vec::<u8>::arbitrary(g)),
+    }
+}
+
+/// What a delta decodes to: its events in `(lamport, stream)` order.
+fn in_lamport_order(delta: &Delta) -> Delta {
+    let mut events = delta.events.clone();
+    events.sort_by_key(|event| (event.lamport, event.stream));
+    Delta {
+        floor: delta.floor.clone(),
+        events,
+    }
+}
+
 impl Arbitrary for AnyFrame {
     fn arbitrary(g: &mut Gen) -> Self {
-        AnyFrame(match u8::arbitrary(g) % 4 {
+        let frame = match u8::arbitrary(g) % 4 {
             0 => Frame::Hello(Hello {
                 protocol: PROTOCOL_VERSION,
                 stream: StreamId::new(u64::arbitrary(g)),
                 marks: any_vector(g),
                 floor: any_vector(g),
             }),
-            1 => Frame::Delta(Delta {
-                floor: any_vector(g),
-                events: Vec::<(u64, u64, u64, u64, Vec<u8>)>::arbitrary(g)
-                    .into_iter()
-                    .map(|(stream, seq, lamport, time_ms, payload)| Event {
-                        stream: StreamId::new(stream),
-                        seq,
-                        lamport,
-                        time_ms,
-                        payload: Bytes::from(payload),
-                    })
-                    .collect(),
-            }),
+            1 => Frame::Delta(any_model_delta(g)),
             2 => Frame::Ack {
                 marks: any_vector(g),
             },
             _ => Frame::Heartbeat {
                 marks: any_vector(g),
             },
-        })
+        };
+        let decoded = match &frame {
+            Frame::Delta(delta) => Frame::Delta(in_lamport_order(delta)),
+            other => other.clone(),
+        };
+        AnyFrame { frame, decoded }
     }
 }
 
 #[test]
 fn arbitrary_frames_round_trip() {
-    fn round_trip(frame: AnyFrame) -> bool {
-        let bytes = frame::encode(&frame.0).unwrap();
+    fn round_trip(any: AnyFrame) -> bool {
+        let bytes = frame::encode(&any.frame).unwrap();
         let Ok(Some((payload, used))) = frame::split_frame(&bytes) else {
             return false;
         };
-        used == bytes.len() && frame::decode(payload) == Ok(frame.0)
+        used == bytes.len() && frame::decode(payload) == Ok(any.decoded)
     }
     // Seeded like every randomized test here: a failure prints its seed.
     testkit::for_each_seed("arbitrary_frames_round_trip", 0xf4a3e, 1, |seed| {
@@ -504,4 +748,74 @@ fn arbitrary_frames_round_trip() {
             .tests(500)
             .quickcheck(round_trip as fn(AnyFrame) -> bool);
     });
+}
+
+/// Arbitrary events, most of them breaking the model (holes, repeats,
+/// seqs out of order, lamport stamps standing still or falling, stamps of
+/// 0), beside a reference model of what the layout carries: per stream, in
+/// the order given, contiguous seqs and lamport stamps rising from 1.
+/// Encoding succeeds exactly when the model says so, and what it encodes
+/// decodes to the events in `(lamport, stream)` order.
+#[test]
+fn arbitrary_events_encode_exactly_when_the_model_allows() {
+    fn model_allows(events: &[Event]) -> bool {
+        let mut last: std::collections::HashMap<StreamId, (u64, u64)> = Default::default();
+        events.iter().all(|event| {
+            let ok = match last.get(&event.stream) {
+                None => event.lamport >= 1,
+                Some(&(seq, lamport)) => {
+                    seq.checked_add(1) == Some(event.seq) && event.lamport > lamport
+                }
+            };
+            last.insert(event.stream, (event.seq, event.lamport));
+            ok
+        })
+    }
+    /// Small streams, seqs and stamps, so that valid runs are common.
+    fn events_of(raw: Vec<(u8, u8, u8, u64, Vec<u8>)>) -> Vec<Event> {
+        raw.into_iter()
+            .map(|(stream, seq, lamport, time_ms, payload)| Event {
+                stream: StreamId::new(u64::from(stream % 4)),
+                seq: u64::from(seq % 8),
+                lamport: u64::from(lamport % 16),
+                time_ms,
+                payload: Bytes::from(payload),
+            })
+            .collect()
+    }
+    testkit::for_each_seed(
+        "arbitrary_events_encode_exactly_when_the_model_allows",
+        0xe7e7,
+        1,
+        |seed| {
+            let mut allowed = 0;
+            let mut gen = Gen::from_size_and_seed(6, seed);
+            for _ in 0..2000 {
+                let raw = Vec::<(u8, u8, u8, u64, Vec<u8>)>::arbitrary(&mut gen);
+                let delta = Delta {
+                    floor: VersionVector::new(),
+                    events: events_of(raw),
+                };
+                let allows = model_allows(&delta.events);
+                allowed += usize::from(allows);
+                match frame::encode(&Frame::Delta(delta.clone())) {
+                    Ok(bytes) => {
+                        assert!(allows, "seed {seed:#x}: encoded {delta:?}");
+                        assert_eq!(
+                            frame::decode(&bytes[frame::LENGTH_PREFIX_BYTES..]),
+                            Ok(Frame::Delta(in_lamport_order(&delta))),
+                            "seed {seed:#x}"
+                        );
+                    }
+                    Err(FrameError::Encode { kind: "delta", .. }) => {
+                        assert!(!allows, "seed {seed:#x}: refused {delta:?}");
+                    }
+                    Err(error) => panic!("seed {seed:#x}: {error} for {delta:?}"),
+                }
+            }
+            // Both sides of the property were exercised.
+            assert!(allowed > 100, "only {allowed} of 2000 allowed");
+            assert!(allowed < 1900, "{allowed} of 2000 allowed");
+        },
+    );
 }

@@ -13,9 +13,12 @@
 //!
 //! What must hold: no panic; a length prefix above [`FRAME_BYTES_MAX`] is
 //! [`FrameError::TooLarge`] and nothing else is; a delta that decodes holds
-//! at most [`DELTA_EVENTS_MAX`] events, and [`FrameError::TooManyEvents`]
-//! names a count above it; every frame that decodes re-encodes and decodes
-//! to itself.
+//! at most [`DELTA_EVENTS_MAX`] events, in strictly ascending
+//! `(lamport, stream)` order, and [`FrameError::TooManyEvents`] names a
+//! count above it; every frame that decodes re-encodes and decodes to
+//! itself. Re-encoding a delta also checks what its layout promises: per
+//! stream, seqs contiguous and lamport stamps rising from 1 (the encoder
+//! refuses anything else).
 
 use crate::frame::{
     self, split_frame, Frame, FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
@@ -77,6 +80,14 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
                     "decoded a delta of {} events",
                     delta.events.len()
                 );
+                for pair in delta.events.windows(2) {
+                    assert!(
+                        (pair[0].lamport, pair[0].stream) < (pair[1].lamport, pair[1].stream),
+                        "a decoded delta out of (lamport, stream) order: {:?} before {:?}",
+                        pair[0],
+                        pair[1]
+                    );
+                }
             }
             let encoded = frame::encode(&decoded)
                 .unwrap_or_else(|error| panic!("a decoded frame does not re-encode: {error}"));
