@@ -202,6 +202,14 @@ impl Log {
         })
     }
 
+    /// The lamport of the held or pending version of `(stream, seq)`: what a
+    /// neighbour check needs, without reading the event itself.
+    pub(crate) fn known_lamport(&self, stream: StreamId, seq: u64) -> Option<u64> {
+        let log = self.streams.get(&stream)?;
+        log.lamport(seq)
+            .or_else(|| log.pending.get(&seq).map(|early| early.lamport))
+    }
+
     /// Whether `(stream, seq)` waits in the pending buffer.
     pub(crate) fn is_pending(&self, stream: StreamId, seq: u64) -> bool {
         self.streams

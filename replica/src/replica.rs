@@ -7,7 +7,7 @@ use bytes::Bytes;
 use meshlog_cursor::token::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
-use crate::log::{Content, Log};
+use crate::log::Log;
 use crate::{Batch, Event, MemStore, PageError, ReplicaError, Store};
 
 /// A replica's settings and limits.
@@ -464,7 +464,8 @@ impl<S: Store> Replica<S> {
     /// first step of [`Replica::apply`].
     pub fn validate(&self, delta: &Delta) -> Result<(), ReplicaError> {
         let mut new_streams: HashSet<StreamId> = HashSet::new();
-        let mut offered: HashMap<(StreamId, u64), &Event> = HashMap::new();
+        let mut offered: HashMap<(StreamId, u64), &Event> =
+            HashMap::with_capacity(delta.events.len());
         for (stream, _) in delta.floor.iter() {
             if !self.log.has_stream(stream) {
                 new_streams.insert(stream);
@@ -489,37 +490,37 @@ impl<S: Store> Replica<S> {
             if event.seq <= floor_seq {
                 continue;
             }
-            // Whatever version of this seq, or of its neighbours, we know:
-            // held, pending, or earlier in this same delta.
-            let known = |seq: u64| -> Option<Content<'_>> {
-                self.log.known(stream, seq).or_else(|| {
-                    offered.get(&(stream, seq)).map(|other| Content {
-                        lamport: other.lamport,
-                        time_ms: other.time_ms,
-                        payload: &other.payload,
-                    })
-                })
+            // Whatever version of this seq we know — held, pending, or
+            // earlier in this same delta — must be this very event.
+            let offered_here = offered.get(&(stream, event.seq));
+            let same = match self.log.known(stream, event.seq) {
+                Some(content) => content.same_as(event),
+                None => offered_here.is_none_or(|other| *other == event),
             };
-            if let Some(content) = known(event.seq) {
-                if !content.same_as(event) {
-                    return Err(ReplicaError::Equivocation {
-                        stream,
-                        seq: event.seq,
-                    });
-                }
+            if !same {
+                return Err(ReplicaError::Equivocation {
+                    stream,
+                    seq: event.seq,
+                });
             }
+            // Lamport rises with seq against every neighbour we know.
+            let lamport_of = |seq: u64| {
+                self.log
+                    .known_lamport(stream, seq)
+                    .or_else(|| offered.get(&(stream, seq)).map(|other| other.lamport))
+            };
             let below = event.seq - 1;
             if below > floor_seq {
-                if let Some(content) = known(below) {
-                    if content.lamport >= event.lamport {
-                        return Err(lamport_error(event, below, content.lamport));
+                if let Some(lamport) = lamport_of(below) {
+                    if lamport >= event.lamport {
+                        return Err(lamport_error(event, below, lamport));
                     }
                 }
             }
             if let Some(above) = event.seq.checked_add(1) {
-                if let Some(content) = known(above) {
-                    if content.lamport <= event.lamport {
-                        return Err(lamport_error(event, above, content.lamport));
+                if let Some(lamport) = lamport_of(above) {
+                    if lamport <= event.lamport {
+                        return Err(lamport_error(event, above, lamport));
                     }
                 }
             }

@@ -6,7 +6,7 @@
 //! range reads per stream, and a small metadata record that lets recovery
 //! prove it read back everything (the heads), not a silently shorter log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::error::Error;
 
@@ -87,7 +87,8 @@ pub trait Store {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct MemStore {
-    events: BTreeMap<(StreamId, u64), Event>,
+    /// Per stream, its events `floor+1 ..= head`, in seq order.
+    streams: BTreeMap<StreamId, VecDeque<Event>>,
     meta: StoreMeta,
 }
 
@@ -105,30 +106,51 @@ impl Store for MemStore {
         limit: usize,
         out: &mut Vec<Event>,
     ) -> Result<(), Infallible> {
-        let Some(first) = after_seq.checked_add(1) else {
+        let Some(events) = self.streams.get(&stream) else {
             return Ok(());
         };
-        let range = (stream, first)..=(stream, u64::MAX);
-        out.extend(self.events.range(range).take(limit).map(|(_, e)| e.clone()));
+        // The deque starts at floor + 1.
+        let skip = after_seq.saturating_sub(self.meta.floor.get(stream));
+        let skip = usize::try_from(skip).unwrap_or(usize::MAX);
+        out.extend(events.iter().skip(skip).take(limit).cloned());
         Ok(())
     }
 
     fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
         for &(stream, floor_seq) in &batch.floors {
-            let doomed: Vec<_> = self
-                .events
-                .range((stream, 0)..=(stream, floor_seq))
-                .map(|(key, _)| *key)
-                .collect();
-            for key in doomed {
-                self.events.remove(&key);
-            }
+            let floor = self.meta.floor.get(stream);
+            let events = self.streams.entry(stream).or_default();
+            let drop = usize::try_from(floor_seq.saturating_sub(floor)).unwrap_or(usize::MAX);
+            events.drain(..drop.min(events.len()));
             self.meta.floor.advance(stream, floor_seq);
             self.meta.heads.advance(stream, floor_seq);
         }
+        // Events come per stream in seq order, usually many of one stream in
+        // a row: look the stream up once per run, move its head once.
+        let mut run: Option<(StreamId, u64, &mut VecDeque<Event>)> = None;
         for event in &batch.events {
-            self.events.insert((event.stream, event.seq), event.clone());
-            self.meta.heads.advance(event.stream, event.seq);
+            if run
+                .as_ref()
+                .is_none_or(|(stream, _, _)| *stream != event.stream)
+            {
+                if let Some((stream, head, _)) = run.take() {
+                    self.meta.heads.advance(stream, head);
+                }
+                let head = self.meta.heads.get(event.stream);
+                let events = self.streams.entry(event.stream).or_default();
+                run = Some((event.stream, head, events));
+            }
+            let (_, head, events) = run.as_mut().expect("a run was just started");
+            assert_eq!(
+                event.seq,
+                *head + 1,
+                "a batch's events are contiguous per stream"
+            );
+            *head = event.seq;
+            events.push_back(event.clone());
+        }
+        if let Some((stream, head, _)) = run {
+            self.meta.heads.advance(stream, head);
         }
         self.meta.clock = self.meta.clock.max(batch.clock);
         Ok(())
