@@ -1,6 +1,5 @@
 //! `Replica`: one runtime's copy of the log.
 
-use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -463,15 +462,19 @@ impl<S: Store> Replica<S> {
     /// Checks a delta against this replica without changing anything: the
     /// first step of [`Replica::apply`].
     pub fn validate(&self, delta: &Delta) -> Result<(), ReplicaError> {
-        let mut new_streams: HashSet<StreamId> = HashSet::new();
-        let mut offered: HashMap<(StreamId, u64), &Event> =
-            HashMap::with_capacity(delta.events.len());
-        for (stream, _) in delta.floor.iter() {
-            if !self.log.has_stream(stream) {
-                new_streams.insert(stream);
-            }
-        }
-        for event in &delta.events {
+        // The delta's events by name: two versions of one name sit side by
+        // side, and so do an event and its neighbours in the same delta, so
+        // every check is against the log or an adjacent entry — whatever
+        // order the events came in.
+        let mut by_name: Vec<&Event> = delta.events.iter().collect();
+        by_name.sort_unstable_by_key(|event| (event.stream, event.seq));
+        let mut new_streams: Vec<StreamId> = delta
+            .floor
+            .iter()
+            .map(|(stream, _)| stream)
+            .filter(|&stream| !self.log.has_stream(stream))
+            .collect();
+        for (index, &event) in by_name.iter().enumerate() {
             let stream = event.stream;
             if event.seq == 0 {
                 return Err(ReplicaError::ZeroSeq { stream });
@@ -483,49 +486,66 @@ impl<S: Store> Replica<S> {
                     limit: self.config.payload_bytes_max,
                 });
             }
-            if !self.log.has_stream(stream) {
-                new_streams.insert(stream);
+            let first_of_stream = index == 0 || by_name[index - 1].stream != stream;
+            if first_of_stream && !self.log.has_stream(stream) {
+                new_streams.push(stream);
             }
             let floor_seq = self.floor.get(stream).max(delta.floor.get(stream));
             if event.seq <= floor_seq {
                 continue;
             }
-            // Whatever version of this seq we know — held, pending, or
-            // earlier in this same delta — must be this very event.
-            let offered_here = offered.get(&(stream, event.seq));
-            let same = match self.log.known(stream, event.seq) {
-                Some(content) => content.same_as(event),
-                None => offered_here.is_none_or(|other| *other == event),
-            };
-            if !same {
+            // Any other version of this name, held, pending or in this delta
+            // (the entry before, once sorted), must be this very event.
+            let same_as_held = self
+                .log
+                .known(stream, event.seq)
+                .is_none_or(|content| content.same_as(event));
+            let previous = index.checked_sub(1).map(|i| by_name[i]);
+            let same_as_offered = previous
+                .filter(|other| other.stream == stream && other.seq == event.seq)
+                .is_none_or(|other| other == event);
+            if !(same_as_held && same_as_offered) {
                 return Err(ReplicaError::Equivocation {
                     stream,
                     seq: event.seq,
                 });
             }
-            // Lamport rises with seq against every neighbour we know.
-            let lamport_of = |seq: u64| {
-                self.log
-                    .known_lamport(stream, seq)
-                    .or_else(|| offered.get(&(stream, seq)).map(|other| other.lamport))
+            // Lamport rises with seq against every neighbour known: held,
+            // pending, or the nearest entries of this delta either side
+            // (past repeats of this very name).
+            let in_delta = |seq: u64, entries: &mut dyn Iterator<Item = &&Event>| {
+                entries
+                    .take_while(|other| other.stream == stream)
+                    .find(|other| other.seq != event.seq)
+                    .filter(|other| other.seq == seq)
+                    .map(|other| other.lamport)
             };
             let below = event.seq - 1;
             if below > floor_seq {
-                if let Some(lamport) = lamport_of(below) {
+                let lamport = self
+                    .log
+                    .known_lamport(stream, below)
+                    .or_else(|| in_delta(below, &mut by_name[..index].iter().rev()));
+                if let Some(lamport) = lamport {
                     if lamport >= event.lamport {
                         return Err(lamport_error(event, below, lamport));
                     }
                 }
             }
             if let Some(above) = event.seq.checked_add(1) {
-                if let Some(lamport) = lamport_of(above) {
+                let lamport = self
+                    .log
+                    .known_lamport(stream, above)
+                    .or_else(|| in_delta(above, &mut by_name[index + 1..].iter()));
+                if let Some(lamport) = lamport {
                     if lamport <= event.lamport {
                         return Err(lamport_error(event, above, lamport));
                     }
                 }
             }
-            offered.insert((stream, event.seq), event);
         }
+        new_streams.sort_unstable();
+        new_streams.dedup();
         let streams = self.log.stream_count() + new_streams.len();
         if streams > self.config.streams_max {
             return Err(ReplicaError::TooManyStreams {

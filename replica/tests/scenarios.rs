@@ -552,3 +552,41 @@ fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
     let page = b.page(&VersionVector::new(), 10).unwrap();
     assert_eq!(page.events.len(), 1, "only the durable event survives");
 }
+
+/// Neighbour checks inside one delta do not depend on the events' order:
+/// seq 2 stamped below seq 1 is refused whichever comes first, and a repeat
+/// of one name in the delta is only a duplicate if it is the same event.
+#[test]
+fn lamport_order_inside_one_delta_is_checked_in_any_order() {
+    let stream = StreamId::new(9);
+    let event = |seq: u64, lamport: u64| Event {
+        stream,
+        seq,
+        lamport,
+        time_ms: 0,
+        payload: (&b"x"[..]).into(),
+    };
+    for events in [
+        vec![event(2, 1), event(1, 5)],
+        vec![event(1, 5), event(2, 1)],
+        vec![event(2, 1), event(2, 1), event(1, 5)],
+    ] {
+        let mut b = replica(2);
+        let delta = Delta {
+            floor: VersionVector::new(),
+            events,
+        };
+        let refused = b.apply(&delta);
+        assert!(
+            matches!(refused, Err(ReplicaError::LamportNotRising { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(b.digest(), replica(2).digest(), "nothing applied");
+    }
+    let mut b = replica(2);
+    let twice = Delta {
+        floor: VersionVector::new(),
+        events: vec![event(2, 6), event(1, 5), event(2, 6)],
+    };
+    assert_eq!(b.apply(&twice).unwrap().applied, 2);
+}
