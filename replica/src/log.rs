@@ -73,6 +73,12 @@ impl StreamLog {
         self.lamports.get(usize::try_from(index).ok()?).copied()
     }
 
+    /// The lamport of the held or pending version of `seq`.
+    pub(crate) fn known_lamport(&self, seq: u64) -> Option<u64> {
+        self.lamport(seq)
+            .or_else(|| self.pending.get(&seq).map(|early| early.lamport))
+    }
+
     pub(crate) fn last_lamport(&self) -> Option<u64> {
         self.lamports.back().copied()
     }
@@ -184,9 +190,9 @@ impl Log {
         self.order.get(key).map(|stored| to_event(key, stored))
     }
 
-    /// The held or pending version of `(stream, seq)`.
-    pub(crate) fn known(&self, stream: StreamId, seq: u64) -> Option<Content<'_>> {
-        let log = self.streams.get(&stream)?;
+    /// The held or pending version of `seq` of the stream `log`.
+    pub(crate) fn known_in<'a>(&'a self, log: &'a StreamLog, seq: u64) -> Option<Content<'a>> {
+        let stream = log.stream;
         if let Some(lamport) = log.lamport(seq) {
             let stored = self.order.get(key(lamport, stream))?;
             return Some(Content {
@@ -200,14 +206,6 @@ impl Log {
             time_ms: early.time_ms,
             payload: &early.payload,
         })
-    }
-
-    /// The lamport of the held or pending version of `(stream, seq)`: what a
-    /// neighbour check needs, without reading the event itself.
-    pub(crate) fn known_lamport(&self, stream: StreamId, seq: u64) -> Option<u64> {
-        let log = self.streams.get(&stream)?;
-        log.lamport(seq)
-            .or_else(|| log.pending.get(&seq).map(|early| early.lamport))
     }
 
     /// Whether `(stream, seq)` waits in the pending buffer.

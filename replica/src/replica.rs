@@ -474,6 +474,8 @@ impl<S: Store> Replica<S> {
             .map(|(stream, _)| stream)
             .filter(|&stream| !self.log.has_stream(stream))
             .collect();
+        // The stream's log, looked up once per run of its events.
+        let mut log: Option<&crate::log::StreamLog> = None;
         for (index, &event) in by_name.iter().enumerate() {
             let stream = event.stream;
             if event.seq == 0 {
@@ -486,9 +488,11 @@ impl<S: Store> Replica<S> {
                     limit: self.config.payload_bytes_max,
                 });
             }
-            let first_of_stream = index == 0 || by_name[index - 1].stream != stream;
-            if first_of_stream && !self.log.has_stream(stream) {
-                new_streams.push(stream);
+            if index == 0 || by_name[index - 1].stream != stream {
+                log = self.log.stream(stream);
+                if log.is_none() {
+                    new_streams.push(stream);
+                }
             }
             let floor_seq = self.floor.get(stream).max(delta.floor.get(stream));
             if event.seq <= floor_seq {
@@ -496,9 +500,8 @@ impl<S: Store> Replica<S> {
             }
             // Any other version of this name, held, pending or in this delta
             // (the entry before, once sorted), must be this very event.
-            let same_as_held = self
-                .log
-                .known(stream, event.seq)
+            let same_as_held = log
+                .and_then(|log| self.log.known_in(log, event.seq))
                 .is_none_or(|content| content.same_as(event));
             let previous = index.checked_sub(1).map(|i| by_name[i]);
             let same_as_offered = previous
@@ -522,9 +525,8 @@ impl<S: Store> Replica<S> {
             };
             let below = event.seq - 1;
             if below > floor_seq {
-                let lamport = self
-                    .log
-                    .known_lamport(stream, below)
+                let lamport = log
+                    .and_then(|log| log.known_lamport(below))
                     .or_else(|| in_delta(below, &mut by_name[..index].iter().rev()));
                 if let Some(lamport) = lamport {
                     if lamport >= event.lamport {
@@ -533,9 +535,8 @@ impl<S: Store> Replica<S> {
                 }
             }
             if let Some(above) = event.seq.checked_add(1) {
-                let lamport = self
-                    .log
-                    .known_lamport(stream, above)
+                let lamport = log
+                    .and_then(|log| log.known_lamport(above))
                     .or_else(|| in_delta(above, &mut by_name[index + 1..].iter()));
                 if let Some(lamport) = lamport {
                     if lamport <= event.lamport {
