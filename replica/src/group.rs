@@ -221,6 +221,11 @@ impl<S: Store + Send + 'static> GroupCommit<S> {
 
     /// Runs `change` on the replica: applying a peer's delta, compacting.
     /// Serialized with the rounds of appends.
+    ///
+    /// `change` runs under the replica's lock: calling this group's
+    /// [`GroupCommit::append`] from inside it deadlocks (the committer
+    /// needs the same lock). Append through the replica directly there, or
+    /// outside `change`.
     pub fn with_mut<R>(&self, change: impl FnOnce(&mut Replica<S>) -> R) -> R {
         change(&mut lock(&self.shared.replica))
     }
