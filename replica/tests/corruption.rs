@@ -25,10 +25,9 @@ use meshlog_replica::{
 };
 use redb::{ReadableTable, TableDefinition};
 
-use disk_support::{data_file, scratch, seed, Rng, SeedReport};
+use disk_support::{data_file, scratch, seed, Rng, SeedReport, PEER};
 
 const OWN: StreamId = StreamId::new(1);
-const PEER: StreamId = StreamId::new(2);
 const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 

@@ -34,29 +34,15 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Config, Delta, DiskStore, Event, GroupCommit, Replica};
+use meshlog_replica::{Config, Delta, DiskStore, GroupCommit, Replica};
 
-use disk_support::{scratch, seed, Rng, SeedReport};
+use disk_support::{peer_event, scratch, seed, Rng, SeedReport, PEER};
 
 const OWN: StreamId = StreamId::new(1);
-const PEER: StreamId = StreamId::new(2);
 const DIR_ENV: &str = "MESHLOG_CRASH_CHILD_DIR";
 const ROUND_ENV: &str = "MESHLOG_CRASH_CHILD_ROUND";
 const APPENDERS: usize = 4;
-
-/// The peer's event `seq`: a function of `seq` alone, so every child sends
-/// the same event for a seq and no run equivocates.
-fn peer_event(seq: u64) -> Event {
-    Event {
-        stream: PEER,
-        seq,
-        lamport: 1_000_000 + seq * 1_000,
-        time_ms: seq,
-        payload: Bytes::from(format!("peer {seq}")),
-    }
-}
 
 /// The child: runs only when started by `acknowledged_events_survive_sigkill`
 /// (with `DIR_ENV` set) and passes trivially otherwise. It never returns on

@@ -21,26 +21,13 @@ use meshlog_replica::{
     Store,
 };
 
-use disk_support::{data_file, scratch, seed, Rng, SeedReport};
+use disk_support::{data_file, peer_event, scratch, seed, Rng, SeedReport, PEER};
 
 const OWN: StreamId = StreamId::new(1);
-const PEER: StreamId = StreamId::new(2);
 
 fn open(dir: &std::path::Path) -> Replica<DiskStore> {
     let store = DiskStore::open(dir).expect("open the store");
     Replica::open(Config::new(OWN), store).expect("recover the replica")
-}
-
-/// An event of the simulated peer: deterministic, with a lamport far above
-/// ours so that receiving it must raise the clock.
-fn peer_event(seq: u64) -> Event {
-    Event {
-        stream: PEER,
-        seq,
-        lamport: 1_000_000 + seq * 1_000,
-        time_ms: seq,
-        payload: Bytes::from(format!("peer {seq}")),
-    }
 }
 
 #[test]

@@ -1,9 +1,29 @@
 //! Helpers shared by the durable-store tests (`disk.rs`, `crash.rs`,
-//! `corruption.rs`): a seeded generator, the seed plumbing, and a scratch
-//! data directory.
+//! `corruption.rs`): a seeded generator, the seed plumbing, a scratch data
+//! directory, and the simulated peer's events.
 #![allow(dead_code)]
 
 use std::path::Path;
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use meshlog_replica::Event;
+
+/// The simulated peer's stream.
+pub const PEER: StreamId = StreamId::new(2);
+
+/// The peer's event `seq`: a function of `seq` alone, so every run sends the
+/// same event for a seq and none equivocates; its lamport is far above ours,
+/// so receiving it must raise the clock.
+pub fn peer_event(seq: u64) -> Event {
+    Event {
+        stream: PEER,
+        seq,
+        lamport: 1_000_000 + seq * 1_000,
+        time_ms: seq,
+        payload: Bytes::from(format!("peer {seq}")),
+    }
+}
 
 /// A small seeded generator (splitmix64): deterministic for a seed, so a
 /// failing run replays exactly.
