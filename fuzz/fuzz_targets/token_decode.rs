@@ -9,61 +9,23 @@
 //! held to a small multiple of the input's length (`ALLOC_PER_BYTE`).
 #![no_main]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
 use libfuzzer_sys::fuzz_target;
+use meshlog_fuzz::alloc::{peak_during, Counting};
 use meshlog_fuzz::decode_check;
 
 /// Live heap bytes at most per input byte, plus `ALLOC_SLACK`. A stream takes
-/// at least 2 token bytes and one B-tree slot (16 bytes, in nodes about half
-/// full after ascending inserts); the text path also holds the token and its
+/// at least 2 token bytes, one 16-byte entry while decoding and one B-tree
+/// slot after (the map is built at once); the text path also holds the token and its
 /// base64 form. 64 leaves room for that; a decoder that reserved by a count
 /// it had not yet checked against the input would blow far past it.
 const ALLOC_PER_BYTE: usize = 64;
 const ALLOC_SLACK: usize = 16 * 1024;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; it only
-// counts bytes on the side.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
-            PEAK.fetch_max(live, Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            let live = LIVE.fetch_add(new_size, Relaxed) + new_size;
-            PEAK.fetch_max(live, Relaxed);
-            LIVE.fetch_sub(layout.size(), Relaxed);
-        }
-        new
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
 fuzz_target!(|data: &[u8]| {
-    let before = LIVE.load(Relaxed);
-    PEAK.store(before, Relaxed);
-    decode_check::check_input(data);
-    let peak = PEAK.load(Relaxed) - before;
+    let peak = peak_during(|| decode_check::check_input(data));
     let bound = ALLOC_PER_BYTE * data.len() + ALLOC_SLACK;
     assert!(
         peak <= bound,

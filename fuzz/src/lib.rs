@@ -2,4 +2,5 @@
 //! regressions under stable `cargo test` (`cursor/tests/fuzz_regressions.rs`
 //! includes `decode_check.rs` by path, so both run the very same code).
 
+pub mod alloc;
 pub mod decode_check;
