@@ -1,0 +1,236 @@
+//! `meshlog serve`'s settings: the command line (and its environment
+//! variables) for where the node lives, an optional TOML file for the rest.
+//!
+//! Every setting has a default that needs no setup: data in
+//! `./meshlog-data`, listening on `127.0.0.1:7070`, no peers.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// `meshlog serve`'s command line. Each flag can also come from the
+/// environment variable it names.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The data directory: the durable log and the node's `stream-id` file.
+    /// Created if missing.
+    #[arg(long, env = "MESHLOG_DATA", default_value = "meshlog-data")]
+    pub data: PathBuf,
+    /// The address to serve HTTP and sync on (`HOST:PORT`; port 0 picks a
+    /// free port, printed on stdout as `listening on ADDR`).
+    #[arg(long, env = "MESHLOG_LISTEN", default_value = "127.0.0.1:7070")]
+    pub listen: String,
+    /// A peer to sync with, by its URL (`http://127.0.0.1:7071`).
+    /// Repeatable; `MESHLOG_PEERS` takes a comma-separated list.
+    #[arg(long = "peer", env = "MESHLOG_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// The stream id to write as, on the first start only (later starts
+    /// read it from the data directory and refuse a different one).
+    /// Default: a random non-zero 64-bit id.
+    #[arg(long)]
+    pub stream_id: Option<u64>,
+    /// A TOML file with limits and timings (see [`FileSettings`]).
+    #[arg(long, env = "MESHLOG_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// The settings a `--config` TOML file may hold; each is optional.
+///
+/// ```toml
+/// body_bytes_max = 4194304        # largest request body (bytes)
+/// request_read_timeout_ms = 10000 # a request's head and body must arrive within this
+/// connections_max = 256           # more open connections are answered 503 and closed
+/// heartbeat_ms = 1000             # sync heartbeat; sync read/write timeouts are 10x
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    /// See [`Limits::body_bytes_max`].
+    pub body_bytes_max: Option<usize>,
+    /// See [`Limits::request_read_timeout`], in milliseconds.
+    pub request_read_timeout_ms: Option<u64>,
+    /// See [`Limits::connections_max`].
+    pub connections_max: Option<usize>,
+    /// See [`SyncSettings::heartbeat`], in milliseconds.
+    pub heartbeat_ms: Option<u64>,
+    /// See [`SyncSettings::backoff_min`], in milliseconds.
+    pub backoff_min_ms: Option<u64>,
+    /// See [`SyncSettings::backoff_max`], in milliseconds.
+    pub backoff_max_ms: Option<u64>,
+    /// See [`SyncSettings::connect_timeout`], in milliseconds.
+    pub connect_timeout_ms: Option<u64>,
+    /// See [`Limits::payload_bytes_max`].
+    pub payload_bytes_max: Option<usize>,
+    /// See [`Limits::shutdown_timeout`], in milliseconds.
+    pub shutdown_timeout_ms: Option<u64>,
+}
+
+/// The HTTP server's bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request body accepted; larger ones get `413
+    /// body_too_large`. Default 4 MiB.
+    pub body_bytes_max: usize,
+    /// A request's head must arrive within this, and then its body within
+    /// this again; a slower client is cut off (`408 request_timeout` once
+    /// the head has arrived, a closed connection before). Default 10 s.
+    pub request_read_timeout: Duration,
+    /// The most connections served at once (sync upgrades included); one
+    /// more is answered `503 too_many_connections` and closed, so the
+    /// connections already open are not harmed. Default 256.
+    pub connections_max: usize,
+    /// The largest payload one event may carry (the replica's limit);
+    /// larger ones get `413 payload_too_large`. Default 1 MiB.
+    pub payload_bytes_max: usize,
+    /// On SIGINT/SIGTERM, how long in-flight requests and sessions get to
+    /// finish before the node exits anyway. Default 10 s.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes_max: 4 << 20,
+            request_read_timeout: Duration::from_secs(10),
+            connections_max: 256,
+            payload_bytes_max: 1 << 20,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How the node syncs with its peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncSettings {
+    /// The sessions' heartbeat; their read and write timeouts are ten of it.
+    /// Default 1 s.
+    pub heartbeat: Duration,
+    /// The first redial delay after a session ends or a dial fails; it
+    /// doubles per failure up to `backoff_max`. Default 100 ms.
+    pub backoff_min: Duration,
+    /// The longest redial delay. Default 10 s.
+    pub backoff_max: Duration,
+    /// How long a dial (TCP connect and the upgrade) may take. Default 5 s.
+    pub connect_timeout: Duration,
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        SyncSettings {
+            heartbeat: Duration::from_secs(1),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Everything a node needs to start, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// The data directory.
+    pub data: PathBuf,
+    /// The address to listen on.
+    pub listen: String,
+    /// The peers to dial, by URL.
+    pub peers: Vec<String>,
+    /// The stream id to take on the first start.
+    pub stream_id: Option<u64>,
+    /// The HTTP server's bounds.
+    pub limits: Limits,
+    /// Sync timings.
+    pub sync: SyncSettings,
+}
+
+impl NodeConfig {
+    /// A node in `data` listening on `listen`, with default settings.
+    pub fn new(data: impl Into<PathBuf>, listen: impl Into<String>) -> Self {
+        NodeConfig {
+            data: data.into(),
+            listen: listen.into(),
+            peers: Vec::new(),
+            stream_id: None,
+            limits: Limits::default(),
+            sync: SyncSettings::default(),
+        }
+    }
+
+    /// Resolves the command line, reading the `--config` file if given.
+    pub fn from_args(args: ServeArgs) -> Result<NodeConfig, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileSettings::default(),
+        };
+        let mut config = NodeConfig::new(args.data, args.listen);
+        config.peers = args
+            .peers
+            .into_iter()
+            .map(|peer| peer.trim().to_owned())
+            .filter(|peer| !peer.is_empty())
+            .collect();
+        config.stream_id = args.stream_id;
+        config.apply(&file);
+        Ok(config)
+    }
+
+    fn apply(&mut self, file: &FileSettings) {
+        let ms = Duration::from_millis;
+        let limits = &mut self.limits;
+        limits.body_bytes_max = file.body_bytes_max.unwrap_or(limits.body_bytes_max);
+        if let Some(v) = file.request_read_timeout_ms {
+            limits.request_read_timeout = ms(v);
+        }
+        limits.connections_max = file.connections_max.unwrap_or(limits.connections_max);
+        limits.payload_bytes_max = file.payload_bytes_max.unwrap_or(limits.payload_bytes_max);
+        if let Some(v) = file.shutdown_timeout_ms {
+            limits.shutdown_timeout = ms(v);
+        }
+        let sync = &mut self.sync;
+        if let Some(v) = file.heartbeat_ms {
+            sync.heartbeat = ms(v.max(1));
+        }
+        if let Some(v) = file.backoff_min_ms {
+            sync.backoff_min = ms(v);
+        }
+        if let Some(v) = file.backoff_max_ms {
+            sync.backoff_max = ms(v);
+        }
+        if let Some(v) = file.connect_timeout_ms {
+            sync.connect_timeout = ms(v);
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        message: source.to_string(),
+    })
+}
+
+/// Why the settings could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The `--config` file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--config` file is not valid TOML or holds an unknown setting.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's reason.
+        message: String,
+    },
+}

@@ -1,0 +1,76 @@
+//! The API's one error shape: `{"error": "<stable code>", "message":
+//! "<human>"}`, with extra fields where the caller needs them to act
+//! (a stale cursor's lost ranges and resume token).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{Map, Value};
+
+/// An error answered to an HTTP client.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    extra: Map<String, Value>,
+}
+
+impl ApiError {
+    /// An error with `status`, a stable `code` and a human `message`.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Adds a field beside `error` and `message`.
+    pub fn with(mut self, key: &str, value: Value) -> ApiError {
+        self.extra.insert(key.to_owned(), value);
+        self
+    }
+
+    /// `400 bad_body`.
+    pub fn bad_body(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_body", message)
+    }
+
+    /// `400 bad_limit`.
+    pub fn bad_limit(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_limit", message)
+    }
+
+    /// `400 bad_token`.
+    pub fn bad_token(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_token", message)
+    }
+
+    /// `413 body_too_large`.
+    pub fn body_too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body exceeds the limit of {limit} bytes"),
+        )
+        .with("limit", limit.into())
+    }
+
+    /// `500 internal`: the replica failed (its store); the node needs a
+    /// restart to recover its durable state.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = Map::new();
+        body.insert("error".into(), self.code.into());
+        body.insert("message".into(), self.message.into());
+        body.extend(self.extra);
+        (self.status, Json(Value::Object(body))).into_response()
+    }
+}

@@ -1,0 +1,415 @@
+//! The API's handlers. Each parses and validates its input first (a typed
+//! `ApiError` on failure, nothing changed), then makes one replica call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Query, Request, State};
+use axum::http::header::{CONNECTION, CONTENT_TYPE, UPGRADE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use hyper_util::rt::TokioIo;
+use meshlog_cursor::{token, VersionVector};
+use meshlog_replica::{PageError, ReplicaError, RetentionPolicy};
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::json::{
+    decimal, json_batch, ndjson_batch, vector_json, AppendedJson, CompactBody, EventJson, PeerBody,
+    QueryBody,
+};
+use super::AppState;
+use crate::peers::{PeerStatus, SYNC_PROTOCOL};
+
+type Shared = State<Arc<AppState>>;
+
+/// The page length when a request names none.
+pub const LIMIT_DEFAULT: usize = 100;
+
+/// Where a page starts, as the request said it.
+enum After {
+    /// A token (or the start, when none was given).
+    Token(VersionVector),
+    /// A legacy reader's scalar lamport position.
+    Lamport(u64),
+}
+
+fn parse_after(after: Option<&str>) -> Result<After, ApiError> {
+    let text = match after {
+        None => return Ok(After::Token(VersionVector::new())),
+        Some(text) if text.is_empty() => return Ok(After::Token(VersionVector::new())),
+        Some(text) => text,
+    };
+    // A token's text starts with `A` (its version byte is 0x01), so an
+    // all-digit value can only be a scalar.
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse::<u64>().map(After::Lamport).map_err(|_| {
+            ApiError::bad_token(format!(
+                "a scalar lamport position must fit 64 bits: {text:?} does not"
+            ))
+        });
+    }
+    token::decode_text(text)
+        .map(After::Token)
+        .map_err(|error| ApiError::bad_token(error.to_string()))
+}
+
+fn parse_limit(limit: Option<&Value>, max: usize) -> Result<usize, ApiError> {
+    let Some(limit) = limit else {
+        return Ok(LIMIT_DEFAULT.min(max));
+    };
+    let number = match limit {
+        Value::Null => return Ok(LIMIT_DEFAULT.min(max)),
+        Value::Number(number) => number.as_u64(),
+        // In a query string every value is text.
+        Value::String(text) => text.parse::<u64>().ok(),
+        _ => None,
+    };
+    match number {
+        Some(n) if n >= 1 && n <= max as u64 => Ok(n as usize),
+        Some(n) => Err(
+            ApiError::bad_limit(format!("limit must be between 1 and {max}; got {n}"))
+                .with("max", max.into()),
+        ),
+        None => Err(ApiError::bad_limit(format!(
+            "limit must be a whole number between 1 and {max}; got {limit}"
+        ))
+        .with("max", max.into())),
+    }
+}
+
+/// `GET /events?after=TOKEN&limit=N`.
+pub async fn get_events(
+    State(state): Shared,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query
+        .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", error.body_text()))?;
+    let limit = query.get("limit").map(|text| Value::String(text.clone()));
+    page(
+        &state,
+        query.get("after").map(String::as_str),
+        limit.as_ref(),
+    )
+}
+
+/// `POST /events/query` with `{"after": TOKEN or null, "limit": N}`.
+pub async fn query_events(State(state): Shared, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let query: QueryBody = serde_json::from_slice(&body).map_err(|error| {
+        ApiError::bad_body(format!(
+            "expected {{\"after\": TOKEN or null, \"limit\": N}}: {error}"
+        ))
+    })?;
+    page(&state, query.after.as_deref(), query.limit.as_ref())
+}
+
+fn page(
+    state: &AppState,
+    after: Option<&str>,
+    limit: Option<&Value>,
+) -> Result<Json<Value>, ApiError> {
+    let max = state.replica.config().page_len_max;
+    let limit = parse_limit(limit, max)?;
+    let after = match parse_after(after)? {
+        After::Token(vector) => vector,
+        After::Lamport(lamport) => state.replica.covering_lamport(lamport),
+    };
+    let page = match state.replica.page(&after, limit) {
+        Ok(page) => page,
+        Err(PageError::Stale(stale)) => {
+            state.metrics.pages_stale.inc();
+            let lost: Vec<Value> = stale
+                .lost()
+                .iter()
+                .map(|range| {
+                    let seqs = range.seqs();
+                    json!({"stream": decimal(range.stream), "first": seqs.start(), "last": seqs.end()})
+                })
+                .collect();
+            let resume = token::encode_text(stale.resume()).map_err(|error| {
+                ApiError::internal(format!("cannot encode the resume token: {error}"))
+            })?;
+            return Err(
+                ApiError::new(StatusCode::GONE, "stale_cursor", stale.to_string())
+                    .with("lost", Value::Array(lost))
+                    .with("resume", resume.into()),
+            );
+        }
+        Err(PageError::LimitTooLarge { limit, max }) => {
+            return Err(ApiError::bad_limit(format!(
+                "limit {limit} exceeds the maximum of {max}"
+            )))
+        }
+        Err(error) => return Err(ApiError::internal(error.to_string())),
+    };
+    let marks = state.replica.marks();
+    let behind = after.iter().any(|(stream, seq)| seq > marks.get(stream));
+    if behind {
+        state.metrics.pages_behind.inc();
+    }
+    state.metrics.pages.inc();
+    let next = token::encode_text(&page.next)
+        .map_err(|error| ApiError::internal(format!("cannot encode the next token: {error}")))?;
+    let events: Vec<EventJson> = page.events.iter().map(EventJson::from).collect();
+    Ok(Json(json!({
+        "events": events,
+        "next": next,
+        "at_head": page.at_head,
+        "behind": behind,
+    })))
+}
+
+/// `POST /events`: one raw payload, or a JSON / NDJSON batch, committed
+/// durably as one commit before it is answered.
+pub async fn post_events(
+    State(state): Shared,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let refused = |error: ApiError| {
+        state.metrics.appends_refused.inc();
+        error
+    };
+    let media = headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| {
+            value
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default();
+    let payloads = match media.as_str() {
+        "application/json" => json_batch(&body).map_err(refused)?,
+        "application/x-ndjson" => ndjson_batch(&body).map_err(refused)?,
+        _ => vec![body],
+    };
+    let payload_max = state.replica.config().payload_bytes_max;
+    if let Some((index, payload)) = payloads
+        .iter()
+        .enumerate()
+        .find(|(_, payload)| payload.len() > payload_max)
+    {
+        return Err(refused(payload_too_large(
+            index,
+            payload.len(),
+            payload_max,
+        )));
+    }
+    let started = Instant::now();
+    let events = state
+        .replica
+        .append_batch(payloads)
+        .await
+        .map_err(|error| {
+            state.metrics.appends_refused.inc();
+            match error {
+                ReplicaError::PayloadTooLarge { len, limit, .. } => {
+                    payload_too_large(0, len, limit)
+                }
+                error => ApiError::internal(error.to_string()),
+            }
+        })?;
+    state
+        .metrics
+        .commit_seconds
+        .observe(started.elapsed().as_secs_f64());
+    state.metrics.appends.inc_by(events.len() as u64);
+    let appended: Vec<AppendedJson> = events
+        .iter()
+        .map(|event| AppendedJson {
+            stream: decimal(event.stream),
+            seq: event.seq,
+            lamport: event.lamport,
+        })
+        .collect();
+    Ok((StatusCode::CREATED, Json(json!({ "events": appended }))))
+}
+
+fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("payload {index} is {len} bytes; the limit is {limit}"),
+    )
+    .with("limit", limit.into())
+}
+
+fn peer_json(peer: &PeerStatus) -> Value {
+    json!({
+        "url": peer.url,
+        "connected": peer.connected,
+        "stream": peer.stream.map(decimal),
+        "marks": vector_json(&peer.marks),
+        "lag_events": peer.lag_events,
+        "last_error": peer.last_error,
+    })
+}
+
+/// `GET /marks`.
+pub async fn marks(State(state): Shared) -> Result<Json<Value>, ApiError> {
+    let replica = &state.replica;
+    let marks = replica.marks();
+    let digest = replica.digest();
+    let token = token::encode_text(&marks)
+        .map_err(|error| ApiError::internal(format!("cannot encode the marks: {error}")))?;
+    let peers: Vec<Value> = state.peers.list().iter().map(peer_json).collect();
+    Ok(Json(json!({
+        "stream": decimal(replica.stream()),
+        "marks": vector_json(&marks),
+        "floor": vector_json(&replica.floor()),
+        "token": token,
+        "digest": {"events": digest.events, "sum": format!("{:032x}", digest.sum)},
+        "peers": peers,
+    })))
+}
+
+/// `GET /health`.
+pub async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /metrics`: Prometheus (OpenMetrics) text.
+pub async fn metrics(State(state): Shared) -> Response {
+    let connected = state.peers.connected() as i64;
+    let text = state.metrics.render(state.replica.stats(), connected);
+    (
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `POST /compact` with `{"keep_last": N?, "keep_ms": N?, "ignore_peers": bool?}`.
+pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CompactBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|error| {
+            ApiError::bad_body(format!(
+                "expected {{\"keep_last\": N?, \"keep_ms\": N?, \"ignore_peers\": bool?}}: {error}"
+            ))
+        })?
+    };
+    let policy = RetentionPolicy {
+        keep_last: body.keep_last,
+        keep_ms: body.keep_ms,
+        ignore_peers: body.ignore_peers,
+    };
+    let (report, floor) = state
+        .replica
+        .compact(policy, state.peers.acknowledged())
+        .await
+        .map_err(|error| ApiError::internal(error.to_string()))?;
+    Ok(Json(json!({
+        "dropped": report.dropped,
+        "streams": report.streams,
+        "floor": vector_json(&floor),
+    })))
+}
+
+/// `GET /peers`.
+pub async fn list_peers(State(state): Shared) -> Json<Value> {
+    let peers: Vec<Value> = state.peers.list().iter().map(peer_json).collect();
+    Json(json!({ "peers": peers }))
+}
+
+fn peer_body(body: &[u8]) -> Result<PeerBody, ApiError> {
+    serde_json::from_slice(body).map_err(|error| {
+        ApiError::bad_body(format!(
+            "expected {{\"url\": \"http://host:port\"}}: {error}"
+        ))
+    })
+}
+
+/// `POST /peers` with `{"url": "..."}`: 201 when added, 200 when already
+/// there.
+pub async fn add_peer(
+    State(state): Shared,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body = peer_body(&body)?;
+    let (url, added) = state.peers.add(&body.url).map_err(|error| {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_peer_url", error.to_string())
+    })?;
+    let status = if added {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!({"url": url, "added": added}))))
+}
+
+/// `DELETE /peers` with `{"url": "..."}`.
+pub async fn remove_peer(State(state): Shared, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let body = peer_body(&body)?;
+    if state.peers.remove(&body.url) {
+        Ok(Json(json!({"url": body.url, "removed": true})))
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_peer",
+            format!("{} is not a peer of this node", body.url),
+        ))
+    }
+}
+
+/// `GET /sync` with `Connection: Upgrade` and `Upgrade: meshlog-sync`:
+/// answers `101 Switching Protocols`, then runs a sync session over the
+/// connection.
+pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Response {
+    let headers = request.headers();
+    let connection_upgrade = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    let protocol_ok = headers
+        .get(UPGRADE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim().eq_ignore_ascii_case(SYNC_PROTOCOL));
+    if !connection_upgrade || !protocol_ok {
+        return ApiError::new(
+            StatusCode::UPGRADE_REQUIRED,
+            "upgrade_required",
+            format!("GET /sync takes `Connection: Upgrade` and `Upgrade: {SYNC_PROTOCOL}`"),
+        )
+        .into_response();
+    }
+    let Some(on_upgrade) = request
+        .extensions_mut()
+        .remove::<hyper::upgrade::OnUpgrade>()
+    else {
+        return ApiError::internal("this connection cannot be upgraded").into_response();
+    };
+    let Some(permit) = state.peers.inbound_permit() else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_sessions",
+            "this node runs as many inbound sync sessions as it accepts",
+        )
+        .into_response();
+    };
+    let peers = state.peers.clone();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => peers.run_inbound(TokioIo::new(upgraded), permit),
+            Err(error) => tracing::debug!(%error, "sync upgrade failed"),
+        }
+    });
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let headers = response.headers_mut();
+    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(UPGRADE, HeaderValue::from_static(SYNC_PROTOCOL));
+    response
+}

@@ -1,0 +1,97 @@
+//! The meshlog node: one durable replica served over HTTP and JSON on one
+//! port, syncing with its peers over an HTTP upgrade on that same port.
+//!
+//! # Layout
+//!
+//! - `main.rs` (the `meshlog` binary): parses the command line into [`Cli`]
+//!   and calls [`run`]; nothing else.
+//! - [`config`]: `meshlog serve`'s flags and environment variables
+//!   ([`ServeArgs`]), the optional TOML file ([`config::FileSettings`]) and
+//!   the resolved [`NodeConfig`] with its limits and defaults.
+//! - [`serve`]: startup (data directory, stream id, replica, listener),
+//!   the accept loop with its connection limit and read timeouts, and
+//!   graceful shutdown on SIGINT/SIGTERM ([`Node`]).
+//! - `http`: the axum router, its handlers, the JSON types of the API and
+//!   its errors (`docs/HTTP.md`), and the `GET /sync` upgrade.
+//! - `peers`: the links to peers by URL: dial, upgrade, run a sync session,
+//!   redial with jittered exponential backoff, report each peer's state;
+//!   peers added and removed at run time.
+//! - `replica`: `NodeReplica`, the one place the node touches its replica,
+//!   and the data directory's `stream-id` file.
+//! - `metrics`: the Prometheus counters behind `GET /metrics`.
+//! - [`cli`], [`demo`]: the client subcommands and the local demo mesh.
+//!
+//! **Architecture invariant:** only this crate knows HTTP and JSON. It uses
+//! the replica, the cursor's token codec and sync's sessions through their
+//! public APIs; every replica call goes through `replica::NodeReplica`.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+pub mod cli;
+pub mod config;
+pub mod demo;
+mod http;
+mod metrics;
+mod peers;
+mod replica;
+pub mod serve;
+
+pub use config::{NodeConfig, ServeArgs};
+pub use serve::{Node, ServeError};
+
+/// The `meshlog` command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "meshlog",
+    version,
+    about = "A replicated event log for a mesh of runtimes."
+)]
+pub struct Cli {
+    /// Log as JSON lines instead of human-readable text (on stderr).
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `meshlog`'s subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Run a node: one durable replica served over HTTP, syncing with peers.
+    Serve(ServeArgs),
+    /// Run a local mesh of nodes with embedded defaults.
+    Demo(demo::DemoArgs),
+    /// Client subcommands, talking to a running node.
+    #[command(flatten)]
+    Client(cli::ClientCommand),
+}
+
+/// Runs one `meshlog` command line to its end.
+pub fn run(cli: Cli) -> ExitCode {
+    init_tracing(cli.log_json);
+    match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Client(command) => cli::run(command),
+    }
+}
+
+/// Logs to stderr (stdout is for output other programs read, such as
+/// `listening on ADDR`): human-readable, or JSON lines with `--log-json`.
+/// `RUST_LOG` filters; the default is `info`.
+fn init_tracing(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second init (tests calling `run` twice) is harmless: keep the first.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}

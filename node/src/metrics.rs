@@ -1,0 +1,162 @@
+//! The node's Prometheus metrics, served as text by `GET /metrics`.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Every metric the node keeps; cheap to share (the metrics are atomics).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Serializes scrapes, so two never copy the replica's counters in twice.
+    render_lock: std::sync::Mutex<()>,
+    /// Events appended through the API.
+    pub appends: Counter,
+    /// Append requests refused (bad body, too large, store failure).
+    pub appends_refused: Counter,
+    /// Pages served (`GET /events`, `POST /events/query`).
+    pub pages: Counter,
+    /// Page requests answered `410 stale_cursor`.
+    pub pages_stale: Counter,
+    /// Pages served to a cursor ahead of this node (`behind: true`).
+    pub pages_behind: Counter,
+    /// Connections refused for the connection limit.
+    pub connections_refused: Counter,
+    /// Connections open now.
+    pub connections_open: Gauge,
+    /// Sync sessions running now, dialed and accepted.
+    pub sessions_running: Gauge,
+    /// Dialed peers whose session is established now.
+    pub peers_connected: Gauge,
+    /// Seconds one durable append commit took, from the API's view.
+    pub commit_seconds: Histogram,
+    /// Events applied from peers (the replica's counter, read at scrape).
+    applied: Counter,
+    /// Deltas refused (the replica's counter, read at scrape).
+    deltas_refused: Counter,
+    /// Duplicate events received (the replica's counter, read at scrape).
+    duplicates: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `meshlog_` prefix.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("meshlog");
+        let metrics = Metrics {
+            appends: Counter::default(),
+            appends_refused: Counter::default(),
+            pages: Counter::default(),
+            pages_stale: Counter::default(),
+            pages_behind: Counter::default(),
+            connections_refused: Counter::default(),
+            connections_open: Gauge::default(),
+            sessions_running: Gauge::default(),
+            peers_connected: Gauge::default(),
+            commit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            applied: Counter::default(),
+            deltas_refused: Counter::default(),
+            duplicates: Counter::default(),
+            registry: Registry::default(),
+            render_lock: std::sync::Mutex::new(()),
+        };
+        let r = &mut registry;
+        r.register(
+            "appends",
+            "Events appended through the API",
+            metrics.appends.clone(),
+        );
+        r.register(
+            "appends_refused",
+            "Append requests refused",
+            metrics.appends_refused.clone(),
+        );
+        r.register(
+            "applies",
+            "Events applied from peers' deltas",
+            metrics.applied.clone(),
+        );
+        r.register(
+            "deltas_refused",
+            "Deltas from peers refused by the replica",
+            metrics.deltas_refused.clone(),
+        );
+        r.register(
+            "duplicates",
+            "Events received from peers already held",
+            metrics.duplicates.clone(),
+        );
+        r.register("pages", "Pages served", metrics.pages.clone());
+        r.register(
+            "pages_stale",
+            "Page requests answered 410 stale_cursor",
+            metrics.pages_stale.clone(),
+        );
+        r.register(
+            "pages_behind",
+            "Pages served to a cursor ahead of this node",
+            metrics.pages_behind.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Connections refused for the connection limit",
+            metrics.connections_refused.clone(),
+        );
+        r.register(
+            "connections_open",
+            "HTTP connections open",
+            metrics.connections_open.clone(),
+        );
+        r.register(
+            "sync_sessions",
+            "Sync sessions running, dialed and accepted",
+            metrics.sessions_running.clone(),
+        );
+        r.register(
+            "peers_connected",
+            "Dialed peers with an established session",
+            metrics.peers_connected.clone(),
+        );
+        r.register(
+            "commit_seconds",
+            "Durable append commit latency",
+            metrics.commit_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The metrics in Prometheus text format, after copying in the
+    /// replica's own counters.
+    pub fn render(&self, stats: meshlog_replica::Stats, peers_connected: i64) -> String {
+        let _one_at_a_time = self
+            .render_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        catch_up(&self.applied, stats.applied);
+        catch_up(&self.deltas_refused, stats.deltas_refused);
+        catch_up(&self.duplicates, stats.duplicates);
+        self.peers_connected.set(peers_connected);
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Moves a counter up to a total counted elsewhere (never down).
+fn catch_up(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}

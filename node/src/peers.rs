@@ -1,0 +1,478 @@
+//! Links to peers, named by URL: dial, upgrade `GET /sync` to the sync
+//! protocol, run a `meshlog_sync::Session` over the upgraded connection,
+//! redial with jittered exponential backoff; and inbound sessions, which
+//! arrive through the same upgrade on this node's port.
+//!
+//! The redial policy is `meshlog_sync::PeerManager`'s (which dials raw TCP,
+//! not an HTTP upgrade, so it is re-implemented here): the delay doubles
+//! from `backoff_min` to `backoff_max` per failure, drawn from the upper
+//! half of that range, and starts over only after a session that was
+//! established and lasted at least `backoff_max`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::header::{CONNECTION, HOST, UPGRADE};
+use hyper::{Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_sync::{Session, SessionConfig, SessionError, SessionState};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::SyncSettings;
+use crate::metrics::Metrics;
+use crate::replica::NodeReplica;
+
+/// The protocol named in the `Upgrade` header of `GET /sync`.
+pub const SYNC_PROTOCOL: &str = "meshlog-sync";
+
+/// The most inbound sync sessions at once; more upgrades are answered 503.
+pub const INBOUND_SESSIONS_MAX: usize = 64;
+
+/// One dialed peer as the node sees it now.
+#[derive(Debug, Clone)]
+pub struct PeerStatus {
+    /// The peer's URL, normalized (`http://host:port`).
+    pub url: String,
+    /// Whether a session is running and the peer's hello has arrived.
+    pub connected: bool,
+    /// The peer's stream, from its last hello.
+    pub stream: Option<StreamId>,
+    /// The marks the peer has acknowledged (current or last session).
+    pub marks: VersionVector,
+    /// Events this node holds that the peer has not acknowledged.
+    pub lag_events: u64,
+    /// Why the last session or dial that ended badly did.
+    pub last_error: Option<String>,
+}
+
+/// A peer URL this node cannot dial.
+#[derive(Debug, thiserror::Error)]
+#[error("bad peer URL {url:?}: {reason}")]
+pub struct PeerUrlError {
+    /// The URL given.
+    pub url: String,
+    /// Why it is refused.
+    pub reason: &'static str,
+}
+
+/// The node's sync links: dialed peers by URL, and inbound sessions.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Peers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    replica: NodeReplica,
+    settings: SyncSettings,
+    metrics: Arc<Metrics>,
+    /// Cancelled on shutdown: every dial loop and session stops.
+    stop: CancellationToken,
+    tasks: TaskTracker,
+    dialed: Mutex<Vec<Arc<Slot>>>,
+    inbound: Mutex<Vec<watch::Receiver<SessionState>>>,
+    inbound_permits: Arc<Semaphore>,
+    /// Counts peers ever added, to seed each one's jitter differently.
+    added: Mutex<u64>,
+}
+
+struct Slot {
+    url: String,
+    host: String,
+    port: u16,
+    stop: CancellationToken,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    running: Option<watch::Receiver<SessionState>>,
+    last: SessionState,
+    last_error: Option<String>,
+}
+
+impl Peers {
+    /// No peers yet; `stop` ends every link when cancelled.
+    pub fn new(
+        replica: NodeReplica,
+        settings: SyncSettings,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> Peers {
+        Peers {
+            inner: Arc::new(Inner {
+                replica,
+                settings,
+                metrics,
+                stop,
+                tasks: TaskTracker::new(),
+                dialed: Mutex::default(),
+                inbound: Mutex::default(),
+                inbound_permits: Arc::new(Semaphore::new(INBOUND_SESSIONS_MAX)),
+                added: Mutex::new(0),
+            }),
+        }
+    }
+
+    fn session_config(&self) -> SessionConfig {
+        SessionConfig::with_heartbeat(self.inner.settings.heartbeat)
+    }
+
+    /// Starts dialing `url` (and redialing it). Returns the normalized URL
+    /// and whether it was new (`false`: already dialed, nothing changed).
+    pub fn add(&self, url: &str) -> Result<(String, bool), PeerUrlError> {
+        let (normalized, host, port) = parse_url(url)?;
+        let slot = {
+            let mut dialed = lock(&self.inner.dialed);
+            if dialed.iter().any(|slot| slot.url == normalized) {
+                return Ok((normalized, false));
+            }
+            let slot = Arc::new(Slot {
+                url: normalized.clone(),
+                host,
+                port,
+                stop: self.inner.stop.child_token(),
+                state: Mutex::default(),
+            });
+            dialed.push(Arc::clone(&slot));
+            slot
+        };
+        let index = {
+            let mut added = lock(&self.inner.added);
+            *added += 1;
+            *added
+        };
+        let seed = splitmix(self.inner.replica.stream().get() ^ index.wrapping_mul(0x9e37_79b9));
+        tracing::info!(peer = %normalized, "peer added");
+        self.inner
+            .tasks
+            .spawn(dial_loop(self.clone(), slot, SplitMix64(seed)));
+        Ok((normalized, true))
+    }
+
+    /// Stops dialing `url` and ends its session. Returns whether it was a
+    /// peer.
+    pub fn remove(&self, url: &str) -> bool {
+        let normalized = match parse_url(url) {
+            Ok((normalized, _, _)) => normalized,
+            Err(_) => url.to_owned(),
+        };
+        let removed = {
+            let mut dialed = lock(&self.inner.dialed);
+            let before = dialed.len();
+            let mut removed = Vec::new();
+            dialed.retain(|slot| {
+                if slot.url == normalized {
+                    removed.push(Arc::clone(slot));
+                    false
+                } else {
+                    true
+                }
+            });
+            debug_assert!(removed.len() <= 1 && before >= removed.len());
+            removed
+        };
+        for slot in &removed {
+            slot.stop.cancel();
+            tracing::info!(peer = %slot.url, "peer removed");
+        }
+        !removed.is_empty()
+    }
+
+    /// Every dialed peer's state, in the order they were added.
+    pub fn list(&self) -> Vec<PeerStatus> {
+        let marks = self.inner.replica.marks();
+        let dialed: Vec<Arc<Slot>> = lock(&self.inner.dialed).clone();
+        dialed.iter().map(|slot| slot.status(&marks)).collect()
+    }
+
+    /// How many dialed peers have an established session.
+    pub fn connected(&self) -> usize {
+        self.list().iter().filter(|peer| peer.connected).count()
+    }
+
+    /// The marks every known peer (dialed, or inbound now) has
+    /// acknowledged: what compaction must not pass.
+    pub fn acknowledged(&self) -> Vec<VersionVector> {
+        let mut marks: Vec<VersionVector> = self
+            .list()
+            .into_iter()
+            .filter(|peer| peer.stream.is_some())
+            .map(|peer| peer.marks)
+            .collect();
+        let inbound = lock(&self.inner.inbound);
+        for receiver in inbound.iter() {
+            let state = receiver.borrow();
+            if state.peer.is_some() {
+                marks.push(state.peer_marks.clone());
+            }
+        }
+        marks
+    }
+
+    /// A place for one more inbound session, if there is room.
+    pub fn inbound_permit(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.inner.inbound_permits)
+            .try_acquire_owned()
+            .ok()
+    }
+
+    /// Runs an inbound session over `io` (an upgraded `GET /sync`) until the
+    /// peer closes it, it fails, or the node shuts down.
+    pub fn run_inbound<IO>(&self, io: IO, permit: OwnedSemaphorePermit)
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let peers = self.clone();
+        self.inner.tasks.spawn(async move {
+            let _permit = permit;
+            let session = Session::new(peers.inner.replica.sync_handle(), peers.session_config());
+            let state = session.state();
+            lock(&peers.inner.inbound).push(state.clone());
+            peers.inner.metrics.sessions_running.inc();
+            let _ = session.run_until(io, peers.inner.stop.cancelled()).await;
+            peers.inner.metrics.sessions_running.dec();
+            lock(&peers.inner.inbound).retain(|other| !other.same_channel(&state));
+        });
+    }
+
+    /// Ends every session and dial loop and waits for them.
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}
+
+impl Slot {
+    fn status(&self, our_marks: &VersionVector) -> PeerStatus {
+        let state = lock(&self.state);
+        let (running, session) = match &state.running {
+            Some(receiver) => (true, receiver.borrow().clone()),
+            None => (false, state.last.clone()),
+        };
+        PeerStatus {
+            url: self.url.clone(),
+            connected: running && session.peer.is_some(),
+            stream: session.peer,
+            lag_events: lag_events(our_marks, &session.peer_marks),
+            marks: session.peer_marks,
+            last_error: state.last_error.clone(),
+        }
+    }
+
+    fn started(&self, receiver: watch::Receiver<SessionState>) {
+        lock(&self.state).running = Some(receiver);
+    }
+
+    /// Records a session's end; returns whether it was established.
+    fn ended(&self, result: Result<meshlog_sync::SessionEnd, SessionError>) -> bool {
+        let mut state = lock(&self.state);
+        if let Some(receiver) = state.running.take() {
+            state.last = receiver.borrow().clone();
+        }
+        if let Err(error) = result {
+            state.last_error = Some(error.to_string());
+        }
+        state.last.peer.is_some()
+    }
+
+    fn failed(&self, reason: String) {
+        lock(&self.state).last_error = Some(reason);
+    }
+}
+
+async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut rng: SplitMix64) {
+    let settings = peers.inner.settings.clone();
+    let mut attempt = 0u32;
+    loop {
+        let dialed = tokio::select! {
+            _ = slot.stop.cancelled() => return,
+            dialed = tokio::time::timeout(settings.connect_timeout, dial(&slot)) => dialed,
+        };
+        match dialed {
+            Ok(Ok(io)) => {
+                tracing::debug!(peer = %slot.url, "sync upgrade accepted");
+                let session =
+                    Session::new(peers.inner.replica.sync_handle(), peers.session_config());
+                slot.started(session.state());
+                peers.inner.metrics.sessions_running.inc();
+                let started_at = tokio::time::Instant::now();
+                let result = session.run_until(io, slot.stop.cancelled()).await;
+                peers.inner.metrics.sessions_running.dec();
+                let established = slot.ended(result);
+                if established && started_at.elapsed() >= settings.backoff_max {
+                    attempt = 0;
+                }
+            }
+            Ok(Err(reason)) => {
+                tracing::debug!(peer = %slot.url, %reason, "dial failed");
+                slot.failed(reason);
+            }
+            Err(_) => {
+                slot.failed(format!(
+                    "dial timed out after {:?}",
+                    settings.connect_timeout
+                ));
+            }
+        }
+        let delay = backoff(attempt, &settings, &mut rng);
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            _ = slot.stop.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Connects to the peer and upgrades `GET /sync` to the sync protocol.
+async fn dial(slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+    let tcp = TcpStream::connect((slot.host.as_str(), slot.port))
+        .await
+        .map_err(|error| format!("dial failed: {error}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|error| format!("HTTP handshake failed: {error}"))?;
+    // Drives the connection until the upgrade hands its socket over.
+    tokio::spawn(async move {
+        let _ = connection.with_upgrades().await;
+    });
+    let authority = format!("{}:{}", slot.host, slot.port);
+    let request = Request::get("/sync")
+        .header(HOST, authority)
+        .header(CONNECTION, "upgrade")
+        .header(UPGRADE, SYNC_PROTOCOL)
+        .body(Empty::<Bytes>::new())
+        .map_err(|error| format!("cannot build the upgrade request: {error}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|error| format!("sync upgrade request failed: {error}"))?;
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(format!(
+            "peer answered {} to the sync upgrade",
+            response.status()
+        ));
+    }
+    let upgraded = hyper::upgrade::on(response)
+        .await
+        .map_err(|error| format!("sync upgrade failed: {error}"))?;
+    Ok(TokioIo::new(upgraded))
+}
+
+/// `http://host[:port][/]` → (`http://host:port`, host, port).
+fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
+    let bad = |reason| PeerUrlError {
+        url: url.to_owned(),
+        reason,
+    };
+    let uri: Uri = url.trim().parse().map_err(|_| bad("not a URL"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad("the scheme must be http"));
+    }
+    let host = uri
+        .host()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| bad("no host"))?;
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(bad("a peer URL has no path or query"));
+    }
+    let port = uri.port_u16().unwrap_or(80);
+    let host = host.to_owned();
+    Ok((format!("http://{host}:{port}"), host, port))
+}
+
+/// Events `ours` covers that `theirs` does not, summed over streams.
+fn lag_events(ours: &VersionVector, theirs: &VersionVector) -> u64 {
+    ours.iter()
+        .map(|(stream, seq)| seq.saturating_sub(theirs.get(stream)))
+        .fold(0u64, u64::saturating_add)
+}
+
+/// The delay before redial `attempt` (0-based): exponential from
+/// `backoff_min` to `backoff_max`, drawn uniformly from its upper half so
+/// that nodes restarted together do not dial in lockstep.
+fn backoff(attempt: u32, settings: &SyncSettings, rng: &mut SplitMix64) -> Duration {
+    let min_ms = settings.backoff_min.as_millis().max(1) as u64;
+    let max_ms = (settings.backoff_max.as_millis() as u64).max(min_ms);
+    let base_ms = min_ms.saturating_mul(1u64 << attempt.min(32)).min(max_ms);
+    Duration::from_millis(base_ms / 2 + rng.below(base_ms / 2 + 1))
+}
+
+/// SplitMix64, for the redial jitter (sync's generator is private to it).
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        splitmix(self.0)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        if bound == 0 {
+            0
+        } else {
+            self.next() % bound
+        }
+    }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only bookkeeping happens under these locks.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_are_normalized_and_checked() {
+        assert_eq!(
+            parse_url("http://127.0.0.1:7071").unwrap().0,
+            "http://127.0.0.1:7071"
+        );
+        assert_eq!(
+            parse_url("http://127.0.0.1:7071/").unwrap().0,
+            "http://127.0.0.1:7071"
+        );
+        assert_eq!(parse_url("http://node-b").unwrap().0, "http://node-b:80");
+        assert!(parse_url("https://127.0.0.1:7071").is_err());
+        assert!(parse_url("127.0.0.1:7071").is_err());
+        assert!(parse_url("http://127.0.0.1:7071/x").is_err());
+    }
+
+    #[test]
+    fn backoff_doubles_within_bounds_and_jitters() {
+        let settings = SyncSettings {
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(2),
+            ..SyncSettings::default()
+        };
+        let mut rng = SplitMix64(7);
+        for attempt in 0..40 {
+            let base = (100u64 << attempt.min(5)).min(2000);
+            let delay = backoff(attempt, &settings, &mut rng).as_millis() as u64;
+            assert!(
+                delay >= base / 2 && delay <= base,
+                "attempt {attempt}: {delay} ms"
+            );
+        }
+    }
+}
