@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::json::{
-    decimal, json_batch, ndjson_batch, vector_json, AppendedJson, CompactBody, EventJson, PeerBody,
-    QueryBody,
+    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendedJson, CompactBody,
+    EventJson, PeerBody, QueryBody,
 };
 use super::AppState;
 use crate::peers::{PeerStatus, SYNC_PROTOCOL};
@@ -98,11 +98,7 @@ pub async fn get_events(
 
 /// `POST /events/query` with `{"after": TOKEN or null, "limit": N}`.
 pub async fn query_events(State(state): Shared, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let query: QueryBody = serde_json::from_slice(&body).map_err(|error| {
-        ApiError::bad_body(format!(
-            "expected {{\"after\": TOKEN or null, \"limit\": N}}: {error}"
-        ))
-    })?;
+    let query: QueryBody = object_body(&body, r#"{"after": TOKEN or null, "limit": N}"#)?;
     page(&state, query.after.as_deref(), query.limit.as_ref())
 }
 
@@ -294,11 +290,10 @@ pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<Value>, A
     let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
         CompactBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|error| {
-            ApiError::bad_body(format!(
-                "expected {{\"keep_last\": N?, \"keep_ms\": N?, \"ignore_peers\": bool?}}: {error}"
-            ))
-        })?
+        object_body(
+            &body,
+            r#"{"keep_last": N?, "keep_ms": N?, "ignore_peers": bool?}"#,
+        )?
     };
     let policy = RetentionPolicy {
         keep_last: body.keep_last,
@@ -324,11 +319,7 @@ pub async fn list_peers(State(state): Shared) -> Json<Value> {
 }
 
 fn peer_body(body: &[u8]) -> Result<PeerBody, ApiError> {
-    serde_json::from_slice(body).map_err(|error| {
-        ApiError::bad_body(format!(
-            "expected {{\"url\": \"http://host:port\"}}: {error}"
-        ))
-    })
+    object_body(body, r#"{"url": "http://host:port"}"#)
 }
 
 /// `POST /peers` with `{"url": "..."}`: 201 when added, 200 when already

@@ -144,6 +144,20 @@ pub fn ndjson_batch(body: &[u8]) -> Result<Vec<Bytes>, ApiError> {
     Ok(payloads)
 }
 
+/// Parses a request body that must be one JSON object of type `T` (serde
+/// would also take an array for a struct; the API does not).
+pub fn object_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    shape: &str,
+) -> Result<T, ApiError> {
+    let bad = |reason: String| ApiError::bad_body(format!("expected {shape}: {reason}"));
+    let value: Value = serde_json::from_slice(body).map_err(|error| bad(error.to_string()))?;
+    if !value.is_object() {
+        return Err(bad("the body is not a JSON object".into()));
+    }
+    serde_json::from_value(value).map_err(|error| bad(error.to_string()))
+}
+
 /// `POST /events/query`'s body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,240 @@
+//! Shared by the node's tests: an in-process node on a free port in a
+//! scratch directory, the built `meshlog` binary as a child process, and a
+//! small raw HTTP/1.1 client (so tests can also send what no real client
+//! would: half a request, a hostile token, too many connections).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use meshlog_node::config::NodeConfig;
+use meshlog_node::Node;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long any one wait in these tests may take before it fails.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A node in a scratch directory, with sync timings short enough for tests.
+pub struct TestNode {
+    pub node: Node,
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestNode {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Settings for a test node: free port, fast heartbeats and backoff.
+pub fn test_config(dir: &std::path::Path, stream_id: u64) -> NodeConfig {
+    let mut config = NodeConfig::new(dir, "127.0.0.1:0");
+    config.stream_id = Some(stream_id);
+    config.sync.heartbeat = Duration::from_millis(50);
+    config.sync.backoff_min = Duration::from_millis(20);
+    config.sync.backoff_max = Duration::from_millis(400);
+    config.sync.connect_timeout = Duration::from_secs(2);
+    config
+}
+
+pub async fn start(stream_id: u64) -> TestNode {
+    start_with(stream_id, |_| {}).await
+}
+
+pub async fn start_with(stream_id: u64, tweak: impl FnOnce(&mut NodeConfig)) -> TestNode {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let mut config = test_config(dir.path(), stream_id);
+    tweak(&mut config);
+    let node = Node::start(config).await.expect("the node starts");
+    let addr = node.local_addr();
+    TestNode { node, addr, dir }
+}
+
+/// An HTTP response, read whole.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|error| {
+            panic!(
+                "status {}: body is not JSON ({error}): {:?}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The `error` code of a JSON error body.
+    pub fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or("").to_owned()
+    }
+}
+
+/// One request on a fresh connection (`Connection: close`), read to the end.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut raw = head.into_bytes();
+    raw.extend_from_slice(body);
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(&raw).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(DEADLINE, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("{method} {path}: no answer within {DEADLINE:?}"))
+        .unwrap_or_else(|error| panic!("{method} {path}: {error}"));
+    parse_response(&answer).unwrap_or_else(|| {
+        panic!(
+            "{method} {path}: not an HTTP response: {:?}",
+            String::from_utf8_lossy(&answer)
+        )
+    })
+}
+
+/// Parses a whole HTTP/1.1 response (content-length or chunked body).
+pub fn parse_response(raw: &[u8]) -> Option<Response> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let rest = &raw[end + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        let mut body = Vec::new();
+        let mut rest = rest;
+        loop {
+            let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).ok()?.trim(), 16)
+                    .ok()?;
+            rest = &rest[line_end + 2..];
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(rest.get(..size)?);
+            rest = rest.get(size + 2..)?;
+        }
+        body
+    } else {
+        rest.to_vec()
+    };
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Response {
+    request(addr, "GET", path, &[], b"").await
+}
+
+pub async fn post_json(addr: SocketAddr, path: &str, body: &Value) -> Response {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
+/// Appends one raw payload; returns its seq.
+pub async fn append(addr: SocketAddr, payload: &[u8]) -> u64 {
+    let response = request(addr, "POST", "/events", &[], payload).await;
+    assert_eq!(
+        response.status,
+        201,
+        "{:?}",
+        String::from_utf8_lossy(&response.body)
+    );
+    response.json()["events"][0]["seq"].as_u64().expect("a seq")
+}
+
+/// Every event the node holds, walked with pages of `limit`.
+pub async fn walk(addr: SocketAddr, limit: usize) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut after = String::new();
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the walk did not reach the head"
+        );
+        let response = get(addr, &format!("/events?after={after}&limit={limit}")).await;
+        assert_eq!(
+            response.status,
+            200,
+            "{:?}",
+            String::from_utf8_lossy(&response.body)
+        );
+        let page = response.json();
+        events.extend(page["events"].as_array().unwrap().iter().cloned());
+        after = page["next"].as_str().unwrap().to_owned();
+        if page["at_head"].as_bool().unwrap() {
+            return events;
+        }
+    }
+}
+
+/// `GET /marks` as JSON.
+pub async fn marks(addr: SocketAddr) -> Value {
+    let response = get(addr, "/marks").await;
+    assert_eq!(response.status, 200);
+    response.json()
+}
+
+/// Waits, polling, until `check` holds; fails after [`DEADLINE`].
+pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
