@@ -39,8 +39,7 @@ enum After {
 
 fn parse_after(after: Option<&str>) -> Result<After, ApiError> {
     let text = match after {
-        None => return Ok(After::Token(VersionVector::new())),
-        Some(text) if text.is_empty() => return Ok(After::Token(VersionVector::new())),
+        None | Some("") => return Ok(After::Token(VersionVector::new())),
         Some(text) => text,
     };
     // A token's text starts with `A` (its version byte is 0x01), so an
