@@ -193,11 +193,6 @@ impl Peers {
         dialed.iter().map(|slot| slot.status(&marks)).collect()
     }
 
-    /// How many dialed peers have an established session.
-    pub fn connected(&self) -> usize {
-        self.list().iter().filter(|peer| peer.connected).count()
-    }
-
     /// The marks every known peer (dialed, or inbound now) has
     /// acknowledged: what compaction must not pass.
     pub fn acknowledged(&self) -> Vec<VersionVector> {

@@ -281,8 +281,8 @@ pub async fn health() -> Json<Value> {
 
 /// `GET /metrics`: Prometheus (OpenMetrics) text.
 pub async fn metrics(State(state): Shared) -> Response {
-    let connected = state.peers.connected() as i64;
-    let text = state.metrics.render(state.replica.stats(), connected);
+    let peers = state.peers.list();
+    let text = state.metrics.render(state.replica.stats(), &peers);
     (
         [(
             CONTENT_TYPE,
