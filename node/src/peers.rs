@@ -166,7 +166,6 @@ impl Peers {
         };
         let removed = {
             let mut dialed = lock(&self.inner.dialed);
-            let before = dialed.len();
             let mut removed = Vec::new();
             dialed.retain(|slot| {
                 if slot.url == normalized {
@@ -176,7 +175,6 @@ impl Peers {
                     true
                 }
             });
-            debug_assert!(removed.len() <= 1 && before >= removed.len());
             removed
         };
         for slot in &removed {
