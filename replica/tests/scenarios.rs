@@ -14,7 +14,9 @@ use std::collections::BTreeSet;
 
 use common::{held, push, Link, Walker};
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Config, Delta, Event, MemStore, PageError, Replica, ReplicaError};
+use meshlog_replica::{
+    Config, Delta, DeltaError, Event, MemStore, PageError, Replica, ReplicaError,
+};
 
 fn replica(id: u64) -> Replica {
     Replica::new(StreamId::new(id))
@@ -275,7 +277,7 @@ fn equivocation_is_reported_and_the_first_event_kept() {
         events: vec![forged],
     };
     match b.apply(&delta) {
-        Err(ReplicaError::Equivocation { stream, seq }) => {
+        Err(ReplicaError::Delta(DeltaError::Equivocation { stream, seq })) => {
             assert_eq!((stream, seq), (first.stream, first.seq));
         }
         other => panic!("expected an equivocation, got {other:?}"),
@@ -307,7 +309,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
     });
     assert!(matches!(
         refused,
-        Err(ReplicaError::Equivocation { seq: 3, .. })
+        Err(ReplicaError::Delta(DeltaError::Equivocation { seq: 3, .. }))
     ));
     let twice = Delta {
         floor: VersionVector::new(),
@@ -321,7 +323,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
     };
     assert!(matches!(
         b.apply(&twice),
-        Err(ReplicaError::Equivocation { seq: 4, .. })
+        Err(ReplicaError::Delta(DeltaError::Equivocation { seq: 4, .. }))
     ));
 }
 
@@ -346,11 +348,11 @@ fn a_lamport_that_does_not_rise_with_seq_is_refused() {
     assert!(
         matches!(
             refused,
-            Err(ReplicaError::LamportNotRising {
+            Err(ReplicaError::Delta(DeltaError::LamportNotRising {
                 seq: 2,
                 neighbour_seq: 1,
                 ..
-            })
+            }))
         ),
         "{refused:?}"
     );
@@ -518,10 +520,12 @@ impl meshlog_replica::Store for FlakyStore {
     }
 }
 
-/// After a failed commit the replica serves nothing its store may not hold
-/// (pages, deltas) and refuses changes; reopening recovers the durable state.
+/// After a failed commit nothing of it is visible: the replica keeps
+/// serving exactly what it committed before (pages, deltas, marks, digest)
+/// and refuses changes, since the store's content is uncertain; reopening
+/// recovers the durable state.
 #[test]
-fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
+fn a_failed_commit_leaves_the_readable_state_unchanged_and_refuses_changes() {
     use meshlog_replica::Store as _;
     let mut a = replica(1);
     for i in 0..3u8 {
@@ -532,19 +536,19 @@ fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
     let fail = store.fail.clone();
     let mut b = Replica::open(config.clone(), store).unwrap();
     b.append(&b"durable"[..]).unwrap();
+    let before = (b.marks(), b.floor(), b.digest(), b.clock());
+    let walk_before = b.page(&VersionVector::new(), 100).unwrap();
     fail.store(true, std::sync::atomic::Ordering::SeqCst);
     let delta = a.delta_for(&b.marks(), usize::MAX);
     assert!(matches!(b.apply(&delta), Err(ReplicaError::Store(_))));
-    // Memory now holds A's events, the store does not: nothing is served.
-    assert!(matches!(
-        b.page(&VersionVector::new(), 10),
-        Err(PageError::Failed)
-    ));
+    assert_eq!((b.marks(), b.floor(), b.digest(), b.clock()), before);
+    assert_eq!(b.page(&VersionVector::new(), 100).unwrap(), walk_before);
     assert_eq!(
-        b.delta_for(&VersionVector::new(), usize::MAX),
-        Delta::default()
+        b.delta_for(&VersionVector::new(), usize::MAX).events,
+        walk_before.events
     );
     assert!(matches!(b.append(&b"x"[..]), Err(ReplicaError::Failed)));
+    assert!(matches!(b.apply(&delta), Err(ReplicaError::Failed)));
     let store = b.into_store();
     fail.store(false, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(store.meta().unwrap().heads.get(StreamId::new(1)), 0);
@@ -578,7 +582,10 @@ fn lamport_order_inside_one_delta_is_checked_in_any_order() {
         };
         let refused = b.apply(&delta);
         assert!(
-            matches!(refused, Err(ReplicaError::LamportNotRising { .. })),
+            matches!(
+                refused,
+                Err(ReplicaError::Delta(DeltaError::LamportNotRising { .. }))
+            ),
             "{refused:?}"
         );
         assert_eq!(b.digest(), replica(2).digest(), "nothing applied");
