@@ -18,10 +18,12 @@
 //!   [`DELTA_EVENTS_MAX`], the
 //!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:
 //!   `docs/PROTOCOL.md`.
-//! - `shared`: [`SharedReplica`], a replica behind a mutex with a watch of
-//!   its marks that wakes sessions on new events, and async calls that
-//!   commit where [`Commits`] says (tokio's blocking pool for a durable
-//!   store), so a commit never stalls the runtime.
+//! - [`SharedReplica`] and [`Commits`] are the replica crate's one handle,
+//!   re-exported: sessions read it without waiting on commits, apply
+//!   through its group commit (a committer thread for a durable store, so a
+//!   commit never stalls the runtime), and turn its change notification
+//!   into a `tokio::sync::watch` ([`ChangeWatch`]) that wakes them on new
+//!   events.
 //! - `session`: [`Session`], the protocol with one peer over one stream,
 //!   [`SessionConfig`], [`SessionState`], [`SessionError`].
 //! - `manager`: [`PeerManager`], which dials configured peers over TCP,
@@ -80,13 +82,14 @@ pub mod frame;
 mod manager;
 mod rng;
 mod session;
-mod shared;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod watch;
 
 pub use frame::{
     Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };
 pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
+pub use meshlog_replica::{Commits, SharedReplica};
 pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
-pub use shared::{Commits, SharedReplica};
+pub use watch::ChangeWatch;

@@ -376,7 +376,7 @@ impl Store for HeldStore {
 /// Found in review: with a durable store the session applied a delta, and
 /// so committed (fsynced) it, on the runtime's thread, stopping every other
 /// task on it (other sessions, their heartbeats and timeouts) meanwhile. Now
-/// the commit runs on tokio's blocking pool: a timer on the same
+/// the commit runs on the handle's committer thread: a timer on the same
 /// current-thread runtime fires while it is held, and releases it. (The old
 /// session's commits each waited out `HOLD_MAX`, unreleased.)
 #[test]
@@ -447,7 +447,7 @@ fn an_in_memory_replica_commits_inline() {
     assert_eq!(SharedReplica::in_memory(A).commits(), Commits::Inline);
     assert_eq!(
         SharedReplica::new(Replica::new(A)).commits(),
-        Commits::BlockingPool
+        Commits::Thread
     );
     let event = run_paused(async { SharedReplica::in_memory(A).append_async(&b"x"[..]).await });
     assert_eq!(event.unwrap().seq, 1);
