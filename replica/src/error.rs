@@ -108,6 +108,20 @@ pub enum DeltaError {
         /// The neighbour's lamport stamp.
         neighbour_lamport: u64,
     },
+    /// A received event is stamped above [`LAMPORT_MAX`](crate::LAMPORT_MAX):
+    /// accepted, it would push the receiver's clock so near `u64::MAX` that
+    /// its own appends would soon fail. No honest writer gets there.
+    #[error("stream {stream} seq {seq} has lamport {lamport}, above the largest accepted, {max}")]
+    LamportTooLarge {
+        /// The stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its lamport stamp.
+        lamport: u64,
+        /// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
+        max: u64,
+    },
     /// The delta carries events of the receiver's own stream beyond its
     /// head: only this replica writes its stream. (A writer that lost its
     /// store opens with `recover_own_stream` to relearn it.)

@@ -49,6 +49,13 @@ mod store;
 
 pub use disk::{DiskError, DiskStore, Recovery, DATA_FILE, FORMAT_VERSION, LOCK_FILE};
 pub use error::{DeltaError, PageError, ReplicaError};
+
+/// The largest lamport stamp a replica accepts from a peer: `2^62`. A
+/// clock advances by one per append, so no honest writer gets near it,
+/// and a peer stamping above it cannot push the receiver's clock to where
+/// its own appends fail ([`ReplicaError::ClockExhausted`]): `2^62` appends
+/// are left above it.
+pub const LAMPORT_MAX: u64 = 1 << 62;
 pub use event::Event;
 pub use policy::RetentionPolicy;
 pub use replica::{ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats};

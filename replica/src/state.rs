@@ -393,6 +393,15 @@ impl State {
             if event.seq == 0 {
                 return Err(DeltaError::ZeroSeq { stream }.into());
             }
+            if event.lamport > crate::LAMPORT_MAX {
+                return Err(DeltaError::LamportTooLarge {
+                    stream,
+                    seq: event.seq,
+                    lamport: event.lamport,
+                    max: crate::LAMPORT_MAX,
+                }
+                .into());
+            }
             if event.payload.len() > self.config.payload_bytes_max {
                 return Err(ReplicaError::PayloadTooLarge {
                     stream,

@@ -647,7 +647,8 @@ where
                         }
                         DeltaError::ZeroSeq { .. }
                         | DeltaError::Equivocation { .. }
-                        | DeltaError::LamportNotRising { .. } => {}
+                        | DeltaError::LamportNotRising { .. }
+                        | DeltaError::LamportTooLarge { .. } => {}
                     }
                     SessionError::Refused { peer, source }
                 }
