@@ -21,7 +21,7 @@ use super::{
 };
 // Named by `decode`'s docs only.
 #[cfg(doc)]
-use meshlog_cursor::token::STREAMS_MAX;
+use meshlog_cursor::STREAMS_MAX;
 
 /// Splits the first whole frame off `buf` (length prefix and payload).
 ///

@@ -71,7 +71,7 @@
 
 // Named by the docs here only.
 #[cfg(doc)]
-use meshlog_cursor::token::STREAMS_MAX;
+use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::Delta;
 
@@ -200,7 +200,7 @@ mod tests {
     // the examples of `docs/PROTOCOL.md` come out byte for byte, and the
     // largest payload the doc promises always fits lands on the limit.
     use bytes::Bytes;
-    use meshlog_cursor::token::STREAMS_MAX;
+    use meshlog_cursor::STREAMS_MAX;
     use meshlog_replica::Event;
 
     use super::*;

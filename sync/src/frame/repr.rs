@@ -10,7 +10,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use meshlog_cursor::token::STREAMS_MAX;
+use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
