@@ -24,9 +24,11 @@ use crate::{StreamId, VersionVector};
 /// The format version this crate writes, and the only one it reads.
 pub const TOKEN_VERSION: u8 = 1;
 
-/// The most streams a token may name. 16,383 is the largest count whose
-/// varint takes two bytes, so the fixed overhead stays at 7 bytes.
-pub const STREAMS_MAX: usize = 16_383;
+/// The most streams a token may name: the bound of every version vector,
+/// defined at the crate root. Kept at this path for
+/// `replica/src/replica.rs`, which imports `meshlog_cursor::token::STREAMS_MAX`
+/// and is being rewritten; name it `meshlog_cursor::STREAMS_MAX`.
+pub use crate::STREAMS_MAX;
 
 /// Bytes that are not entries: version (1), count (at most 2), checksum (4).
 pub const TOKEN_OVERHEAD_MAX: usize = 1 + 2 + 4;

@@ -29,7 +29,7 @@ use std::cell::Cell;
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use meshlog_cursor::token::STREAMS_MAX;
+use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Event};
 use meshlog_sync::frame::{self, Frame, Hello};
