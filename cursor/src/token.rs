@@ -19,16 +19,10 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
-use crate::{StreamId, VersionVector};
+use crate::{StreamId, VersionVector, STREAMS_MAX};
 
 /// The format version this crate writes, and the only one it reads.
 pub const TOKEN_VERSION: u8 = 1;
-
-/// The most streams a token may name: the bound of every version vector,
-/// defined at the crate root. Kept at this path for
-/// `replica/src/replica.rs`, which imports `meshlog_cursor::token::STREAMS_MAX`
-/// and is being rewritten; name it `meshlog_cursor::STREAMS_MAX`.
-pub use crate::STREAMS_MAX;
 
 /// Bytes that are not entries: version (1), count (at most 2), checksum (4).
 pub const TOKEN_OVERHEAD_MAX: usize = 1 + 2 + 4;

@@ -3,7 +3,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use meshlog_cursor::token::STREAMS_MAX;
+use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::state::{store_error, AppendRequest, RoundIndex, State};
@@ -37,7 +37,7 @@ pub struct Config {
 impl Config {
     /// Defaults for a replica writing `stream`: 4,096 pending events, 1 MiB
     /// payloads, pages of up to 10,000 events, up to
-    /// [`STREAMS_MAX`](meshlog_cursor::token::STREAMS_MAX) streams (what a
+    /// [`STREAMS_MAX`](meshlog_cursor::STREAMS_MAX) streams (what a
     /// token can carry).
     pub fn new(stream: StreamId) -> Self {
         Config {

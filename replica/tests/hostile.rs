@@ -323,7 +323,7 @@ fn stream(index: u8) -> StreamId {
 impl Arbitrary for Hostile {
     fn arbitrary(g: &mut Gen) -> Self {
         match u8::arbitrary(g) % 7 {
-            0 | 1 | 2 => Hostile::Delta {
+            0..=2 => Hostile::Delta {
                 floors: (0..u8::arbitrary(g) % 3)
                     .map(|_| (u8::arbitrary(g), Edge::arbitrary(g)))
                     .collect(),
