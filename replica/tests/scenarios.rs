@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use common::{held, push, Link, Walker};
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Config, Delta, Event, MemStore, PageError, Replica, ReplicaError};
+use meshlog_testkit::FlakyStore;
 
 fn replica(id: u64) -> Replica {
     Replica::new(StreamId::new(id))
@@ -477,47 +478,6 @@ fn reopening_a_store_restores_head_floor_and_clock_and_never_reuses_a_seq() {
     assert!(next.lamport > clock);
 }
 
-/// A store whose commits fail on command (through a shared flag), over a
-/// `MemStore`.
-#[derive(Debug, Default)]
-struct FlakyStore {
-    inner: MemStore,
-    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("injected commit failure")]
-struct Injected;
-
-impl meshlog_replica::Store for FlakyStore {
-    type Error = Injected;
-
-    fn meta(&self) -> Result<meshlog_replica::StoreMeta, Injected> {
-        Ok(self.inner.meta().unwrap())
-    }
-
-    fn read_stream(
-        &self,
-        stream: StreamId,
-        after_seq: u64,
-        limit: usize,
-        out: &mut Vec<Event>,
-    ) -> Result<(), Injected> {
-        self.inner
-            .read_stream(stream, after_seq, limit, out)
-            .unwrap();
-        Ok(())
-    }
-
-    fn commit(&mut self, batch: &meshlog_replica::Batch) -> Result<(), Injected> {
-        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Injected);
-        }
-        self.inner.commit(batch).unwrap();
-        Ok(())
-    }
-}
-
 /// After a failed commit the replica serves nothing its store may not hold
 /// (pages, deltas) and refuses changes; reopening recovers the durable state.
 #[test]
@@ -529,10 +489,10 @@ fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
     }
     let config = Config::new(StreamId::new(2));
     let store = FlakyStore::default();
-    let fail = store.fail.clone();
+    let faults = store.faults();
     let mut b = Replica::open(config.clone(), store).unwrap();
     b.append(&b"durable"[..]).unwrap();
-    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    faults.fail_now();
     let delta = a.delta_for(&b.marks(), usize::MAX);
     assert!(matches!(b.apply(&delta), Err(ReplicaError::Store(_))));
     // Memory now holds A's events, the store does not: nothing is served.
@@ -546,7 +506,7 @@ fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
     );
     assert!(matches!(b.append(&b"x"[..]), Err(ReplicaError::Failed)));
     let store = b.into_store();
-    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    faults.heal();
     assert_eq!(store.meta().unwrap().heads.get(StreamId::new(1)), 0);
     let b = Replica::open(config, store).unwrap();
     let page = b.page(&VersionVector::new(), 10).unwrap();
