@@ -60,7 +60,8 @@ struct Seen {
 
 fn seen<S: Store>(shared: &SharedReplica<S>) -> Seen {
     let mut walk = Vec::new();
-    let mut cursor = VersionVector::new();
+    // From the floor: what is held, not a stale report.
+    let mut cursor = shared.floor();
     loop {
         let page = shared.page(&cursor, 3).expect("a page");
         walk.extend(page.events);
@@ -239,11 +240,10 @@ fn deltas_grouped_into_one_round_are_checked_against_each_other() {
         "the first version is kept"
     );
     assert_eq!(shared.stats().deltas_refused, 1);
-    let commits = gate.commits();
     assert_eq!(
-        commits.len(),
+        shared.commit_stats().commits,
         2,
-        "the queued requests went in one round: {commits:?}"
+        "the queued requests went in one round after the held one"
     );
 }
 
