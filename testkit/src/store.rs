@@ -392,7 +392,7 @@ mod tests {
     use std::time::Instant;
 
     use meshlog_cursor::VersionVector;
-    use meshlog_replica::{Config, PageError, Replica, ReplicaError};
+    use meshlog_replica::{Config, Replica, ReplicaError};
 
     use super::*;
 
@@ -438,7 +438,8 @@ mod tests {
     }
 
     /// What `replica/tests/scenarios.rs` relies on: after a failed commit
-    /// the replica serves nothing until reopened on the healed store.
+    /// the replica keeps serving what it committed, refuses changes until
+    /// reopened, and reopens on the healed store with exactly that.
     #[test]
     fn a_replica_on_a_failing_store_stops_and_reopens() {
         let store = FlakyStore::default();
@@ -451,9 +452,17 @@ mod tests {
             replica.append(&b"lost"[..]),
             Err(ReplicaError::Store(_))
         ));
+        assert_eq!(
+            replica
+                .page(&VersionVector::new(), 10)
+                .unwrap()
+                .events
+                .len(),
+            1
+        );
         assert!(matches!(
-            replica.page(&VersionVector::new(), 10),
-            Err(PageError::Failed)
+            replica.append(&b"refused"[..]),
+            Err(ReplicaError::Failed)
         ));
         faults.heal();
         let replica = Replica::open(config, replica.into_store()).unwrap();
