@@ -71,7 +71,12 @@ pub enum Command {
 
 /// Runs one `meshlog` command line to its end.
 pub fn run(cli: Cli) -> ExitCode {
-    init_tracing(cli.log_json);
+    // The demo narrates on stdout; the nodes' info logs would drown it.
+    let level = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
+    init_tracing(cli.log_json, level);
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
@@ -81,10 +86,10 @@ pub fn run(cli: Cli) -> ExitCode {
 
 /// Logs to stderr (stdout is for output other programs read, such as
 /// `listening on ADDR`): human-readable, or JSON lines with `--log-json`.
-/// `RUST_LOG` filters; the default is `info`.
-fn init_tracing(json: bool) {
+/// `RUST_LOG` filters; the default is `level`.
+fn init_tracing(json: bool, level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
