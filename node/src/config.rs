@@ -234,3 +234,62 @@ pub enum ConfigError {
         message: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[test]
+    fn defaults_need_no_setup() {
+        let args = Wrapper::try_parse_from(["serve"]).unwrap().args;
+        let config = NodeConfig::from_args(args).unwrap();
+        assert_eq!(config.data, PathBuf::from("meshlog-data"));
+        assert_eq!(config.listen, "127.0.0.1:7070");
+        assert!(config.peers.is_empty());
+        assert_eq!(config.limits, Limits::default());
+        assert_eq!(config.sync, SyncSettings::default());
+    }
+
+    #[test]
+    fn peers_repeat_and_a_toml_file_sets_the_rest() {
+        let dir = std::env::temp_dir().join(format!("meshlog-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.toml");
+        std::fs::write(
+            &file,
+            "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n",
+        )
+        .unwrap();
+        let args = Wrapper::try_parse_from([
+            "serve",
+            "--peer",
+            "http://a:1",
+            "--peer",
+            "http://b:2",
+            "--config",
+            file.to_str().unwrap(),
+        ])
+        .unwrap()
+        .args;
+        let config = NodeConfig::from_args(args).unwrap();
+        assert_eq!(config.peers, vec!["http://a:1", "http://b:2"]);
+        assert_eq!(config.limits.body_bytes_max, 1024);
+        assert_eq!(config.limits.connections_max, 8);
+        assert_eq!(config.sync.heartbeat, Duration::from_millis(250));
+
+        std::fs::write(&file, "body_bytes = 1\n").unwrap();
+        let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])
+            .unwrap()
+            .args;
+        let error = NodeConfig::from_args(args).unwrap_err();
+        assert!(error.to_string().contains("body_bytes"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
