@@ -120,9 +120,7 @@ impl CliRun {
     pub fn json_lines(&self) -> Vec<serde_json::Value> {
         self.stdout
             .lines()
-            .map(|line| {
-                serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
-            })
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}")))
             .collect()
     }
 }
@@ -141,7 +139,10 @@ pub async fn cli(args: &[&str], stdin: &str) -> CliRun {
         .spawn()
         .expect("the meshlog binary runs");
     let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.as_bytes()).await.expect("stdin written");
+    input
+        .write_all(stdin.as_bytes())
+        .await
+        .expect("stdin written");
     drop(input);
     let output = tokio::time::timeout(CLI_DEADLINE, child.wait_with_output())
         .await
@@ -172,7 +173,9 @@ struct ProxyState {
 
 impl Proxy {
     pub async fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a proxy port");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a proxy port");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(ProxyState {
             target,
