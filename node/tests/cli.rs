@@ -23,7 +23,11 @@ async fn append_takes_arguments_or_stdin_lines_as_one_batch() {
         run.stdout.trim(),
         "appended 3 event(s) to stream 5: seq 1..=3, lamport 1..=3"
     );
-    let run = cli(&["append", "--node", &url, "--stdin", "--json"], "four\nfive\n").await;
+    let run = cli(
+        &["append", "--node", &url, "--stdin", "--json"],
+        "four\nfive\n",
+    )
+    .await;
     assert_eq!(run.code, Some(0), "{run:?}");
     let lines = run.json_lines();
     assert_eq!(lines.len(), 2);
@@ -64,7 +68,9 @@ async fn a_token_printed_by_the_cli_is_accepted_over_http_and_the_other_way_roun
     let first = get(node.addr, "/events?limit=6").await.json();
     let http_token = first["next"].as_str().unwrap();
     let run = cli(
-        &["events", "--node", &url, "--after", http_token, "--all", "--json"],
+        &[
+            "events", "--node", &url, "--after", http_token, "--all", "--json",
+        ],
         "",
     )
     .await;
@@ -172,7 +178,10 @@ async fn peers_are_added_listed_and_removed() {
     let b = start(2).await;
     let (ua, ub) = (a.url(), b.url());
     let run = cli(&["peers", "add", &ub, "--node", &ua], "").await;
-    assert_eq!((run.code, run.stdout.trim()), (Some(0), &*format!("added peer {ub}")));
+    assert_eq!(
+        (run.code, run.stdout.trim()),
+        (Some(0), &*format!("added peer {ub}"))
+    );
     wait_until("a is connected to b", || async {
         let run = cli(&["peers", "--node", &ua, "list"], "").await;
         run.stdout.contains(&format!("{ub}  connected, stream 2"))
@@ -180,7 +189,11 @@ async fn peers_are_added_listed_and_removed() {
     .await;
     let run = cli(&["marks", "--node", &ua], "").await;
     assert!(run.stdout.contains("(stream 1)"), "{}", run.stdout);
-    assert!(run.stdout.contains(&format!("  {ub}  connected")), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!("  {ub}  connected")),
+        "{}",
+        run.stdout
+    );
     let run = cli(&["peers", "remove", &ub, "--node", &ua], "").await;
     assert_eq!(run.code, Some(0));
     let run = cli(&["peers", "remove", &ub, "--node", &ua], "").await;

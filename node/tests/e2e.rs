@@ -80,7 +80,7 @@ impl Reader {
     /// head.
     async fn page(&mut self, node: SocketAddr, limit: usize) -> bool {
         self.hops += 1;
-        let (events, next, at_head) = if self.hops % 2 == 0 {
+        let (events, next, at_head) = if self.hops.is_multiple_of(2) {
             let url = format!("http://{node}");
             let limit = limit.to_string();
             let mut args = vec!["events", "--node", &url, "--limit", &limit, "--json"];
