@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
-use meshlog_replica::{Config, DiskStore, GroupCommit, MemStore, Replica, Store};
+use meshlog_replica::{Config, DiskStore, MemStore, Replica, SharedReplica, Store};
 
 const PAYLOAD_BYTES: usize = 100;
 
@@ -71,20 +71,19 @@ fn payload(n: u64) -> Bytes {
 
 /// `appenders` threads append in a loop, each waiting for its
 /// acknowledgement, for `seconds`.
-fn append_run<S: Store + Send + 'static>(
+fn append_run<S: Store + Send + Sync + 'static>(
     name: &str,
     replica: Replica<S>,
     appenders: usize,
     seconds: u64,
 ) {
-    let group = Arc::new(GroupCommit::new(replica));
+    let group = SharedReplica::new(replica);
     let stop = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let threads: Vec<_> = (0..appenders)
         .map(|_| {
-            let (group, stop, counter) =
-                (Arc::clone(&group), Arc::clone(&stop), Arc::clone(&counter));
+            let (group, stop, counter) = (group.clone(), Arc::clone(&stop), Arc::clone(&counter));
             std::thread::spawn(move || {
                 let mut latencies = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
@@ -110,14 +109,14 @@ fn append_run<S: Store + Send + 'static>(
         .get(latencies.len() * 99 / 100)
         .copied()
         .unwrap_or_default();
-    let stats = group.stats();
+    let stats = group.commit_stats();
     println!(
         "{:<8} {:>10} {:>14.0} {:>12.0} {:>12.1} {:>14.2}",
         name,
         appenders,
-        stats.events as f64 / elapsed,
+        stats.appended as f64 / elapsed,
         stats.commits as f64 / elapsed,
-        stats.events as f64 / stats.commits.max(1) as f64,
+        stats.appended as f64 / stats.commits.max(1) as f64,
         p99.as_secs_f64() * 1e3,
     );
 }

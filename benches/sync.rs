@@ -245,7 +245,7 @@ fn meshlog_write(b: &SharedReplica, writers: &mut [Replica], events: &[Ev]) {
         let event = writer
             .append_at(ev.payload.clone(), ev.time_ms)
             .expect("append at a writer");
-        b.apply(&Delta {
+        b.apply(Delta {
             floor: VersionVector::new(),
             events: vec![event],
         })
@@ -264,7 +264,7 @@ fn meshlog_history(scn: &Scenario) -> (SharedReplica, SharedReplica, Vec<Replica
         .collect();
     meshlog_write(&b, &mut writers, &scn.history);
     let history = b.delta_for(&a.marks(), usize::MAX);
-    a.apply(&history).expect("A receives the history");
+    a.apply(history.clone()).expect("A receives the history");
     (a, b, writers, history)
 }
 
@@ -328,13 +328,13 @@ where
 
 /// Waits until A's marks cover `target`; false after a (virtual) minute.
 async fn converged(a: &SharedReplica, target: &VersionVector) -> bool {
-    let mut marks = a.subscribe();
+    let mut changes = meshlog_sync::ChangeWatch::new(a);
     let wait = async {
         loop {
-            if marks.borrow_and_update().dominates(target) {
+            if a.marks().dominates(target) {
                 return;
             }
-            if marks.changed().await.is_err() {
+            if changes.receiver().changed().await.is_err() {
                 return;
             }
         }

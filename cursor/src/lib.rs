@@ -14,7 +14,8 @@
 //!
 //! - `stream`: [`StreamId`], a writer's id, and its text form.
 //! - `vector`: [`VersionVector`] (wrapping the `crdts` crate's `VClock`), the
-//!   staleness check, [`StaleCursor`] and [`LostRange`].
+//!   staleness check, [`StaleCursor`] and [`LostRange`], and [`STREAMS_MAX`],
+//!   the bound of every version vector (tokens, marks, floors, frames).
 //! - [`token`]: the binary and text token codec, its limits and [`TokenError`].
 //!
 //! This crate does no I/O and knows nothing of events, logs or networks.
@@ -44,4 +45,4 @@ mod vector;
 
 pub use stream::{ParseStreamIdError, StreamId};
 pub use token::{CanonicalRule, TokenError};
-pub use vector::{LostRange, StaleCursor, VersionVector};
+pub use vector::{LostRange, StaleCursor, VersionVector, STREAMS_MAX};

@@ -19,14 +19,10 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
-use crate::{StreamId, VersionVector};
+use crate::{StreamId, VersionVector, STREAMS_MAX};
 
 /// The format version this crate writes, and the only one it reads.
 pub const TOKEN_VERSION: u8 = 1;
-
-/// The most streams a token may name. 16,383 is the largest count whose
-/// varint takes two bytes, so the fixed overhead stays at 7 bytes.
-pub const STREAMS_MAX: usize = 16_383;
 
 /// Bytes that are not entries: version (1), count (at most 2), checksum (4).
 pub const TOKEN_OVERHEAD_MAX: usize = 1 + 2 + 4;

@@ -8,6 +8,21 @@ use crdts::{CmRDT, CvRDT, Dot, VClock};
 
 use crate::StreamId;
 
+/// The most streams a version vector may name wherever one is kept or
+/// crosses a boundary: a cursor token, a replica's marks, a compaction
+/// floor, the vectors of a sync frame. 16,383 is the largest count whose
+/// varint takes two bytes, so a token's fixed overhead stays at 7 bytes.
+///
+/// One bound for all of them, because they are one type playing several
+/// roles: marks and floors become cursors, and every cursor must fit a
+/// token. [`VersionVector`] itself does not enforce it (a join may pass
+/// it); each boundary does: [`token::encode`](crate::token::encode) and
+/// [`token::decode`](crate::token::decode) refuse more streams with
+/// [`TokenError::TooManyStreams`](crate::TokenError::TooManyStreams), a
+/// replica holds at most this many by default, and a frame naming more is
+/// refused by its count before any entry is read.
+pub const STREAMS_MAX: usize = 16_383;
+
 /// Per writer stream, the highest sequence number covered: every event
 /// `(stream, seq)` with `seq <= self.get(stream)` is covered.
 ///

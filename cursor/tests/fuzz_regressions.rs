@@ -9,8 +9,8 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 
-use meshlog_cursor::token::{self, STREAMS_MAX};
-use meshlog_cursor::{CanonicalRule, StreamId, TokenError, VersionVector};
+use meshlog_cursor::token;
+use meshlog_cursor::{CanonicalRule, StreamId, TokenError, VersionVector, STREAMS_MAX};
 
 #[path = "../../fuzz/src/decode_check.rs"]
 mod decode_check;

@@ -13,7 +13,8 @@ use std::collections::BTreeSet;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use meshlog_cursor::token::{self, TokenError};
-use meshlog_cursor::{CanonicalRule, StreamId, VersionVector};
+use meshlog_cursor::{CanonicalRule, StreamId, VersionVector, STREAMS_MAX};
+use meshlog_testkit::SplitMix64;
 
 const VECTORS: &str = include_str!("vectors.txt");
 
@@ -331,12 +332,12 @@ fn clip(line: &str) -> String {
 /// refused by the encoder, naming the count.
 #[test]
 fn the_stream_limit_is_exact() {
-    let at_limit: VersionVector = (0..token::STREAMS_MAX as u64)
+    let at_limit: VersionVector = (0..STREAMS_MAX as u64)
         .map(|id| (StreamId::new(id), 1))
         .collect();
     let bytes = token::encode(&at_limit).unwrap();
     // version, count ff 7f, 16,383 entries of (gap 0, seq 1), crc32.
-    assert_eq!(bytes.len(), 1 + 2 + 2 * token::STREAMS_MAX + 4);
+    assert_eq!(bytes.len(), 1 + 2 + 2 * STREAMS_MAX + 4);
     assert_eq!(&bytes[..5], &[0x01, 0xff, 0x7f, 0x00, 0x01]);
     assert_eq!(token::decode(&bytes), Ok(at_limit.clone()));
     let text = token::encode_text(&at_limit).unwrap();
@@ -347,15 +348,15 @@ fn the_stream_limit_is_exact() {
     assert_eq!(
         token::encode(&over),
         Err(TokenError::TooManyStreams {
-            streams: token::STREAMS_MAX as u64 + 1,
-            limit: token::STREAMS_MAX,
+            streams: STREAMS_MAX as u64 + 1,
+            limit: STREAMS_MAX,
         })
     );
     assert_eq!(
         token::encode_text(&over),
         Err(TokenError::TooManyStreams {
-            streams: token::STREAMS_MAX as u64 + 1,
-            limit: token::STREAMS_MAX,
+            streams: STREAMS_MAX as u64 + 1,
+            limit: STREAMS_MAX,
         })
     );
 }
@@ -365,7 +366,7 @@ fn the_stream_limit_is_exact() {
 #[test]
 fn the_documented_limits_hold() {
     assert_eq!(token::TOKEN_VERSION, 1);
-    assert_eq!(token::STREAMS_MAX, 16_383);
+    assert_eq!(STREAMS_MAX, 16_383);
     assert_eq!(token::TOKEN_BYTES_MAX, 327_667);
     assert_eq!(token::TOKEN_TEXT_MAX, 436_890);
     assert_eq!(
@@ -376,7 +377,7 @@ fn the_documented_limits_hold() {
     );
     // A large real token: STREAMS_MAX streams spread over the whole id space
     // (every gap about 2^50, eight bytes) at the largest seq (ten bytes).
-    let spread: VersionVector = (0..token::STREAMS_MAX as u64)
+    let spread: VersionVector = (0..STREAMS_MAX as u64)
         .map(|i| (StreamId::new(i << 50), u64::MAX))
         .collect();
     let bytes = token::encode(&spread).unwrap();
@@ -388,31 +389,19 @@ fn the_documented_limits_hold() {
     assert_eq!(token::decode(&bytes), Ok(spread));
 }
 
-/// SplitMix64: a fixed, dependency-free generator, so the size table is
-/// reproducible from the seed named in `docs/TOKEN.md`.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// The vectors of the size table: `n` streams with seqs 900 ..= 1099 (two
 /// varint bytes each), ids dense `1..=n`, random 64-bit, or random 32-bit.
 fn size_table_vector(n: usize, ids: &str) -> VersionVector {
-    let mut rng = SplitMix64(0x006d_6573_686c_6f67); // "meshlog"
+    // SplitMix64, so the size table is reproducible from the seed named in
+    // `docs/TOKEN.md`.
+    let mut rng = SplitMix64::new(0x006d_6573_686c_6f67); // "meshlog"
     let mut vector = VersionVector::new();
     let mut i = 0u64;
     while vector.len() < n {
         let id = match ids {
             "dense" => i + 1,
-            "random64" => rng.next(),
-            "random32" => rng.next() >> 32,
+            "random64" => rng.next_u64(),
+            "random32" => rng.next_u64() >> 32,
             _ => unreachable!(),
         };
         vector.advance(StreamId::new(id), 900 + i % 200);

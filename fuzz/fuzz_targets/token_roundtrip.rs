@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use libfuzzer_sys::fuzz_target;
-use meshlog_cursor::token::{self, STREAMS_MAX, TOKEN_BYTES_MAX, TOKEN_TEXT_MAX};
-use meshlog_cursor::{StreamId, TokenError, VersionVector};
+use meshlog_cursor::token::{self, TOKEN_BYTES_MAX, TOKEN_TEXT_MAX};
+use meshlog_cursor::{StreamId, TokenError, VersionVector, STREAMS_MAX};
 
 fn varint_len(value: u64) -> usize {
     // 7 bits a byte; 0 takes one byte.

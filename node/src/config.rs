@@ -30,7 +30,7 @@ pub struct ServeArgs {
     /// Default: a random non-zero 64-bit id.
     #[arg(long)]
     pub stream_id: Option<u64>,
-    /// A TOML file with limits and timings (see [`FileSettings`]).
+    /// A TOML file with limits and timings (`docs/HTTP.md`, "Limits").
     #[arg(long, env = "MESHLOG_CONFIG")]
     pub config: Option<PathBuf>,
 }

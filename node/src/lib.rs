@@ -11,8 +11,9 @@
 //! - [`serve`]: startup (data directory, stream id, replica, listener),
 //!   the accept loop with its connection limit and read timeouts, and
 //!   graceful shutdown on SIGINT/SIGTERM ([`Node`]).
-//! - `http`: the axum router, its handlers, the JSON types of the API and
-//!   its errors (`docs/HTTP.md`), and the `GET /sync` upgrade.
+//! - [`http`]: the axum router, its handlers and errors, the `GET /sync`
+//!   upgrade, and [`http::json`], the API's JSON types (`docs/HTTP.md`),
+//!   which clients deserialize with.
 //! - `peers`: the links to peers by URL: dial, upgrade, run a sync session,
 //!   redial with jittered exponential backoff, report each peer's state;
 //!   peers added and removed at run time.
@@ -32,7 +33,7 @@ use std::process::ExitCode;
 pub mod cli;
 pub mod config;
 pub mod demo;
-mod http;
+pub mod http;
 mod metrics;
 mod peers;
 mod replica;

@@ -2,6 +2,7 @@
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
@@ -32,6 +33,11 @@ pub struct Metrics {
     pub peers_connected: Gauge,
     /// Seconds one durable append commit took, from the API's view.
     pub commit_seconds: Histogram,
+    /// Per dialed peer (label `peer`, its URL): 1 while its session is
+    /// established, else 0.
+    peer_connected: Family<Vec<(String, String)>, Gauge>,
+    /// Per dialed peer: events held here that it has not acknowledged.
+    peer_lag_events: Family<Vec<(String, String)>, Gauge>,
     /// Events applied from peers (the replica's counter, read at scrape).
     applied: Counter,
     /// Deltas refused (the replica's counter, read at scrape).
@@ -61,6 +67,8 @@ impl Metrics {
             sessions_running: Gauge::default(),
             peers_connected: Gauge::default(),
             commit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            peer_connected: Family::default(),
+            peer_lag_events: Family::default(),
             applied: Counter::default(),
             deltas_refused: Counter::default(),
             duplicates: Counter::default(),
@@ -137,7 +145,11 @@ impl Metrics {
 
     /// The metrics in Prometheus text format, after copying in the
     /// replica's own counters.
-    pub fn render(&self, stats: meshlog_replica::Stats, peers_connected: i64) -> String {
+    pub fn render(
+        &self,
+        stats: meshlog_replica::Stats,
+        peers: &[crate::peers::PeerStatus],
+    ) -> String {
         let _one_at_a_time = self
             .render_lock
             .lock()
@@ -145,7 +157,20 @@ impl Metrics {
         catch_up(&self.applied, stats.applied);
         catch_up(&self.deltas_refused, stats.deltas_refused);
         catch_up(&self.duplicates, stats.duplicates);
-        self.peers_connected.set(peers_connected);
+        self.peers_connected
+            .set(peers.iter().filter(|peer| peer.connected).count() as i64);
+        // Rebuilt at every scrape, so a removed peer's series disappear.
+        self.peer_connected.clear();
+        self.peer_lag_events.clear();
+        for peer in peers {
+            let labels = vec![("peer".to_owned(), peer.url.clone())];
+            self.peer_connected
+                .get_or_create(&labels)
+                .set(i64::from(peer.connected));
+            self.peer_lag_events
+                .get_or_create(&labels)
+                .set(i64::try_from(peer.lag_events).unwrap_or(i64::MAX));
+        }
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &self.registry);

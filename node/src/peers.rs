@@ -166,7 +166,6 @@ impl Peers {
         };
         let removed = {
             let mut dialed = lock(&self.inner.dialed);
-            let before = dialed.len();
             let mut removed = Vec::new();
             dialed.retain(|slot| {
                 if slot.url == normalized {
@@ -176,7 +175,6 @@ impl Peers {
                     true
                 }
             });
-            debug_assert!(removed.len() <= 1 && before >= removed.len());
             removed
         };
         for slot in &removed {
@@ -191,11 +189,6 @@ impl Peers {
         let marks = self.inner.replica.marks();
         let dialed: Vec<Arc<Slot>> = lock(&self.inner.dialed).clone();
         dialed.iter().map(|slot| slot.status(&marks)).collect()
-    }
-
-    /// How many dialed peers have an established session.
-    pub fn connected(&self) -> usize {
-        self.list().iter().filter(|peer| peer.connected).count()
     }
 
     /// The marks every known peer (dialed, or inbound now) has

@@ -1,9 +1,10 @@
 //! `NodeReplica`: every replica access of the node, in one place.
 //!
-//! Today it wraps `meshlog_sync::SharedReplica<DiskStore>`. That handle is
-//! being replaced by `meshlog_replica::SharedReplica<S>` (reads that never
-//! wait on a commit, a batch append, `covering_lamport`); switching means
-//! changing this file only.
+//! It wraps `meshlog_replica::SharedReplica<DiskStore>`, the one handle the
+//! HTTP handlers and the sync sessions share: reads never wait on a commit,
+//! and appends and received deltas are grouped into durable commits by the
+//! handle's committer thread, so an async handler never blocks the runtime
+//! on an fsync.
 //!
 //! Also here: the data directory's `stream-id` file, which fixes the node's
 //! writer stream on its first start.
@@ -16,9 +17,8 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     CompactReport, Config, DiskError, DiskStore, Event, Page, PageError, Replica, ReplicaError,
-    RetentionPolicy, Stats,
+    RetentionPolicy, SharedReplica, Stats,
 };
-use meshlog_sync::SharedReplica;
 
 /// The file in the data directory that holds the node's stream id, in
 /// decimal, written once on the first start.
@@ -116,12 +116,10 @@ impl NodeReplica {
     }
 
     /// Appends `payloads` as one durable commit, all or none; returns the
-    /// events once the commit is durable. Commits off the async runtime.
+    /// events once the commit is durable. The commit runs on the handle's
+    /// committer thread, grouped with other callers' appends and deltas.
     pub async fn append_batch(&self, payloads: Vec<Bytes>) -> Result<Vec<Event>, ReplicaError> {
-        let now = now_ms();
-        self.shared
-            .with_mut_async(move |replica| replica.append_batch_at(payloads, now))
-            .await
+        self.shared.append_batch_async(payloads).await
     }
 
     /// Compacts by `policy`, never past what `peer_marks` acknowledge unless
@@ -131,46 +129,16 @@ impl NodeReplica {
         policy: RetentionPolicy,
         peer_marks: Vec<VersionVector>,
     ) -> Result<(CompactReport, VersionVector), ReplicaError> {
-        let now = now_ms();
-        self.shared
-            .with_mut_async(move |replica| {
-                let target = policy.floor(replica, now, &peer_marks);
-                let report = replica.compact(&target)?;
-                Ok((report, replica.floor()))
-            })
-            .await
+        let target = self.shared.retention_floor(&policy, now_ms(), &peer_marks);
+        let report = self.shared.compact_async(target).await?;
+        Ok((report, self.shared.floor()))
     }
 
-    /// The cursor covering every held event stamped at or below `lamport`:
-    /// per stream, the last seq with a lamport at or below it (and at least
-    /// the floor, which a scalar reader cannot be told about).
-    ///
-    /// Temporary: this walks pages from the floor, O(events below the
-    /// stamp). `meshlog_replica::SharedReplica::covering_lamport` replaces
-    /// it.
+    /// The cursor covering every held event stamped at or below `lamport`
+    /// (see `Replica::covering_lamport`): what a legacy reader's scalar
+    /// position converts to.
     pub fn covering_lamport(&self, lamport: u64) -> VersionVector {
-        let page_len = self.config.page_len_max;
-        let mut cursor = self.floor();
-        loop {
-            let page = match self.shared.page(&cursor, page_len) {
-                Ok(page) => page,
-                // Compacted meanwhile: start again from the new floor.
-                Err(PageError::Stale(stale)) => {
-                    cursor = stale.resume().clone();
-                    continue;
-                }
-                Err(_) => return cursor,
-            };
-            for event in &page.events {
-                if event.lamport > lamport {
-                    return cursor;
-                }
-                cursor.advance(event.stream, event.seq);
-            }
-            if page.at_head || page.events.is_empty() {
-                return cursor;
-            }
-        }
+        self.shared.covering_lamport(lamport)
     }
 }
 

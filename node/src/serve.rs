@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -228,18 +228,35 @@ async fn serve_connection(
 }
 
 /// Answers one connection over the limit with `503` and closes it, without
-/// reading its request: bounded in time, so refusals cannot pile up.
+/// parsing its request: bounded in time and bytes, so refusals cannot pile
+/// up.
 async fn refuse(mut tcp: TcpStream, limits: Limits) {
     let body = r#"{"error":"too_many_connections","message":"this node serves as many connections as it accepts; retry later"}"#;
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
         body.len()
     );
-    let write = async {
+    let answer = async {
         tcp.write_all(response.as_bytes()).await?;
-        tcp.shutdown().await
+        tcp.shutdown().await?;
+        // Read (and drop) what the client sent, until it closes: closing a
+        // socket with unread input resets it, and the reset can destroy the
+        // answer before the client reads it. Bounded: 64 KiB, and the time
+        // below.
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < 64 * 1024 {
+            match tcp.read(&mut sink).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        Ok::<_, std::io::Error>(())
     };
-    let _ = tokio::time::timeout(limits.request_read_timeout, write).await;
+    let time = limits
+        .request_read_timeout
+        .min(std::time::Duration::from_secs(1));
+    let _ = tokio::time::timeout(time, answer).await;
 }
 
 /// `meshlog serve`: runs a node until SIGINT or SIGTERM, then shuts it down

@@ -17,41 +17,10 @@ pub enum ReplicaError {
         /// `Config::payload_bytes_max`.
         limit: usize,
     },
-    /// A received event has seq 0; seqs start at 1.
-    #[error("event on stream {stream} has seq 0; seqs start at 1")]
-    ZeroSeq {
-        /// The stream of the event.
-        stream: StreamId,
-    },
-    /// Two different events claim one name. The delta was refused whole; the
-    /// event held first is kept.
-    #[error(
-        "equivocation: two different events claim stream {stream} seq {seq}; the first is kept"
-    )]
-    Equivocation {
-        /// The stream.
-        stream: StreamId,
-        /// The seq claimed twice.
-        seq: u64,
-    },
-    /// A received event's lamport stamp does not rise with seq within its
-    /// stream, against a neighbour already known. The delta was refused.
-    #[error(
-        "stream {stream} seq {seq} has lamport {lamport}, but seq {neighbour_seq} has lamport \
-         {neighbour_lamport}: lamport must rise with seq"
-    )]
-    LamportNotRising {
-        /// The stream.
-        stream: StreamId,
-        /// The offending event's seq.
-        seq: u64,
-        /// Its lamport stamp.
-        lamport: u64,
-        /// The neighbour's seq (one below or one above).
-        neighbour_seq: u64,
-        /// The neighbour's lamport stamp.
-        neighbour_lamport: u64,
-    },
+    /// A peer's delta was refused: it breaks the log's rules. Nothing was
+    /// changed.
+    #[error(transparent)]
+    Delta(#[from] DeltaError),
     /// Accepting a delta would make the replica hold more streams than its
     /// limit. The delta was refused.
     #[error("a delta would bring the replica to {streams} streams; the limit is {limit}")]
@@ -75,15 +44,108 @@ pub enum ReplicaError {
         /// What failed.
         detail: String,
     },
-    /// The store failed. If the failure came from a commit, the replica's
-    /// memory may be ahead of its store: it refuses further changes
-    /// ([`ReplicaError::Failed`]) until it is reopened.
+    /// The store failed. Nothing the failed commit held became visible;
+    /// since a failed commit leaves the store's content uncertain (an fsync
+    /// that failed may or may not have written), the replica refuses
+    /// further changes ([`ReplicaError::Failed`]) until it is reopened, and
+    /// keeps serving what it committed before.
     #[error("store failed: {0}")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// An earlier commit failed; reopen the replica to recover its durable
-    /// state.
-    #[error("an earlier store commit failed; reopen the replica to recover its durable state")]
+    /// An earlier commit failed, or a change panicked part-way; reopen the
+    /// replica to recover its durable state.
+    #[error("an earlier store commit failed or a change panicked; reopen the replica to recover its durable state")]
     Failed,
+    /// The replica was opened to recover its own stream from its peers
+    /// ([`Config::recover_own_stream`](crate::Config::recover_own_stream)):
+    /// it appends nothing until [`Replica::end_recovery`](crate::Replica::end_recovery).
+    #[error("stream {stream} is recovering its own events from peers (head {head}); appends wait for end_recovery")]
+    Recovering {
+        /// This replica's stream.
+        stream: StreamId,
+        /// Its head so far.
+        head: u64,
+    },
+}
+
+/// Why a peer's delta was refused: what it claims breaks the log's rules.
+/// The delta is refused whole and nothing changes. Separate from local
+/// limits ([`ReplicaError::PayloadTooLarge`], [`ReplicaError::TooManyStreams`])
+/// and store failures, so a session can tell a misbehaving peer from a
+/// configuration mismatch; exhaustive, so it can match every case.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeltaError {
+    /// A received event has seq 0; seqs start at 1.
+    #[error("event on stream {stream} has seq 0; seqs start at 1")]
+    ZeroSeq {
+        /// The stream of the event.
+        stream: StreamId,
+    },
+    /// Two different events claim one name. The event held first is kept.
+    #[error(
+        "equivocation: two different events claim stream {stream} seq {seq}; the first is kept"
+    )]
+    Equivocation {
+        /// The stream.
+        stream: StreamId,
+        /// The seq claimed twice.
+        seq: u64,
+    },
+    /// A received event's lamport stamp does not rise with seq within its
+    /// stream, against a neighbour already known.
+    #[error(
+        "stream {stream} seq {seq} has lamport {lamport}, but seq {neighbour_seq} has lamport \
+         {neighbour_lamport}: lamport must rise with seq"
+    )]
+    LamportNotRising {
+        /// The stream.
+        stream: StreamId,
+        /// The offending event's seq.
+        seq: u64,
+        /// Its lamport stamp.
+        lamport: u64,
+        /// The neighbour's seq (one below or one above).
+        neighbour_seq: u64,
+        /// The neighbour's lamport stamp.
+        neighbour_lamport: u64,
+    },
+    /// A received event is stamped above [`LAMPORT_MAX`](crate::LAMPORT_MAX):
+    /// accepted, it would push the receiver's clock so near `u64::MAX` that
+    /// its own appends would soon fail. No honest writer gets there.
+    #[error("stream {stream} seq {seq} has lamport {lamport}, above the largest accepted, {max}")]
+    LamportTooLarge {
+        /// The stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its lamport stamp.
+        lamport: u64,
+        /// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
+        max: u64,
+    },
+    /// The delta carries events of the receiver's own stream beyond its
+    /// head: only this replica writes its stream. (A writer that lost its
+    /// store opens with `recover_own_stream` to relearn it.)
+    #[error("stream {stream} is the receiver's own; seq {seq} is beyond its head {head}")]
+    OwnStreamAhead {
+        /// The receiver's stream.
+        stream: StreamId,
+        /// The first offending seq.
+        seq: u64,
+        /// The receiver's head.
+        head: u64,
+    },
+    /// The delta names a floor for the receiver's own stream above its
+    /// head: it would delete events the receiver has not written yet and
+    /// move its head.
+    #[error("stream {stream} is the receiver's own; floor {floor} is above its head {head}")]
+    OwnFloorAboveHead {
+        /// The receiver's stream.
+        stream: StreamId,
+        /// The floor claimed.
+        floor: u64,
+        /// The receiver's head.
+        head: u64,
+    },
 }
 
 /// Why a page was refused.
@@ -94,9 +156,9 @@ pub enum PageError {
     /// names every stream, the seqs lost, and the cursor to resume from.
     #[error(transparent)]
     Stale(#[from] StaleCursor),
-    /// An earlier store commit failed, so the replica's memory may hold
-    /// what its store does not: it serves nothing until reopened.
-    #[error("an earlier store commit failed; reopen the replica to recover its durable state")]
+    /// A change panicked part-way through publishing, so the replica's
+    /// memory cannot be trusted: it serves no page until reopened.
+    #[error("a change panicked part-way; reopen the replica to recover its durable state")]
     Failed,
     /// The requested page is longer than the configured limit.
     #[error("page limit {limit} exceeds the maximum of {max}")]

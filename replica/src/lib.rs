@@ -12,17 +12,22 @@
 //! # Layout
 //!
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash.
-//! - `replica`: [`Replica`] — append, validate/apply, page, delta, compact,
-//!   digest.
+//! - `replica`: [`Replica`], one owner's replica — append, validate/apply,
+//!   page, delta, compact, digest — and its [`Config`].
 //! - `log`: the held events in page order, each stream's gap-free prefix and
 //!   pending buffer, and the walk behind paging and deltas.
 //! - `order`: the sorted, chunked map that holds the events in page order.
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait and [`MemStore`].
 //! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`].
-//! - `group`: [`GroupCommit`], many appending threads batched into one
-//!   durable commit per round.
-//! - `error`: [`ReplicaError`] and [`PageError`].
+//! - `state`: the readable state, and every change split into plan →
+//!   commit → publish (crate-private).
+//! - `shared`: [`SharedReplica`], the one handle every task shares: reads
+//!   that never wait on a commit, group commit (a committer thread or the
+//!   caller), runtime-agnostic async writes ([`Completion`]) and change
+//!   notification ([`Change`]).
+//! - `error`: [`ReplicaError`], [`DeltaError`] (what a peer's delta breaks)
+//!   and [`PageError`].
 //!
 //! **Architecture invariant:** this crate never touches the network; its only
 //! I/O is the durable store (`disk`, files in one data directory). It knows
@@ -34,17 +39,28 @@
 mod disk;
 mod error;
 mod event;
-mod group;
 mod log;
 mod order;
 mod policy;
 mod replica;
+mod shared;
+mod state;
 mod store;
 
 pub use disk::{DiskError, DiskStore, Recovery, DATA_FILE, FORMAT_VERSION, LOCK_FILE};
-pub use error::{PageError, ReplicaError};
+pub use error::{DeltaError, PageError, ReplicaError};
+
+/// The largest lamport stamp a replica accepts from a peer: `2^62`. A
+/// clock advances by one per append, so no honest writer gets near it,
+/// and a peer stamping above it cannot push the receiver's clock to where
+/// its own appends fail ([`ReplicaError::ClockExhausted`]): `2^62` appends
+/// are left above it.
+pub const LAMPORT_MAX: u64 = 1 << 62;
 pub use event::Event;
-pub use group::{GroupCommit, GroupStats, GROUP_BYTES_MAX, GROUP_EVENTS_MAX};
 pub use policy::RetentionPolicy;
 pub use replica::{ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats};
+pub use shared::{
+    Change, ChangeHook, CommitStats, Commits, Completion, SharedReplica, ROUND_BYTES_MAX,
+    ROUND_EVENTS_MAX,
+};
 pub use store::{Batch, MemStore, Store, StoreMeta};

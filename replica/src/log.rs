@@ -82,6 +82,31 @@ impl StreamLog {
     pub(crate) fn last_lamport(&self) -> Option<u64> {
         self.lamports.back().copied()
     }
+
+    /// The pending (early) version of `seq`, if any.
+    pub(crate) fn early(&self, seq: u64) -> Option<&Early> {
+        self.pending.get(&seq)
+    }
+
+    /// How many pending events have a seq in `range`.
+    pub(crate) fn early_count_in(&self, range: std::ops::RangeInclusive<u64>) -> usize {
+        if range.is_empty() {
+            return 0;
+        }
+        self.pending.range(range).count()
+    }
+
+    /// The last seq whose lamport is at most `lamport`, if every held event
+    /// at or below it is known to be: `None` when the first held event is
+    /// already above `lamport` and events below it were compacted (their
+    /// stamps are gone, so whether they were at or below is unknown).
+    pub(crate) fn last_seq_at_or_below(&self, lamport: u64) -> Option<u64> {
+        let count = self.lamports.partition_point(|&l| l <= lamport);
+        if count == 0 && self.floor > 0 {
+            return None;
+        }
+        Some(self.floor + count as u64)
+    }
 }
 
 pub(crate) fn key(lamport: u64, stream: StreamId) -> u128 {
@@ -208,13 +233,6 @@ impl Log {
         })
     }
 
-    /// Whether `(stream, seq)` waits in the pending buffer.
-    pub(crate) fn is_pending(&self, stream: StreamId, seq: u64) -> bool {
-        self.streams
-            .get(&stream)
-            .is_some_and(|log| log.pending.contains_key(&seq))
-    }
-
     /// `(seq, time_ms)` of the held events of `stream`, in seq order.
     pub(crate) fn times(&self, stream: StreamId) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.streams.get(&stream).into_iter().flat_map(move |log| {
@@ -231,7 +249,11 @@ impl Log {
     /// Holds `event`, the next of its stream (`seq == head + 1`).
     pub(crate) fn push(&mut self, event: &Event) {
         let (slot, log) = self.streams.entry(event.stream);
-        assert_eq!(event.seq, log.head() + 1, "held events stay gap-free");
+        assert_eq!(
+            Some(event.seq),
+            log.head().checked_add(1),
+            "held events stay gap-free"
+        );
         log.lamports.push_back(event.lamport);
         let previous = self.order.insert(
             key(event.lamport, event.stream),
@@ -262,36 +284,18 @@ impl Log {
         true
     }
 
+    /// Drops every pending event of `stream`; returns how many.
+    pub(crate) fn drop_early(&mut self, stream: StreamId) -> usize {
+        self.streams
+            .get_mut(&stream)
+            .map_or(0, |log| std::mem::take(&mut log.pending).len())
+    }
+
     /// Drops the pending version of `(stream, seq)`, if any.
     pub(crate) fn forget_early(&mut self, stream: StreamId, seq: u64) -> bool {
         self.streams
             .get_mut(&stream)
             .is_some_and(|log| log.pending.remove(&seq).is_some())
-    }
-
-    /// Moves pending events that now follow the head into the held log,
-    /// appending them to `released`. Returns how many moved.
-    pub(crate) fn release_pending(&mut self, stream: StreamId, released: &mut Vec<Event>) -> usize {
-        let mut count = 0;
-        loop {
-            let Some(log) = self.streams.get_mut(&stream) else {
-                return count;
-            };
-            let seq = log.head() + 1;
-            let Some(early) = log.pending.remove(&seq) else {
-                return count;
-            };
-            let event = Event {
-                stream,
-                seq,
-                lamport: early.lamport,
-                time_ms: early.time_ms,
-                payload: early.payload,
-            };
-            self.push(&event);
-            released.push(event);
-            count += 1;
-        }
     }
 
     /// Raises `stream`'s floor to `floor_seq`: held events at or below it go
@@ -357,7 +361,8 @@ struct Place<'a> {
 impl Place<'_> {
     /// The key of this stream's first uncovered event, if held.
     fn next_key(&self) -> Option<u128> {
-        let lamport = self.log?.lamport(self.covered + 1)?;
+        // A cursor at `u64::MAX` covers everything: nothing follows it.
+        let lamport = self.log?.lamport(self.covered.checked_add(1)?)?;
         Some(key(lamport, self.stream))
     }
 }
@@ -470,7 +475,7 @@ impl Iterator for Walk<'_> {
                     let (key, stored) = range.next()?;
                     let place = &mut self.places[stored.slot as usize];
                     if stored.seq > place.covered {
-                        debug_assert_eq!(stored.seq, place.covered + 1);
+                        debug_assert_eq!(Some(stored.seq), place.covered.checked_add(1));
                         place.covered = stored.seq;
                         return Some(to_event(key, stored));
                     }
@@ -501,35 +506,17 @@ impl Iterator for Walk<'_> {
 
 #[cfg(test)]
 mod tests {
+    use meshlog_testkit::{seed, SplitMix64};
+
     use super::*;
-
-    /// A small seeded generator (splitmix64), so failures replay.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
 
     /// The walk, whether it scans, switches to the merge after a few skips,
     /// or merges from the start, returns exactly the naive answer: every
     /// held event above the cursor, sorted by (lamport, stream).
     #[test]
     fn walk_equals_a_naive_filter_and_sort_in_every_mode() {
-        let seed = std::env::var("MESHLOG_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5eed);
-        let mut rng = Rng(seed);
+        let seed = seed::replay_or(0x5eed);
+        let mut rng = SplitMix64::new(seed);
         for case in 0..300 {
             let mut log = Log::default();
             let streams = 1 + rng.below(6);

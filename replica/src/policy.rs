@@ -45,17 +45,26 @@ impl RetentionPolicy {
         now_ms: u64,
         peer_marks: &[VersionVector],
     ) -> VersionVector {
-        let mut floor = replica.floor();
+        self.floor_of(&replica.state, now_ms, peer_marks)
+    }
+
+    pub(crate) fn floor_of(
+        &self,
+        state: &crate::state::State,
+        now_ms: u64,
+        peer_marks: &[VersionVector],
+    ) -> VersionVector {
+        let mut floor = state.floor().clone();
         if self.keep_last.is_none() && self.keep_ms.is_none() {
             return floor;
         }
         let cutoff_ms = self.keep_ms.map(|keep_ms| now_ms.saturating_sub(keep_ms));
-        for (stream, head) in replica.marks().iter() {
+        for (stream, head) in state.marks().iter() {
             let by_count = self.keep_last.map(|keep| head.saturating_sub(keep));
             // Events are in seq order; wall clocks can step back, so stop at
             // the first young event rather than skip over it.
             let by_time = cutoff_ms.map(|cutoff| {
-                replica
+                state
                     .held_times(stream)
                     .take_while(|&(_, time_ms)| time_ms < cutoff)
                     .last()

@@ -3,11 +3,11 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use meshlog_cursor::token::STREAMS_MAX;
+use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
-use crate::log::Log;
-use crate::{Batch, Event, MemStore, PageError, ReplicaError, Store};
+use crate::state::{store_error, AppendRequest, RoundIndex, State};
+use crate::{Event, MemStore, PageError, ReplicaError, Store};
 
 /// A replica's settings and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,12 +24,20 @@ pub struct Config {
     pub page_len_max: usize,
     /// The most streams a replica holds.
     pub streams_max: usize,
+    /// Open to relearn this replica's own stream from its peers: a writer
+    /// that lost its store and restarts under its old stream id must not
+    /// append seqs it already used. While recovering, deltas may carry the
+    /// own stream beyond its head (and its floor), and appends are refused
+    /// with [`ReplicaError::Recovering`] until
+    /// [`Replica::end_recovery`]. Off by default: then no peer can ever
+    /// write or compact this replica's own stream.
+    pub recover_own_stream: bool,
 }
 
 impl Config {
     /// Defaults for a replica writing `stream`: 4,096 pending events, 1 MiB
     /// payloads, pages of up to 10,000 events, up to
-    /// [`STREAMS_MAX`](meshlog_cursor::token::STREAMS_MAX) streams (what a
+    /// [`STREAMS_MAX`](meshlog_cursor::STREAMS_MAX) streams (what a
     /// token can carry).
     pub fn new(stream: StreamId) -> Self {
         Config {
@@ -38,6 +46,7 @@ impl Config {
             payload_bytes_max: 1 << 20,
             page_len_max: 10_000,
             streams_max: STREAMS_MAX,
+            recover_own_stream: false,
         }
     }
 }
@@ -143,18 +152,43 @@ pub struct Stats {
 /// assert!(rest.at_head);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+/// One runtime's replica of the log: its own stream, which it appends to, and
+/// every other stream it has received, each a gap-free prefix above its floor.
+///
+/// Owned by one thread; [`SharedReplica`](crate::SharedReplica) shares one
+/// among many (readers that never wait on a commit, group commit, change
+/// notification).
+///
+/// ```
+/// use meshlog_cursor::{StreamId, VersionVector};
+/// use meshlog_replica::Replica;
+///
+/// let mut a = Replica::new(StreamId::new(1));
+/// let mut b = Replica::new(StreamId::new(2));
+/// a.append(&b"from a"[..])?;
+/// b.append(&b"from b"[..])?;
+/// // Anti-entropy: each sends what the other misses.
+/// let to_b = a.delta_for(&b.marks(), usize::MAX);
+/// let to_a = b.delta_for(&a.marks(), usize::MAX);
+/// b.apply(&to_b)?;
+/// a.apply(&to_a)?;
+/// assert_eq!(a.digest(), b.digest());
+///
+/// // A reader walks a's log, then resumes on b: nothing twice, nothing missed.
+/// let first = a.page(&VersionVector::new(), 1)?;
+/// let rest = b.page(&first.next, 10)?;
+/// assert_eq!(first.events.len() + rest.events.len(), 2);
+/// assert!(rest.at_head);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Replica<S: Store = MemStore> {
-    config: Config,
-    log: Log,
-    marks: VersionVector,
-    floor: VersionVector,
-    clock: u64,
-    pending_len: usize,
-    digest: Digest,
-    stats: Stats,
-    store: S,
-    failed: bool,
+    pub(crate) state: State,
+    pub(crate) store: S,
+    /// A store commit failed: the store's content is uncertain, so no
+    /// further change is made until the replica is reopened. Reads go on
+    /// serving the committed state.
+    pub(crate) failed: bool,
 }
 
 impl Replica<MemStore> {
@@ -171,142 +205,93 @@ impl<S: Store> Replica<S> {
     /// per stream the events `floor+1 ..= head` with none missing, lamport
     /// rising with seq, and a clock at or above every stamp recorded.
     pub fn open(config: Config, store: S) -> Result<Self, ReplicaError> {
-        let meta = store.meta().map_err(store_error)?;
-        let mut replica = Replica {
-            config,
-            log: Log::default(),
-            marks: VersionVector::new(),
-            floor: meta.floor.clone(),
-            clock: meta.clock,
-            pending_len: 0,
-            digest: Digest::default(),
-            stats: Stats::default(),
+        let state = State::load(config, &store)?;
+        Ok(Replica {
+            state,
             store,
             failed: false,
-        };
-        let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
-        if streams.len() > replica.config.streams_max {
-            return Err(ReplicaError::TooManyStreams {
-                streams: streams.len(),
-                limit: replica.config.streams_max,
-            });
-        }
-        let mut chunk = Vec::new();
-        for (stream, head) in streams {
-            let floor = meta.floor.get(stream);
-            let corrupt = |detail: String| ReplicaError::Corrupt { stream, detail };
-            if head < floor {
-                return Err(corrupt(format!("head {head} is below floor {floor}")));
-            }
-            replica.log.ensure_stream(stream, floor);
-            while replica.log.head(stream) < head {
-                chunk.clear();
-                let after = replica.log.head(stream);
-                replica
-                    .store
-                    .read_stream(stream, after, 4096, &mut chunk)
-                    .map_err(store_error)?;
-                if chunk.is_empty() {
-                    return Err(corrupt(format!(
-                        "store holds seqs {}..={after} but records head {head}",
-                        floor + 1
-                    )));
-                }
-                for event in &chunk {
-                    let expected = replica.log.head(stream) + 1;
-                    if event.stream != stream || event.seq != expected {
-                        return Err(corrupt(format!(
-                            "expected seq {expected}, read stream {} seq {}",
-                            event.stream, event.seq
-                        )));
-                    }
-                    let previous = replica.log.stream(stream).and_then(|l| l.last_lamport());
-                    if let Some(previous) = previous {
-                        if previous >= event.lamport {
-                            return Err(corrupt(format!(
-                                "seq {} has lamport {} after lamport {previous}",
-                                event.seq, event.lamport
-                            )));
-                        }
-                    }
-                    if event.lamport > replica.clock {
-                        return Err(corrupt(format!(
-                            "seq {} has lamport {} above the recorded clock {}",
-                            event.seq, event.lamport, replica.clock
-                        )));
-                    }
-                    replica.digest.add(event);
-                    replica.log.push(event);
-                }
-            }
-            if replica.log.head(stream) != head {
-                return Err(corrupt(format!(
-                    "read up to seq {} past the recorded head {head}",
-                    replica.log.head(stream)
-                )));
-            }
-            replica.marks.advance(stream, head);
-        }
-        tracing::debug!(
-            stream = %replica.config.stream,
-            streams = replica.log.stream_count(),
-            events = replica.digest.events,
-            clock = replica.clock,
-            "replica opened"
-        );
-        Ok(replica)
+        })
     }
 
     /// This replica's own stream.
     pub fn stream(&self) -> StreamId {
-        self.config.stream
+        self.state.config().stream
     }
 
     /// The settings this replica was opened with.
     pub fn config(&self) -> &Config {
-        &self.config
+        self.state.config()
     }
 
     /// The marks (head vector): per stream, the last seq held with no hole
     /// below it. What sync sends as high-water marks.
     pub fn marks(&self) -> VersionVector {
-        self.marks.clone()
+        self.state.marks().clone()
     }
 
     /// The floor: per stream, the last seq compacted away (here or, learned
     /// through sync, at a peer).
     pub fn floor(&self) -> VersionVector {
-        self.floor.clone()
+        self.state.floor().clone()
     }
 
     /// The lamport clock: at or above every stamp issued or seen.
     pub fn clock(&self) -> u64 {
-        self.clock
+        self.state.clock()
     }
 
     /// A fingerprint of the events held.
     pub fn digest(&self) -> Digest {
-        self.digest
+        self.state.digest()
     }
 
     /// Counters since open.
     pub fn stats(&self) -> Stats {
-        self.stats
+        self.state.stats()
     }
 
     /// How many early events wait in the pending buffer.
     pub fn pending_len(&self) -> usize {
-        self.pending_len
+        self.state.pending_len()
+    }
+
+    /// Whether the replica is still relearning its own stream (see
+    /// [`Config::recover_own_stream`]).
+    pub fn is_recovering(&self) -> bool {
+        self.state.is_recovering()
+    }
+
+    /// Ends the recovery of the own stream: from now on no peer can write
+    /// it, and appends continue after the head relearned. Call it once the
+    /// peers that may hold the stream have been synced with (their marks
+    /// for it at or below this replica's). A no-op when not recovering.
+    pub fn end_recovery(&mut self) {
+        self.state.end_recovery();
     }
 
     /// The event `(stream, seq)`, if held (pending events are not visible).
     pub fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
-        self.log.get(stream, seq)
+        self.state.get(stream, seq)
     }
 
-    /// `(seq, time_ms)` of the held events of `stream`, in seq order.
-    pub(crate) fn held_times(&self, stream: StreamId) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.log.times(stream)
+    /// The cursor covering every held event stamped at or below `lamport`:
+    /// what a legacy reader's scalar position converts to. A stream whose
+    /// compacted events' stamps are unknown (its first held event is above
+    /// `lamport`) gets 0, so that a page reports its compacted range as
+    /// possibly lost instead of skipping it.
+    ///
+    /// ```
+    /// use meshlog_cursor::StreamId;
+    /// use meshlog_replica::Replica;
+    /// let mut replica = Replica::new(StreamId::new(1));
+    /// for i in 0..5u8 {
+    ///     replica.append(vec![i])?; // lamports 1..=5
+    /// }
+    /// assert_eq!(replica.covering_lamport(3).get(StreamId::new(1)), 3);
+    /// # Ok::<(), meshlog_replica::ReplicaError>(())
+    /// ```
+    pub fn covering_lamport(&self, lamport: u64) -> VersionVector {
+        self.state.covering_lamport(lamport)
     }
 
     /// The store underneath.
@@ -322,10 +307,7 @@ impl<S: Store> Replica<S> {
     /// Appends a local event stamped with the current wall-clock time.
     /// Returns it once the store has committed it.
     pub fn append(&mut self, payload: impl Into<Bytes>) -> Result<Event, ReplicaError> {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        self.append_at(payload, now_ms)
+        self.append_at(payload, now_ms())
     }
 
     /// Appends a local event with an explicit wall-clock time (for replays
@@ -339,284 +321,78 @@ impl<S: Store> Replica<S> {
         Ok(events.pop().expect("one payload gives one event"))
     }
 
-    /// Appends several local events in one store commit (group commit: one
-    /// durable write for many callers' events). All or none are appended.
+    /// Appends several local events in one store commit (one durable write
+    /// for all of them). All or none are appended.
     pub fn append_batch_at(
         &mut self,
         payloads: impl IntoIterator<Item = Bytes>,
         time_ms: u64,
     ) -> Result<Vec<Event>, ReplicaError> {
         self.check_usable()?;
-        let stream = self.config.stream;
+        let stream = self.stream();
         let _span = tracing::trace_span!("append", %stream).entered();
-        let mut seq = self.marks.get(stream);
-        let mut lamport = self.clock;
-        let mut events = Vec::new();
-        for payload in payloads {
-            if payload.len() > self.config.payload_bytes_max {
-                return Err(ReplicaError::PayloadTooLarge {
-                    stream,
-                    len: payload.len(),
-                    limit: self.config.payload_bytes_max,
-                });
-            }
-            let exhausted = || ReplicaError::ClockExhausted { stream };
-            seq = seq.checked_add(1).ok_or_else(exhausted)?;
-            lamport = lamport.checked_add(1).ok_or_else(exhausted)?;
-            events.push(Event {
-                stream,
-                seq,
-                lamport,
-                time_ms,
-                payload,
-            });
+        let payloads: Vec<Bytes> = payloads.into_iter().collect();
+        if payloads.is_empty() {
+            return Ok(Vec::new());
         }
-        if events.is_empty() {
-            return Ok(events);
-        }
-        let batch = Batch {
-            events,
-            floors: Vec::new(),
-            clock: lamport,
+        let request = AppendRequest {
+            payloads: &payloads,
+            time_ms,
         };
+        let mut plan = self.state.plan_round(&[], &[request]);
+        let range = plan.appended.pop().expect("one request, one outcome")?;
         // Durable first: nothing is paged or sent that the store could forget.
-        self.commit(&batch)?;
-        self.clock = lamport;
-        for event in &batch.events {
-            // An early event of our own stream can only come from a peer
-            // holding what this writer forgot; ours replaces it.
-            if self.log.forget_early(stream, event.seq) {
-                self.pending_len -= 1;
-            }
-            self.log.push(event);
-            self.digest.add(event);
-        }
-        self.marks.advance(stream, seq);
-        self.stats.appended += batch.events.len() as u64;
-        tracing::trace!(%stream, last_seq = seq, lamport, len = batch.events.len(), "append");
-        Ok(batch.events)
+        self.commit_and_publish(&plan)?;
+        let events = plan.batch.events[range].to_vec();
+        tracing::trace!(%stream, len = events.len(), lamport = plan.batch.clock, "append");
+        Ok(events)
     }
 
     /// Up to `limit` events not covered by `after`, ordered by
     /// `(lamport, stream)`, and `next = after ⊔ page`.
     ///
     /// Refuses a cursor below the floor with [`PageError::Stale`], naming
-    /// every stream and range lost, and every cursor with
-    /// [`PageError::Failed`] once a store commit has failed (`apply` and
-    /// `compact` change memory before they commit). Costs O(S + limit · log S) for S streams,
-    /// plus logarithmic seeks into the ordered log, whatever the log's
-    /// length. A cursor from any replica of the mesh is valid here.
+    /// every stream and range lost. Costs O(S + limit · log S) for S
+    /// streams, plus logarithmic seeks into the ordered log, whatever the
+    /// log's length. A cursor from any replica of the mesh is valid here,
+    /// including one ahead of this replica (it gets what this replica holds
+    /// beyond it).
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
-        if limit > self.config.page_len_max {
-            return Err(PageError::LimitTooLarge {
-                limit,
-                max: self.config.page_len_max,
-            });
-        }
         let _span = tracing::trace_span!("page", limit).entered();
-        if self.failed {
-            return Err(PageError::Failed);
-        }
-        after.check_floor(&self.floor)?;
-        let mut walk = self.log.walk(after);
-        let events: Vec<Event> = walk.by_ref().take(limit).collect();
-        let at_head = walk.is_done();
-        let next = walk.cursor(after);
-        tracing::trace!(len = events.len(), at_head, "page");
-        Ok(Page {
-            events,
-            next,
-            at_head,
-        })
+        self.state.page(after, limit)
     }
 
     /// The delta a peer with marks `their_marks` misses: our floor where
     /// their mark is below it, and events per stream contiguous from their
     /// mark, in `(lamport, stream)` order, up to `byte_budget` bytes by
     /// [`Event::size_hint`] (at least one event if any is missing).
-    ///
-    /// Empty once a store commit has failed: a replica sends nothing its
-    /// store may not hold, so no peer gets an event its writer could forget.
+    /// Only committed events are ever sent.
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
-        if self.failed {
-            return Delta::default();
-        }
-        let floor: VersionVector = self
-            .floor
-            .iter()
-            .filter(|&(stream, floor_seq)| their_marks.get(stream) < floor_seq)
-            .collect();
-        let mut events = Vec::new();
-        let mut used = 0usize;
-        for event in self.log.walk(their_marks) {
-            let size = event.size_hint();
-            if !events.is_empty() && used.saturating_add(size) > byte_budget {
-                break;
-            }
-            used = used.saturating_add(size);
-            events.push(event);
-        }
-        Delta { floor, events }
+        self.state.delta_for(their_marks, byte_budget)
     }
 
     /// Checks a delta against this replica without changing anything: the
     /// first step of [`Replica::apply`].
     pub fn validate(&self, delta: &Delta) -> Result<(), ReplicaError> {
-        // The delta's events by name: two versions of one name sit side by
-        // side, and so do an event and its neighbours in the same delta, so
-        // every check is against the log or an adjacent entry — whatever
-        // order the events came in.
-        let mut by_name: Vec<&Event> = delta.events.iter().collect();
-        by_name.sort_unstable_by_key(|event| (event.stream, event.seq));
-        let mut new_streams: Vec<StreamId> = delta
-            .floor
-            .iter()
-            .map(|(stream, _)| stream)
-            .filter(|&stream| !self.log.has_stream(stream))
-            .collect();
-        // The stream's log, looked up once per run of its events.
-        let mut log: Option<&crate::log::StreamLog> = None;
-        for (index, &event) in by_name.iter().enumerate() {
-            let stream = event.stream;
-            if event.seq == 0 {
-                return Err(ReplicaError::ZeroSeq { stream });
-            }
-            if event.payload.len() > self.config.payload_bytes_max {
-                return Err(ReplicaError::PayloadTooLarge {
-                    stream,
-                    len: event.payload.len(),
-                    limit: self.config.payload_bytes_max,
-                });
-            }
-            if index == 0 || by_name[index - 1].stream != stream {
-                log = self.log.stream(stream);
-                if log.is_none() {
-                    new_streams.push(stream);
-                }
-            }
-            let floor_seq = self.floor.get(stream).max(delta.floor.get(stream));
-            if event.seq <= floor_seq {
-                continue;
-            }
-            // Any other version of this name, held, pending or in this delta
-            // (the entry before, once sorted), must be this very event.
-            let same_as_held = log
-                .and_then(|log| self.log.known_in(log, event.seq))
-                .is_none_or(|content| content.same_as(event));
-            let previous = index.checked_sub(1).map(|i| by_name[i]);
-            let same_as_offered = previous
-                .filter(|other| other.stream == stream && other.seq == event.seq)
-                .is_none_or(|other| other == event);
-            if !(same_as_held && same_as_offered) {
-                return Err(ReplicaError::Equivocation {
-                    stream,
-                    seq: event.seq,
-                });
-            }
-            // Lamport rises with seq against every neighbour known: held,
-            // pending, or the nearest entries of this delta either side
-            // (past repeats of this very name).
-            let in_delta = |seq: u64, entries: &mut dyn Iterator<Item = &&Event>| {
-                entries
-                    .take_while(|other| other.stream == stream)
-                    .find(|other| other.seq != event.seq)
-                    .filter(|other| other.seq == seq)
-                    .map(|other| other.lamport)
-            };
-            let below = event.seq - 1;
-            if below > floor_seq {
-                let lamport = log
-                    .and_then(|log| log.known_lamport(below))
-                    .or_else(|| in_delta(below, &mut by_name[..index].iter().rev()));
-                if let Some(lamport) = lamport {
-                    if lamport >= event.lamport {
-                        return Err(lamport_error(event, below, lamport));
-                    }
-                }
-            }
-            if let Some(above) = event.seq.checked_add(1) {
-                let lamport = log
-                    .and_then(|log| log.known_lamport(above))
-                    .or_else(|| in_delta(above, &mut by_name[index + 1..].iter()));
-                if let Some(lamport) = lamport {
-                    if lamport <= event.lamport {
-                        return Err(lamport_error(event, above, lamport));
-                    }
-                }
-            }
-        }
-        new_streams.sort_unstable();
-        new_streams.dedup();
-        let streams = self.log.stream_count() + new_streams.len();
-        if streams > self.config.streams_max {
-            return Err(ReplicaError::TooManyStreams {
-                streams,
-                limit: self.config.streams_max,
-            });
-        }
-        Ok(())
+        self.state.validate(delta, &RoundIndex::default())
     }
 
-    /// Validates, then applies a delta from a peer. Idempotent and
-    /// order-free: the same deltas in any order, any number of times, leave
-    /// the same state. Early events wait in the pending buffer and are never
-    /// exposed with a hole below them. A refused delta changes nothing.
+    /// Validates, plans, commits, then publishes a delta from a peer.
+    /// Idempotent and order-free: the same deltas in any order, any number
+    /// of times, leave the same state. Early events wait in the pending
+    /// buffer and are never exposed with a hole below them. A refused delta
+    /// changes nothing; neither does a failed commit.
     pub fn apply(&mut self, delta: &Delta) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
         let _span = tracing::debug_span!("apply", events = delta.events.len()).entered();
         if let Err(error) = self.validate(delta) {
-            self.stats.deltas_refused += 1;
+            self.state.count_refused(1);
             tracing::warn!(%error, "delta refused");
             return Err(error);
         }
-        let mut report = ApplyReport::default();
-        let mut batch = Batch::default();
-        for (stream, floor_seq) in delta.floor.iter() {
-            if floor_seq > self.floor.get(stream) {
-                self.raise_floor(stream, floor_seq, &mut batch);
-                report.floors_raised += 1;
-            }
-        }
-        for event in &delta.events {
-            let stream = event.stream;
-            let log = self.log.ensure_stream(stream, 0);
-            let (floor, head) = (log.floor, log.head());
-            if event.seq <= floor {
-                report.below_floor += 1;
-            } else if event.seq <= head || self.log.is_pending(stream, event.seq) {
-                report.duplicates += 1;
-            } else if event.seq == head + 1 {
-                self.log.push(event);
-                batch.events.push(event.clone());
-                self.pending_len -= self.log.release_pending(stream, &mut batch.events);
-            } else if self.pending_len < self.config.pending_events_max {
-                self.log.hold_early(event);
-                self.pending_len += 1;
-                report.pending += 1;
-            } else {
-                report.dropped += 1;
-            }
-        }
-        report.applied = batch.events.len() as u64;
-        // Marks move once per stream touched, to the stream's head: a
-        // vector update per event would cost a map insert each.
-        let mut touched: Vec<StreamId> = Vec::new();
-        for event in &batch.events {
-            self.clock = self.clock.max(event.lamport);
-            self.digest.add(event);
-            if touched.last() != Some(&event.stream) {
-                touched.push(event.stream);
-            }
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        for stream in touched {
-            self.marks.advance(stream, self.log.head(stream));
-        }
-        batch.clock = self.clock;
-        self.stats.applied += report.applied;
-        self.stats.duplicates += report.duplicates;
-        self.stats.pending_dropped += report.dropped;
+        let mut plan = self.state.plan_round(&[delta], &[]);
+        self.commit_and_publish(&plan)?;
+        let report = plan.reports.pop().expect("one delta, one report");
         tracing::debug!(
             applied = report.applied,
             duplicates = report.duplicates,
@@ -625,9 +401,6 @@ impl<S: Store> Replica<S> {
             floors_raised = report.floors_raised,
             "apply"
         );
-        if !batch.is_empty() {
-            self.commit(&batch)?;
-        }
         Ok(report)
     }
 
@@ -637,62 +410,29 @@ impl<S: Store> Replica<S> {
     pub fn compact(&mut self, target: &VersionVector) -> Result<CompactReport, ReplicaError> {
         self.check_usable()?;
         let _span = tracing::debug_span!("compact").entered();
-        let mut batch = Batch {
-            clock: self.clock,
-            ..Batch::default()
-        };
-        let mut report = CompactReport::default();
-        for (stream, target_seq) in target.iter() {
-            let Some(log) = self.log.stream(stream) else {
-                continue;
-            };
-            let floor_seq = target_seq.min(log.head());
-            if floor_seq > log.floor {
-                report.dropped += floor_seq - log.floor;
-                report.streams += 1;
-                self.raise_floor(stream, floor_seq, &mut batch);
-            }
+        let plan = self.state.plan_compact(target);
+        let report = plan.compact_report();
+        if report.streams > 0 {
+            tracing::info!(
+                dropped = report.dropped,
+                streams = report.streams,
+                "compact"
+            );
+            self.commit_and_publish(&plan)?;
         }
-        if batch.is_empty() {
-            return Ok(report);
-        }
-        // A floor clamped to the head releases nothing from the pending
-        // buffer: an event at head + 1 would have been released on arrival.
-        assert!(
-            batch.events.is_empty(),
-            "local compaction released pending events"
-        );
-        tracing::info!(
-            dropped = report.dropped,
-            streams = report.streams,
-            "compact"
-        );
-        self.commit(&batch)?;
         Ok(report)
     }
 
-    /// Raises one stream's floor, dropping held and pending events at or
-    /// below it; a floor above the head moves the head up to it. Records the
-    /// change in `batch`, with the pending events it releases; the caller
-    /// accounts for those (clock, marks, digest) with the rest of the batch.
-    fn raise_floor(&mut self, stream: StreamId, floor_seq: u64, batch: &mut Batch) {
-        let digest = &mut self.digest;
-        let discarded = self
-            .log
-            .raise_floor(stream, floor_seq, &mut |event| digest.remove(&event));
-        self.pending_len -= discarded;
-        self.pending_len -= self.log.release_pending(stream, &mut batch.events);
-        self.floor.advance(stream, floor_seq);
-        self.marks.advance(stream, self.log.head(stream));
-        batch.floors.push((stream, floor_seq));
-    }
-
-    fn commit(&mut self, batch: &Batch) -> Result<(), ReplicaError> {
-        self.store.commit(batch).map_err(|error| {
-            self.failed = true;
-            tracing::error!(%error, "store commit failed; the replica refuses changes until reopened");
-            store_error(error)
-        })
+    fn commit_and_publish(&mut self, plan: &crate::state::Plan) -> Result<(), ReplicaError> {
+        if !plan.batch.is_empty() {
+            if let Err(error) = self.store.commit(&plan.batch) {
+                self.failed = true;
+                tracing::error!(%error, "store commit failed; the replica refuses changes until reopened");
+                return Err(store_error(error));
+            }
+        }
+        self.state.publish(plan);
+        Ok(())
     }
 
     fn check_usable(&self) -> Result<(), ReplicaError> {
@@ -704,28 +444,8 @@ impl<S: Store> Replica<S> {
     }
 }
 
-fn lamport_error(event: &Event, neighbour_seq: u64, neighbour_lamport: u64) -> ReplicaError {
-    ReplicaError::LamportNotRising {
-        stream: event.stream,
-        seq: event.seq,
-        lamport: event.lamport,
-        neighbour_seq,
-        neighbour_lamport,
-    }
-}
-
-fn store_error<E: std::error::Error + Send + Sync + 'static>(error: E) -> ReplicaError {
-    ReplicaError::Store(Box::new(error))
-}
-
-impl Digest {
-    fn add(&mut self, event: &Event) {
-        self.events += 1;
-        self.sum = self.sum.wrapping_add(event.content_hash());
-    }
-
-    fn remove(&mut self, event: &Event) {
-        self.events -= 1;
-        self.sum = self.sum.wrapping_sub(event.content_hash());
-    }
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

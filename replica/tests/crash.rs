@@ -2,7 +2,7 @@
 //!
 //! A child process (this test binary run again, into `crash_child_process`)
 //! opens a replica on `DiskStore` in a shared data directory and, through
-//! `GroupCommit`, appends from four threads; it also receives events from a
+//! `SharedReplica` (group commit), appends from four threads; it also receives events from a
 //! simulated peer (stamped far above its own clock) and compacts its own
 //! stream now and then. It prints a line for each of these only after the
 //! call returned, i.e. after the store commit: `ack`, `seen`, `floor`.
@@ -31,13 +31,14 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Config, Delta, DiskStore, GroupCommit, Replica};
+use meshlog_replica::{Config, Delta, DiskStore, Replica, SharedReplica};
+use meshlog_testkit::{seed, SplitMix64};
 
-use disk_support::{peer_event, scratch, seed, Rng, SeedReport, PEER};
+use disk_support::{peer_event, scratch, PEER};
 
 const OWN: StreamId = StreamId::new(1);
 const DIR_ENV: &str = "MESHLOG_CRASH_CHILD_DIR";
@@ -65,10 +66,10 @@ fn crash_child_process() {
     let store = DiskStore::open(&dir).unwrap_or_else(|e| fail(&format!("open: {e}")));
     let replica =
         Replica::open(Config::new(OWN), store).unwrap_or_else(|e| fail(&format!("recover: {e}")));
-    let group = Arc::new(GroupCommit::new(replica));
+    let group = SharedReplica::new(replica);
     println!("ready");
     for thread in 0..APPENDERS {
-        let group = Arc::clone(&group);
+        let group = group.clone();
         std::thread::spawn(move || {
             for n in 0.. {
                 let payload = format!("r{round}t{thread}n{n}");
@@ -86,24 +87,22 @@ fn crash_child_process() {
         }
         std::thread::sleep(Duration::from_millis(1));
         if tick % 25 == 24 {
-            let floor = group.with_mut(|replica| {
-                let floor_seq = replica.marks().get(OWN).saturating_sub(30);
-                let target: VersionVector = [(OWN, floor_seq)].into_iter().collect();
-                replica.compact(&target).map(|_| replica.floor().get(OWN))
-            });
+            let floor_seq = group.marks().get(OWN).saturating_sub(30);
+            let target: VersionVector = [(OWN, floor_seq)].into_iter().collect();
+            let floor = group.compact(&target).map(|_| group.floor().get(OWN));
             match floor {
                 Ok(floor) => println!("floor {floor}"),
                 Err(error) => fail(&format!("compact: {error}")),
             }
         } else {
-            let seen = group.with_mut(|replica| {
-                let event = peer_event(replica.marks().get(PEER) + 1);
-                let delta = Delta {
-                    floor: VersionVector::new(),
-                    events: vec![event.clone()],
-                };
-                replica.apply(&delta).map(|_| event)
-            });
+            // Only this thread applies peer events, so the mark read here
+            // is still the head when the delta is applied.
+            let event = peer_event(group.marks().get(PEER) + 1);
+            let delta = Delta {
+                floor: VersionVector::new(),
+                events: vec![event.clone()],
+            };
+            let seen = group.apply(delta).map(|_| event);
             match seen {
                 Ok(event) => println!("seen {} {}", event.seq, event.lamport),
                 Err(error) => fail(&format!("apply: {error}")),
@@ -170,9 +169,9 @@ impl Acknowledged {
 
 #[test]
 fn acknowledged_events_survive_sigkill() {
-    let seed = seed();
-    let _report = SeedReport::new("acknowledged_events_survive_sigkill", seed);
-    let mut rng = Rng::new(seed);
+    let seed = seed::fresh();
+    let _report = seed::Report::new("acknowledged_events_survive_sigkill", seed);
+    let mut rng = SplitMix64::new(seed);
     let kills: u64 = std::env::var("MESHLOG_CRASH_KILLS")
         .ok()
         .map_or(50, |text| {

@@ -1,4 +1,4 @@
-//! What `DiskStore` and `GroupCommit` promise, one test per promise: a
+//! What `DiskStore` and `SharedReplica`'s group commit promise, one test per promise: a
 //! reopened replica holds exactly what was committed (events, floors, the
 //! clock), its next append takes a fresh seq and a higher lamport; the data
 //! directory is locked against a second open, in this process and in
@@ -12,16 +12,16 @@ mod disk_support;
 
 use std::collections::BTreeSet;
 use std::process::Command;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    Batch, Config, Delta, DiskError, DiskStore, Event, GroupCommit, MemStore, Recovery, Replica,
+    Batch, Config, Delta, DiskError, DiskStore, Event, MemStore, Recovery, Replica, SharedReplica,
     Store,
 };
+use meshlog_testkit::{seed, SplitMix64};
 
-use disk_support::{data_file, peer_event, scratch, seed, Rng, SeedReport, PEER};
+use disk_support::{data_file, peer_event, scratch, PEER};
 
 const OWN: StreamId = StreamId::new(1);
 
@@ -196,10 +196,10 @@ fn group_commit_acknowledges_every_append_once_batched_and_durable() {
     const THREADS: usize = 8;
     const PER_THREAD: usize = 100;
     let dir = scratch();
-    let group = Arc::new(GroupCommit::new(open(dir.path())));
+    let group = SharedReplica::new(open(dir.path()));
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
-            let group = Arc::clone(&group);
+            let group = group.clone();
             std::thread::spawn(move || {
                 (0..PER_THREAD)
                     .map(|i| group.append(format!("t{t} i{i}")).unwrap())
@@ -224,10 +224,10 @@ fn group_commit_acknowledges_every_append_once_batched_and_durable() {
     }
     let total = (THREADS * PER_THREAD) as u64;
     assert_eq!(seqs, (1..=total).collect());
-    let stats = group.stats();
-    assert_eq!(stats.events, total);
+    let stats = group.commit_stats();
+    assert_eq!(stats.appended, total);
     assert!(stats.commits <= total);
-    drop(Arc::into_inner(group).unwrap().into_inner());
+    drop(group.into_replica().unwrap());
 
     let reopened = open(dir.path());
     for event in acknowledged {
@@ -239,7 +239,7 @@ fn group_commit_acknowledges_every_append_once_batched_and_durable() {
 fn group_commit_refuses_an_oversized_payload_alone() {
     let mut config = Config::new(OWN);
     config.payload_bytes_max = 4;
-    let group = GroupCommit::new(Replica::open(config, MemStore::default()).unwrap());
+    let group = SharedReplica::new(Replica::open(config, MemStore::default()).unwrap());
     assert!(group.append(&b"too long"[..]).is_err());
     assert_eq!(group.append(&b"ok"[..]).unwrap().seq, 1);
 }
@@ -250,12 +250,12 @@ fn group_commit_refuses_an_oversized_payload_alone() {
 /// step both agree on marks, floor, clock and digest.
 #[test]
 fn disk_replica_equals_memory_replica_across_random_reopens() {
-    let seed = seed();
-    let _report = SeedReport::new(
+    let seed = seed::fresh();
+    let _report = seed::Report::new(
         "disk_replica_equals_memory_replica_across_random_reopens",
         seed,
     );
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     let dir = scratch();
     let mut disk = open(dir.path());
     let mut memory = Replica::open(Config::new(OWN), MemStore::default()).unwrap();

@@ -14,7 +14,10 @@ use std::collections::BTreeSet;
 
 use common::{held, push, Link, Walker};
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Config, Delta, Event, MemStore, PageError, Replica, ReplicaError};
+use meshlog_replica::{
+    Config, Delta, DeltaError, Event, MemStore, PageError, Replica, ReplicaError,
+};
+use meshlog_testkit::FlakyStore;
 
 fn replica(id: u64) -> Replica {
     Replica::new(StreamId::new(id))
@@ -275,7 +278,7 @@ fn equivocation_is_reported_and_the_first_event_kept() {
         events: vec![forged],
     };
     match b.apply(&delta) {
-        Err(ReplicaError::Equivocation { stream, seq }) => {
+        Err(ReplicaError::Delta(DeltaError::Equivocation { stream, seq })) => {
             assert_eq!((stream, seq), (first.stream, first.seq));
         }
         other => panic!("expected an equivocation, got {other:?}"),
@@ -307,7 +310,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
     });
     assert!(matches!(
         refused,
-        Err(ReplicaError::Equivocation { seq: 3, .. })
+        Err(ReplicaError::Delta(DeltaError::Equivocation { seq: 3, .. }))
     ));
     let twice = Delta {
         floor: VersionVector::new(),
@@ -321,7 +324,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
     };
     assert!(matches!(
         b.apply(&twice),
-        Err(ReplicaError::Equivocation { seq: 4, .. })
+        Err(ReplicaError::Delta(DeltaError::Equivocation { seq: 4, .. }))
     ));
 }
 
@@ -346,11 +349,11 @@ fn a_lamport_that_does_not_rise_with_seq_is_refused() {
     assert!(
         matches!(
             refused,
-            Err(ReplicaError::LamportNotRising {
+            Err(ReplicaError::Delta(DeltaError::LamportNotRising {
                 seq: 2,
                 neighbour_seq: 1,
                 ..
-            })
+            }))
         ),
         "{refused:?}"
     );
@@ -477,51 +480,12 @@ fn reopening_a_store_restores_head_floor_and_clock_and_never_reuses_a_seq() {
     assert!(next.lamport > clock);
 }
 
-/// A store whose commits fail on command (through a shared flag), over a
-/// `MemStore`.
-#[derive(Debug, Default)]
-struct FlakyStore {
-    inner: MemStore,
-    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("injected commit failure")]
-struct Injected;
-
-impl meshlog_replica::Store for FlakyStore {
-    type Error = Injected;
-
-    fn meta(&self) -> Result<meshlog_replica::StoreMeta, Injected> {
-        Ok(self.inner.meta().unwrap())
-    }
-
-    fn read_stream(
-        &self,
-        stream: StreamId,
-        after_seq: u64,
-        limit: usize,
-        out: &mut Vec<Event>,
-    ) -> Result<(), Injected> {
-        self.inner
-            .read_stream(stream, after_seq, limit, out)
-            .unwrap();
-        Ok(())
-    }
-
-    fn commit(&mut self, batch: &meshlog_replica::Batch) -> Result<(), Injected> {
-        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Injected);
-        }
-        self.inner.commit(batch).unwrap();
-        Ok(())
-    }
-}
-
-/// After a failed commit the replica serves nothing its store may not hold
-/// (pages, deltas) and refuses changes; reopening recovers the durable state.
+/// After a failed commit nothing of it is visible: the replica keeps
+/// serving exactly what it committed before (pages, deltas, marks, digest)
+/// and refuses changes, since the store's content is uncertain; reopening
+/// recovers the durable state.
 #[test]
-fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
+fn a_failed_commit_leaves_the_readable_state_unchanged_and_refuses_changes() {
     use meshlog_replica::Store as _;
     let mut a = replica(1);
     for i in 0..3u8 {
@@ -529,24 +493,24 @@ fn after_a_failed_commit_the_replica_serves_nothing_until_reopened() {
     }
     let config = Config::new(StreamId::new(2));
     let store = FlakyStore::default();
-    let fail = store.fail.clone();
+    let faults = store.faults();
     let mut b = Replica::open(config.clone(), store).unwrap();
     b.append(&b"durable"[..]).unwrap();
-    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let before = (b.marks(), b.floor(), b.digest(), b.clock());
+    let walk_before = b.page(&VersionVector::new(), 100).unwrap();
+    faults.fail_now();
     let delta = a.delta_for(&b.marks(), usize::MAX);
     assert!(matches!(b.apply(&delta), Err(ReplicaError::Store(_))));
-    // Memory now holds A's events, the store does not: nothing is served.
-    assert!(matches!(
-        b.page(&VersionVector::new(), 10),
-        Err(PageError::Failed)
-    ));
+    assert_eq!((b.marks(), b.floor(), b.digest(), b.clock()), before);
+    assert_eq!(b.page(&VersionVector::new(), 100).unwrap(), walk_before);
     assert_eq!(
-        b.delta_for(&VersionVector::new(), usize::MAX),
-        Delta::default()
+        b.delta_for(&VersionVector::new(), usize::MAX).events,
+        walk_before.events
     );
     assert!(matches!(b.append(&b"x"[..]), Err(ReplicaError::Failed)));
+    assert!(matches!(b.apply(&delta), Err(ReplicaError::Failed)));
     let store = b.into_store();
-    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    faults.heal();
     assert_eq!(store.meta().unwrap().heads.get(StreamId::new(1)), 0);
     let b = Replica::open(config, store).unwrap();
     let page = b.page(&VersionVector::new(), 10).unwrap();
@@ -578,7 +542,10 @@ fn lamport_order_inside_one_delta_is_checked_in_any_order() {
         };
         let refused = b.apply(&delta);
         assert!(
-            matches!(refused, Err(ReplicaError::LamportNotRising { .. })),
+            matches!(
+                refused,
+                Err(ReplicaError::Delta(DeltaError::LamportNotRising { .. }))
+            ),
             "{refused:?}"
         );
         assert_eq!(b.digest(), replica(2).digest(), "nothing applied");

@@ -18,22 +18,26 @@
 //!   [`DELTA_EVENTS_MAX`], the
 //!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:
 //!   `docs/PROTOCOL.md`.
-//! - `shared`: [`SharedReplica`], a replica behind a mutex with a watch of
-//!   its marks that wakes sessions on new events, and async calls that
-//!   commit where [`Commits`] says (tokio's blocking pool for a durable
-//!   store), so a commit never stalls the runtime.
+//! - [`SharedReplica`] and [`Commits`] are the replica crate's one handle,
+//!   re-exported: sessions read it without waiting on commits, apply
+//!   through its group commit (a committer thread for a durable store, so a
+//!   commit never stalls the runtime), and turn its change notification
+//!   into a `tokio::sync::watch` ([`ChangeWatch`]) that wakes them on new
+//!   events.
 //! - `session`: [`Session`], the protocol with one peer over one stream,
 //!   [`SessionConfig`], [`SessionState`], [`SessionError`].
 //! - `manager`: [`PeerManager`], which dials configured peers over TCP,
 //!   reconnects with jittered backoff, accepts inbound peers and reports
 //!   [`PeerStatus`] (connected, marks, lag in events).
 //! - `rng`: `SplitMix64`, the seeded generator behind the manager's jitter
-//!   and the testkit's faults (crate-private; the testkit re-exports it).
+//!   (crate-private; the same algorithm as `meshlog_testkit::SplitMix64`,
+//!   which the testkit draws its faults from).
 //! - `testkit` (feature `testkit`): the frame-level fault proxy
 //!   (`FaultLink` in memory, `FaultProxy` over TCP), an in-memory mesh of
-//!   replicas with reconnecting links, seeds from `MESHLOG_SEED`,
-//!   `SplitMix64`, a paused-clock runtime and a bounded `wait_for` for
-//!   tests, and the frame-decoding checks of the `frame_decode` fuzz target.
+//!   replicas with reconnecting links, a paused-clock runtime and a bounded
+//!   `wait_for` for tests, the frame-decoding checks of the `frame_decode`
+//!   fuzz target, and, re-exported from the dev-only `meshlog-testkit`,
+//!   seeds from `MESHLOG_SEED` and `SplitMix64`.
 //!
 //! **Architecture invariant:** only this crate knows frames and sockets.
 //! The replica and the cursor are used through their public API; their types
@@ -80,13 +84,14 @@ pub mod frame;
 mod manager;
 mod rng;
 mod session;
-mod shared;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod watch;
 
 pub use frame::{
     Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };
 pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
+pub use meshlog_replica::{Commits, SharedReplica};
 pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
-pub use shared::{Commits, SharedReplica};
+pub use watch::ChangeWatch;

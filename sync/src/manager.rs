@@ -130,7 +130,7 @@ struct SlotState {
     last_error: Option<String>,
 }
 
-impl<S: Store + Send + 'static> PeerManager<S> {
+impl<S: Store + Send + Sync + 'static> PeerManager<S> {
     /// Binds the listener (if configured) and starts dialing every
     /// configured peer. Must be called within a tokio runtime.
     pub async fn start(shared: SharedReplica<S>, config: ManagerConfig) -> Result<Self, BindError> {
@@ -303,7 +303,7 @@ fn backoff(attempt: u32, config: &ManagerConfig, rng: &mut SplitMix64) -> Durati
     Duration::from_millis(base_ms / 2 + rng.below(base_ms / 2 + 1))
 }
 
-async fn dial_loop<S: Store + Send + 'static>(
+async fn dial_loop<S: Store + Send + Sync + 'static>(
     shared: SharedReplica<S>,
     config: ManagerConfig,
     slot: Arc<Slot>,
@@ -340,7 +340,7 @@ async fn dial_loop<S: Store + Send + 'static>(
     }
 }
 
-async fn accept_loop<S: Store + Send + 'static>(
+async fn accept_loop<S: Store + Send + Sync + 'static>(
     listener: TcpListener,
     shared: SharedReplica<S>,
     config: ManagerConfig,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, Event, MemStore, ReplicaError, Store};
+use meshlog_replica::{Delta, DeltaError, Event, MemStore, ReplicaError, Store};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
@@ -15,7 +15,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::frame::{
     self, Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX,
 };
-use crate::SharedReplica;
+use crate::{ChangeWatch, SharedReplica};
 
 /// A session's timing and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +130,18 @@ pub enum SessionError {
     Refused {
         /// The peer's stream.
         peer: StreamId,
-        /// Why the replica refused it.
+        /// What the delta breaks.
+        #[source]
+        source: DeltaError,
+    },
+    /// The peer's delta exceeds a limit of this replica (a payload larger
+    /// than `payload_bytes_max`, more streams than `streams_max`): a
+    /// configuration mismatch rather than misbehaviour. Nothing was applied.
+    #[error("delta from peer {peer} exceeds a local limit: {source}")]
+    Limit {
+        /// The peer's stream.
+        peer: StreamId,
+        /// The limit exceeded.
         #[source]
         source: ReplicaError,
     },
@@ -257,7 +268,7 @@ impl<S: Store> Session<S> {
     }
 }
 
-impl<S: Store + Send + 'static> Session<S> {
+impl<S: Store + Send + Sync + 'static> Session<S> {
     /// Runs the session over `io` until the peer closes it or it fails.
     pub async fn run<IO>(self, io: IO) -> Result<SessionEnd, SessionError>
     where
@@ -275,8 +286,9 @@ impl<S: Store + Send + 'static> Session<S> {
     {
         let (read, write) = tokio::io::split(io);
         let local = self.shared.stream();
+        let marks = ChangeWatch::new(&self.shared);
         let mut driver = Driver {
-            marks: self.shared.subscribe(),
+            marks,
             shared: self.shared,
             config: self.config,
             state: self.state,
@@ -321,7 +333,8 @@ struct Driver<S: Store, R, W> {
     shared: SharedReplica<S>,
     config: SessionConfig,
     state: watch::Sender<SessionState>,
-    marks: watch::Receiver<VersionVector>,
+    /// Wakes the session when the replica's marks or floor move.
+    marks: ChangeWatch,
     reader: FrameReader,
     read: R,
     write: W,
@@ -341,7 +354,7 @@ struct Driver<S: Store, R, W> {
 
 impl<S, R, W> Driver<S, R, W>
 where
-    S: Store + Send + 'static,
+    S: Store + Send + Sync + 'static,
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -370,7 +383,7 @@ where
                     _ = sleep_until(next_tick) => Turn::Tick,
                     read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
                     written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
-                    _ = self.marks.changed() => Turn::MarksChanged,
+                    _ = self.marks.receiver().changed() => Turn::MarksChanged,
                 }
             } else {
                 tokio::select! {
@@ -379,7 +392,7 @@ where
                     _ = sleep_until(next_tick) => Turn::Tick,
                     written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
                     read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
-                    _ = self.marks.changed() => Turn::MarksChanged,
+                    _ = self.marks.receiver().changed() => Turn::MarksChanged,
                 }
             };
             read_first = !matches!(turn, Turn::Read(_));
@@ -469,12 +482,13 @@ where
     fn fill(&mut self) -> Result<(), SessionError> {
         if self.hello_due {
             self.hello_due = false;
-            let hello = self.shared.with(|replica| Hello {
+            let change = self.shared.latest_change();
+            let hello = Hello {
                 protocol: frame::PROTOCOL_VERSION,
-                stream: replica.stream(),
-                marks: replica.marks(),
-                floor: replica.floor(),
-            });
+                stream: self.shared.stream(),
+                marks: change.marks,
+                floor: change.floor,
+            };
             self.enqueue(&Frame::Hello(hello))?;
         }
         if self.peer.is_none() {
@@ -494,7 +508,7 @@ where
         }
         let budget = self.config.delta_budget();
         while self.has_room() {
-            let marks = self.marks.borrow_and_update().clone();
+            let marks = self.marks.receiver().borrow_and_update().marks.clone();
             if self.view.dominates(&marks) {
                 break;
             }
@@ -583,6 +597,22 @@ where
                 // A re-sent or duplicated hello: take it as a heartbeat.
             }
             None => {
+                let own_head = self.shared.marks().get(local);
+                let claimed = hello.marks.get(local);
+                if claimed > own_head && !self.shared.is_recovering() {
+                    // Only we write our stream: a peer holding more of it
+                    // than we do saw a forged stream, or a previous life of
+                    // ours whose store was lost (open with
+                    // `recover_own_stream` to relearn it). Its deltas of
+                    // our stream beyond our head are refused.
+                    tracing::warn!(
+                        %local,
+                        peer = %hello.stream,
+                        claimed,
+                        own_head,
+                        "suspicious hello: the peer claims more of our own stream than we wrote"
+                    );
+                }
                 self.peer = Some(hello.stream);
                 tracing::debug!(%local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
             }
@@ -603,14 +633,29 @@ where
         advance_by(&mut self.view, &delta);
         // Awaited before the next frame is read: one session's applies run
         // in the order its frames arrived. With a durable store the commit
-        // runs on the blocking pool (see `SharedReplica::apply_async`).
+        // runs on the handle's committer thread, grouped with other
+        // sessions' deltas and local appends (see `SharedReplica`).
         let report = self
             .shared
             .apply_async(delta)
             .await
             .map_err(|source| match source {
-                ReplicaError::Store(_) | ReplicaError::Failed => SessionError::Replica(source),
-                source => SessionError::Refused { peer, source },
+                ReplicaError::Delta(source) => {
+                    match &source {
+                        DeltaError::OwnStreamAhead { .. } | DeltaError::OwnFloorAboveHead { .. } => {
+                            tracing::warn!(%peer, reason = %source, "peer tried to write our own stream");
+                        }
+                        DeltaError::ZeroSeq { .. }
+                        | DeltaError::Equivocation { .. }
+                        | DeltaError::LamportNotRising { .. }
+                        | DeltaError::LamportTooLarge { .. } => {}
+                    }
+                    SessionError::Refused { peer, source }
+                }
+                ReplicaError::PayloadTooLarge { .. } | ReplicaError::TooManyStreams { .. } => {
+                    SessionError::Limit { peer, source }
+                }
+                source => SessionError::Replica(source),
             })?;
         // Time spent committing what the peer sent is not its silence.
         self.last_frame_at = Instant::now();

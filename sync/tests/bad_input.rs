@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, Digest, Event, ReplicaError};
+use meshlog_replica::{Delta, DeltaError, Digest, Event};
 use meshlog_sync::frame::{self, Frame, Hello};
 use meshlog_sync::testkit;
 use meshlog_sync::{
@@ -88,7 +88,7 @@ fn event(stream: StreamId, seq: u64, lamport: u64, payload: &'static [u8]) -> Ev
 fn replica_a() -> SharedReplica {
     let a = SharedReplica::in_memory(A);
     a.append_at(&b"a1"[..], 0).unwrap();
-    a.apply(&Delta {
+    a.apply(Delta {
         floor: VersionVector::new(),
         events: vec![event(B, 1, 1, b"original")],
     })
@@ -208,7 +208,7 @@ fn an_equivocating_event_is_refused_whole() {
     refused(bytes, false, "equivocation", |e| {
         matches!(
             e,
-            SessionError::Refused { peer, source: ReplicaError::Equivocation { stream, seq: 1 } }
+            SessionError::Refused { peer, source: DeltaError::Equivocation { stream, seq: 1 } }
                 if *peer == B && *stream == B
         )
     });
@@ -305,7 +305,7 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
         let many = (0x100..0x100 + 300u64)
             .map(|stream| event(StreamId::new(stream), 1, 1, b"x"))
             .collect();
-        a.apply(&Delta {
+        a.apply(Delta {
             floor: VersionVector::new(),
             events: many,
         })

@@ -150,7 +150,7 @@ async fn events_resume_across_partition_test() {
     // The late event delivered a second time changes nothing.
     let digest = a.digest();
     let report = a
-        .apply(&Delta {
+        .apply(Delta {
             floor: VersionVector::new(),
             events: vec![late.clone()],
         })

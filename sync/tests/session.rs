@@ -51,7 +51,7 @@ fn a_backlog_crosses_in_budgeted_frames() {
     run_paused(async {
         let a = SharedReplica::in_memory(StreamId::new(1));
         let b = SharedReplica::in_memory(StreamId::new(2));
-        let max_payload = a.with(|r| r.config().payload_bytes_max);
+        let max_payload = a.config().payload_bytes_max;
         for i in 0..3000u64 {
             a.append_at(vec![i as u8; 1024], i).unwrap();
         }

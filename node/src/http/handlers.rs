@@ -18,8 +18,9 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::json::{
-    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendedJson, CompactBody,
-    EventJson, PeerBody, QueryBody,
+    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendJson, AppendedJson,
+    CompactBody, CompactedJson, DigestJson, EventJson, LostJson, MarksJson, PageJson,
+    PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody,
 };
 use super::AppState;
 use crate::peers::{PeerStatus, SYNC_PROTOCOL};
@@ -84,7 +85,7 @@ fn parse_limit(limit: Option<&Value>, max: usize) -> Result<usize, ApiError> {
 pub async fn get_events(
     State(state): Shared,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PageJson>, ApiError> {
     let Query(query) = query
         .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", error.body_text()))?;
     let limit = query.get("limit").map(|text| Value::String(text.clone()));
@@ -96,7 +97,7 @@ pub async fn get_events(
 }
 
 /// `POST /events/query` with `{"after": TOKEN or null, "limit": N}`.
-pub async fn query_events(State(state): Shared, body: Bytes) -> Result<Json<Value>, ApiError> {
+pub async fn query_events(State(state): Shared, body: Bytes) -> Result<Json<PageJson>, ApiError> {
     let query: QueryBody = object_body(&body, r#"{"after": TOKEN or null, "limit": N}"#)?;
     page(&state, query.after.as_deref(), query.limit.as_ref())
 }
@@ -105,7 +106,7 @@ fn page(
     state: &AppState,
     after: Option<&str>,
     limit: Option<&Value>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PageJson>, ApiError> {
     let max = state.replica.config().page_len_max;
     let limit = parse_limit(limit, max)?;
     let after = match parse_after(after)? {
@@ -121,7 +122,12 @@ fn page(
                 .iter()
                 .map(|range| {
                     let seqs = range.seqs();
-                    json!({"stream": decimal(range.stream), "first": seqs.start(), "last": seqs.end()})
+                    serde_json::to_value(LostJson {
+                        stream: decimal(range.stream),
+                        first: *seqs.start(),
+                        last: *seqs.end(),
+                    })
+                    .expect("a LostJson is JSON")
                 })
                 .collect();
             let resume = token::encode_text(stale.resume()).map_err(|error| {
@@ -149,12 +155,12 @@ fn page(
     let next = token::encode_text(&page.next)
         .map_err(|error| ApiError::internal(format!("cannot encode the next token: {error}")))?;
     let events: Vec<EventJson> = page.events.iter().map(EventJson::from).collect();
-    Ok(Json(json!({
-        "events": events,
-        "next": next,
-        "at_head": page.at_head,
-        "behind": behind,
-    })))
+    Ok(Json(PageJson {
+        events,
+        next,
+        at_head: page.at_head,
+        behind,
+    }))
 }
 
 /// `POST /events`: one raw payload, or a JSON / NDJSON batch, committed
@@ -163,7 +169,7 @@ pub async fn post_events(
     State(state): Shared,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<AppendJson>), ApiError> {
     let refused = |error: ApiError| {
         state.metrics.appends_refused.inc();
         error
@@ -224,7 +230,7 @@ pub async fn post_events(
             lamport: event.lamport,
         })
         .collect();
-    Ok((StatusCode::CREATED, Json(json!({ "events": appended }))))
+    Ok((StatusCode::CREATED, Json(AppendJson { events: appended })))
 }
 
 fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {
@@ -236,33 +242,36 @@ fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {
     .with("limit", limit.into())
 }
 
-fn peer_json(peer: &PeerStatus) -> Value {
-    json!({
-        "url": peer.url,
-        "connected": peer.connected,
-        "stream": peer.stream.map(decimal),
-        "marks": vector_json(&peer.marks),
-        "lag_events": peer.lag_events,
-        "last_error": peer.last_error,
-    })
+fn peer_json(peer: &PeerStatus) -> PeerJson {
+    PeerJson {
+        url: peer.url.clone(),
+        connected: peer.connected,
+        stream: peer.stream.map(decimal),
+        marks: vector_json(&peer.marks),
+        lag_events: peer.lag_events,
+        last_error: peer.last_error.clone(),
+    }
 }
 
 /// `GET /marks`.
-pub async fn marks(State(state): Shared) -> Result<Json<Value>, ApiError> {
+pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
     let replica = &state.replica;
     let marks = replica.marks();
     let digest = replica.digest();
     let token = token::encode_text(&marks)
         .map_err(|error| ApiError::internal(format!("cannot encode the marks: {error}")))?;
-    let peers: Vec<Value> = state.peers.list().iter().map(peer_json).collect();
-    Ok(Json(json!({
-        "stream": decimal(replica.stream()),
-        "marks": vector_json(&marks),
-        "floor": vector_json(&replica.floor()),
-        "token": token,
-        "digest": {"events": digest.events, "sum": format!("{:032x}", digest.sum)},
-        "peers": peers,
-    })))
+    let peers: Vec<PeerJson> = state.peers.list().iter().map(peer_json).collect();
+    Ok(Json(MarksJson {
+        stream: decimal(replica.stream()),
+        marks: vector_json(&marks),
+        floor: vector_json(&replica.floor()),
+        token,
+        digest: DigestJson {
+            events: digest.events,
+            sum: format!("{:032x}", digest.sum),
+        },
+        peers,
+    }))
 }
 
 /// `GET /health`.
@@ -272,8 +281,8 @@ pub async fn health() -> Json<Value> {
 
 /// `GET /metrics`: Prometheus (OpenMetrics) text.
 pub async fn metrics(State(state): Shared) -> Response {
-    let connected = state.peers.connected() as i64;
-    let text = state.metrics.render(state.replica.stats(), connected);
+    let peers = state.peers.list();
+    let text = state.metrics.render(state.replica.stats(), &peers);
     (
         [(
             CONTENT_TYPE,
@@ -285,7 +294,7 @@ pub async fn metrics(State(state): Shared) -> Response {
 }
 
 /// `POST /compact` with `{"keep_last": N?, "keep_ms": N?, "ignore_peers": bool?}`.
-pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<Value>, ApiError> {
+pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<CompactedJson>, ApiError> {
     let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
         CompactBody::default()
     } else {
@@ -304,17 +313,17 @@ pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<Value>, A
         .compact(policy, state.peers.acknowledged())
         .await
         .map_err(|error| ApiError::internal(error.to_string()))?;
-    Ok(Json(json!({
-        "dropped": report.dropped,
-        "streams": report.streams,
-        "floor": vector_json(&floor),
-    })))
+    Ok(Json(CompactedJson {
+        dropped: report.dropped,
+        streams: report.streams,
+        floor: vector_json(&floor),
+    }))
 }
 
 /// `GET /peers`.
-pub async fn list_peers(State(state): Shared) -> Json<Value> {
-    let peers: Vec<Value> = state.peers.list().iter().map(peer_json).collect();
-    Json(json!({ "peers": peers }))
+pub async fn list_peers(State(state): Shared) -> Json<PeersJson> {
+    let peers: Vec<PeerJson> = state.peers.list().iter().map(peer_json).collect();
+    Json(PeersJson { peers })
 }
 
 fn peer_body(body: &[u8]) -> Result<PeerBody, ApiError> {
@@ -326,7 +335,7 @@ fn peer_body(body: &[u8]) -> Result<PeerBody, ApiError> {
 pub async fn add_peer(
     State(state): Shared,
     body: Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<PeerAddedJson>), ApiError> {
     let body = peer_body(&body)?;
     let (url, added) = state.peers.add(&body.url).map_err(|error| {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_peer_url", error.to_string())
@@ -336,14 +345,20 @@ pub async fn add_peer(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(json!({"url": url, "added": added}))))
+    Ok((status, Json(PeerAddedJson { url, added })))
 }
 
 /// `DELETE /peers` with `{"url": "..."}`.
-pub async fn remove_peer(State(state): Shared, body: Bytes) -> Result<Json<Value>, ApiError> {
+pub async fn remove_peer(
+    State(state): Shared,
+    body: Bytes,
+) -> Result<Json<PeerRemovedJson>, ApiError> {
     let body = peer_body(&body)?;
     if state.peers.remove(&body.url) {
-        Ok(Json(json!({"url": body.url, "removed": true})))
+        Ok(Json(PeerRemovedJson {
+            url: body.url,
+            removed: true,
+        }))
     } else {
         Err(ApiError::new(
             StatusCode::NOT_FOUND,

@@ -2,6 +2,9 @@
 //! JavaScript numbers lose precision above 2^53); every other number is a
 //! JSON number. A payload is `payload` (UTF-8 text) when its bytes are valid
 //! UTF-8, else `payload_base64` (standard alphabet, padded).
+//!
+//! The response types derive `Deserialize` too, so clients (the `meshlog`
+//! CLI, tests) read the API with the very types the server writes.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -9,12 +12,14 @@ use bytes::Bytes;
 use meshlog_cursor::VersionVector;
 use meshlog_replica::Event;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+use serde_json::Value;
 
 use super::error::ApiError;
 
 /// An event as pages answer it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventJson {
     /// The writer's stream id, in decimal.
     pub stream: String,
@@ -25,10 +30,10 @@ pub struct EventJson {
     /// Wall-clock time of the append, ms since the epoch.
     pub time: u64,
     /// The payload, when it is UTF-8.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<String>,
-    /// The payload in base64, when it is not UTF-8.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The payload in base64 (standard, padded), when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload_base64: Option<String>,
 }
 
@@ -49,8 +54,42 @@ impl From<&Event> for EventJson {
     }
 }
 
-/// An appended event's name, as `POST /events` answers it.
-#[derive(Debug, Serialize)]
+impl EventJson {
+    /// The payload's bytes, from whichever field carries them; `None` if
+    /// neither (or both) is present or the base64 is invalid.
+    ///
+    /// ```
+    /// use meshlog_node::http::json::EventJson;
+    /// let event: EventJson = serde_json::from_str(
+    ///     r#"{"stream": "1", "seq": 1, "lamport": 1, "time": 0, "payload_base64": "/w=="}"#,
+    /// )?;
+    /// assert_eq!(event.payload_bytes(), Some(vec![0xff]));
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn payload_bytes(&self) -> Option<Vec<u8>> {
+        match (&self.payload, &self.payload_base64) {
+            (Some(text), None) => Some(text.as_bytes().to_vec()),
+            (None, Some(encoded)) => STANDARD.decode(encoded).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// `GET /events` and `POST /events/query`: a page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageJson {
+    /// Up to `limit` events after the cursor, in `(lamport, stream)` order.
+    pub events: Vec<EventJson>,
+    /// The token to page from next.
+    pub next: String,
+    /// Whether `next` covers every event this node holds now.
+    pub at_head: bool,
+    /// Whether the cursor covers events this node does not hold yet.
+    pub behind: bool,
+}
+
+/// An appended event's name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppendedJson {
     /// The stream id, in decimal.
     pub stream: String,
@@ -60,6 +99,122 @@ pub struct AppendedJson {
     pub lamport: u64,
 }
 
+/// `POST /events`: the events appended, in order, once durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendJson {
+    /// One per payload.
+    pub events: Vec<AppendedJson>,
+}
+
+/// One stream's range lost to compaction, in a `410 stale_cursor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostJson {
+    /// The stream id, in decimal.
+    pub stream: String,
+    /// The first seq lost.
+    pub first: u64,
+    /// The last seq lost.
+    pub last: u64,
+}
+
+/// Every error's body. `lost` and `resume` are set on `stale_cursor` only;
+/// other fields some errors carry (`max`, `limit`) are not kept here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorJson {
+    /// The stable code (`bad_token`, `stale_cursor`, ...).
+    pub error: String,
+    /// For humans.
+    pub message: String,
+    /// A stale cursor's lost ranges, every stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<Vec<LostJson>>,
+    /// A stale cursor's token to resume from, accepting the gap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
+}
+
+/// A version vector as JSON: `{"<stream id>": seq, ...}`.
+pub type VectorJson = BTreeMap<String, u64>;
+
+/// The digest of the events a node holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestJson {
+    /// How many events.
+    pub events: u64,
+    /// The sum of their content hashes, 32 hex digits.
+    pub sum: String,
+}
+
+/// One dialed peer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerJson {
+    /// Its URL, normalized.
+    pub url: String,
+    /// Whether its session is established.
+    pub connected: bool,
+    /// Its stream id, once its hello arrived.
+    pub stream: Option<String>,
+    /// The marks it has acknowledged.
+    pub marks: VectorJson,
+    /// Events this node holds that it has not acknowledged.
+    pub lag_events: u64,
+    /// Why its last session or dial ended badly.
+    pub last_error: Option<String>,
+}
+
+/// `GET /peers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeersJson {
+    /// In the order they were added.
+    pub peers: Vec<PeerJson>,
+}
+
+/// `GET /marks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarksJson {
+    /// This node's own stream id.
+    pub stream: String,
+    /// Per stream, the last seq held.
+    pub marks: VectorJson,
+    /// Per stream, the last seq compacted away.
+    pub floor: VectorJson,
+    /// The marks as a token.
+    pub token: String,
+    /// The digest of the events held.
+    pub digest: DigestJson,
+    /// The dialed peers.
+    pub peers: Vec<PeerJson>,
+}
+
+/// `POST /compact`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactedJson {
+    /// Events dropped.
+    pub dropped: u64,
+    /// Streams whose floor rose.
+    pub streams: u64,
+    /// The floor now.
+    pub floor: VectorJson,
+}
+
+/// `POST /peers`' answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerAddedJson {
+    /// The URL, normalized.
+    pub url: String,
+    /// `false` if it was already a peer.
+    pub added: bool,
+}
+
+/// `DELETE /peers`' answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerRemovedJson {
+    /// The URL as given.
+    pub url: String,
+    /// Always `true` (an unknown peer is `404 unknown_peer`).
+    pub removed: bool,
+}
+
 /// A stream id as the API writes it: decimal text (the cursor crate's own
 /// text form is hexadecimal; the API's contract is decimal, as in the
 /// `stream-id` file and `--stream-id`).
@@ -67,13 +222,12 @@ pub fn decimal(stream: meshlog_cursor::StreamId) -> String {
     stream.get().to_string()
 }
 
-/// A version vector as a JSON object: `{"<stream id>": seq, ...}`.
-pub fn vector_json(vector: &VersionVector) -> Value {
-    let map: Map<String, Value> = vector
+/// A version vector as JSON.
+pub fn vector_json(vector: &VersionVector) -> VectorJson {
+    vector
         .iter()
-        .map(|(stream, seq)| (decimal(stream), Value::from(seq)))
-        .collect();
-    Value::Object(map)
+        .map(|(stream, seq)| (decimal(stream), seq))
+        .collect()
 }
 
 /// One element of a JSON or NDJSON batch: a string, or an object with
@@ -115,7 +269,7 @@ fn element_bytes(element: BatchElement, index: usize) -> Result<Bytes, ApiError>
 }
 
 /// The payloads of a JSON batch: an array of elements.
-pub fn json_batch(body: &[u8]) -> Result<Vec<Bytes>, ApiError> {
+pub(crate) fn json_batch(body: &[u8]) -> Result<Vec<Bytes>, ApiError> {
     let elements: Vec<BatchElement> = serde_json::from_slice(body).map_err(|error| {
         ApiError::bad_body(format!(
             "expected a JSON array of strings or {{\"payload\"}} / {{\"payload_base64\"}} objects: {error}"
@@ -130,7 +284,7 @@ pub fn json_batch(body: &[u8]) -> Result<Vec<Bytes>, ApiError> {
 
 /// The payloads of an NDJSON batch: one element per line; blank lines are
 /// skipped.
-pub fn ndjson_batch(body: &[u8]) -> Result<Vec<Bytes>, ApiError> {
+pub(crate) fn ndjson_batch(body: &[u8]) -> Result<Vec<Bytes>, ApiError> {
     let mut payloads = Vec::new();
     for (line_index, line) in body.split(|&b| b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -146,7 +300,7 @@ pub fn ndjson_batch(body: &[u8]) -> Result<Vec<Bytes>, ApiError> {
 
 /// Parses a request body that must be one JSON object of type `T` (serde
 /// would also take an array for a struct; the API does not).
-pub fn object_body<T: serde::de::DeserializeOwned>(
+pub(crate) fn object_body<T: serde::de::DeserializeOwned>(
     body: &[u8],
     shape: &str,
 ) -> Result<T, ApiError> {
@@ -159,24 +313,27 @@ pub fn object_body<T: serde::de::DeserializeOwned>(
 }
 
 /// `POST /events/query`'s body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryBody {
     /// The token to page after (`null` or absent: the start).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
-    /// The page length; kept raw so a bad one is `bad_limit`, not `bad_body`.
-    #[serde(default)]
+    /// The page length: a number (or a decimal string). Kept raw so that
+    /// a bad one is answered `bad_limit`, not `bad_body`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<Value>,
 }
 
 /// `POST /compact`'s body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompactBody {
     /// Keep at least this many of each stream's newest events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_last: Option<u64>,
     /// Keep events younger than this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_ms: Option<u64>,
     /// Compact past what peers have acknowledged.
     #[serde(default)]
@@ -184,7 +341,7 @@ pub struct CompactBody {
 }
 
 /// `POST /peers`' and `DELETE /peers`' body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerBody {
     /// The peer's URL.

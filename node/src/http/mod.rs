@@ -1,7 +1,7 @@
 //! The HTTP API (`docs/HTTP.md`): the router, the request-reading
 //! middleware that bounds every body in size and time, the handlers, the
-//! JSON types and the errors; and `GET /sync`, which upgrades to the sync
-//! protocol.
+//! errors; and `GET /sync`, which upgrades to the sync protocol. Public:
+//! [`json`], the API's JSON types, shared with clients.
 
 use std::sync::Arc;
 
@@ -21,12 +21,12 @@ use crate::replica::NodeReplica;
 
 mod error;
 mod handlers;
-mod json;
+pub mod json;
 
-pub use error::ApiError;
+pub(crate) use error::ApiError;
 
 /// What every handler shares.
-pub struct AppState {
+pub(crate) struct AppState {
     /// The node's replica.
     pub replica: NodeReplica,
     /// The node's sync links.
@@ -38,7 +38,7 @@ pub struct AppState {
 }
 
 /// The whole API.
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(
             "/events",

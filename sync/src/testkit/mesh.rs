@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use meshlog_replica::{MemStore, Store};
+use meshlog_testkit::SplitMix64;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::proxy::{FaultLink, Faults, LinkControl};
-use crate::rng::SplitMix64;
 use crate::{Session, SessionConfig, SharedReplica};
 
 /// How a [`SimMesh`] runs its sessions.
@@ -62,7 +62,7 @@ struct MeshLink {
     task: JoinHandle<()>,
 }
 
-impl<S: Store + Send + 'static> SimMesh<S> {
+impl<S: Store + Send + Sync + 'static> SimMesh<S> {
     /// A mesh of `replicas`, with no links yet.
     pub fn new(replicas: Vec<SharedReplica<S>>, config: MeshConfig) -> Self {
         SimMesh {
@@ -165,7 +165,7 @@ impl<S: Store + Send + 'static> SimMesh<S> {
                     replica.marks(),
                     replica.floor(),
                     replica.digest(),
-                    replica.with(|r| r.pending_len()),
+                    replica.pending_len(),
                 )
             })
             .collect()
@@ -180,7 +180,7 @@ impl<S: Store> Drop for SimMesh<S> {
     }
 }
 
-async fn run_link<S: Store + Send + 'static>(
+async fn run_link<S: Store + Send + Sync + 'static>(
     link: FaultLink,
     a: SharedReplica<S>,
     b: SharedReplica<S>,

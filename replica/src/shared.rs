@@ -1,0 +1,1083 @@
+//! `SharedReplica`: the one handle every task of a runtime shares: appenders,
+//! readers, sync sessions and the node.
+//!
+//! # Locking
+//!
+//! Two locks, never held the other way round:
+//!
+//! - the **writer lock** (the store, and whether a commit failed) is held by
+//!   whoever commits a round: it covers planning, the store commit and
+//!   publishing, so rounds are serialized;
+//! - the **state lock** (a read-write lock on the readable state) is taken
+//!   *shared* by readers and by planning, and *exclusively* only to publish
+//!   a committed round, which is memory work.
+//!
+//! So `page`, `delta_for`, `marks`, `floor`, `digest` and `get` never wait
+//! for a store commit in progress, only for a publish; and nothing is
+//! visible before its commit (a failed commit publishes nothing).
+//!
+//! # Group commit
+//!
+//! Writes (appends, batches, deltas, compactions) are queued as requests.
+//! Whoever commits takes everything queued (up to [`ROUND_EVENTS_MAX`]
+//! events and [`ROUND_BYTES_MAX`] payload bytes) into one **round**: one
+//! plan, one store commit, one publish. With [`Commits::Thread`] a committer
+//! thread commits; callers block (`append`) or await (`append_async`, a
+//! runtime-agnostic future) their answer. With [`Commits::Inline`] the
+//! caller commits the queue itself under the writer lock (for a store whose
+//! commit never blocks, such as [`MemStore`]).
+//!
+//! # Change notification
+//!
+//! After every round that moved the marks or the floor, the handle
+//! publishes a [`Change`]: waiters of [`SharedReplica::wait_for_change`]
+//! wake, and hooks registered with [`SharedReplica::on_change`] run, in
+//! commit order. Every write path (single, batch, delta, compaction)
+//! reaches it.
+//!
+//! # Poison policy
+//!
+//! A panic inside a round (an invariant assertion: a bug) may leave the
+//! readable state half-published. The handle then stops serving it: every
+//! later write answers [`ReplicaError::Failed`], `page` answers
+//! [`PageError::Failed`], `delta_for` answers an empty delta and `get`
+//! `None`; `marks`, `floor` and `digest` keep answering the last values
+//! published before the panic. Reopen the store to recover. A failed store
+//! commit is not a panic: the state is unchanged and keeps being served,
+//! and writes answer `Failed` until reopen (`docs/STORAGE.md`).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+
+use crate::replica::now_ms;
+use crate::state::{store_error, AppendRequest, Plan, RoundIndex, State};
+use crate::{
+    ApplyReport, CompactReport, Config, Delta, Digest, Event, MemStore, Page, PageError, Replica,
+    ReplicaError, RetentionPolicy, Stats, Store,
+};
+
+/// The most events one round commits (a round takes at least one request,
+/// whatever its size).
+pub const ROUND_EVENTS_MAX: usize = 4096;
+/// The most payload bytes one round commits.
+pub const ROUND_BYTES_MAX: usize = 16 << 20;
+
+/// Who commits a [`SharedReplica`]'s rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commits {
+    /// A committer thread of the handle's own: callers never commit, so an
+    /// async caller never blocks its runtime on a durable commit (a
+    /// [`DiskStore`](crate::DiskStore) fsyncs each one). What
+    /// [`SharedReplica::new`] picks.
+    Thread,
+    /// The caller, under the writer lock, taking whatever else is queued
+    /// along: for a store whose commit never blocks ([`MemStore`]). No
+    /// hand-off per write, and a test under a paused clock stays
+    /// deterministic. What [`SharedReplica::in_memory`] picks.
+    Inline,
+}
+
+/// The marks and floor after a committed round that moved them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    /// Counts the changes published since the handle was made.
+    pub version: u64,
+    /// The marks after the round.
+    pub marks: VersionVector,
+    /// The floor after the round.
+    pub floor: VersionVector,
+}
+
+/// Counters of a handle's rounds since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Rounds that committed to the store (successfully or not).
+    pub commits: u64,
+    /// Local events acknowledged.
+    pub appended: u64,
+}
+
+/// Unregisters its hook when dropped (see [`SharedReplica::on_change`]).
+#[must_use = "the hook is unregistered when this is dropped"]
+pub struct ChangeHook {
+    hooks: std::sync::Weak<Mutex<Hooks>>,
+    id: u64,
+}
+
+impl std::fmt::Debug for ChangeHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangeHook").field("id", &self.id).finish()
+    }
+}
+
+impl Drop for ChangeHook {
+    fn drop(&mut self) {
+        if let Some(hooks) = self.hooks.upgrade() {
+            lock(&hooks).list.retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+type Hook = Arc<dyn Fn(&Change) + Send + Sync>;
+
+#[derive(Default)]
+struct Hooks {
+    next_id: u64,
+    list: Vec<(u64, Hook)>,
+}
+
+/// One replica shared by every task: cheap to clone, `Send + Sync`.
+///
+/// ```
+/// use meshlog_cursor::{StreamId, VersionVector};
+/// use meshlog_replica::SharedReplica;
+///
+/// let shared = SharedReplica::in_memory(StreamId::new(1));
+/// let threads: Vec<_> = (0..4)
+///     .map(|i| {
+///         let shared = shared.clone();
+///         std::thread::spawn(move || shared.append(format!("from thread {i}")))
+///     })
+///     .collect();
+/// for thread in threads {
+///     thread.join().unwrap()?; // acknowledged: committed to the store
+/// }
+/// let batch = shared.append_batch(vec!["a".into(), "b".into()])?; // one commit
+/// assert_eq!(batch[1].seq, 6);
+/// let page = shared.page(&VersionVector::new(), 10)?;
+/// assert_eq!(page.events.len(), 6);
+/// assert_eq!(shared.latest_change().marks.get(StreamId::new(1)), 6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SharedReplica<S: Store = MemStore> {
+    owner: Arc<Owner<S>>,
+}
+
+impl<S: Store> Clone for SharedReplica<S> {
+    fn clone(&self) -> Self {
+        SharedReplica {
+            owner: Arc::clone(&self.owner),
+        }
+    }
+}
+
+impl<S: Store> std::fmt::Debug for SharedReplica<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReplica")
+            .field("stream", &self.inner().stream)
+            .field("commits", &self.inner().commits)
+            .field("marks", &self.latest_change().marks)
+            .finish()
+    }
+}
+
+/// Owns the committer thread: the last handle dropped closes the queue and
+/// joins it (the thread holds `Inner`, not `Owner`).
+struct Owner<S: Store> {
+    inner: Arc<Inner<S>>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<S: Store> Drop for Owner<S> {
+    fn drop(&mut self) {
+        self.inner.close();
+        if let Some(committer) = lock(&self.committer).take() {
+            // The committer catches panics of rounds; one of its own would
+            // be a bug, re-raised unless we are already unwinding.
+            if let Err(panic) = committer.join() {
+                if !std::thread::panicking() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+    }
+}
+
+struct Inner<S: Store> {
+    stream: StreamId,
+    config: Config,
+    commits: Commits,
+    state: RwLock<State>,
+    writer: Mutex<Writer<S>>,
+    queue: Mutex<Queue>,
+    /// Signalled when a request is queued or the queue closes.
+    queued: Condvar,
+    published: Mutex<Published>,
+    /// Signalled when `published` changes.
+    published_changed: Condvar,
+    hooks: Arc<Mutex<Hooks>>,
+    poisoned: AtomicBool,
+    commit_count: AtomicU64,
+    appended: AtomicU64,
+}
+
+struct Writer<S> {
+    store: S,
+    failed: bool,
+}
+
+struct Published {
+    change: Change,
+    digest: Digest,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Request>,
+    /// Whether the committer sleeps on `queued`: only then does a caller
+    /// pay for a wake-up.
+    idle: bool,
+    closed: bool,
+}
+
+enum Work {
+    Append { payloads: Vec<Bytes>, time_ms: u64 },
+    Apply(Delta),
+    Compact(VersionVector),
+}
+
+impl Work {
+    fn events(&self) -> usize {
+        match self {
+            Work::Append { payloads, .. } => payloads.len(),
+            Work::Apply(delta) => delta.events.len(),
+            Work::Compact(_) => 0,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
+            Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
+            Work::Compact(_) => 0,
+        }
+    }
+}
+
+enum Outcome {
+    Appended(Result<Vec<Event>, ReplicaError>),
+    Applied(Result<ApplyReport, ReplicaError>),
+    Compacted(Result<CompactReport, ReplicaError>),
+    /// The request was dropped unanswered (a panic, a closed queue).
+    Failed,
+}
+
+struct Request {
+    work: Work,
+    /// Taken when the caller is answered. A request dropped unanswered
+    /// answers [`Outcome::Failed`], so that no caller waits forever.
+    slot: Option<Arc<Slot>>,
+}
+
+impl Request {
+    fn answer(&mut self, outcome: Outcome) {
+        if let Some(slot) = self.slot.take() {
+            slot.finish(outcome);
+        }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        self.answer(Outcome::Failed);
+    }
+}
+
+/// Where a request's outcome is left, for a blocking or an async caller.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    outcome: Option<Outcome>,
+    waker: Option<Waker>,
+    done: bool,
+}
+
+impl Slot {
+    fn finish(&self, outcome: Outcome) {
+        let waker = {
+            let mut state = lock(&self.state);
+            state.outcome = Some(outcome);
+            state.done = true;
+            state.waker.take()
+        };
+        self.changed.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        lock(&self.state).done
+    }
+
+    fn wait(&self) -> Outcome {
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(outcome) = state.outcome.take() {
+                return outcome;
+            }
+            if state.done {
+                return Outcome::Failed;
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let mut state = lock(&self.state);
+        if let Some(outcome) = state.outcome.take() {
+            return Poll::Ready(outcome);
+        }
+        if state.done {
+            return Poll::Ready(Outcome::Failed);
+        }
+        match &state.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => state.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+/// The answer to a write submitted with one of the `_async` methods: a
+/// future that works on any executor (it needs no runtime of its own).
+///
+/// The write was submitted when the method was called; it runs to its end
+/// whether or not this future is polled or dropped.
+#[must_use = "the write runs anyway; await this to learn its outcome"]
+pub struct Completion<T> {
+    slot: Arc<Slot>,
+    extract: fn(Outcome) -> T,
+}
+
+impl<T> std::fmt::Debug for Completion<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion")
+            .field("done", &self.slot.is_done())
+            .finish()
+    }
+}
+
+impl<T> Future for Completion<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let extract = self.extract;
+        self.slot.poll(cx).map(extract)
+    }
+}
+
+impl<T> Completion<T> {
+    /// Blocks the calling thread until the write is answered.
+    pub fn wait(self) -> T {
+        (self.extract)(self.slot.wait())
+    }
+}
+
+fn appended(outcome: Outcome) -> Result<Vec<Event>, ReplicaError> {
+    match outcome {
+        Outcome::Appended(result) => result,
+        _ => Err(ReplicaError::Failed),
+    }
+}
+
+fn appended_one(outcome: Outcome) -> Result<Event, ReplicaError> {
+    appended(outcome).map(|mut events| events.pop().expect("one payload gives one event"))
+}
+
+fn applied(outcome: Outcome) -> Result<ApplyReport, ReplicaError> {
+    match outcome {
+        Outcome::Applied(result) => result,
+        _ => Err(ReplicaError::Failed),
+    }
+}
+
+fn compacted(outcome: Outcome) -> Result<CompactReport, ReplicaError> {
+    match outcome {
+        Outcome::Compacted(result) => result,
+        _ => Err(ReplicaError::Failed),
+    }
+}
+
+impl SharedReplica<MemStore> {
+    /// A new, empty in-memory replica writing `stream`, shared, with
+    /// [`Commits::Inline`]: a [`MemStore`] commit never blocks.
+    pub fn in_memory(stream: StreamId) -> Self {
+        SharedReplica::with_commits(Replica::new(stream), Commits::Inline)
+    }
+}
+
+impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
+    /// Shares `replica`, with [`Commits::Thread`]: a committer thread of its
+    /// own commits every round.
+    ///
+    /// # Panics
+    ///
+    /// If the committer thread cannot be spawned.
+    pub fn new(replica: Replica<S>) -> Self {
+        SharedReplica::with_commits(replica, Commits::Thread)
+    }
+
+    /// Shares `replica`, its rounds committed as `commits` says.
+    ///
+    /// # Panics
+    ///
+    /// With [`Commits::Thread`], if the committer thread cannot be spawned.
+    pub fn with_commits(replica: Replica<S>, commits: Commits) -> Self {
+        let Replica {
+            state,
+            store,
+            failed,
+        } = replica;
+        let published = Published {
+            change: Change {
+                version: 0,
+                marks: state.marks().clone(),
+                floor: state.floor().clone(),
+            },
+            digest: state.digest(),
+        };
+        let inner = Arc::new(Inner {
+            stream: state.config().stream,
+            config: state.config().clone(),
+            commits,
+            state: RwLock::new(state),
+            writer: Mutex::new(Writer { store, failed }),
+            queue: Mutex::new(Queue::default()),
+            queued: Condvar::new(),
+            published: Mutex::new(published),
+            published_changed: Condvar::new(),
+            hooks: Arc::new(Mutex::new(Hooks::default())),
+            poisoned: AtomicBool::new(false),
+            commit_count: AtomicU64::new(0),
+            appended: AtomicU64::new(0),
+        });
+        let committer = match commits {
+            Commits::Inline => None,
+            Commits::Thread => {
+                let inner = Arc::clone(&inner);
+                Some(
+                    std::thread::Builder::new()
+                        .name("meshlog-commit".to_string())
+                        .spawn(move || inner.run_committer())
+                        .expect("spawn the replica's committer thread"),
+                )
+            }
+        };
+        SharedReplica {
+            owner: Arc::new(Owner {
+                inner,
+                committer: Mutex::new(committer),
+            }),
+        }
+    }
+
+    /// Appends a local event stamped with the wall-clock time. Returns once
+    /// the round holding it committed: on a [`DiskStore`](crate::DiskStore),
+    /// once it is durable. Blocks the calling thread; from async code use
+    /// [`SharedReplica::append_async`].
+    pub fn append(&self, payload: impl Into<Bytes>) -> Result<Event, ReplicaError> {
+        self.append_async(payload).wait()
+    }
+
+    /// Appends a local event with an explicit wall-clock time.
+    pub fn append_at(
+        &self,
+        payload: impl Into<Bytes>,
+        time_ms: u64,
+    ) -> Result<Event, ReplicaError> {
+        let work = Work::Append {
+            payloads: vec![payload.into()],
+            time_ms,
+        };
+        self.submit(work, appended_one).wait()
+    }
+
+    /// Appends several events in one commit: all or none, contiguous in
+    /// this replica's stream. Blocks; see
+    /// [`SharedReplica::append_batch_async`].
+    pub fn append_batch(&self, payloads: Vec<Bytes>) -> Result<Vec<Event>, ReplicaError> {
+        self.append_batch_async(payloads).wait()
+    }
+
+    /// Validates, then applies a delta from a peer (see [`Replica::apply`]),
+    /// in the next round. Blocks; see [`SharedReplica::apply_async`].
+    pub fn apply(&self, delta: Delta) -> Result<ApplyReport, ReplicaError> {
+        self.apply_async(delta).wait()
+    }
+
+    /// Compacts to `target` (see [`Replica::compact`]). Blocks; see
+    /// [`SharedReplica::compact_async`].
+    pub fn compact(&self, target: &VersionVector) -> Result<CompactReport, ReplicaError> {
+        self.compact_async(target.clone()).wait()
+    }
+
+    /// [`SharedReplica::append`] as a future.
+    pub fn append_async(
+        &self,
+        payload: impl Into<Bytes>,
+    ) -> Completion<Result<Event, ReplicaError>> {
+        let work = Work::Append {
+            payloads: vec![payload.into()],
+            time_ms: now_ms(),
+        };
+        self.submit(work, appended_one)
+    }
+
+    /// [`SharedReplica::append_batch`] as a future.
+    pub fn append_batch_async(
+        &self,
+        payloads: Vec<Bytes>,
+    ) -> Completion<Result<Vec<Event>, ReplicaError>> {
+        let work = Work::Append {
+            payloads,
+            time_ms: now_ms(),
+        };
+        self.submit(work, appended)
+    }
+
+    /// [`SharedReplica::apply`] as a future.
+    pub fn apply_async(&self, delta: Delta) -> Completion<Result<ApplyReport, ReplicaError>> {
+        self.submit(Work::Apply(delta), applied)
+    }
+
+    /// [`SharedReplica::compact`] as a future.
+    pub fn compact_async(
+        &self,
+        target: VersionVector,
+    ) -> Completion<Result<CompactReport, ReplicaError>> {
+        self.submit(Work::Compact(target), compacted)
+    }
+
+    /// Ends the recovery of the own stream (see [`Replica::end_recovery`]).
+    pub fn end_recovery(&self) {
+        let inner = self.inner();
+        let _writer = lock(&inner.writer);
+        if !inner.poisoned.load(Ordering::Acquire) {
+            write(&inner.state).end_recovery();
+        }
+    }
+
+    /// Stops sharing and hands back the replica, if this is the last
+    /// handle (otherwise hands this handle back). A poisoned replica (see
+    /// the module docs) is handed back marked failed.
+    pub fn into_replica(self) -> Result<Replica<S>, SharedReplica<S>> {
+        let owner = Arc::try_unwrap(self.owner).map_err(|owner| SharedReplica { owner })?;
+        let inner = Arc::clone(&owner.inner);
+        drop(owner); // closes the queue and joins the committer
+        let inner = Arc::try_unwrap(inner)
+            .ok()
+            .expect("the committer thread has ended");
+        let poisoned = inner.poisoned.load(Ordering::Acquire);
+        let writer = inner
+            .writer
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let state = inner
+            .state
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(Replica {
+            state,
+            store: writer.store,
+            failed: writer.failed || poisoned,
+        })
+    }
+
+    fn submit<T>(&self, work: Work, extract: fn(Outcome) -> T) -> Completion<T> {
+        let inner = self.inner();
+        let slot = Arc::new(Slot::default());
+        let request = Request {
+            work,
+            slot: Some(Arc::clone(&slot)),
+        };
+        let wake = {
+            let mut queue = lock(&inner.queue);
+            if queue.closed {
+                drop(queue);
+                drop(request); // answers Failed
+                return Completion { slot, extract };
+            }
+            queue.waiting.push_back(request);
+            std::mem::take(&mut queue.idle)
+        };
+        match inner.commits {
+            Commits::Thread => {
+                if wake {
+                    inner.queued.notify_one();
+                }
+            }
+            Commits::Inline => {
+                let mut writer = lock(&inner.writer);
+                // Whoever held the lock before may have served us.
+                while !slot.is_done() {
+                    let Some(round) = inner.next_round(false) else {
+                        break;
+                    };
+                    inner.commit_round(&mut writer, round);
+                }
+            }
+        }
+        Completion { slot, extract }
+    }
+}
+
+impl<S: Store> SharedReplica<S> {
+    fn inner(&self) -> &Inner<S> {
+        &self.owner.inner
+    }
+
+    /// This replica's own stream.
+    pub fn stream(&self) -> StreamId {
+        self.inner().stream
+    }
+
+    /// The settings the replica was opened with.
+    pub fn config(&self) -> &Config {
+        &self.inner().config
+    }
+
+    /// Who commits this handle's rounds.
+    pub fn commits(&self) -> Commits {
+        self.inner().commits
+    }
+
+    /// A page of events after `after` (see [`Replica::page`]). Never waits
+    /// for a commit in progress.
+    pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
+        let state = self.read().ok_or(PageError::Failed)?;
+        state.page(after, limit)
+    }
+
+    /// What a peer with marks `their_marks` misses, up to `byte_budget`
+    /// (see [`Replica::delta_for`]): committed events only. Empty once the
+    /// handle is poisoned.
+    pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
+        self.read()
+            .map(|state| state.delta_for(their_marks, byte_budget))
+            .unwrap_or_default()
+    }
+
+    /// The marks as last published.
+    pub fn marks(&self) -> VersionVector {
+        lock(&self.inner().published).change.marks.clone()
+    }
+
+    /// The floor as last published.
+    pub fn floor(&self) -> VersionVector {
+        lock(&self.inner().published).change.floor.clone()
+    }
+
+    /// The digest of the events held, as last published.
+    pub fn digest(&self) -> Digest {
+        lock(&self.inner().published).digest
+    }
+
+    /// The lamport clock.
+    pub fn clock(&self) -> u64 {
+        self.read().map_or(0, |state| state.clock())
+    }
+
+    /// The event `(stream, seq)`, if held.
+    pub fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
+        self.read()?.get(stream, seq)
+    }
+
+    /// The replica's counters.
+    pub fn stats(&self) -> Stats {
+        self.read().map(|state| state.stats()).unwrap_or_default()
+    }
+
+    /// How many early events wait in the pending buffer.
+    pub fn pending_len(&self) -> usize {
+        self.read().map_or(0, |state| state.pending_len())
+    }
+
+    /// Whether the replica still relearns its own stream.
+    pub fn is_recovering(&self) -> bool {
+        self.read().is_some_and(|state| state.is_recovering())
+    }
+
+    /// See [`Replica::covering_lamport`].
+    pub fn covering_lamport(&self, lamport: u64) -> VersionVector {
+        self.read()
+            .map(|state| state.covering_lamport(lamport))
+            .unwrap_or_default()
+    }
+
+    /// The floor `policy` allows now (see [`RetentionPolicy::floor`]).
+    pub fn retention_floor(
+        &self,
+        policy: &RetentionPolicy,
+        now_ms: u64,
+        peer_marks: &[VersionVector],
+    ) -> VersionVector {
+        match self.read() {
+            Some(state) => policy.floor_of(&state, now_ms, peer_marks),
+            None => self.floor(),
+        }
+    }
+
+    /// Counters of the rounds since the handle was made.
+    pub fn commit_stats(&self) -> CommitStats {
+        CommitStats {
+            commits: self.inner().commit_count.load(Ordering::Relaxed),
+            appended: self.inner().appended.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The last change published (version 0: the state the handle was
+    /// made with).
+    pub fn latest_change(&self) -> Change {
+        lock(&self.inner().published).change.clone()
+    }
+
+    /// Waits until a change newer than `version` is published, or
+    /// `timeout` passes; returns the latest change either way. Blocks the
+    /// calling thread.
+    pub fn wait_for_change(&self, version: u64, timeout: Duration) -> Change {
+        let inner = self.inner();
+        let deadline = Instant::now() + timeout;
+        let mut published = lock(&inner.published);
+        while published.change.version <= version {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            published = inner
+                .published_changed
+                .wait_timeout(published, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        published.change.clone()
+    }
+
+    /// Runs `hook` after every change published from now on, in commit
+    /// order, until the returned [`ChangeHook`] is dropped. The hook runs
+    /// on the committing thread with the writer lock held: keep it short
+    /// (hand the change to a channel), and never write to this replica
+    /// from it (that deadlocks).
+    pub fn on_change(&self, hook: impl Fn(&Change) + Send + Sync + 'static) -> ChangeHook {
+        let hooks = &self.inner().hooks;
+        let mut list = lock(hooks);
+        list.next_id += 1;
+        let id = list.next_id;
+        list.list.push((id, Arc::new(hook)));
+        ChangeHook {
+            hooks: Arc::downgrade(hooks),
+            id,
+        }
+    }
+
+    /// The readable state, unless the handle is poisoned.
+    fn read(&self) -> Option<RwLockReadGuard<'_, State>> {
+        let inner = self.inner();
+        if inner.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(inner.state.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl<S: Store> Inner<S> {
+    fn close(&self) {
+        lock(&self.queue).closed = true;
+        self.queued.notify_all();
+    }
+
+    /// The committer thread: one round per wake-up while anything is
+    /// queued; ends when the queue closes and is empty.
+    fn run_committer(&self) {
+        let _closing = CloseOnExit(self);
+        while let Some(round) = self.next_round(true) {
+            let mut writer = lock(&self.writer);
+            self.commit_round(&mut writer, round);
+        }
+    }
+
+    /// Takes the queue's front, up to the limits (a compaction alone).
+    /// With `wait`, sleeps while the queue is empty; `None` once closed and
+    /// empty (or, without `wait`, when empty).
+    fn next_round(&self, wait: bool) -> Option<Vec<Request>> {
+        let mut queue = lock(&self.queue);
+        while queue.waiting.is_empty() {
+            if queue.closed || !wait {
+                return None;
+            }
+            queue.idle = true;
+            queue = self
+                .queued
+                .wait(queue)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        queue.idle = false;
+        if matches!(queue.waiting[0].work, Work::Compact(_)) {
+            return queue.waiting.pop_front().map(|request| vec![request]);
+        }
+        let mut events = 0usize;
+        let mut bytes = 0usize;
+        let mut len = 0usize;
+        for request in &queue.waiting {
+            if matches!(request.work, Work::Compact(_)) {
+                break;
+            }
+            events = events.saturating_add(request.work.events());
+            bytes = bytes.saturating_add(request.work.bytes());
+            if len > 0 && (events > ROUND_EVENTS_MAX || bytes > ROUND_BYTES_MAX) {
+                break;
+            }
+            len += 1;
+        }
+        Some(queue.waiting.drain(..len).collect())
+    }
+
+    /// Plans, commits and publishes one round, then answers its callers.
+    /// A panic inside poisons the handle (see the module docs); every
+    /// caller of the round is answered all the same.
+    fn commit_round(&self, writer: &mut Writer<S>, mut round: Vec<Request>) {
+        if self.poisoned.load(Ordering::Acquire) || writer.failed {
+            for request in &mut round {
+                request.answer(Outcome::Failed);
+            }
+            return;
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_round(writer, &mut round)));
+        if outcome.is_err() {
+            self.poisoned.store(true, Ordering::Release);
+            tracing::error!(
+                stream = %self.stream,
+                requests = round.len(),
+                "a replica change panicked; the handle serves nothing new until reopened"
+            );
+            self.published_changed.notify_all();
+        }
+        // Requests still unanswered answer Failed as they drop.
+    }
+
+    fn run_round(&self, writer: &mut Writer<S>, round: &mut [Request]) {
+        if let [request] = round {
+            if let Work::Compact(target) = &request.work {
+                let plan = read(&self.state).plan_compact(target);
+                let report = plan.compact_report();
+                let result = self
+                    .commit_and_publish(writer, &plan)
+                    .map(|()| report)
+                    .inspect(|report| {
+                        if report.streams > 0 {
+                            tracing::info!(
+                                dropped = report.dropped,
+                                streams = report.streams,
+                                "compact"
+                            );
+                        }
+                    });
+                request.answer(Outcome::Compacted(result));
+                return;
+            }
+        }
+        let state = read(&self.state);
+        // Validate each delta against the state and the deltas accepted
+        // before it in this round.
+        let mut index = RoundIndex::default();
+        let mut deltas: Vec<&Delta> = Vec::new();
+        let mut delta_of: Vec<Option<usize>> = Vec::with_capacity(round.len());
+        let mut refusals: Vec<Option<ReplicaError>> = Vec::with_capacity(round.len());
+        let mut appends: Vec<AppendRequest> = Vec::new();
+        let mut append_of: Vec<Option<usize>> = Vec::with_capacity(round.len());
+        for request in round.iter() {
+            let mut delta_slot = None;
+            let mut refusal = None;
+            let mut append_slot = None;
+            match &request.work {
+                Work::Apply(delta) => match state.validate(delta, &index) {
+                    Ok(()) => {
+                        index.add(&state, delta);
+                        delta_slot = Some(deltas.len());
+                        deltas.push(delta);
+                    }
+                    Err(error) => {
+                        tracing::warn!(stream = %self.stream, %error, "delta refused");
+                        refusal = Some(error);
+                    }
+                },
+                Work::Append { payloads, time_ms } => {
+                    append_slot = Some(appends.len());
+                    appends.push(AppendRequest {
+                        payloads,
+                        time_ms: *time_ms,
+                    });
+                }
+                Work::Compact(_) => unreachable!("a compaction is a round of its own"),
+            }
+            delta_of.push(delta_slot);
+            refusals.push(refusal);
+            append_of.push(append_slot);
+        }
+        let mut plan = state.plan_round(&deltas, &appends);
+        plan.refused = refusals.iter().filter(|r| r.is_some()).count() as u64;
+        drop(state);
+
+        let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
+        let mut reports = std::mem::take(&mut plan.reports).into_iter();
+        let mut appended_ranges = std::mem::take(&mut plan.appended).into_iter();
+        let mut appended_count = 0u64;
+        let mut outcomes = Vec::with_capacity(round.len());
+        for position in 0..round.len() {
+            let outcome = if let Some(error) = refusals[position].take() {
+                Outcome::Applied(Err(error))
+            } else if delta_of[position].is_some() {
+                let report = reports.next().expect("one report per accepted delta");
+                Outcome::Applied(match &committed {
+                    Ok(()) => Ok(report),
+                    Err(error) => Err(share(error)),
+                })
+            } else if append_of[position].is_some() {
+                let range = appended_ranges
+                    .next()
+                    .expect("one outcome per append request");
+                Outcome::Appended(match (&committed, range) {
+                    (_, Err(error)) => Err(error),
+                    (Err(error), Ok(_)) => Err(share(error)),
+                    (Ok(()), Ok(range)) => {
+                        appended_count += range.len() as u64;
+                        Ok(plan.batch.events[range].to_vec())
+                    }
+                })
+            } else {
+                Outcome::Failed
+            };
+            outcomes.push(outcome);
+        }
+        // Counted before anyone is answered, so a caller that reads the
+        // counters after its append returned sees its own events counted.
+        self.appended.fetch_add(appended_count, Ordering::Relaxed);
+        for (request, outcome) in round.iter_mut().zip(outcomes) {
+            request.answer(outcome);
+        }
+    }
+
+    /// Commits the plan's batch (if any) with no lock on the state, then
+    /// publishes it and notifies; a failed commit publishes nothing.
+    fn commit_and_publish(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
+        if !plan.batch.is_empty() {
+            self.commit_count.fetch_add(1, Ordering::Relaxed);
+            if let Err(error) = writer.store.commit(&plan.batch) {
+                writer.failed = true;
+                tracing::error!(
+                    stream = %self.stream,
+                    %error,
+                    "store commit failed; nothing of it is visible, and the replica refuses changes until reopened"
+                );
+                return Err(store_error(error));
+            }
+        }
+        if plan.is_noop() {
+            return Ok(());
+        }
+        let (marks, floor, digest) = {
+            let mut state = write(&self.state);
+            state.publish(plan);
+            (state.marks().clone(), state.floor().clone(), state.digest())
+        };
+        self.notify(marks, floor, digest);
+        Ok(())
+    }
+
+    /// Publishes the marks, floor and digest after a round, waking waiters
+    /// and running hooks if the marks or floor moved. Called with the
+    /// writer lock held, so changes are seen in commit order.
+    fn notify(&self, marks: VersionVector, floor: VersionVector, digest: Digest) {
+        let change = {
+            let mut published = lock(&self.published);
+            published.digest = digest;
+            if published.change.marks == marks && published.change.floor == floor {
+                return;
+            }
+            published.change = Change {
+                version: published.change.version + 1,
+                marks,
+                floor,
+            };
+            published.change.clone()
+        };
+        self.published_changed.notify_all();
+        let hooks: Vec<Hook> = lock(&self.hooks)
+            .list
+            .iter()
+            .map(|(_, hook)| Arc::clone(hook))
+            .collect();
+        for hook in hooks {
+            hook(&change);
+        }
+    }
+}
+
+/// Closes the queue when the committer thread ends, however it ends, and
+/// answers every caller still queued: nothing waits for a committer that
+/// is gone.
+struct CloseOnExit<'a, S: Store>(&'a Inner<S>);
+
+impl<S: Store> Drop for CloseOnExit<'_, S> {
+    fn drop(&mut self) {
+        let orphans: Vec<Request> = {
+            let mut queue = lock(&self.0.queue);
+            queue.closed = true;
+            queue.waiting.drain(..).collect()
+        };
+        // Each answers Failed as it drops, outside the queue's lock.
+        drop(orphans);
+    }
+}
+
+/// One round's store error, for each of its callers.
+fn share(error: &Arc<ReplicaError>) -> ReplicaError {
+    ReplicaError::Store(Box::new(RoundFailed(Arc::clone(error))))
+}
+
+/// The error of a round, shared by every request in it.
+#[derive(Debug)]
+struct RoundFailed(Arc<ReplicaError>);
+
+impl std::fmt::Display for RoundFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the commit holding this change failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for RoundFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// Every lock here recovers from poisoning: the handle's own `poisoned`
+/// flag, set by `commit_round`, is the one policy (see the module docs).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,850 @@
+//! `State`: what a replica holds in memory, readable by many, and every
+//! change split into **plan → commit → publish**.
+//!
+//! A change is first *validated* and *planned* against the state without
+//! touching it (a plan lists the operations to perform and the store
+//! [`Batch`] that makes them durable); the batch is *committed* to the store
+//! with no lock on the state held; only then is the plan *published*: its
+//! operations are performed on the state, which cannot fail. So readers
+//! never wait for a commit, a failed commit leaves the state exactly as it
+//! was, and nothing is visible before its commit.
+//!
+//! Planning simulates the change on a sparse overlay (per touched stream:
+//! floor, head, early events added), and publishing re-checks the outcome
+//! (heads, pending count) against the plan: a disagreement is a bug and
+//! stops the process rather than serve a state that differs from the store.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+
+use crate::log::{Log, StreamLog};
+use crate::{
+    ApplyReport, Batch, CompactReport, Config, Delta, DeltaError, Digest, Event, Page, PageError,
+    ReplicaError, Stats, Store,
+};
+
+/// A replica's readable state: the log, its vectors and counters.
+#[derive(Debug)]
+pub(crate) struct State {
+    config: Config,
+    log: Log,
+    marks: VersionVector,
+    floor: VersionVector,
+    clock: u64,
+    pending_len: usize,
+    digest: Digest,
+    stats: Stats,
+    /// Whether peers may still write this replica's own stream (see
+    /// [`Config::recover_own_stream`]); appends are refused meanwhile.
+    recovering: bool,
+}
+
+/// Events accepted earlier in the same round (group commit), by name:
+/// a later delta of the round is checked against them as against held
+/// events, so two peers' deltas that equivocate are caught even when they
+/// arrive in one round.
+#[derive(Debug, Default)]
+pub(crate) struct RoundIndex<'a> {
+    events: BTreeMap<(StreamId, u64), &'a Event>,
+    new_streams: BTreeSet<StreamId>,
+}
+
+impl<'a> RoundIndex<'a> {
+    /// Adds an accepted delta.
+    pub(crate) fn add(&mut self, state: &State, delta: &'a Delta) {
+        for event in &delta.events {
+            self.events
+                .entry((event.stream, event.seq))
+                .or_insert(event);
+            if !state.log.has_stream(event.stream) {
+                self.new_streams.insert(event.stream);
+            }
+        }
+        for (stream, _) in delta.floor.iter() {
+            if !state.log.has_stream(stream) {
+                self.new_streams.insert(stream);
+            }
+        }
+    }
+
+    fn lamport(&self, stream: StreamId, seq: u64) -> Option<u64> {
+        self.events.get(&(stream, seq)).map(|event| event.lamport)
+    }
+}
+
+/// Where an event of a plan comes from, which decides what publishing it
+/// does besides holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A peer's event at its stream's head + 1.
+    Received,
+    /// An early event released from the pending buffer.
+    Released,
+    /// A local append.
+    Appended,
+}
+
+#[derive(Debug)]
+enum Op {
+    /// Raise a floor: `batch.floors[i]`.
+    Floor(usize),
+    /// Hold an event: `batch.events[i]`.
+    Event(usize, Source),
+    /// Keep an early event in the pending buffer (memory only).
+    Hold(Event),
+}
+
+/// A planned change: what to commit, and what to do to the state once
+/// committed.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// What the store commits (possibly empty: a change of the pending
+    /// buffer alone, or counters).
+    pub(crate) batch: Batch,
+    ops: Vec<Op>,
+    /// One report per planned delta, in order.
+    pub(crate) reports: Vec<ApplyReport>,
+    /// Per local append request, the range of `batch.events` it got, or
+    /// why it was refused.
+    pub(crate) appended: Vec<Result<std::ops::Range<usize>, ReplicaError>>,
+    compacted: Option<CompactReport>,
+    /// Deltas refused in the round, for the counters.
+    pub(crate) refused: u64,
+    /// Pair assertions: what publishing must lead to.
+    pending_len_after: usize,
+    heads_after: Vec<(StreamId, u64)>,
+}
+
+impl Plan {
+    /// Whether publishing changes anything the store does not hold (the
+    /// pending buffer or counters) or the store must commit.
+    pub(crate) fn is_noop(&self) -> bool {
+        self.ops.is_empty()
+            && self.refused == 0
+            && self
+                .reports
+                .iter()
+                .all(|report| *report == ApplyReport::default())
+    }
+
+    /// The compaction report of a compaction plan.
+    pub(crate) fn compact_report(&self) -> CompactReport {
+        self.compacted.unwrap_or_default()
+    }
+}
+
+/// One local append request of a round.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AppendRequest<'a> {
+    pub(crate) payloads: &'a [Bytes],
+    pub(crate) time_ms: u64,
+}
+
+/// A stream as a plan sees it: the state's, with the plan's changes so far.
+struct SimStream<'a> {
+    log: Option<&'a StreamLog>,
+    floor: u64,
+    head: u64,
+    /// Early events the plan holds back.
+    added: BTreeMap<u64, &'a Event>,
+}
+
+impl State {
+    /// Reads what `store` holds and checks it: per stream the events
+    /// `floor+1 ..= head` with none missing, lamport rising with seq, and a
+    /// clock at or above every stamp recorded.
+    pub(crate) fn load<S: Store>(config: Config, store: &S) -> Result<State, ReplicaError> {
+        let meta = store.meta().map_err(store_error)?;
+        let recovering = config.recover_own_stream;
+        let mut state = State {
+            config,
+            log: Log::default(),
+            marks: VersionVector::new(),
+            floor: meta.floor.clone(),
+            clock: meta.clock,
+            pending_len: 0,
+            digest: Digest::default(),
+            stats: Stats::default(),
+            recovering,
+        };
+        let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
+        if streams.len() > state.config.streams_max {
+            return Err(ReplicaError::TooManyStreams {
+                streams: streams.len(),
+                limit: state.config.streams_max,
+            });
+        }
+        let mut chunk = Vec::new();
+        for (stream, head) in streams {
+            let floor = meta.floor.get(stream);
+            let corrupt = |detail: String| ReplicaError::Corrupt { stream, detail };
+            if head < floor {
+                return Err(corrupt(format!("head {head} is below floor {floor}")));
+            }
+            state.log.ensure_stream(stream, floor);
+            while state.log.head(stream) < head {
+                chunk.clear();
+                let after = state.log.head(stream);
+                store
+                    .read_stream(stream, after, 4096, &mut chunk)
+                    .map_err(store_error)?;
+                if chunk.is_empty() {
+                    return Err(corrupt(format!(
+                        "store holds seqs {}..={after} but records head {head}",
+                        floor.saturating_add(1)
+                    )));
+                }
+                for event in &chunk {
+                    let expected = state.log.head(stream).checked_add(1);
+                    if event.stream != stream || Some(event.seq) != expected {
+                        return Err(corrupt(format!(
+                            "expected seq {expected:?}, read stream {} seq {}",
+                            event.stream, event.seq
+                        )));
+                    }
+                    let previous = state.log.stream(stream).and_then(|l| l.last_lamport());
+                    if let Some(previous) = previous {
+                        if previous >= event.lamport {
+                            return Err(corrupt(format!(
+                                "seq {} has lamport {} after lamport {previous}",
+                                event.seq, event.lamport
+                            )));
+                        }
+                    }
+                    if event.lamport > state.clock {
+                        return Err(corrupt(format!(
+                            "seq {} has lamport {} above the recorded clock {}",
+                            event.seq, event.lamport, state.clock
+                        )));
+                    }
+                    state.digest.add(event);
+                    state.log.push(event);
+                }
+            }
+            if state.log.head(stream) != head {
+                return Err(corrupt(format!(
+                    "read up to seq {} past the recorded head {head}",
+                    state.log.head(stream)
+                )));
+            }
+            state.marks.advance(stream, head);
+        }
+        tracing::debug!(
+            stream = %state.config.stream,
+            streams = state.log.stream_count(),
+            events = state.digest.events,
+            clock = state.clock,
+            recovering,
+            "replica opened"
+        );
+        Ok(state)
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn marks(&self) -> &VersionVector {
+        &self.marks
+    }
+
+    pub(crate) fn floor(&self) -> &VersionVector {
+        &self.floor
+    }
+
+    pub(crate) fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    pub(crate) fn digest(&self) -> Digest {
+        self.digest
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    pub(crate) fn pending_len(&self) -> usize {
+        self.pending_len
+    }
+
+    pub(crate) fn is_recovering(&self) -> bool {
+        self.recovering
+    }
+
+    /// Ends recovery: from now on peers cannot write this replica's own
+    /// stream, and it appends after the head it relearned. Early events of
+    /// its own stream still pending are dropped: its next appends take
+    /// those seqs.
+    pub(crate) fn end_recovery(&mut self) {
+        if !self.recovering {
+            return;
+        }
+        self.recovering = false;
+        let stream = self.config.stream;
+        let head = self.log.head(stream);
+        let dropped = self.log.drop_early(stream);
+        self.pending_len -= dropped;
+        tracing::info!(%stream, head, dropped, "recovery of the own stream ended");
+    }
+
+    pub(crate) fn count_refused(&mut self, refused: u64) {
+        self.stats.deltas_refused += refused;
+    }
+
+    pub(crate) fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
+        self.log.get(stream, seq)
+    }
+
+    pub(crate) fn held_times(&self, stream: StreamId) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.log.times(stream)
+    }
+
+    /// The vector covering every held event with a lamport at or below
+    /// `lamport`; a stream whose compacted events' stamps are unknown (its
+    /// first held event is above `lamport`, and some were compacted) gets 0,
+    /// so a page reports its compacted range as possibly lost rather than
+    /// skip it silently.
+    pub(crate) fn covering_lamport(&self, lamport: u64) -> VersionVector {
+        let mut cursor = VersionVector::new();
+        for (stream, _) in self.marks.iter() {
+            if let Some(log) = self.log.stream(stream) {
+                if let Some(seq) = log.last_seq_at_or_below(lamport) {
+                    cursor.advance(stream, seq);
+                }
+            }
+        }
+        cursor
+    }
+
+    pub(crate) fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
+        if limit > self.config.page_len_max {
+            return Err(PageError::LimitTooLarge {
+                limit,
+                max: self.config.page_len_max,
+            });
+        }
+        after.check_floor(&self.floor)?;
+        let mut walk = self.log.walk(after);
+        let events: Vec<Event> = walk.by_ref().take(limit).collect();
+        let at_head = walk.is_done();
+        let next = walk.cursor(after);
+        tracing::trace!(len = events.len(), at_head, "page");
+        Ok(Page {
+            events,
+            next,
+            at_head,
+        })
+    }
+
+    pub(crate) fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
+        let floor: VersionVector = self
+            .floor
+            .iter()
+            .filter(|&(stream, floor_seq)| their_marks.get(stream) < floor_seq)
+            .collect();
+        let mut events = Vec::new();
+        let mut used = 0usize;
+        for event in self.log.walk(their_marks) {
+            let size = event.size_hint();
+            if !events.is_empty() && used.saturating_add(size) > byte_budget {
+                break;
+            }
+            used = used.saturating_add(size);
+            events.push(event);
+        }
+        Delta { floor, events }
+    }
+
+    /// Checks a delta against this state and the deltas accepted earlier in
+    /// the same round, changing nothing.
+    pub(crate) fn validate(&self, delta: &Delta, round: &RoundIndex) -> Result<(), ReplicaError> {
+        let own = self.config.stream;
+        let own_head = self.log.head(own);
+        if !self.recovering {
+            let own_floor = delta.floor.get(own);
+            if own_floor > own_head {
+                return Err(DeltaError::OwnFloorAboveHead {
+                    stream: own,
+                    floor: own_floor,
+                    head: own_head,
+                }
+                .into());
+            }
+        }
+        // The delta's events by name: two versions of one name sit side by
+        // side, and so do an event and its neighbours in the same delta, so
+        // every check is against the log, the round, or an adjacent entry —
+        // whatever order the events came in.
+        let mut by_name: Vec<&Event> = delta.events.iter().collect();
+        by_name.sort_unstable_by_key(|event| (event.stream, event.seq));
+        let mut new_streams: Vec<StreamId> = delta
+            .floor
+            .iter()
+            .map(|(stream, _)| stream)
+            .filter(|&stream| !self.log.has_stream(stream))
+            .collect();
+        // The stream's log, looked up once per run of its events.
+        let mut log: Option<&StreamLog> = None;
+        for (index, &event) in by_name.iter().enumerate() {
+            let stream = event.stream;
+            if event.seq == 0 {
+                return Err(DeltaError::ZeroSeq { stream }.into());
+            }
+            if event.lamport > crate::LAMPORT_MAX {
+                return Err(DeltaError::LamportTooLarge {
+                    stream,
+                    seq: event.seq,
+                    lamport: event.lamport,
+                    max: crate::LAMPORT_MAX,
+                }
+                .into());
+            }
+            if event.payload.len() > self.config.payload_bytes_max {
+                return Err(ReplicaError::PayloadTooLarge {
+                    stream,
+                    len: event.payload.len(),
+                    limit: self.config.payload_bytes_max,
+                });
+            }
+            if index == 0 || by_name[index - 1].stream != stream {
+                log = self.log.stream(stream);
+                if log.is_none() {
+                    new_streams.push(stream);
+                }
+            }
+            if stream == own && !self.recovering && event.seq > own_head {
+                return Err(DeltaError::OwnStreamAhead {
+                    stream,
+                    seq: event.seq,
+                    head: own_head,
+                }
+                .into());
+            }
+            let floor_seq = self
+                .floor
+                .get(stream)
+                .max(if stream == own && !self.recovering {
+                    0
+                } else {
+                    delta.floor.get(stream)
+                });
+            if event.seq <= floor_seq {
+                continue;
+            }
+            // Any other version of this name, held, pending, accepted
+            // earlier in this round, or in this delta (the entry before,
+            // once sorted), must be this very event.
+            let same_as_held = log
+                .and_then(|log| self.log.known_in(log, event.seq))
+                .is_none_or(|content| content.same_as(event));
+            let same_as_round = round
+                .events
+                .get(&(stream, event.seq))
+                .is_none_or(|other| *other == event);
+            let previous = index.checked_sub(1).map(|i| by_name[i]);
+            let same_as_offered = previous
+                .filter(|other| other.stream == stream && other.seq == event.seq)
+                .is_none_or(|other| other == event);
+            if !(same_as_held && same_as_round && same_as_offered) {
+                return Err(DeltaError::Equivocation {
+                    stream,
+                    seq: event.seq,
+                }
+                .into());
+            }
+            // Lamport rises with seq against every neighbour known: held,
+            // pending, in the round, or the nearest entries of this delta
+            // either side (past repeats of this very name).
+            let in_delta = |seq: u64, entries: &mut dyn Iterator<Item = &&Event>| {
+                entries
+                    .take_while(|other| other.stream == stream)
+                    .find(|other| other.seq != event.seq)
+                    .filter(|other| other.seq == seq)
+                    .map(|other| other.lamport)
+            };
+            let below = event.seq - 1;
+            if below > floor_seq {
+                let lamport = log
+                    .and_then(|log| log.known_lamport(below))
+                    .or_else(|| round.lamport(stream, below))
+                    .or_else(|| in_delta(below, &mut by_name[..index].iter().rev()));
+                if let Some(lamport) = lamport {
+                    if lamport >= event.lamport {
+                        return Err(lamport_error(event, below, lamport));
+                    }
+                }
+            }
+            if let Some(above) = event.seq.checked_add(1) {
+                let lamport = log
+                    .and_then(|log| log.known_lamport(above))
+                    .or_else(|| round.lamport(stream, above))
+                    .or_else(|| in_delta(above, &mut by_name[index + 1..].iter()));
+                if let Some(lamport) = lamport {
+                    if lamport <= event.lamport {
+                        return Err(lamport_error(event, above, lamport));
+                    }
+                }
+            }
+        }
+        new_streams.retain(|stream| !round.new_streams.contains(stream));
+        new_streams.sort_unstable();
+        new_streams.dedup();
+        let streams = self.log.stream_count() + round.new_streams.len() + new_streams.len();
+        if streams > self.config.streams_max {
+            return Err(ReplicaError::TooManyStreams {
+                streams,
+                limit: self.config.streams_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Plans a round: validated `deltas` (floors first, then their events in
+    /// order), then local `appends`, stamped above everything the deltas
+    /// make visible. Changes nothing.
+    pub(crate) fn plan_round<'a>(
+        &'a self,
+        deltas: &[&'a Delta],
+        appends: &[AppendRequest],
+    ) -> Plan {
+        let own = self.config.stream;
+        let mut plan = Plan {
+            reports: vec![ApplyReport::default(); deltas.len()],
+            ..Plan::default()
+        };
+        let mut sims: BTreeMap<StreamId, SimStream> = BTreeMap::new();
+        let mut pending_len = self.pending_len;
+        let mut clock = self.clock;
+
+        // Floors first, each stream's highest: the store deletes below the
+        // floors before it adds the round's events, so the plan must too.
+        let mut floors: BTreeMap<StreamId, (u64, usize)> = BTreeMap::new();
+        for (index, delta) in deltas.iter().enumerate() {
+            for (stream, floor_seq) in delta.floor.iter() {
+                // A peer never compacts this replica's own stream (validated
+                // not to pass its head): its own events are its to keep.
+                if stream == own && !self.recovering {
+                    continue;
+                }
+                let entry = floors.entry(stream).or_insert((floor_seq, index));
+                if floor_seq > entry.0 {
+                    *entry = (floor_seq, index);
+                }
+            }
+        }
+        for (stream, (floor_seq, index)) in floors {
+            let sim = self.sim(&mut sims, stream);
+            if floor_seq <= sim.floor {
+                continue;
+            }
+            let discarded = sim.log.map_or(0, |log| match sim.head.checked_add(1) {
+                Some(first) => log.early_count_in(first..=floor_seq),
+                None => 0,
+            });
+            pending_len -= discarded;
+            sim.floor = floor_seq;
+            sim.head = sim.head.max(floor_seq);
+            plan.batch.floors.push((stream, floor_seq));
+            plan.ops.push(Op::Floor(plan.batch.floors.len() - 1));
+            plan.reports[index].floors_raised += 1;
+            let report = &mut plan.reports[index];
+            release(
+                stream,
+                sim,
+                &mut plan.batch,
+                &mut plan.ops,
+                report,
+                &mut pending_len,
+                &mut clock,
+            );
+        }
+
+        for (index, delta) in deltas.iter().enumerate() {
+            for event in &delta.events {
+                let stream = event.stream;
+                let sim = self.sim(&mut sims, stream);
+                let report = &mut plan.reports[index];
+                let pending = sim.added.contains_key(&event.seq)
+                    || sim.log.is_some_and(|log| log.early(event.seq).is_some());
+                if event.seq <= sim.floor {
+                    report.below_floor += 1;
+                } else if event.seq <= sim.head || pending {
+                    report.duplicates += 1;
+                } else if Some(event.seq) == sim.head.checked_add(1) {
+                    sim.head = event.seq;
+                    clock = clock.max(event.lamport);
+                    plan.batch.events.push(event.clone());
+                    plan.ops
+                        .push(Op::Event(plan.batch.events.len() - 1, Source::Received));
+                    report.applied += 1;
+                    release(
+                        stream,
+                        sim,
+                        &mut plan.batch,
+                        &mut plan.ops,
+                        report,
+                        &mut pending_len,
+                        &mut clock,
+                    );
+                } else if pending_len < self.config.pending_events_max {
+                    sim.added.insert(event.seq, event);
+                    plan.ops.push(Op::Hold(event.clone()));
+                    pending_len += 1;
+                    report.pending += 1;
+                } else {
+                    report.dropped += 1;
+                }
+            }
+        }
+
+        let own_log = self.log.stream(own);
+        let mut own_head = self.sim(&mut sims, own).head;
+        for request in appends {
+            let result = self.plan_append(
+                request,
+                &mut own_head,
+                &mut clock,
+                own_log,
+                &mut plan,
+                &mut pending_len,
+            );
+            plan.appended.push(result);
+        }
+        self.sim(&mut sims, own).head = own_head;
+        plan.batch.clock = clock;
+        plan.pending_len_after = pending_len;
+        plan.heads_after = sims
+            .iter()
+            .map(|(&stream, sim)| (stream, sim.head))
+            .collect();
+        plan
+    }
+
+    fn plan_append(
+        &self,
+        request: &AppendRequest,
+        own_head: &mut u64,
+        clock: &mut u64,
+        own_log: Option<&StreamLog>,
+        plan: &mut Plan,
+        pending_len: &mut usize,
+    ) -> Result<std::ops::Range<usize>, ReplicaError> {
+        let stream = self.config.stream;
+        if self.recovering {
+            return Err(ReplicaError::Recovering {
+                stream,
+                head: *own_head,
+            });
+        }
+        for payload in request.payloads {
+            if payload.len() > self.config.payload_bytes_max {
+                return Err(ReplicaError::PayloadTooLarge {
+                    stream,
+                    len: payload.len(),
+                    limit: self.config.payload_bytes_max,
+                });
+            }
+        }
+        let exhausted = || ReplicaError::ClockExhausted { stream };
+        let len = u64::try_from(request.payloads.len()).map_err(|_| exhausted())?;
+        own_head.checked_add(len).ok_or_else(exhausted)?;
+        clock.checked_add(len).ok_or_else(exhausted)?;
+        let start = plan.batch.events.len();
+        for payload in request.payloads {
+            *own_head += 1;
+            *clock += 1;
+            // An early event of our own stream (left from a recovery) is
+            // replaced by ours.
+            if own_log.is_some_and(|log| log.early(*own_head).is_some()) {
+                *pending_len -= 1;
+            }
+            plan.batch.events.push(Event {
+                stream,
+                seq: *own_head,
+                lamport: *clock,
+                time_ms: request.time_ms,
+                payload: payload.clone(),
+            });
+            plan.ops
+                .push(Op::Event(plan.batch.events.len() - 1, Source::Appended));
+        }
+        Ok(start..plan.batch.events.len())
+    }
+
+    /// Plans a compaction to `target` (per stream, clamped to the head: a
+    /// replica compacts only what it holds). Changes nothing.
+    pub(crate) fn plan_compact(&self, target: &VersionVector) -> Plan {
+        let mut plan = Plan {
+            pending_len_after: self.pending_len,
+            ..Plan::default()
+        };
+        plan.batch.clock = self.clock;
+        let mut report = CompactReport::default();
+        for (stream, target_seq) in target.iter() {
+            let Some(log) = self.log.stream(stream) else {
+                continue;
+            };
+            let floor_seq = target_seq.min(log.head());
+            if floor_seq > log.floor {
+                report.dropped += floor_seq - log.floor;
+                report.streams += 1;
+                plan.batch.floors.push((stream, floor_seq));
+                plan.ops.push(Op::Floor(plan.batch.floors.len() - 1));
+                plan.heads_after.push((stream, log.head()));
+            }
+        }
+        plan.compacted = Some(report);
+        plan
+    }
+
+    /// Performs a committed plan. Cannot fail: every check was made when
+    /// planning; what is asserted here is that planning and publishing
+    /// agree, which only a bug breaks.
+    pub(crate) fn publish(&mut self, plan: &Plan) {
+        let mut touched: Vec<StreamId> = Vec::new();
+        for op in &plan.ops {
+            match *op {
+                Op::Floor(index) => {
+                    let (stream, floor_seq) = plan.batch.floors[index];
+                    let digest = &mut self.digest;
+                    let discarded = self
+                        .log
+                        .raise_floor(stream, floor_seq, &mut |event| digest.remove(&event));
+                    self.pending_len -= discarded;
+                    self.floor.advance(stream, floor_seq);
+                    touched.push(stream);
+                }
+                Op::Event(index, source) => {
+                    let event = &plan.batch.events[index];
+                    let was_early = self.log.forget_early(event.stream, event.seq);
+                    match source {
+                        Source::Released => assert!(was_early, "a released event was pending"),
+                        Source::Received => assert!(!was_early, "a received event was not pending"),
+                        Source::Appended => {}
+                    }
+                    if was_early {
+                        self.pending_len -= 1;
+                    }
+                    self.log.push(event);
+                    self.digest.add(event);
+                    self.clock = self.clock.max(event.lamport);
+                    if touched.last() != Some(&event.stream) {
+                        touched.push(event.stream);
+                    }
+                }
+                Op::Hold(ref event) => {
+                    assert!(self.log.hold_early(event), "a held-back event was new");
+                    self.pending_len += 1;
+                }
+            }
+        }
+        self.clock = self.clock.max(plan.batch.clock);
+        touched.sort_unstable();
+        touched.dedup();
+        for stream in touched {
+            self.marks.advance(stream, self.log.head(stream));
+        }
+        for report in &plan.reports {
+            self.stats.applied += report.applied;
+            self.stats.duplicates += report.duplicates;
+            self.stats.pending_dropped += report.dropped;
+        }
+        self.stats.deltas_refused += plan.refused;
+        self.stats.appended += plan
+            .appended
+            .iter()
+            .filter_map(|range| range.as_ref().ok())
+            .map(|range| range.len() as u64)
+            .sum::<u64>();
+        assert_eq!(
+            self.pending_len, plan.pending_len_after,
+            "publishing agrees with the plan on the pending buffer"
+        );
+        for &(stream, head) in &plan.heads_after {
+            assert_eq!(
+                self.log.head(stream),
+                head,
+                "publishing agrees with the plan on stream {stream}'s head"
+            );
+        }
+    }
+
+    fn sim<'s, 'a>(
+        &'a self,
+        sims: &'s mut BTreeMap<StreamId, SimStream<'a>>,
+        stream: StreamId,
+    ) -> &'s mut SimStream<'a> {
+        sims.entry(stream).or_insert_with(|| {
+            let log = self.log.stream(stream);
+            SimStream {
+                log,
+                floor: log.map_or(0, |log| log.floor),
+                head: log.map_or(0, StreamLog::head),
+                added: BTreeMap::new(),
+            }
+        })
+    }
+}
+
+/// Releases the early events that now follow `sim`'s head, into the plan.
+fn release(
+    stream: StreamId,
+    sim: &mut SimStream,
+    batch: &mut Batch,
+    ops: &mut Vec<Op>,
+    report: &mut ApplyReport,
+    pending_len: &mut usize,
+    clock: &mut u64,
+) {
+    while let Some(next) = sim.head.checked_add(1) {
+        let event = if let Some(event) = sim.added.remove(&next) {
+            event.clone()
+        } else if let Some(early) = sim.log.and_then(|log| log.early(next)) {
+            Event {
+                stream,
+                seq: next,
+                lamport: early.lamport,
+                time_ms: early.time_ms,
+                payload: early.payload.clone(),
+            }
+        } else {
+            return;
+        };
+        sim.head = next;
+        *clock = (*clock).max(event.lamport);
+        *pending_len -= 1;
+        report.applied += 1;
+        batch.events.push(event);
+        ops.push(Op::Event(batch.events.len() - 1, Source::Released));
+    }
+}
+
+fn lamport_error(event: &Event, neighbour_seq: u64, neighbour_lamport: u64) -> ReplicaError {
+    DeltaError::LamportNotRising {
+        stream: event.stream,
+        seq: event.seq,
+        lamport: event.lamport,
+        neighbour_seq,
+        neighbour_lamport,
+    }
+    .into()
+}
+
+pub(crate) fn store_error<E: std::error::Error + Send + Sync + 'static>(error: E) -> ReplicaError {
+    ReplicaError::Store(Box::new(error))
+}
+
+impl Digest {
+    fn add(&mut self, event: &Event) {
+        self.events += 1;
+        self.sum = self.sum.wrapping_add(event.content_hash());
+    }
+
+    fn remove(&mut self, event: &Event) {
+        self.events -= 1;
+        self.sum = self.sum.wrapping_sub(event.content_hash());
+    }
+}

@@ -1,0 +1,328 @@
+//! The envelope: the length prefix around a payload, and a payload as a
+//! whole (its kind varint, then its content).
+//!
+//! [`encode`] and [`decode`] are the only entry points of the codec: they
+//! write and read the kind, check a hello's protocol version before
+//! anything else of it, check the vectors' counts before decoding, and hand
+//! the content to the postcard-mapped types of `repr` or to the delta
+//! event runs of `event_runs`. Kept apart from both so that what every
+//! frame shares (prefix, kind, size limit) is read in one place, and each
+//! codec only knows its own layout.
+
+use meshlog_cursor::StreamId;
+use meshlog_replica::Delta;
+use serde::Deserialize;
+
+use super::event_runs::{decode_events, encode_events, put_varint};
+use super::repr::{check_counts, HelloRepr, VectorRepr};
+use super::{
+    tag, Frame, FrameError, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES,
+    PROTOCOL_VERSION,
+};
+// Named by `decode`'s docs only.
+#[cfg(doc)]
+use meshlog_cursor::STREAMS_MAX;
+
+/// Splits the first whole frame off `buf` (length prefix and payload).
+///
+/// Returns `Ok(None)` while `buf` holds less than a whole frame (read more),
+/// `Ok(Some((payload, used)))` with the payload and the bytes it took with its
+/// prefix, or [`FrameError::TooLarge`] as soon as the prefix announces more
+/// than [`FRAME_BYTES_MAX`], before the payload is read.
+pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, FrameError> {
+    let Some(len) = peek_len(buf)? else {
+        return Ok(None);
+    };
+    let used = LENGTH_PREFIX_BYTES + len;
+    if buf.len() < used {
+        return Ok(None);
+    }
+    Ok(Some((&buf[LENGTH_PREFIX_BYTES..used], used)))
+}
+
+/// The payload length announced by the prefix at the start of `buf`, checked
+/// against the limit; `None` if the prefix is incomplete.
+pub(super) fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
+    let Some(prefix) = buf.get(..LENGTH_PREFIX_BYTES) else {
+        return Ok(None);
+    };
+    let mut bytes = [0u8; LENGTH_PREFIX_BYTES];
+    bytes.copy_from_slice(prefix);
+    let len = u32::from_le_bytes(bytes) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge {
+            len,
+            max: FRAME_BYTES_MAX,
+        });
+    }
+    Ok(Some(len))
+}
+
+/// Encodes a frame with its length prefix.
+///
+/// Fails with [`FrameError::TooLarge`] if the payload would exceed
+/// [`FRAME_BYTES_MAX`] (a delta built past the budget, say), with
+/// [`FrameError::TooManyEvents`] for a delta of more than
+/// [`DELTA_EVENTS_MAX`] events, and with [`FrameError::Encode`] for a delta
+/// whose events break the model (per stream, seqs not contiguous in the
+/// order given, or lamport stamps not rising from 1): nothing is sent that
+/// the peer would refuse.
+///
+/// A delta's events may come in any order across streams; per stream they
+/// must be in seq order. They are decoded in `(lamport, stream)` order,
+/// the order [`meshlog_replica::Replica::delta_for`] builds.
+///
+/// ```
+/// use bytes::Bytes;
+/// use meshlog_cursor::{StreamId, VersionVector};
+/// use meshlog_replica::{Delta, Event};
+/// use meshlog_sync::frame::{self, Frame, LENGTH_PREFIX_BYTES};
+///
+/// let event = |stream, seq, lamport| Event {
+///     stream: StreamId::new(stream),
+///     seq,
+///     lamport,
+///     time_ms: 1_000 + lamport,
+///     payload: Bytes::from_static(b"x"),
+/// };
+/// // Two writers' events, interleaved as a replica sends them.
+/// let delta = Delta {
+///     floor: VersionVector::new(),
+///     events: vec![event(2, 1, 1), event(1, 4, 2), event(2, 2, 3), event(1, 5, 4)],
+/// };
+/// let bytes = frame::encode(&Frame::Delta(delta.clone()))?;
+/// assert_eq!(frame::decode(&bytes[LENGTH_PREFIX_BYTES..])?, Frame::Delta(delta));
+/// # Ok::<(), meshlog_sync::FrameError>(())
+/// ```
+pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
+    let kind = frame.kind();
+    let postcard_error = |error: postcard::Error| FrameError::Encode {
+        kind,
+        detail: error.to_string(),
+    };
+    let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
+    match frame {
+        Frame::Hello(hello) => {
+            put_varint(&mut out, u64::from(tag::HELLO));
+            let repr = HelloRepr {
+                protocol: hello.protocol,
+                stream: hello.stream.get(),
+                marks: VectorRepr::of(&hello.marks),
+                floor: VectorRepr::of(&hello.floor),
+            };
+            out = postcard::to_extend(&repr, out).map_err(postcard_error)?;
+        }
+        Frame::Delta(delta) => {
+            if delta.events.len() > DELTA_EVENTS_MAX {
+                return Err(FrameError::TooManyEvents {
+                    count: delta.events.len(),
+                    max: DELTA_EVENTS_MAX,
+                });
+            }
+            put_varint(&mut out, u64::from(tag::DELTA));
+            out =
+                postcard::to_extend(&VectorRepr::of(&delta.floor), out).map_err(postcard_error)?;
+            encode_events(&delta.events, &mut out)?;
+        }
+        Frame::Ack { marks } => {
+            put_varint(&mut out, u64::from(tag::ACK));
+            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
+        }
+        Frame::Heartbeat { marks } => {
+            put_varint(&mut out, u64::from(tag::HEARTBEAT));
+            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
+        }
+    }
+    let len = out.len() - LENGTH_PREFIX_BYTES;
+    if len > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge {
+            len,
+            max: FRAME_BYTES_MAX,
+        });
+    }
+    // Cannot truncate: FRAME_BYTES_MAX fits a u32.
+    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(out)
+}
+
+/// Decodes one frame's payload (without its length prefix).
+///
+/// Total: any bytes give a frame or a typed error. A hello is checked for
+/// its protocol version before the rest of it is read, so a peer of another
+/// version gets [`FrameError::ProtocolVersion`], not a decoding error. The
+/// counts the payload announces are checked before their elements are
+/// decoded: a delta of more than [`DELTA_EVENTS_MAX`] events is
+/// [`FrameError::TooManyEvents`], a count the bytes left cannot hold
+/// [`FrameError::CountAboveBytes`], a vector of more than [`STREAMS_MAX`]
+/// streams [`FrameError::BadVector`].
+///
+/// A delta's events come out in `(lamport, stream)` order (per stream in
+/// seq order), whatever order the sender's delta held them in.
+pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
+    if payload.is_empty() {
+        return Err(FrameError::Empty);
+    }
+    if payload.len() > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge {
+            len: payload.len(),
+            max: FRAME_BYTES_MAX,
+        });
+    }
+    let malformed = |kind: &'static str| {
+        move |error: postcard::Error| FrameError::Malformed {
+            kind,
+            detail: error.to_string(),
+        }
+    };
+    let (tag, body) = postcard::take_from_bytes::<u32>(payload).map_err(malformed("frame"))?;
+    let kind = match tag {
+        tag::HELLO => "hello",
+        tag::DELTA => "delta",
+        tag::ACK => "ack",
+        tag::HEARTBEAT => "heartbeat",
+        _ => {
+            return Err(FrameError::UnknownKind {
+                tag,
+                ours: PROTOCOL_VERSION,
+            })
+        }
+    };
+    if tag == tag::HELLO {
+        let (protocol, _) = postcard::take_from_bytes::<u16>(body).map_err(malformed(kind))?;
+        if protocol != PROTOCOL_VERSION {
+            return Err(FrameError::ProtocolVersion {
+                theirs: protocol,
+                ours: PROTOCOL_VERSION,
+            });
+        }
+    }
+    check_counts(tag, kind, payload)?;
+    /// The whole of `bytes` as one `T`.
+    fn take_all<'a, T: Deserialize<'a>>(
+        bytes: &'a [u8],
+        kind: &'static str,
+    ) -> Result<T, FrameError> {
+        let (value, rest) =
+            postcard::take_from_bytes::<T>(bytes).map_err(|error| FrameError::Malformed {
+                kind,
+                detail: error.to_string(),
+            })?;
+        if !rest.is_empty() {
+            return Err(FrameError::TrailingBytes {
+                kind,
+                len: rest.len(),
+            });
+        }
+        Ok(value)
+    }
+    Ok(match tag {
+        tag::HELLO => {
+            let hello: HelloRepr = take_all(body, kind)?;
+            Frame::Hello(Hello {
+                protocol: hello.protocol,
+                stream: StreamId::new(hello.stream),
+                marks: hello.marks.into_vector(kind, "marks")?,
+                floor: hello.floor.into_vector(kind, "floor")?,
+            })
+        }
+        tag::DELTA => {
+            let (floor, events) =
+                postcard::take_from_bytes::<VectorRepr>(body).map_err(malformed(kind))?;
+            Frame::Delta(Delta {
+                floor: floor.into_vector(kind, "floor")?,
+                events: decode_events(events)?,
+            })
+        }
+        tag::ACK => Frame::Ack {
+            marks: take_all::<VectorRepr>(body, kind)?.into_vector(kind, "marks")?,
+        },
+        _ => Frame::Heartbeat {
+            marks: take_all::<VectorRepr>(body, kind)?.into_vector(kind, "marks")?,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    // The envelope's own checks: the kind and version open every payload,
+    // a prefix above the limit is refused before its payload arrives, and
+    // an unknown kind, an empty or overlong payload, another version or an
+    // announced count too large come back as typed errors.
+    use super::*;
+    use crate::frame::tests::sample_frames;
+    use crate::frame::{VersionVector, DELTA_EVENTS_MAX, FRAME_BYTES_MAX};
+
+    #[test]
+    fn the_first_payload_byte_is_the_kind_and_a_hello_starts_with_its_version() {
+        let bytes = encode(&sample_frames()[0]).unwrap();
+        assert_eq!(bytes[4], 0);
+        assert_eq!(bytes[5], PROTOCOL_VERSION as u8);
+        let ack = encode(&Frame::Ack {
+            marks: VersionVector::new(),
+        })
+        .unwrap();
+        assert_eq!(ack, [2, 0, 0, 0, 2, 0]);
+    }
+
+    #[test]
+    fn a_prefix_above_the_limit_is_refused_before_the_payload_arrives() {
+        let prefix = ((FRAME_BYTES_MAX + 1) as u32).to_le_bytes();
+        assert_eq!(
+            split_frame(&prefix),
+            Err(FrameError::TooLarge {
+                len: FRAME_BYTES_MAX + 1,
+                max: FRAME_BYTES_MAX
+            })
+        );
+        assert_eq!(split_frame(&prefix[..3]), Ok(None));
+    }
+
+    #[test]
+    fn another_protocol_version_is_named() {
+        // Kind 0, version 2 (varint), then garbage the reader never reaches.
+        assert_eq!(
+            decode(&[0, 2, 0xff, 0xff]),
+            Err(FrameError::ProtocolVersion {
+                theirs: 2,
+                ours: PROTOCOL_VERSION
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_empty_and_trailing_bytes_are_typed() {
+        assert_eq!(
+            decode(&[9]),
+            Err(FrameError::UnknownKind {
+                tag: 9,
+                ours: PROTOCOL_VERSION
+            })
+        );
+        assert_eq!(decode(&[]), Err(FrameError::Empty));
+        assert_eq!(
+            decode(&[3, 0, 0]),
+            Err(FrameError::TrailingBytes {
+                kind: "heartbeat",
+                len: 1
+            })
+        );
+    }
+
+    #[test]
+    fn a_huge_announced_count_is_refused_by_the_count_alone() {
+        // A delta whose events claim 2^32-1 elements in a 7-byte payload.
+        assert_eq!(
+            decode(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+            Err(FrameError::TooManyEvents {
+                count: 0xffff_ffff,
+                max: DELTA_EVENTS_MAX
+            })
+        );
+        // An ack whose marks claim 2^32-1 entries.
+        let err = decode(&[2, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
+        assert!(
+            matches!(err, FrameError::BadVector { kind: "ack", field: "marks", ref detail } if detail.starts_with("4294967295 streams")),
+            "{err}"
+        );
+    }
+}

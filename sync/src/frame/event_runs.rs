@@ -1,0 +1,594 @@
+//! A delta's events, written by hand: their count, then one run per
+//! stream, streams ascending, each `stream, first seq, event count` and its
+//! events `lamport gap, time, payload length, payload` (`docs/PROTOCOL.md`,
+//! "Delta events").
+//!
+//! Separate from the postcard-mapped fields because it is a codec of its
+//! own: the stream written once per run, seqs implied, lamport stamps and
+//! times as differences, so an event costs 3 to 5 bytes besides its payload
+//! where postcard's layout of an `Event` would repeat every field in full.
+//! The layout makes a hole, a seq twice or a falling stamp unwritable, and
+//! the decoder reads canonical input only, so a delta re-encodes to the
+//! bytes it came from.
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use meshlog_replica::Event;
+
+use super::{FrameError, DELTA_EVENTS_MAX, EVENT_BYTES_MIN};
+
+/// The longest varint of a `u64`: 10 bytes of 7 bits, the last holding 1.
+const VARINT_BYTES_MAX: usize = 10;
+
+/// Appends `value` as a LEB128 varint, postcard's encoding of unsigned
+/// integers: 7 bits a byte, least significant group first, the high bit
+/// set on every byte but the last. Always the shortest form.
+pub(super) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A signed difference as an unsigned number, small magnitudes small:
+/// 0, -1, 1, -2, 2... as 0, 1, 2, 3, 4...
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+/// The inverse of [`zigzag`].
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+/// Writes a delta's events after its floor (`docs/PROTOCOL.md`, "Delta
+/// events"): their count, then one run per stream, streams ascending, each
+/// `stream, first seq, event count` and its events in seq order, every
+/// event `lamport gap, time, payload length, payload`.
+///
+/// The seqs of a run are implied (`first + i`), so a stream's events must
+/// be contiguous; a lamport stamp is written as its gap above the previous
+/// one in the run less one (above 0 for the first), so it must rise from 1;
+/// a time is the wrapping difference from the previous event's in the
+/// frame, zigzag-encoded (the first event's plain). What the layout cannot
+/// carry is refused with [`FrameError::Encode`].
+pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), FrameError> {
+    let refuse = |detail: String| FrameError::Encode {
+        kind: "delta",
+        detail,
+    };
+    // Grouped by stream, each stream's events in the order given: a stable
+    // sort. A replica's delta interleaves streams in `(lamport, stream)`
+    // order; the decoder restores that order.
+    let mut by_stream: Vec<&Event> = events.iter().collect();
+    by_stream.sort_by_key(|event| event.stream);
+    put_varint(out, events.len() as u64);
+    let mut time_previous: Option<u64> = None;
+    for run in by_stream.chunk_by(|a, b| a.stream == b.stream) {
+        let first = run[0];
+        put_varint(out, first.stream.get());
+        put_varint(out, first.seq);
+        put_varint(out, run.len() as u64);
+        let mut seq_due = Some(first.seq);
+        let mut lamport_previous = 0u64;
+        for event in run {
+            if seq_due != Some(event.seq) {
+                return Err(refuse(format!(
+                    "event {}:{} follows seq {} of its stream: a delta carries each \
+                     stream's events contiguous and in seq order",
+                    event.stream,
+                    event.seq,
+                    seq_due.map_or(u64::MAX, |due| due - 1),
+                )));
+            }
+            if event.lamport <= lamport_previous {
+                return Err(refuse(format!(
+                    "event {}:{} has lamport stamp {}, not above {}: lamport stamps rise \
+                     from 1 with seq",
+                    event.stream, event.seq, event.lamport, lamport_previous
+                )));
+            }
+            put_varint(out, event.lamport - lamport_previous - 1);
+            let time = match time_previous {
+                None => event.time_ms,
+                Some(previous) => zigzag(event.time_ms.wrapping_sub(previous) as i64),
+            };
+            put_varint(out, time);
+            put_varint(out, event.payload.len() as u64);
+            out.extend_from_slice(&event.payload);
+            seq_due = event.seq.checked_add(1);
+            lamport_previous = event.lamport;
+            time_previous = Some(event.time_ms);
+        }
+    }
+    Ok(())
+}
+
+/// Reads a delta's events, written by [`encode_events`], to the end of the
+/// payload.
+///
+/// Every count is checked before anything is decoded or allocated for what
+/// it counts: the delta's against [`DELTA_EVENTS_MAX`], then it and each
+/// run's against the bytes left at [`EVENT_BYTES_MIN`] bytes an event, each
+/// payload length against the bytes left. Seqs, lamport stamps and their
+/// sums are checked for overflow. Only canonical input decodes (shortest
+/// varints, one run per stream, streams strictly ascending, no empty run),
+/// so the frame re-encodes to the very bytes it came from.
+///
+/// The events come out in `(lamport, stream)` order: within a run lamport
+/// rises with seq by construction, and no two runs share a stream, so that
+/// order keeps each stream's events in seq order.
+pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
+    let mut reader = Reader { bytes };
+    let count = reader.varint("event count")?;
+    if count > DELTA_EVENTS_MAX as u64 {
+        return Err(FrameError::TooManyEvents {
+            count: usize::try_from(count).unwrap_or(usize::MAX),
+            max: DELTA_EVENTS_MAX,
+        });
+    }
+    reader.check_fits("events", count)?;
+    // At most DELTA_EVENTS_MAX events, and at most one per
+    // EVENT_BYTES_MIN bytes of input: reserved once, exactly.
+    let count = count as usize;
+    let mut events: Vec<Event> = Vec::with_capacity(count);
+    let mut stream_previous: Option<StreamId> = None;
+    let mut time_previous: Option<u64> = None;
+    while events.len() < count {
+        let stream = StreamId::new(reader.varint("stream")?);
+        let bad_run = |detail: String| FrameError::BadRun { stream, detail };
+        if let Some(previous) = stream_previous {
+            if stream <= previous {
+                return Err(bad_run(format!(
+                    "it follows the run of stream {previous}: one run per stream, \
+                     streams strictly ascending"
+                )));
+            }
+        }
+        stream_previous = Some(stream);
+        let first_seq = reader.varint("first seq")?;
+        let run_len = reader.varint("run event count")?;
+        let events_left = count - events.len();
+        if run_len == 0 {
+            return Err(bad_run("a run of no events".to_string()));
+        }
+        if run_len > events_left as u64 {
+            return Err(bad_run(format!(
+                "{run_len} events where the delta's count leaves {events_left}"
+            )));
+        }
+        let last_seq = first_seq
+            .checked_add(run_len - 1)
+            .ok_or(FrameError::SeqOverflow {
+                stream,
+                first_seq,
+                count: run_len,
+            })?;
+        reader.check_fits("run", run_len)?;
+        let mut lamport = 0u64;
+        for seq in first_seq..=last_seq {
+            let gap = reader.varint("lamport gap")?;
+            lamport = lamport
+                .checked_add(gap)
+                .and_then(|sum| sum.checked_add(1))
+                .ok_or(FrameError::LamportOverflow { stream, seq })?;
+            let time_ms = match time_previous {
+                None => reader.varint("time")?,
+                Some(previous) => {
+                    previous.wrapping_add(unzigzag(reader.varint("time difference")?) as u64)
+                }
+            };
+            time_previous = Some(time_ms);
+            let len = reader.varint("payload length")?;
+            let payload = Bytes::copy_from_slice(reader.take("payload", len)?);
+            events.push(Event {
+                stream,
+                seq,
+                lamport,
+                time_ms,
+                payload,
+            });
+        }
+    }
+    if !reader.bytes.is_empty() {
+        return Err(FrameError::TrailingBytes {
+            kind: "delta",
+            len: reader.bytes.len(),
+        });
+    }
+    // Allocation-free, and already sorted for a delta of one stream.
+    events.sort_unstable_by_key(|event| (event.lamport, event.stream));
+    Ok(events)
+}
+
+/// Reads the hand-written part of a delta frame: shortest-form varints and
+/// byte strings, every error a [`FrameError`] of the delta kind.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn malformed(what: &str, problem: &str) -> FrameError {
+        FrameError::Malformed {
+            kind: "delta",
+            detail: format!("{what}: {problem}"),
+        }
+    }
+
+    /// The next varint; `what` names it in errors. Refuses a varint cut
+    /// short, one above `u64::MAX`, and one not in its shortest form (a
+    /// last byte of 0 after others), so that every value has one encoding.
+    fn varint(&mut self, what: &str) -> Result<u64, FrameError> {
+        let mut value = 0u64;
+        for (i, &byte) in self.bytes.iter().take(VARINT_BYTES_MAX).enumerate() {
+            if i == VARINT_BYTES_MAX - 1 && byte > 1 {
+                return Err(Self::malformed(what, "varint above u64::MAX"));
+            }
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                if byte == 0 && i > 0 {
+                    return Err(Self::malformed(what, "varint not in its shortest form"));
+                }
+                self.bytes = &self.bytes[i + 1..];
+                return Ok(value);
+            }
+        }
+        // Every 10th byte returned above: the input ended first.
+        Err(Self::malformed(what, "the frame ends inside a varint"))
+    }
+
+    /// Refuses a count of events the bytes left cannot hold, at
+    /// [`EVENT_BYTES_MIN`] bytes each.
+    fn check_fits(&self, field: &'static str, count: u64) -> Result<(), FrameError> {
+        let bytes_left = self.bytes.len();
+        if count.saturating_mul(EVENT_BYTES_MIN as u64) > bytes_left as u64 {
+            return Err(FrameError::CountAboveBytes {
+                field,
+                count,
+                bytes_left,
+            });
+        }
+        Ok(())
+    }
+
+    /// The next `len` bytes, refused before anything is read if fewer are
+    /// left.
+    fn take(&mut self, field: &'static str, len: u64) -> Result<&'a [u8], FrameError> {
+        let bytes_left = self.bytes.len();
+        if len > bytes_left as u64 {
+            return Err(FrameError::CountAboveBytes {
+                field,
+                count: len,
+                bytes_left,
+            });
+        }
+        let (taken, rest) = self.bytes.split_at(len as usize);
+        self.bytes = rest;
+        Ok(taken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // The event limit on both sides, what the layout refuses to write, the
+    // ends of every range, shortest-form varints only, and interleaved
+    // writers coming back in the order a replica sends them.
+    use meshlog_cursor::VersionVector;
+    use meshlog_replica::Delta;
+
+    use super::*;
+    use crate::frame::{decode, encode, Frame, LENGTH_PREFIX_BYTES};
+
+    fn tiny_events(count: usize) -> Vec<Event> {
+        (1..=count as u64)
+            .map(|seq| Event {
+                stream: StreamId::new(1),
+                seq,
+                lamport: seq,
+                time_ms: 0,
+                payload: Bytes::new(),
+            })
+            .collect()
+    }
+
+    /// Found in review: a 4 MiB delta of minimal events decoded into about
+    /// 800,000 events (50 to 100 MB) before anything checked their number.
+    #[test]
+    fn a_delta_of_more_events_than_the_limit_is_refused_before_decoding() {
+        // Kind 1, an empty floor, the count, then a run (stream 1 from
+        // seq 1) of one minimal event (lamport gap, time, empty payload)
+        // where 8193 should be.
+        let mut payload = vec![1, 0];
+        payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
+        payload.extend([1, 1, 1, 0, 0, 0]);
+        assert_eq!(
+            decode(&payload),
+            Err(FrameError::TooManyEvents {
+                count: DELTA_EVENTS_MAX + 1,
+                max: DELTA_EVENTS_MAX
+            })
+        );
+        // The count is read past a floor vector too.
+        let mut payload = vec![1, 2, 1, 4, 7, 2];
+        payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
+        assert!(matches!(
+            decode(&payload),
+            Err(FrameError::TooManyEvents { .. })
+        ));
+    }
+
+    #[test]
+    fn a_delta_at_the_event_limit_round_trips_and_one_above_is_not_encoded() {
+        let at_limit = Frame::Delta(Delta {
+            floor: VersionVector::new(),
+            events: tiny_events(DELTA_EVENTS_MAX),
+        });
+        let bytes = encode(&at_limit).unwrap();
+        assert_eq!(decode(&bytes[LENGTH_PREFIX_BYTES..]), Ok(at_limit));
+        let above = Frame::Delta(Delta {
+            floor: VersionVector::new(),
+            events: tiny_events(DELTA_EVENTS_MAX + 1),
+        });
+        assert_eq!(
+            encode(&above),
+            Err(FrameError::TooManyEvents {
+                count: DELTA_EVENTS_MAX + 1,
+                max: DELTA_EVENTS_MAX
+            })
+        );
+    }
+
+    /// The sender's side of the limit: a byte budget counts at least 50
+    /// bytes per event, so the default budget cannot build a delta the
+    /// receiver refuses; larger budgets are split by the session.
+    #[test]
+    fn the_default_budget_never_builds_a_delta_over_the_event_limit() {
+        let mut replica = meshlog_replica::Replica::new(StreamId::new(1));
+        for i in 0..(DELTA_EVENTS_MAX as u64 + 100) {
+            replica.append_at(Bytes::new(), i).unwrap();
+        }
+        let budget = crate::SessionConfig::default().delta_bytes_max;
+        let delta = replica.delta_for(&VersionVector::new(), budget);
+        assert!(
+            delta.events.len() <= DELTA_EVENTS_MAX,
+            "{} events",
+            delta.events.len()
+        );
+        assert_eq!(delta.events.len(), budget / 50);
+    }
+
+    fn event(stream: u64, seq: u64, lamport: u64, time_ms: u64) -> Event {
+        Event {
+            stream: StreamId::new(stream),
+            seq,
+            lamport,
+            time_ms,
+            payload: Bytes::from(format!("{stream}:{seq}")),
+        }
+    }
+
+    fn delta_of(events: Vec<Event>) -> Frame {
+        Frame::Delta(Delta {
+            floor: VersionVector::new(),
+            events,
+        })
+    }
+
+    fn round_trip(frame: &Frame) -> Result<Frame, FrameError> {
+        let bytes = encode(frame)?;
+        decode(&bytes[LENGTH_PREFIX_BYTES..])
+    }
+
+    /// A delta's seqs are implied and its lamport stamps are gaps, so what
+    /// breaks the model (and a receiver's replica would refuse) cannot be
+    /// written: the encoder says so instead of sending something else.
+    #[test]
+    fn a_delta_the_layout_cannot_carry_is_not_encoded() {
+        let cases = [
+            (
+                "a hole",
+                vec![event(1, 1, 1, 0), event(1, 3, 2, 0)],
+                "follows seq 1",
+            ),
+            (
+                "seqs out of order",
+                vec![event(1, 2, 2, 0), event(1, 1, 1, 0)],
+                "follows seq 2",
+            ),
+            (
+                "a seq twice",
+                vec![event(1, 1, 1, 0), event(1, 1, 2, 0)],
+                "follows seq 1",
+            ),
+            (
+                "a lamport stamp repeated",
+                vec![event(1, 1, 5, 0), event(1, 2, 5, 0)],
+                "not above 5",
+            ),
+            (
+                "a lamport stamp falling",
+                vec![event(1, 1, 5, 0), event(1, 2, 4, 0)],
+                "not above 5",
+            ),
+            (
+                "a lamport stamp of 0",
+                vec![event(2, 1, 1, 0), event(1, 1, 0, 0)],
+                "stamp 0, not above 0",
+            ),
+            (
+                "a seq past u64::MAX",
+                vec![event(1, u64::MAX, 1, 0), event(1, 0, 2, 0)],
+                "follows seq 18446744073709551615",
+            ),
+        ];
+        for (name, events, says) in cases {
+            match encode(&delta_of(events)) {
+                Err(FrameError::Encode {
+                    kind: "delta",
+                    detail,
+                }) => {
+                    assert!(detail.contains(says), "{name}: {detail}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    /// The lamport field is the gap above the previous stamp in the run
+    /// less one (above 0 for the first event), so a gap of 0 is the next
+    /// stamp: no byte string can say that a stamp stands still or falls.
+    #[test]
+    fn a_lamport_gap_of_zero_is_the_next_stamp() {
+        // Kind 1, no floor, 3 events: stream 5 from seq 1, gaps 0, 0, 4.
+        let payload = [1, 0, 3, 5, 1, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0];
+        let Ok(Frame::Delta(delta)) = decode(&payload) else {
+            panic!("{:?}", decode(&payload));
+        };
+        let stamps: Vec<(u64, u64)> = delta.events.iter().map(|e| (e.seq, e.lamport)).collect();
+        assert_eq!(stamps, [(1, 1), (2, 2), (3, 7)]);
+    }
+
+    /// The ends of every range: seqs up to `u64::MAX`, lamport stamps up
+    /// to `u64::MAX`, and times that jump across the whole `u64` range
+    /// (their differences wrap, so every step has an encoding: one of 2^63
+    /// is `i64::MIN`).
+    #[test]
+    fn seqs_lamports_and_times_at_their_limits_round_trip() {
+        let frame = delta_of(vec![
+            event(u64::MAX, u64::MAX - 2, 1, 0),
+            event(u64::MAX, u64::MAX - 1, 2, u64::MAX),
+            event(u64::MAX, u64::MAX, u64::MAX, 0),
+            event(0, 0, u64::MAX - 1, 1 << 63),
+            event(0, 1, u64::MAX, 0),
+        ]);
+        let Frame::Delta(delta) = &frame else {
+            unreachable!()
+        };
+        let mut sorted = delta.events.clone();
+        sorted.sort_by_key(|e| (e.lamport, e.stream));
+        assert_eq!(round_trip(&frame), Ok(delta_of(sorted)));
+        // One event at seq u64::MAX, alone in its run.
+        let frame = delta_of(vec![event(3, u64::MAX, u64::MAX, u64::MAX)]);
+        assert_eq!(round_trip(&frame), Ok(frame));
+    }
+
+    #[test]
+    fn zigzag_maps_small_magnitudes_to_small_numbers_and_back() {
+        let pairs = [
+            (0, 0),
+            (-1, 1),
+            (1, 2),
+            (-2, 3),
+            (i64::MAX, u64::MAX - 1),
+            (i64::MIN, u64::MAX),
+        ];
+        for (signed, unsigned) in pairs {
+            assert_eq!(zigzag(signed), unsigned);
+            assert_eq!(unzigzag(unsigned), signed);
+        }
+    }
+
+    /// Every value has one encoding: a varint longer than its shortest
+    /// form, or above `u64::MAX`, is refused, so a delta that decodes
+    /// re-encodes to the very bytes it came from.
+    #[test]
+    fn delta_varints_are_read_in_their_shortest_form_only() {
+        let malformed = |payload: &[u8], says: &str| match decode(payload) {
+            Err(FrameError::Malformed {
+                kind: "delta",
+                detail,
+            }) => {
+                assert!(detail.contains(says), "{payload:?}: {detail}");
+            }
+            other => panic!("{payload:?}: {other:?}"),
+        };
+        // An empty delta whose count 0 is written in two bytes.
+        malformed(
+            &[1, 0, 0x80, 0x00],
+            "event count: varint not in its shortest form",
+        );
+        // Stream 1 written in two bytes.
+        malformed(
+            &[1, 0, 1, 0x81, 0x00, 1, 1, 0, 0, 0],
+            "stream: varint not in its shortest form",
+        );
+        // A first seq of 2^64 (a 10th byte of 2), and of eleven bytes.
+        let mut payload = vec![1, 0, 1, 1];
+        payload.extend([0x80; 9]);
+        payload.extend([0x02, 1, 0, 0, 0]);
+        malformed(&payload, "first seq: varint above u64::MAX");
+        let mut payload = vec![1, 0, 1, 1];
+        payload.extend([0xff; 10]);
+        payload.extend([0x01, 1, 0, 0, 0]);
+        malformed(&payload, "first seq: varint above u64::MAX");
+        // Cut inside the time varint.
+        malformed(
+            &[1, 0, 1, 1, 1, 1, 0, 0x80, 0x80],
+            "time: the frame ends inside a varint",
+        );
+        // The shortest forms of 0 and u64::MAX are fine.
+        let mut payload = vec![1, 0, 1, 1];
+        payload.extend([0xff; 9]);
+        payload.extend([0x01, 1, 0, 0, 0]);
+        let Ok(Frame::Delta(delta)) = decode(&payload) else {
+            panic!("{:?}", decode(&payload));
+        };
+        assert_eq!(
+            (delta.events[0].seq, delta.events[0].lamport),
+            (u64::MAX, 1)
+        );
+        let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
+        bytes.extend(&payload);
+        assert_eq!(encode(&Frame::Delta(delta)), Ok(bytes));
+    }
+
+    /// A replica's delta interleaves its writers in `(lamport, stream)`
+    /// order; the frame groups them by stream, and the receiver gets them
+    /// back in that same order. A delta in another order (stream by
+    /// stream, say) arrives in `(lamport, stream)` order, each stream's
+    /// events still in seq order.
+    #[test]
+    fn interleaved_writers_round_trip_in_the_order_a_replica_sends() {
+        let ids = [0x5eed_0001u64, 0x17, 0xffff_ffff, 3];
+        let mut writers: Vec<meshlog_replica::Replica> = ids
+            .iter()
+            .map(|&id| meshlog_replica::Replica::new(StreamId::new(id)))
+            .collect();
+        let mut rng = crate::rng::SplitMix64::new(0xf4a3e);
+        for i in 0..400u64 {
+            let w = rng.below(ids.len() as u64) as usize;
+            // Wall clocks that step back now and then.
+            let time_ms = 1_750_000_000_000 + i * 7 - rng.below(3) * 20;
+            let payload = vec![i as u8; rng.below(40) as usize];
+            writers[w].append_at(Bytes::from(payload), time_ms).unwrap();
+            // Writers see each other's events now and then, so their
+            // clocks interleave.
+            if rng.below(3) == 0 {
+                let target = rng.below(ids.len() as u64) as usize;
+                let delta = writers[w].delta_for(&writers[target].marks(), usize::MAX);
+                writers[target].apply(&delta).unwrap();
+            }
+        }
+        for w in 1..writers.len() {
+            let delta = writers[w].delta_for(&writers[0].marks(), usize::MAX);
+            writers[0].apply(&delta).unwrap();
+        }
+        let delta = writers[0].delta_for(&VersionVector::new(), usize::MAX);
+        assert_eq!(delta.events.len(), 400);
+        let streams_switch = delta
+            .events
+            .windows(2)
+            .filter(|pair| pair[0].stream != pair[1].stream)
+            .count();
+        assert!(streams_switch > 100, "{streams_switch} switches");
+        let frame = Frame::Delta(delta.clone());
+        assert_eq!(round_trip(&frame), Ok(frame));
+
+        // Stream by stream, and backwards across streams.
+        let mut by_stream = delta.events.clone();
+        by_stream.sort_by_key(|e| std::cmp::Reverse(e.stream));
+        assert_ne!(by_stream, delta.events);
+        assert_eq!(round_trip(&delta_of(by_stream)), Ok(Frame::Delta(delta)));
+    }
+}

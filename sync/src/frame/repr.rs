@@ -1,0 +1,201 @@
+//! The serde representation: the private types postcard writes for a
+//! hello's fields and for version vectors, converted to and from the domain
+//! types at this boundary.
+//!
+//! `meshlog-cursor` and `meshlog-replica` keep their types free of serde (a
+//! serializable type is a boundary type), so the mapping lives here, beside
+//! [`check_counts`], which walks the same postcard layout to refuse a
+//! vector's count above its limit before anything is decoded for it.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use meshlog_cursor::STREAMS_MAX;
+use meshlog_cursor::{StreamId, VersionVector};
+use serde::de::{SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{tag, FrameError};
+
+/// A hello's fields after its kind, in the order postcard writes them; the
+/// protocol version first, so a peer of any version can read it.
+#[derive(Serialize, Deserialize)]
+pub(super) struct HelloRepr {
+    pub(super) protocol: u16,
+    pub(super) stream: u64,
+    pub(super) marks: VectorRepr,
+    pub(super) floor: VectorRepr,
+}
+
+/// A version vector on the wire: `(stream, seq)` pairs, streams strictly
+/// ascending, seqs nonzero.
+#[derive(Serialize, Deserialize)]
+pub(super) struct VectorRepr(Seq<(u64, u64)>);
+
+/// A sequence that is grown as its elements are read, never reserved by the
+/// count the input announces: every element takes at least one input byte,
+/// so memory stays proportional to what was actually decoded. (serde's own
+/// `Vec` impl reserves by the announced count, up to 1 MiB; postcard happens
+/// to refuse counts above the bytes left, but that is its flavor's choice,
+/// not a contract this boundary should rest on.)
+struct Seq<T>(Vec<T>);
+
+impl<T: Serialize> Serialize for Seq<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Seq<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SeqVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for SeqVisitor<T> {
+            type Value = Seq<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sequence")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seq<T>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(element) = seq.next_element()? {
+                    out.push(element);
+                }
+                Ok(Seq(out))
+            }
+        }
+
+        deserializer.deserialize_seq(SeqVisitor(PhantomData))
+    }
+}
+
+impl VectorRepr {
+    pub(super) fn of(vector: &VersionVector) -> Self {
+        VectorRepr(Seq(vector.iter().map(|(s, seq)| (s.get(), seq)).collect()))
+    }
+
+    pub(super) fn into_vector(
+        self,
+        kind: &'static str,
+        field: &'static str,
+    ) -> Result<VersionVector, FrameError> {
+        let entries = self.0 .0;
+        let bad = |detail: String| FrameError::BadVector {
+            kind,
+            field,
+            detail,
+        };
+        // Also checked before decoding (`check_counts`); kept here so that
+        // no vector over the limit is built whatever path led here.
+        if entries.len() > STREAMS_MAX {
+            return Err(bad(format!(
+                "{} streams exceed the limit of {STREAMS_MAX}",
+                entries.len()
+            )));
+        }
+        let mut previous: Option<u64> = None;
+        for &(stream, seq) in &entries {
+            if seq == 0 {
+                return Err(bad(format!("stream {} has seq 0", StreamId::new(stream))));
+            }
+            if let Some(previous) = previous {
+                if stream <= previous {
+                    return Err(bad(format!(
+                        "stream {} follows stream {}: streams must be strictly ascending",
+                        StreamId::new(stream),
+                        StreamId::new(previous)
+                    )));
+                }
+            }
+            previous = Some(stream);
+        }
+        Ok(entries
+            .into_iter()
+            .map(|(stream, seq)| (StreamId::new(stream), seq))
+            .collect())
+    }
+}
+
+/// Checks the counts of the payload's vectors against their limit (at most
+/// [`STREAMS_MAX`] entries) before anything is decoded for their entries. A
+/// delta's event counts are checked by `decode_events` as it reads them.
+///
+/// postcard writes a sequence's count (a varint) before its elements, so
+/// this walks the payload's layout reading varints only, skipping vector
+/// entries without storing them: it allocates nothing. Bytes that do not
+/// parse are left to the decoder, which reports them as it would without
+/// this check.
+pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Result<(), FrameError> {
+    fn take<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
+        postcard::take_from_bytes::<T>(bytes).ok()
+    }
+    /// Reads a vector's count, refuses it above the limit, and skips its
+    /// entries; `Ok(None)` if the bytes do not parse.
+    fn skip_vector<'a>(
+        bytes: &'a [u8],
+        kind: &'static str,
+        field: &'static str,
+    ) -> Result<Option<&'a [u8]>, FrameError> {
+        let Some((count, mut rest)) = take::<u64>(bytes) else {
+            return Ok(None);
+        };
+        if count > STREAMS_MAX as u64 {
+            return Err(FrameError::BadVector {
+                kind,
+                field,
+                detail: format!("{count} streams exceed the limit of {STREAMS_MAX}"),
+            });
+        }
+        for _ in 0..count {
+            let Some((_, after)) = take::<(u64, u64)>(rest) else {
+                return Ok(None);
+            };
+            rest = after;
+        }
+        Ok(Some(rest))
+    }
+
+    let Some((_, body)) = take::<u32>(payload) else {
+        return Ok(());
+    };
+    match tag {
+        tag::HELLO => {
+            let Some((_, vectors)) = take::<(u16, u64)>(body) else {
+                return Ok(());
+            };
+            if let Some(floor) = skip_vector(vectors, kind, "marks")? {
+                skip_vector(floor, kind, "floor")?;
+            }
+        }
+        tag::DELTA => {
+            // The event counts are checked by `decode_events`, which reads
+            // them before anything else of the events.
+            skip_vector(body, kind, "floor")?;
+        }
+        _ => {
+            skip_vector(body, kind, "marks")?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    // A vector postcard can read is still refused unless it is canonical:
+    // streams strictly ascending, no zero seq.
+    use crate::frame::{decode, FrameError};
+
+    #[test]
+    fn non_canonical_vectors_are_refused() {
+        // Ack with two entries, streams descending.
+        let err = decode(&[2, 2, 5, 1, 3, 1]).unwrap_err();
+        assert!(
+            matches!(err, FrameError::BadVector { field: "marks", .. }),
+            "{err}"
+        );
+        // Ack with a zero seq.
+        let err = decode(&[2, 1, 5, 0]).unwrap_err();
+        assert!(matches!(err, FrameError::BadVector { .. }), "{err}");
+    }
+}
