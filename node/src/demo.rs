@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use meshlog_cursor::{token, StreamId, VersionVector};
 
-use crate::cli::client::{Client, EventJson, Page, PageOutcome};
+use crate::cli::client::{Client, EventJson, PageJson as Page, PageOutcome};
 use crate::cli::{event_line, stale_lines, vector_text};
 use crate::config::NodeConfig;
 use crate::Node;
@@ -177,13 +177,13 @@ impl Mesh {
             let mut digests = Vec::new();
             for node in nodes {
                 let marks = node.client.marks().await.map_err(|e| e.to_string())?;
-                digests.push(marks["digest"].clone());
+                digests.push(marks.digest);
             }
             if digests
                 .iter()
-                .all(|d| d["events"] == events && *d == digests[0])
+                .all(|d| d.events == events && *d == digests[0])
             {
-                return Ok(digests[0]["sum"].as_str().unwrap_or("").to_owned());
+                return Ok(digests[0].sum.clone());
             }
             if started.elapsed() > WAIT_MAX {
                 return Err(format!(
@@ -428,7 +428,7 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
     let last_token = after.clone().unwrap_or_default();
     story.say(&format!(
         "The reader's position: lamport {position}; its token {last_token} says, per stream, the last seq it was given: {}.",
-        vector_text(&serde_json::to_value(vector_map(&vector_of(&last_token)?)).unwrap_or_default())
+        vector_text(&vector_map(&vector_of(&last_token)?))
     ));
     story.check(
         late_lamports.iter().all(|&l| l <= position),
@@ -528,8 +528,8 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
     let compacted = b.client.compact(Some(2), None, true).await.map_err(err)?;
     story.say(&format!(
         "dropped {} events; B's floor is now {}",
-        compacted["dropped"],
-        vector_text(&compacted["floor"])
+        compacted.dropped,
+        vector_text(&compacted.floor)
     ));
     let first_token = first_token.unwrap_or_default();
     story.say(&format!(
@@ -544,11 +544,9 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
             }
             let cursor = vector_of(&first_token)?;
             let mut floor = VersionVector::new();
-            if let Some(map) = compacted["floor"].as_object() {
-                for (stream, seq) in map {
-                    let stream = stream.parse::<u64>().map_err(|e| e.to_string())?;
-                    floor.advance(StreamId::new(stream), seq.as_u64().unwrap_or(0));
-                }
+            for (stream, seq) in &compacted.floor {
+                let stream = stream.parse::<u64>().map_err(|e| e.to_string())?;
+                floor.advance(StreamId::new(stream), *seq);
             }
             let exact = stale.lost.iter().all(|range| {
                 let stream = StreamId::new(range.stream.parse().unwrap_or(0));

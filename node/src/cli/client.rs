@@ -1,13 +1,18 @@
 //! A typed HTTP client of one node: the calls the CLI and the demo make,
-//! each answering the API's JSON (`docs/HTTP.md`) as Rust values.
+//! each answering the API's JSON (`docs/HTTP.md`) as the very types the
+//! server writes (`meshlog_node::http::json`).
 //!
 //! It speaks HTTP only: it never opens a data directory, so it works the
 //! same against a node on this machine or another.
 
 use std::time::Duration;
 
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
+
+pub use crate::http::json::{
+    AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, LostJson, MarksJson, PageJson,
+    PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson,
+};
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather
 /// than a query string: URLs that long are refused by some proxies and
@@ -65,57 +70,14 @@ pub enum ClientError {
     },
 }
 
-/// An event as a page answers it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
-pub struct EventJson {
-    /// The writer's stream id, in decimal.
-    pub stream: String,
-    /// Its seq in the stream.
-    pub seq: u64,
-    /// Its lamport stamp.
-    pub lamport: u64,
-    /// Wall-clock time of the append, ms since the epoch.
-    pub time: u64,
-    /// The payload, when it is UTF-8.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<String>,
-    /// The payload in base64, when it is not UTF-8.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload_base64: Option<String>,
-}
-
-/// One page of events.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Page {
-    /// The events, in the page's order (lamport, then stream).
-    pub events: Vec<EventJson>,
-    /// The token to pass as `after` for the next page.
-    pub next: String,
-    /// Whether the page reached the node's head.
-    pub at_head: bool,
-    /// Whether the cursor is ahead of this node on some stream.
-    pub behind: bool,
-}
-
-/// One range of events a stale cursor lost.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct LostRange {
-    /// The stream, in decimal.
-    pub stream: String,
-    /// The first seq lost.
-    pub first: u64,
-    /// The last seq lost.
-    pub last: u64,
-}
-
 /// A `410 stale_cursor` answer: the cursor is below the node's compaction
 /// floor.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stale {
     /// The node's explanation.
     pub message: String,
     /// Every stream and range lost.
-    pub lost: Vec<LostRange>,
+    pub lost: Vec<LostJson>,
     /// The token that accepts exactly that loss.
     pub resume: String,
 }
@@ -135,32 +97,9 @@ impl Stale {
 #[derive(Debug, Clone)]
 pub enum PageOutcome {
     /// The events after the cursor.
-    Page(Page),
+    Page(PageJson),
     /// The cursor is stale.
     Stale(Stale),
-}
-
-/// An appended event's name.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Appended {
-    /// The stream id, in decimal.
-    pub stream: String,
-    /// The seq.
-    pub seq: u64,
-    /// The lamport stamp.
-    pub lamport: u64,
-}
-
-#[derive(Deserialize)]
-struct AppendedBody {
-    events: Vec<Appended>,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: String,
-    #[serde(default)]
-    message: String,
 }
 
 impl Client {
@@ -192,13 +131,13 @@ impl Client {
     }
 
     /// Appends `payloads` as one batch (one durable commit).
-    pub async fn append(&self, payloads: &[String]) -> Result<Vec<Appended>, ClientError> {
+    pub async fn append(&self, payloads: &[String]) -> Result<Vec<AppendedJson>, ClientError> {
         let request = self
             .http
             .post(format!("{}/events", self.base))
             .json(&payloads);
         let (status, body) = self.send(request).await?;
-        let appended: AppendedBody = self.parse(status, &body)?;
+        let appended: AppendJson = self.parse(status, &body)?;
         Ok(appended.events)
     }
 
@@ -230,20 +169,26 @@ impl Client {
         };
         let (status, body) = self.send_raw(request).await?;
         if status == 410 {
-            let stale: Stale =
-                serde_json::from_slice(&body).map_err(|error| ClientError::BadResponse {
-                    url: self.base.clone(),
-                    status,
-                    reason: error.to_string(),
-                })?;
-            return Ok(PageOutcome::Stale(stale));
+            let error: ErrorJson = self.parse(status, &body)?;
+            if let (Some(lost), Some(resume)) = (error.lost, error.resume) {
+                return Ok(PageOutcome::Stale(Stale {
+                    message: error.message,
+                    lost,
+                    resume,
+                }));
+            }
+            return Err(ClientError::BadResponse {
+                url: self.base.clone(),
+                status,
+                reason: "a 410 answer without `lost` and `resume`".into(),
+            });
         }
         self.check(status, &body)?;
         Ok(PageOutcome::Page(self.parse(status, &body)?))
     }
 
-    /// `GET /marks`, as JSON.
-    pub async fn marks(&self) -> Result<Value, ClientError> {
+    /// `GET /marks`.
+    pub async fn marks(&self) -> Result<MarksJson, ClientError> {
         self.json(self.http.get(format!("{}/marks", self.base)))
             .await
     }
@@ -266,7 +211,7 @@ impl Client {
         keep_last: Option<u64>,
         keep_ms: Option<u64>,
         ignore_peers: bool,
-    ) -> Result<Value, ClientError> {
+    ) -> Result<CompactedJson, ClientError> {
         let mut body = serde_json::Map::new();
         if let Some(n) = keep_last {
             body.insert("keep_last".into(), n.into());
@@ -280,19 +225,19 @@ impl Client {
         self.json(
             self.http
                 .post(format!("{}/compact", self.base))
-                .json(&Value::Object(body)),
+                .json(&serde_json::Value::Object(body)),
         )
         .await
     }
 
-    /// `GET /peers`, as JSON.
-    pub async fn peers(&self) -> Result<Value, ClientError> {
+    /// `GET /peers`.
+    pub async fn peers(&self) -> Result<PeersJson, ClientError> {
         self.json(self.http.get(format!("{}/peers", self.base)))
             .await
     }
 
     /// `POST /peers`: starts syncing with `url`.
-    pub async fn add_peer(&self, url: &str) -> Result<Value, ClientError> {
+    pub async fn add_peer(&self, url: &str) -> Result<PeerAddedJson, ClientError> {
         self.json(
             self.http
                 .post(format!("{}/peers", self.base))
@@ -302,7 +247,7 @@ impl Client {
     }
 
     /// `DELETE /peers`: stops syncing with `url`.
-    pub async fn remove_peer(&self, url: &str) -> Result<Value, ClientError> {
+    pub async fn remove_peer(&self, url: &str) -> Result<PeerRemovedJson, ClientError> {
         self.json(
             self.http
                 .delete(format!("{}/peers", self.base))
@@ -311,7 +256,10 @@ impl Client {
         .await
     }
 
-    async fn json(&self, request: reqwest::RequestBuilder) -> Result<Value, ClientError> {
+    async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
         let (status, body) = self.send(request).await?;
         self.parse(status, &body)
     }
@@ -341,7 +289,7 @@ impl Client {
         if (200..300).contains(&status) {
             return Ok(());
         }
-        Err(match serde_json::from_slice::<ErrorBody>(body) {
+        Err(match serde_json::from_slice::<ErrorJson>(body) {
             Ok(error) => ClientError::Api {
                 url: self.base.clone(),
                 status,

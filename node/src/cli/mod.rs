@@ -14,11 +14,10 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use meshlog_cursor::{token, StreamId, VersionVector};
-use serde_json::Value;
 
 pub mod client;
 
-use client::{Client, ClientError, EventJson, PageOutcome, Stale};
+use client::{Client, ClientError, EventJson, PageOutcome, PeerJson, Stale, VectorJson};
 
 /// The exit code of `meshlog events` when the cursor is stale: distinct
 /// from a failure, so a script can accept the gap and resume.
@@ -194,7 +193,7 @@ async fn append(args: AppendArgs) -> Result<ExitCode, ClientError> {
     let mut out = std::io::stdout().lock();
     if args.json {
         for event in &appended {
-            let line = serde_json::json!({"stream": event.stream, "seq": event.seq, "lamport": event.lamport});
+            let line = serde_json::to_string(event).unwrap_or_default();
             let _ = writeln!(out, "{line}");
         }
     } else if let (Some(first), Some(last)) = (appended.first(), appended.last()) {
@@ -261,12 +260,13 @@ async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
             PageOutcome::Stale(stale) => {
                 bar.finish_and_clear();
                 if args.json {
-                    let line = serde_json::json!({
-                        "error": "stale_cursor",
-                        "message": stale.message,
-                        "lost": stale.lost.iter().map(|r| serde_json::json!({"stream": r.stream, "first": r.first, "last": r.last})).collect::<Vec<_>>(),
-                        "resume": stale.resume,
-                    });
+                    let line = serde_json::to_string(&client::ErrorJson {
+                        error: "stale_cursor".into(),
+                        message: stale.message.clone(),
+                        lost: Some(stale.lost.clone()),
+                        resume: Some(stale.resume.clone()),
+                    })
+                    .unwrap_or_default();
                     let _ = writeln!(out, "{line}");
                 } else {
                     for line in stale_lines(&stale) {
@@ -321,18 +321,16 @@ async fn progress_bar(client: &Client, after: Option<&str>) -> indicatif::Progre
     let Ok(marks) = client.marks().await else {
         return indicatif::ProgressBar::hidden();
     };
-    let vector = |key: &str| -> VersionVector {
+    let vector = |json: &VectorJson| -> VersionVector {
         let mut vector = VersionVector::new();
-        if let Some(map) = marks[key].as_object() {
-            for (stream, seq) in map {
-                if let (Ok(stream), Some(seq)) = (stream.parse::<u64>(), seq.as_u64()) {
-                    vector.advance(StreamId::new(stream), seq);
-                }
+        for (stream, seq) in json {
+            if let Ok(stream) = stream.parse::<u64>() {
+                vector.advance(StreamId::new(stream), *seq);
             }
         }
         vector
     };
-    let (held, floor) = (vector("marks"), vector("floor"));
+    let (held, floor) = (vector(&marks.marks), vector(&marks.floor));
     let left: u64 = held
         .iter()
         .map(|(stream, seq)| seq.saturating_sub(cursor.get(stream).max(floor.get(stream))))
@@ -353,23 +351,18 @@ async fn marks(args: MarksArgs) -> Result<ExitCode, ClientError> {
     let client = Client::new(&args.node.node)?;
     let marks = client.marks().await?;
     if args.json {
-        println!("{marks}");
+        println!("{}", serde_json::to_string(&marks).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "node:   {} (stream {})",
-        client.url(),
-        text(&marks["stream"])
-    );
-    println!("marks:  {}", vector_text(&marks["marks"]));
-    println!("floor:  {}", vector_text(&marks["floor"]));
+    println!("node:   {} (stream {})", client.url(), marks.stream);
+    println!("marks:  {}", vector_text(&marks.marks));
+    println!("floor:  {}", vector_text(&marks.floor));
     println!(
         "digest: {} events, sum {}",
-        marks["digest"]["events"],
-        text(&marks["digest"]["sum"])
+        marks.digest.events, marks.digest.sum
     );
-    println!("token:  {}", text(&marks["token"]));
-    print_peers(&marks["peers"]);
+    println!("token:  {}", marks.token);
+    print_peers(&marks.peers);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -380,9 +373,9 @@ async fn compact(args: CompactArgs) -> Result<ExitCode, ClientError> {
         .await?;
     println!(
         "dropped {} event(s) on {} stream(s); floor: {}",
-        answer["dropped"],
-        answer["streams"],
-        vector_text(&answer["floor"])
+        answer.dropped,
+        answer.streams,
+        vector_text(&answer.floor)
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -392,68 +385,56 @@ async fn peers(args: PeersArgs) -> Result<ExitCode, ClientError> {
     match args.action {
         PeersAction::List => {
             let answer = client.peers().await?;
-            print_peers(&answer["peers"]);
+            print_peers(&answer.peers);
         }
         PeersAction::Add { url } => {
             let answer = client.add_peer(&url).await?;
-            if answer["added"] == true {
-                println!("added peer {}", text(&answer["url"]));
+            if answer.added {
+                println!("added peer {}", answer.url);
             } else {
-                println!("already a peer: {}", text(&answer["url"]));
+                println!("already a peer: {}", answer.url);
             }
         }
         PeersAction::Remove { url } => {
             let answer = client.remove_peer(&url).await?;
-            println!("removed peer {}", text(&answer["url"]));
+            println!("removed peer {}", answer.url);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_peers(peers: &Value) {
-    let list = peers.as_array().map(Vec::as_slice).unwrap_or_default();
-    if list.is_empty() {
+fn print_peers(peers: &[PeerJson]) {
+    if peers.is_empty() {
         println!("peers:  none");
         return;
     }
     println!("peers:");
-    for peer in list {
-        let state = if peer["connected"] == true {
+    for peer in peers {
+        let state = if peer.connected {
             "connected"
         } else {
             "not connected"
         };
         let mut line = format!(
             "  {}  {state}, stream {}, lag {} event(s)",
-            text(&peer["url"]),
-            text(&peer["stream"]),
-            peer["lag_events"]
+            peer.url,
+            peer.stream.as_deref().unwrap_or("-"),
+            peer.lag_events
         );
-        if let Some(error) = peer["last_error"].as_str() {
+        if let Some(error) = &peer.last_error {
             line.push_str(&format!(", last error: {error}"));
         }
         println!("{line}");
     }
 }
 
-/// A JSON string as text; anything else as JSON (`null` as `-`).
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
-}
-
 /// `{"1": 3, "2": 5}` as `1:3 2:5` (`-` when empty).
-pub fn vector_text(value: &Value) -> String {
-    let Some(map) = value.as_object() else {
-        return text(value);
-    };
-    if map.is_empty() {
+pub fn vector_text(vector: &VectorJson) -> String {
+    if vector.is_empty() {
         return "-".into();
     }
-    map.iter()
+    vector
+        .iter()
         .map(|(stream, seq)| format!("{stream}:{seq}"))
         .collect::<Vec<_>>()
         .join(" ")
