@@ -94,11 +94,16 @@ pub fn run(args: DemoArgs) -> ExitCode {
                 println!("  {}  {}", node.name, node.client.url());
             }
             println!(
-                "Try: meshlog events --node {} --all    or    curl -s {}/marks",
-                mesh.nodes[1].client.url(),
+                "Try: meshlog events --node {} --all   (B compacted: the same on B is stale)",
                 mesh.nodes[0].client.url()
             );
+            println!(
+                "     meshlog append --node {} hello   curl -s {}/marks",
+                mesh.nodes[2].client.url(),
+                mesh.nodes[1].client.url()
+            );
             let _ = tokio::signal::ctrl_c().await;
+            println!("stopping the mesh");
         }
         mesh.stop().await;
         code
