@@ -63,7 +63,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a node: one durable replica served over HTTP, syncing with peers.
     Serve(ServeArgs),
-    /// Run a local mesh of nodes with embedded defaults.
+    /// The local demo: three nodes, a partition, a walk resumed on another
+    /// node, a stale token; checks its own claims.
     Demo(demo::DemoArgs),
     /// Client subcommands, talking to a running node.
     #[command(flatten)]

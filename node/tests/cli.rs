@@ -244,3 +244,82 @@ async fn errors_name_the_node_and_what_it_answered() {
     assert!(run.status.success());
     assert!(String::from_utf8_lossy(&run.stdout).contains(r#""stream":"4""#));
 }
+
+/// A stand-in node that answers every request with one empty page and
+/// reports each request's first line.
+async fn recording_node() -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (lines, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let lines = lines.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 65536];
+                // Read the head and any body (the CLI sends content-length).
+                loop {
+                    let n = stream.read(&mut buf).await.unwrap_or(0);
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request);
+                    let Some(end) = text.find("\r\n\r\n") else {
+                        if n == 0 {
+                            return;
+                        }
+                        continue;
+                    };
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length || n == 0 {
+                        break;
+                    }
+                }
+                let text = String::from_utf8_lossy(&request);
+                let _ = lines.send(text.lines().next().unwrap_or("").to_owned());
+                let body = r#"{"events":[],"next":"AQC-I8JY","at_head":true,"behind":false}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (url, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_token_goes_in_the_url_and_a_long_one_in_a_post_body() {
+    let (url, mut requests) = recording_node().await;
+    let run = cli(
+        &[
+            "events", "--node", &url, "--after", "AQC-I8JY", "--limit", "5",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(
+        requests.recv().await.unwrap(),
+        "GET /events?after=AQC-I8JY&limit=5 HTTP/1.1"
+    );
+    let mut vector = VersionVector::new();
+    for i in 1..=1_000u64 {
+        vector.advance(StreamId::new(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)), 1);
+    }
+    let long = token::encode_text(&vector).unwrap();
+    assert!(long.len() > meshlog_node::cli::client::TOKEN_QUERY_MAX);
+    let run = cli(&["events", "--node", &url, "--after", &long], "").await;
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(
+        requests.recv().await.unwrap(),
+        "POST /events/query HTTP/1.1"
+    );
+}
