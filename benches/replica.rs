@@ -10,41 +10,19 @@
 //! Run: `cargo bench -p meshlog-bench --bench replica` (add `-- quick` for
 //! 10k and 100k only).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Event, Replica};
+use meshlog_testkit::alloc::{self, CountingAlloc};
 
-/// Counts live heap bytes, to measure memory per event.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// Counts live heap bytes, to measure memory per event. It counts per
+/// thread: everything measured here runs on the main thread.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 const STREAMS: u64 = 100;
 const PAYLOAD_BYTES: usize = 16;
@@ -93,7 +71,7 @@ fn measure(n: u64) -> Row {
             events: chunk.iter().map(|&i| event(i)).collect(),
         })
         .collect();
-    let live_before = LIVE.load(Ordering::Relaxed);
+    let live_before = alloc::live_bytes();
     // The receiver writes a stream of its own outside the 100 it receives:
     // a peer's delta may not carry the receiver's own stream.
     let mut replica = Replica::new(StreamId::new(STREAMS + 1));
@@ -103,7 +81,7 @@ fn measure(n: u64) -> Row {
     }
     let apply_per_s = n as f64 / start.elapsed().as_secs_f64();
     drop(deltas);
-    let live_after = LIVE.load(Ordering::Relaxed);
+    let live_after = alloc::live_bytes();
     // The payloads are shared (Bytes), so once the deltas are gone only the
     // replica holds them: subtract their allocations to leave the overhead.
     let bytes_per_event = (live_after - live_before) as f64 / n as f64 - PAYLOAD_BYTES as f64;

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use meshlog_cursor::token::{self, TOKEN_OVERHEAD_MAX};
 use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_testkit::SplitMix64;
 use yrs::updates::decoder::Decode;
 use yrs::updates::encoder::Encode;
 use yrs::{ClientID, StateVector};
@@ -41,24 +42,11 @@ const YRS_ID_BITS: u32 = 53;
 const TIMING_MIN: Duration = Duration::from_millis(20);
 const TIMING_ROUNDS: usize = 5;
 
-/// splitmix64 (Steele, Lea, Flood 2014): a tiny seeded generator, enough
-/// for drawing ids and clocks reproducibly.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `1..=max` (the modulo bias is far below what a size table
-    /// can show).
-    fn one_to(&mut self, max: u64) -> u64 {
-        1 + self.next() % max
-    }
+/// Uniform in `1..=max`. By modulo rather than the generator's `between`,
+/// so that a seed draws the clocks it drew before the generator was shared
+/// (the modulo bias is far below what a size table can show).
+fn one_to(rng: &mut SplitMix64, max: u64) -> u64 {
+    1 + rng.next_u64() % max
 }
 
 #[derive(Clone, Copy)]
@@ -94,9 +82,9 @@ impl Ids {
         let mut ids = Vec::with_capacity(n);
         while ids.len() < n {
             let id = match self {
-                Ids::Random32 => rng.next() >> 32,
-                Ids::Random53 => rng.next() >> (64 - YRS_ID_BITS),
-                _ => rng.next(),
+                Ids::Random32 => rng.next_u64() >> 32,
+                Ids::Random53 => rng.next_u64() >> (64 - YRS_ID_BITS),
+                _ => rng.next_u64(),
             };
             if seen.insert(id) {
                 ids.push(id);
@@ -168,7 +156,7 @@ fn ns_per_op<T>(mut f: impl FnMut() -> T) -> f64 {
 
 fn measure(ids: Ids, writers: usize, rng: &mut SplitMix64) -> Row {
     let stream_ids = ids.draw(writers, rng);
-    let clocks: Vec<u64> = (0..writers).map(|_| rng.one_to(CLOCK_MAX)).collect();
+    let clocks: Vec<u64> = (0..writers).map(|_| one_to(rng, CLOCK_MAX)).collect();
 
     let vector: VersionVector = stream_ids
         .iter()
@@ -221,7 +209,7 @@ fn measure(ids: Ids, writers: usize, rng: &mut SplitMix64) -> Row {
 }
 
 fn main() {
-    let mut rng = SplitMix64(SEED);
+    let mut rng = SplitMix64::new(SEED);
     let rows: Vec<Row> = Ids::ALL
         .into_iter()
         .flat_map(|ids| WRITERS.map(|n| (ids, n)))

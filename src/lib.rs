@@ -9,8 +9,8 @@
 //! This facade re-exports the workspace's crates:
 //!
 //! - [`cursor`] (`meshlog-cursor`): the version vector, floor and token codec.
-//! - [`replica`] (`meshlog-replica`): the delta-state log, its stores and
-//!   group commit.
+//! - [`replica`] (`meshlog-replica`): the delta-state log, its stores, and
+//!   [`SharedReplica`], the one handle every task of a runtime shares.
 //! - [`sync`] (`meshlog-sync`): wire frames, sessions and the peer manager.
 //!
 //! ```
@@ -23,6 +23,24 @@
 //! assert!(page.at_head);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! An embedder's usual start: a durable replica shared by its threads and
+//! tasks, and the text token a reader keeps.
+//!
+//! ```
+//! use meshlog::{decode_token, encode_token, Config, DiskStore, Replica, SharedReplica, StreamId, VersionVector};
+//!
+//! let dir = std::env::temp_dir().join(format!("meshlog-facade-doc-{}", std::process::id()));
+//! let store = DiskStore::open(&dir)?;
+//! let shared = SharedReplica::new(Replica::open(Config::new(StreamId::new(7)), store)?);
+//! shared.append(&b"durable once this returns"[..])?;
+//! let page = shared.page(&VersionVector::new(), 10)?;
+//! let token = encode_token(&page.next)?;
+//! assert_eq!(decode_token(&token)?, page.next);
+//! drop(shared);
+//! std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -30,8 +48,12 @@ pub use meshlog_cursor as cursor;
 pub use meshlog_replica as replica;
 pub use meshlog_sync as sync;
 
+pub use meshlog_cursor::token::{decode_text as decode_token, encode_text as encode_token};
 pub use meshlog_cursor::{StaleCursor, StreamId, TokenError, VersionVector};
-pub use meshlog_replica::{Event, Page, PageError, Replica, ReplicaError};
+pub use meshlog_replica::{
+    Change, Commits, Config, Delta, DeltaError, DiskStore, Event, MemStore, Page, PageError,
+    Replica, ReplicaError, RetentionPolicy, SharedReplica,
+};
 
 /// The README's example, compiled and run as a doctest so it stays true.
 #[doc = include_str!("../README.md")]

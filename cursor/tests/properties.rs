@@ -29,7 +29,6 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -45,18 +44,7 @@ const GEN_SIZE: usize = 40;
 fn seed() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
     *SEED.get_or_init(|| {
-        let seed = match std::env::var("MESHLOG_SEED") {
-            Ok(text) => text
-                .trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("MESHLOG_SEED={text:?} is not a u64")),
-            Err(_) => {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .expect("the clock is after 1970");
-                now.as_secs() ^ u64::from(now.subsec_nanos()).rotate_left(32)
-            }
-        };
+        let seed = meshlog_testkit::seed::fresh();
         eprintln!("meshlog-cursor properties: seed {seed} (replay with MESHLOG_SEED={seed})");
         seed
     })

@@ -14,6 +14,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use meshlog_cursor::token::{self, TokenError};
 use meshlog_cursor::{CanonicalRule, StreamId, VersionVector, STREAMS_MAX};
+use meshlog_testkit::SplitMix64;
 
 const VECTORS: &str = include_str!("vectors.txt");
 
@@ -388,31 +389,19 @@ fn the_documented_limits_hold() {
     assert_eq!(token::decode(&bytes), Ok(spread));
 }
 
-/// SplitMix64: a fixed, dependency-free generator, so the size table is
-/// reproducible from the seed named in `docs/TOKEN.md`.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// The vectors of the size table: `n` streams with seqs 900 ..= 1099 (two
 /// varint bytes each), ids dense `1..=n`, random 64-bit, or random 32-bit.
 fn size_table_vector(n: usize, ids: &str) -> VersionVector {
-    let mut rng = SplitMix64(0x006d_6573_686c_6f67); // "meshlog"
+    // SplitMix64, so the size table is reproducible from the seed named in
+    // `docs/TOKEN.md`.
+    let mut rng = SplitMix64::new(0x006d_6573_686c_6f67); // "meshlog"
     let mut vector = VersionVector::new();
     let mut i = 0u64;
     while vector.len() < n {
         let id = match ids {
             "dense" => i + 1,
-            "random64" => rng.next(),
-            "random32" => rng.next() >> 32,
+            "random64" => rng.next_u64(),
+            "random32" => rng.next_u64() >> 32,
             _ => unreachable!(),
         };
         vector.advance(StreamId::new(id), 900 + i % 200);

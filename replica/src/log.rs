@@ -506,35 +506,17 @@ impl Iterator for Walk<'_> {
 
 #[cfg(test)]
 mod tests {
+    use meshlog_testkit::{seed, SplitMix64};
+
     use super::*;
-
-    /// A small seeded generator (splitmix64), so failures replay.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
 
     /// The walk, whether it scans, switches to the merge after a few skips,
     /// or merges from the start, returns exactly the naive answer: every
     /// held event above the cursor, sorted by (lamport, stream).
     #[test]
     fn walk_equals_a_naive_filter_and_sort_in_every_mode() {
-        let seed = std::env::var("MESHLOG_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5eed);
-        let mut rng = Rng(seed);
+        let seed = seed::replay_or(0x5eed);
+        let mut rng = SplitMix64::new(seed);
         for case in 0..300 {
             let mut log = Log::default();
             let streams = 1 + rng.below(6);

@@ -173,24 +173,17 @@ impl<'a, V> Iterator for Range<'a, V> {
 mod tests {
     use std::collections::BTreeMap;
 
+    use meshlog_testkit::{seed, SplitMix64};
+
     use super::*;
 
     /// Random inserts (mostly ascending, some anywhere), batched removals
     /// and scans, checked against a `BTreeMap` after every step. Seeded.
     #[test]
     fn order_behaves_like_a_btree_map() {
-        let seed: u64 = std::env::var("MESHLOG_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x0bde_5eed);
-        let mut state = seed;
-        let mut next = move || {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let seed = seed::replay_or(0x0bde_5eed);
+        let mut rng = SplitMix64::new(seed);
+        let mut next = move || rng.next_u64();
         for case in 0..20 {
             let mut order = Order::default();
             let mut model = BTreeMap::new();

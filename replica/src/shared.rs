@@ -939,7 +939,8 @@ impl<S: Store> Inner<S> {
         let mut reports = std::mem::take(&mut plan.reports).into_iter();
         let mut appended_ranges = std::mem::take(&mut plan.appended).into_iter();
         let mut appended_count = 0u64;
-        for (position, request) in round.iter_mut().enumerate() {
+        let mut outcomes = Vec::with_capacity(round.len());
+        for position in 0..round.len() {
             let outcome = if let Some(error) = refusals[position].take() {
                 Outcome::Applied(Err(error))
             } else if delta_of[position].is_some() {
@@ -963,9 +964,14 @@ impl<S: Store> Inner<S> {
             } else {
                 Outcome::Failed
             };
+            outcomes.push(outcome);
+        }
+        // Counted before anyone is answered, so a caller that reads the
+        // counters after its append returned sees its own events counted.
+        self.appended.fetch_add(appended_count, Ordering::Relaxed);
+        for (request, outcome) in round.iter_mut().zip(outcomes) {
             request.answer(outcome);
         }
-        self.appended.fetch_add(appended_count, Ordering::Relaxed);
     }
 
     /// Commits the plan's batch (if any) with no lock on the state, then

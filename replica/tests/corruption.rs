@@ -23,9 +23,10 @@ use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     Config, Delta, DiskError, DiskStore, Event, Replica, ReplicaError, DATA_FILE, LOCK_FILE,
 };
+use meshlog_testkit::{seed, SplitMix64};
 use redb::{ReadableTable, TableDefinition};
 
-use disk_support::{data_file, scratch, seed, Rng, SeedReport, PEER};
+use disk_support::{data_file, scratch, PEER};
 
 const OWN: StreamId = StreamId::new(1);
 const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
@@ -134,10 +135,14 @@ fn damaged_copy(source: &Path, target: &Path, data: &[u8]) {
     std::fs::write(target.join(DATA_FILE), data).unwrap();
 }
 
-fn run_damage(name: &'static str, cases: u64, damage: impl Fn(&mut Rng, &mut Vec<u8>) -> String) {
-    let seed = seed();
-    let _report = SeedReport::new(name, seed);
-    let mut rng = Rng::new(seed);
+fn run_damage(
+    name: &'static str,
+    cases: u64,
+    damage: impl Fn(&mut SplitMix64, &mut Vec<u8>) -> String,
+) {
+    let seed = seed::fresh();
+    let _report = seed::Report::new(name, seed);
+    let mut rng = SplitMix64::new(seed);
     let source = scratch();
     let original = write_log(source.path());
     let data = std::fs::read(data_file(source.path())).unwrap();

@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Config, Delta, DiskStore, Replica, SharedReplica};
+use meshlog_testkit::{seed, SplitMix64};
 
-use disk_support::{peer_event, scratch, seed, Rng, SeedReport, PEER};
+use disk_support::{peer_event, scratch, PEER};
 
 const OWN: StreamId = StreamId::new(1);
 const DIR_ENV: &str = "MESHLOG_CRASH_CHILD_DIR";
@@ -168,9 +169,9 @@ impl Acknowledged {
 
 #[test]
 fn acknowledged_events_survive_sigkill() {
-    let seed = seed();
-    let _report = SeedReport::new("acknowledged_events_survive_sigkill", seed);
-    let mut rng = Rng::new(seed);
+    let seed = seed::fresh();
+    let _report = seed::Report::new("acknowledged_events_survive_sigkill", seed);
+    let mut rng = SplitMix64::new(seed);
     let kills: u64 = std::env::var("MESHLOG_CRASH_KILLS")
         .ok()
         .map_or(50, |text| {

@@ -19,8 +19,9 @@ use meshlog_replica::{
     Batch, Config, Delta, DiskError, DiskStore, Event, MemStore, Recovery, Replica, SharedReplica,
     Store,
 };
+use meshlog_testkit::{seed, SplitMix64};
 
-use disk_support::{data_file, peer_event, scratch, seed, Rng, SeedReport, PEER};
+use disk_support::{data_file, peer_event, scratch, PEER};
 
 const OWN: StreamId = StreamId::new(1);
 
@@ -249,12 +250,12 @@ fn group_commit_refuses_an_oversized_payload_alone() {
 /// step both agree on marks, floor, clock and digest.
 #[test]
 fn disk_replica_equals_memory_replica_across_random_reopens() {
-    let seed = seed();
-    let _report = SeedReport::new(
+    let seed = seed::fresh();
+    let _report = seed::Report::new(
         "disk_replica_equals_memory_replica_across_random_reopens",
         seed,
     );
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     let dir = scratch();
     let mut disk = open(dir.path());
     let mut memory = Replica::open(Config::new(OWN), MemStore::default()).unwrap();

@@ -11,11 +11,9 @@
 //! Seeded: `MESHLOG_SEED=<n>` replays a failing run; `MESHLOG_QC_TESTS=<n>`
 //! runs more cases than the default.
 
-mod common;
-
-use common::with_seed;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError};
+use meshlog_testkit::seed::{self, with_seed};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 const OWN: StreamId = StreamId::new(1);
@@ -418,7 +416,7 @@ fn hostile_floors_events_and_cursors_never_panic_nor_remove_our_own_events() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1000);
-    with_seed("hostile", common::seed(), |seed| {
+    with_seed("hostile", seed::fresh(), |seed| {
         QuickCheck::new()
             .rng(Gen::from_size_and_seed(40, seed))
             .tests(tests)

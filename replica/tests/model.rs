@@ -20,9 +20,10 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{held, push, with_seed};
+use common::{held, push};
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Config, Delta, DiskStore, Event, MemStore, PageError, Replica, Store};
+use meshlog_testkit::seed::{self, with_seed};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 const READERS: usize = 2;
@@ -507,7 +508,7 @@ fn model_replicas_converge_and_walks_are_exactly_once_or_told_stale() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(2_000);
-    with_seed("model", common::seed(), |seed| {
+    with_seed("model", seed::fresh(), |seed| {
         QuickCheck::new()
             .rng(Gen::from_size_and_seed(80, seed))
             .tests(tests)
@@ -520,7 +521,7 @@ fn model_replicas_converge_and_walks_are_exactly_once_or_told_stale() {
 /// make sure the pending buffer's overflow path is reachable too.
 #[test]
 fn model_with_a_tiny_pending_buffer_still_converges() {
-    with_seed("model-tiny-pending", common::seed(), |seed| {
+    with_seed("model-tiny-pending", seed::fresh(), |seed| {
         let mut g = Gen::from_size_and_seed(60, seed);
         for _ in 0..200 {
             let schedule = Schedule::arbitrary(&mut g);
@@ -541,7 +542,7 @@ fn model_on_the_durable_store_with_reopen_converges() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(100);
-    with_seed("model-disk", common::seed(), |seed| {
+    with_seed("model-disk", seed::fresh(), |seed| {
         QuickCheck::new()
             .rng(Gen::from_size_and_seed(40, seed))
             .tests(tests)

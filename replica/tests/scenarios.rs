@@ -17,6 +17,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     Config, Delta, DeltaError, Event, MemStore, PageError, Replica, ReplicaError,
 };
+use meshlog_testkit::FlakyStore;
 
 fn replica(id: u64) -> Replica {
     Replica::new(StreamId::new(id))
@@ -479,47 +480,6 @@ fn reopening_a_store_restores_head_floor_and_clock_and_never_reuses_a_seq() {
     assert!(next.lamport > clock);
 }
 
-/// A store whose commits fail on command (through a shared flag), over a
-/// `MemStore`.
-#[derive(Debug, Default)]
-struct FlakyStore {
-    inner: MemStore,
-    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("injected commit failure")]
-struct Injected;
-
-impl meshlog_replica::Store for FlakyStore {
-    type Error = Injected;
-
-    fn meta(&self) -> Result<meshlog_replica::StoreMeta, Injected> {
-        Ok(self.inner.meta().unwrap())
-    }
-
-    fn read_stream(
-        &self,
-        stream: StreamId,
-        after_seq: u64,
-        limit: usize,
-        out: &mut Vec<Event>,
-    ) -> Result<(), Injected> {
-        self.inner
-            .read_stream(stream, after_seq, limit, out)
-            .unwrap();
-        Ok(())
-    }
-
-    fn commit(&mut self, batch: &meshlog_replica::Batch) -> Result<(), Injected> {
-        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Injected);
-        }
-        self.inner.commit(batch).unwrap();
-        Ok(())
-    }
-}
-
 /// After a failed commit nothing of it is visible: the replica keeps
 /// serving exactly what it committed before (pages, deltas, marks, digest)
 /// and refuses changes, since the store's content is uncertain; reopening
@@ -533,12 +493,12 @@ fn a_failed_commit_leaves_the_readable_state_unchanged_and_refuses_changes() {
     }
     let config = Config::new(StreamId::new(2));
     let store = FlakyStore::default();
-    let fail = store.fail.clone();
+    let faults = store.faults();
     let mut b = Replica::open(config.clone(), store).unwrap();
     b.append(&b"durable"[..]).unwrap();
     let before = (b.marks(), b.floor(), b.digest(), b.clock());
     let walk_before = b.page(&VersionVector::new(), 100).unwrap();
-    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    faults.fail_now();
     let delta = a.delta_for(&b.marks(), usize::MAX);
     assert!(matches!(b.apply(&delta), Err(ReplicaError::Store(_))));
     assert_eq!((b.marks(), b.floor(), b.digest(), b.clock()), before);
@@ -550,7 +510,7 @@ fn a_failed_commit_leaves_the_readable_state_unchanged_and_refuses_changes() {
     assert!(matches!(b.append(&b"x"[..]), Err(ReplicaError::Failed)));
     assert!(matches!(b.apply(&delta), Err(ReplicaError::Failed)));
     let store = b.into_store();
-    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    faults.heal();
     assert_eq!(store.meta().unwrap().heads.get(StreamId::new(1)), 0);
     let b = Replica::open(config, store).unwrap();
     let page = b.page(&VersionVector::new(), 10).unwrap();

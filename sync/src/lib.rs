@@ -30,12 +30,14 @@
 //!   reconnects with jittered backoff, accepts inbound peers and reports
 //!   [`PeerStatus`] (connected, marks, lag in events).
 //! - `rng`: `SplitMix64`, the seeded generator behind the manager's jitter
-//!   and the testkit's faults (crate-private; the testkit re-exports it).
+//!   (crate-private; the same algorithm as `meshlog_testkit::SplitMix64`,
+//!   which the testkit draws its faults from).
 //! - `testkit` (feature `testkit`): the frame-level fault proxy
 //!   (`FaultLink` in memory, `FaultProxy` over TCP), an in-memory mesh of
-//!   replicas with reconnecting links, seeds from `MESHLOG_SEED`,
-//!   `SplitMix64`, a paused-clock runtime and a bounded `wait_for` for
-//!   tests, and the frame-decoding checks of the `frame_decode` fuzz target.
+//!   replicas with reconnecting links, a paused-clock runtime and a bounded
+//!   `wait_for` for tests, the frame-decoding checks of the `frame_decode`
+//!   fuzz target, and, re-exported from the dev-only `meshlog-testkit`,
+//!   seeds from `MESHLOG_SEED` and `SplitMix64`.
 //!
 //! **Architecture invariant:** only this crate knows frames and sockets.
 //! The replica and the cursor are used through their public API; their types

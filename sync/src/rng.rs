@@ -1,22 +1,19 @@
-//! `SplitMix64`: a small seeded generator for jitter and fault schedules.
+//! `SplitMix64`: a small seeded generator for the manager's reconnect
+//! jitter.
 //!
 //! Not cryptographic; chosen because every decision it makes must replay
 //! from a seed, and because it has no dependency and no global state.
 //!
-//! Crate-private: the manager draws its reconnect jitter from it, and the
-//! `testkit` re-exports it for seeded tests in any crate. It is not part of
-//! the sync API proper.
+//! It is the same algorithm as `meshlog_testkit::SplitMix64` (same draws,
+//! same `below`, same `derive`; a unit test below checks they agree), kept
+//! as a copy on purpose: this is production code, and the testkit is a
+//! dev-only crate that no runtime may depend on. Tests draw from the
+//! testkit's (the `testkit` module re-exports it); only the manager and
+//! this crate's own unit tests use this one. Crate-private, not part of the
+//! sync API.
 
 /// A SplitMix64 generator (Steele, Lea and Flood, 2014): one `u64` of state,
 /// every output a pure function of the seed and the number of draws.
-///
-/// ```
-/// use meshlog_sync::testkit::SplitMix64;
-/// let mut a = SplitMix64::new(42);
-/// let mut b = SplitMix64::new(42);
-/// assert_eq!(a.next_u64(), b.next_u64());
-/// assert!(a.below(10) < 10);
-/// ```
 #[derive(Debug, Clone)]
 pub struct SplitMix64 {
     state: u64,
@@ -43,18 +40,6 @@ impl SplitMix64 {
         ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
     }
 
-    /// A uniform draw in `[0, 1)`.
-    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// `true` with probability `p` (clamped to `[0, 1]`).
-    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-
     /// A seed for a child generator, derived from this one's seed and
     /// `salt` without drawing from it: children of one parent with different
     /// salts are independent.
@@ -67,4 +52,25 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use super::SplitMix64;
+
+    /// This copy and the testkit's draw the same numbers: a seed printed by
+    /// a test means the same schedule as the manager's jitter would draw.
+    #[test]
+    fn the_same_draws_as_the_testkits_splitmix64() {
+        let mut ours = SplitMix64::new(0x5eed);
+        let mut kit = meshlog_testkit::SplitMix64::new(0x5eed);
+        for bound in 0..1_000 {
+            assert_eq!(ours.next_u64(), kit.next_u64());
+            assert_eq!(ours.below(bound), kit.below(bound));
+            assert_eq!(
+                SplitMix64::derive(bound, 7),
+                meshlog_testkit::SplitMix64::derive(bound, 7)
+            );
+        }
+    }
 }

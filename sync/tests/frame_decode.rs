@@ -24,8 +24,6 @@
 //!   (holes, repeats, stamps standing still) encode exactly when a
 //!   reference model says the layout can carry them.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -35,6 +33,7 @@ use meshlog_replica::{Delta, Event};
 use meshlog_sync::frame::{self, Frame, Hello};
 use meshlog_sync::testkit::{self, frame_check, SplitMix64};
 use meshlog_sync::{FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use meshlog_testkit::alloc::{self, CountingAlloc};
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 
 /// Live heap bytes allowed per input byte, plus `ALLOC_SLACK`. The largest
@@ -44,58 +43,15 @@ use quickcheck::{Arbitrary, Gen, QuickCheck};
 const ALLOC_PER_BYTE: i64 = 64;
 const ALLOC_SLACK: i64 = 16 * 1024;
 
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<i64> = const { Cell::new(0) };
-    static PEAK: Cell<i64> = const { Cell::new(0) };
-}
-
-fn count(delta: i64) {
-    // `try_with`: the allocator may run while a thread's locals are torn down.
-    let _ = LIVE.try_with(|live| {
-        live.set(live.get() + delta);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
-    });
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; it only
-// counts bytes on the side, in const-initialized thread locals that never
-// allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            count(layout.size() as i64);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        count(-(layout.size() as i64));
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            count(new_size as i64);
-            count(-(layout.size() as i64));
-        }
-        new
-    }
-}
-
+// Counts per thread, so the tests running beside one do not count in it.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// Runs `work` and returns its output with the peak of live heap bytes on
 /// this thread while it ran, above what was live before.
 fn peak_of<T>(work: impl FnOnce() -> T) -> (T, i64) {
-    let before = LIVE.with(Cell::get);
-    PEAK.with(|peak| peak.set(before));
-    let out = work();
-    (out, PEAK.with(Cell::get) - before)
+    let (out, measured) = alloc::measure(work);
+    (out, measured.bytes_peak)
 }
 
 /// Runs the fuzz target's checks on `data` and asserts the memory bound.
@@ -601,7 +557,7 @@ fn random_and_mutated_inputs_decode_totally_in_bounded_memory() {
                 }
                 input.extend(body);
             }
-            check(&format!("seed {seed:#x} round {round}"), &input);
+            check(&format!("seed {seed} round {round}"), &input);
         }
     });
 }
@@ -800,17 +756,17 @@ fn arbitrary_events_encode_exactly_when_the_model_allows() {
                 allowed += usize::from(allows);
                 match frame::encode(&Frame::Delta(delta.clone())) {
                     Ok(bytes) => {
-                        assert!(allows, "seed {seed:#x}: encoded {delta:?}");
+                        assert!(allows, "seed {seed}: encoded {delta:?}");
                         assert_eq!(
                             frame::decode(&bytes[frame::LENGTH_PREFIX_BYTES..]),
                             Ok(Frame::Delta(in_lamport_order(&delta))),
-                            "seed {seed:#x}"
+                            "seed {seed}"
                         );
                     }
                     Err(FrameError::Encode { kind: "delta", .. }) => {
-                        assert!(!allows, "seed {seed:#x}: refused {delta:?}");
+                        assert!(!allows, "seed {seed}: refused {delta:?}");
                     }
-                    Err(error) => panic!("seed {seed:#x}: {error} for {delta:?}"),
+                    Err(error) => panic!("seed {seed}: {error} for {delta:?}"),
                 }
             }
             // Both sides of the property were exercised.

@@ -19,19 +19,19 @@
 //!   race. The commits are also shown to run one at a time, in the order
 //!   the peer's frames arrived.
 
-use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Batch, Config, Delta, Event, MemStore, Replica, Store, StoreMeta};
+use meshlog_replica::{Config, Delta, Event, MemStore, Replica};
 use meshlog_sync::frame::{self, Frame, Hello};
 use meshlog_sync::testkit::{run_paused, wait_for};
 use meshlog_sync::{Commits, Session, SessionConfig, SessionEnd, SessionState, SharedReplica};
+use meshlog_testkit::{HeldCommit, HeldStore};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -279,100 +279,6 @@ fn a_flood_lasting_many_read_timeouts_still_gets_our_heartbeats_out() {
 /// only the old, inline commit ever waits this long.
 const HOLD_MAX: Duration = Duration::from_secs(5);
 
-/// Holds every commit, once armed, until another thread releases it (or
-/// `HOLD_MAX` passes), recording each commit's events and whether it was
-/// released.
-#[derive(Default)]
-struct Gate {
-    state: Mutex<GateState>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct GateState {
-    armed: bool,
-    holding: bool,
-    released: bool,
-    commits: Vec<HeldCommit>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct HeldCommit {
-    /// `(stream, seq)` of each event committed.
-    events: Vec<(StreamId, u64)>,
-    /// Whether another task released it while it was held.
-    released: bool,
-}
-
-impl Gate {
-    fn arm(&self) {
-        lock(&self.state).armed = true;
-    }
-
-    fn hold(&self, batch: &Batch) {
-        let mut state = lock(&self.state);
-        if !state.armed {
-            return;
-        }
-        assert!(!state.holding, "two commits at once");
-        state.holding = true;
-        state.released = false;
-        let (mut state, _) = self
-            .changed
-            .wait_timeout_while(state, HOLD_MAX, |state| !state.released)
-            .unwrap();
-        state.holding = false;
-        let commit = HeldCommit {
-            events: batch.events.iter().map(|e| (e.stream, e.seq)).collect(),
-            released: state.released,
-        };
-        state.commits.push(commit);
-    }
-
-    /// Releases the commit being held, if any.
-    fn release(&self) {
-        let mut state = lock(&self.state);
-        if state.holding && !state.released {
-            state.released = true;
-            self.changed.notify_all();
-        }
-    }
-
-    fn commits(&self) -> Vec<HeldCommit> {
-        lock(&self.state).commits.clone()
-    }
-}
-
-/// A `MemStore` whose commits are held by a `Gate`: a durable store whose
-/// fsync takes as long as the test says.
-struct HeldStore {
-    inner: MemStore,
-    gate: Arc<Gate>,
-}
-
-impl Store for HeldStore {
-    type Error = Infallible;
-
-    fn meta(&self) -> Result<StoreMeta, Infallible> {
-        self.inner.meta()
-    }
-
-    fn read_stream(
-        &self,
-        stream: StreamId,
-        after_seq: u64,
-        limit: usize,
-        out: &mut Vec<Event>,
-    ) -> Result<(), Infallible> {
-        self.inner.read_stream(stream, after_seq, limit, out)
-    }
-
-    fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
-        self.gate.hold(batch);
-        self.inner.commit(batch)
-    }
-}
-
 /// Found in review: with a durable store the session applied a delta, and
 /// so committed (fsynced) it, on the runtime's thread, stopping every other
 /// task on it (other sessions, their heartbeats and timeouts) meanwhile. Now
@@ -387,11 +293,10 @@ fn a_slow_commit_does_not_stall_the_runtime_and_applies_stay_in_order() {
         .build()
         .unwrap();
     let commits = runtime.block_on(async {
-        let gate = Arc::new(Gate::default());
-        let store = HeldStore {
-            inner: MemStore::default(),
-            gate: Arc::clone(&gate),
-        };
+        // A durable store whose fsync takes as long as the test says: each
+        // commit, once armed, is held until released (or `HOLD_MAX`).
+        let store = HeldStore::new(MemStore::default(), HOLD_MAX);
+        let gate = store.gate();
         let a = SharedReplica::new(Replica::open(Config::new(A), store).unwrap());
         gate.arm();
         // The timer: what a heartbeat is to a session. It can only fire if

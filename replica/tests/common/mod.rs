@@ -1,6 +1,6 @@
 //! Helpers shared by the replica's integration tests: an in-process link
 //! between replicas that a test can cut and heal, a walker that pages a log
-//! and checks exactly-once, and the seed plumbing for randomized tests.
+//! and checks exactly-once. (Seeds come from `meshlog_testkit::seed`.)
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
@@ -107,31 +107,4 @@ pub fn held<S: Store>(replica: &Replica<S>) -> BTreeSet<(StreamId, u64)> {
         .iter()
         .flat_map(|(stream, head)| (floor.get(stream) + 1..=head).map(move |seq| (stream, seq)))
         .collect()
-}
-
-/// The seed for a randomized test: `MESHLOG_SEED` if set, else the clock.
-pub fn seed() -> u64 {
-    match std::env::var("MESHLOG_SEED") {
-        Ok(text) => text.trim().parse().expect("MESHLOG_SEED must be a u64"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-    }
-}
-
-/// Runs `test` with `seed`, printing the seed if it panics.
-pub fn with_seed<R>(name: &str, seed: u64, test: impl FnOnce(u64) -> R) -> R {
-    struct Announce<'a>(&'a str, u64);
-    impl Drop for Announce<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                eprintln!(
-                    "{}: failed with seed {}; replay with MESHLOG_SEED={}",
-                    self.0, self.1, self.1
-                );
-            }
-        }
-    }
-    let _announce = Announce(name, seed);
-    test(seed)
 }

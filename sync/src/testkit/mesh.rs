@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use meshlog_replica::{MemStore, Store};
+use meshlog_testkit::SplitMix64;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::proxy::{FaultLink, Faults, LinkControl};
-use crate::rng::SplitMix64;
 use crate::{Session, SessionConfig, SharedReplica};
 
 /// How a [`SimMesh`] runs its sessions.

@@ -12,9 +12,12 @@
 //!   paused clock on a current-thread runtime a run is deterministic.
 //! - [`seeds`] and [`for_each_seed`]: run a randomized test over many seeds,
 //!   print the one that fails, and replay it from the `MESHLOG_SEED`
-//!   environment variable.
+//!   environment variable (re-exported from `meshlog_testkit::seed`, which
+//!   defines the one seed format: printed in decimal, read in decimal or
+//!   `0x` hexadecimal).
 //! - [`SplitMix64`]: the seeded generator every fault decision is drawn
-//!   from, for tests that draw their own schedules.
+//!   from, for tests that draw their own schedules (re-exported from
+//!   `meshlog_testkit`, so every crate's tests share one type).
 //! - [`run_paused`] and [`wait_for`]: a current-thread runtime whose clock
 //!   starts paused, and a bounded wait for a condition, so tests need not
 //!   each build their own.
@@ -36,63 +39,13 @@ pub mod frame_check;
 mod mesh;
 mod proxy;
 
-pub use crate::rng::SplitMix64;
 pub use mesh::{Divergence, MeshConfig, SimMesh};
+pub use meshlog_testkit::seed::{for_each_seed, seeds, SEED_ENV};
+pub use meshlog_testkit::SplitMix64;
 pub use proxy::{Direction, FaultLink, FaultProxy, Faults, LinkControl, LinkStats};
 
 use std::future::Future;
-use std::panic::{self, AssertUnwindSafe};
 use std::time::Duration;
-
-/// The environment variable that replays one seed.
-pub const SEED_ENV: &str = "MESHLOG_SEED";
-
-/// The seeds a randomized test runs: the one in `MESHLOG_SEED` if it is set
-/// (decimal, or hexadecimal with `0x`), else `count` seeds derived from
-/// `base`.
-///
-/// # Panics
-///
-/// If `MESHLOG_SEED` is set but is not a number: a replay must not silently
-/// run other seeds.
-pub fn seeds(base: u64, count: usize) -> Vec<u64> {
-    if let Ok(text) = std::env::var(SEED_ENV) {
-        let text = text.trim();
-        let parsed = match text.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => text.parse(),
-        };
-        let seed = parsed.unwrap_or_else(|_| panic!("{SEED_ENV}={text:?} is not a u64"));
-        return vec![seed];
-    }
-    (0..count as u64)
-        .map(|i| SplitMix64::derive(base, i))
-        .collect()
-}
-
-/// Runs `check` for each of [`seeds`]`(base, count)`; if one panics, prints
-/// the test's name, the seed and the command that replays it, then
-/// re-raises the panic.
-pub fn for_each_seed(name: &str, base: u64, count: usize, mut check: impl FnMut(u64)) {
-    for seed in seeds(base, count) {
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| check(seed)));
-        if let Err(cause) = outcome {
-            // Best effort: cargo sets the package name when it runs a test,
-            // and a test binary is named after its file plus a hash.
-            let package = std::env::var("CARGO_PKG_NAME").unwrap_or_else(|_| "<package>".into());
-            let target = std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
-                .and_then(|stem| stem.rsplit_once('-').map(|(file, _)| file.to_owned()))
-                .unwrap_or_else(|| "<file>".into());
-            eprintln!(
-                "{name} failed with seed {seed:#x}; replay with: \
-                 {SEED_ENV}={seed:#x} cargo test -p {package} --test {target} {name}"
-            );
-            panic::resume_unwind(cause);
-        }
-    }
-}
 
 /// Runs `test` to completion on a new current-thread runtime whose clock
 /// starts paused: time stands still while any task can run and jumps to the

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
+use meshlog_testkit::SplitMix64;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep_until, Instant};
 
-use crate::rng::SplitMix64;
 use crate::FrameReader;
 
 /// How a link mistreats the frames that cross it. Probabilities are per
