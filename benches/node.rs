@@ -419,8 +419,8 @@ struct System {
 /// What keeps a system running until it is dropped.
 enum Running {
     Meshlog {
-        _append: MeshlogServer,
-        _read: MeshlogServer,
+        _append: Box<MeshlogServer>,
+        _read: Box<MeshlogServer>,
     },
     Process {
         _server: ServerProcess,
@@ -443,8 +443,8 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
             Ok((
                 system,
                 Running::Meshlog {
-                    _append: server,
-                    _read: read_server,
+                    _append: Box::new(server),
+                    _read: Box::new(read_server),
                 },
             ))
         }
@@ -572,7 +572,13 @@ impl Http {
 enum Client {
     Meshlog(Http),
     Redis(redis::aio::MultiplexedConnection),
-    Nats(async_nats::Client, jetstream::Context),
+    Nats(Box<Nats>),
+}
+
+/// A NATS connection and its JetStream context.
+struct Nats {
+    client: async_nats::Client,
+    context: jetstream::Context,
 }
 
 impl Client {
@@ -613,14 +619,14 @@ impl Client {
                 // A round trip to the server (PING/PONG). Not the account
                 // info request: this client's parser rejects 2.9's answer.
                 client.flush().await?;
-                Ok(Client::Nats(client, context))
+                Ok(Client::Nats(Box::new(Nats { client, context })))
             }
         }
     }
 
     async fn close(self) {
-        if let Client::Nats(client, _) = self {
-            let _ = client.drain().await;
+        if let Client::Nats(nats) = self {
+            let _ = nats.client.drain().await;
         }
     }
 
@@ -684,17 +690,17 @@ impl Client {
                 }
                 Ok(())
             }
-            Client::Nats(_, context) => {
+            Client::Nats(nats) => {
                 let subject = log.nats_subject();
                 if count == 1 {
                     let payload = payloads.into_iter().next().unwrap();
-                    context.publish(subject, payload).await?.await?;
+                    nats.context.publish(subject, payload).await?.await?;
                 } else {
                     // Publish the batch without waiting, then wait for
                     // every acknowledgement.
                     let mut acks = Vec::with_capacity(count);
                     for payload in payloads {
-                        acks.push(context.publish(subject, payload).await?);
+                        acks.push(nats.context.publish(subject, payload).await?);
                     }
                     for ack in acks {
                         ack.await?;
@@ -760,8 +766,8 @@ impl Client {
                     }
                 }
             }
-            Client::Nats(_, context) => {
-                let stream = context.get_stream(NATS_READ_STREAM).await?;
+            Client::Nats(nats) => {
+                let stream = nats.context.get_stream(NATS_READ_STREAM).await?;
                 let consumer = stream
                     .create_consumer(jetstream::consumer::pull::Config {
                         deliver_policy: jetstream::consumer::DeliverPolicy::All,
@@ -818,12 +824,12 @@ impl Log {
 /// replica).
 async fn setup_nats(system: &System) -> Result<()> {
     let client = Client::connect(system, system.addr).await?;
-    if let Client::Nats(_, context) = &client {
+    if let Client::Nats(nats) = &client {
         for (name, subject) in [
             (NATS_APPEND_STREAM, NATS_APPEND_SUBJECT),
             (NATS_READ_STREAM, NATS_READ_SUBJECT),
         ] {
-            context
+            nats.context
                 .create_stream(jetstream::stream::Config {
                     name: name.to_owned(),
                     subjects: vec![subject.to_owned()],
@@ -1242,6 +1248,11 @@ fn machine() -> String {
 
 fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], results: &Results) {
     let kinds: Vec<Kind> = systems.iter().map(|s| s.kind).collect();
+    let peers: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| *k != Kind::Meshlog)
+        .collect();
     println!();
     println!(
         "meshlog node beside Redis Streams and NATS JetStream: {PAYLOAD_BYTES}-byte payloads, {} s per append run, batches of {}, reads of {} events in pages of {PAGE_LEN}; {}",
@@ -1257,73 +1268,90 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
         println!("  {:<16} skipped: {why}", kind.label());
     }
     println!();
-    print!("{:<22}", "durable appends");
-    for kind in &kinds {
-        print!(" {:>30}", kind.label());
-    }
-    println!("  goal: meshlog ahead of both");
-    print!("{:<22}", "events/s (p50/p99 ms)");
-    for _ in &kinds {
-        print!(" {:>30}", "");
-    }
-    println!();
+    let header = |first: &str| {
+        print!("{first:<22}");
+        for kind in &kinds {
+            print!(" {:>26}", kind.label());
+        }
+        if kinds.contains(&Kind::Meshlog) {
+            for peer in &peers {
+                print!(" {:>12}", format!("÷ {}", peer.name()));
+            }
+        }
+        println!();
+    };
+    header("durable appends/s");
+    println!(
+        "{:<22} (p50/p99 ms per request; each client waits for its ack)",
+        ""
+    );
+    let mut goals: Vec<(String, Rates)> = Vec::new();
     for mode in [Mode::Single, Mode::Batched] {
         for &clients in &settings.clients {
+            let noun = if clients == 1 { "client" } else { "clients" };
             let label = match mode {
-                Mode::Single => format!("single, {clients} clients"),
-                Mode::Batched => format!("batch {}, {clients} clients", settings.batch),
+                Mode::Single => format!("single, {clients} {noun}"),
+                Mode::Batched => format!("batch {}, {clients} {noun}", settings.batch),
             };
-            print!("{label:<22}");
             let mut rates = Vec::new();
+            let mut cells = Vec::new();
             for &kind in &kinds {
                 let run = results
                     .appends
                     .iter()
                     .find(|(m, c, k, _)| *m == mode && *c == clients && *k == kind)
                     .map(|(_, _, _, run)| run);
-                let cell = match run {
+                match run {
                     Some(Ok(f)) => {
                         rates.push((kind, Some(f.events_per_s)));
-                        format!("{:.0} ({:.2}/{:.2})", f.events_per_s, f.p50_ms, f.p99_ms)
+                        cells.push(format!(
+                            "{:.0} ({:.1}/{:.1})",
+                            f.events_per_s, f.p50_ms, f.p99_ms
+                        ));
                     }
-                    Some(Err(_)) | None => {
+                    _ => {
                         rates.push((kind, None));
-                        "failed".to_owned()
+                        cells.push("failed".to_owned());
                     }
-                };
-                print!(" {cell:>30}");
+                }
             }
-            let verdict = verdict(&rates);
-            match mode {
-                Mode::Batched => println!("  {verdict}"),
-                Mode::Single => println!("  ({verdict}; not a goal)"),
+            print_row(&label, &cells, &rates);
+            if mode == Mode::Batched {
+                goals.push((label, rates));
             }
         }
     }
     println!();
-    print!("{:<22}", "paged reads, events/s");
+    header("paged reads, events/s");
     let mut rates = Vec::new();
+    let mut cells = Vec::new();
     for &kind in &kinds {
-        let read = results
+        match results
             .reads
             .iter()
             .find(|(k, _)| *k == kind)
-            .map(|(_, r)| r);
-        let cell = match read {
+            .map(|(_, r)| r)
+        {
             Some(Ok(rate)) => {
                 rates.push((kind, Some(*rate)));
-                format!("{rate:.0}")
+                cells.push(format!("{rate:.0}"));
             }
             _ => {
                 rates.push((kind, None));
-                "failed".to_owned()
+                cells.push("failed".to_owned());
             }
-        };
-        print!(" {cell:>30}");
+        }
     }
-    println!("  {}", verdict(&rates));
+    print_row(
+        &format!("whole log, {} events", settings.read_events),
+        &cells,
+        &rates,
+    );
+    goals.push(("paged reads".to_owned(), rates));
     println!();
-    println!("bytes over the wire per event, total (client→server + server→client):");
+    println!(
+        "bytes over the wire per event (client→server + server→client, every header and frame):"
+    );
     for (label, pick) in [
         (
             "single append",
@@ -1342,52 +1370,87 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
             let cell = match bytes {
                 Some(Ok(figures)) => {
                     let wire = pick(figures);
-                    format!("{:.1} ({:.1} + {:.1})", wire.total(), wire.up, wire.down)
+                    format!("{:.0} ({:.0} + {:.0})", wire.total(), wire.up, wire.down)
                 }
                 _ => "failed".to_owned(),
             };
-            print!(" {cell:>30}");
+            print!(" {cell:>26}");
         }
         println!();
     }
     println!();
-    println!("* NATS JetStream is not at the same durability: nats-server 2.9 acknowledges a publish before it is fsynced (no sync_interval setting before 2.10).");
+    println!("goal: meshlog ahead of both on batched durable appends and on paged reads");
+    for (label, rates) in &goals {
+        println!("  {label:<22} {}", verdict(rates));
+    }
+    if kinds.contains(&Kind::Nats) {
+        println!();
+        println!("* NATS JetStream is not at the same durability: nats-server 2.9 acknowledges a publish before it is fsynced (no sync_interval setting before 2.10).");
+    }
 }
 
-/// "met" when meshlog's rate is above every other system's in this row.
-fn verdict(rates: &[(Kind, Option<f64>)]) -> String {
-    let Some(Some(ours)) = rates
+/// Each system's rate in one row of the table (`None`: its run failed).
+type Rates = Vec<(Kind, Option<f64>)>;
+
+/// One table row: the systems' cells, then meshlog's rate over each peer's.
+fn print_row(label: &str, cells: &[String], rates: &[(Kind, Option<f64>)]) {
+    print!("{label:<22}");
+    for cell in cells {
+        print!(" {cell:>26}");
+    }
+    let ours = rates
         .iter()
         .find(|(kind, _)| *kind == Kind::Meshlog)
-        .map(|(_, rate)| *rate)
-    else {
-        return "not judged: no meshlog figure".to_owned();
-    };
-    let mut behind = Vec::new();
-    let mut ratios = Vec::new();
-    for (kind, rate) in rates {
-        if *kind == Kind::Meshlog {
-            continue;
-        }
-        match rate {
-            Some(theirs) => {
-                ratios.push(format!("{:.2}x {}", ours / theirs, kind.name()));
-                if ours <= *theirs {
-                    behind.push(kind.name());
-                }
+        .map(|(_, rate)| *rate);
+    if let Some(ours) = ours {
+        for (kind, theirs) in rates {
+            if *kind == Kind::Meshlog {
+                continue;
             }
-            None => ratios.push(format!("no {} figure", kind.name())),
+            let ratio = match (ours, theirs) {
+                (Some(ours), Some(theirs)) if *theirs > 0.0 => format!("{:.2}x", ours / theirs),
+                _ => "-".to_owned(),
+            };
+            print!(" {ratio:>12}");
         }
     }
-    if ratios.len() < 2 || ratios.iter().any(|r| r.starts_with("no ")) {
-        format!("not judged: {}", ratios.join(", "))
-    } else if behind.is_empty() {
-        format!("met ({})", ratios.join(", "))
+    println!();
+}
+
+/// "met" when meshlog's rate is above every peer's in this row; judged
+/// only when every system has a figure.
+fn verdict(rates: &[(Kind, Option<f64>)]) -> String {
+    let ours = rates
+        .iter()
+        .find(|(kind, _)| *kind == Kind::Meshlog)
+        .and_then(|(_, rate)| *rate);
+    let Some(ours) = ours else {
+        return "not judged: no meshlog figure".to_owned();
+    };
+    let peers: Vec<(Kind, Option<f64>)> = rates
+        .iter()
+        .copied()
+        .filter(|(kind, _)| *kind != Kind::Meshlog)
+        .collect();
+    let missing: Vec<&str> = Kind::ALL
+        .iter()
+        .filter(|kind| **kind != Kind::Meshlog)
+        .filter(|kind| !peers.iter().any(|(k, rate)| k == *kind && rate.is_some()))
+        .map(|kind| kind.name())
+        .collect();
+    if !missing.is_empty() {
+        return format!("not judged: no figure for {}", missing.join(", "));
+    }
+    let behind: Vec<String> = peers
+        .iter()
+        .filter_map(|(kind, rate)| {
+            let theirs = rate.expect("checked above");
+            (ours <= theirs).then(|| format!("{} ({:.2}x)", kind.name(), ours / theirs))
+        })
+        .collect();
+    if behind.is_empty() {
+        "met".to_owned()
     } else {
-        format!(
-            "not met, behind {} ({})",
-            behind.join(" and "),
-            ratios.join(", ")
-        )
+        format!("not met: behind {}", behind.join(" and "))
     }
 }
