@@ -1220,12 +1220,13 @@ fn main() {
             }
         }
     }
-    // On Ctrl-C the servers are still stopped: the bench future is dropped
-    // and the servers after it.
+    // On SIGINT or SIGTERM the servers are still stopped: the bench future
+    // is dropped, and the servers after it. (A SIGKILL leaves them running;
+    // their temp directories name them: /tmp/meshlog-bench-*.)
     let results = runtime.block_on(async {
         tokio::select! {
             results = bench(&settings, &systems) => Some(results),
-            _ = tokio::signal::ctrl_c() => None,
+            _ = interrupted() => None,
         }
     });
     drop(runtime);
@@ -1235,6 +1236,16 @@ fn main() {
         std::process::exit(130);
     };
     report(&settings, &systems, &skipped, &results);
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn interrupted() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }
 
 fn machine() -> String {
