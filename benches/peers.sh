@@ -33,15 +33,13 @@ export DEBIAN_FRONTEND=noninteractive
 # servers on free ports): policy-rc.d's 101 tells invoke-rc.d not to
 # start them, if this machine has no policy already.
 policy=/usr/sbin/policy-rc.d
-made_policy=""
 if [ ! -e "$policy" ] && [ -z "$sudo" ]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy"
     chmod +x "$policy"
-    made_policy=1
+    # Removed however this script ends.
+    trap 'rm -f "$policy"' EXIT
+    trap 'exit 130' INT TERM
 fi
 status=0
 { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends $missing; } >&2 || status=$?
-if [ -n "$made_policy" ]; then
-    rm -f "$policy"
-fi
 exit $status
