@@ -1398,7 +1398,7 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
     }
     if kinds.contains(&Kind::Nats) {
         println!();
-        println!("* NATS JetStream is not at the same durability: nats-server 2.9 acknowledges a publish before it is fsynced (no sync_interval setting before 2.10).");
+        println!("* NATS JetStream is not at the same durability: nats-server 2.9 acknowledges a publish before it is fsynced (2.9 refuses a sync_interval setting).");
     }
 }
 
