@@ -79,9 +79,10 @@ pub enum Command {
 
 /// Runs one `meshlog` command line to its end.
 pub fn run(cli: Cli) -> ExitCode {
-    // The demo narrates on stdout; the nodes' info logs would drown it.
+    // The demo narrates on stdout; the nodes' info logs would drown it. An
+    // MCP host shows the server's stderr to a person: keep it to problems.
     let level = match cli.command {
-        Command::Demo(_) => "warn",
+        Command::Demo(_) | Command::Mcp(_) => "warn",
         _ => "info",
     };
     init_tracing(cli.log_json, level);

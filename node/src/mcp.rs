@@ -166,7 +166,8 @@ impl MeshlogMcp {
         let deadline = Instant::now() + Duration::from_millis(u64::from(wait_ms));
         loop {
             let page = self.node.page(request.after.clone(), request.limit).await;
-            let waiting = matches!(&page, Ok(body) if body["events"].as_array().is_some_and(Vec::is_empty));
+            let waiting =
+                matches!(&page, Ok(body) if body["events"].as_array().is_some_and(Vec::is_empty));
             if !waiting || Instant::now() >= deadline {
                 return Ok(answer(page));
             }
@@ -276,7 +277,12 @@ impl NodeClient {
         self.call(Method::GET, "/marks", None).await
     }
 
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, NodeError> {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, NodeError> {
         tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
             .await
             .unwrap_or_else(|_| {
