@@ -21,6 +21,8 @@
 //!   and the data directory's `stream-id` file.
 //! - `metrics`: the Prometheus counters behind `GET /metrics`.
 //! - [`cli`], [`demo`]: the client subcommands and the local demo mesh.
+//! - [`mcp`]: `meshlog mcp`, the Model Context Protocol on stdio, as a client
+//!   of a node's HTTP API.
 //!
 //! **Architecture invariant:** only this crate knows HTTP and JSON. It uses
 //! the replica, the cursor's token codec and sync's sessions through their
@@ -34,6 +36,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod http;
+pub mod mcp;
 mod metrics;
 mod peers;
 mod replica;
@@ -66,6 +69,9 @@ pub enum Command {
     /// The local demo: three nodes, a partition, a walk resumed on another
     /// node, a stale token; checks its own claims.
     Demo(demo::DemoArgs),
+    /// Serve the Model Context Protocol on stdio, as a client of a node:
+    /// tools to page, follow and append with the same cursor token.
+    Mcp(mcp::McpArgs),
     /// Client subcommands, talking to a running node.
     #[command(flatten)]
     Client(cli::ClientCommand),
@@ -73,15 +79,17 @@ pub enum Command {
 
 /// Runs one `meshlog` command line to its end.
 pub fn run(cli: Cli) -> ExitCode {
-    // The demo narrates on stdout; the nodes' info logs would drown it.
+    // The demo narrates on stdout; the nodes' info logs would drown it. An
+    // MCP host shows the server's stderr to a person: keep it to problems.
     let level = match cli.command {
-        Command::Demo(_) => "warn",
+        Command::Demo(_) | Command::Mcp(_) => "warn",
         _ => "info",
     };
     init_tracing(cli.log_json, level);
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Mcp(args) => mcp::run(args),
         Command::Client(command) => cli::run(command),
     }
 }
