@@ -111,6 +111,23 @@ impl VersionVector {
         )
     }
 
+    /// How many events `self` covers that `other` does not: per stream,
+    /// `self`'s seq minus `other`'s where it is ahead, summed (saturating).
+    /// A replica's marks beyond a peer's are the peer's lag in events.
+    ///
+    /// ```
+    /// use meshlog_cursor::{StreamId, VersionVector};
+    /// let ours: VersionVector = [(StreamId::new(1), 10), (StreamId::new(2), 3)].into_iter().collect();
+    /// let theirs: VersionVector = [(StreamId::new(1), 4), (StreamId::new(2), 5)].into_iter().collect();
+    /// assert_eq!(ours.events_beyond(&theirs), 6);
+    /// assert_eq!(theirs.events_beyond(&ours), 2);
+    /// ```
+    pub fn events_beyond(&self, other: &VersionVector) -> u64 {
+        self.iter()
+            .map(|(stream, seq)| seq.saturating_sub(other.get(stream)))
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// Whether neither vector dominates the other.
     pub fn concurrent(&self, other: &VersionVector) -> bool {
         self.clock.concurrent(&other.clock)

@@ -10,7 +10,6 @@
 //! established and lasted at least `backoff_max`.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -18,7 +17,7 @@ use hyper::header::{CONNECTION, HOST, UPGRADE};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_sync::{Session, SessionConfig, SessionError, SessionState};
+use meshlog_sync::{Backoff, Session, SessionConfig, SessionError, SessionState};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -149,11 +148,14 @@ impl Peers {
             *added += 1;
             *added
         };
-        let seed = splitmix(self.inner.replica.stream().get() ^ index.wrapping_mul(0x9e37_79b9));
+        // Each peer's jitter differs from the others' and from other nodes'.
+        let seed = self.inner.replica.stream().get() ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let settings = &self.inner.settings;
+        let backoff = Backoff::new(settings.backoff_min, settings.backoff_max, seed);
         tracing::info!(peer = %normalized, "peer added");
         self.inner
             .tasks
-            .spawn(dial_loop(self.clone(), slot, SplitMix64(seed)));
+            .spawn(dial_loop(self.clone(), slot, backoff));
         Ok((normalized, true))
     }
 
@@ -255,7 +257,7 @@ impl Slot {
             url: self.url.clone(),
             connected: running && session.peer.is_some(),
             stream: session.peer,
-            lag_events: lag_events(our_marks, &session.peer_marks),
+            lag_events: our_marks.events_beyond(&session.peer_marks),
             marks: session.peer_marks,
             last_error: state.last_error.clone(),
         }
@@ -282,9 +284,8 @@ impl Slot {
     }
 }
 
-async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut rng: SplitMix64) {
+async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut backoff: Backoff) {
     let settings = peers.inner.settings.clone();
-    let mut attempt = 0u32;
     loop {
         let dialed = tokio::select! {
             _ = slot.stop.cancelled() => return,
@@ -301,9 +302,7 @@ async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut rng: SplitMix64) {
                 let result = session.run_until(io, slot.stop.cancelled()).await;
                 peers.inner.metrics.sessions_running.dec();
                 let established = slot.ended(result);
-                if established && started_at.elapsed() >= settings.backoff_max {
-                    attempt = 0;
-                }
+                backoff.session_ended(established, started_at.elapsed());
             }
             Ok(Err(reason)) => {
                 tracing::debug!(peer = %slot.url, %reason, "dial failed");
@@ -316,8 +315,7 @@ async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut rng: SplitMix64) {
                 ));
             }
         }
-        let delay = backoff(attempt, &settings, &mut rng);
-        attempt = attempt.saturating_add(1);
+        let delay = backoff.next_delay();
         tokio::select! {
             _ = slot.stop.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
@@ -383,47 +381,6 @@ fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
     Ok((format!("http://{host}:{port}"), host, port))
 }
 
-/// Events `ours` covers that `theirs` does not, summed over streams.
-fn lag_events(ours: &VersionVector, theirs: &VersionVector) -> u64 {
-    ours.iter()
-        .map(|(stream, seq)| seq.saturating_sub(theirs.get(stream)))
-        .fold(0u64, u64::saturating_add)
-}
-
-/// The delay before redial `attempt` (0-based): exponential from
-/// `backoff_min` to `backoff_max`, drawn uniformly from its upper half so
-/// that nodes restarted together do not dial in lockstep.
-fn backoff(attempt: u32, settings: &SyncSettings, rng: &mut SplitMix64) -> Duration {
-    let min_ms = settings.backoff_min.as_millis().max(1) as u64;
-    let max_ms = (settings.backoff_max.as_millis() as u64).max(min_ms);
-    let base_ms = min_ms.saturating_mul(1u64 << attempt.min(32)).min(max_ms);
-    Duration::from_millis(base_ms / 2 + rng.below(base_ms / 2 + 1))
-}
-
-/// SplitMix64, for the redial jitter (sync's generator is private to it).
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        splitmix(self.0)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        if bound == 0 {
-            0
-        } else {
-            self.next() % bound
-        }
-    }
-}
-
-fn splitmix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Only bookkeeping happens under these locks.
     mutex
@@ -449,23 +406,5 @@ mod tests {
         assert!(parse_url("https://127.0.0.1:7071").is_err());
         assert!(parse_url("127.0.0.1:7071").is_err());
         assert!(parse_url("http://127.0.0.1:7071/x").is_err());
-    }
-
-    #[test]
-    fn backoff_doubles_within_bounds_and_jitters() {
-        let settings = SyncSettings {
-            backoff_min: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(2),
-            ..SyncSettings::default()
-        };
-        let mut rng = SplitMix64(7);
-        for attempt in 0..40 {
-            let base = (100u64 << attempt.min(5)).min(2000);
-            let delay = backoff(attempt, &settings, &mut rng).as_millis() as u64;
-            assert!(
-                delay >= base / 2 && delay <= base,
-                "attempt {attempt}: {delay} ms"
-            );
-        }
     }
 }

@@ -26,6 +26,9 @@
 //!   events.
 //! - `session`: [`Session`], the protocol with one peer over one stream,
 //!   [`SessionConfig`], [`SessionState`], [`SessionError`].
+//! - `backoff`: [`Backoff`], the jittered exponential redial policy of a
+//!   link, used by the manager and by drivers of sessions elsewhere (the
+//!   node dials over HTTP).
 //! - `manager`: [`PeerManager`], which dials configured peers over TCP,
 //!   reconnects with jittered backoff, accepts inbound peers and reports
 //!   [`PeerStatus`] (connected, marks, lag in events).
@@ -80,6 +83,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod backoff;
 pub mod frame;
 mod manager;
 mod rng;
@@ -88,6 +92,7 @@ mod session;
 pub mod testkit;
 mod watch;
 
+pub use backoff::Backoff;
 pub use frame::{
     Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::rng::SplitMix64;
+use crate::Backoff;
 use crate::{Session, SessionConfig, SessionError, SessionState, SharedReplica};
 
 /// Where to listen, whom to dial, and how.
@@ -196,11 +197,12 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
                 .count() as u64
         };
         let seed = SplitMix64::derive(self.config.jitter_seed ^ self.shared.stream().get(), index);
+        let backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max, seed);
         let task = tokio::spawn(dial_loop(
             self.shared.clone(),
             self.config.clone(),
             slot,
-            SplitMix64::new(seed),
+            backoff,
         ));
         lock(&self.tasks).push(task);
     }
@@ -246,7 +248,7 @@ impl Slot {
             connected: running && session.peer.is_some(),
             stream: session.peer,
             marks: session.peer_marks.clone(),
-            lag_events: lag_events(our_marks, &session.peer_marks),
+            lag_events: our_marks.events_beyond(&session.peer_marks),
             connects: state.connects,
             last_error: state.last_error.clone(),
             session,
@@ -277,40 +279,13 @@ impl Slot {
     }
 }
 
-/// Events `ours` covers that `theirs` does not, summed over streams.
-fn lag_events(ours: &VersionVector, theirs: &VersionVector) -> u64 {
-    ours.iter()
-        .map(|(stream, seq)| seq.saturating_sub(theirs.get(stream)))
-        .fold(0u64, u64::saturating_add)
-}
-
-/// Whether a session that ended restarts the backoff from `backoff_min`: only
-/// one that was established and lasted at least `backoff_max`. A peer that
-/// fails right after its hello (a refused delta, garbage after a valid hello)
-/// fails the same way on every connection and must be dialed less and less
-/// often, not every `backoff_min`.
-fn resets_backoff(established: bool, lasted: Duration, config: &ManagerConfig) -> bool {
-    established && lasted >= config.backoff_max
-}
-
-/// The delay before reconnect attempt `attempt` (0-based): exponential from
-/// `backoff_min` to `backoff_max`, drawn uniformly from its upper half so that
-/// replicas restarted together do not dial in lockstep.
-fn backoff(attempt: u32, config: &ManagerConfig, rng: &mut SplitMix64) -> Duration {
-    let min_ms = config.backoff_min.as_millis().max(1) as u64;
-    let max_ms = (config.backoff_max.as_millis() as u64).max(min_ms);
-    let base_ms = min_ms.saturating_mul(1u64 << attempt.min(32)).min(max_ms);
-    Duration::from_millis(base_ms / 2 + rng.below(base_ms / 2 + 1))
-}
-
 async fn dial_loop<S: Store + Send + Sync + 'static>(
     shared: SharedReplica<S>,
     config: ManagerConfig,
     slot: Arc<Slot>,
-    mut rng: SplitMix64,
+    mut backoff: Backoff,
 ) {
     let local = shared.stream();
-    let mut attempt = 0u32;
     loop {
         match tokio::time::timeout(config.connect_timeout, TcpStream::connect(slot.addr)).await {
             Ok(Ok(stream)) => {
@@ -321,9 +296,7 @@ async fn dial_loop<S: Store + Send + Sync + 'static>(
                 let started_at = tokio::time::Instant::now();
                 let result = session.run(stream).await;
                 let established = slot.ended(result);
-                if resets_backoff(established, started_at.elapsed(), &config) {
-                    attempt = 0;
-                }
+                backoff.session_ended(established, started_at.elapsed());
             }
             Ok(Err(error)) => {
                 tracing::debug!(%local, peer_addr = %slot.addr, %error, "dial failed");
@@ -334,9 +307,7 @@ async fn dial_loop<S: Store + Send + Sync + 'static>(
                 slot.failed(format!("dial timed out after {:?}", config.connect_timeout));
             }
         }
-        let delay = backoff(attempt, &config, &mut rng);
-        attempt = attempt.saturating_add(1);
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 
@@ -398,44 +369,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_within_bounds_and_jitters() {
-        let config = ManagerConfig {
-            backoff_min: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(2),
-            ..ManagerConfig::default()
-        };
-        let mut rng = SplitMix64::new(7);
-        for attempt in 0..40 {
-            let base = (100u64 << attempt.min(5)).min(2000);
-            let delay = backoff(attempt, &config, &mut rng).as_millis() as u64;
-            assert!(
-                delay >= base / 2 && delay <= base,
-                "attempt {attempt}: {delay} ms"
-            );
-        }
-    }
-
-    /// Found in review: the backoff started over after every established
-    /// session, so a peer that sent a valid hello and then a refused delta
-    /// was redialed every 50 to 100 ms for ever.
-    #[test]
-    fn only_an_established_session_that_lasted_resets_the_backoff() {
-        let config = ManagerConfig {
-            backoff_max: Duration::from_secs(10),
-            ..ManagerConfig::default()
-        };
-        let brief = Duration::from_millis(30);
-        let long = Duration::from_secs(10);
-        assert!(!resets_backoff(true, brief, &config));
-        assert!(!resets_backoff(false, long, &config));
-        assert!(resets_backoff(true, long, &config));
-    }
-
-    #[test]
     fn lag_counts_what_the_peer_misses() {
         let s = StreamId::new;
         let ours: VersionVector = [(s(1), 10), (s(2), 3)].into_iter().collect();
         let theirs: VersionVector = [(s(1), 4), (s(3), 9)].into_iter().collect();
-        assert_eq!(lag_events(&ours, &theirs), 6 + 3);
+        assert_eq!(ours.events_beyond(&theirs), 6 + 3);
     }
 }
