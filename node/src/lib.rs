@@ -20,6 +20,8 @@
 //! - `replica`: `NodeReplica`, the one place the node touches its replica,
 //!   and the data directory's `stream-id` file.
 //! - `metrics`: the Prometheus counters behind `GET /metrics`.
+//! - [`follow`]: live follow over WebSocket (`GET /follow`), its frames,
+//!   the [`follow::Follower`] client, and the browser page (`GET /`).
 //! - [`cli`], [`demo`]: the client subcommands and the local demo mesh.
 //!
 //! **Architecture invariant:** only this crate knows HTTP and JSON. It uses
@@ -33,6 +35,7 @@ use std::process::ExitCode;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod follow;
 pub mod http;
 mod metrics;
 mod peers;
