@@ -436,7 +436,7 @@ async fn schedule(lane: &Lane, seed: u64) -> Felt {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn case_a_follower_converges_after_loss() {
-    let seeds = seeds(0xca5e_a, SCHEDULES);
+    let seeds = seeds(0xca5ea, SCHEDULES);
     let lanes = LANES.min(seeds.len());
     let mut tasks = Vec::new();
     for lane_index in 0..lanes {
