@@ -23,6 +23,8 @@
 //! - [`follow`]: live follow over WebSocket (`GET /follow`), its frames,
 //!   the [`follow::Follower`] client, and the browser page (`GET /`).
 //! - [`cli`], [`demo`]: the client subcommands and the local demo mesh.
+//! - [`mcp`]: `meshlog mcp`, the Model Context Protocol on stdio, as a client
+//!   of a node's HTTP API.
 //!
 //! **Architecture invariant:** only this crate knows HTTP and JSON. It uses
 //! the replica, the cursor's token codec and sync's sessions through their
@@ -37,6 +39,7 @@ pub mod config;
 pub mod demo;
 pub mod follow;
 pub mod http;
+pub mod mcp;
 mod metrics;
 mod peers;
 mod replica;
@@ -66,8 +69,12 @@ pub struct Cli {
 pub enum Command {
     /// Run a node: one durable replica served over HTTP, syncing with peers.
     Serve(ServeArgs),
-    /// Run a local mesh of nodes with embedded defaults.
+    /// The local demo: three nodes, a partition, a walk resumed on another
+    /// node, a stale token; checks its own claims.
     Demo(demo::DemoArgs),
+    /// Serve the Model Context Protocol on stdio, as a client of a node:
+    /// tools to page, follow and append with the same cursor token.
+    Mcp(mcp::McpArgs),
     /// Client subcommands, talking to a running node.
     #[command(flatten)]
     Client(cli::ClientCommand),
@@ -75,20 +82,27 @@ pub enum Command {
 
 /// Runs one `meshlog` command line to its end.
 pub fn run(cli: Cli) -> ExitCode {
-    init_tracing(cli.log_json);
+    // The demo narrates on stdout; the nodes' info logs would drown it. An
+    // MCP host shows the server's stderr to a person: keep it to problems.
+    let level = match cli.command {
+        Command::Demo(_) | Command::Mcp(_) => "warn",
+        _ => "info",
+    };
+    init_tracing(cli.log_json, level);
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Mcp(args) => mcp::run(args),
         Command::Client(command) => cli::run(command),
     }
 }
 
 /// Logs to stderr (stdout is for output other programs read, such as
 /// `listening on ADDR`): human-readable, or JSON lines with `--log-json`.
-/// `RUST_LOG` filters; the default is `info`.
-fn init_tracing(json: bool) {
+/// `RUST_LOG` filters; the default is `level`.
+fn init_tracing(json: bool, level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

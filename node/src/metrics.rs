@@ -133,6 +133,16 @@ impl Metrics {
             metrics.peers_connected.clone(),
         );
         r.register(
+            "peer_connected",
+            "Per dialed peer (label `peer`, its URL): 1 while its session is established",
+            metrics.peer_connected.clone(),
+        );
+        r.register(
+            "peer_lag_events",
+            "Per dialed peer (label `peer`): events this node holds that the peer has not acknowledged",
+            metrics.peer_lag_events.clone(),
+        );
+        r.register(
             "commit_seconds",
             "Durable append commit latency",
             metrics.commit_seconds.clone(),

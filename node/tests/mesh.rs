@@ -63,6 +63,19 @@ async fn three_nodes_in_a_chain_converge_over_the_upgrade() {
         metrics.lines().any(|l| l == "meshlog_peers_connected 1"),
         "{metrics}"
     );
+    // Per peer too (found by the CLI work: the family was never registered).
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("meshlog_peer_connected{peer=\"http://") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("meshlog_peer_lag_events{peer=")),
+        "{metrics}"
+    );
     for node in [a, b, c] {
         node.node.shutdown();
         tokio::time::timeout(DEADLINE, node.node.stopped())

@@ -557,3 +557,46 @@ fn lamport_order_inside_one_delta_is_checked_in_any_order() {
     };
     assert_eq!(b.apply(&twice).unwrap().applied, 2);
 }
+
+/// A legacy reader's scalar position converts to the vector covering every
+/// held event stamped at or below it; where compacted events' stamps are
+/// gone and none held is at or below it, the stream starts at 0, so the
+/// page reports the compacted range instead of skipping it.
+#[test]
+fn a_scalar_position_converts_to_a_cursor_that_never_skips_silently() {
+    let mut a = replica(1);
+    let mut b = replica(2);
+    for i in 0..4u8 {
+        a.append(vec![i]).unwrap(); // lamports 1..=4
+    }
+    for i in 0..4u8 {
+        b.append(vec![i]).unwrap(); // lamports 1..=4
+    }
+    push(&b, &mut a, usize::MAX);
+    let position = 2;
+    let cursor = a.covering_lamport(position);
+    assert_eq!(cursor.get(StreamId::new(1)), 2);
+    assert_eq!(cursor.get(StreamId::new(2)), 2);
+    let page = a.page(&cursor, 100).unwrap();
+    assert!(page.events.iter().all(|event| event.lamport > position));
+    assert_eq!(page.events.len(), 4);
+
+    // Compact stream 2 past the position: its held events are all above it
+    // and the stamps of the compacted ones are gone.
+    a.compact(&[(StreamId::new(2), 3)].into_iter().collect())
+        .unwrap();
+    let cursor = a.covering_lamport(position);
+    assert_eq!(cursor.get(StreamId::new(2)), 0);
+    match a.page(&cursor, 100) {
+        Err(PageError::Stale(stale)) => {
+            assert_eq!(stale.lost()[0].seqs(), 1..=3);
+            assert_eq!(stale.resume().get(StreamId::new(2)), 3);
+        }
+        other => panic!("expected a stale report, got {other:?}"),
+    }
+    // Where held events at or below the position remain, the compacted
+    // ones below them were stamped lower: covered, not reported.
+    a.compact(&[(StreamId::new(1), 1)].into_iter().collect())
+        .unwrap();
+    assert_eq!(a.covering_lamport(position).get(StreamId::new(1)), 2);
+}

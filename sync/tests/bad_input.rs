@@ -195,6 +195,65 @@ fn a_wrong_protocol_version_is_named() {
     );
 }
 
+/// Only a writer writes its stream: a peer whose hello claims more of our
+/// own stream than we wrote is logged as suspicious, and its delta forging
+/// our stream beyond our head is refused whole with the reason.
+#[test]
+fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
+    let mut bytes = frame::encode(&Frame::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        stream: B,
+        marks: [(A, 5), (B, 1)].into_iter().collect(),
+        floor: VersionVector::new(),
+    }))
+    .unwrap();
+    // A holds its own seq 1 only; the peer "sends" seqs 2 and 3 of A.
+    let forged = Delta {
+        floor: VersionVector::new(),
+        events: vec![event(A, 2, 10, b"forged a2"), event(A, 3, 11, b"forged a3")],
+    };
+    bytes.extend(frame::encode(&Frame::Delta(forged)).unwrap());
+    let a = replica_a();
+    let before = state(&a);
+    let (result, log) = logged(against(&a, bytes, false));
+    let error = result.expect_err("the session must end with an error");
+    assert!(
+        matches!(
+            &error,
+            SessionError::Refused {
+                peer,
+                source: DeltaError::OwnStreamAhead { stream, seq: 2, head: 1 }
+            } if *peer == B && *stream == A
+        ),
+        "unexpected error: {error:?}"
+    );
+    assert!(
+        log.contains("suspicious hello"),
+        "hello not flagged:\n{log}"
+    );
+    assert!(
+        log.contains("peer tried to write our own stream"),
+        "forgery not logged:\n{log}"
+    );
+    assert_eq!(state(&a), before, "the replica changed");
+    // A floor for our own stream above our head is refused the same way.
+    let mut bytes = hello(B, PROTOCOL_VERSION);
+    let hostile_floor = Delta {
+        floor: [(A, 9)].into_iter().collect(),
+        events: Vec::new(),
+    };
+    bytes.extend(frame::encode(&Frame::Delta(hostile_floor)).unwrap());
+    refused(bytes, false, "own stream", |e| {
+        matches!(
+            e,
+            SessionError::Refused {
+                source: DeltaError::OwnFloorAboveHead { floor: 9, .. },
+                ..
+            }
+        )
+    });
+}
+
 #[test]
 fn an_equivocating_event_is_refused_whole() {
     let mut bytes = hello(B, PROTOCOL_VERSION);

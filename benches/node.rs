@@ -1,0 +1,1469 @@
+//! The meshlog node beside what a user would run instead, in one run:
+//! Redis Streams and NATS JetStream, each started by this bench on
+//! 127.0.0.1 in its own temp directory and stopped at the end (on failure
+//! too), each driven through its usual Rust client; meshlog is a node
+//! started in-process (`meshlog_node::Node`, its own runtime) and driven
+//! over HTTP as a user would, with `POST /events` and `GET /events`.
+//!
+//! Every system is asked for the same durability: an append is
+//! acknowledged only once it is on disk. meshlog commits every request
+//! durably (redb, `fdatasync`) before answering; Redis runs with
+//! `--appendonly yes --appendfsync always`; NATS JetStream uses a
+//! file-storage stream, but nats-server 2.9 (Debian bookworm's) has no
+//! `sync_interval` setting and acknowledges before it syncs: its rows are
+//! marked "not the same durability".
+//!
+//! Figures, for each system: durable appends/s with 1, 8 and 64 concurrent
+//! clients, single appends and batches (each client waits for its
+//! acknowledgement before the next request), p50/p99 request latency,
+//! events/s reading the whole log in pages of 1,000, and bytes over the
+//! wire per event (request and response bytes counted by a TCP proxy in
+//! this process, in a separate pass so the proxy does not slow the timed
+//! runs). Payloads are 100 bytes of ASCII.
+//!
+//! Run: `cargo bench -p meshlog-bench --bench node`. Missing servers are
+//! installed from Debian's packages by `benches/peers.sh` (apt-get, as
+//! root); a system that cannot be installed or started is reported and
+//! skipped. Environment:
+//! `MESHLOG_BENCH_SECONDS` each append run's length (default 2),
+//! `MESHLOG_BENCH_BATCH` events per batched request (default 100),
+//! `MESHLOG_BENCH_READ_EVENTS` the read log's length (default 100,000),
+//! `MESHLOG_BENCH_BYTE_EVENTS` events appended for the bytes pass (default
+//! 1,000), `MESHLOG_BENCH_CLIENTS` client counts (default `1,8,64`, each at
+//! most 128), `MESHLOG_BENCH_SYSTEMS` which systems (default
+//! `meshlog,redis,nats`). Figures are recorded in docs/BENCHMARKS.md ("The
+//! node beside Redis Streams and NATS JetStream").
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use meshlog_node::{Node, NodeConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T> = std::result::Result<T, BoxError>;
+
+const PAYLOAD_BYTES: usize = 100;
+/// Events per read request, for every system.
+const PAGE_LEN: usize = 1_000;
+/// Walks of the read log per system; the fastest is reported.
+const READ_ROUNDS: usize = 2;
+/// Events per request when filling the read log.
+const FILL_BATCH: usize = 1_000;
+/// The most concurrent clients a run may ask for (the node serves 256
+/// connections by default).
+const CLIENTS_MAX: usize = 128;
+/// How long a server may take to accept its first client.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long any one request may take before the run fails.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a whole read or fill may take before the run fails.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+
+const REDIS_APPEND_KEY: &str = "append";
+const REDIS_READ_KEY: &str = "read";
+const NATS_APPEND_STREAM: &str = "APPEND";
+const NATS_APPEND_SUBJECT: &str = "append";
+const NATS_READ_STREAM: &str = "READ";
+const NATS_READ_SUBJECT: &str = "read";
+
+struct Settings {
+    seconds: f64,
+    batch: usize,
+    read_events: usize,
+    byte_events: usize,
+    clients: Vec<usize>,
+    systems: Vec<Kind>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Meshlog,
+    Redis,
+    Nats,
+}
+
+impl Kind {
+    const ALL: [Kind; 3] = [Kind::Meshlog, Kind::Redis, Kind::Nats];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Meshlog => "meshlog",
+            Kind::Redis => "redis",
+            Kind::Nats => "nats",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Meshlog => "meshlog node",
+            Kind::Redis => "Redis Streams",
+            Kind::Nats => "NATS JetStream*",
+        }
+    }
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a whole number; got {text:?}")),
+        Err(_) => default,
+    }
+}
+
+fn settings() -> Settings {
+    let seconds = match std::env::var("MESHLOG_BENCH_SECONDS") {
+        Ok(text) => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0 && *s <= 600.0)
+            .unwrap_or_else(|| panic!("MESHLOG_BENCH_SECONDS must be in (0, 600]; got {text:?}")),
+        Err(_) => 2.0,
+    };
+    let batch = env_number("MESHLOG_BENCH_BATCH", 100).clamp(1, 10_000) as usize;
+    let read_events =
+        env_number("MESHLOG_BENCH_READ_EVENTS", 100_000).clamp(1, 10_000_000) as usize;
+    let byte_events = env_number("MESHLOG_BENCH_BYTE_EVENTS", 1_000).clamp(1, 1_000_000) as usize;
+    let clients = match std::env::var("MESHLOG_BENCH_CLIENTS") {
+        Ok(text) => text
+            .split(',')
+            .map(|part| {
+                part.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=CLIENTS_MAX).contains(n))
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "MESHLOG_BENCH_CLIENTS: each count in 1..={CLIENTS_MAX}; got {part:?}"
+                        )
+                    })
+            })
+            .collect(),
+        Err(_) => vec![1, 8, 64],
+    };
+    let systems = match std::env::var("MESHLOG_BENCH_SYSTEMS") {
+        Ok(text) => text
+            .split(',')
+            .map(|part| {
+                Kind::ALL
+                    .into_iter()
+                    .find(|kind| kind.name() == part.trim())
+                    .unwrap_or_else(|| {
+                        panic!("MESHLOG_BENCH_SYSTEMS: meshlog, redis or nats; got {part:?}")
+                    })
+            })
+            .collect(),
+        Err(_) => Kind::ALL.to_vec(),
+    };
+    Settings {
+        seconds,
+        batch,
+        read_events,
+        byte_events,
+        clients,
+        systems,
+    }
+}
+
+/// A 100-byte ASCII payload, numbered so that no two are alike.
+fn payload(n: u64) -> Bytes {
+    let mut bytes = format!("event {n:012} ").into_bytes();
+    bytes.resize(PAYLOAD_BYTES, b'.');
+    Bytes::from(bytes)
+}
+
+fn payloads(counter: &AtomicU64, count: usize) -> Vec<Bytes> {
+    let first = counter.fetch_add(count as u64, Ordering::Relaxed);
+    (first..first + count as u64).map(payload).collect()
+}
+
+async fn timed<T, F>(what: &str, limit: Duration, future: F) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    match tokio::time::timeout(limit, future).await {
+        Ok(out) => out,
+        Err(_) => Err(format!("{what} took longer than {} s", limit.as_secs()).into()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Servers: started here, stopped when dropped.
+
+/// A server process in its own temp directory; killed and reaped when
+/// dropped, so a failed run (an error or a panic) leaves nothing behind.
+struct ServerProcess {
+    name: &'static str,
+    child: Child,
+    /// Removed after the process is reaped (fields drop after `drop`).
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl ServerProcess {
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(10)..].join("\n")
+    }
+
+    /// Fails if the process has already exited (a bad flag, a port taken).
+    fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "{} exited at startup ({status}); its log:\n{}",
+                self.name,
+                self.log_tail()
+            )
+            .into()),
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free port on 127.0.0.1 (the listener is closed before the server
+/// binds it; nothing else on this machine should take it meanwhile).
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Finds `name` on the PATH or in the usual system directories (Debian
+/// puts nats-server in /usr/sbin, which a non-root PATH may lack).
+fn find_binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(
+            ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+                .into_iter()
+                .map(PathBuf::from),
+        )
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Runs `benches/peers.sh` once if a peer's binary is missing.
+fn install_peers(wanted: &[Kind]) {
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter_map(|kind| match kind {
+            Kind::Redis => Some("redis-server"),
+            Kind::Nats => Some("nats-server"),
+            Kind::Meshlog => None,
+        })
+        .filter(|binary| find_binary(binary).is_none())
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers.sh");
+    eprintln!(
+        "missing {}: running {}",
+        missing.join(", "),
+        script.display()
+    );
+    match Command::new("sh").arg(&script).status() {
+        Ok(status) if status.success() => {}
+        Ok(status) => eprintln!("peers.sh failed ({status}); the missing systems are skipped"),
+        Err(error) => eprintln!("cannot run peers.sh: {error}; the missing systems are skipped"),
+    }
+}
+
+fn version_of(binary: &Path) -> String {
+    Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn start_redis() -> Result<(ServerProcess, u16)> {
+    let binary = find_binary("redis-server").ok_or("redis-server is not installed")?;
+    let dir = tempfile::Builder::new()
+        .prefix("meshlog-bench-redis-")
+        .tempdir()?;
+    let port = free_port()?;
+    let log = dir.path().join("redis.log");
+    let child = Command::new(&binary)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--appendonly", "yes", "--appendfsync", "always"])
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--save", ""])
+        .args(["--daemonize", "no"])
+        .arg("--logfile")
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    eprintln!("started {} on 127.0.0.1:{port}", version_of(&binary));
+    let server = ServerProcess {
+        name: "redis-server",
+        child,
+        _dir: dir,
+        log,
+    };
+    Ok((server, port))
+}
+
+fn start_nats() -> Result<(ServerProcess, u16)> {
+    let binary = find_binary("nats-server").ok_or("nats-server is not installed")?;
+    let dir = tempfile::Builder::new()
+        .prefix("meshlog-bench-nats-")
+        .tempdir()?;
+    let port = free_port()?;
+    let log = dir.path().join("nats.log");
+    let store = dir.path().join("jetstream");
+    let child = Command::new(&binary)
+        .arg("-js")
+        .arg("-sd")
+        .arg(&store)
+        .args(["-p", &port.to_string(), "-a", "127.0.0.1"])
+        .arg("-l")
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    eprintln!("started {} on 127.0.0.1:{port}", version_of(&binary));
+    let server = ServerProcess {
+        name: "nats-server",
+        child,
+        _dir: dir,
+        log,
+    };
+    Ok((server, port))
+}
+
+/// The meshlog node, in its own runtime so that its threads are not the
+/// clients' (as a separate process's would not be). Shut down gracefully
+/// when dropped.
+struct MeshlogServer {
+    runtime: Option<tokio::runtime::Runtime>,
+    node: Option<Node>,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl MeshlogServer {
+    fn start() -> Result<MeshlogServer> {
+        let dir = tempfile::Builder::new()
+            .prefix("meshlog-bench-node-")
+            .tempdir()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("meshlog-node")
+            .build()?;
+        let config = NodeConfig::new(dir.path(), "127.0.0.1:0");
+        let node = runtime
+            .block_on(async { tokio::time::timeout(STARTUP_TIMEOUT, Node::start(config)).await });
+        let node = match node {
+            Ok(Ok(node)) => node,
+            Ok(Err(error)) => return Err(format!("the meshlog node did not start: {error}").into()),
+            Err(_) => return Err("the meshlog node did not start within the timeout".into()),
+        };
+        Ok(MeshlogServer {
+            addr: node.local_addr(),
+            node: Some(node),
+            runtime: Some(runtime),
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for MeshlogServer {
+    fn drop(&mut self) {
+        if let (Some(runtime), Some(node)) = (self.runtime.take(), self.node.take()) {
+            node.shutdown();
+            runtime.block_on(async {
+                let _ = tokio::time::timeout(Duration::from_secs(15), node.stopped()).await;
+            });
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+/// One system under test: where it listens, and what keeps it running.
+struct System {
+    kind: Kind,
+    /// Where appends go.
+    addr: SocketAddr,
+    /// Where the read log is: a second node for meshlog (a node serves one
+    /// log), the same server (another key or stream) for the others.
+    read_addr: SocketAddr,
+    /// Shown in the report: the version and what durability it really has.
+    note: String,
+}
+
+/// What keeps a system running until it is dropped.
+enum Running {
+    Meshlog {
+        _append: Box<MeshlogServer>,
+        _read: Box<MeshlogServer>,
+    },
+    Process {
+        _server: ServerProcess,
+    },
+}
+
+/// Starts `kind` and waits (bounded) until a client can use it.
+fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Running)> {
+    match kind {
+        Kind::Meshlog => {
+            let server = MeshlogServer::start()?;
+            let read_server = MeshlogServer::start()?;
+            let system = System {
+                kind,
+                addr: server.addr,
+                read_addr: read_server.addr,
+                note: "meshlog node (in-process, own runtime): each request one redb commit, fdatasync before the answer".into(),
+            };
+            runtime.block_on(wait_ready(&system, None))?;
+            Ok((
+                system,
+                Running::Meshlog {
+                    _append: Box::new(server),
+                    _read: Box::new(read_server),
+                },
+            ))
+        }
+        Kind::Redis => {
+            let binary = find_binary("redis-server").ok_or("redis-server is not installed")?;
+            let (mut server, port) = start_redis()?;
+            let system = System {
+                kind,
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                read_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                note: format!(
+                    "{}: --appendonly yes --appendfsync always --save \"\" (fsync before the reply)",
+                    version_of(&binary)
+                ),
+            };
+            runtime.block_on(wait_ready(&system, Some(&mut server)))?;
+            Ok((system, Running::Process { _server: server }))
+        }
+        Kind::Nats => {
+            let binary = find_binary("nats-server").ok_or("nats-server is not installed")?;
+            let (mut server, port) = start_nats()?;
+            let version = version_of(&binary);
+            let system = System {
+                kind,
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                read_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                note: format!(
+                    "{version}: -js, file storage; NOT the same durability: 2.9 has no sync_interval, acks before fsync"
+                ),
+            };
+            runtime.block_on(wait_ready(&system, Some(&mut server)))?;
+            Ok((system, Running::Process { _server: server }))
+        }
+    }
+}
+
+/// Polls until a client connects and does one harmless request, or the
+/// startup timeout passes, or the process exits.
+async fn wait_ready(system: &System, mut process: Option<&mut ServerProcess>) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        if let Some(process) = process.as_deref_mut() {
+            process.check_running()?;
+        }
+        let attempt =
+            tokio::time::timeout(Duration::from_secs(2), Client::connect(system, system.addr))
+                .await;
+        match attempt {
+            Ok(Ok(client)) => {
+                client.close().await;
+                return Ok(());
+            }
+            Ok(Err(error)) if started.elapsed() > STARTUP_TIMEOUT => {
+                return Err(format!(
+                    "{} did not accept a client within {} s: {error}",
+                    system.kind.name(),
+                    STARTUP_TIMEOUT.as_secs()
+                )
+                .into())
+            }
+            Err(_) if started.elapsed() > STARTUP_TIMEOUT => {
+                return Err(format!(
+                    "{} did not accept a client within {} s",
+                    system.kind.name(),
+                    STARTUP_TIMEOUT.as_secs()
+                )
+                .into())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Clients: one connection each, as a user's client would hold.
+
+/// An HTTP/1.1 connection to the node (keep-alive), through hyper's client.
+struct Http {
+    sender: SendRequest<Full<Bytes>>,
+    host: String,
+}
+
+impl Http {
+    async fn connect(addr: SocketAddr) -> Result<Http> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Http {
+            sender,
+            host: addr.to_string(),
+        })
+    }
+
+    async fn request(
+        &mut self,
+        method: hyper::Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<(hyper::StatusCode, Bytes)> {
+        let exchange = async {
+            self.sender.ready().await?;
+            let mut request = hyper::Request::builder()
+                .method(method)
+                .uri(path)
+                .header(hyper::header::HOST, &self.host);
+            if let Some(content_type) = content_type {
+                request = request.header(hyper::header::CONTENT_TYPE, content_type);
+            }
+            let response = self
+                .sender
+                .send_request(request.body(Full::new(body))?)
+                .await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok((status, body))
+        };
+        timed("an HTTP request", REQUEST_TIMEOUT, exchange).await
+    }
+}
+
+enum Client {
+    Meshlog(Http),
+    Redis(redis::aio::MultiplexedConnection),
+    Nats(Box<Nats>),
+}
+
+/// A NATS connection and its JetStream context.
+struct Nats {
+    client: async_nats::Client,
+    context: jetstream::Context,
+}
+
+impl Client {
+    /// A new connection to `system`, at `addr` (its own address, or a
+    /// counting proxy in front of it).
+    async fn connect(system: &System, addr: SocketAddr) -> Result<Client> {
+        match system.kind {
+            Kind::Meshlog => {
+                let mut http = Http::connect(addr).await?;
+                let (status, _) = http
+                    .request(hyper::Method::GET, "/health", None, Bytes::new())
+                    .await?;
+                if status != hyper::StatusCode::OK {
+                    return Err(format!("GET /health answered {status}").into());
+                }
+                Ok(Client::Meshlog(http))
+            }
+            Kind::Redis => {
+                let client = redis::Client::open(format!("redis://{addr}/"))?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(REQUEST_TIMEOUT))
+                    .set_response_timeout(Some(REQUEST_TIMEOUT));
+                let mut connection = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+                Ok(Client::Redis(connection))
+            }
+            Kind::Nats => {
+                let client = async_nats::ConnectOptions::new()
+                    .connection_timeout(REQUEST_TIMEOUT)
+                    .request_timeout(Some(REQUEST_TIMEOUT))
+                    .connect(addr.to_string())
+                    .await?;
+                let context = jetstream::ContextBuilder::new()
+                    .timeout(REQUEST_TIMEOUT)
+                    .build(client.clone());
+                // A round trip to the server (PING/PONG). Not the account
+                // info request: this client's parser rejects 2.9's answer.
+                client.flush().await?;
+                Ok(Client::Nats(Box::new(Nats { client, context })))
+            }
+        }
+    }
+
+    async fn close(self) {
+        if let Client::Nats(nats) = self {
+            let _ = nats.client.drain().await;
+        }
+    }
+
+    /// Appends `payloads` to the append log and waits until every one is
+    /// acknowledged: one request for one payload, one batch otherwise.
+    async fn append(&mut self, payloads: Vec<Bytes>) -> Result<()> {
+        self.append_to(payloads, Log::Append).await
+    }
+
+    async fn append_to(&mut self, payloads: Vec<Bytes>, log: Log) -> Result<()> {
+        let count = payloads.len();
+        match self {
+            Client::Meshlog(http) => {
+                let (content_type, body) = if count == 1 {
+                    (
+                        "application/octet-stream",
+                        payloads.into_iter().next().unwrap(),
+                    )
+                } else {
+                    let texts: Vec<&str> = payloads
+                        .iter()
+                        .map(|p| std::str::from_utf8(p).expect("ASCII payloads"))
+                        .collect();
+                    ("application/json", Bytes::from(serde_json::to_vec(&texts)?))
+                };
+                let (status, body) = http
+                    .request(hyper::Method::POST, "/events", Some(content_type), body)
+                    .await?;
+                if status != hyper::StatusCode::CREATED {
+                    return Err(format!(
+                        "POST /events answered {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    )
+                    .into());
+                }
+                Ok(())
+            }
+            Client::Redis(connection) => {
+                let key = log.redis_key();
+                if count == 1 {
+                    let _: String = redis::cmd("XADD")
+                        .arg(key)
+                        .arg("*")
+                        .arg("p")
+                        .arg(&payloads[0][..])
+                        .query_async(connection)
+                        .await?;
+                } else {
+                    let mut pipe = redis::pipe();
+                    for payload in &payloads {
+                        pipe.cmd("XADD")
+                            .arg(key)
+                            .arg("*")
+                            .arg("p")
+                            .arg(&payload[..]);
+                    }
+                    let ids: Vec<String> = pipe.query_async(connection).await?;
+                    if ids.len() != count {
+                        return Err(format!("XADD pipeline: {} ids for {count}", ids.len()).into());
+                    }
+                }
+                Ok(())
+            }
+            Client::Nats(nats) => {
+                let subject = log.nats_subject();
+                if count == 1 {
+                    let payload = payloads.into_iter().next().unwrap();
+                    nats.context.publish(subject, payload).await?.await?;
+                } else {
+                    // Publish the batch without waiting, then wait for
+                    // every acknowledgement.
+                    let mut acks = Vec::with_capacity(count);
+                    for payload in payloads {
+                        acks.push(nats.context.publish(subject, payload).await?);
+                    }
+                    for ack in acks {
+                        ack.await?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads the whole read log from its start in pages of [`PAGE_LEN`];
+    /// returns the number of events read.
+    async fn read_all(&mut self, expected: usize) -> Result<usize> {
+        let mut read = 0usize;
+        match self {
+            Client::Meshlog(http) => {
+                let mut after = String::new();
+                loop {
+                    let path = format!("/events?limit={PAGE_LEN}&after={after}");
+                    let (status, body) = http
+                        .request(hyper::Method::GET, &path, None, Bytes::new())
+                        .await?;
+                    if status != hyper::StatusCode::OK {
+                        return Err(format!("GET /events answered {status}").into());
+                    }
+                    let page: serde_json::Value = serde_json::from_slice(&body)?;
+                    let events = page["events"].as_array().ok_or("a page without events")?;
+                    for event in events {
+                        let text = event["payload"]
+                            .as_str()
+                            .ok_or("an event without payload")?;
+                        assert_eq!(text.len(), PAYLOAD_BYTES);
+                    }
+                    read += events.len();
+                    after = page["next"]
+                        .as_str()
+                        .ok_or("a page without next")?
+                        .to_owned();
+                    if page["at_head"].as_bool() == Some(true) || events.is_empty() {
+                        break;
+                    }
+                }
+            }
+            Client::Redis(connection) => {
+                let mut start = "-".to_owned();
+                loop {
+                    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+                        .arg(REDIS_READ_KEY)
+                        .arg(&start)
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(PAGE_LEN)
+                        .query_async(connection)
+                        .await?;
+                    for (_, fields) in &entries {
+                        assert_eq!(fields.get(1).map(Vec::len), Some(PAYLOAD_BYTES));
+                    }
+                    read += entries.len();
+                    match entries.last() {
+                        // Exclusive start (Redis 6.2+): after the last id.
+                        Some((id, _)) if entries.len() == PAGE_LEN => start = format!("({id}"),
+                        _ => break,
+                    }
+                }
+            }
+            Client::Nats(nats) => {
+                let stream = nats.context.get_stream(NATS_READ_STREAM).await?;
+                let consumer = stream
+                    .create_consumer(jetstream::consumer::pull::Config {
+                        deliver_policy: jetstream::consumer::DeliverPolicy::All,
+                        ack_policy: jetstream::consumer::AckPolicy::None,
+                        ..Default::default()
+                    })
+                    .await?;
+                let mut empty_fetches = 0;
+                while read < expected {
+                    let mut batch = consumer.fetch().max_messages(PAGE_LEN).messages().await?;
+                    let before = read;
+                    while let Some(message) = batch.next().await {
+                        let message = message?;
+                        assert_eq!(message.payload.len(), PAYLOAD_BYTES);
+                        read += 1;
+                    }
+                    if read == before {
+                        empty_fetches += 1;
+                        if empty_fetches > 100 {
+                            return Err("the pull consumer stopped delivering".into());
+                        }
+                    }
+                }
+                let _ = stream.delete_consumer(&consumer.cached_info().name).await;
+            }
+        }
+        Ok(read)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Log {
+    Append,
+    Read,
+}
+
+impl Log {
+    fn redis_key(self) -> &'static str {
+        match self {
+            Log::Append => REDIS_APPEND_KEY,
+            Log::Read => REDIS_READ_KEY,
+        }
+    }
+
+    fn nats_subject(self) -> &'static str {
+        match self {
+            Log::Append => NATS_APPEND_SUBJECT,
+            Log::Read => NATS_READ_SUBJECT,
+        }
+    }
+}
+
+/// Creates the JetStream streams the bench writes to (file storage, one
+/// replica).
+async fn setup_nats(system: &System) -> Result<()> {
+    let client = Client::connect(system, system.addr).await?;
+    if let Client::Nats(nats) = &client {
+        for (name, subject) in [
+            (NATS_APPEND_STREAM, NATS_APPEND_SUBJECT),
+            (NATS_READ_STREAM, NATS_READ_SUBJECT),
+        ] {
+            nats.context
+                .create_stream(jetstream::stream::Config {
+                    name: name.to_owned(),
+                    subjects: vec![subject.to_owned()],
+                    storage: jetstream::stream::StorageType::File,
+                    num_replicas: 1,
+                    ..Default::default()
+                })
+                .await?;
+        }
+    }
+    client.close().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Runs.
+
+struct AppendFigures {
+    events_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// `clients` connections append for `seconds`, each waiting for its
+/// acknowledgement before its next request of `batch` events.
+async fn append_run(
+    system: &System,
+    clients: usize,
+    batch: usize,
+    seconds: f64,
+) -> Result<AppendFigures> {
+    let mut connected = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        connected.push(
+            timed(
+                "a connect",
+                REQUEST_TIMEOUT,
+                Client::connect(system, system.addr),
+            )
+            .await?,
+        );
+    }
+    let counter = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(seconds);
+    let tasks: Vec<_> = connected
+        .into_iter()
+        .map(|mut client| {
+            let counter = Arc::clone(&counter);
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut events = 0u64;
+                while Instant::now() < deadline {
+                    let request = payloads(&counter, batch);
+                    let asked = Instant::now();
+                    client.append(request).await?;
+                    latencies.push(asked.elapsed());
+                    events += batch as u64;
+                }
+                client.close().await;
+                Ok::<_, BoxError>((events, latencies))
+            })
+        })
+        .collect();
+    let mut events = 0u64;
+    let mut latencies = Vec::new();
+    for task in tasks {
+        let (task_events, task_latencies) = task.await??;
+        events += task_events;
+        latencies.extend(task_latencies);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort();
+    let quantile = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    Ok(AppendFigures {
+        events_per_s: events as f64 / elapsed,
+        p50_ms: quantile(0.50),
+        p99_ms: quantile(0.99),
+    })
+}
+
+/// Fills the read log with `events` events, in requests of [`FILL_BATCH`].
+async fn fill(system: &System, events: usize) -> Result<()> {
+    let mut client = Client::connect(system, system.read_addr).await?;
+    let counter = AtomicU64::new(0);
+    let mut left = events;
+    while left > 0 {
+        let count = left.min(FILL_BATCH);
+        client
+            .append_to(payloads(&counter, count), Log::Read)
+            .await?;
+        left -= count;
+    }
+    client.close().await;
+    Ok(())
+}
+
+/// Reads the whole read log; the best of `rounds` walks, in events/s.
+async fn read_run(system: &System, events: usize, rounds: usize) -> Result<f64> {
+    let mut best = 0f64;
+    for _ in 0..rounds {
+        let mut client = Client::connect(system, system.read_addr).await?;
+        let started = Instant::now();
+        let read = client.read_all(events).await?;
+        let elapsed = started.elapsed().as_secs_f64();
+        client.close().await;
+        if read != events {
+            return Err(format!("read {read} events of {events}").into());
+        }
+        best = best.max(read as f64 / elapsed);
+    }
+    Ok(best)
+}
+
+/// A TCP proxy on 127.0.0.1 that counts the bytes it carries each way:
+/// what a client sends and receives, every header and frame included.
+struct Proxy {
+    addr: SocketAddr,
+    /// Client to server, server to client.
+    counts: Arc<[AtomicU64; 2]>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: SocketAddr) -> Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let counts: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let shared = Arc::clone(&counts);
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let counts = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let _ = inbound.set_nodelay(true);
+                    let _ = outbound.set_nodelay(true);
+                    let (client_read, client_write) = inbound.into_split();
+                    let (server_read, server_write) = outbound.into_split();
+                    tokio::join!(
+                        pump(client_read, server_write, Arc::clone(&counts), 0),
+                        pump(server_read, client_write, counts, 1),
+                    );
+                });
+            }
+        });
+        Ok(Proxy {
+            addr,
+            counts,
+            accept,
+        })
+    }
+
+    fn counts(&self) -> [u64; 2] {
+        [
+            self.counts[0].load(Ordering::SeqCst),
+            self.counts[1].load(Ordering::SeqCst),
+        ]
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    counts: Arc<[AtomicU64; 2]>,
+    direction: usize,
+) {
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                counts[direction].fetch_add(n as u64, Ordering::SeqCst);
+                if to.write_all(&buffer[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+/// Bytes a client sent and received per event, client to server and back.
+#[derive(Clone, Copy, Default)]
+struct WireBytes {
+    up: f64,
+    down: f64,
+}
+
+impl WireBytes {
+    fn per_event(before: [u64; 2], after: [u64; 2], events: usize) -> WireBytes {
+        WireBytes {
+            up: (after[0] - before[0]) as f64 / events as f64,
+            down: (after[1] - before[1]) as f64 / events as f64,
+        }
+    }
+
+    fn total(self) -> f64 {
+        self.up + self.down
+    }
+}
+
+struct ByteFigures {
+    single: WireBytes,
+    batched: WireBytes,
+    read: WireBytes,
+}
+
+/// One client through a counting proxy: `events` single appends, the same
+/// number in batches, then a walk of the read log. Connection setup and one
+/// warm-up request are left out of the counts.
+async fn byte_run(
+    system: &System,
+    events: usize,
+    batch: usize,
+    read_events: usize,
+) -> Result<ByteFigures> {
+    // The counters must settle after each phase: the proxy forwards a
+    // response before the client has read it, but a client that has its
+    // answer has had every byte of it forwarded.
+    let counter = AtomicU64::new(0);
+    let proxy = Proxy::start(system.addr).await?;
+    let mut client = Client::connect(system, proxy.addr).await?;
+    client.append(payloads(&counter, 1)).await?;
+    let before = proxy.counts();
+    for _ in 0..events {
+        client.append(payloads(&counter, 1)).await?;
+    }
+    let single = WireBytes::per_event(before, proxy.counts(), events);
+    client.append(payloads(&counter, batch)).await?;
+    let before = proxy.counts();
+    let batches = events.div_ceil(batch);
+    for _ in 0..batches {
+        client.append(payloads(&counter, batch)).await?;
+    }
+    let batched = WireBytes::per_event(before, proxy.counts(), batches * batch);
+    client.close().await;
+    drop(proxy);
+
+    let proxy = Proxy::start(system.read_addr).await?;
+    let mut client = Client::connect(system, proxy.addr).await?;
+    let before = proxy.counts();
+    let read = client.read_all(read_events).await?;
+    let read = WireBytes::per_event(before, proxy.counts(), read);
+    client.close().await;
+    Ok(ByteFigures {
+        single,
+        batched,
+        read,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The whole bench and its table.
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Single,
+    Batched,
+}
+
+struct Results {
+    /// (mode, clients, system) → figures or why the run failed.
+    appends: Vec<(
+        Mode,
+        usize,
+        Kind,
+        std::result::Result<AppendFigures, String>,
+    )>,
+    reads: Vec<(Kind, std::result::Result<f64, String>)>,
+    bytes: Vec<(Kind, std::result::Result<ByteFigures, String>)>,
+}
+
+async fn bench(settings: &Settings, systems: &[System]) -> Results {
+    let mut results = Results {
+        appends: Vec::new(),
+        reads: Vec::new(),
+        bytes: Vec::new(),
+    };
+    for system in systems {
+        if system.kind == Kind::Nats {
+            if let Err(error) = setup_nats(system).await {
+                eprintln!("nats: cannot create the streams: {error}");
+            }
+        }
+    }
+    // Systems take turns within each configuration, so that a burst of
+    // load from elsewhere on a shared machine does not fall on one system.
+    for mode in [Mode::Single, Mode::Batched] {
+        let batch = match mode {
+            Mode::Single => 1,
+            Mode::Batched => settings.batch,
+        };
+        for &clients in &settings.clients {
+            for system in systems {
+                let run = append_run(system, clients, batch, settings.seconds)
+                    .await
+                    .map_err(|error| error.to_string());
+                match &run {
+                    Ok(figures) => eprintln!(
+                        "{:<8} {:<7} batch {batch:>4} clients {clients:>3}: {:>9.0} events/s, p50 {:.2} ms, p99 {:.2} ms",
+                        system.kind.name(),
+                        "append",
+                        figures.events_per_s,
+                        figures.p50_ms,
+                        figures.p99_ms
+                    ),
+                    Err(error) => eprintln!("{} append run failed: {error}", system.kind.name()),
+                }
+                results.appends.push((mode, clients, system.kind, run));
+            }
+        }
+    }
+    for system in systems {
+        let read = async {
+            timed(
+                "filling the read log",
+                PHASE_TIMEOUT,
+                fill(system, settings.read_events),
+            )
+            .await?;
+            timed(
+                "reading the log",
+                PHASE_TIMEOUT,
+                read_run(system, settings.read_events, READ_ROUNDS),
+            )
+            .await
+        }
+        .await
+        .map_err(|error| error.to_string());
+        match &read {
+            Ok(rate) => eprintln!("{:<8} read: {rate:.0} events/s", system.kind.name()),
+            Err(error) => eprintln!("{} read failed: {error}", system.kind.name()),
+        }
+        results.reads.push((system.kind, read));
+    }
+    for system in systems {
+        let bytes = timed(
+            "the bytes pass",
+            PHASE_TIMEOUT,
+            byte_run(
+                system,
+                settings.byte_events,
+                settings.batch,
+                settings.read_events,
+            ),
+        )
+        .await
+        .map_err(|error| error.to_string());
+        if let Err(error) = &bytes {
+            eprintln!("{} bytes pass failed: {error}", system.kind.name());
+        }
+        results.bytes.push((system.kind, bytes));
+    }
+    results
+}
+
+fn main() {
+    let settings = settings();
+    install_peers(&settings.systems);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut systems = Vec::new();
+    let mut running = Vec::new();
+    let mut skipped = Vec::new();
+    for &kind in &settings.systems {
+        match start(kind, &runtime) {
+            Ok((system, server)) => {
+                systems.push(system);
+                running.push(server);
+            }
+            Err(error) => {
+                eprintln!("{}: skipped: {error}", kind.name());
+                skipped.push((kind, error.to_string()));
+            }
+        }
+    }
+    // On SIGINT or SIGTERM the servers are still stopped: the bench future
+    // is dropped, and the servers after it. (A SIGKILL leaves them running;
+    // their temp directories name them: /tmp/meshlog-bench-*.)
+    let results = runtime.block_on(async {
+        tokio::select! {
+            results = bench(&settings, &systems) => Some(results),
+            _ = interrupted() => None,
+        }
+    });
+    drop(runtime);
+    drop(running);
+    let Some(results) = results else {
+        eprintln!("interrupted; servers stopped");
+        std::process::exit(130);
+    };
+    report(&settings, &systems, &skipped, &results);
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn interrupted() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into());
+    format!("{cores} cores, load average {load} at the end")
+}
+
+fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], results: &Results) {
+    let kinds: Vec<Kind> = systems.iter().map(|s| s.kind).collect();
+    let peers: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| *k != Kind::Meshlog)
+        .collect();
+    println!();
+    println!(
+        "meshlog node beside Redis Streams and NATS JetStream: {PAYLOAD_BYTES}-byte payloads, {} s per append run, batches of {}, reads of {} events in pages of {PAGE_LEN} (best of {READ_ROUNDS} walks); {}",
+        settings.seconds,
+        settings.batch,
+        settings.read_events,
+        machine()
+    );
+    for system in systems {
+        println!("  {:<16} {}", system.kind.label(), system.note);
+    }
+    for (kind, why) in skipped {
+        println!("  {:<16} skipped: {why}", kind.label());
+    }
+    println!();
+    let header = |first: &str| {
+        print!("{first:<22}");
+        for kind in &kinds {
+            print!(" {:>26}", kind.label());
+        }
+        if kinds.contains(&Kind::Meshlog) {
+            for peer in &peers {
+                print!(" {:>12}", format!("÷ {}", peer.name()));
+            }
+        }
+        println!();
+    };
+    header("durable appends/s");
+    println!(
+        "{:<22} (p50/p99 ms per request; each client waits for its ack)",
+        ""
+    );
+    let mut goals: Vec<(String, Rates)> = Vec::new();
+    for mode in [Mode::Single, Mode::Batched] {
+        for &clients in &settings.clients {
+            let noun = if clients == 1 { "client" } else { "clients" };
+            let label = match mode {
+                Mode::Single => format!("single, {clients} {noun}"),
+                Mode::Batched => format!("batch {}, {clients} {noun}", settings.batch),
+            };
+            let mut rates = Vec::new();
+            let mut cells = Vec::new();
+            for &kind in &kinds {
+                let run = results
+                    .appends
+                    .iter()
+                    .find(|(m, c, k, _)| *m == mode && *c == clients && *k == kind)
+                    .map(|(_, _, _, run)| run);
+                match run {
+                    Some(Ok(f)) => {
+                        rates.push((kind, Some(f.events_per_s)));
+                        cells.push(format!(
+                            "{:.0} ({:.1}/{:.1})",
+                            f.events_per_s, f.p50_ms, f.p99_ms
+                        ));
+                    }
+                    _ => {
+                        rates.push((kind, None));
+                        cells.push("failed".to_owned());
+                    }
+                }
+            }
+            print_row(&label, &cells, &rates);
+            if mode == Mode::Batched {
+                goals.push((label, rates));
+            }
+        }
+    }
+    println!();
+    header("paged reads, events/s");
+    let mut rates = Vec::new();
+    let mut cells = Vec::new();
+    for &kind in &kinds {
+        match results
+            .reads
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, r)| r)
+        {
+            Some(Ok(rate)) => {
+                rates.push((kind, Some(*rate)));
+                cells.push(format!("{rate:.0}"));
+            }
+            _ => {
+                rates.push((kind, None));
+                cells.push("failed".to_owned());
+            }
+        }
+    }
+    print_row(
+        &format!("whole log, {} events", settings.read_events),
+        &cells,
+        &rates,
+    );
+    goals.push(("paged reads".to_owned(), rates));
+    println!();
+    println!(
+        "bytes over the wire per event (client→server + server→client, every header and frame):"
+    );
+    for (label, pick) in [
+        (
+            "single append",
+            (|b: &ByteFigures| b.single) as fn(&ByteFigures) -> WireBytes,
+        ),
+        ("batched append", |b: &ByteFigures| b.batched),
+        ("paged read", |b: &ByteFigures| b.read),
+    ] {
+        print!("{label:<22}");
+        for &kind in &kinds {
+            let bytes = results
+                .bytes
+                .iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, b)| b);
+            let cell = match bytes {
+                Some(Ok(figures)) => {
+                    let wire = pick(figures);
+                    format!("{:.0} ({:.0} + {:.0})", wire.total(), wire.up, wire.down)
+                }
+                _ => "failed".to_owned(),
+            };
+            print!(" {cell:>26}");
+        }
+        println!();
+    }
+    println!();
+    println!("goal: meshlog ahead of both on batched durable appends and on paged reads");
+    for (label, rates) in &goals {
+        println!("  {label:<22} {}", verdict(rates));
+    }
+    if kinds.contains(&Kind::Nats) {
+        println!();
+        println!("* NATS JetStream is not at the same durability: nats-server 2.9 acknowledges a publish before it is fsynced (2.9 refuses a sync_interval setting).");
+    }
+}
+
+/// Each system's rate in one row of the table (`None`: its run failed).
+type Rates = Vec<(Kind, Option<f64>)>;
+
+/// One table row: the systems' cells, then meshlog's rate over each peer's.
+fn print_row(label: &str, cells: &[String], rates: &[(Kind, Option<f64>)]) {
+    print!("{label:<22}");
+    for cell in cells {
+        print!(" {cell:>26}");
+    }
+    let ours = rates
+        .iter()
+        .find(|(kind, _)| *kind == Kind::Meshlog)
+        .map(|(_, rate)| *rate);
+    if let Some(ours) = ours {
+        for (kind, theirs) in rates {
+            if *kind == Kind::Meshlog {
+                continue;
+            }
+            let ratio = match (ours, theirs) {
+                (Some(ours), Some(theirs)) if *theirs > 0.0 => format!("{:.2}x", ours / theirs),
+                _ => "-".to_owned(),
+            };
+            print!(" {ratio:>12}");
+        }
+    }
+    println!();
+}
+
+/// "met" when meshlog's rate is above every peer's in this row; judged
+/// only when every system has a figure.
+fn verdict(rates: &[(Kind, Option<f64>)]) -> String {
+    let ours = rates
+        .iter()
+        .find(|(kind, _)| *kind == Kind::Meshlog)
+        .and_then(|(_, rate)| *rate);
+    let Some(ours) = ours else {
+        return "not judged: no meshlog figure".to_owned();
+    };
+    let peers: Vec<(Kind, Option<f64>)> = rates
+        .iter()
+        .copied()
+        .filter(|(kind, _)| *kind != Kind::Meshlog)
+        .collect();
+    let missing: Vec<&str> = Kind::ALL
+        .iter()
+        .filter(|kind| **kind != Kind::Meshlog)
+        .filter(|kind| !peers.iter().any(|(k, rate)| k == *kind && rate.is_some()))
+        .map(|kind| kind.name())
+        .collect();
+    if !missing.is_empty() {
+        return format!("not judged: no figure for {}", missing.join(", "));
+    }
+    let behind: Vec<String> = peers
+        .iter()
+        .filter_map(|(kind, rate)| {
+            let theirs = rate.expect("checked above");
+            (ours <= theirs).then(|| format!("{} ({:.2}x)", kind.name(), ours / theirs))
+        })
+        .collect();
+    if behind.is_empty() {
+        "met".to_owned()
+    } else {
+        format!("not met: behind {}", behind.join(" and "))
+    }
+}

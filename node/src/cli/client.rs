@@ -1,0 +1,342 @@
+//! A typed HTTP client of one node: the calls the CLI and the demo make,
+//! each answering the API's JSON (`docs/HTTP.md`) as the very types the
+//! server writes (`meshlog_node::http::json`).
+//!
+//! It speaks HTTP only: it never opens a data directory, so it works the
+//! same against a node on this machine or another.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+pub use crate::http::json::{
+    AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, LostJson, MarksJson, PageJson,
+    PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson,
+};
+
+/// Tokens longer than this are sent in a `POST /events/query` body rather
+/// than a query string: URLs that long are refused by some proxies and
+/// servers, and a token of a few hundred streams passes it.
+pub const TOKEN_QUERY_MAX: usize = 2_000;
+
+/// How long one request may take before the client gives up.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client of the node at one base URL.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The URL given for the node is not one reqwest can use.
+    #[error("bad node URL {url:?}: expected http://HOST:PORT")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+    },
+    /// The node did not answer (refused, timed out, connection lost).
+    #[error("cannot reach the node at {url}: {reason}")]
+    Unreachable {
+        /// The node's URL.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The node answered with an error.
+    #[error("the node at {url} answered {status} {code}: {message}")]
+    Api {
+        /// The node's URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The API's stable error code (`bad_token`, `bad_limit`, ...).
+        code: String,
+        /// The node's explanation.
+        message: String,
+    },
+    /// The node answered something that is not the API's JSON.
+    #[error("the node at {url} answered {status} with an unexpected body: {reason}")]
+    BadResponse {
+        /// The node's URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// Why the body was not understood.
+        reason: String,
+    },
+}
+
+/// A `410 stale_cursor` answer: the cursor is below the node's compaction
+/// floor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    /// The node's explanation.
+    pub message: String,
+    /// Every stream and range lost.
+    pub lost: Vec<LostJson>,
+    /// The token that accepts exactly that loss.
+    pub resume: String,
+}
+
+impl Stale {
+    /// How many events were lost, over every stream.
+    pub fn lost_count(&self) -> u64 {
+        self.lost
+            .iter()
+            .map(|range| range.last + 1 - range.first)
+            .sum()
+    }
+}
+
+/// What a page request answers: a page, or the expected outcome of a stale
+/// cursor.
+#[derive(Debug, Clone)]
+pub enum PageOutcome {
+    /// The events after the cursor.
+    Page(PageJson),
+    /// The cursor is stale.
+    Stale(Stale),
+}
+
+impl Client {
+    /// A client of the node at `url` (`http://HOST:PORT`, a trailing `/`
+    /// allowed).
+    pub fn new(url: &str) -> Result<Client, ClientError> {
+        let base = url.trim().trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://"))
+            || base.len() <= "https://".len()
+        {
+            return Err(ClientError::BadUrl {
+                url: url.to_owned(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|error| ClientError::Unreachable {
+                url: base.clone(),
+                reason: format!("cannot build an HTTP client: {error}"),
+            })?;
+        Ok(Client { base, http })
+    }
+
+    /// The node's base URL, without a trailing `/`.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// Appends `payloads` as one batch (one durable commit).
+    pub async fn append(&self, payloads: &[String]) -> Result<Vec<AppendedJson>, ClientError> {
+        let request = self
+            .http
+            .post(format!("{}/events", self.base))
+            .json(&payloads);
+        let (status, body) = self.send(request).await?;
+        let appended: AppendJson = self.parse(status, &body)?;
+        Ok(appended.events)
+    }
+
+    /// Up to `limit` events after `after` (`None`: from the start). A token
+    /// longer than [`TOKEN_QUERY_MAX`] goes in a `POST /events/query` body.
+    pub async fn page(
+        &self,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<PageOutcome, ClientError> {
+        let after = after.filter(|token| !token.is_empty());
+        let request = if after.is_some_and(|token| token.len() > TOKEN_QUERY_MAX) {
+            self.http
+                .post(format!("{}/events/query", self.base))
+                .json(&json!({"after": after, "limit": limit}))
+        } else {
+            // Tokens are URL-safe base64 and limits are digits: nothing to
+            // escape.
+            let mut url = format!("{}/events", self.base);
+            let mut sep = '?';
+            if let Some(token) = after {
+                url.push_str(&format!("{sep}after={token}"));
+                sep = '&';
+            }
+            if let Some(limit) = limit {
+                url.push_str(&format!("{sep}limit={limit}"));
+            }
+            self.http.get(url)
+        };
+        let (status, body) = self.send_raw(request).await?;
+        if status == 410 {
+            let error: ErrorJson = self.parse(status, &body)?;
+            if let (Some(lost), Some(resume)) = (error.lost, error.resume) {
+                return Ok(PageOutcome::Stale(Stale {
+                    message: error.message,
+                    lost,
+                    resume,
+                }));
+            }
+            return Err(ClientError::BadResponse {
+                url: self.base.clone(),
+                status,
+                reason: "a 410 answer without `lost` and `resume`".into(),
+            });
+        }
+        self.check(status, &body)?;
+        Ok(PageOutcome::Page(self.parse(status, &body)?))
+    }
+
+    /// `GET /marks`.
+    pub async fn marks(&self) -> Result<MarksJson, ClientError> {
+        self.json(self.http.get(format!("{}/marks", self.base)))
+            .await
+    }
+
+    /// `GET /metrics`, as text.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let (status, body) = self
+            .send(self.http.get(format!("{}/metrics", self.base)))
+            .await?;
+        String::from_utf8(body).map_err(|error| ClientError::BadResponse {
+            url: self.base.clone(),
+            status,
+            reason: error.to_string(),
+        })
+    }
+
+    /// `POST /compact`.
+    pub async fn compact(
+        &self,
+        keep_last: Option<u64>,
+        keep_ms: Option<u64>,
+        ignore_peers: bool,
+    ) -> Result<CompactedJson, ClientError> {
+        let mut body = serde_json::Map::new();
+        if let Some(n) = keep_last {
+            body.insert("keep_last".into(), n.into());
+        }
+        if let Some(n) = keep_ms {
+            body.insert("keep_ms".into(), n.into());
+        }
+        if ignore_peers {
+            body.insert("ignore_peers".into(), true.into());
+        }
+        self.json(
+            self.http
+                .post(format!("{}/compact", self.base))
+                .json(&serde_json::Value::Object(body)),
+        )
+        .await
+    }
+
+    /// `GET /peers`.
+    pub async fn peers(&self) -> Result<PeersJson, ClientError> {
+        self.json(self.http.get(format!("{}/peers", self.base)))
+            .await
+    }
+
+    /// `POST /peers`: starts syncing with `url`.
+    pub async fn add_peer(&self, url: &str) -> Result<PeerAddedJson, ClientError> {
+        self.json(
+            self.http
+                .post(format!("{}/peers", self.base))
+                .json(&json!({ "url": url })),
+        )
+        .await
+    }
+
+    /// `DELETE /peers`: stops syncing with `url`.
+    pub async fn remove_peer(&self, url: &str) -> Result<PeerRemovedJson, ClientError> {
+        self.json(
+            self.http
+                .delete(format!("{}/peers", self.base))
+                .json(&json!({ "url": url })),
+        )
+        .await
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let (status, body) = self.send(request).await?;
+        self.parse(status, &body)
+    }
+
+    /// Sends, and turns a non-2xx answer into [`ClientError::Api`].
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<(u16, Vec<u8>), ClientError> {
+        let (status, body) = self.send_raw(request).await?;
+        self.check(status, &body)?;
+        Ok((status, body))
+    }
+
+    async fn send_raw(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
+        let unreachable = |error: reqwest::Error| ClientError::Unreachable {
+            url: self.base.clone(),
+            reason: describe(&error),
+        };
+        let response = request.send().await.map_err(unreachable)?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(unreachable)?;
+        Ok((status, body.to_vec()))
+    }
+
+    fn check(&self, status: u16, body: &[u8]) -> Result<(), ClientError> {
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        Err(match serde_json::from_slice::<ErrorJson>(body) {
+            Ok(error) => ClientError::Api {
+                url: self.base.clone(),
+                status,
+                code: error.error,
+                message: error.message,
+            },
+            Err(_) => ClientError::Api {
+                url: self.base.clone(),
+                status,
+                code: "unknown".into(),
+                message: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+            },
+        })
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        status: u16,
+        body: &[u8],
+    ) -> Result<T, ClientError> {
+        serde_json::from_slice(body).map_err(|error| ClientError::BadResponse {
+            url: self.base.clone(),
+            status,
+            reason: error.to_string(),
+        })
+    }
+}
+
+/// reqwest's error with its sources, which hold the useful part
+/// ("Connection refused").
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = if error.is_connect() {
+        "connection failed".to_owned()
+    } else if error.is_timeout() {
+        format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())
+    } else {
+        error.to_string()
+    };
+    let mut source = std::error::Error::source(error);
+    let mut last = String::new();
+    while let Some(cause) = source {
+        last = cause.to_string();
+        source = cause.source();
+    }
+    if !last.is_empty() {
+        text.push_str(": ");
+        text.push_str(&last);
+    }
+    text
+}

@@ -1,0 +1,441 @@
+//! The client subcommands (`meshlog append`, `events`, `marks`, `compact`,
+//! `peers`): a thin HTTP client of a running node, by default
+//! `http://127.0.0.1:7070` (`--node URL` or `MESHLOG_NODE`).
+//!
+//! They talk to a node over HTTP only ([`client::Client`]) and never open a
+//! data directory. Output is for people by default and JSON lines with
+//! `--json`; errors go to stderr and say which node and what it answered.
+//!
+//! Exit codes: 0 done; 1 the node is unreachable or answered an error;
+//! 2 bad usage (clap's); [`EXIT_STALE`] a stale cursor, reported with what
+//! was lost and the token to resume from.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use meshlog_cursor::{token, StreamId, VersionVector};
+
+pub mod client;
+
+use client::{Client, ClientError, EventJson, PageOutcome, PeerJson, Stale, VectorJson};
+
+/// The exit code of `meshlog events` when the cursor is stale: distinct
+/// from a failure, so a script can accept the gap and resume.
+pub const EXIT_STALE: u8 = 3;
+
+/// The default node URL.
+pub const NODE_DEFAULT: &str = "http://127.0.0.1:7070";
+
+/// A client subcommand, talking to a running node over HTTP.
+#[derive(Debug, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Append events to a node's own stream, as one batch (one commit).
+    Append(AppendArgs),
+    /// Page through a node's log from a token; prints `next: TOKEN` last.
+    Events(EventsArgs),
+    /// Show a node's marks, floor, resume token, digest and peers.
+    Marks(MarksArgs),
+    /// Drop old events on a node, raising its floor.
+    Compact(CompactArgs),
+    /// List, add or remove a node's peers.
+    Peers(PeersArgs),
+}
+
+/// Which node to talk to.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArg {
+    /// The node's base URL.
+    #[arg(long, env = "MESHLOG_NODE", default_value = NODE_DEFAULT, global = true)]
+    pub node: String,
+}
+
+/// `meshlog append`.
+#[derive(Debug, clap::Args)]
+pub struct AppendArgs {
+    #[command(flatten)]
+    node: NodeArg,
+    /// Read payloads from stdin, one per line, instead of the arguments.
+    #[arg(long, conflicts_with = "payloads")]
+    stdin: bool,
+    /// Print each appended event as a JSON line.
+    #[arg(long)]
+    json: bool,
+    /// The payloads, one event each.
+    #[arg(required_unless_present = "stdin")]
+    payloads: Vec<String>,
+}
+
+/// `meshlog events`.
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    #[command(flatten)]
+    node: NodeArg,
+    /// The token to page after (a `next:` line of an earlier call, or any
+    /// node's); the start of the log if absent.
+    #[arg(long)]
+    after: Option<String>,
+    /// Events per page (the node's default if absent).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Walk page by page to the node's head.
+    #[arg(long)]
+    all: bool,
+    /// JSON lines: one per event, then `{"next", "at_head", "behind"}`.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `meshlog marks`.
+#[derive(Debug, clap::Args)]
+pub struct MarksArgs {
+    #[command(flatten)]
+    node: NodeArg,
+    /// The node's JSON as it is.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `meshlog compact`.
+#[derive(Debug, clap::Args)]
+pub struct CompactArgs {
+    #[command(flatten)]
+    node: NodeArg,
+    /// Keep at least this many of each stream's newest events.
+    #[arg(long)]
+    keep_last: Option<u64>,
+    /// Keep events younger than this many milliseconds.
+    #[arg(long)]
+    keep_ms: Option<u64>,
+    /// Compact past what the node's peers have acknowledged.
+    #[arg(long)]
+    ignore_peers: bool,
+}
+
+/// `meshlog peers`.
+#[derive(Debug, clap::Args)]
+pub struct PeersArgs {
+    #[command(flatten)]
+    node: NodeArg,
+    #[command(subcommand)]
+    action: PeersAction,
+}
+
+/// What to do with a node's peers.
+#[derive(Debug, clap::Subcommand)]
+pub enum PeersAction {
+    /// List the peers the node dials, with their state.
+    List,
+    /// Start syncing with a peer.
+    Add {
+        /// The peer's URL (`http://HOST:PORT`).
+        url: String,
+    },
+    /// Stop syncing with a peer.
+    Remove {
+        /// The peer's URL.
+        url: String,
+    },
+}
+
+/// Runs a client subcommand.
+pub fn run(command: ClientCommand) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("meshlog: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(command)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("meshlog: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(command: ClientCommand) -> Result<ExitCode, ClientError> {
+    match command {
+        ClientCommand::Append(args) => append(args).await,
+        ClientCommand::Events(args) => events(args).await,
+        ClientCommand::Marks(args) => marks(args).await,
+        ClientCommand::Compact(args) => compact(args).await,
+        ClientCommand::Peers(args) => peers(args).await,
+    }
+}
+
+async fn append(args: AppendArgs) -> Result<ExitCode, ClientError> {
+    let client = Client::new(&args.node.node)?;
+    let payloads = if args.stdin {
+        let mut lines = Vec::new();
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(line) => lines.push(line),
+                Err(error) => {
+                    eprintln!("meshlog append: cannot read stdin: {error}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        lines
+    } else {
+        args.payloads
+    };
+    if payloads.is_empty() {
+        eprintln!("meshlog append: nothing to append");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let appended = client.append(&payloads).await?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for event in &appended {
+            let line = serde_json::to_string(event).unwrap_or_default();
+            let _ = writeln!(out, "{line}");
+        }
+    } else if let (Some(first), Some(last)) = (appended.first(), appended.last()) {
+        let _ = writeln!(
+            out,
+            "appended {} event(s) to stream {}: seq {}..={}, lamport {}..={}",
+            appended.len(),
+            first.stream,
+            first.seq,
+            last.seq,
+            first.lamport,
+            last.lamport
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One event as a line for people: `stream:seq  lamport N  payload`.
+pub fn event_line(event: &EventJson) -> String {
+    let payload = match (&event.payload, &event.payload_base64) {
+        (Some(text), _) if !text.chars().any(char::is_control) => text.clone(),
+        (Some(text), _) => format!("{text:?}"),
+        (None, Some(encoded)) => format!("base64:{encoded}"),
+        (None, None) => String::new(),
+    };
+    format!(
+        "{}:{}  lamport {}  {}",
+        event.stream, event.seq, event.lamport, payload
+    )
+}
+
+/// The lines that report a stale cursor: what was lost and where to resume.
+pub fn stale_lines(stale: &Stale) -> Vec<String> {
+    let mut lines = vec![format!(
+        "stale cursor: {} event(s) were compacted away before this reader saw them",
+        stale.lost_count()
+    )];
+    for range in &stale.lost {
+        lines.push(format!(
+            "lost: stream {} seq {}..={} ({} event(s))",
+            range.stream,
+            range.first,
+            range.last,
+            range.last + 1 - range.first
+        ));
+    }
+    lines.push(format!("resume: {}", stale.resume));
+    lines
+}
+
+async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
+    let client = Client::new(&args.node.node)?;
+    let mut after = args.after.clone().filter(|token| !token.is_empty());
+    let stdout = std::io::stdout();
+    let bar = if args.all && stdout.is_terminal() {
+        progress_bar(&client, after.as_deref()).await
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut out = stdout.lock();
+    loop {
+        let page = match client.page(after.as_deref(), args.limit).await? {
+            PageOutcome::Page(page) => page,
+            PageOutcome::Stale(stale) => {
+                bar.finish_and_clear();
+                if args.json {
+                    let line = serde_json::to_string(&client::ErrorJson {
+                        error: "stale_cursor".into(),
+                        message: stale.message.clone(),
+                        lost: Some(stale.lost.clone()),
+                        resume: Some(stale.resume.clone()),
+                    })
+                    .unwrap_or_default();
+                    let _ = writeln!(out, "{line}");
+                } else {
+                    for line in stale_lines(&stale) {
+                        let _ = writeln!(out, "{line}");
+                    }
+                }
+                let _ = out.flush();
+                return Ok(ExitCode::from(EXIT_STALE));
+            }
+        };
+        bar.suspend(|| {
+            for event in &page.events {
+                let line = if args.json {
+                    serde_json::to_string(event).unwrap_or_default()
+                } else {
+                    event_line(event)
+                };
+                let _ = writeln!(out, "{line}");
+            }
+        });
+        bar.inc(page.events.len() as u64);
+        let done = !args.all || page.at_head || page.events.is_empty();
+        if done {
+            bar.finish_and_clear();
+            if args.json {
+                let line = serde_json::json!({"next": page.next, "at_head": page.at_head, "behind": page.behind});
+                let _ = writeln!(out, "{line}");
+            } else {
+                if page.behind {
+                    let _ = writeln!(
+                        out,
+                        "(this node is behind the cursor on some stream; it serves what it has)"
+                    );
+                }
+                let _ = writeln!(out, "next: {}", page.next);
+            }
+            let _ = out.flush();
+            return Ok(ExitCode::SUCCESS);
+        }
+        after = Some(page.next);
+    }
+}
+
+/// A bar over the events the walk has left (the node's marks above the
+/// cursor and its floor), or a hidden one if that is small or unknown.
+async fn progress_bar(client: &Client, after: Option<&str>) -> indicatif::ProgressBar {
+    const SHOWN_FROM: u64 = 10_000;
+    let cursor = match after {
+        Some(text) => token::decode_text(text).unwrap_or_default(),
+        None => VersionVector::new(),
+    };
+    let Ok(marks) = client.marks().await else {
+        return indicatif::ProgressBar::hidden();
+    };
+    let vector = |json: &VectorJson| -> VersionVector {
+        let mut vector = VersionVector::new();
+        for (stream, seq) in json {
+            if let Ok(stream) = stream.parse::<u64>() {
+                vector.advance(StreamId::new(stream), *seq);
+            }
+        }
+        vector
+    };
+    let (held, floor) = (vector(&marks.marks), vector(&marks.floor));
+    let left: u64 = held
+        .iter()
+        .map(|(stream, seq)| seq.saturating_sub(cursor.get(stream).max(floor.get(stream))))
+        .sum();
+    if left < SHOWN_FROM {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(left);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  eta {eta}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+async fn marks(args: MarksArgs) -> Result<ExitCode, ClientError> {
+    let client = Client::new(&args.node.node)?;
+    let marks = client.marks().await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&marks).unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("node:   {} (stream {})", client.url(), marks.stream);
+    println!("marks:  {}", vector_text(&marks.marks));
+    println!("floor:  {}", vector_text(&marks.floor));
+    println!(
+        "digest: {} events, sum {}",
+        marks.digest.events, marks.digest.sum
+    );
+    println!("token:  {}", marks.token);
+    print_peers(&marks.peers);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn compact(args: CompactArgs) -> Result<ExitCode, ClientError> {
+    let client = Client::new(&args.node.node)?;
+    let answer = client
+        .compact(args.keep_last, args.keep_ms, args.ignore_peers)
+        .await?;
+    println!(
+        "dropped {} event(s) on {} stream(s); floor: {}",
+        answer.dropped,
+        answer.streams,
+        vector_text(&answer.floor)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn peers(args: PeersArgs) -> Result<ExitCode, ClientError> {
+    let client = Client::new(&args.node.node)?;
+    match args.action {
+        PeersAction::List => {
+            let answer = client.peers().await?;
+            print_peers(&answer.peers);
+        }
+        PeersAction::Add { url } => {
+            let answer = client.add_peer(&url).await?;
+            if answer.added {
+                println!("added peer {}", answer.url);
+            } else {
+                println!("already a peer: {}", answer.url);
+            }
+        }
+        PeersAction::Remove { url } => {
+            let answer = client.remove_peer(&url).await?;
+            println!("removed peer {}", answer.url);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_peers(peers: &[PeerJson]) {
+    if peers.is_empty() {
+        println!("peers:  none");
+        return;
+    }
+    println!("peers:");
+    for peer in peers {
+        let state = if peer.connected {
+            "connected"
+        } else {
+            "not connected"
+        };
+        let mut line = format!(
+            "  {}  {state}, stream {}, lag {} event(s)",
+            peer.url,
+            peer.stream.as_deref().unwrap_or("-"),
+            peer.lag_events
+        );
+        if let Some(error) = &peer.last_error {
+            line.push_str(&format!(", last error: {error}"));
+        }
+        println!("{line}");
+    }
+}
+
+/// `{"1": 3, "2": 5}` as `1:3 2:5` (`-` when empty).
+pub fn vector_text(vector: &VectorJson) -> String {
+    if vector.is_empty() {
+        return "-".into();
+    }
+    vector
+        .iter()
+        .map(|(stream, seq)| format!("{stream}:{seq}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
