@@ -28,6 +28,7 @@ use super::frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
 use crate::config::FollowSettings;
 use crate::http::json::{decimal, vector_json, DigestJson, EventJson, LostJson};
 use crate::http::{ApiError, AppState};
+use crate::metrics::Metrics;
 use crate::replica::NodeReplica;
 
 /// The largest message a follower may send (a subscribe request).
@@ -61,8 +62,26 @@ impl FollowHub {
         }
     }
 
-    fn permit(&self) -> Option<OwnedSemaphorePermit> {
-        Arc::clone(&self.permits).try_acquire_owned().ok()
+    fn permit(&self, metrics: &Arc<Metrics>) -> Option<Permit> {
+        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
+        metrics.followers.inc();
+        Some(Permit {
+            _permit: permit,
+            metrics: Arc::clone(metrics),
+        })
+    }
+}
+
+/// A subscription's place among the node's `followers_max`, counted in
+/// the `followers` gauge while it lives.
+struct Permit {
+    _permit: OwnedSemaphorePermit,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.metrics.followers.dec();
     }
 }
 
@@ -74,7 +93,7 @@ struct Subscription {
     /// Reached the head since it subscribed: from now on a full queue
     /// means `lagged`.
     live: bool,
-    _permit: OwnedSemaphorePermit,
+    _permit: Permit,
 }
 
 enum Out {
@@ -116,7 +135,7 @@ pub(crate) async fn follow_upgrade(
             .into_response()
         }
     };
-    let Some(permit) = state.follow.permit() else {
+    let Some(permit) = state.follow.permit(&state.metrics) else {
         return too_many_followers().into_response();
     };
     let first = Subscription {
@@ -325,6 +344,7 @@ impl Connection {
                         resume: encode(stale.resume()),
                     };
                     self.send(&frame);
+                    self.state.metrics.follow_stale.inc();
                     return false;
                 }
                 Err(error) => {
@@ -348,6 +368,7 @@ impl Connection {
                     cursor: encode(&sub.cursor),
                 };
                 self.send(&frame);
+                self.state.metrics.follow_lagged.inc();
                 return false;
             }
             let frame = ServerFrame::Events {
@@ -434,7 +455,7 @@ impl Connection {
                         ),
                     );
                 }
-                let Some(permit) = self.state.follow.permit() else {
+                let Some(permit) = self.state.follow.permit(&self.state.metrics) else {
                     return refuse(
                         self,
                         Some(name),
