@@ -439,7 +439,7 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
                 kind,
                 addr: server.addr,
                 read_addr: read_server.addr,
-                note: "meshlog node (in-process, own runtime): each request one redb commit, fdatasync before the answer".into(),
+                note: "meshlog node (in-process, own runtime): concurrent requests grouped into one redb commit, fdatasync before the answers".into(),
             };
             runtime.block_on(wait_ready(&system, None))?;
             Ok((

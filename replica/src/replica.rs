@@ -343,7 +343,10 @@ impl<S: Store> Replica<S> {
         let range = plan.appended.pop().expect("one request, one outcome")?;
         // Durable first: nothing is paged or sent that the store could forget.
         self.commit_and_publish(&plan)?;
-        let events = plan.batch.events[range].to_vec();
+        // The plan is spent: its events move to the caller, not copied.
+        let mut events = std::mem::take(&mut plan.batch.events);
+        events.truncate(range.end);
+        events.drain(..range.start);
         tracing::trace!(%stream, len = events.len(), lamport = plan.batch.clock, "append");
         Ok(events)
     }

@@ -938,6 +938,10 @@ impl<S: Store> Inner<S> {
         let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
         let mut reports = std::mem::take(&mut plan.reports).into_iter();
         let mut appended_ranges = std::mem::take(&mut plan.appended).into_iter();
+        // The plan is spent: its events move to their callers, in order
+        // (each append's range follows the one before it).
+        let mut batch_events = std::mem::take(&mut plan.batch.events).into_iter();
+        let mut batch_position = 0usize;
         let mut appended_count = 0u64;
         let mut outcomes = Vec::with_capacity(round.len());
         for position in 0..round.len() {
@@ -958,7 +962,9 @@ impl<S: Store> Inner<S> {
                     (Err(error), Ok(_)) => Err(share(error)),
                     (Ok(()), Ok(range)) => {
                         appended_count += range.len() as u64;
-                        Ok(plan.batch.events[range].to_vec())
+                        let skip = range.start - batch_position;
+                        batch_position = range.end;
+                        Ok(batch_events.by_ref().skip(skip).take(range.len()).collect())
                     }
                 })
             } else {
