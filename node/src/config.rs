@@ -64,6 +64,16 @@ pub struct FileSettings {
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
     pub shutdown_timeout_ms: Option<u64>,
+    /// See [`FollowSettings::followers_max`].
+    pub followers_max: Option<usize>,
+    /// See [`FollowSettings::connection_followers_max`].
+    pub connection_followers_max: Option<usize>,
+    /// See [`FollowSettings::queue_frames`].
+    pub follow_queue_frames: Option<usize>,
+    /// See [`FollowSettings::frame_events_max`].
+    pub follow_frame_events_max: Option<usize>,
+    /// See [`FollowSettings::heartbeat`], in milliseconds.
+    pub follow_heartbeat_ms: Option<u64>,
 }
 
 /// The HTTP server's bounds.
@@ -126,6 +136,43 @@ impl Default for SyncSettings {
     }
 }
 
+/// How the node serves followers over `GET /follow` (`docs/PROTOCOL.md`,
+/// "Follow").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowSettings {
+    /// The most follow subscriptions the node serves at once, over all
+    /// connections; one more is refused (`503 too_many_followers` before
+    /// the upgrade, an `error` frame after it). Default 1024.
+    pub followers_max: usize,
+    /// The most subscriptions one follow connection may hold. Default 8.
+    pub connection_followers_max: usize,
+    /// The frames one follow connection may have queued for its socket.
+    /// A live subscription that finds the queue full is told `lagged` and
+    /// dropped: the node never waits on a slow follower. Default 64.
+    pub queue_frames: usize,
+    /// The most events one `events` frame carries. Default 256.
+    pub frame_events_max: usize,
+    /// How often each subscription gets a `heartbeat` (and the status
+    /// stream a `status`) frame. Default 1 s.
+    pub heartbeat: Duration,
+    /// A frame that cannot be written to the socket within this ends the
+    /// connection. Default 10 s.
+    pub write_timeout: Duration,
+}
+
+impl Default for FollowSettings {
+    fn default() -> Self {
+        FollowSettings {
+            followers_max: 1024,
+            connection_followers_max: 8,
+            queue_frames: 64,
+            frame_events_max: 256,
+            heartbeat: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Everything a node needs to start, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeConfig {
@@ -141,6 +188,8 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// Sync timings.
     pub sync: SyncSettings,
+    /// Follow limits and timings.
+    pub follow: FollowSettings,
 }
 
 impl NodeConfig {
@@ -153,6 +202,7 @@ impl NodeConfig {
             stream_id: None,
             limits: Limits::default(),
             sync: SyncSettings::default(),
+            follow: FollowSettings::default(),
         }
     }
 
@@ -198,6 +248,20 @@ impl NodeConfig {
         }
         if let Some(v) = file.connect_timeout_ms {
             sync.connect_timeout = ms(v);
+        }
+        let follow = &mut self.follow;
+        follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
+        follow.connection_followers_max = file
+            .connection_followers_max
+            .unwrap_or(follow.connection_followers_max)
+            .max(1);
+        follow.queue_frames = file.follow_queue_frames.unwrap_or(follow.queue_frames);
+        follow.frame_events_max = file
+            .follow_frame_events_max
+            .unwrap_or(follow.frame_events_max)
+            .max(1);
+        if let Some(v) = file.follow_heartbeat_ms {
+            follow.heartbeat = ms(v.max(1));
         }
     }
 }

@@ -20,6 +20,8 @@
 //! - `replica`: `NodeReplica`, the one place the node touches its replica,
 //!   and the data directory's `stream-id` file.
 //! - `metrics`: the Prometheus counters behind `GET /metrics`.
+//! - [`follow`]: live follow over WebSocket (`GET /follow`), its frames,
+//!   the [`follow::Follower`] client, and the browser page (`GET /`).
 //! - [`cli`], [`demo`]: the client subcommands and the local demo mesh.
 //! - [`mcp`]: `meshlog mcp`, the Model Context Protocol on stdio, as a client
 //!   of a node's HTTP API.
@@ -35,6 +37,7 @@ use std::process::ExitCode;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod follow;
 pub mod http;
 pub mod mcp;
 mod metrics;

@@ -33,6 +33,12 @@ pub struct Metrics {
     pub peers_connected: Gauge,
     /// Seconds one durable append commit took, from the API's view.
     pub commit_seconds: Histogram,
+    /// Follow subscriptions served now (`GET /follow`).
+    pub followers: Gauge,
+    /// Follow subscriptions told `lagged` (their connection's queue was full).
+    pub follow_lagged: Counter,
+    /// Follow subscriptions told `stale`.
+    pub follow_stale: Counter,
     /// Per dialed peer (label `peer`, its URL): 1 while its session is
     /// established, else 0.
     peer_connected: Family<Vec<(String, String)>, Gauge>,
@@ -67,6 +73,9 @@ impl Metrics {
             sessions_running: Gauge::default(),
             peers_connected: Gauge::default(),
             commit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            followers: Gauge::default(),
+            follow_lagged: Counter::default(),
+            follow_stale: Counter::default(),
             peer_connected: Family::default(),
             peer_lag_events: Family::default(),
             applied: Counter::default(),
@@ -126,6 +135,21 @@ impl Metrics {
             "sync_sessions",
             "Sync sessions running, dialed and accepted",
             metrics.sessions_running.clone(),
+        );
+        r.register(
+            "followers",
+            "Follow subscriptions served (GET /follow)",
+            metrics.followers.clone(),
+        );
+        r.register(
+            "follow_lagged",
+            "Follow subscriptions told lagged: their connection's queue was full",
+            metrics.follow_lagged.clone(),
+        );
+        r.register(
+            "follow_stale",
+            "Follow subscriptions told stale: their cursor was below the floor",
+            metrics.follow_stale.clone(),
         );
         r.register(
             "peers_connected",

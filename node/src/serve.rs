@@ -101,6 +101,11 @@ impl Node {
             peers: peers.clone(),
             metrics,
             limits: config.limits.clone(),
+            follow: crate::follow::FollowHub::new(
+                &replica,
+                config.follow.clone(),
+                stop.child_token(),
+            ),
         });
         tracing::info!(
             stream = replica.stream().get(),

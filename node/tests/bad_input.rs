@@ -371,7 +371,8 @@ async fn bad_bodies_are_refused_whole_and_change_nothing() {
 async fn unknown_routes_and_methods_answer_json_errors() {
     let node = start(14).await;
     let addr = node.addr;
-    for path in ["/", "/nope", "/events/x", "/marks/", "/v1/events"] {
+    // `/` serves the follow page (`node/tests/follow.rs`).
+    for path in ["/nope", "/events/x", "/marks/", "/v1/events"] {
         let response = get(addr, path).await;
         assert_eq!(response.status, 404, "{path}");
         assert_eq!(response.json()["error"], "not_found", "{path}");

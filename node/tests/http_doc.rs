@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DOC: &str = include_str!("../../docs/HTTP.md");
 
 /// The routes the router serves; each must have an example.
-const ROUTES: [(&str, &str); 11] = [
+const ROUTES: [(&str, &str); 13] = [
     ("GET", "/health"),
     ("POST", "/events"),
     ("GET", "/events"),
@@ -32,6 +32,8 @@ const ROUTES: [(&str, &str); 11] = [
     ("POST", "/peers"),
     ("DELETE", "/peers"),
     ("GET", "/sync"),
+    ("GET", "/follow"),
+    ("GET", "/"),
     ("GET", "/metrics"),
 ];
 

@@ -78,8 +78,17 @@ pub struct EventsArgs {
     #[arg(long)]
     limit: Option<usize>,
     /// Walk page by page to the node's head.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "follow")]
     all: bool,
+    /// Follow live over `GET /follow` (a WebSocket): print every event past
+    /// the token as it is committed, refetching any gap from the cursor,
+    /// until Ctrl-C, which prints `next: TOKEN` to resume from. A stale
+    /// cursor ends it as a stale page does.
+    #[arg(long)]
+    follow: bool,
+    /// With `--follow`: only this writer's stream (a decimal stream id).
+    #[arg(long, requires = "follow")]
+    writer: Option<u64>,
     /// JSON lines: one per event, then `{"next", "at_head", "behind"}`.
     #[arg(long)]
     json: bool,
@@ -245,6 +254,9 @@ pub fn stale_lines(stale: &Stale) -> Vec<String> {
 }
 
 async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
+    if args.follow {
+        return follow(args).await;
+    }
     let client = Client::new(&args.node.node)?;
     let mut after = args.after.clone().filter(|token| !token.is_empty());
     let stdout = std::io::stdout();
@@ -307,6 +319,107 @@ async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
             return Ok(ExitCode::SUCCESS);
         }
         after = Some(page.next);
+    }
+}
+
+/// `meshlog events --follow`: the `Follower` client, printing as it goes.
+async fn follow(args: EventsArgs) -> Result<ExitCode, ClientError> {
+    use crate::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
+    use futures_util::StreamExt;
+
+    let stream = match args.writer {
+        Some(0) => {
+            eprintln!("meshlog events: --writer must be a non-zero stream id");
+            return Ok(ExitCode::from(2));
+        }
+        Some(id) => FollowStream::Writer(StreamId::new(id)),
+        None => FollowStream::All,
+    };
+    let mut config = FollowerConfig::new(vec![args.node.node.clone()], stream);
+    if let Some(after) = args.after.as_deref().filter(|token| !token.is_empty()) {
+        config.after = match token::decode_text(after) {
+            Ok(vector) => vector,
+            Err(error) => {
+                eprintln!("meshlog events: bad --after token: {error}");
+                return Ok(ExitCode::from(2));
+            }
+        };
+    }
+    if let Some(limit) = args.limit {
+        config.page_limit = limit.max(1);
+    }
+    let mut follower = match Follower::start(config) {
+        Ok(follower) => follower,
+        Err(error) => {
+            eprintln!("meshlog events: {error}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let finish = |out: &mut std::io::StdoutLock<'_>, follower: &Follower| {
+        let next = follower.token();
+        let line = if args.json {
+            serde_json::json!({"next": next}).to_string()
+        } else {
+            format!("next: {next}")
+        };
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    loop {
+        let item = tokio::select! {
+            item = follower.next() => item,
+            _ = tokio::signal::ctrl_c() => {
+                finish(&mut out, &follower);
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        match item {
+            Some(FollowItem::Event(event)) => {
+                let line = if args.json {
+                    serde_json::to_string(&event).unwrap_or_default()
+                } else {
+                    event_line(&event)
+                };
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }
+            Some(FollowItem::Connected { node }) => eprintln!("meshlog events: following {node}"),
+            Some(FollowItem::Refetched { events }) => {
+                eprintln!("meshlog events: a gap was refetched ({events} event(s))")
+            }
+            Some(FollowItem::Lagged { .. }) => {
+                eprintln!("meshlog events: too slow for the node; paging, then following again")
+            }
+            Some(FollowItem::Stale { lost, resume, .. }) => {
+                let stale = Stale {
+                    message: "the cursor is below the node's floor".into(),
+                    lost,
+                    resume: token::encode_text(&resume).unwrap_or_default(),
+                };
+                if args.json {
+                    let line = serde_json::to_string(&client::ErrorJson {
+                        error: "stale_cursor".into(),
+                        message: stale.message.clone(),
+                        lost: Some(stale.lost.clone()),
+                        resume: Some(stale.resume.clone()),
+                    })
+                    .unwrap_or_default();
+                    let _ = writeln!(out, "{line}");
+                } else {
+                    for line in stale_lines(&stale) {
+                        let _ = writeln!(out, "{line}");
+                    }
+                }
+                let _ = out.flush();
+                return Ok(ExitCode::from(EXIT_STALE));
+            }
+            Some(FollowItem::Status(_)) => {}
+            None => {
+                finish(&mut out, &follower);
+                return Ok(ExitCode::FAILURE);
+            }
+        }
     }
 }
 

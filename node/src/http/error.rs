@@ -33,6 +33,11 @@ impl ApiError {
         self
     }
 
+    /// The human message.
+    pub fn message(&self) -> String {
+        self.message.clone()
+    }
+
     /// `400 bad_body`.
     pub fn bad_body(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_body", message)

@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hyper_util::rt::TokioIo;
-use meshlog_cursor::{token, VersionVector};
-use meshlog_replica::{PageError, ReplicaError, RetentionPolicy};
+use meshlog_cursor::{token, StreamId, VersionVector};
+use meshlog_replica::{Page, PageError, ReplicaError, RetentionPolicy};
 use serde_json::{json, Value};
 
 use super::error::ApiError;
@@ -57,6 +57,18 @@ fn parse_after(after: Option<&str>) -> Result<After, ApiError> {
         .map_err(|error| ApiError::bad_token(error.to_string()))
 }
 
+/// A cursor as a request names it (a token, a legacy scalar lamport
+/// position, or nothing for the start), as `GET /events` reads it.
+pub(crate) fn cursor_from_text(
+    state: &AppState,
+    after: Option<&str>,
+) -> Result<VersionVector, ApiError> {
+    Ok(match parse_after(after)? {
+        After::Token(vector) => vector,
+        After::Lamport(lamport) => state.replica.covering_lamport(lamport),
+    })
+}
+
 fn parse_limit(limit: Option<&Value>, max: usize) -> Result<usize, ApiError> {
     let Some(limit) = limit else {
         return Ok(LIMIT_DEFAULT.min(max));
@@ -89,31 +101,56 @@ pub async fn get_events(
     let Query(query) = query
         .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", error.body_text()))?;
     let limit = query.get("limit").map(|text| Value::String(text.clone()));
+    let stream = match query.get("stream") {
+        None => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(id) if id != 0 => Some(StreamId::new(id)),
+            _ => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_stream",
+                    format!("stream must be a non-zero decimal stream id; got {text:?}"),
+                ))
+            }
+        },
+    };
     page(
         &state,
         query.get("after").map(String::as_str),
         limit.as_ref(),
+        stream,
     )
 }
 
 /// `POST /events/query` with `{"after": TOKEN or null, "limit": N}`.
 pub async fn query_events(State(state): Shared, body: Bytes) -> Result<Json<PageJson>, ApiError> {
     let query: QueryBody = object_body(&body, r#"{"after": TOKEN or null, "limit": N}"#)?;
-    page(&state, query.after.as_deref(), query.limit.as_ref())
+    page(&state, query.after.as_deref(), query.limit.as_ref(), None)
 }
 
 fn page(
     state: &AppState,
     after: Option<&str>,
     limit: Option<&Value>,
+    stream: Option<StreamId>,
 ) -> Result<Json<PageJson>, ApiError> {
     let max = state.replica.config().page_len_max;
     let limit = parse_limit(limit, max)?;
-    let after = match parse_after(after)? {
-        After::Token(vector) => vector,
-        After::Lamport(lamport) => state.replica.covering_lamport(lamport),
+    let after = cursor_from_text(state, after)?;
+    // `stream=ID`: that writer's events alone; `next` advances its entry
+    // only (`NodeReplica::page_stream`).
+    let page = match stream {
+        Some(stream) => state
+            .replica
+            .page_stream(stream, &after, limit)
+            .map(|page| Page {
+                events: page.events,
+                next: page.next,
+                at_head: page.at_head,
+            }),
+        None => state.replica.page(&after, limit),
     };
-    let page = match state.replica.page(&after, limit) {
+    let page = match page {
         Ok(page) => page,
         Err(PageError::Stale(stale)) => {
             state.metrics.pages_stale.inc();
@@ -242,7 +279,7 @@ fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {
     .with("limit", limit.into())
 }
 
-fn peer_json(peer: &PeerStatus) -> PeerJson {
+pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
     PeerJson {
         url: peer.url.clone(),
         connected: peer.connected,

@@ -24,6 +24,7 @@ mod handlers;
 pub mod json;
 
 pub(crate) use error::ApiError;
+pub(crate) use handlers::{cursor_from_text, peer_json};
 
 /// What every handler shares.
 pub(crate) struct AppState {
@@ -35,6 +36,8 @@ pub(crate) struct AppState {
     pub metrics: Arc<Metrics>,
     /// The HTTP bounds.
     pub limits: Limits,
+    /// The follow connections' limits and change watch.
+    pub follow: crate::follow::FollowHub,
 }
 
 /// The whole API.
@@ -56,6 +59,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
                 .delete(handlers::remove_peer),
         )
         .route("/sync", get(handlers::sync_upgrade))
+        .route("/follow", get(crate::follow::follow_upgrade))
+        .route("/", get(crate::follow::page))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(

@@ -1,0 +1,548 @@
+//! [`Follower`]: a Rust client of `GET /follow`.
+//!
+//! A `Stream` of [`FollowItem`]s. Every event past the starting cursor is
+//! yielded exactly once, each stream in seq order with no hole, and
+//! [`Follower::cursor`] is the cursor to persist: it covers exactly the
+//! events yielded so far (plus a stale gap the caller chose to accept).
+//!
+//! The rules (`docs/PROTOCOL.md`, "The follower's states"):
+//!
+//! - an `events` frame whose `next` the cursor already covers is a
+//!   duplicate: ignored;
+//! - one whose `extends` the cursor covers is applied (its events not yet
+//!   covered are yielded, the cursor joins `next`);
+//! - any other is a gap (a frame was lost or reordered): the follower pages
+//!   from its own cursor over `GET /events` to the node's head, then goes
+//!   on; so does a `heartbeat` head that stays ahead of the cursor for
+//!   `gap_timeout` with nothing advancing it (a lost tail);
+//! - `lagged`: yielded, then the follower pages from its cursor and
+//!   subscribes again;
+//! - `stale`: yielded with what was lost; the stream ends there unless
+//!   `accept_stale`, which resumes from the node's `resume` token;
+//! - a lost connection (or `idle_timeout` with no frame) is retried with
+//!   jittered exponential backoff, on the next node of the list, from the
+//!   cursor: a cursor is valid on every node of the mesh.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Empty};
+use meshlog_cursor::{token, StreamId, VersionVector};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::frame::{FollowStream, ServerFrame, StatusJson};
+use crate::http::json::{ErrorJson, EventJson, LostJson, PageJson};
+
+/// How a [`Follower`] follows.
+#[derive(Debug, Clone)]
+pub struct FollowerConfig {
+    /// The nodes to follow, by base URL (`http://127.0.0.1:7070`); the
+    /// follower starts on the first and moves to the next on failure.
+    pub nodes: Vec<String>,
+    /// What to follow.
+    pub stream: FollowStream,
+    /// The cursor to follow after (empty: the start of the log).
+    pub after: VersionVector,
+    /// How long a heartbeat's head may stay ahead of the cursor, with no
+    /// frame advancing it, before the follower refetches. Default 3 s.
+    pub gap_timeout: Duration,
+    /// A connection with no frame at all for this long is dropped and
+    /// redialed (the node heartbeats every second). Default 5 s.
+    pub idle_timeout: Duration,
+    /// The first redial delay; it doubles per failure. Default 100 ms.
+    pub backoff_min: Duration,
+    /// The longest redial delay. Default 5 s.
+    pub backoff_max: Duration,
+    /// The page length of refetches over `GET /events`. Default 256.
+    pub page_limit: usize,
+    /// Connecting and each HTTP request must finish within this. Default 10 s.
+    pub request_timeout: Duration,
+    /// On a stale cursor, resume from the node's `resume` token (the gap is
+    /// reported either way). Default `false`: the stream ends.
+    pub accept_stale: bool,
+}
+
+impl FollowerConfig {
+    /// Follows `stream` on `nodes` from the start, with default timings.
+    pub fn new(nodes: Vec<String>, stream: FollowStream) -> FollowerConfig {
+        FollowerConfig {
+            nodes,
+            stream,
+            after: VersionVector::new(),
+            gap_timeout: Duration::from_secs(3),
+            idle_timeout: Duration::from_secs(5),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            page_limit: 256,
+            request_timeout: Duration::from_secs(10),
+            accept_stale: false,
+        }
+    }
+}
+
+/// What a [`Follower`] yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FollowItem {
+    /// An event past the cursor, never yielded before.
+    Event(EventJson),
+    /// The node's status (the `status` stream).
+    Status(StatusJson),
+    /// Connected (or reconnected) to this node; following resumes from
+    /// the cursor.
+    Connected {
+        /// The node's URL.
+        node: String,
+    },
+    /// A gap was detected (a frame lost, reordered or a silent tail) and
+    /// refetched over `GET /events` from the cursor.
+    Refetched {
+        /// How many events the refetch yielded (as `Event`s, just before
+        /// this item).
+        events: usize,
+    },
+    /// The node stopped pushing (this follower was slow). The follower
+    /// paged from its cursor and subscribed again.
+    Lagged {
+        /// The cursor the node had pushed up to.
+        cursor: VersionVector,
+    },
+    /// The cursor fell below the node's floor: these events are gone.
+    Stale {
+        /// Every stream's range lost.
+        lost: Vec<LostJson>,
+        /// The cursor past the gap.
+        resume: VersionVector,
+        /// Whether the follower goes on from `resume` (`accept_stale`);
+        /// if not, this is the last item.
+        accepted: bool,
+    },
+}
+
+/// Why a [`Follower`] could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// No node to follow.
+    #[error("no node to follow")]
+    NoNodes,
+    /// A node URL is not `http://host:port`.
+    #[error("bad node URL {0:?}: expected http://host:port")]
+    BadUrl(String),
+}
+
+/// A live follower of one node (or a list of them, for failover). Drop it
+/// to stop.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use futures_util::StreamExt;
+/// use meshlog_node::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
+///
+/// let config = FollowerConfig::new(vec!["http://127.0.0.1:7070".into()], FollowStream::All);
+/// let mut follower = Follower::start(config)?;
+/// while let Some(item) = follower.next().await {
+///     if let FollowItem::Event(event) = item {
+///         println!("{} {} {:?}", event.stream, event.seq, event.payload);
+///         let _persist = follower.token(); // covers exactly what was yielded
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct Follower {
+    items: mpsc::Receiver<FollowItem>,
+    cursor: VersionVector,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Follower {
+    /// Starts following (on the current tokio runtime).
+    pub fn start(config: FollowerConfig) -> Result<Follower, FollowError> {
+        if config.nodes.is_empty() {
+            return Err(FollowError::NoNodes);
+        }
+        let nodes: Vec<(String, String)> = config
+            .nodes
+            .iter()
+            .map(|url| {
+                let trimmed = url.trim_end_matches('/');
+                let authority = trimmed
+                    .strip_prefix("http://")
+                    .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+                    .ok_or_else(|| FollowError::BadUrl(url.clone()))?;
+                Ok((trimmed.to_owned(), authority.to_owned()))
+            })
+            .collect::<Result<_, FollowError>>()?;
+        let (sender, items) = mpsc::channel(256);
+        let cursor = config.after.clone();
+        let task = tokio::spawn(run(
+            Task {
+                config,
+                nodes,
+                items: sender,
+                cursor: cursor.clone(),
+            },
+            seed(),
+        ));
+        Ok(Follower {
+            items,
+            cursor,
+            task,
+        })
+    }
+
+    /// The cursor covering every event yielded so far: persist it and
+    /// start again from it (on any node) to go on where this left off.
+    pub fn cursor(&self) -> &VersionVector {
+        &self.cursor
+    }
+
+    /// [`Follower::cursor`] as a token.
+    pub fn token(&self) -> String {
+        token::encode_text(&self.cursor).expect("a follower's cursor encodes")
+    }
+}
+
+impl futures_util::Stream for Follower {
+    type Item = FollowItem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<FollowItem>> {
+        let this = &mut *self;
+        let item = std::task::ready!(this.items.poll_recv(cx));
+        match &item {
+            Some(FollowItem::Event(event)) => {
+                if let Ok(stream) = event.stream.parse::<u64>() {
+                    this.cursor.advance(StreamId::new(stream), event.seq);
+                }
+            }
+            Some(FollowItem::Stale {
+                resume,
+                accepted: true,
+                ..
+            }) => this.cursor.join(resume),
+            _ => {}
+        }
+        Poll::Ready(item)
+    }
+}
+
+struct Task {
+    config: FollowerConfig,
+    /// Per node: the base URL and its `host:port`.
+    nodes: Vec<(String, String)>,
+    items: mpsc::Sender<FollowItem>,
+    /// The cursor of what was handed to `items` (the consumer's runs
+    /// behind it by what the channel holds).
+    cursor: VersionVector,
+}
+
+/// How a session ended.
+enum End {
+    /// Subscribe again on the same node at once (after lagged, or an
+    /// accepted stale).
+    Resubscribe,
+    /// Stop following (a stale cursor not accepted, or the consumer left).
+    Stop,
+    /// The node failed us: back off, try the next one.
+    Failed(String),
+}
+
+async fn run(mut task: Task, mut rng: u64) {
+    let mut index = 0;
+    let mut backoff = task.config.backoff_min;
+    loop {
+        let (delivered, end) = task.session(index).await;
+        if delivered {
+            backoff = task.config.backoff_min;
+        }
+        match end {
+            End::Resubscribe => continue,
+            End::Stop => return,
+            End::Failed(reason) => {
+                tracing::debug!(node = %task.nodes[index].0, %reason, "follow: session ended");
+                index = (index + 1) % task.nodes.len();
+                rng = splitmix(rng);
+                let half = backoff.as_millis() as u64 / 2;
+                let delay = Duration::from_millis(half + rng % (half + 1));
+                tokio::time::sleep(delay).await;
+                backoff = (backoff * 2).min(task.config.backoff_max);
+            }
+        }
+    }
+}
+
+impl Task {
+    async fn yield_item(&self, item: FollowItem) -> Result<(), End> {
+        self.items.send(item).await.map_err(|_| End::Stop)
+    }
+
+    /// Hands on the events the cursor does not cover, in order, and
+    /// advances the cursor past them.
+    async fn deliver(&mut self, events: Vec<EventJson>) -> Result<usize, End> {
+        let mut count = 0;
+        for event in events {
+            let stream = event
+                .stream
+                .parse::<u64>()
+                .map_err(|_| End::Failed(format!("bad stream id {:?}", event.stream)))?;
+            let stream = StreamId::new(stream);
+            if self.cursor.covers(stream, event.seq) {
+                continue;
+            }
+            // Prefix-closed: the next event of a stream is the one after
+            // the cursor's entry; anything else is a hole, never shown.
+            if event.seq != self.cursor.get(stream) + 1 {
+                return Err(End::Failed(format!(
+                    "event {}:{} past a hole at {}",
+                    event.stream,
+                    event.seq,
+                    self.cursor.get(stream)
+                )));
+            }
+            self.cursor.advance(stream, event.seq);
+            self.yield_item(FollowItem::Event(event)).await?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// One connection to node `index`; `true` if it delivered anything.
+    async fn session(&mut self, index: usize) -> (bool, End) {
+        let mut delivered = false;
+        let end = self.session_inner(index, &mut delivered).await;
+        (delivered, end.err().unwrap_or(End::Stop))
+    }
+
+    async fn session_inner(&mut self, index: usize, delivered: &mut bool) -> Result<(), End> {
+        let (base, authority) = self.nodes[index].clone();
+        let after = encode(&self.cursor);
+        let url = format!(
+            "ws://{authority}/follow?stream={}&after={after}",
+            self.config.stream
+        );
+        let connect = tokio_tungstenite::connect_async(url);
+        let (socket, _) = match tokio::time::timeout(self.config.request_timeout, connect).await {
+            Err(_) => return Err(End::Failed("connect timed out".into())),
+            Ok(Err(error)) => return Err(End::Failed(format!("connect: {error}"))),
+            Ok(Ok(connected)) => connected,
+        };
+        let (_sink, mut source) = socket.split();
+        self.yield_item(FollowItem::Connected { node: base.clone() })
+            .await?;
+        let name = self.config.stream.to_string();
+        let mut behind_since: Option<Instant> = None;
+        loop {
+            let gap_deadline = behind_since.map(|since| since + self.config.gap_timeout);
+            let message = tokio::select! {
+                message = tokio::time::timeout(self.config.idle_timeout, source.next()) => message,
+                _ = sleep_until(gap_deadline), if gap_deadline.is_some() => {
+                    behind_since = None;
+                    self.refetch(&base).await?;
+                    continue;
+                }
+            };
+            let text = match message {
+                Err(_) => return Err(End::Failed("no frame within the idle timeout".into())),
+                Ok(None) => return Err(End::Failed("the node closed the connection".into())),
+                Ok(Some(Err(error))) => return Err(End::Failed(error.to_string())),
+                Ok(Some(Ok(Message::Text(text)))) => text,
+                Ok(Some(Ok(Message::Close(_)))) => {
+                    return Err(End::Failed("the node closed the connection".into()))
+                }
+                Ok(Some(Ok(_))) => continue,
+            };
+            let frame: ServerFrame = serde_json::from_str(text.as_str())
+                .map_err(|error| End::Failed(format!("bad frame: {error}")))?;
+            match frame {
+                ServerFrame::Events {
+                    stream,
+                    extends,
+                    next,
+                    events,
+                } if stream == name => {
+                    let extends = decode(&extends)?;
+                    let next = decode(&next)?;
+                    if self.cursor.dominates(&next) {
+                        // A duplicate, or already refetched.
+                        continue;
+                    }
+                    if self.cursor.dominates(&extends) {
+                        if self.deliver(events).await? > 0 {
+                            *delivered = true;
+                            behind_since = None;
+                        }
+                        self.cursor.join(&next);
+                    } else {
+                        // A hole between the cursor and this frame.
+                        behind_since = None;
+                        self.refetch(&base).await?;
+                        *delivered = true;
+                    }
+                }
+                ServerFrame::Heartbeat { stream, head } if stream == name => {
+                    let head = decode(&head)?;
+                    if self.cursor.dominates(&head) {
+                        behind_since = None;
+                    } else if behind_since.is_none() {
+                        behind_since = Some(Instant::now());
+                    }
+                }
+                ServerFrame::Status(status) if status.stream == name => {
+                    *delivered = true;
+                    self.yield_item(FollowItem::Status(status)).await?;
+                }
+                ServerFrame::Lagged { stream, cursor } if stream == name => {
+                    let cursor = decode(&cursor)?;
+                    self.yield_item(FollowItem::Lagged { cursor }).await?;
+                    self.refetch(&base).await?;
+                    return Err(End::Resubscribe);
+                }
+                ServerFrame::Stale {
+                    stream,
+                    lost,
+                    resume,
+                    ..
+                } if stream == name => {
+                    return Err(self.stale(lost, decode(&resume)?).await);
+                }
+                ServerFrame::Error {
+                    stream, message, ..
+                } if stream.as_deref().is_none_or(|stream| stream == name) => {
+                    return Err(End::Failed(message));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    async fn stale(&mut self, lost: Vec<LostJson>, resume: VersionVector) -> End {
+        let accepted = self.config.accept_stale;
+        if accepted {
+            self.cursor.join(&resume);
+        }
+        let item = FollowItem::Stale {
+            lost,
+            resume,
+            accepted,
+        };
+        if self.yield_item(item).await.is_err() || !accepted {
+            return End::Stop;
+        }
+        End::Resubscribe
+    }
+
+    /// Pages from the cursor to the node's head over `GET /events`.
+    async fn refetch(&mut self, base: &str) -> Result<(), End> {
+        if self.config.stream == FollowStream::Status {
+            return Ok(());
+        }
+        let authority = base.trim_start_matches("http://").to_owned();
+        let mut count = 0;
+        loop {
+            let mut path = format!(
+                "/events?after={}&limit={}",
+                encode(&self.cursor),
+                self.config.page_limit
+            );
+            if let FollowStream::Writer(stream) = self.config.stream {
+                path.push_str(&format!("&stream={}", stream.get()));
+            }
+            let (status, body) =
+                tokio::time::timeout(self.config.request_timeout, get(&authority, &path))
+                    .await
+                    .map_err(|_| End::Failed("refetch timed out".into()))?
+                    .map_err(End::Failed)?;
+            if status == 410 {
+                let error: ErrorJson = serde_json::from_slice(&body)
+                    .map_err(|error| End::Failed(format!("bad 410 body: {error}")))?;
+                let resume = decode(error.resume.as_deref().unwrap_or(""))?;
+                return Err(self.stale(error.lost.unwrap_or_default(), resume).await);
+            }
+            if status != 200 {
+                return Err(End::Failed(format!(
+                    "GET /events answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )));
+            }
+            let page: PageJson = serde_json::from_slice(&body)
+                .map_err(|error| End::Failed(format!("bad page: {error}")))?;
+            count += self.deliver(page.events).await?;
+            self.cursor.join(&decode(&page.next)?);
+            if page.at_head {
+                break;
+            }
+        }
+        self.yield_item(FollowItem::Refetched { events: count })
+            .await?;
+        Ok(())
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn encode(vector: &VersionVector) -> String {
+    token::encode_text(vector).expect("a follower's cursor encodes")
+}
+
+fn decode(text: &str) -> Result<VersionVector, End> {
+    token::decode_text(text)
+        .map_err(|error| End::Failed(format!("bad token from the node: {error}")))
+}
+
+/// One `GET` on a fresh connection: the status and the whole body.
+async fn get(authority: &str, path: &str) -> Result<(u16, bytes::Bytes), String> {
+    let tcp = TcpStream::connect(authority)
+        .await
+        .map_err(|error| format!("connect {authority}: {error}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .map_err(|error| error.to_string())?;
+    let driver = tokio::spawn(connection);
+    let request = hyper::Request::get(path)
+        .header(hyper::header::HOST, authority)
+        .body(Empty::<bytes::Bytes>::new())
+        .map_err(|error| error.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|error| error.to_string())?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|error| error.to_string())?
+        .to_bytes();
+    driver.abort();
+    Ok((status, body))
+}
+
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    splitmix(nanos ^ u64::from(std::process::id()))
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

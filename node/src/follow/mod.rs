@@ -1,0 +1,41 @@
+//! Live follow over WebSocket (`GET /follow`, `docs/PROTOCOL.md`, "Follow"):
+//! the node pushes every event a follower's cursor does not cover, each
+//! frame naming the cursor it extends, and the follower refetches any gap
+//! from its own cursor over `GET /events`.
+//!
+//! # Layout
+//!
+//! - [`frame`]: the JSON frames, both directions, and [`FollowStream`]
+//!   (`all`, `writer:<id>`, `status`).
+//! - `server`: the `GET /follow` upgrade and one task pair per connection
+//!   (a pump woken by the replica's change watch, a socket writer behind a
+//!   bounded queue); the node-wide subscription bound.
+//! - [`client`]: [`Follower`], a `Stream` of [`FollowItem`]s that yields
+//!   every event once, keeps the cursor to persist, detects and refetches
+//!   gaps, and fails over between nodes.
+//! - `GET /`: a static page (`page.html`, no build step) that follows the
+//!   whole log and the status stream in a browser, with the same gap rule.
+
+pub mod client;
+pub mod frame;
+mod server;
+
+pub use client::{FollowError, FollowItem, Follower, FollowerConfig};
+pub use frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
+pub(crate) use server::{follow_upgrade, FollowHub};
+
+/// The page `GET /` serves.
+pub const PAGE_HTML: &str = include_str!("page.html");
+
+/// `GET /`: the follow page.
+pub(crate) async fn page() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        PAGE_HTML,
+    )
+        .into_response()
+}
