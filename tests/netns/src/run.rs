@@ -1,0 +1,633 @@
+//! One schedule, end to end: start the mesh, run writers and readers while
+//! the nemesis applies the schedule's faults, stop the writers, heal,
+//! measure convergence, let the readers finish their walks, read every node
+//! to the end, tear the mesh down and judge the history.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use meshlog_cursor::{token, StreamId};
+use meshlog_testkit::SplitMix64;
+use serde_json::Value;
+
+use crate::check::{check, Verdict};
+use crate::history::{
+    read_history, write_record, Ack, AppendOutcome, Event, LostRange, NodeInfo, PageOutcome, Record,
+};
+use crate::http::{request, RequestError};
+use crate::net::{node_addr, node_url, Mesh};
+use crate::schedule::{Fault, Schedule, NODES};
+
+/// Set by SIGINT or SIGTERM: every loop stops, the guard cleans up.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// How many readers walk the mesh.
+pub const READERS: usize = 3;
+/// How long the nodes may take to agree after the heal before it is a
+/// violation.
+const CONVERGE_BOUND: Duration = Duration::from_secs(30);
+/// How long a reader's final walk, or a node's final read, may take.
+const FINAL_BOUND: Duration = Duration::from_secs(30);
+
+/// A bug to plant in reader 0, to show the checker catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plant {
+    /// Records a page without its first event (once).
+    DropEvent,
+    /// Resumes from a cursor one seq past the page's `next` on the stream
+    /// of its last event (once).
+    SkipCursor,
+}
+
+impl std::str::FromStr for Plant {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Plant, String> {
+        match text {
+            "drop-event" => Ok(Plant::DropEvent),
+            "skip-cursor" => Ok(Plant::SkipCursor),
+            other => Err(format!(
+                "unknown plant {other:?}: drop-event or skip-cursor"
+            )),
+        }
+    }
+}
+
+/// What one schedule's run measured, beside the checker's verdict.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The schedule.
+    pub schedule: Schedule,
+    /// The checker's verdict on the history.
+    pub verdict: Verdict,
+    /// The history file.
+    pub history: PathBuf,
+    /// Milliseconds from the final heal (partitions, kills, pauses lifted;
+    /// link impairments kept) to equal digests, if within the bound.
+    pub converge_impaired_ms: Option<u64>,
+    /// Milliseconds from removing the link impairments to equal digests.
+    pub converge_clear_ms: Option<u64>,
+    /// Whether links were impaired at the final heal.
+    pub impaired_at_heal: bool,
+    /// Events acknowledged per second while the schedule ran.
+    pub acked_per_s: f64,
+    /// Seconds the schedule ran (faults), startup and teardown excluded.
+    pub faults_s: f64,
+    /// Seconds in all, startup and teardown included.
+    pub total_s: f64,
+}
+
+/// The phases the clients follow.
+const RUNNING: u8 = 0;
+/// Writers stop; readers keep reading.
+const HEALING: u8 = 1;
+/// Readers walk to the head and stop.
+const FINAL: u8 = 2;
+
+struct Shared {
+    history: Mutex<BufWriter<File>>,
+    started: Instant,
+    phase: AtomicU8,
+    seed: u64,
+}
+
+impl Shared {
+    fn record(&self, record: &Record) {
+        let mut out = self.history.lock().expect("the history lock");
+        write_record(&mut *out, record).expect("writing the history");
+    }
+
+    fn t_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn stopping(&self) -> bool {
+        INTERRUPTED.load(Ordering::Relaxed)
+    }
+}
+
+/// Sleeps up to `time`, waking early on an interrupt.
+fn nap(time: Duration) {
+    let until = Instant::now() + time;
+    while Instant::now() < until && !INTERRUPTED.load(Ordering::Relaxed) {
+        std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
+    }
+}
+
+/// Runs one schedule and judges it. The history and node logs go under
+/// `out/seed-<seed>/`.
+pub fn run_schedule(
+    schedule: &Schedule,
+    binary: &Path,
+    out: &Path,
+    plant: Option<Plant>,
+) -> Result<Outcome, String> {
+    let began = Instant::now();
+    let dir = out.join(format!("seed-{}", schedule.seed));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let history_path = dir.join("history.jsonl");
+    let file = File::create(&history_path).map_err(|e| format!("history: {e}"))?;
+    let mut mesh = Mesh::start(binary, &dir, schedule.seed)?;
+    let shared = Arc::new(Shared {
+        history: Mutex::new(BufWriter::new(file)),
+        started: Instant::now(),
+        phase: AtomicU8::new(RUNNING),
+        seed: schedule.seed,
+    });
+    shared.record(&Record::Start {
+        seed: schedule.seed,
+        nodes: (0..NODES)
+            .map(|i| NodeInfo {
+                name: format!("n{}", i + 1),
+                url: node_url(i),
+                stream: (i + 1).to_string(),
+            })
+            .collect(),
+    });
+
+    let writers: Vec<JoinHandle<()>> = (0..NODES)
+        .map(|w| {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || writer(&shared, w))
+        })
+        .collect();
+    let readers: Vec<JoinHandle<()>> = (0..READERS)
+        .map(|r| {
+            let shared = Arc::clone(&shared);
+            let plant = if r == 0 { plant } else { None };
+            std::thread::spawn(move || reader(&shared, r, plant))
+        })
+        .collect();
+
+    // The nemesis.
+    let nemesis = run_steps(&mut mesh, schedule, &shared);
+    let faults_s = shared.started.elapsed().as_secs_f64();
+    shared.phase.store(HEALING, Ordering::SeqCst);
+    for handle in writers {
+        handle.join().map_err(|_| "a writer panicked".to_owned())?;
+    }
+    // The final heal: everything but the link impairments.
+    let healed = heal_all(&mut mesh, &shared).and(nemesis);
+    let impaired_at_heal = mesh.any_impaired();
+    let mut converge_impaired_ms = None;
+    let mut converge_clear_ms = None;
+    if healed.is_ok() && !shared.stopping() {
+        let bound = if impaired_at_heal {
+            Duration::from_secs(10)
+        } else {
+            CONVERGE_BOUND
+        };
+        converge_impaired_ms = converge(bound);
+        shared.record(&Record::Converged {
+            after_heal_ms: converge_impaired_ms,
+            under_impairment: impaired_at_heal,
+        });
+        if impaired_at_heal {
+            mesh.clear_impairments()?;
+            shared.record(&Record::Fault {
+                t_ms: shared.t_ms(),
+                action: "heal link impairments".into(),
+            });
+            converge_clear_ms = converge(CONVERGE_BOUND);
+            shared.record(&Record::Converged {
+                after_heal_ms: converge_clear_ms,
+                under_impairment: false,
+            });
+        } else {
+            converge_clear_ms = converge_impaired_ms;
+        }
+    }
+    shared.phase.store(FINAL, Ordering::SeqCst);
+    for handle in readers {
+        handle.join().map_err(|_| "a reader panicked".to_owned())?;
+    }
+    if healed.is_ok() && !shared.stopping() {
+        for node in 0..NODES {
+            shared.record(&final_read(node));
+        }
+    }
+    shared
+        .history
+        .lock()
+        .expect("the history lock")
+        .flush()
+        .map_err(|e| format!("history: {e}"))?;
+    drop(mesh);
+    healed?;
+    if shared.stopping() {
+        return Err("interrupted".into());
+    }
+    let records = read_history(BufReader::new(
+        File::open(&history_path).map_err(|e| format!("history: {e}"))?,
+    ))?;
+    let verdict = check(&records);
+    Ok(Outcome {
+        schedule: schedule.clone(),
+        acked_per_s: verdict.acknowledged as f64 / faults_s.max(0.001),
+        verdict,
+        history: history_path,
+        converge_impaired_ms,
+        converge_clear_ms,
+        impaired_at_heal,
+        faults_s,
+        total_s: began.elapsed().as_secs_f64(),
+    })
+}
+
+fn run_steps(mesh: &mut Mesh, schedule: &Schedule, shared: &Shared) -> Result<(), String> {
+    // Let the mesh connect and the clients start before the first fault.
+    nap(Duration::from_millis(500));
+    for step in &schedule.steps {
+        if shared.stopping() {
+            return Ok(());
+        }
+        match &step.fault {
+            Fault::Impair { nodes } => {
+                for &node in nodes {
+                    mesh.impair(node, &schedule.link)?;
+                }
+            }
+            Fault::Isolate { node } => {
+                let others: Vec<usize> = (0..NODES).filter(|n| n != node).collect();
+                mesh.cut(*node, &others)?;
+            }
+            Fault::Split { minority } => {
+                let majority: Vec<usize> = (0..NODES).filter(|n| !minority.contains(n)).collect();
+                for &node in minority {
+                    mesh.cut(node, &majority)?;
+                }
+            }
+            Fault::OneWay { source, target } => mesh.cut_one_way(*source, *target)?,
+            Fault::Kill { node } => mesh.kill(*node),
+            Fault::Pause { node } => mesh.pause(*node, true),
+        }
+        let action = match &step.fault {
+            Fault::Impair { .. } => format!("{} ({})", step.fault, schedule.link),
+            other => other.to_string(),
+        };
+        shared.record(&Record::Fault {
+            t_ms: shared.t_ms(),
+            action,
+        });
+        nap(Duration::from_millis(step.hold_ms));
+        let healed = match &step.fault {
+            // Impairments stay until the final heal.
+            Fault::Impair { .. } => None,
+            Fault::Isolate { .. } | Fault::Split { .. } | Fault::OneWay { .. } => {
+                mesh.heal_partitions()?;
+                Some("heal partitions".to_owned())
+            }
+            Fault::Kill { node } => {
+                mesh.restart(*node)?;
+                Some(format!("heal: restart n{}", node + 1))
+            }
+            Fault::Pause { node } => {
+                mesh.pause(*node, false);
+                Some(format!("heal: resume n{}", node + 1))
+            }
+        };
+        if let Some(action) = healed {
+            shared.record(&Record::Fault {
+                t_ms: shared.t_ms(),
+                action,
+            });
+        }
+        nap(Duration::from_millis(step.rest_ms));
+    }
+    Ok(())
+}
+
+fn heal_all(mesh: &mut Mesh, shared: &Shared) -> Result<(), String> {
+    mesh.heal_partitions()?;
+    for node in 0..NODES {
+        mesh.pause(node, false);
+        mesh.restart(node)?;
+    }
+    shared.record(&Record::Fault {
+        t_ms: shared.t_ms(),
+        action: "heal all (link impairments kept)".into(),
+    });
+    Ok(())
+}
+
+/// Polls every node's digest until all are equal; the time it took.
+fn converge(bound: Duration) -> Option<u64> {
+    let started = Instant::now();
+    while started.elapsed() < bound && !INTERRUPTED.load(Ordering::Relaxed) {
+        let digests: Vec<Option<Value>> = (0..NODES)
+            .map(|node| {
+                let response = request(node_addr(node), "GET", "/marks", None, b"").ok()?;
+                let marks: Value = serde_json::from_slice(&response.body).ok()?;
+                (response.status == 200).then(|| marks["digest"].clone())
+            })
+            .collect();
+        if digests.iter().all(Option::is_some) && digests.windows(2).all(|w| w[0] == w[1]) {
+            return Some(started.elapsed().as_millis() as u64);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+fn writer(shared: &Shared, w: usize) {
+    let mut rng = SplitMix64::new(SplitMix64::derive(shared.seed, 100 + w as u64));
+    let mut count = 0u64;
+    while shared.phase.load(Ordering::SeqCst) == RUNNING && !shared.stopping() {
+        let batch = rng.between(1, 3) as usize;
+        let payloads: Vec<String> = (0..batch)
+            .map(|_| {
+                count += 1;
+                format!("s{}-w{}-{}", shared.seed, w + 1, count)
+            })
+            .collect();
+        let body = serde_json::to_vec(&payloads).expect("strings serialize");
+        let t_ms = shared.t_ms();
+        let outcome = match request(
+            node_addr(w),
+            "POST",
+            "/events",
+            Some("application/json"),
+            &body,
+        ) {
+            Ok(response) if response.status == 201 => match parse_acks(&response.body) {
+                Some(events) if events.len() == batch => AppendOutcome::Ok { events },
+                _ => AppendOutcome::Unknown {
+                    message: format!(
+                        "201 with an answer that does not name {batch} events: {}",
+                        String::from_utf8_lossy(&response.body)
+                    ),
+                },
+            },
+            // A 5xx may come from a commit that failed after it started.
+            Ok(response) if response.status >= 500 && response.status != 503 => {
+                AppendOutcome::Unknown {
+                    message: format!("status {}", response.status),
+                }
+            }
+            Ok(response) => AppendOutcome::Failed {
+                message: format!("status {}", response.status),
+            },
+            Err(RequestError::Connect(error)) => AppendOutcome::Failed {
+                message: format!("connect: {error}"),
+            },
+            Err(error) => AppendOutcome::Unknown {
+                message: error.to_string(),
+            },
+        };
+        let failed = !matches!(outcome, AppendOutcome::Ok { .. });
+        shared.record(&Record::Append {
+            t_ms,
+            writer: w,
+            node: w,
+            payloads,
+            outcome,
+        });
+        let pause = if failed { 100 } else { rng.between(10, 30) };
+        std::thread::sleep(Duration::from_millis(pause));
+    }
+}
+
+fn parse_acks(body: &[u8]) -> Option<Vec<Ack>> {
+    let answer: Value = serde_json::from_slice(body).ok()?;
+    answer["events"]
+        .as_array()?
+        .iter()
+        .map(|event| {
+            Some(Ack {
+                stream: event["stream"].as_str()?.to_owned(),
+                seq: event["seq"].as_u64()?,
+                lamport: event["lamport"].as_u64()?,
+            })
+        })
+        .collect()
+}
+
+fn parse_page(body: &[u8]) -> Option<(Vec<Event>, String, bool, bool)> {
+    let page: Value = serde_json::from_slice(body).ok()?;
+    let events = page["events"]
+        .as_array()?
+        .iter()
+        .map(|event| {
+            Some(Event {
+                stream: event["stream"].as_str()?.to_owned(),
+                seq: event["seq"].as_u64()?,
+                lamport: event["lamport"].as_u64()?,
+                payload: event["payload"].as_str()?.to_owned(),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((
+        events,
+        page["next"].as_str()?.to_owned(),
+        page["at_head"].as_bool()?,
+        page["behind"].as_bool()?,
+    ))
+}
+
+fn parse_stale(body: &[u8]) -> Option<(Vec<LostRange>, String)> {
+    let answer: Value = serde_json::from_slice(body).ok()?;
+    let lost = answer["lost"]
+        .as_array()?
+        .iter()
+        .map(|range| {
+            Some(LostRange {
+                stream: range["stream"].as_str()?.to_owned(),
+                first: range["first"].as_u64()?,
+                last: range["last"].as_u64()?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((lost, answer["resume"].as_str()?.to_owned()))
+}
+
+fn reader(shared: &Shared, r: usize, plant: Option<Plant>) {
+    let mut rng = SplitMix64::new(SplitMix64::derive(shared.seed, 200 + r as u64));
+    let mut node = r % NODES;
+    let mut after = String::new();
+    let mut planted = false;
+    let mut final_started: Option<Instant> = None;
+    loop {
+        if shared.stopping() {
+            break;
+        }
+        let phase = shared.phase.load(Ordering::SeqCst);
+        let final_walk = phase == FINAL;
+        if final_walk && final_started.is_none() {
+            final_started = Some(Instant::now());
+        }
+        if final_started.is_some_and(|s| s.elapsed() > FINAL_BOUND) {
+            shared.record(&Record::ReaderDone {
+                reader: r,
+                at_head: false,
+            });
+            return;
+        }
+        if rng.chance(0.25) {
+            node = rng.below(NODES as u64) as usize;
+        }
+        let limit = if final_walk { 100 } else { rng.between(1, 40) };
+        let path = format!("/events?after={after}&limit={limit}");
+        let t_ms = shared.t_ms();
+        let asked = node;
+        let sent = after.clone();
+        let outcome = match request(node_addr(asked), "GET", &path, None, b"") {
+            Ok(response) if response.status == 200 => match parse_page(&response.body) {
+                Some((events, next, at_head, behind)) => PageOutcome::Ok {
+                    events,
+                    next,
+                    at_head,
+                    behind,
+                },
+                None => PageOutcome::Error {
+                    message: format!(
+                        "200 with a page that does not parse: {}",
+                        String::from_utf8_lossy(&response.body)
+                    ),
+                },
+            },
+            Ok(response) if response.status == 410 => match parse_stale(&response.body) {
+                Some((lost, resume)) => PageOutcome::Stale { lost, resume },
+                None => PageOutcome::Error {
+                    message: "410 without lost ranges and resume".into(),
+                },
+            },
+            Ok(response) => PageOutcome::Error {
+                message: format!(
+                    "status {}: {}",
+                    response.status,
+                    String::from_utf8_lossy(&response.body)
+                ),
+            },
+            Err(error) => PageOutcome::Error {
+                message: error.to_string(),
+            },
+        };
+        let mut recorded = outcome.clone();
+        let mut done = false;
+        match &outcome {
+            PageOutcome::Ok {
+                events,
+                next,
+                at_head,
+                ..
+            } => {
+                after = next.clone();
+                done = final_walk && *at_head;
+                let ripe = !planted && t_ms > 2_000 && events.len() >= 2;
+                match plant {
+                    Some(Plant::DropEvent) if ripe => {
+                        if let PageOutcome::Ok { events, .. } = &mut recorded {
+                            eprintln!(
+                                "planted: reader {r} drops stream {} seq {} from its record",
+                                events[0].stream, events[0].seq
+                            );
+                            events.remove(0);
+                        }
+                        planted = true;
+                    }
+                    Some(Plant::SkipCursor) if ripe => {
+                        let last = events.last().expect("two events");
+                        if let (Ok(mut cursor), Ok(stream)) =
+                            (token::decode_text(next), last.stream.parse::<u64>())
+                        {
+                            let stream = StreamId::new(stream);
+                            cursor.advance(stream, cursor.get(stream) + 1);
+                            if let Ok(text) = token::encode_text(&cursor) {
+                                eprintln!(
+                                    "planted: reader {r} resumes past stream {} seq {}",
+                                    last.stream,
+                                    cursor.get(stream)
+                                );
+                                after = text;
+                                planted = true;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            PageOutcome::Stale { resume, .. } => after = resume.clone(),
+            PageOutcome::Error { .. } => node = rng.below(NODES as u64) as usize,
+        }
+        shared.record(&Record::Page {
+            t_ms,
+            reader: r,
+            node: asked,
+            after: sent,
+            outcome: recorded,
+        });
+        if done {
+            shared.record(&Record::ReaderDone {
+                reader: r,
+                at_head: true,
+            });
+            return;
+        }
+        if !final_walk {
+            std::thread::sleep(Duration::from_millis(rng.between(20, 60)));
+        } else if matches!(outcome, PageOutcome::Error { .. }) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Reads node `node` to the end, with its floor and digest.
+fn final_read(node: usize) -> Record {
+    let failed = |message: String| Record::FinalFailed { node, message };
+    let started = Instant::now();
+    let mut events = Vec::new();
+    let mut after = String::new();
+    loop {
+        if started.elapsed() > FINAL_BOUND {
+            return failed("the read did not reach the head in time".into());
+        }
+        let path = format!("/events?after={after}&limit=1000");
+        let response = match request(node_addr(node), "GET", &path, None, b"") {
+            Ok(response) if response.status == 200 => response,
+            Ok(response) => return failed(format!("status {}", response.status)),
+            Err(error) => {
+                std::thread::sleep(Duration::from_millis(100));
+                if started.elapsed() > FINAL_BOUND {
+                    return failed(error.to_string());
+                }
+                continue;
+            }
+        };
+        let Some((page, next, at_head, _)) = parse_page(&response.body) else {
+            return failed("a page that does not parse".into());
+        };
+        events.extend(page);
+        after = next;
+        if at_head {
+            break;
+        }
+    }
+    let marks = match request(node_addr(node), "GET", "/marks", None, b"") {
+        Ok(response) if response.status == 200 => response,
+        Ok(response) => return failed(format!("marks: status {}", response.status)),
+        Err(error) => return failed(format!("marks: {error}")),
+    };
+    let Ok(marks) = serde_json::from_slice::<Value>(&marks.body) else {
+        return failed("marks: not JSON".into());
+    };
+    let floor = marks["floor"]
+        .as_object()
+        .map(|floor| {
+            floor
+                .iter()
+                .filter_map(|(stream, seq)| Some((stream.clone(), seq.as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Record::Final {
+        node,
+        events,
+        floor,
+        digest: marks["digest"].clone(),
+    }
+}
