@@ -29,6 +29,9 @@ use crate::history::{AppendOutcome, Event, PageOutcome, Record};
 /// `(stream, seq)`, the stream parsed from its decimal text.
 pub type EventId = (u64, u64);
 
+/// A node's final log (id -> payload) and its floor (stream -> seq).
+type FinalLog = (BTreeMap<EventId, String>, BTreeMap<u64, u64>);
+
 /// One thing the history shows went wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Violation {
@@ -267,8 +270,7 @@ pub fn check(records: &[Record]) -> Verdict {
     }
 
     // The nodes' final logs: id -> payload, and floors.
-    let mut finals: BTreeMap<usize, (BTreeMap<EventId, String>, BTreeMap<u64, u64>)> =
-        BTreeMap::new();
+    let mut finals: BTreeMap<usize, FinalLog> = BTreeMap::new();
     for record in records {
         match record {
             Record::Final {
@@ -411,7 +413,7 @@ pub fn check(records: &[Record]) -> Verdict {
             if is_lost(*id) {
                 violations.push(Violation::SeenAndStale { reader, id: *id });
             }
-            if !heads.get(&id.0).is_some_and(|head| id.1 <= *head) {
+            if heads.get(&id.0).is_none_or(|head| id.1 > *head) {
                 violations.push(Violation::Phantom { reader, id: *id });
             }
         }
