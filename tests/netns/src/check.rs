@@ -195,7 +195,8 @@ pub struct Verdict {
     pub stale_pages: usize,
     /// Faults applied (records whose action is not a heal).
     pub faults: usize,
-    /// Milliseconds from the last heal to equal digests.
+    /// Milliseconds from the final heal to equal digests (the first
+    /// measurement, links possibly still impaired).
     pub converged_ms: Option<u64>,
     /// What went wrong; empty when the history passes.
     pub violations: Vec<Violation>,
@@ -253,19 +254,24 @@ pub fn check(records: &[Record]) -> Verdict {
                 AppendOutcome::Failed { .. } => {}
             },
             Record::Fault { action, .. } if !action.starts_with("heal") => verdict.faults += 1,
-            Record::Converged { after_heal_ms, .. } => verdict.converged_ms = *after_heal_ms,
+            Record::Converged { after_heal_ms, .. } if verdict.converged_ms.is_none() => {
+                verdict.converged_ms = *after_heal_ms
+            }
             _ => {}
         }
     }
-    if !records.iter().any(|r| {
-        matches!(
-            r,
-            Record::Converged {
-                after_heal_ms: Some(_),
-                ..
-            }
-        )
-    }) {
+    // The last measurement is the one that counts: the earlier ones may
+    // have been taken on impaired links, or before the final compaction
+    // (comparing marks); the last must find equal digests.
+    let last_converged = records.iter().rev().find_map(|r| match r {
+        Record::Converged {
+            after_heal_ms,
+            compared,
+            ..
+        } => Some((*after_heal_ms, compared.as_str())),
+        _ => None,
+    });
+    if !matches!(last_converged, Some((Some(_), "digest"))) {
         violations.push(Violation::NotConverged);
     }
 
@@ -553,6 +559,7 @@ mod tests {
             Record::Converged {
                 after_heal_ms: Some(120),
                 under_impairment: false,
+                compared: "digest".into(),
             },
             Record::ReaderDone {
                 reader: 0,
@@ -601,6 +608,7 @@ mod tests {
         records.push(Record::Converged {
             after_heal_ms: Some(1),
             under_impairment: false,
+            compared: "digest".into(),
         });
         records.push(Record::ReaderDone {
             reader: 0,
@@ -715,6 +723,7 @@ mod tests {
         records[8] = Record::Converged {
             after_heal_ms: None,
             under_impairment: true,
+            compared: "digest".into(),
         };
         records[9] = Record::ReaderDone {
             reader: 0,

@@ -71,6 +71,9 @@ pub enum Record {
         /// Whether link impairments (loss, duplication, slow links) were
         /// still in place while converging.
         under_impairment: bool,
+        /// What was compared: `digest`, or `marks` (the heads) while
+        /// compaction left the floors apart.
+        compared: String,
     },
     /// A node's whole log, read to the end after the final heal.
     Final {

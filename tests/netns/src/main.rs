@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! meshlog-faults [--seed N] [--schedules N] [--steps N] [--meshlog PATH]
-//!                [--out DIR] [--plant drop-event|skip-cursor]
+//!                [--out DIR] [--plant drop-event|skip-cursor] [--dry-run]
 //! meshlog-faults --check HISTORY.jsonl
 //! ```
 //!
@@ -30,9 +30,10 @@ struct Args {
     out: PathBuf,
     plant: Option<Plant>,
     check: Option<PathBuf>,
+    dry_run: bool,
 }
 
-const USAGE: &str = "usage: meshlog-faults [--seed N] [--schedules N] [--steps N] [--meshlog PATH] [--out DIR] [--plant drop-event|skip-cursor]\n       meshlog-faults --check HISTORY.jsonl";
+const USAGE: &str = "usage: meshlog-faults [--seed N] [--schedules N] [--steps N] [--meshlog PATH] [--out DIR] [--plant drop-event|skip-cursor] [--dry-run]\n       meshlog-faults --check HISTORY.jsonl";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -43,6 +44,7 @@ fn parse_args() -> Result<Args, String> {
         out: PathBuf::from("target/meshlog-faults"),
         plant: None,
         check: None,
+        dry_run: false,
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -60,6 +62,7 @@ fn parse_args() -> Result<Args, String> {
             "--out" => args.out = value()?.into(),
             "--plant" => args.plant = Some(value()?.parse()?),
             "--check" => args.check = Some(value()?.into()),
+            "--dry-run" => args.dry_run = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -113,6 +116,19 @@ fn main() -> ExitCode {
         } else {
             ExitCode::FAILURE
         };
+    }
+
+    if args.dry_run {
+        // The schedules only: what a run with these arguments would do.
+        let base = args.seed.unwrap_or_else(meshlog_testkit::seed::fresh);
+        for index in 0..args.schedules {
+            let schedule = Schedule::draw(base.wrapping_add(index as u64), args.steps);
+            println!("seed {}: links {}", schedule.seed, schedule.link);
+            for step in &schedule.steps {
+                println!("  {} for {} ms", step.fault, step.hold_ms);
+            }
+        }
+        return ExitCode::SUCCESS;
     }
 
     // SAFETY: geteuid has no preconditions; the handler only stores to an

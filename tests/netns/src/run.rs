@@ -182,10 +182,31 @@ pub fn run_schedule(
         } else {
             CONVERGE_BOUND
         };
-        converge_impaired_ms = converge(bound);
+        // Compaction leaves the floors apart (a floor never passes what a
+        // peer acknowledged, and reaches only peers below it), and with
+        // them the digests, until the final compaction: until then the
+        // nodes agree when their marks (heads) do.
+        // The final compaction keeps the fewest any step kept: a floor
+        // never goes down, so only that one can bring every node's floor
+        // to one value.
+        let last_compaction = schedule
+            .steps
+            .iter()
+            .filter_map(|step| match step.fault {
+                Fault::Compact { keep_last } => Some(keep_last),
+                _ => None,
+            })
+            .min();
+        let key = if last_compaction.is_some() {
+            "marks"
+        } else {
+            "digest"
+        };
+        converge_impaired_ms = converge(bound, key);
         shared.record(&Record::Converged {
             after_heal_ms: converge_impaired_ms,
             under_impairment: impaired_at_heal,
+            compared: key.into(),
         });
         if impaired_at_heal {
             mesh.clear_impairments()?;
@@ -193,13 +214,17 @@ pub fn run_schedule(
                 t_ms: shared.t_ms(),
                 action: "heal link impairments".into(),
             });
-            converge_clear_ms = converge(CONVERGE_BOUND);
+            converge_clear_ms = converge(CONVERGE_BOUND, key);
             shared.record(&Record::Converged {
                 after_heal_ms: converge_clear_ms,
                 under_impairment: false,
+                compared: key.into(),
             });
         } else {
             converge_clear_ms = converge_impaired_ms;
+        }
+        if let Some(keep_last) = last_compaction {
+            final_compaction(keep_last, &shared);
         }
     }
     shared.phase.store(FINAL, Ordering::SeqCst);
@@ -265,9 +290,13 @@ fn run_steps(mesh: &mut Mesh, schedule: &Schedule, shared: &Shared) -> Result<()
             Fault::OneWay { source, target } => mesh.cut_one_way(*source, *target)?,
             Fault::Kill { node } => mesh.kill(*node),
             Fault::Pause { node } => mesh.pause(*node, true),
+            Fault::Compact { .. } => {}
         }
         let action = match &step.fault {
             Fault::Impair { .. } => format!("{} ({})", step.fault, schedule.link),
+            Fault::Compact { keep_last } => {
+                format!("{} ({})", step.fault, compact_all(*keep_last))
+            }
             other => other.to_string(),
         };
         shared.record(&Record::Fault {
@@ -276,8 +305,9 @@ fn run_steps(mesh: &mut Mesh, schedule: &Schedule, shared: &Shared) -> Result<()
         });
         nap(Duration::from_millis(step.hold_ms));
         let healed = match &step.fault {
-            // Impairments stay until the final heal.
-            Fault::Impair { .. } => None,
+            // Impairments stay until the final heal; compaction is undone by
+            // nothing.
+            Fault::Impair { .. } | Fault::Compact { .. } => None,
             Fault::Isolate { .. } | Fault::Split { .. } | Fault::OneWay { .. } => {
                 mesh.heal_partitions()?;
                 Some("heal partitions".to_owned())
@@ -315,8 +345,60 @@ fn heal_all(mesh: &mut Mesh, shared: &Shared) -> Result<(), String> {
     Ok(())
 }
 
-/// Polls every node's digest until all are equal; the time it took.
-fn converge(bound: Duration) -> Option<u64> {
+/// `POST /compact {"keep_last": N}` on every node; what each answered.
+fn compact_all(keep_last: u64) -> String {
+    let body = format!("{{\"keep_last\": {keep_last}}}");
+    (0..NODES)
+        .map(|node| {
+            match request(
+                node_addr(node),
+                "POST",
+                "/compact",
+                Some("application/json"),
+                body.as_bytes(),
+            ) {
+                Ok(response) if response.status == 200 => {
+                    let answer: Value =
+                        serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+                    format!("n{} dropped {}", node + 1, answer["dropped"])
+                }
+                Ok(response) => format!("n{} status {}", node + 1, response.status),
+                Err(error) => format!("n{} {error}", node + 1),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// After the heal, compacts every node again with the schedule's smallest
+/// `keep_last` until the digests agree: a floor never passes what a peer
+/// has acknowledged, and acknowledgements trail by a heartbeat, so the
+/// first round may leave the floors a few seqs apart. Records the time.
+fn final_compaction(keep_last: u64, shared: &Shared) {
+    shared.record(&Record::Fault {
+        t_ms: shared.t_ms(),
+        action: format!("final compaction, keep_last {keep_last}, on every node"),
+    });
+    let started = Instant::now();
+    let mut agreed = None;
+    while started.elapsed() < CONVERGE_BOUND && !shared.stopping() {
+        compact_all(keep_last);
+        if converge(Duration::from_millis(300), "digest").is_some() {
+            agreed = Some(started.elapsed().as_millis() as u64);
+            break;
+        }
+    }
+    shared.record(&Record::Converged {
+        after_heal_ms: agreed,
+        under_impairment: false,
+        compared: "digest".into(),
+    });
+}
+
+/// Polls every node's `/marks` until `key` (`digest`, or `marks` when
+/// compaction has left the nodes' floors apart) is equal on all; the time
+/// it took.
+fn converge(bound: Duration, key: &'static str) -> Option<u64> {
     let started = Instant::now();
     while started.elapsed() < bound && !INTERRUPTED.load(Ordering::Relaxed) {
         // All five at once, so one slow answer over a lossy link does not
@@ -327,7 +409,7 @@ fn converge(bound: Duration) -> Option<u64> {
                     scope.spawn(move || {
                         let response = request(node_addr(node), "GET", "/marks", None, b"").ok()?;
                         let marks: Value = serde_json::from_slice(&response.body).ok()?;
-                        (response.status == 200).then(|| marks["digest"].clone())
+                        (response.status == 200).then(|| marks[key].clone())
                     })
                 })
                 .collect();
@@ -479,7 +561,14 @@ fn reader(shared: &Shared, r: usize, plant: Option<Plant>) {
         if rng.chance(0.25) {
             node = rng.below(NODES as u64) as usize;
         }
-        let limit = if final_walk { 100 } else { rng.between(1, 40) };
+        // The last reader is slow (small pages, long pauses), so that it
+        // falls behind compaction and meets 410s.
+        let slow = r == READERS - 1;
+        let limit = match (final_walk, slow) {
+            (true, _) => 100,
+            (false, true) => rng.between(1, 5),
+            (false, false) => rng.between(1, 40),
+        };
         let path = format!("/events?after={after}&limit={limit}");
         let t_ms = shared.t_ms();
         let asked = node;
@@ -578,7 +667,12 @@ fn reader(shared: &Shared, r: usize, plant: Option<Plant>) {
             return;
         }
         if !final_walk {
-            std::thread::sleep(Duration::from_millis(rng.between(20, 60)));
+            let pause = if slow {
+                rng.between(100, 300)
+            } else {
+                rng.between(20, 60)
+            };
+            std::thread::sleep(Duration::from_millis(pause));
         } else if matches!(outcome, PageOutcome::Error { .. }) {
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -598,6 +692,14 @@ fn final_read(node: usize) -> Record {
         let path = format!("/events?after={after}&limit=1000");
         let response = match request(node_addr(node), "GET", &path, None, b"") {
             Ok(response) if response.status == 200 => response,
+            // Compacted: what is gone is the floor's, recorded below.
+            Ok(response) if response.status == 410 => match parse_stale(&response.body) {
+                Some((_, resume)) => {
+                    after = resume;
+                    continue;
+                }
+                None => return failed("410 without resume".into()),
+            },
             Ok(response) => return failed(format!("status {}", response.status)),
             Err(error) => {
                 std::thread::sleep(Duration::from_millis(100));

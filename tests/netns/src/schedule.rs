@@ -72,6 +72,14 @@ pub enum Fault {
         /// The node.
         node: usize,
     },
+    /// `POST /compact {"keep_last": N}` on every node (floors never pass
+    /// what a peer acknowledged). Nothing to heal; after the final heal
+    /// every node compacts again with the schedule's smallest `keep_last`,
+    /// so that the nodes can agree on one floor.
+    Compact {
+        /// Events kept per stream.
+        keep_last: u64,
+    },
 }
 
 impl std::fmt::Display for Fault {
@@ -96,6 +104,9 @@ impl std::fmt::Display for Fault {
             }
             Fault::Kill { node } => write!(f, "kill -9 {}", name(node)),
             Fault::Pause { node } => write!(f, "pause {}", name(node)),
+            Fault::Compact { keep_last } => {
+                write!(f, "compact every node, keep_last {keep_last}")
+            }
         }
     }
 }
@@ -142,7 +153,7 @@ impl Schedule {
             let kind = if index == 0 && rng.chance(0.5) {
                 0
             } else {
-                rng.below(6)
+                rng.below(7)
             };
             let fault = match kind {
                 0 => {
@@ -162,7 +173,10 @@ impl Schedule {
                     target: nodes[1],
                 },
                 4 => Fault::Kill { node: nodes[0] },
-                _ => Fault::Pause { node: nodes[0] },
+                5 => Fault::Pause { node: nodes[0] },
+                _ => Fault::Compact {
+                    keep_last: rng.between(5, 100),
+                },
             };
             drawn.push(Step {
                 fault,
