@@ -8,6 +8,8 @@
 //!   final log (read to the end after the final heal) with the payload that
 //!   was sent, unless that node's floor covers it (compacted, which a stale
 //!   reader would be told).
+//! - **No refused append appears.** An append that was definitely refused
+//!   (connection refused, `4xx`, `503`) is in no node's final log.
 //! - **Final logs agree and have no holes.** Each node holds each stream as
 //!   `floor+1 ..= head` with no seq missing or repeated; all nodes hold the
 //!   same events.
@@ -49,6 +51,14 @@ pub enum Violation {
         seen_by: String,
         /// The event.
         id: EventId,
+    },
+    /// A definitely refused append (connection refused, `4xx`, `503`)
+    /// shows up in a node's final log anyway.
+    RefusedButApplied {
+        /// The node holding it.
+        node: usize,
+        /// The payload.
+        payload: String,
     },
     /// A node's final log has a hole or a repeat in a stream.
     FinalNotPrefix {
@@ -130,6 +140,9 @@ impl fmt::Display for Violation {
             }
             Violation::WrongPayload { seen_by, id: e } => {
                 write!(f, "wrong payload: {} as seen by {seen_by}", id(e))
+            }
+            Violation::RefusedButApplied { node, payload } => {
+                write!(f, "append {payload:?} was refused but node {node} holds it")
             }
             Violation::FinalNotPrefix { node, stream } => {
                 write!(
@@ -226,8 +239,9 @@ pub fn check(records: &[Record]) -> Verdict {
     let mut verdict = Verdict::default();
     let mut violations = Vec::new();
 
-    // What was acknowledged: id -> payload.
+    // What was acknowledged: id -> payload; and what was refused.
     let mut acked: BTreeMap<EventId, String> = BTreeMap::new();
+    let mut refused: BTreeSet<&str> = BTreeSet::new();
     for record in records {
         match record {
             Record::Append {
@@ -251,7 +265,9 @@ pub fn check(records: &[Record]) -> Verdict {
                     }
                 }
                 AppendOutcome::Unknown { .. } => verdict.unknown_appends += 1,
-                AppendOutcome::Failed { .. } => {}
+                AppendOutcome::Failed { .. } => {
+                    refused.extend(payloads.iter().map(String::as_str));
+                }
             },
             Record::Fault { action, .. } if !action.starts_with("heal") => verdict.faults += 1,
             Record::Converged { after_heal_ms, .. } if verdict.converged_ms.is_none() => {
@@ -317,6 +333,16 @@ pub fn check(records: &[Record]) -> Verdict {
                 violations.push(Violation::FinalUnread { node: *node });
             }
             _ => {}
+        }
+    }
+    for (node, (held, _)) in &finals {
+        for payload in held.values() {
+            if refused.contains(payload.as_str()) {
+                violations.push(Violation::RefusedButApplied {
+                    node: *node,
+                    payload: payload.clone(),
+                });
+            }
         }
     }
     if let Some((first_node, (first_held, _))) = finals.iter().next() {
@@ -750,6 +776,37 @@ mod tests {
         }
         // Node 0's events are out of page order but a whole prefix: fine.
         assert!(!found.contains(&Violation::FinalNotPrefix { node: 0, stream: 1 }));
+    }
+
+    #[test]
+    fn a_refused_append_that_was_applied_anyway_is_named() {
+        let mut records = clean();
+        let mut extra = event(3, 1, 3);
+        extra.payload = "refused".into();
+        records.insert(
+            4,
+            Record::Append {
+                t_ms: 0,
+                writer: 3,
+                node: 3,
+                payloads: vec!["refused".into()],
+                outcome: AppendOutcome::Failed {
+                    message: "connect: refused".into(),
+                },
+            },
+        );
+        records[12] = final_log(
+            1,
+            vec![event(1, 1, 1), event(2, 1, 1), event(1, 2, 2), extra],
+        );
+        let found = violations(&records);
+        assert!(
+            found.contains(&Violation::RefusedButApplied {
+                node: 1,
+                payload: "refused".into()
+            }),
+            "{found:?}"
+        );
     }
 
     #[test]
