@@ -62,6 +62,18 @@ pub enum Record {
         /// What it did, in words (`isolate n3`, `heal`).
         action: String,
     },
+    /// After a step's heal, with the writers still running: how long until
+    /// every node held everything any node held at the heal (its marks
+    /// dominate the join of all marks taken then).
+    CaughtUp {
+        /// Milliseconds since the schedule started, at the heal.
+        t_ms: u64,
+        /// The heal (`heal partitions`, `heal: restart n3`).
+        heal: String,
+        /// Milliseconds from the heal until caught up; `None` if not within
+        /// the bound (10 s).
+        after_heal_ms: Option<u64>,
+    },
     /// All nodes reported one digest after the last heal, or did not within
     /// the bound.
     Converged {

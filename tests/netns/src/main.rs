@@ -215,6 +215,15 @@ fn main() -> ExitCode {
                     outcome.faults_s,
                     outcome.total_s
                 );
+                let (heals, p50, max, missed) = heal_stats(&[&outcome]);
+                println!(
+                    "  {heals} heals under load: caught up p50 {p50} max {max}{}",
+                    if missed > 0 {
+                        format!(", {missed} not within 10 s")
+                    } else {
+                        String::new()
+                    }
+                );
                 println!("  history: {}", outcome.history.display());
                 print_verdict(verdict);
                 failed |= !verdict.passed();
@@ -240,6 +249,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Over every step heal of these runs: how many, p50 and max of the
+/// caught-up times, and how many did not catch up within the bound.
+fn heal_stats(outcomes: &[&Outcome]) -> (usize, String, String, usize) {
+    let all: Vec<Option<u64>> = outcomes
+        .iter()
+        .flat_map(|o| o.caught_up.iter().copied())
+        .collect();
+    let mut within: Vec<u64> = all.iter().flatten().copied().collect();
+    within.sort_unstable();
+    let show = |v: Option<&u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
+    (
+        all.len(),
+        show(within.get(within.len().saturating_sub(1) / 2)),
+        show(within.last()),
+        all.len() - within.len(),
+    )
+}
+
 fn summarize(outcomes: &[Outcome]) {
     if outcomes.is_empty() {
         return;
@@ -254,6 +281,11 @@ fn summarize(outcomes: &[Outcome]) {
     let violations: usize = outcomes.iter().map(|o| o.verdict.violations.len()).sum();
     let rate: f64 = outcomes.iter().map(|o| o.acked_per_s).sum::<f64>() / outcomes.len() as f64;
     let p50 = converge.get(converge.len().saturating_sub(1) / 2);
+    let refs: Vec<&Outcome> = outcomes.iter().collect();
+    let (heals, heal_p50, heal_max, missed) = heal_stats(&refs);
+    println!(
+        "summary: {heals} step heals under load: caught up p50 {heal_p50} max {heal_max}, {missed} not within 10 s"
+    );
     println!(
         "summary: {} schedule(s), {acked} events acknowledged, {checked} checks, {violations} violations; converge after the final heal p50 {} max {}; {rate:.0} events/s acknowledged (mean)",
         outcomes.len(),

@@ -3,6 +3,7 @@
 //! measure convergence, let the readers finish their walks, read every node
 //! to the end, tear the mesh down and judge the history.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -73,6 +74,9 @@ pub struct Outcome {
     pub converge_clear_ms: Option<u64>,
     /// Whether links were impaired at the final heal.
     pub impaired_at_heal: bool,
+    /// Per step heal, with writers running: milliseconds until every node
+    /// held what any node held at the heal (`None`: not within 10 s).
+    pub caught_up: Vec<Option<u64>>,
     /// Events acknowledged per second while the schedule ran.
     pub acked_per_s: f64,
     /// Seconds the schedule ran (faults), startup and teardown excluded.
@@ -165,7 +169,8 @@ pub fn run_schedule(
         .collect();
 
     // The nemesis.
-    let nemesis = run_steps(&mut mesh, schedule, &shared);
+    let mut caught_up = Vec::new();
+    let nemesis = run_steps(&mut mesh, schedule, &shared, &mut caught_up);
     let faults_s = shared.started.elapsed().as_secs_f64();
     shared.phase.store(HEALING, Ordering::SeqCst);
     for handle in writers {
@@ -259,12 +264,18 @@ pub fn run_schedule(
         converge_impaired_ms,
         converge_clear_ms,
         impaired_at_heal,
+        caught_up,
         faults_s,
         total_s: began.elapsed().as_secs_f64(),
     })
 }
 
-fn run_steps(mesh: &mut Mesh, schedule: &Schedule, shared: &Shared) -> Result<(), String> {
+fn run_steps(
+    mesh: &mut Mesh,
+    schedule: &Schedule,
+    shared: &Shared,
+    caught_up: &mut Vec<Option<u64>>,
+) -> Result<(), String> {
     // Let the mesh connect and the clients start before the first fault.
     nap(Duration::from_millis(500));
     for step in &schedule.steps {
@@ -322,9 +333,19 @@ fn run_steps(mesh: &mut Mesh, schedule: &Schedule, shared: &Shared) -> Result<()
             }
         };
         if let Some(action) = healed {
+            let t_ms = shared.t_ms();
             shared.record(&Record::Fault {
-                t_ms: shared.t_ms(),
-                action,
+                t_ms,
+                action: action.clone(),
+            });
+            // The next fault waits until the mesh has caught up (bounded),
+            // so each heal gets its own measurement.
+            let after_heal_ms = catch_up(Duration::from_secs(10));
+            caught_up.push(after_heal_ms);
+            shared.record(&Record::CaughtUp {
+                t_ms,
+                heal: action,
+                after_heal_ms,
             });
         }
         nap(Duration::from_millis(step.rest_ms));
@@ -393,6 +414,65 @@ fn final_compaction(keep_last: u64, shared: &Shared) {
         under_impairment: false,
         compared: "digest".into(),
     });
+}
+
+/// Every node's `/marks` object, asked all at once; `None` for a node
+/// that did not answer.
+fn all_marks() -> Vec<Option<serde_json::Map<String, Value>>> {
+    std::thread::scope(|scope| {
+        let asks: Vec<_> = (0..NODES)
+            .map(|node| {
+                scope.spawn(move || {
+                    let response = request(node_addr(node), "GET", "/marks", None, b"").ok()?;
+                    let marks: Value = serde_json::from_slice(&response.body).ok()?;
+                    (response.status == 200).then(|| marks["marks"].as_object().cloned())?
+                })
+            })
+            .collect();
+        asks.into_iter()
+            .map(|ask| ask.join().ok().flatten())
+            .collect()
+    })
+}
+
+/// After a heal: joins every node's marks now, then polls until every
+/// node's marks dominate that join; the time from the call.
+fn catch_up(bound: Duration) -> Option<u64> {
+    let started = Instant::now();
+    let mut target: BTreeMap<String, u64> = BTreeMap::new();
+    let mut answered = [false; NODES];
+    // The target: what any node holds at the heal. A node that does not
+    // answer yet (restarting, on a lossy link) is asked again.
+    while !answered.iter().all(|&a| a) {
+        if started.elapsed() > bound || INTERRUPTED.load(Ordering::Relaxed) {
+            return None;
+        }
+        for (node, marks) in all_marks().into_iter().enumerate() {
+            if let Some(marks) = marks {
+                answered[node] = true;
+                for (stream, seq) in marks {
+                    let seq = seq.as_u64().unwrap_or(0);
+                    let entry = target.entry(stream).or_default();
+                    *entry = (*entry).max(seq);
+                }
+            }
+        }
+    }
+    while started.elapsed() < bound && !INTERRUPTED.load(Ordering::Relaxed) {
+        let all = all_marks();
+        let dominates = |marks: &Option<serde_json::Map<String, Value>>| {
+            marks.as_ref().is_some_and(|marks| {
+                target.iter().all(|(stream, seq)| {
+                    marks.get(stream).and_then(Value::as_u64).unwrap_or(0) >= *seq
+                })
+            })
+        };
+        if all.iter().all(dominates) {
+            return Some(started.elapsed().as_millis() as u64);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
 }
 
 /// Polls every node's `/marks` until `key` (`digest`, or `marks` when
