@@ -4,7 +4,7 @@
 //! instead of hanging.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// The longest a connection attempt may take.
@@ -49,8 +49,20 @@ pub fn request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> Result<Response, RequestError> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(RequestError::Connect)?;
+    request_from(None, addr, method, path, content_type, body)
+}
+
+/// [`request`] from a chosen source address (the observer's), or the
+/// kernel's choice with `None`.
+pub fn request_from(
+    source: Option<IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<Response, RequestError> {
+    let mut stream = connect(source, addr).map_err(RequestError::Connect)?;
     let no_answer = |error: std::io::Error| RequestError::NoAnswer(error.to_string());
     stream
         .set_read_timeout(Some(IO_TIMEOUT))
@@ -81,6 +93,16 @@ pub fn request(
             answer.len()
         ))
     })
+}
+
+fn connect(source: Option<IpAddr>, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT);
+    };
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(source, 0).into())?;
+    socket.connect_timeout(&addr.into(), CONNECT_TIMEOUT)?;
+    Ok(socket.into())
 }
 
 /// Parses a whole HTTP/1.1 response with a content-length or chunked body.

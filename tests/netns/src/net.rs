@@ -39,6 +39,17 @@ pub const PREFIX: &str = "mlf-";
 pub const BRIDGE: &str = "mlf-br0";
 /// The bridge's address: where the clients connect from.
 pub const BRIDGE_ADDR: &str = "10.77.0.1";
+/// The observer's address, also on the bridge: the harness's own polls
+/// (marks, digests, compaction, final reads) come from it, and the link
+/// impairments leave its packets alone, so that a measurement of
+/// convergence measures the mesh, not the poll's own retransmits.
+pub const OBSERVER_ADDR: &str = "10.77.0.2";
+
+/// The observer's address, parsed.
+pub fn observer() -> std::net::IpAddr {
+    OBSERVER_ADDR.parse().expect("a literal address")
+}
+
 /// The port every node listens on, in its own namespace.
 pub const PORT: u16 = 7070;
 /// How long a node may take to print `listening on`.
@@ -238,6 +249,10 @@ impl Mesh {
             "ip",
             &["addr", "add", &format!("{BRIDGE_ADDR}/24"), "dev", BRIDGE],
         )?;
+        run(
+            "ip",
+            &["addr", "add", &format!("{OBSERVER_ADDR}/24"), "dev", BRIDGE],
+        )?;
         run("ip", &["link", "set", BRIDGE, "up"])?;
         for i in 0..NODES {
             let ns = namespace(i);
@@ -414,6 +429,8 @@ impl Mesh {
         self.impaired[i] = true;
         if link.loss_pct > 0 {
             let p = format!("{:.3}", f64::from(link.loss_pct) / 100.0);
+            iptables_in(i, &["-A", "mlf-loss", "-s", OBSERVER_ADDR, "-j", "RETURN"])?;
+            iptables_in(i, &["-A", "mlf-loss", "-d", OBSERVER_ADDR, "-j", "RETURN"])?;
             iptables_in(
                 i,
                 &[
@@ -504,6 +521,9 @@ impl Mesh {
                     "POSTROUTING",
                     "-o",
                     "eth0",
+                    "!",
+                    "-d",
+                    OBSERVER_ADDR,
                     "-m",
                     "statistic",
                     "--mode",

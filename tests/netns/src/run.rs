@@ -20,8 +20,8 @@ use crate::check::{check, Verdict};
 use crate::history::{
     read_history, write_record, Ack, AppendOutcome, Event, LostRange, NodeInfo, PageOutcome, Record,
 };
-use crate::http::{request, RequestError};
-use crate::net::{node_addr, node_url, Mesh};
+use crate::http::{request, request_from, RequestError};
+use crate::net::{node_addr, node_url, observer, Mesh};
 use crate::schedule::{Fault, Schedule, NODES};
 
 /// Set by SIGINT or SIGTERM: every loop stops, the guard cleans up.
@@ -371,7 +371,8 @@ fn compact_all(keep_last: u64) -> String {
     let body = format!("{{\"keep_last\": {keep_last}}}");
     (0..NODES)
         .map(|node| {
-            match request(
+            match request_from(
+                Some(observer()),
                 node_addr(node),
                 "POST",
                 "/compact",
@@ -423,7 +424,15 @@ fn all_marks() -> Vec<Option<serde_json::Map<String, Value>>> {
         let asks: Vec<_> = (0..NODES)
             .map(|node| {
                 scope.spawn(move || {
-                    let response = request(node_addr(node), "GET", "/marks", None, b"").ok()?;
+                    let response = request_from(
+                        Some(observer()),
+                        node_addr(node),
+                        "GET",
+                        "/marks",
+                        None,
+                        b"",
+                    )
+                    .ok()?;
                     let marks: Value = serde_json::from_slice(&response.body).ok()?;
                     (response.status == 200).then(|| marks["marks"].as_object().cloned())?
                 })
@@ -487,7 +496,15 @@ fn converge(bound: Duration, key: &'static str) -> Option<u64> {
             let asks: Vec<_> = (0..NODES)
                 .map(|node| {
                     scope.spawn(move || {
-                        let response = request(node_addr(node), "GET", "/marks", None, b"").ok()?;
+                        let response = request_from(
+                            Some(observer()),
+                            node_addr(node),
+                            "GET",
+                            "/marks",
+                            None,
+                            b"",
+                        )
+                        .ok()?;
                         let marks: Value = serde_json::from_slice(&response.body).ok()?;
                         (response.status == 200).then(|| marks[key].clone())
                     })
@@ -770,25 +787,26 @@ fn final_read(node: usize) -> Record {
             return failed("the read did not reach the head in time".into());
         }
         let path = format!("/events?after={after}&limit=1000");
-        let response = match request(node_addr(node), "GET", &path, None, b"") {
-            Ok(response) if response.status == 200 => response,
-            // Compacted: what is gone is the floor's, recorded below.
-            Ok(response) if response.status == 410 => match parse_stale(&response.body) {
-                Some((_, resume)) => {
-                    after = resume;
+        let response =
+            match request_from(Some(observer()), node_addr(node), "GET", &path, None, b"") {
+                Ok(response) if response.status == 200 => response,
+                // Compacted: what is gone is the floor's, recorded below.
+                Ok(response) if response.status == 410 => match parse_stale(&response.body) {
+                    Some((_, resume)) => {
+                        after = resume;
+                        continue;
+                    }
+                    None => return failed("410 without resume".into()),
+                },
+                Ok(response) => return failed(format!("status {}", response.status)),
+                Err(error) => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if started.elapsed() > FINAL_BOUND {
+                        return failed(error.to_string());
+                    }
                     continue;
                 }
-                None => return failed("410 without resume".into()),
-            },
-            Ok(response) => return failed(format!("status {}", response.status)),
-            Err(error) => {
-                std::thread::sleep(Duration::from_millis(100));
-                if started.elapsed() > FINAL_BOUND {
-                    return failed(error.to_string());
-                }
-                continue;
-            }
-        };
+            };
         let Some((page, next, at_head, _)) = parse_page(&response.body) else {
             return failed("a page that does not parse".into());
         };
@@ -798,7 +816,14 @@ fn final_read(node: usize) -> Record {
             break;
         }
     }
-    let marks = match request(node_addr(node), "GET", "/marks", None, b"") {
+    let marks = match request_from(
+        Some(observer()),
+        node_addr(node),
+        "GET",
+        "/marks",
+        None,
+        b"",
+    ) {
         Ok(response) if response.status == 200 => response,
         Ok(response) => return failed(format!("marks: status {}", response.status)),
         Err(error) => return failed(format!("marks: {error}")),
