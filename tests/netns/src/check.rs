@@ -206,7 +206,8 @@ pub struct Verdict {
     pub pages: usize,
     /// `410` answers.
     pub stale_pages: usize,
-    /// Faults applied (records whose action is not a heal).
+    /// Faults applied (records whose action is neither a heal nor the
+    /// final compaction).
     pub faults: usize,
     /// Milliseconds from the final heal to equal digests (the first
     /// measurement, links possibly still impaired).
@@ -269,7 +270,11 @@ pub fn check(records: &[Record]) -> Verdict {
                     refused.extend(payloads.iter().map(String::as_str));
                 }
             },
-            Record::Fault { action, .. } if !action.starts_with("heal") => verdict.faults += 1,
+            Record::Fault { action, .. }
+                if !action.starts_with("heal") && !action.starts_with("final") =>
+            {
+                verdict.faults += 1
+            }
             Record::Converged { after_heal_ms, .. } if verdict.converged_ms.is_none() => {
                 verdict.converged_ms = *after_heal_ms
             }
