@@ -1,0 +1,831 @@
+//! The checker: reads one schedule's history after the run and judges it,
+//! the way Jepsen judges a database: from what clients were told, not from
+//! the nodes' insides.
+//!
+//! What it demands:
+//!
+//! - **No lost append.** Every event a `201` acknowledged is in every node's
+//!   final log (read to the end after the final heal) with the payload that
+//!   was sent, unless that node's floor covers it (compacted, which a stale
+//!   reader would be told).
+//! - **No refused append appears.** An append that was definitely refused
+//!   (connection refused, `4xx`, `503`) is in no node's final log.
+//! - **Final logs agree and have no holes.** Each node holds each stream as
+//!   `floor+1 ..= head` with no seq missing or repeated; all nodes hold the
+//!   same events.
+//! - **No event twice to a reader.** Across all of a reader's pages, on
+//!   whichever nodes it hopped to, no `(stream, seq)` comes back twice.
+//! - **Every walk is complete.** A reader that reached the head after the
+//!   heal was given every event of every stream exactly once, or was told
+//!   by a `410` that it was lost; never both, never neither.
+//! - **Pages are in order.** Within a page, `(lamport, stream)` strictly
+//!   ascends (`docs/HTTP.md`).
+//! - **Convergence.** All nodes reported one digest within the bound after
+//!   the last heal.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::history::{AppendOutcome, Event, PageOutcome, Record};
+
+/// `(stream, seq)`, the stream parsed from its decimal text.
+pub type EventId = (u64, u64);
+
+/// A node's final log (id -> payload) and its floor (stream -> seq).
+type FinalLog = (BTreeMap<EventId, String>, BTreeMap<u64, u64>);
+
+/// One thing the history shows went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// An acknowledged event is not in a node's final log.
+    Lost {
+        /// The node missing it.
+        node: usize,
+        /// The event.
+        id: EventId,
+    },
+    /// A node's final log, a page or a second acknowledgement shows a
+    /// payload other than the one acknowledged for this event.
+    WrongPayload {
+        /// Where it was seen (`node 2`, `reader 1`, `ack`).
+        seen_by: String,
+        /// The event.
+        id: EventId,
+    },
+    /// A definitely refused append (connection refused, `4xx`, `503`)
+    /// shows up in a node's final log anyway.
+    RefusedButApplied {
+        /// The node holding it.
+        node: usize,
+        /// The payload.
+        payload: String,
+    },
+    /// A node's final log has a hole or a repeat in a stream.
+    FinalNotPrefix {
+        /// The node.
+        node: usize,
+        /// The stream.
+        stream: u64,
+    },
+    /// Two nodes' final logs differ.
+    Diverged {
+        /// One node.
+        node: usize,
+        /// The other.
+        other: usize,
+    },
+    /// A reader was given an event twice.
+    Duplicate {
+        /// The reader.
+        reader: usize,
+        /// The event.
+        id: EventId,
+    },
+    /// A reader's walk ended at the head without the event, and no `410`
+    /// reported it lost.
+    Skipped {
+        /// The reader.
+        reader: usize,
+        /// The event.
+        id: EventId,
+    },
+    /// A reader was given an event a `410` also reported lost.
+    SeenAndStale {
+        /// The reader.
+        reader: usize,
+        /// The event.
+        id: EventId,
+    },
+    /// A reader was given an event no node holds after the heal.
+    Phantom {
+        /// The reader.
+        reader: usize,
+        /// The event.
+        id: EventId,
+    },
+    /// Within one page, `(lamport, stream)` did not strictly ascend.
+    OutOfOrder {
+        /// The reader.
+        reader: usize,
+        /// The page's index among the reader's successful pages.
+        page: usize,
+        /// The event that came too early or too late.
+        id: EventId,
+    },
+    /// A reader's walk never reached the head after the heal.
+    ReaderUnfinished {
+        /// The reader.
+        reader: usize,
+    },
+    /// A node could not be read to the end after the heal.
+    FinalUnread {
+        /// The node.
+        node: usize,
+    },
+    /// The nodes' digests were not equal within the bound after the heal.
+    NotConverged,
+    /// A stream id in the history is not a decimal `u64`.
+    BadStream {
+        /// The text.
+        stream: String,
+    },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = |(stream, seq): &EventId| format!("stream {stream} seq {seq}");
+        match self {
+            Violation::Lost { node, id: e } => {
+                write!(f, "lost: acknowledged {} missing on node {node}", id(e))
+            }
+            Violation::WrongPayload { seen_by, id: e } => {
+                write!(f, "wrong payload: {} as seen by {seen_by}", id(e))
+            }
+            Violation::RefusedButApplied { node, payload } => {
+                write!(f, "append {payload:?} was refused but node {node} holds it")
+            }
+            Violation::FinalNotPrefix { node, stream } => {
+                write!(
+                    f,
+                    "node {node} holds stream {stream} with a hole or a repeat"
+                )
+            }
+            Violation::Diverged { node, other } => {
+                write!(f, "nodes {node} and {other} hold different logs")
+            }
+            Violation::Duplicate { reader, id: e } => {
+                write!(f, "duplicate: reader {reader} was given {} twice", id(e))
+            }
+            Violation::Skipped { reader, id: e } => write!(
+                f,
+                "skipped: reader {reader} never got {} and was not told it was lost",
+                id(e)
+            ),
+            Violation::SeenAndStale { reader, id: e } => write!(
+                f,
+                "reader {reader} got {} and was also told it was lost",
+                id(e)
+            ),
+            Violation::Phantom { reader, id: e } => {
+                write!(f, "phantom: reader {reader} got {} no node holds", id(e))
+            }
+            Violation::OutOfOrder {
+                reader,
+                page,
+                id: e,
+            } => write!(
+                f,
+                "out of order: reader {reader} page {page} has {} out of (lamport, stream) order",
+                id(e)
+            ),
+            Violation::ReaderUnfinished { reader } => {
+                write!(f, "reader {reader} never reached the head after the heal")
+            }
+            Violation::FinalUnread { node } => {
+                write!(f, "node {node} could not be read to the end after the heal")
+            }
+            Violation::NotConverged => write!(f, "digests not equal within the bound"),
+            Violation::BadStream { stream } => write!(f, "stream id {stream:?} is not a u64"),
+        }
+    }
+}
+
+/// What the checker counted and found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Events acknowledged by a `201`.
+    pub acknowledged: usize,
+    /// Append requests with no answer (their events may or may not exist).
+    pub unknown_appends: usize,
+    /// Events held by the nodes after the heal (one node's count).
+    pub final_events: usize,
+    /// Event checks made: acknowledged events looked up on every node, plus
+    /// every event every reader was given.
+    pub checked: usize,
+    /// Successful pages.
+    pub pages: usize,
+    /// `410` answers.
+    pub stale_pages: usize,
+    /// Faults applied (records whose action is neither a heal nor the
+    /// final compaction).
+    pub faults: usize,
+    /// Milliseconds from the final heal to equal digests (the first
+    /// measurement, links possibly still impaired).
+    pub converged_ms: Option<u64>,
+    /// What went wrong; empty when the history passes.
+    pub violations: Vec<Violation>,
+}
+
+impl Verdict {
+    /// Whether the history passed every check.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+fn parse_stream(text: &str, violations: &mut Vec<Violation>) -> Option<u64> {
+    match text.parse() {
+        Ok(stream) => Some(stream),
+        Err(_) => {
+            violations.push(Violation::BadStream {
+                stream: text.to_owned(),
+            });
+            None
+        }
+    }
+}
+
+/// Judges one schedule's history.
+pub fn check(records: &[Record]) -> Verdict {
+    let mut verdict = Verdict::default();
+    let mut violations = Vec::new();
+
+    // What was acknowledged: id -> payload; and what was refused.
+    let mut acked: BTreeMap<EventId, String> = BTreeMap::new();
+    let mut refused: BTreeSet<&str> = BTreeSet::new();
+    for record in records {
+        match record {
+            Record::Append {
+                payloads, outcome, ..
+            } => match outcome {
+                AppendOutcome::Ok { events } => {
+                    for (ack, payload) in events.iter().zip(payloads) {
+                        let Some(stream) = parse_stream(&ack.stream, &mut violations) else {
+                            continue;
+                        };
+                        let id = (stream, ack.seq);
+                        verdict.acknowledged += 1;
+                        if let Some(earlier) = acked.insert(id, payload.clone()) {
+                            if &earlier != payload {
+                                violations.push(Violation::WrongPayload {
+                                    seen_by: "a second acknowledgement".into(),
+                                    id,
+                                });
+                            }
+                        }
+                    }
+                }
+                AppendOutcome::Unknown { .. } => verdict.unknown_appends += 1,
+                AppendOutcome::Failed { .. } => {
+                    refused.extend(payloads.iter().map(String::as_str));
+                }
+            },
+            Record::Fault { action, .. }
+                if !action.starts_with("heal") && !action.starts_with("final") =>
+            {
+                verdict.faults += 1
+            }
+            Record::Converged { after_heal_ms, .. } if verdict.converged_ms.is_none() => {
+                verdict.converged_ms = *after_heal_ms
+            }
+            _ => {}
+        }
+    }
+    // The last measurement is the one that counts: the earlier ones may
+    // have been taken on impaired links, or before the final compaction
+    // (comparing marks); the last must find equal digests.
+    let last_converged = records.iter().rev().find_map(|r| match r {
+        Record::Converged {
+            after_heal_ms,
+            compared,
+            ..
+        } => Some((*after_heal_ms, compared.as_str())),
+        _ => None,
+    });
+    if !matches!(last_converged, Some((Some(_), "digest"))) {
+        violations.push(Violation::NotConverged);
+    }
+
+    // The nodes' final logs: id -> payload, and floors.
+    let mut finals: BTreeMap<usize, FinalLog> = BTreeMap::new();
+    for record in records {
+        match record {
+            Record::Final {
+                node,
+                events,
+                floor,
+                ..
+            } => {
+                let mut held = BTreeMap::new();
+                let mut floors = BTreeMap::new();
+                for (stream, seq) in floor {
+                    if let Some(stream) = parse_stream(stream, &mut violations) {
+                        floors.insert(stream, *seq);
+                    }
+                }
+                let mut per_stream: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+                for event in events {
+                    let Some(stream) = parse_stream(&event.stream, &mut violations) else {
+                        continue;
+                    };
+                    held.insert((stream, event.seq), event.payload.clone());
+                    per_stream.entry(stream).or_default().push(event.seq);
+                }
+                for (stream, mut seqs) in per_stream {
+                    seqs.sort_unstable();
+                    let first = floors.get(&stream).copied().unwrap_or(0) + 1;
+                    let expected: Vec<u64> = (first..first + seqs.len() as u64).collect();
+                    if seqs != expected {
+                        violations.push(Violation::FinalNotPrefix {
+                            node: *node,
+                            stream,
+                        });
+                    }
+                }
+                finals.insert(*node, (held, floors));
+            }
+            Record::FinalFailed { node, .. } => {
+                violations.push(Violation::FinalUnread { node: *node });
+            }
+            _ => {}
+        }
+    }
+    for (node, (held, _)) in &finals {
+        for payload in held.values() {
+            if refused.contains(payload.as_str()) {
+                violations.push(Violation::RefusedButApplied {
+                    node: *node,
+                    payload: payload.clone(),
+                });
+            }
+        }
+    }
+    if let Some((first_node, (first_held, _))) = finals.iter().next() {
+        verdict.final_events = first_held.len();
+        for (node, (held, _)) in finals.iter().skip(1) {
+            if held != first_held {
+                violations.push(Violation::Diverged {
+                    node: *first_node,
+                    other: *node,
+                });
+            }
+        }
+    }
+    for (id, payload) in &acked {
+        for (node, (held, floors)) in &finals {
+            verdict.checked += 1;
+            match held.get(id) {
+                Some(found) if found == payload => {}
+                Some(_) => violations.push(Violation::WrongPayload {
+                    seen_by: format!("node {node}"),
+                    id: *id,
+                }),
+                None if floors.get(&id.0).is_some_and(|floor| id.1 <= *floor) => {}
+                None => violations.push(Violation::Lost {
+                    node: *node,
+                    id: *id,
+                }),
+            }
+        }
+    }
+    // Every event that exists after the heal: per stream, seqs 1..=head
+    // (compacted ones included: a walk must have got them or been told).
+    let mut heads: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut payloads: BTreeMap<EventId, String> = acked.clone();
+    for (held, floors) in finals.values() {
+        for ((stream, seq), payload) in held {
+            let head = heads.entry(*stream).or_default();
+            *head = (*head).max(*seq);
+            payloads.entry((*stream, *seq)).or_insert(payload.clone());
+        }
+        for (stream, floor) in floors {
+            let head = heads.entry(*stream).or_default();
+            *head = (*head).max(*floor);
+        }
+    }
+
+    // Readers.
+    let readers: BTreeSet<usize> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Page { reader, .. } | Record::ReaderDone { reader, .. } => Some(*reader),
+            _ => None,
+        })
+        .collect();
+    for reader in readers {
+        let mut seen: BTreeSet<EventId> = BTreeSet::new();
+        let mut told_lost: BTreeSet<(u64, u64, u64)> = BTreeSet::new();
+        let mut page_index = 0;
+        let mut finished = false;
+        for record in records {
+            match record {
+                Record::Page {
+                    reader: r, outcome, ..
+                } if *r == reader => match outcome {
+                    PageOutcome::Ok { events, .. } => {
+                        verdict.pages += 1;
+                        check_page(
+                            reader,
+                            page_index,
+                            events,
+                            &payloads,
+                            &mut seen,
+                            &mut verdict.checked,
+                            &mut violations,
+                        );
+                        page_index += 1;
+                    }
+                    PageOutcome::Stale { lost, .. } => {
+                        verdict.stale_pages += 1;
+                        for range in lost {
+                            if let Some(stream) = parse_stream(&range.stream, &mut violations) {
+                                told_lost.insert((stream, range.first, range.last));
+                            }
+                        }
+                    }
+                    PageOutcome::Error { .. } => {}
+                },
+                Record::ReaderDone {
+                    reader: r, at_head, ..
+                } if *r == reader => finished = *at_head,
+                _ => {}
+            }
+        }
+        let is_lost = |(stream, seq): EventId| {
+            told_lost
+                .iter()
+                .any(|&(s, first, last)| s == stream && (first..=last).contains(&seq))
+        };
+        for id in &seen {
+            if is_lost(*id) {
+                violations.push(Violation::SeenAndStale { reader, id: *id });
+            }
+            if heads.get(&id.0).is_none_or(|head| id.1 > *head) {
+                violations.push(Violation::Phantom { reader, id: *id });
+            }
+        }
+        if !finished {
+            violations.push(Violation::ReaderUnfinished { reader });
+            continue;
+        }
+        for (stream, head) in &heads {
+            for seq in 1..=*head {
+                let id = (*stream, seq);
+                if !seen.contains(&id) && !is_lost(id) {
+                    violations.push(Violation::Skipped { reader, id });
+                }
+            }
+        }
+    }
+    verdict.violations = violations;
+    verdict
+}
+
+fn check_page(
+    reader: usize,
+    page: usize,
+    events: &[Event],
+    payloads: &BTreeMap<EventId, String>,
+    seen: &mut BTreeSet<EventId>,
+    checked: &mut usize,
+    violations: &mut Vec<Violation>,
+) {
+    let mut previous: Option<(u64, u64)> = None;
+    for event in events {
+        let Some(stream) = parse_stream(&event.stream, violations) else {
+            continue;
+        };
+        let id = (stream, event.seq);
+        *checked += 1;
+        let key = (event.lamport, stream);
+        if previous.is_some_and(|previous| previous >= key) {
+            violations.push(Violation::OutOfOrder { reader, page, id });
+        }
+        previous = Some(key);
+        if !seen.insert(id) {
+            violations.push(Violation::Duplicate { reader, id });
+        }
+        if payloads.get(&id).is_some_and(|p| p != &event.payload) {
+            violations.push(Violation::WrongPayload {
+                seen_by: format!("reader {reader}"),
+                id,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Synthetic histories, each with one planted fault, and the violation
+    //! the checker must name for it; plus the clean history it must pass.
+
+    use super::*;
+    use crate::history::{Ack, LostRange, NodeInfo};
+
+    fn event(stream: u64, seq: u64, lamport: u64) -> Event {
+        Event {
+            stream: stream.to_string(),
+            seq,
+            lamport,
+            payload: format!("p{stream}-{seq}"),
+        }
+    }
+
+    fn append(stream: u64, seq: u64, lamport: u64) -> Record {
+        Record::Append {
+            t_ms: 0,
+            writer: stream as usize,
+            node: stream as usize,
+            payloads: vec![format!("p{stream}-{seq}")],
+            outcome: AppendOutcome::Ok {
+                events: vec![Ack {
+                    stream: stream.to_string(),
+                    seq,
+                    lamport,
+                }],
+            },
+        }
+    }
+
+    fn page(reader: usize, events: Vec<Event>) -> Record {
+        Record::Page {
+            t_ms: 0,
+            reader,
+            node: 0,
+            after: String::new(),
+            outcome: PageOutcome::Ok {
+                events,
+                next: "t".into(),
+                at_head: false,
+                behind: false,
+            },
+        }
+    }
+
+    fn final_log(node: usize, events: Vec<Event>) -> Record {
+        Record::Final {
+            node,
+            events,
+            floor: BTreeMap::new(),
+            digest: serde_json::Value::Null,
+        }
+    }
+
+    /// Two streams, three events: `1:1@1`, `2:1@1`, `1:2@2`, held by two
+    /// nodes, walked by one reader in two pages.
+    fn clean() -> Vec<Record> {
+        let all = vec![event(1, 1, 1), event(2, 1, 1), event(1, 2, 2)];
+        vec![
+            Record::Start {
+                seed: 1,
+                nodes: vec![NodeInfo {
+                    name: "n1".into(),
+                    url: "http://10.77.0.11:7070".into(),
+                    stream: "1".into(),
+                }],
+            },
+            append(1, 1, 1),
+            append(2, 1, 1),
+            append(1, 2, 2),
+            Record::Fault {
+                t_ms: 1,
+                action: "isolate n1".into(),
+            },
+            Record::Fault {
+                t_ms: 2,
+                action: "heal".into(),
+            },
+            page(0, vec![event(1, 1, 1), event(2, 1, 1)]),
+            page(0, vec![event(1, 2, 2)]),
+            Record::Converged {
+                after_heal_ms: Some(120),
+                under_impairment: false,
+                compared: "digest".into(),
+            },
+            Record::ReaderDone {
+                reader: 0,
+                at_head: true,
+            },
+            final_log(0, all.clone()),
+            final_log(1, all),
+        ]
+    }
+
+    fn violations(records: &[Record]) -> Vec<Violation> {
+        check(records).violations
+    }
+
+    #[test]
+    fn a_clean_history_passes_and_is_counted() {
+        let verdict = check(&clean());
+        assert_eq!(verdict.violations, vec![]);
+        assert_eq!(verdict.acknowledged, 3);
+        assert_eq!(verdict.final_events, 3);
+        assert_eq!(verdict.faults, 1);
+        assert_eq!(verdict.pages, 2);
+        // 3 acks on 2 nodes, 3 events given to the reader.
+        assert_eq!(verdict.checked, 9);
+        assert_eq!(verdict.converged_ms, Some(120));
+    }
+
+    #[test]
+    fn a_lost_acknowledged_append_is_named_per_node() {
+        let mut records = clean();
+        // Node 1 never got 1:2, and neither did the reader's walk.
+        records[11] = final_log(1, vec![event(1, 1, 1), event(2, 1, 1)]);
+        let found = violations(&records);
+        assert!(
+            found.contains(&Violation::Lost {
+                node: 1,
+                id: (1, 2)
+            }),
+            "{found:?}"
+        );
+        assert!(found.contains(&Violation::Diverged { node: 0, other: 1 }));
+        // Lost everywhere (and the walk never saw it): lost on both nodes.
+        let mut records = clean();
+        records.truncate(6);
+        records.push(page(0, vec![event(1, 1, 1), event(2, 1, 1)]));
+        records.push(Record::Converged {
+            after_heal_ms: Some(1),
+            under_impairment: false,
+            compared: "digest".into(),
+        });
+        records.push(Record::ReaderDone {
+            reader: 0,
+            at_head: true,
+        });
+        records.push(final_log(0, vec![event(1, 1, 1), event(2, 1, 1)]));
+        records.push(final_log(1, vec![event(1, 1, 1), event(2, 1, 1)]));
+        assert_eq!(
+            violations(&records),
+            vec![
+                Violation::Lost {
+                    node: 0,
+                    id: (1, 2)
+                },
+                Violation::Lost {
+                    node: 1,
+                    id: (1, 2)
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_duplicate_delivery_is_named() {
+        let mut records = clean();
+        records[7] = page(0, vec![event(2, 1, 1), event(1, 2, 2)]);
+        assert_eq!(
+            violations(&records),
+            vec![Violation::Duplicate {
+                reader: 0,
+                id: (2, 1)
+            }]
+        );
+    }
+
+    #[test]
+    fn a_skipped_range_not_reported_stale_is_named() {
+        let mut records = clean();
+        records[6] = page(0, vec![event(1, 1, 1)]);
+        assert_eq!(
+            violations(&records),
+            vec![Violation::Skipped {
+                reader: 0,
+                id: (2, 1)
+            }]
+        );
+    }
+
+    #[test]
+    fn a_skipped_range_reported_stale_passes_but_seen_and_stale_does_not() {
+        let stale = |first, last| Record::Page {
+            t_ms: 0,
+            reader: 0,
+            node: 0,
+            after: String::new(),
+            outcome: PageOutcome::Stale {
+                lost: vec![LostRange {
+                    stream: "2".into(),
+                    first,
+                    last,
+                }],
+                resume: "r".into(),
+            },
+        };
+        let mut records = clean();
+        records[6] = page(0, vec![event(1, 1, 1)]);
+        records.insert(6, stale(1, 1));
+        assert_eq!(violations(&records), vec![]);
+        assert_eq!(check(&records).stale_pages, 1);
+
+        let mut records = clean();
+        records.insert(6, stale(1, 1));
+        assert_eq!(
+            violations(&records),
+            vec![Violation::SeenAndStale {
+                reader: 0,
+                id: (2, 1)
+            }]
+        );
+    }
+
+    #[test]
+    fn an_out_of_order_page_is_named() {
+        let mut records = clean();
+        // (1, stream 2) before (1, stream 1): the stream tiebreak is broken.
+        records[6] = page(0, vec![event(2, 1, 1), event(1, 1, 1)]);
+        assert_eq!(
+            violations(&records),
+            vec![Violation::OutOfOrder {
+                reader: 0,
+                page: 0,
+                id: (1, 1)
+            }]
+        );
+        // Lamport going down within a page.
+        let mut records = clean();
+        records[6] = page(0, vec![]);
+        records[7] = page(0, vec![event(1, 2, 2), event(1, 1, 1), event(2, 1, 1)]);
+        assert_eq!(
+            violations(&records),
+            vec![Violation::OutOfOrder {
+                reader: 0,
+                page: 1,
+                id: (1, 1)
+            }]
+        );
+    }
+
+    #[test]
+    fn unfinished_readers_unconverged_nodes_holes_and_phantoms_are_named() {
+        let mut records = clean();
+        records[8] = Record::Converged {
+            after_heal_ms: None,
+            under_impairment: true,
+            compared: "digest".into(),
+        };
+        records[9] = Record::ReaderDone {
+            reader: 0,
+            at_head: false,
+        };
+        records[7] = page(0, vec![event(1, 2, 2), event(3, 1, 3)]);
+        records[10] = final_log(0, vec![event(1, 2, 2), event(1, 1, 1), event(2, 1, 1)]);
+        records[11] = final_log(1, vec![event(1, 1, 1), event(2, 1, 1), event(1, 3, 2)]);
+        let found = violations(&records);
+        for expected in [
+            Violation::NotConverged,
+            Violation::ReaderUnfinished { reader: 0 },
+            Violation::Phantom {
+                reader: 0,
+                id: (3, 1),
+            },
+            Violation::FinalNotPrefix { node: 1, stream: 1 },
+            Violation::Lost {
+                node: 1,
+                id: (1, 2),
+            },
+        ] {
+            assert!(found.contains(&expected), "{expected:?} not in {found:?}");
+        }
+        // Node 0's events are out of page order but a whole prefix: fine.
+        assert!(!found.contains(&Violation::FinalNotPrefix { node: 0, stream: 1 }));
+    }
+
+    #[test]
+    fn a_refused_append_that_was_applied_anyway_is_named() {
+        let mut records = clean();
+        let mut extra = event(3, 1, 3);
+        extra.payload = "refused".into();
+        records.insert(
+            4,
+            Record::Append {
+                t_ms: 0,
+                writer: 3,
+                node: 3,
+                payloads: vec!["refused".into()],
+                outcome: AppendOutcome::Failed {
+                    message: "connect: refused".into(),
+                },
+            },
+        );
+        records[12] = final_log(
+            1,
+            vec![event(1, 1, 1), event(2, 1, 1), event(1, 2, 2), extra],
+        );
+        let found = violations(&records);
+        assert!(
+            found.contains(&Violation::RefusedButApplied {
+                node: 1,
+                payload: "refused".into()
+            }),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_payload_other_than_the_acknowledged_one_is_named() {
+        let mut records = clean();
+        let mut forged = event(1, 2, 2);
+        forged.payload = "forged".into();
+        records[7] = page(0, vec![forged]);
+        assert_eq!(
+            violations(&records),
+            vec![Violation::WrongPayload {
+                seen_by: "reader 0".into(),
+                id: (1, 2)
+            }]
+        );
+    }
+}

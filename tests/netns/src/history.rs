@@ -1,0 +1,258 @@
+//! The history: one JSON object per line, written by the harness while a
+//! schedule runs and read back by the checker. Every operation a client
+//! completes (or gives up on) and every fault the nemesis applies is one
+//! [`Record`], appended in the order it completed.
+//!
+//! Stream ids are decimal strings, as the node's API writes them.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// One line of the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// A schedule starts: its seed, the nodes and their streams.
+    Start {
+        /// The schedule's seed (`--seed` replays it).
+        seed: u64,
+        /// The nodes, by index: name, URL and stream id.
+        nodes: Vec<NodeInfo>,
+    },
+    /// A writer's append, one HTTP request carrying `payloads`.
+    Append {
+        /// Milliseconds since the schedule started.
+        t_ms: u64,
+        /// Which writer.
+        writer: usize,
+        /// Which node it was sent to.
+        node: usize,
+        /// The payloads, each unique in the run.
+        payloads: Vec<String>,
+        /// What the node answered.
+        outcome: AppendOutcome,
+    },
+    /// A reader's page request.
+    Page {
+        /// Milliseconds since the schedule started.
+        t_ms: u64,
+        /// Which reader.
+        reader: usize,
+        /// Which node it asked.
+        node: usize,
+        /// The token sent as `after` (empty: the start).
+        after: String,
+        /// What the node answered.
+        outcome: PageOutcome,
+    },
+    /// A reader's walk is over: `at_head` if its last page, after the final
+    /// heal and convergence, was at the head.
+    ReaderDone {
+        /// Which reader.
+        reader: usize,
+        /// Whether the walk reached the head.
+        at_head: bool,
+    },
+    /// The nemesis applied or healed a fault.
+    Fault {
+        /// Milliseconds since the schedule started.
+        t_ms: u64,
+        /// What it did, in words (`isolate n3`, `heal`).
+        action: String,
+    },
+    /// After a step's heal, with the writers still running: how long until
+    /// every node held everything any node held at the heal (its marks
+    /// dominate the join of all marks taken then).
+    CaughtUp {
+        /// Milliseconds since the schedule started, at the heal.
+        t_ms: u64,
+        /// The heal (`heal partitions`, `heal: restart n3`).
+        heal: String,
+        /// Milliseconds from the heal until caught up; `None` if not within
+        /// the bound (10 s).
+        after_heal_ms: Option<u64>,
+    },
+    /// All nodes reported one digest after the last heal, or did not within
+    /// the bound.
+    Converged {
+        /// Milliseconds from the last heal to equal digests; `None` if they
+        /// were not equal within the bound.
+        after_heal_ms: Option<u64>,
+        /// Whether link impairments (loss, duplication, slow links) were
+        /// still in place while converging.
+        under_impairment: bool,
+        /// What was compared: `digest`, or `marks` (the heads) while
+        /// compaction left the floors apart.
+        compared: String,
+    },
+    /// A node's whole log, read to the end after the final heal.
+    Final {
+        /// Which node.
+        node: usize,
+        /// Every event it holds, in page order.
+        events: Vec<Event>,
+        /// Its floor (`GET /marks`).
+        floor: BTreeMap<String, u64>,
+        /// Its digest (`GET /marks`).
+        digest: serde_json::Value,
+    },
+    /// A node's final read failed.
+    FinalFailed {
+        /// Which node.
+        node: usize,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A node of the mesh.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// `n1` to `n5`.
+    pub name: String,
+    /// `http://10.77.0.11:7070`.
+    pub url: String,
+    /// Its stream id, decimal.
+    pub stream: String,
+}
+
+/// What an append request came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum AppendOutcome {
+    /// `201`: each payload's event, in order. These must never be lost.
+    Ok {
+        /// The events named in the answer.
+        events: Vec<Ack>,
+    },
+    /// A definite refusal (an HTTP error, or a connection that was refused):
+    /// nothing was appended.
+    Failed {
+        /// Why.
+        message: String,
+    },
+    /// No answer (a timeout, a reset after sending): the events may or may
+    /// not have been appended.
+    Unknown {
+        /// Why.
+        message: String,
+    },
+}
+
+/// One event of an append's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// The writer stream.
+    pub stream: String,
+    /// Its seq.
+    pub seq: u64,
+    /// Its stamp.
+    pub lamport: u64,
+}
+
+/// What a page request came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PageOutcome {
+    /// `200`: the events as recorded by the reader, and the page's cursor.
+    Ok {
+        /// The events, in the page's order.
+        events: Vec<Event>,
+        /// The token for the next page.
+        next: String,
+        /// The node's `at_head`.
+        at_head: bool,
+        /// The node's `behind`.
+        behind: bool,
+    },
+    /// `410 stale_cursor`: the ranges lost and the token to resume from.
+    Stale {
+        /// Every range reported lost.
+        lost: Vec<LostRange>,
+        /// The token the reader resumed from.
+        resume: String,
+    },
+    /// No page (a timeout, a refused connection, another status).
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+/// An event as a page returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The writer stream.
+    pub stream: String,
+    /// Its seq.
+    pub seq: u64,
+    /// Its stamp.
+    pub lamport: u64,
+    /// Its payload (the harness writes text only).
+    pub payload: String,
+}
+
+/// A range a 410 reported lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostRange {
+    /// The stream.
+    pub stream: String,
+    /// The first seq lost.
+    pub first: u64,
+    /// The last seq lost.
+    pub last: u64,
+}
+
+/// Appends one record as a line.
+pub fn write_record(out: &mut impl Write, record: &Record) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, record)?;
+    out.write_all(b"\n")
+}
+
+/// Reads a history: one record per non-empty line. A line that does not
+/// parse is an error naming its number.
+pub fn read_history(input: impl BufRead) -> Result<Vec<Record>, String> {
+    let mut records = Vec::new();
+    for (index, line) in input.lines().enumerate() {
+        let line = line.map_err(|error| format!("line {}: {error}", index + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(&line)
+            .map_err(|error| format!("line {}: {error}: {line}", index + 1))?;
+        records.push(record);
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_through_a_line() {
+        let record = Record::Page {
+            t_ms: 7,
+            reader: 1,
+            node: 2,
+            after: "AQEB".into(),
+            outcome: PageOutcome::Stale {
+                lost: vec![LostRange {
+                    stream: "3".into(),
+                    first: 4,
+                    last: 9,
+                }],
+                resume: "AQEC".into(),
+            },
+        };
+        let mut text = Vec::new();
+        write_record(&mut text, &record).unwrap();
+        assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(read_history(&text[..]).unwrap(), vec![record]);
+        assert!(read_history(&b"{\"type\":\"nope\"}\n"[..])
+            .unwrap_err()
+            .starts_with("line 1:"));
+    }
+}
