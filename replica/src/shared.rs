@@ -71,6 +71,9 @@ use crate::{
 pub const ROUND_EVENTS_MAX: usize = 4096;
 /// The most payload bytes one round commits.
 pub const ROUND_BYTES_MAX: usize = 16 << 20;
+/// The longest the committer thread waits for a round to grow back to the
+/// size of the last one (see `next_round`).
+const ROUND_LINGER: Duration = Duration::from_micros(300);
 
 /// Who commits a [`SharedReplica`]'s rounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +240,9 @@ struct Queue {
     /// Whether the committer sleeps on `queued`: only then does a caller
     /// pay for a wake-up.
     idle: bool,
+    /// While the committer lingers for a round as large as the last one:
+    /// how many queued requests wake it (0 when it does not linger).
+    lingering_for: usize,
     closed: bool,
 }
 
@@ -617,7 +623,12 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
                 return Completion { slot, extract };
             }
             queue.waiting.push_back(request);
-            std::mem::take(&mut queue.idle)
+            let lingering_done =
+                queue.lingering_for > 0 && queue.waiting.len() >= queue.lingering_for;
+            if lingering_done {
+                queue.lingering_for = 0;
+            }
+            std::mem::take(&mut queue.idle) || lingering_done
         };
         match inner.commits {
             Commits::Thread => {
@@ -629,7 +640,7 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
                 let mut writer = lock(&inner.writer);
                 // Whoever held the lock before may have served us.
                 while !slot.is_done() {
-                    let Some(round) = inner.next_round(false) else {
+                    let Some(round) = inner.next_round(false, 0) else {
                         break;
                     };
                     inner.commit_round(&mut writer, round);
@@ -807,7 +818,9 @@ impl<S: Store> Inner<S> {
     /// queued; ends when the queue closes and is empty.
     fn run_committer(&self) {
         let _closing = CloseOnExit(self);
-        while let Some(round) = self.next_round(true) {
+        let mut last_round = 0;
+        while let Some(round) = self.next_round(true, last_round) {
+            last_round = round.len();
             let mut writer = lock(&self.writer);
             self.commit_round(&mut writer, round);
         }
@@ -816,7 +829,13 @@ impl<S: Store> Inner<S> {
     /// Takes the queue's front, up to the limits (a compaction alone).
     /// With `wait`, sleeps while the queue is empty; `None` once closed and
     /// empty (or, without `wait`, when empty).
-    fn next_round(&self, wait: bool) -> Option<Vec<Request>> {
+    ///
+    /// With `wait`, a queue holding fewer requests than `last_round` waits up
+    /// to [`ROUND_LINGER`] for that many: the callers just answered are
+    /// waking up to queue their next write, and letting them join makes the
+    /// next round theirs too instead of a sliver of it — more events per
+    /// fsync, for at most that much added latency.
+    fn next_round(&self, wait: bool, last_round: usize) -> Option<Vec<Request>> {
         let mut queue = lock(&self.queue);
         while queue.waiting.is_empty() {
             if queue.closed || !wait {
@@ -829,6 +848,21 @@ impl<S: Store> Inner<S> {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         queue.idle = false;
+        if wait && queue.waiting.len() < last_round {
+            let deadline = Instant::now() + ROUND_LINGER;
+            while queue.waiting.len() < last_round && !queue.closed {
+                let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                    break;
+                };
+                queue.lingering_for = last_round;
+                queue = self
+                    .queued
+                    .wait_timeout(queue, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            queue.lingering_for = 0;
+        }
         if matches!(queue.waiting[0].work, Work::Compact(_)) {
             return queue.waiting.pop_front().map(|request| vec![request]);
         }
