@@ -234,6 +234,26 @@ pub fn event_line(event: &EventJson) -> String {
     )
 }
 
+/// Prints a stale report: one JSON line (`--json`), or the lines of
+/// [`stale_lines`].
+fn print_stale(out: &mut impl Write, stale: &Stale, json: bool) {
+    if json {
+        let line = serde_json::to_string(&client::ErrorJson {
+            error: "stale_cursor".into(),
+            message: stale.message.clone(),
+            lost: Some(stale.lost.clone()),
+            resume: Some(stale.resume.clone()),
+        })
+        .unwrap_or_default();
+        let _ = writeln!(out, "{line}");
+    } else {
+        for line in stale_lines(stale) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    let _ = out.flush();
+}
+
 /// The lines that report a stale cursor: what was lost and where to resume.
 pub fn stale_lines(stale: &Stale) -> Vec<String> {
     let mut lines = vec![format!(
@@ -271,21 +291,7 @@ async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
             PageOutcome::Page(page) => page,
             PageOutcome::Stale(stale) => {
                 bar.finish_and_clear();
-                if args.json {
-                    let line = serde_json::to_string(&client::ErrorJson {
-                        error: "stale_cursor".into(),
-                        message: stale.message.clone(),
-                        lost: Some(stale.lost.clone()),
-                        resume: Some(stale.resume.clone()),
-                    })
-                    .unwrap_or_default();
-                    let _ = writeln!(out, "{line}");
-                } else {
-                    for line in stale_lines(&stale) {
-                        let _ = writeln!(out, "{line}");
-                    }
-                }
-                let _ = out.flush();
+                print_stale(&mut out, &stale, args.json);
                 return Ok(ExitCode::from(EXIT_STALE));
             }
         };
@@ -397,21 +403,7 @@ async fn follow(args: EventsArgs) -> Result<ExitCode, ClientError> {
                     lost,
                     resume: token::encode_text(&resume).unwrap_or_default(),
                 };
-                if args.json {
-                    let line = serde_json::to_string(&client::ErrorJson {
-                        error: "stale_cursor".into(),
-                        message: stale.message.clone(),
-                        lost: Some(stale.lost.clone()),
-                        resume: Some(stale.resume.clone()),
-                    })
-                    .unwrap_or_default();
-                    let _ = writeln!(out, "{line}");
-                } else {
-                    for line in stale_lines(&stale) {
-                        let _ = writeln!(out, "{line}");
-                    }
-                }
-                let _ = out.flush();
+                print_stale(&mut out, &stale, args.json);
                 return Ok(ExitCode::from(EXIT_STALE));
             }
             Some(FollowItem::Status(_)) => {}

@@ -417,9 +417,10 @@ fn final_compaction(keep_last: u64, shared: &Shared) {
     });
 }
 
-/// Every node's `/marks` object, asked all at once; `None` for a node
-/// that did not answer.
-fn all_marks() -> Vec<Option<serde_json::Map<String, Value>>> {
+/// Every node's `GET /marks` body, asked all at once from the observer
+/// address, so one slow answer over a lossy link does not stretch the
+/// round; `None` for a node that did not answer 200.
+fn marks_bodies() -> Vec<Option<Value>> {
     std::thread::scope(|scope| {
         let asks: Vec<_> = (0..NODES)
             .map(|node| {
@@ -433,8 +434,8 @@ fn all_marks() -> Vec<Option<serde_json::Map<String, Value>>> {
                         b"",
                     )
                     .ok()?;
-                    let marks: Value = serde_json::from_slice(&response.body).ok()?;
-                    (response.status == 200).then(|| marks["marks"].as_object().cloned())?
+                    let body: Value = serde_json::from_slice(&response.body).ok()?;
+                    (response.status == 200).then_some(body)
                 })
             })
             .collect();
@@ -442,6 +443,14 @@ fn all_marks() -> Vec<Option<serde_json::Map<String, Value>>> {
             .map(|ask| ask.join().ok().flatten())
             .collect()
     })
+}
+
+/// Every node's `/marks` object; `None` for a node that did not answer.
+fn all_marks() -> Vec<Option<serde_json::Map<String, Value>>> {
+    marks_bodies()
+        .into_iter()
+        .map(|body| body.and_then(|body| body["marks"].as_object().cloned()))
+        .collect()
 }
 
 /// After a heal: joins every node's marks now, then polls until every
@@ -490,30 +499,10 @@ fn catch_up(bound: Duration) -> Option<u64> {
 fn converge(bound: Duration, key: &'static str) -> Option<u64> {
     let started = Instant::now();
     while started.elapsed() < bound && !INTERRUPTED.load(Ordering::Relaxed) {
-        // All five at once, so one slow answer over a lossy link does not
-        // stretch the round (the time is an upper bound either way).
-        let digests: Vec<Option<Value>> = std::thread::scope(|scope| {
-            let asks: Vec<_> = (0..NODES)
-                .map(|node| {
-                    scope.spawn(move || {
-                        let response = request_from(
-                            Some(observer()),
-                            node_addr(node),
-                            "GET",
-                            "/marks",
-                            None,
-                            b"",
-                        )
-                        .ok()?;
-                        let marks: Value = serde_json::from_slice(&response.body).ok()?;
-                        (response.status == 200).then(|| marks[key].clone())
-                    })
-                })
-                .collect();
-            asks.into_iter()
-                .map(|ask| ask.join().ok().flatten())
-                .collect()
-        });
+        let digests: Vec<Option<Value>> = marks_bodies()
+            .into_iter()
+            .map(|body| body.map(|body| body[key].clone()))
+            .collect();
         if digests.iter().all(Option::is_some) && digests.windows(2).all(|w| w[0] == w[1]) {
             return Some(started.elapsed().as_millis() as u64);
         }
