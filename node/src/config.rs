@@ -33,6 +33,40 @@ pub struct ServeArgs {
     /// A TOML file with limits and timings (`docs/HTTP.md`, "Limits").
     #[arg(long, env = "MESHLOG_CONFIG")]
     pub config: Option<PathBuf>,
+    /// A TOML file of bearer and peer secrets (`docs/SECURITY.md`); reread
+    /// on SIGHUP.
+    #[arg(long, env = "MESHLOG_SECRETS")]
+    pub secrets: Option<PathBuf>,
+    /// `read` secrets, comma-separated (joined to the file's).
+    #[arg(long = "read-secret", env = "MESHLOG_READ_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    pub read_secrets: Vec<String>,
+    /// `write` secrets, comma-separated (joined to the file's).
+    #[arg(long = "write-secret", env = "MESHLOG_WRITE_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    pub write_secrets: Vec<String>,
+    /// `admin` secrets, comma-separated (joined to the file's).
+    #[arg(long = "admin-secret", env = "MESHLOG_ADMIN_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    pub admin_secrets: Vec<String>,
+    /// Peer secrets, comma-separated; the first is the one dialed with.
+    #[arg(long = "peer-secret", env = "MESHLOG_PEER_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    pub peer_secrets: Vec<String>,
+    /// Serve pages, follow and marks without a secret.
+    #[arg(long, env = "MESHLOG_OPEN_READS")]
+    pub open_reads: bool,
+    /// Serve with no secret configured on a non-loopback address (by
+    /// default the node refuses: anyone who reaches it could write).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
+    /// This node's TLS certificate chain (PEM): the port then serves HTTPS
+    /// only.
+    #[arg(long, env = "MESHLOG_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// This node's TLS private key (PEM).
+    #[arg(long, env = "MESHLOG_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) that peers' certificates must chain to, for links
+    /// dialed to `https://` peers and for inbound sync sessions.
+    #[arg(long, env = "MESHLOG_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// The settings a `--config` TOML file may hold; each is optional.
@@ -74,6 +108,14 @@ pub struct FileSettings {
     pub follow_frame_events_max: Option<usize>,
     /// See [`FollowSettings::heartbeat`], in milliseconds.
     pub follow_heartbeat_ms: Option<u64>,
+    /// See [`Limits::connections_per_ip_max`].
+    pub connections_per_ip_max: Option<usize>,
+    /// See [`Limits::header_bytes_max`].
+    pub header_bytes_max: Option<usize>,
+    /// See [`Limits::headers_max`].
+    pub headers_max: Option<usize>,
+    /// See [`Limits::inbound_sessions_max`].
+    pub inbound_sessions_max: Option<usize>,
 }
 
 /// The HTTP server's bounds.
@@ -96,6 +138,19 @@ pub struct Limits {
     /// On SIGINT/SIGTERM, how long in-flight requests and sessions get to
     /// finish before the node exits anyway. Default 10 s.
     pub shutdown_timeout: Duration,
+    /// The most connections one client address may hold at once; one more
+    /// is answered `503 too_many_connections` and closed, so one client
+    /// cannot take every connection. Default 64.
+    pub connections_per_ip_max: usize,
+    /// The largest request head (request line and headers), in bytes; a
+    /// larger one is answered `431`. Default 16 KiB (at least 8 KiB).
+    pub header_bytes_max: usize,
+    /// The most headers one request may carry; more is answered `431`.
+    /// Default 64.
+    pub headers_max: usize,
+    /// The most inbound sync sessions at once; more upgrades are answered
+    /// `503 too_many_sessions`. Default 64.
+    pub inbound_sessions_max: usize,
 }
 
 impl Default for Limits {
@@ -106,6 +161,10 @@ impl Default for Limits {
             connections_max: 256,
             payload_bytes_max: 1 << 20,
             shutdown_timeout: Duration::from_secs(10),
+            connections_per_ip_max: 64,
+            header_bytes_max: 16 << 10,
+            headers_max: 64,
+            inbound_sessions_max: 64,
         }
     }
 }
@@ -190,6 +249,23 @@ pub struct NodeConfig {
     pub sync: SyncSettings,
     /// Follow limits and timings.
     pub follow: FollowSettings,
+    /// Secrets, TLS files and the unauthenticated-listen override.
+    pub security: Security,
+}
+
+/// Who may talk to the node and how (`docs/SECURITY.md`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Security {
+    /// Where the bearer and peer secrets come from.
+    pub secrets: crate::auth::SecretSources,
+    /// Serve without secrets on a non-loopback address.
+    pub allow_unauthenticated: bool,
+    /// The node's certificate and key (PEM), if it serves TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// See [`Security::tls_cert`].
+    pub tls_key: Option<PathBuf>,
+    /// The CA peers' certificates must chain to.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl NodeConfig {
@@ -203,6 +279,7 @@ impl NodeConfig {
             limits: Limits::default(),
             sync: SyncSettings::default(),
             follow: FollowSettings::default(),
+            security: Security::default(),
         }
     }
 
@@ -220,6 +297,20 @@ impl NodeConfig {
             .filter(|peer| !peer.is_empty())
             .collect();
         config.stream_id = args.stream_id;
+        config.security = Security {
+            secrets: crate::auth::SecretSources {
+                file: args.secrets,
+                read: args.read_secrets,
+                write: args.write_secrets,
+                admin: args.admin_secrets,
+                peer: args.peer_secrets,
+                open_reads: args.open_reads,
+            },
+            allow_unauthenticated: args.allow_unauthenticated,
+            tls_cert: args.tls_cert,
+            tls_key: args.tls_key,
+            tls_ca: args.tls_ca,
+        };
         config.apply(&file);
         Ok(config)
     }
@@ -236,6 +327,19 @@ impl NodeConfig {
         if let Some(v) = file.shutdown_timeout_ms {
             limits.shutdown_timeout = ms(v);
         }
+        limits.connections_per_ip_max = file
+            .connections_per_ip_max
+            .unwrap_or(limits.connections_per_ip_max)
+            .max(1);
+        // hyper's smallest read buffer.
+        limits.header_bytes_max = file
+            .header_bytes_max
+            .unwrap_or(limits.header_bytes_max)
+            .max(8192);
+        limits.headers_max = file.headers_max.unwrap_or(limits.headers_max).max(1);
+        limits.inbound_sessions_max = file
+            .inbound_sessions_max
+            .unwrap_or(limits.inbound_sessions_max);
         let sync = &mut self.sync;
         if let Some(v) = file.heartbeat_ms {
             sync.heartbeat = ms(v.max(1));

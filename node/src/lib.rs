@@ -20,6 +20,10 @@
 //! - `replica`: `NodeReplica`, the one place the node touches its replica,
 //!   and the data directory's `stream-id` file.
 //! - `metrics`: the Prometheus counters behind `GET /metrics`.
+//! - [`auth`]: bearer secrets in three roles, the route table of who may
+//!   do what, the middleware; `peer_auth`: the peers' challenge-response
+//!   in the `GET /sync` upgrade; [`tls`]: rustls for the port and for
+//!   `https://` peers (`docs/SECURITY.md`).
 //! - [`follow`]: live follow over WebSocket (`GET /follow`), its frames,
 //!   the [`follow::Follower`] client, and the browser page (`GET /`).
 //! - [`cli`], [`demo`]: the client subcommands and the local demo mesh.
@@ -34,6 +38,7 @@
 
 use std::process::ExitCode;
 
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
@@ -41,9 +46,11 @@ pub mod follow;
 pub mod http;
 pub mod mcp;
 mod metrics;
+mod peer_auth;
 mod peers;
 mod replica;
 pub mod serve;
+pub mod tls;
 
 pub use config::{NodeConfig, ServeArgs};
 pub use serve::{Node, ServeError};
@@ -68,7 +75,7 @@ pub struct Cli {
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Run a node: one durable replica served over HTTP, syncing with peers.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// The local demo: three nodes, a partition, a walk resumed on another
     /// node, a stale token; checks its own claims.
     Demo(demo::DemoArgs),
@@ -90,7 +97,7 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     init_tracing(cli.log_json, level);
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Demo(args) => demo::run(args),
         Command::Mcp(args) => mcp::run(args),
         Command::Client(command) => cli::run(command),

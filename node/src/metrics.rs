@@ -39,6 +39,14 @@ pub struct Metrics {
     pub follow_lagged: Counter,
     /// Follow subscriptions told `stale`.
     pub follow_stale: Counter,
+    /// Requests refused `401` or `403`.
+    pub requests_denied: Counter,
+    /// Inbound sync links refused by the peer handshake or for a missing
+    /// client certificate.
+    pub peer_auth_refused: Counter,
+    /// TLS handshakes that failed (a plaintext client on the TLS port, an
+    /// untrusted client certificate, a timeout).
+    pub tls_handshakes_failed: Counter,
     /// Per dialed peer (label `peer`, its URL): 1 while its session is
     /// established, else 0.
     peer_connected: Family<Vec<(String, String)>, Gauge>,
@@ -76,6 +84,9 @@ impl Metrics {
             followers: Gauge::default(),
             follow_lagged: Counter::default(),
             follow_stale: Counter::default(),
+            requests_denied: Counter::default(),
+            peer_auth_refused: Counter::default(),
+            tls_handshakes_failed: Counter::default(),
             peer_connected: Family::default(),
             peer_lag_events: Family::default(),
             applied: Counter::default(),
@@ -125,6 +136,21 @@ impl Metrics {
             "connections_refused",
             "Connections refused for the connection limit",
             metrics.connections_refused.clone(),
+        );
+        r.register(
+            "requests_denied",
+            "Requests refused 401 or 403",
+            metrics.requests_denied.clone(),
+        );
+        r.register(
+            "peer_auth_refused",
+            "Inbound sync links refused by the peer handshake or for a missing certificate",
+            metrics.peer_auth_refused.clone(),
+        );
+        r.register(
+            "tls_handshakes_failed",
+            "TLS handshakes that failed",
+            metrics.tls_handshakes_failed.clone(),
         );
         r.register(
             "connections_open",

@@ -3,6 +3,12 @@
 //! redial with jittered exponential backoff; and inbound sessions, which
 //! arrive through the same upgrade on this node's port.
 //!
+//! A peer at `https://` is dialed over TLS, its certificate checked against
+//! `--tls-ca` and this node's own certificate presented. With peer secrets
+//! configured, every link (dialed or inbound) first passes the peer
+//! handshake (`peer_auth`): a peer that does not hold the secret never
+//! reaches a sync session.
+//!
 //! The redial policy is `meshlog_sync::PeerManager`'s (which dials raw TCP,
 //! not an HTTP upgrade, so it is re-implemented here): the delay doubles
 //! from `backoff_min` to `backoff_max` per failure, drawn from the upper
@@ -18,21 +24,21 @@ use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_sync::{Backoff, Session, SessionConfig, SessionError, SessionState};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::auth::Auth;
 use crate::config::SyncSettings;
 use crate::metrics::Metrics;
+use crate::peer_auth;
 use crate::replica::NodeReplica;
+use crate::tls::Tls;
 
 /// The protocol named in the `Upgrade` header of `GET /sync`.
 pub const SYNC_PROTOCOL: &str = "meshlog-sync";
-
-/// The most inbound sync sessions at once; more upgrades are answered 503.
-pub const INBOUND_SESSIONS_MAX: usize = 64;
 
 /// One dialed peer as the node sees it now.
 #[derive(Debug, Clone)]
@@ -80,10 +86,15 @@ struct Inner {
     inbound_permits: Arc<Semaphore>,
     /// Counts peers ever added, to seed each one's jitter differently.
     added: Mutex<u64>,
+    /// The peer secrets, for the handshake.
+    auth: Auth,
+    /// The TLS client for `https://` peers.
+    tls: Tls,
 }
 
 struct Slot {
     url: String,
+    tls: bool,
     host: String,
     port: u16,
     stop: CancellationToken,
@@ -98,12 +109,14 @@ struct SlotState {
 }
 
 impl Peers {
-    /// No peers yet; `stop` ends every link when cancelled.
+    /// No peers yet; `stop` ends every link when cancelled. At most
+    /// `inbound_max` inbound sessions run at once.
     pub fn new(
         replica: NodeReplica,
         settings: SyncSettings,
         metrics: Arc<Metrics>,
         stop: CancellationToken,
+        security: PeerSecurity,
     ) -> Peers {
         Peers {
             inner: Arc::new(Inner {
@@ -114,8 +127,10 @@ impl Peers {
                 tasks: TaskTracker::new(),
                 dialed: Mutex::default(),
                 inbound: Mutex::default(),
-                inbound_permits: Arc::new(Semaphore::new(INBOUND_SESSIONS_MAX)),
+                inbound_permits: Arc::new(Semaphore::new(security.inbound_max)),
                 added: Mutex::new(0),
+                auth: security.auth,
+                tls: security.tls,
             }),
         }
     }
@@ -128,6 +143,13 @@ impl Peers {
     /// and whether it was new (`false`: already dialed, nothing changed).
     pub fn add(&self, url: &str) -> Result<(String, bool), PeerUrlError> {
         let (normalized, host, port) = parse_url(url)?;
+        let tls = normalized.starts_with("https:");
+        if tls && self.inner.tls.client.is_none() {
+            return Err(PeerUrlError {
+                url: url.to_owned(),
+                reason: "an https:// peer needs --tls-ca, the CA its certificate chains to",
+            });
+        }
         let slot = {
             let mut dialed = lock(&self.inner.dialed);
             if dialed.iter().any(|slot| slot.url == normalized) {
@@ -135,6 +157,7 @@ impl Peers {
             }
             let slot = Arc::new(Slot {
                 url: normalized.clone(),
+                tls,
                 host,
                 port,
                 stop: self.inner.stop.child_token(),
@@ -220,14 +243,32 @@ impl Peers {
     }
 
     /// Runs an inbound session over `io` (an upgraded `GET /sync`) until the
-    /// peer closes it, it fails, or the node shuts down.
-    pub fn run_inbound<IO>(&self, io: IO, permit: OwnedSemaphorePermit)
-    where
-        IO: AsyncRead + AsyncWrite + Send + 'static,
+    /// peer closes it, it fails, or the node shuts down. With `handshake`,
+    /// the dialer's proof must come first, within `proof_timeout`.
+    pub fn run_inbound<IO>(
+        &self,
+        mut io: IO,
+        permit: OwnedSemaphorePermit,
+        handshake: Option<(peer_auth::Acceptor, std::net::SocketAddr)>,
+        proof_timeout: std::time::Duration,
+    ) where
+        IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let peers = self.clone();
         self.inner.tasks.spawn(async move {
             let _permit = permit;
+            if let Some((acceptor, remote)) = handshake {
+                let mut proof = [0u8; peer_auth::LEN];
+                let read = tokio::time::timeout(proof_timeout, io.read_exact(&mut proof)).await;
+                let passed = matches!(read, Ok(Ok(_))) && acceptor.finish(&proof);
+                if !passed {
+                    peers.inner.metrics.peer_auth_refused.inc();
+                    tracing::warn!(%remote, key = %acceptor.key_id, "inbound sync refused: the dialer's proof is missing or wrong");
+                    let _ = io.shutdown().await;
+                    return;
+                }
+                tracing::debug!(%remote, key = %acceptor.key_id, "inbound peer authenticated");
+            }
             let session = Session::new(peers.inner.replica.sync_handle(), peers.session_config());
             let state = session.state();
             lock(&peers.inner.inbound).push(state.clone());
@@ -289,7 +330,7 @@ async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut backoff: Backoff) {
     loop {
         let dialed = tokio::select! {
             _ = slot.stop.cancelled() => return,
-            dialed = tokio::time::timeout(settings.connect_timeout, dial(&slot)) => dialed,
+            dialed = tokio::time::timeout(settings.connect_timeout, dial(&peers, &slot)) => dialed,
         };
         match dialed {
             Ok(Ok(io)) => {
@@ -323,13 +364,39 @@ async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut backoff: Backoff) {
     }
 }
 
-/// Connects to the peer and upgrades `GET /sync` to the sync protocol.
-async fn dial(slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+/// A connection to a peer: plain TCP or TLS over it.
+type PeerIo = Box<dyn PeerStream>;
+
+/// What a peer connection needs to be.
+trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerStream for T {}
+
+/// Connects to the peer (over TLS for `https://`), upgrades `GET /sync`
+/// to the sync protocol, and passes the peer handshake if this node has
+/// peer secrets.
+async fn dial(peers: &Peers, slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
     let tcp = TcpStream::connect((slot.host.as_str(), slot.port))
         .await
         .map_err(|error| format!("dial failed: {error}"))?;
     let _ = tcp.set_nodelay(true);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+    let io: PeerIo = if slot.tls {
+        let client = peers
+            .inner
+            .tls
+            .client
+            .clone()
+            .ok_or("an https:// peer needs --tls-ca")?;
+        let name = rustls::pki_types::ServerName::try_from(slot.host.clone())
+            .map_err(|error| format!("bad TLS server name {:?}: {error}", slot.host))?;
+        let tls = tokio_rustls::TlsConnector::from(client)
+            .connect(name, tcp)
+            .await
+            .map_err(|error| format!("TLS handshake failed: {error}"))?;
+        Box::new(tls)
+    } else {
+        Box::new(tcp)
+    };
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|error| format!("HTTP handshake failed: {error}"))?;
     // Drives the connection until the upgrade hands its socket over.
@@ -337,10 +404,17 @@ async fn dial(slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> 
         let _ = connection.with_upgrades().await;
     });
     let authority = format!("{}:{}", slot.host, slot.port);
-    let request = Request::get("/sync")
+    let handshake = peers.inner.auth.peer_keys().first().map(peer_auth::Dialer::new);
+    let mut request = Request::get("/sync")
         .header(HOST, authority)
         .header(CONNECTION, "upgrade")
-        .header(UPGRADE, SYNC_PROTOCOL)
+        .header(UPGRADE, SYNC_PROTOCOL);
+    if let Some(dialer) = &handshake {
+        for (name, value) in dialer.request_headers() {
+            request = request.header(name, value);
+        }
+    }
+    let request = request
         .body(Empty::<Bytes>::new())
         .map_err(|error| format!("cannot build the upgrade request: {error}"))?;
     let response = sender
@@ -348,27 +422,55 @@ async fn dial(slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> 
         .await
         .map_err(|error| format!("sync upgrade request failed: {error}"))?;
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return Err(format!(
-            "peer answered {} to the sync upgrade",
-            response.status()
-        ));
+        let status = response.status();
+        let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+            response.into_body(),
+            4096,
+        ))
+        .await
+        .map(|body| String::from_utf8_lossy(&body.to_bytes()).into_owned())
+        .unwrap_or_default();
+        return Err(format!("peer answered {status} to the sync upgrade: {body}"));
     }
+    let proof = match &handshake {
+        Some(dialer) => Some(dialer.finish(response.headers())?),
+        None => None,
+    };
     let upgraded = hyper::upgrade::on(response)
         .await
         .map_err(|error| format!("sync upgrade failed: {error}"))?;
-    Ok(TokioIo::new(upgraded))
+    let mut io = TokioIo::new(upgraded);
+    if let Some(proof) = proof {
+        io.write_all(&proof)
+            .await
+            .map_err(|error| format!("cannot send the peer proof: {error}"))?;
+    }
+    Ok(io)
 }
 
-/// `http://host[:port][/]` → (`http://host:port`, host, port).
+/// What the peer links need of the node's security settings.
+#[derive(Clone)]
+pub struct PeerSecurity {
+    /// The peer secrets.
+    pub auth: Auth,
+    /// The TLS client for `https://` peers.
+    pub tls: Tls,
+    /// The most inbound sessions at once.
+    pub inbound_max: usize,
+}
+
+/// `http[s]://host[:port][/]` → (`http[s]://host:port`, host, port).
 fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
     let bad = |reason| PeerUrlError {
         url: url.to_owned(),
         reason,
     };
     let uri: Uri = url.trim().parse().map_err(|_| bad("not a URL"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(bad("the scheme must be http"));
-    }
+    let scheme = match uri.scheme_str() {
+        Some("http") => "http",
+        Some("https") => "https",
+        _ => return Err(bad("the scheme must be http or https")),
+    };
     let host = uri
         .host()
         .filter(|h| !h.is_empty())
@@ -376,9 +478,16 @@ fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         return Err(bad("a peer URL has no path or query"));
     }
-    let port = uri.port_u16().unwrap_or(80);
-    let host = host.to_owned();
-    Ok((format!("http://{host}:{port}"), host, port))
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let shown = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.clone()
+    };
+    Ok((format!("{scheme}://{shown}:{port}"), host, port))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -403,7 +512,11 @@ mod tests {
             "http://127.0.0.1:7071"
         );
         assert_eq!(parse_url("http://node-b").unwrap().0, "http://node-b:80");
-        assert!(parse_url("https://127.0.0.1:7071").is_err());
+        assert_eq!(
+            parse_url("https://node-b").unwrap().0,
+            "https://node-b:443"
+        );
+        assert!(parse_url("ftp://127.0.0.1:7071").is_err());
         assert!(parse_url("127.0.0.1:7071").is_err());
         assert!(parse_url("http://127.0.0.1:7071/x").is_err());
     }

@@ -1,34 +1,41 @@
 //! `meshlog serve`: startup, the accept loop and graceful shutdown.
 //!
 //! One port serves everything: the JSON API and, by an HTTP upgrade of
-//! `GET /sync`, the peers' sync sessions. The accept loop bounds what
-//! clients can hold: at most `connections_max` connections (one more is
-//! answered `503 too_many_connections` and closed), a request head must
-//! arrive within `request_read_timeout` (else the connection is closed) and
-//! its body within it again (else `408`).
+//! `GET /sync`, the peers' sync sessions; over TLS when the node has a
+//! certificate. The accept loop bounds what clients can hold: at most
+//! `connections_max` connections, and `connections_per_ip_max` from one
+//! address (one more is answered `503 too_many_connections` and closed), a
+//! TLS handshake and then a request head must each arrive within
+//! `request_read_timeout` (else the connection is closed; this also ends
+//! idle keep-alive connections) and a body within it again (else `408`);
+//! a head is at most `header_bytes_max` bytes and `headers_max` headers
+//! (else `431`).
 //!
 //! On SIGINT or SIGTERM the node stops accepting, lets in-flight requests
 //! finish (an append is answered only after its durable commit, so what was
 //! acknowledged is on disk), closes the sync sessions and exits 0.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tower::ServiceExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::auth::{Auth, SecretsError};
 use crate::config::{Limits, NodeConfig, ServeArgs};
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, ConnInfo};
 use crate::metrics::Metrics;
-use crate::peers::Peers;
+use crate::peers::{PeerSecurity, Peers};
 use crate::replica::{NodeReplica, OpenError};
+use crate::tls::{Tls, TlsError};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +58,13 @@ pub enum ServeError {
     /// A configured peer URL is not one the node can dial.
     #[error(transparent)]
     Peer(#[from] crate::peers::PeerUrlError),
+    /// The secrets could not be loaded, or the node would serve a network
+    /// without any.
+    #[error(transparent)]
+    Secrets(#[from] SecretsError),
+    /// The TLS files could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// A running node. Dropping it does not stop it; call
@@ -60,12 +74,20 @@ pub struct Node {
     stream: u64,
     stop: CancellationToken,
     done: JoinHandle<()>,
+    auth: Auth,
 }
 
 impl Node {
     /// Opens the data directory, binds the listener, starts dialing the
     /// configured peers and serving. Must be called within a tokio runtime.
     pub async fn start(config: NodeConfig) -> Result<Node, ServeError> {
+        let security = &config.security;
+        let auth = Auth::load(security.secrets.clone())?;
+        let tls = Tls::load(
+            security.tls_cert.as_deref(),
+            security.tls_key.as_deref(),
+            security.tls_ca.as_deref(),
+        )?;
         let data = config.data.clone();
         let stream_id = config.stream_id;
         let payload_bytes_max = config.limits.payload_bytes_max;
@@ -85,6 +107,10 @@ impl Node {
             addr: config.listen.clone(),
             source,
         })?;
+        auth.check_listen(local_addr, security.allow_unauthenticated)?;
+        if !auth.enabled() {
+            tracing::warn!(addr = %local_addr, "no secret configured: every route is open to whoever reaches this address");
+        }
         let stop = CancellationToken::new();
         let metrics = Arc::new(Metrics::new());
         let peers = Peers::new(
@@ -92,6 +118,11 @@ impl Node {
             config.sync.clone(),
             Arc::clone(&metrics),
             stop.child_token(),
+            PeerSecurity {
+                auth: auth.clone(),
+                tls: tls.clone(),
+                inbound_max: config.limits.inbound_sessions_max,
+            },
         );
         for url in &config.peers {
             peers.add(url)?;
@@ -106,12 +137,16 @@ impl Node {
                 config.follow.clone(),
                 stop.child_token(),
             ),
+            auth: auth.clone(),
+            tls: tls.clone(),
         });
         tracing::info!(
             stream = replica.stream().get(),
             addr = %local_addr,
             data = %config.data.display(),
             peers = config.peers.len(),
+            tls = tls.server.is_some(),
+            authenticated = auth.enabled(),
             "node serving"
         );
         let done = tokio::spawn(accept_loop(listener, state, stop.clone()));
@@ -120,7 +155,16 @@ impl Node {
             stream: replica.stream().get(),
             stop,
             done,
+            auth,
         })
+    }
+
+    /// Rereads the secrets from the file and environment they came from
+    /// (what `SIGHUP` does): new secrets are accepted at once, removed ones
+    /// are refused from the next request on. On an error the old secrets
+    /// stay in force.
+    pub fn reload_secrets(&self) -> Result<(), SecretsError> {
+        self.auth.reload()
     }
 
     /// The address the node listens on.
@@ -148,6 +192,7 @@ impl Node {
 async fn accept_loop(listener: TcpListener, state: Arc<AppState>, stop: CancellationToken) {
     let limits = state.limits.clone();
     let permits = Arc::new(Semaphore::new(limits.connections_max));
+    let per_ip = PerIp::default();
     let connections = TaskTracker::new();
     let router = http::router(Arc::clone(&state));
     loop {
@@ -164,14 +209,20 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, stop: Cancella
             },
         };
         let _ = tcp.set_nodelay(true);
+        let Some(slot) = per_ip.take(remote.ip(), limits.connections_per_ip_max) else {
+            state.metrics.connections_refused.inc();
+            tracing::debug!(%remote, limit = limits.connections_per_ip_max, "connection refused: too many connections from one address");
+            connections.spawn(refuse(tcp, limits.clone()));
+            continue;
+        };
         match Arc::clone(&permits).try_acquire_owned() {
             Ok(permit) => {
-                connections.spawn(serve_connection(
+                connections.spawn(accept_connection(
                     tcp,
+                    remote,
                     router.clone(),
                     Arc::clone(&state),
-                    limits.clone(),
-                    permit,
+                    (permit, slot),
                     stop.clone(),
                 ));
             }
@@ -195,22 +246,129 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, stop: Cancella
     tracing::info!("node stopped");
 }
 
-async fn serve_connection(
+/// Connections held per client address.
+#[derive(Clone, Default)]
+struct PerIp(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One connection's place in [`PerIp`], given back on drop.
+struct IpSlot {
+    counts: PerIp,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    fn take(&self, ip: IpAddr, max: usize) -> Option<IpSlot> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(ip).or_default();
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(IpSlot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Runs the TLS handshake if the node serves TLS (bounded by
+/// `request_read_timeout`), answering a plaintext request on the TLS port
+/// with a plain `400` that says so, then serves the connection.
+async fn accept_connection(
     tcp: TcpStream,
+    remote: SocketAddr,
     router: axum::Router,
     state: Arc<AppState>,
-    limits: Limits,
-    _permit: OwnedSemaphorePermit,
+    places: (OwnedSemaphorePermit, IpSlot),
     stop: CancellationToken,
 ) {
+    let limits = state.limits.clone();
+    let Some(server) = state.tls.server.clone() else {
+        let info = ConnInfo {
+            remote,
+            client_certificate: false,
+        };
+        return serve_connection(tcp, info, router, state, places, stop).await;
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(limits.request_read_timeout, tcp.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
+        Ok(Ok(1)) => {
+            state.metrics.tls_handshakes_failed.inc();
+            tracing::debug!(%remote, "plaintext request on the TLS port");
+            return plaintext_on_tls(tcp, limits).await;
+        }
+        _ => return,
+    }
+    let accepted = tokio::time::timeout(
+        limits.request_read_timeout,
+        tokio_rustls::TlsAcceptor::from(server).accept(tcp),
+    )
+    .await;
+    let tls = match accepted {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            state.metrics.tls_handshakes_failed.inc();
+            tracing::info!(%remote, %error, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            state.metrics.tls_handshakes_failed.inc();
+            tracing::debug!(%remote, "TLS handshake timed out");
+            return;
+        }
+    };
+    let info = ConnInfo {
+        remote,
+        client_certificate: tls.get_ref().1.peer_certificates().is_some(),
+    };
+    serve_connection(tls, info, router, state, places, stop).await
+}
+
+async fn serve_connection<IO>(
+    io: IO,
+    info: ConnInfo,
+    router: axum::Router,
+    state: Arc<AppState>,
+    _places: (OwnedSemaphorePermit, IpSlot),
+    stop: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let limits = state.limits.clone();
     state.metrics.connections_open.inc();
-    let service = TowerToHyperService::new(router);
+    // Every request learns who sent it and whether its connection showed a
+    // client certificate (the sync upgrade's check).
+    let service = hyper::service::service_fn(
+        move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(info.clone());
+            router.clone().oneshot(request)
+        },
+    );
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.request_read_timeout);
+        .header_read_timeout(limits.request_read_timeout)
+        .max_buf_size(limits.header_bytes_max.max(8192))
+        .max_header_size(limits.header_bytes_max)
+        .max_headers(limits.headers_max);
     let connection = builder
-        .serve_connection(TokioIo::new(tcp), service)
+        .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     let mut connection = std::pin::pin!(connection);
     let mut stopping = false;
@@ -232,13 +390,25 @@ async fn serve_connection(
     state.metrics.connections_open.dec();
 }
 
+/// Answers an HTTP request sent in plaintext to the TLS port, as nginx
+/// does, rather than a TLS alert the client cannot read.
+async fn plaintext_on_tls(tcp: TcpStream, limits: Limits) {
+    let body = r#"{"error":"tls_required","message":"this port speaks TLS: use https://"}"#;
+    answer_and_close(tcp, limits, "400 Bad Request", body).await
+}
+
 /// Answers one connection over the limit with `503` and closes it, without
 /// parsing its request: bounded in time and bytes, so refusals cannot pile
 /// up.
-async fn refuse(mut tcp: TcpStream, limits: Limits) {
+async fn refuse(tcp: TcpStream, limits: Limits) {
     let body = r#"{"error":"too_many_connections","message":"this node serves as many connections as it accepts; retry later"}"#;
+    answer_and_close(tcp, limits, "503 Service Unavailable", body).await
+}
+
+/// Writes one JSON answer without reading the request, then closes.
+async fn answer_and_close(mut tcp: TcpStream, limits: Limits, status: &str, body: &str) {
     let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
         body.len()
     );
     let answer = async {
@@ -297,7 +467,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         println!("stream {}", node.stream());
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        wait_for_signal().await;
+        wait_for_signal(&node).await;
         tracing::info!("signal received; shutting down");
         node.shutdown();
         node.stopped().await;
@@ -305,24 +475,32 @@ pub fn run(args: ServeArgs) -> ExitCode {
     })
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGINT or SIGTERM; rereads the secrets on each SIGHUP.
+async fn wait_for_signal(node: &Node) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
+        let (mut term, mut hup) = match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+            (Ok(term), Ok(hup)) => (term, hup),
+            _ => {
                 let _ = tokio::signal::ctrl_c().await;
                 return;
             }
         };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return,
+                _ = term.recv() => return,
+                _ = hup.recv() => match node.reload_secrets() {
+                    Ok(()) => tracing::info!("SIGHUP: secrets reread"),
+                    Err(error) => tracing::error!(%error, "SIGHUP: secrets not reread; the old ones stay in force"),
+                },
+            }
         }
     }
     #[cfg(not(unix))]
     {
+        let _ = node;
         let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -434,6 +434,44 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
     else {
         return ApiError::internal("this connection cannot be upgraded").into_response();
     };
+    let info = request.extensions().get::<super::ConnInfo>().cloned();
+    let remote = info
+        .as_ref()
+        .map(|info| info.remote)
+        .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+    if state.tls.peers_need_certificate && !info.as_ref().is_some_and(|i| i.client_certificate) {
+        state.metrics.peer_auth_refused.inc();
+        tracing::warn!(%remote, "sync upgrade refused: no client certificate chaining to the CA");
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "peer_certificate_required",
+            "a sync link needs a client certificate that chains to this node's CA",
+        )
+        .into_response();
+    }
+    let keys = state.auth.peer_keys();
+    let handshake = if keys.is_empty() {
+        None
+    } else {
+        match crate::peer_auth::Acceptor::start(&keys, request.headers()) {
+            Ok(acceptor) => Some(acceptor),
+            Err(reason) => {
+                state.metrics.peer_auth_refused.inc();
+                tracing::warn!(%remote, %reason, "sync upgrade refused");
+                let mut response = ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "peer_unauthorized",
+                    format!("the sync link is not authenticated: {reason}"),
+                )
+                .into_response();
+                response.headers_mut().insert(
+                    axum::http::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("MeshlogPeer"),
+                );
+                return response;
+            }
+        }
+    };
     let Some(permit) = state.peers.inbound_permit() else {
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -442,10 +480,17 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
         )
         .into_response();
     };
+    let answer = handshake.as_ref().map(|acceptor| acceptor.answer());
     let peers = state.peers.clone();
+    let proof_timeout = state.limits.request_read_timeout;
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => peers.run_inbound(TokioIo::new(upgraded), permit),
+            Ok(upgraded) => peers.run_inbound(
+                TokioIo::new(upgraded),
+                permit,
+                handshake.map(|acceptor| (acceptor, remote)),
+                proof_timeout,
+            ),
             Err(error) => tracing::debug!(%error, "sync upgrade failed"),
         }
     });
@@ -453,5 +498,10 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
     let headers = response.headers_mut();
     headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(UPGRADE, HeaderValue::from_static(SYNC_PROTOCOL));
+    for (name, value) in answer.into_iter().flatten() {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
     response
 }

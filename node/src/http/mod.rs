@@ -38,6 +38,20 @@ pub(crate) struct AppState {
     pub limits: Limits,
     /// The follow connections' limits and change watch.
     pub follow: crate::follow::FollowHub,
+    /// The secrets: who may do what.
+    pub auth: crate::auth::Auth,
+    /// The node's TLS (whether sync upgrades need a client certificate).
+    pub tls: crate::tls::Tls,
+}
+
+/// What the accept loop knows of a request's connection, in every
+/// request's extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnInfo {
+    /// The client's address.
+    pub remote: std::net::SocketAddr,
+    /// Whether the client showed a certificate that chains to `--tls-ca`.
+    pub client_certificate: bool,
 }
 
 /// The whole API.
@@ -66,6 +80,12 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             read_request,
+        ))
+        // Outermost: a request without the role its route needs is refused
+        // before its body is read.
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            crate::auth::require,
         ))
         .with_state(state)
 }

@@ -1,0 +1,261 @@
+//! The peer handshake: two nodes that hold the same peer secret prove it
+//! to each other in the `GET /sync` upgrade, before the sync session
+//! starts, without sending the secret (`docs/SECURITY.md`, "Peer links").
+//!
+//! ```text
+//! dialer   -> acceptor  GET /sync
+//!                       Meshlog-Peer-Key: ID          (which secret)
+//!                       Meshlog-Peer-Nonce: Na        (32 random bytes)
+//! acceptor -> dialer    101, Meshlog-Peer-Nonce: Nb   (32 random bytes)
+//!                            Meshlog-Peer-Proof: HMAC(k, "acceptor" Na Nb)
+//! dialer   -> acceptor  the first 32 bytes on the upgraded connection:
+//!                       HMAC(k, "dialer" Na Nb)
+//! ```
+//!
+//! Each side's proof covers a nonce the *other* side just chose, so a
+//! recorded proof is useless on any later connection (no replay), and the
+//! two proofs carry different labels, so one cannot be reflected back as
+//! the other. Proofs are checked with `ring::hmac::verify`, in constant
+//! time. Without TLS the handshake proves who the peer is but does not
+//! protect what follows on the connection: see `docs/SECURITY.md`.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hyper::header::HeaderMap;
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+
+use crate::auth::PeerKey;
+
+/// The header naming the dialer's peer secret by its id.
+pub const KEY_HEADER: &str = "meshlog-peer-key";
+/// The header carrying a side's nonce.
+pub const NONCE_HEADER: &str = "meshlog-peer-nonce";
+/// The header carrying the acceptor's proof.
+pub const PROOF_HEADER: &str = "meshlog-peer-proof";
+/// Bytes in a nonce and in a proof.
+pub const LEN: usize = 32;
+
+const ACCEPTOR_LABEL: &[u8] = b"meshlog peer v1 acceptor\0";
+const DIALER_LABEL: &[u8] = b"meshlog peer v1 dialer\0";
+
+/// A fresh random nonce.
+pub fn nonce() -> [u8; LEN] {
+    let mut out = [0u8; LEN];
+    SystemRandom::new()
+        .fill(&mut out)
+        .expect("the system's random source failed");
+    out
+}
+
+fn message(label: &[u8], dialer_nonce: &[u8; LEN], acceptor_nonce: &[u8; LEN]) -> Vec<u8> {
+    let mut message = Vec::with_capacity(label.len() + 2 * LEN);
+    message.extend_from_slice(label);
+    message.extend_from_slice(dialer_nonce);
+    message.extend_from_slice(acceptor_nonce);
+    message
+}
+
+fn proof(key: &hmac::Key, label: &[u8], na: &[u8; LEN], nb: &[u8; LEN]) -> [u8; LEN] {
+    let tag = hmac::sign(key, &message(label, na, nb));
+    let mut out = [0u8; LEN];
+    out.copy_from_slice(tag.as_ref());
+    out
+}
+
+fn verify(key: &hmac::Key, label: &[u8], na: &[u8; LEN], nb: &[u8; LEN], proof: &[u8]) -> bool {
+    hmac::verify(key, &message(label, na, nb), proof).is_ok()
+}
+
+/// Encodes bytes for a header.
+pub fn encode(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Decodes a header of exactly [`LEN`] bytes.
+fn decode(headers: &HeaderMap, name: &str) -> Result<[u8; LEN], String> {
+    let value = headers
+        .get(name)
+        .ok_or_else(|| format!("no {name} header"))?
+        .to_str()
+        .map_err(|_| format!("the {name} header is not ASCII"))?;
+    if value.len() > 64 {
+        return Err(format!("the {name} header is too long"));
+    }
+    let bytes = URL_SAFE_NO_PAD
+        .decode(value.trim())
+        .map_err(|_| format!("the {name} header is not base64url"))?;
+    bytes
+        .try_into()
+        .map_err(|_| format!("the {name} header is not {LEN} bytes"))
+}
+
+/// The acceptor's side, once the upgrade request is read: what to answer
+/// in the `101`, and what to check on the connection after it.
+pub struct Acceptor {
+    key: hmac::Key,
+    dialer_nonce: [u8; LEN],
+    acceptor_nonce: [u8; LEN],
+    /// The key's id, for the log.
+    pub key_id: String,
+}
+
+impl Acceptor {
+    /// Reads the dialer's key id and nonce from the upgrade request.
+    pub fn start(keys: &[PeerKey], headers: &HeaderMap) -> Result<Acceptor, String> {
+        let id = headers
+            .get(KEY_HEADER)
+            .ok_or("no peer secret offered (the dialer has no peer secret configured)")?
+            .to_str()
+            .map_err(|_| "the peer key header is not ASCII".to_owned())?;
+        let key = keys
+            .iter()
+            .find(|key| key.id == id)
+            .ok_or_else(|| format!("peer key {id:.16} is not one of this node's peer secrets"))?;
+        Ok(Acceptor {
+            key: key.key.clone(),
+            dialer_nonce: decode(headers, NONCE_HEADER)?,
+            acceptor_nonce: nonce(),
+            key_id: key.id.clone(),
+        })
+    }
+
+    /// The headers of the `101`: the acceptor's nonce and proof.
+    pub fn answer(&self) -> [(&'static str, String); 2] {
+        let proof = proof(
+            &self.key,
+            ACCEPTOR_LABEL,
+            &self.dialer_nonce,
+            &self.acceptor_nonce,
+        );
+        [
+            (NONCE_HEADER, encode(&self.acceptor_nonce)),
+            (PROOF_HEADER, encode(&proof)),
+        ]
+    }
+
+    /// Checks the dialer's proof, the first [`LEN`] bytes after the
+    /// upgrade.
+    pub fn finish(&self, dialer_proof: &[u8; LEN]) -> bool {
+        verify(
+            &self.key,
+            DIALER_LABEL,
+            &self.dialer_nonce,
+            &self.acceptor_nonce,
+            dialer_proof,
+        )
+    }
+}
+
+/// The dialer's side.
+pub struct Dialer {
+    key: hmac::Key,
+    key_id: String,
+    dialer_nonce: [u8; LEN],
+}
+
+impl Dialer {
+    /// Dials with `key` (the node's first peer secret).
+    pub fn new(key: &PeerKey) -> Dialer {
+        Dialer {
+            key: key.key.clone(),
+            key_id: key.id.clone(),
+            dialer_nonce: nonce(),
+        }
+    }
+
+    /// The headers to add to the upgrade request.
+    pub fn request_headers(&self) -> [(&'static str, String); 2] {
+        [
+            (KEY_HEADER, self.key_id.clone()),
+            (NONCE_HEADER, encode(&self.dialer_nonce)),
+        ]
+    }
+
+    /// Checks the acceptor's `101` and returns the proof to send as the
+    /// first bytes on the upgraded connection.
+    pub fn finish(&self, headers: &HeaderMap) -> Result<[u8; LEN], String> {
+        let acceptor_nonce = decode(headers, NONCE_HEADER)
+            .map_err(|e| format!("the peer did not authenticate: {e}"))?;
+        let acceptor_proof = decode(headers, PROOF_HEADER)
+            .map_err(|e| format!("the peer did not authenticate: {e}"))?;
+        if !verify(
+            &self.key,
+            ACCEPTOR_LABEL,
+            &self.dialer_nonce,
+            &acceptor_nonce,
+            &acceptor_proof,
+        ) {
+            return Err("the peer's proof is wrong: it does not hold our peer secret".into());
+        }
+        Ok(proof(
+            &self.key,
+            DIALER_LABEL,
+            &self.dialer_nonce,
+            &acceptor_nonce,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    fn key(secret: &str) -> PeerKey {
+        crate::auth::Auth::load(crate::auth::SecretSources {
+            peer: vec![secret.into()],
+            ..Default::default()
+        })
+        .unwrap()
+        .peer_keys()
+        .remove(0)
+    }
+
+    fn headers(pairs: &[(&'static str, String)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn two_holders_of_one_secret_agree_and_a_replay_fails() {
+        let k = key("the-mesh-secret-0123456789");
+        let dialer = Dialer::new(&k);
+        let request = headers(&dialer.request_headers());
+        let acceptor = Acceptor::start(std::slice::from_ref(&k), &request).unwrap();
+        let answer = headers(&acceptor.answer());
+        let dialer_proof = dialer.finish(&answer).unwrap();
+        assert!(acceptor.finish(&dialer_proof));
+
+        // The same request replayed: the acceptor picks a new nonce, so the
+        // recorded proof no longer passes.
+        let again = Acceptor::start(std::slice::from_ref(&k), &request).unwrap();
+        assert!(!again.finish(&dialer_proof));
+        // The acceptor's own proof reflected back as the dialer's fails.
+        let reflected = decode(&answer, PROOF_HEADER).unwrap();
+        assert!(!acceptor.finish(&reflected));
+    }
+
+    #[test]
+    fn a_different_secret_is_refused_on_both_sides() {
+        let ours = key("the-mesh-secret-0123456789");
+        let theirs = key("another-mesh-secret-987654");
+        // Unknown id: the acceptor refuses at once.
+        let dialer = Dialer::new(&theirs);
+        let request = headers(&dialer.request_headers());
+        assert!(Acceptor::start(std::slice::from_ref(&ours), &request).is_err());
+        // A forged id with the wrong key: the proofs fail both ways.
+        let forged = PeerKey {
+            id: ours.id.clone(),
+            key: theirs.key.clone(),
+        };
+        let dialer = Dialer::new(&forged);
+        let request = headers(&dialer.request_headers());
+        let acceptor = Acceptor::start(std::slice::from_ref(&ours), &request).unwrap();
+        assert!(dialer.finish(&headers(&acceptor.answer())).is_err());
+        assert!(!acceptor.finish(&[0u8; LEN]));
+    }
+}
