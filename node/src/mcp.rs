@@ -52,12 +52,16 @@ pub struct McpArgs {
     /// The node's base URL.
     #[arg(long, env = "MESHLOG_NODE", default_value = "http://127.0.0.1:7070")]
     pub node: String,
+    /// A bearer secret for a node that needs one: `read` to page and
+    /// follow, `write` to append (`docs/SECURITY.md`).
+    #[arg(long, env = "MESHLOG_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// Serves MCP on stdin/stdout until the client closes it.
 pub fn run(args: McpArgs) -> ExitCode {
     let node = match NodeClient::new(&args.node) {
-        Ok(node) => node,
+        Ok(node) => node.with_token(args.token),
         Err(error) => {
             eprintln!("meshlog mcp: {error}");
             return ExitCode::from(2);
@@ -236,6 +240,7 @@ pub enum NodeError {
 pub struct NodeClient {
     host: String,
     port: u16,
+    token: Option<String>,
 }
 
 impl NodeClient {
@@ -257,7 +262,14 @@ impl NodeClient {
         Ok(NodeClient {
             host,
             port: uri.port_u16().unwrap_or(80),
+            token: None,
         })
+    }
+
+    /// Sends `Authorization: Bearer TOKEN` with every request.
+    pub fn with_token(mut self, token: Option<String>) -> NodeClient {
+        self.token = token.filter(|token| !token.is_empty());
+        self
     }
 
     async fn page(&self, after: Option<String>, limit: Option<u32>) -> Result<Value, NodeError> {
@@ -315,6 +327,12 @@ impl NodeClient {
             .method(method)
             .uri(path)
             .header(HOST, format!("{}:{}", self.host, self.port));
+        if let Some(token) = &self.token {
+            let mut value = hyper::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| unreachable("a bad --token for", &"not a header value"))?;
+            value.set_sensitive(true);
+            request = request.header(hyper::header::AUTHORIZATION, value);
+        }
         let bytes = match body {
             Some(body) => {
                 request = request.header(CONTENT_TYPE, "application/json");

@@ -134,6 +134,19 @@ pub enum DeltaError {
         /// The receiver's head.
         head: u64,
     },
+    /// The delta names a floor above [`LAMPORT_MAX`](crate::LAMPORT_MAX):
+    /// lamports rise with seq, so no stream ever reaches such a seq, and
+    /// accepted, the floor would make the receiver ignore every future
+    /// event of the stream.
+    #[error("stream {stream} has floor {floor}, above the largest possible seq, {max}")]
+    FloorTooLarge {
+        /// The stream.
+        stream: StreamId,
+        /// The floor claimed.
+        floor: u64,
+        /// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
+        max: u64,
+    },
     /// The delta names a floor for the receiver's own stream above its
     /// head: it would delete events the receiver has not written yet and
     /// move its head.

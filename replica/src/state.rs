@@ -389,6 +389,21 @@ impl State {
                 .into());
             }
         }
+        // Lamports rise with seq from at least 1, so no stream can hold a
+        // seq above LAMPORT_MAX: a floor above it would only erase a
+        // stream's future (every event at or below a floor is ignored).
+        if let Some((stream, floor)) = delta
+            .floor
+            .iter()
+            .find(|&(_, floor)| floor > crate::LAMPORT_MAX)
+        {
+            return Err(DeltaError::FloorTooLarge {
+                stream,
+                floor,
+                max: crate::LAMPORT_MAX,
+            }
+            .into());
+        }
         // The delta's events by name: two versions of one name sit side by
         // side, and so do an event and its neighbours in the same delta, so
         // every check is against the log, the round, or an adjacent entry —

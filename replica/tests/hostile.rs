@@ -104,10 +104,13 @@ fn a_peer_floor_on_our_own_stream_below_our_head_compacts_nothing() {
 
 /// Review regression: a floor of `u64::MAX` overflowed `head + 1` when the
 /// pending buffer was released (a debug-build panic, a wrap in release).
-/// On another writer's stream it is taken as that peer's word (that stream
-/// has nothing left to send); on our own it is refused.
+/// Such a floor is now refused (`FloorTooLarge`, below); the largest floor
+/// accepted on another writer's stream, `LAMPORT_MAX`, is taken as that
+/// peer's word (that stream has nothing left to send) and releases the
+/// buffer without overflow; on our own stream it is refused.
 #[test]
 fn a_peer_floor_of_u64_max_does_not_overflow() {
+    let top = meshlog_replica::LAMPORT_MAX;
     let mut replica = replica_with(3, 4);
     // An early event of PEER waits in the pending buffer.
     replica
@@ -117,20 +120,27 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
         })
         .unwrap();
     assert_eq!(replica.pending_len(), 1);
-    replica
+    assert!(replica
         .apply(&Delta {
             floor: vector(&[(PEER, u64::MAX)]),
             events: Vec::new(),
         })
+        .is_err());
+    assert_eq!(replica.pending_len(), 1);
+    replica
+        .apply(&Delta {
+            floor: vector(&[(PEER, top)]),
+            events: Vec::new(),
+        })
         .unwrap();
-    assert_eq!(replica.marks().get(PEER), u64::MAX);
-    assert_eq!(replica.floor().get(PEER), u64::MAX);
+    assert_eq!(replica.marks().get(PEER), top);
+    assert_eq!(replica.floor().get(PEER), top);
     assert_eq!(replica.pending_len(), 0);
     // Nothing of PEER can follow; our own stream is untouched.
     assert_eq!(replica.marks().get(OWN), 3);
     let page = replica.page(&VersionVector::new(), 100);
     assert!(page.is_err(), "a cursor at 0 on PEER is below its floor");
-    let resumed = replica.page(&vector(&[(PEER, u64::MAX)]), 100).unwrap();
+    let resumed = replica.page(&vector(&[(PEER, top)]), 100).unwrap();
     assert_eq!(resumed.events.len(), 3);
 
     let before = snapshot(&replica);
@@ -193,6 +203,33 @@ fn a_peer_stamp_near_u64_max_cannot_exhaust_our_clock() {
     for _ in 0..3 {
         replica.append_at("still writing", 0).unwrap();
     }
+}
+
+/// Noted in the node's closing notes: a floor of `u64::MAX` from a peer for
+/// another writer's stream made the receiver drop that stream and ignore
+/// every later event of it. No stream can reach a seq above `LAMPORT_MAX`
+/// (lamports rise with seq), so such a floor is refused whole.
+#[test]
+fn a_floor_no_stream_can_reach_is_refused_and_changes_nothing() {
+    let mut replica = replica_with(2, 3);
+    let before = snapshot(&replica);
+    for floor in [u64::MAX, meshlog_replica::LAMPORT_MAX + 1] {
+        let hostile = Delta {
+            floor: vector(&[(PEER, floor)]),
+            events: Vec::new(),
+        };
+        assert!(matches!(
+            replica.apply(&hostile),
+            Err(ReplicaError::Delta(DeltaError::FloorTooLarge { .. }))
+        ));
+        assert_eq!(snapshot(&replica), before);
+    }
+    // At the bound it is a legal (if odd) compaction claim.
+    let at_the_cap = Delta {
+        floor: vector(&[(PEER, meshlog_replica::LAMPORT_MAX)]),
+        events: Vec::new(),
+    };
+    replica.apply(&at_the_cap).unwrap();
 }
 
 /// Only a writer writes its stream: a delta carrying the receiver's own

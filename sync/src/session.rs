@@ -648,7 +648,8 @@ where
                         DeltaError::ZeroSeq { .. }
                         | DeltaError::Equivocation { .. }
                         | DeltaError::LamportNotRising { .. }
-                        | DeltaError::LamportTooLarge { .. } => {}
+                        | DeltaError::LamportTooLarge { .. }
+                        | DeltaError::FloorTooLarge { .. } => {}
                     }
                     SessionError::Refused { peer, source }
                 }

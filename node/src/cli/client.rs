@@ -102,10 +102,24 @@ pub enum PageOutcome {
     Stale(Stale),
 }
 
+/// How a [`Client`] reaches a node that needs more than a URL.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// A bearer secret, sent as `Authorization: Bearer` with every request.
+    pub token: Option<String>,
+    /// The CA (PEM) an `https://` node's certificate chains to.
+    pub ca: Option<std::path::PathBuf>,
+}
+
 impl Client {
     /// A client of the node at `url` (`http://HOST:PORT`, a trailing `/`
     /// allowed).
     pub fn new(url: &str) -> Result<Client, ClientError> {
+        Client::with_options(url, &ClientOptions::default())
+    }
+
+    /// A client of the node at `url` with a secret and a CA.
+    pub fn with_options(url: &str, options: &ClientOptions) -> Result<Client, ClientError> {
         let base = url.trim().trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://"))
             || base.len() <= "https://".len()
@@ -114,9 +128,46 @@ impl Client {
                 url: url.to_owned(),
             });
         }
+        let cannot = |reason: String| ClientError::Unreachable {
+            url: base.clone(),
+            reason,
+        };
+        // Always a rustls configuration of our own (ring, no platform
+        // roots): the node's CA if given, else no roots at all, so an
+        // `https://` node without `--ca` fails with a clear reason.
+        let tls = match &options.ca {
+            Some(path) => crate::tls::client_trusting(path)
+                .map_err(|error| cannot(error.to_string()))?
+                .as_ref()
+                .clone(),
+            None => {
+                if base.starts_with("https://") {
+                    return Err(cannot(
+                        "an https:// node needs --ca FILE (MESHLOG_CA), the CA its certificate chains to"
+                            .into(),
+                    ));
+                }
+                rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .map_err(|error| cannot(error.to_string()))?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+            }
+        };
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = options.token.as_deref().filter(|t| !t.is_empty()) {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| cannot("the token is not a valid header value".into()))?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
+            .default_headers(headers)
+            .tls_backend_preconfigured(tls)
             .build()
             .map_err(|error| ClientError::Unreachable {
                 url: base.clone(),

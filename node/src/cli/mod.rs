@@ -47,6 +47,25 @@ pub struct NodeArg {
     /// The node's base URL.
     #[arg(long, env = "MESHLOG_NODE", default_value = NODE_DEFAULT, global = true)]
     pub node: String,
+    /// A bearer secret for a node that needs one (`docs/SECURITY.md`).
+    #[arg(long, env = "MESHLOG_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// The CA (PEM) an `https://` node's certificate chains to.
+    #[arg(long, env = "MESHLOG_CA", global = true)]
+    pub ca: Option<std::path::PathBuf>,
+}
+
+impl NodeArg {
+    /// A client of the node, with the secret and CA given.
+    pub fn client(&self) -> Result<Client, ClientError> {
+        Client::with_options(
+            &self.node,
+            &client::ClientOptions {
+                token: self.token.clone(),
+                ca: self.ca.clone(),
+            },
+        )
+    }
 }
 
 /// `meshlog append`.
@@ -178,7 +197,7 @@ async fn execute(command: ClientCommand) -> Result<ExitCode, ClientError> {
 }
 
 async fn append(args: AppendArgs) -> Result<ExitCode, ClientError> {
-    let client = Client::new(&args.node.node)?;
+    let client = args.node.client()?;
     let payloads = if args.stdin {
         let mut lines = Vec::new();
         for line in std::io::stdin().lock().lines() {
@@ -277,7 +296,7 @@ async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
     if args.follow {
         return follow(args).await;
     }
-    let client = Client::new(&args.node.node)?;
+    let client = args.node.client()?;
     let mut after = args.after.clone().filter(|token| !token.is_empty());
     let stdout = std::io::stdout();
     let bar = if args.all && stdout.is_terminal() {
@@ -342,6 +361,16 @@ async fn follow(args: EventsArgs) -> Result<ExitCode, ClientError> {
         None => FollowStream::All,
     };
     let mut config = FollowerConfig::new(vec![args.node.node.clone()], stream);
+    config.token = args.node.token.clone();
+    if let Some(ca) = &args.node.ca {
+        config.tls = match crate::tls::client_trusting(ca) {
+            Ok(tls) => Some(tls),
+            Err(error) => {
+                eprintln!("meshlog events: {error}");
+                return Ok(ExitCode::from(2));
+            }
+        };
+    }
     if let Some(after) = args.after.as_deref().filter(|token| !token.is_empty()) {
         config.after = match token::decode_text(after) {
             Ok(vector) => vector,
@@ -453,7 +482,7 @@ async fn progress_bar(client: &Client, after: Option<&str>) -> indicatif::Progre
 }
 
 async fn marks(args: MarksArgs) -> Result<ExitCode, ClientError> {
-    let client = Client::new(&args.node.node)?;
+    let client = args.node.client()?;
     let marks = client.marks().await?;
     if args.json {
         println!("{}", serde_json::to_string(&marks).unwrap_or_default());
@@ -472,7 +501,7 @@ async fn marks(args: MarksArgs) -> Result<ExitCode, ClientError> {
 }
 
 async fn compact(args: CompactArgs) -> Result<ExitCode, ClientError> {
-    let client = Client::new(&args.node.node)?;
+    let client = args.node.client()?;
     let answer = client
         .compact(args.keep_last, args.keep_ms, args.ignore_peers)
         .await?;
@@ -486,7 +515,7 @@ async fn compact(args: CompactArgs) -> Result<ExitCode, ClientError> {
 }
 
 async fn peers(args: PeersArgs) -> Result<ExitCode, ClientError> {
-    let client = Client::new(&args.node.node)?;
+    let client = args.node.client()?;
     match args.action {
         PeersAction::List => {
             let answer = client.peers().await?;

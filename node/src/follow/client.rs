@@ -65,6 +65,13 @@ pub struct FollowerConfig {
     /// On a stale cursor, resume from the node's `resume` token (the gap is
     /// reported either way). Default `false`: the stream ends.
     pub accept_stale: bool,
+    /// A bearer secret of the `read` role, for a node that needs one
+    /// (`docs/SECURITY.md`). Default none.
+    pub token: Option<String>,
+    /// The TLS client for `https://` nodes: which CA their certificates
+    /// chain to (`meshlog_node::tls::client_trusting`). Default none:
+    /// `https://` nodes are refused.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl FollowerConfig {
@@ -81,6 +88,8 @@ impl FollowerConfig {
             page_limit: 256,
             request_timeout: Duration::from_secs(10),
             accept_stale: false,
+            token: None,
+            tls: None,
         }
     }
 }
@@ -129,9 +138,12 @@ pub enum FollowError {
     /// No node to follow.
     #[error("no node to follow")]
     NoNodes,
-    /// A node URL is not `http://host:port`.
-    #[error("bad node URL {0:?}: expected http://host:port")]
+    /// A node URL is not `http://host:port` or `https://host:port`.
+    #[error("bad node URL {0:?}: expected http://host:port or https://host:port")]
     BadUrl(String),
+    /// An `https://` node, but no TLS client configured.
+    #[error("{0} is https://, but the follower has no TLS configuration (FollowerConfig::tls)")]
+    NoTls(String),
 }
 
 /// A live follower of one node (or a list of them, for failover). Drop it
@@ -171,16 +183,15 @@ impl Follower {
         if config.nodes.is_empty() {
             return Err(FollowError::NoNodes);
         }
-        let nodes: Vec<(String, String)> = config
+        let nodes: Vec<NodeUrl> = config
             .nodes
             .iter()
             .map(|url| {
-                let trimmed = url.trim_end_matches('/');
-                let authority = trimmed
-                    .strip_prefix("http://")
-                    .filter(|rest| !rest.is_empty() && !rest.contains('/'))
-                    .ok_or_else(|| FollowError::BadUrl(url.clone()))?;
-                Ok((trimmed.to_owned(), authority.to_owned()))
+                let node = NodeUrl::parse(url).ok_or_else(|| FollowError::BadUrl(url.clone()))?;
+                if node.secure && config.tls.is_none() {
+                    return Err(FollowError::NoTls(url.clone()));
+                }
+                Ok(node)
             })
             .collect::<Result<_, FollowError>>()?;
         let (sender, items) = mpsc::channel(256);
@@ -238,8 +249,8 @@ impl futures_util::Stream for Follower {
 
 struct Task {
     config: FollowerConfig,
-    /// Per node: the base URL and its `host:port`.
-    nodes: Vec<(String, String)>,
+    /// The nodes, parsed.
+    nodes: Vec<NodeUrl>,
     items: mpsc::Sender<FollowItem>,
     /// The cursor of what was handed to `items` (the consumer's runs
     /// behind it by what the channel holds).
@@ -269,7 +280,7 @@ async fn run(mut task: Task, mut rng: u64) {
             End::Resubscribe => continue,
             End::Stop => return,
             End::Failed(reason) => {
-                tracing::debug!(node = %task.nodes[index].0, %reason, "follow: session ended");
+                tracing::debug!(node = %task.nodes[index].base, %reason, "follow: session ended");
                 index = (index + 1) % task.nodes.len();
                 rng = splitmix(rng);
                 let half = backoff.as_millis() as u64 / 2;
@@ -324,13 +335,28 @@ impl Task {
     }
 
     async fn session_inner(&mut self, index: usize, delivered: &mut bool) -> Result<(), End> {
-        let (base, authority) = self.nodes[index].clone();
+        let node = self.nodes[index].clone();
+        let base = node.base.clone();
         let after = encode(&self.cursor);
         let url = format!(
-            "ws://{authority}/follow?stream={}&after={after}",
+            "{}://{}/follow?stream={}&after={after}",
+            if node.secure { "wss" } else { "ws" },
+            node.authority,
             self.config.stream
         );
-        let connect = tokio_tungstenite::connect_async(url);
+        let connect = async {
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+            if let Some(value) = bearer(self.config.token.as_deref()) {
+                request
+                    .headers_mut()
+                    .insert(hyper::header::AUTHORIZATION, value);
+            }
+            let io = node.connect(self.config.tls.as_ref()).await?;
+            tokio_tungstenite::client_async(request, io)
+                .await
+                .map_err(|e| e.to_string())
+        };
         let (socket, _) = match tokio::time::timeout(self.config.request_timeout, connect).await {
             Err(_) => return Err(End::Failed("connect timed out".into())),
             Ok(Err(error)) => return Err(End::Failed(format!("connect: {error}"))),
@@ -347,7 +373,7 @@ impl Task {
                 message = tokio::time::timeout(self.config.idle_timeout, source.next()) => message,
                 _ = sleep_until(gap_deadline), if gap_deadline.is_some() => {
                     behind_since = None;
-                    self.refetch(&base).await?;
+                    self.refetch(&node).await?;
                     continue;
                 }
             };
@@ -385,7 +411,7 @@ impl Task {
                     } else {
                         // A hole between the cursor and this frame.
                         behind_since = None;
-                        self.refetch(&base).await?;
+                        self.refetch(&node).await?;
                         *delivered = true;
                     }
                 }
@@ -404,7 +430,7 @@ impl Task {
                 ServerFrame::Lagged { stream, cursor } if stream == name => {
                     let cursor = decode(&cursor)?;
                     self.yield_item(FollowItem::Lagged { cursor }).await?;
-                    self.refetch(&base).await?;
+                    self.refetch(&node).await?;
                     return Err(End::Resubscribe);
                 }
                 ServerFrame::Stale {
@@ -442,11 +468,10 @@ impl Task {
     }
 
     /// Pages from the cursor to the node's head over `GET /events`.
-    async fn refetch(&mut self, base: &str) -> Result<(), End> {
+    async fn refetch(&mut self, node: &NodeUrl) -> Result<(), End> {
         if self.config.stream == FollowStream::Status {
             return Ok(());
         }
-        let authority = base.trim_start_matches("http://").to_owned();
         let mut count = 0;
         loop {
             let mut path = format!(
@@ -458,7 +483,7 @@ impl Task {
                 path.push_str(&format!("&stream={}", stream.get()));
             }
             let (status, body) =
-                tokio::time::timeout(self.config.request_timeout, get(&authority, &path))
+                tokio::time::timeout(self.config.request_timeout, self.get(node, &path))
                     .await
                     .map_err(|_| End::Failed("refetch timed out".into()))?
                     .map_err(End::Failed)?;
@@ -504,33 +529,110 @@ fn decode(text: &str) -> Result<VersionVector, End> {
         .map_err(|error| End::Failed(format!("bad token from the node: {error}")))
 }
 
-/// One `GET` on a fresh connection: the status and the whole body.
-async fn get(authority: &str, path: &str) -> Result<(u16, bytes::Bytes), String> {
-    let tcp = TcpStream::connect(authority)
-        .await
-        .map_err(|error| format!("connect {authority}: {error}"))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+/// A node's URL, parsed.
+#[derive(Debug, Clone)]
+struct NodeUrl {
+    /// `http[s]://host:port`, without a trailing `/`.
+    base: String,
+    /// `host:port`.
+    authority: String,
+    /// The host alone (the TLS server name).
+    host: String,
+    /// `https://`.
+    secure: bool,
+}
+
+/// What a node connection is: TCP, or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
+
+impl NodeUrl {
+    fn parse(url: &str) -> Option<NodeUrl> {
+        let base = url.trim().trim_end_matches('/');
+        let (secure, authority) = match base.strip_prefix("https://") {
+            Some(rest) => (true, rest),
+            None => (false, base.strip_prefix("http://")?),
+        };
+        if authority.is_empty() || authority.contains('/') {
+            return None;
+        }
+        let host = match authority.rsplit_once(':') {
+            Some((host, port)) if port.parse::<u16>().is_ok() => host,
+            _ => authority,
+        };
+        Some(NodeUrl {
+            base: base.to_owned(),
+            authority: authority.to_owned(),
+            host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            secure,
+        })
+    }
+
+    /// A fresh connection to the node.
+    async fn connect(
+        &self,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Box<dyn Io>, String> {
+        let address = if self.authority.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok()) {
+            self.authority.clone()
+        } else {
+            format!("{}:{}", self.authority, if self.secure { 443 } else { 80 })
+        };
+        let tcp = TcpStream::connect(&address)
+            .await
+            .map_err(|error| format!("connect {address}: {error}"))?;
+        let _ = tcp.set_nodelay(true);
+        if !self.secure {
+            return Ok(Box::new(tcp));
+        }
+        let tls = tls.ok_or("no TLS configuration for an https:// node")?;
+        let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+            .map_err(|error| format!("bad TLS server name {:?}: {error}", self.host))?;
+        let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(tls))
+            .connect(name, tcp)
+            .await
+            .map_err(|error| format!("TLS handshake with {}: {error}", self.base))?;
+        Ok(Box::new(stream))
+    }
+}
+
+/// `Authorization: Bearer TOKEN`, marked sensitive (never logged).
+fn bearer(token: Option<&str>) -> Option<hyper::header::HeaderValue> {
+    let mut value = hyper::header::HeaderValue::from_str(&format!("Bearer {}", token?)).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+impl Task {
+    /// One `GET` on a fresh connection: the status and the whole body.
+    async fn get(&self, node: &NodeUrl, path: &str) -> Result<(u16, bytes::Bytes), String> {
+        let io = node.connect(self.config.tls.as_ref()).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+                .await
+                .map_err(|error| error.to_string())?;
+        let driver = tokio::spawn(connection);
+        let mut request = hyper::Request::get(path).header(hyper::header::HOST, &node.authority);
+        if let Some(value) = bearer(self.config.token.as_deref()) {
+            request = request.header(hyper::header::AUTHORIZATION, value);
+        }
+        let request = request
+            .body(Empty::<bytes::Bytes>::new())
+            .map_err(|error| error.to_string())?;
+        let response = sender
+            .send_request(request)
             .await
             .map_err(|error| error.to_string())?;
-    let driver = tokio::spawn(connection);
-    let request = hyper::Request::get(path)
-        .header(hyper::header::HOST, authority)
-        .body(Empty::<bytes::Bytes>::new())
-        .map_err(|error| error.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|error| error.to_string())?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|error| error.to_string())?
-        .to_bytes();
-    driver.abort();
-    Ok((status, body))
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|error| error.to_string())?
+            .to_bytes();
+        driver.abort();
+        Ok((status, body))
+    }
 }
 
 fn seed() -> u64 {
