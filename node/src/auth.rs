@@ -77,8 +77,9 @@ pub enum Need {
 /// follow (`docs/SECURITY.md`, "Who may do what").
 pub fn need(method: &Method, path: &str) -> Need {
     match (method.as_str(), path) {
-        ("GET", "/events") | ("POST", "/events/query") | ("GET", "/marks")
-        | ("GET", "/follow") => Need::Role(Role::Read),
+        ("GET", "/events") | ("POST", "/events/query") | ("GET", "/marks") | ("GET", "/follow") => {
+            Need::Role(Role::Read)
+        }
         ("POST", "/events") => Need::Role(Role::Write),
         ("POST", "/compact") | (_, "/peers") => Need::Role(Role::Admin),
         ("GET", "/sync") => Need::Peer,
@@ -292,7 +293,9 @@ impl Auth {
     pub fn role_of(&self, authorization: Option<&HeaderValue>) -> Result<Role, Denied> {
         let value = authorization.ok_or(Denied::Unauthenticated("no Authorization header"))?;
         if value.len() > AUTHORIZATION_LEN_MAX {
-            return Err(Denied::Unauthenticated("the Authorization header is too long"));
+            return Err(Denied::Unauthenticated(
+                "the Authorization header is too long",
+            ));
         }
         let text = value.to_str().map_err(|_| {
             Denied::Unauthenticated("the Authorization header is not visible ASCII")
@@ -314,7 +317,9 @@ impl Auth {
                 best = Some(*role);
             }
         }
-        best.ok_or(Denied::Unauthenticated("the secret is not one this node holds"))
+        best.ok_or(Denied::Unauthenticated(
+            "the secret is not one this node holds",
+        ))
     }
 
     /// Whether a request needing `need` with this `Authorization` may go
@@ -514,7 +519,10 @@ mod tests {
         let read = Need::Role(Role::Read);
         let admin = Need::Role(Role::Admin);
         assert_eq!(auth.authorize(read, Some(&bearer(R))), Ok(Some(Role::Read)));
-        assert_eq!(auth.authorize(read, Some(&bearer(A))), Ok(Some(Role::Admin)));
+        assert_eq!(
+            auth.authorize(read, Some(&bearer(A))),
+            Ok(Some(Role::Admin))
+        );
         assert_eq!(
             auth.authorize(admin, Some(&bearer(W))),
             Err(Denied::Forbidden {
@@ -544,7 +552,10 @@ mod tests {
         assert!(auth.authorize(Need::Role(Role::Write), None).is_err());
         // A wrong secret is still wrong, even where none is needed.
         assert!(auth
-            .authorize(Need::Role(Role::Read), Some(&bearer("not-a-secret-of-ours")))
+            .authorize(
+                Need::Role(Role::Read),
+                Some(&bearer("not-a-secret-of-ours"))
+            )
             .is_err());
     }
 
@@ -559,10 +570,16 @@ mod tests {
             Err(SecretsError::TooShort { role: "admin", .. })
         ));
         let open = Auth::open();
-        assert!(open.check_listen("127.0.0.1:1".parse().unwrap(), false).is_ok());
+        assert!(open
+            .check_listen("127.0.0.1:1".parse().unwrap(), false)
+            .is_ok());
         assert!(open.check_listen("[::1]:1".parse().unwrap(), false).is_ok());
-        assert!(open.check_listen("0.0.0.0:1".parse().unwrap(), false).is_err());
-        assert!(open.check_listen("0.0.0.0:1".parse().unwrap(), true).is_ok());
+        assert!(open
+            .check_listen("0.0.0.0:1".parse().unwrap(), false)
+            .is_err());
+        assert!(open
+            .check_listen("0.0.0.0:1".parse().unwrap(), true)
+            .is_ok());
         assert!(auth(false)
             .check_listen("0.0.0.0:1".parse().unwrap(), false)
             .is_ok());

@@ -38,16 +38,40 @@ pub struct ServeArgs {
     #[arg(long, env = "MESHLOG_SECRETS")]
     pub secrets: Option<PathBuf>,
     /// `read` secrets, comma-separated (joined to the file's).
-    #[arg(long = "read-secret", env = "MESHLOG_READ_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    #[arg(
+        long = "read-secret",
+        env = "MESHLOG_READ_SECRETS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        hide = true
+    )]
     pub read_secrets: Vec<String>,
     /// `write` secrets, comma-separated (joined to the file's).
-    #[arg(long = "write-secret", env = "MESHLOG_WRITE_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    #[arg(
+        long = "write-secret",
+        env = "MESHLOG_WRITE_SECRETS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        hide = true
+    )]
     pub write_secrets: Vec<String>,
     /// `admin` secrets, comma-separated (joined to the file's).
-    #[arg(long = "admin-secret", env = "MESHLOG_ADMIN_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    #[arg(
+        long = "admin-secret",
+        env = "MESHLOG_ADMIN_SECRETS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        hide = true
+    )]
     pub admin_secrets: Vec<String>,
     /// Peer secrets, comma-separated; the first is the one dialed with.
-    #[arg(long = "peer-secret", env = "MESHLOG_PEER_SECRETS", value_delimiter = ',', hide_env_values = true, hide = true)]
+    #[arg(
+        long = "peer-secret",
+        env = "MESHLOG_PEER_SECRETS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        hide = true
+    )]
     pub peer_secrets: Vec<String>,
     /// Serve pages, follow and marks without a secret.
     #[arg(long, env = "MESHLOG_OPEN_READS")]

@@ -46,7 +46,7 @@ pub mod follow;
 pub mod http;
 pub mod mcp;
 mod metrics;
-mod peer_auth;
+pub mod peer_auth;
 mod peers;
 mod replica;
 pub mod serve;

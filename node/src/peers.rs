@@ -404,7 +404,12 @@ async fn dial(peers: &Peers, slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgr
         let _ = connection.with_upgrades().await;
     });
     let authority = format!("{}:{}", slot.host, slot.port);
-    let handshake = peers.inner.auth.peer_keys().first().map(peer_auth::Dialer::new);
+    let handshake = peers
+        .inner
+        .auth
+        .peer_keys()
+        .first()
+        .map(peer_auth::Dialer::new);
     let mut request = Request::get("/sync")
         .header(HOST, authority)
         .header(CONNECTION, "upgrade")
@@ -430,7 +435,9 @@ async fn dial(peers: &Peers, slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgr
         .await
         .map(|body| String::from_utf8_lossy(&body.to_bytes()).into_owned())
         .unwrap_or_default();
-        return Err(format!("peer answered {status} to the sync upgrade: {body}"));
+        return Err(format!(
+            "peer answered {status} to the sync upgrade: {body}"
+        ));
     }
     let proof = match &handshake {
         Some(dialer) => Some(dialer.finish(response.headers())?),
@@ -481,7 +488,10 @@ fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
     let port = uri
         .port_u16()
         .unwrap_or(if scheme == "https" { 443 } else { 80 });
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let shown = if host.contains(':') {
         format!("[{host}]")
     } else {
@@ -512,10 +522,7 @@ mod tests {
             "http://127.0.0.1:7071"
         );
         assert_eq!(parse_url("http://node-b").unwrap().0, "http://node-b:80");
-        assert_eq!(
-            parse_url("https://node-b").unwrap().0,
-            "https://node-b:443"
-        );
+        assert_eq!(parse_url("https://node-b").unwrap().0, "https://node-b:443");
         assert!(parse_url("ftp://127.0.0.1:7071").is_err());
         assert!(parse_url("127.0.0.1:7071").is_err());
         assert!(parse_url("http://127.0.0.1:7071/x").is_err());

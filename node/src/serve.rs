@@ -22,12 +22,12 @@ use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tower::ServiceExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 
 use crate::auth::{Auth, SecretsError};
 use crate::config::{Limits, NodeConfig, ServeArgs};
@@ -354,12 +354,11 @@ async fn serve_connection<IO>(
     state.metrics.connections_open.inc();
     // Every request learns who sent it and whether its connection showed a
     // client certificate (the sync upgrade's check).
-    let service = hyper::service::service_fn(
-        move |mut request: hyper::Request<hyper::body::Incoming>| {
+    let service =
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             request.extensions_mut().insert(info.clone());
             router.clone().oneshot(request)
-        },
-    );
+        });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -480,7 +479,10 @@ async fn wait_for_signal(node: &Node) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let (mut term, mut hup) = match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+        let (mut term, mut hup) = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
             (Ok(term), Ok(hup)) => (term, hup),
             _ => {
                 let _ = tokio::signal::ctrl_c().await;

@@ -130,7 +130,8 @@ impl Tls {
         let own = match (cert, key) {
             (Some(cert), Some(key)) => {
                 let chain = certificates("certificate", cert)?;
-                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error("key", key, e))?;
+                let key =
+                    PrivateKeyDer::from_pem_file(key).map_err(|e| file_error("key", key, e))?;
                 Some((chain, key))
             }
             (None, None) => None,

@@ -563,7 +563,10 @@ impl NodeUrl {
         Some(NodeUrl {
             base: base.to_owned(),
             authority: authority.to_owned(),
-            host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
             secure,
         })
     }
@@ -573,7 +576,11 @@ impl NodeUrl {
         &self,
         tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
     ) -> Result<Box<dyn Io>, String> {
-        let address = if self.authority.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok()) {
+        let address = if self
+            .authority
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
+        {
             self.authority.clone()
         } else {
             format!("{}:{}", self.authority, if self.secure { 443 } else { 80 })

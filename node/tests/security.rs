@@ -1,0 +1,649 @@
+//! Who may do what (`docs/SECURITY.md`): every route and the peer hello
+//! with no secret, a wrong secret and each role's secret, where only the
+//! documented combinations succeed and a refused request changes nothing;
+//! open reads; rotating secrets with a reload; and an authenticated but
+//! malicious peer (hostile floors, equivocation, lamports going backwards,
+//! an oversized frame, a flood of hellos) refused and counted while an
+//! honest peer and a reader go on.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_node::auth::SecretSources;
+use meshlog_node::config::NodeConfig;
+use meshlog_replica::{Delta, Event};
+use meshlog_sync::frame::{self, Frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use serde_json::{json, Value};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const READ: &str = "read-secret-0123456789abcdef";
+const WRITE: &str = "write-secret-0123456789abcdef";
+const ADMIN: &str = "admin-secret-0123456789abcdef";
+const PEER: &str = "peer-secret-0123456789abcdef";
+const WRONG: &str = "wrong-secret-0123456789abcdef";
+
+fn secrets(open_reads: bool) -> SecretSources {
+    SecretSources {
+        read: vec![READ.into()],
+        write: vec![WRITE.into()],
+        admin: vec![ADMIN.into()],
+        peer: vec![PEER.into()],
+        open_reads,
+        file: None,
+    }
+}
+
+fn secure(open_reads: bool) -> impl FnOnce(&mut NodeConfig) {
+    move |config| config.security.secrets = secrets(open_reads)
+}
+
+/// One request with an optional bearer secret.
+async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    secret: Option<&str>,
+    body: &str,
+) -> Response {
+    let auth = secret.map(|secret| format!("Bearer {secret}"));
+    let mut headers = vec![("content-type", "application/json")];
+    if let Some(auth) = &auth {
+        headers.push(("authorization", auth.as_str()));
+    }
+    request(addr, method, path, &headers, body.as_bytes()).await
+}
+
+/// What a reader with every right sees: marks, floor, digest, events.
+async fn state(addr: SocketAddr) -> (Value, usize) {
+    let marks = call(addr, "GET", "/marks", Some(ADMIN), "").await.json();
+    let events = call(addr, "GET", "/events?limit=1000", Some(ADMIN), "")
+        .await
+        .json()["events"]
+        .as_array()
+        .unwrap()
+        .len();
+    let kept = json!({
+        "marks": marks["marks"],
+        "floor": marks["floor"],
+        "digest": marks["digest"],
+    });
+    (kept, events)
+}
+
+/// Which role each route needs (`None`: open), and a body to send.
+const ROUTES: &[(&str, &str, Option<&str>, &str)] = &[
+    ("GET", "/events", Some("read"), ""),
+    ("POST", "/events/query", Some("read"), r#"{"after":null}"#),
+    ("GET", "/marks", Some("read"), ""),
+    ("GET", "/follow?stream=all", Some("read"), ""),
+    ("POST", "/events", Some("write"), r#"["x"]"#),
+    ("POST", "/compact", Some("admin"), r#"{"keep_last":1000}"#),
+    ("GET", "/peers", Some("admin"), ""),
+    (
+        "POST",
+        "/peers",
+        Some("admin"),
+        r#"{"url":"http://127.0.0.1:9"}"#,
+    ),
+    (
+        "DELETE",
+        "/peers",
+        Some("admin"),
+        r#"{"url":"http://127.0.0.1:9"}"#,
+    ),
+    ("GET", "/health", None, ""),
+    ("GET", "/metrics", None, ""),
+    ("GET", "/", None, ""),
+];
+
+fn rank(role: &str) -> u8 {
+    match role {
+        "read" => 1,
+        "write" => 2,
+        "admin" => 3,
+        other => panic!("no role {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_route_with_every_credential_only_the_documented_ones_pass() {
+    let node = start_with(1, secure(false)).await;
+    let addr = node.addr;
+    // Something to protect: two events.
+    for payload in ["a", "b"] {
+        assert_eq!(
+            call(
+                addr,
+                "POST",
+                "/events",
+                Some(WRITE),
+                &json!([payload]).to_string()
+            )
+            .await
+            .status,
+            201
+        );
+    }
+    let credentials: [(&str, Option<&str>, u8); 5] = [
+        ("none", None, 0),
+        ("wrong", Some(WRONG), 0),
+        ("read", Some(READ), 1),
+        ("write", Some(WRITE), 2),
+        ("admin", Some(ADMIN), 3),
+    ];
+
+    // Every refused combination first: none may change anything.
+    let before = state(addr).await;
+    let mut refused = 0;
+    for (method, path, needs, body) in ROUTES {
+        for (name, secret, held) in credentials {
+            let Some(needs) = needs else { continue };
+            if held >= rank(needs) {
+                continue;
+            }
+            let response = call(addr, method, path, secret, body).await;
+            let expected = if held == 0 { 401 } else { 403 };
+            assert_eq!(
+                response.status,
+                expected,
+                "{method} {path} with the {name} secret: {:?}",
+                String::from_utf8_lossy(&response.body)
+            );
+            assert_eq!(
+                response.error(),
+                if held == 0 {
+                    "unauthorized"
+                } else {
+                    "forbidden"
+                }
+            );
+            if held == 0 {
+                assert_eq!(
+                    response.header("www-authenticate"),
+                    Some("Bearer realm=\"meshlog\"")
+                );
+            }
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        state(addr).await,
+        before,
+        "a refused request changed the node"
+    );
+    // Four read routes refused to two, one write route to three, four
+    // admin routes to four.
+    assert_eq!(refused, 4 * 2 + 3 + 4 * 4, "refused combinations");
+    let metrics = call(addr, "GET", "/metrics", None, "").await;
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains(&format!("meshlog_requests_denied_total {refused}")),
+        "{text}"
+    );
+
+    // Then every allowed one: each gets past the check (an answer other
+    // than 401/403), and the writes take effect.
+    for (method, path, needs, body) in ROUTES {
+        for (name, secret, held) in credentials {
+            if needs.is_some_and(|needs| held < rank(needs)) {
+                continue;
+            }
+            let response = call(addr, method, path, secret, body).await;
+            assert!(
+                ![401, 403].contains(&response.status),
+                "{method} {path} with the {name} secret was refused: {:?}",
+                String::from_utf8_lossy(&response.body)
+            );
+            if *method == "POST" && *path == "/events" {
+                assert_eq!(response.status, 201);
+            }
+        }
+    }
+    let (_, events) = state(addr).await;
+    assert_eq!(
+        events,
+        2 + 2,
+        "the write and admin secrets each appended once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn open_reads_serve_readers_without_a_secret_and_nothing_else() {
+    let node = start_with(1, secure(true)).await;
+    let addr = node.addr;
+    assert_eq!(call(addr, "GET", "/events", None, "").await.status, 200);
+    assert_eq!(call(addr, "GET", "/marks", None, "").await.status, 200);
+    assert_eq!(
+        call(addr, "POST", "/events", None, r#"["x"]"#).await.status,
+        401
+    );
+    assert_eq!(call(addr, "POST", "/compact", None, "{}").await.status, 401);
+    assert_eq!(
+        call(addr, "GET", "/peers", Some(READ), "").await.status,
+        403
+    );
+    // A wrong secret is refused even where none is needed.
+    assert_eq!(
+        call(addr, "GET", "/events", Some(WRONG), "").await.status,
+        401
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rotated_secret_is_accepted_and_the_old_one_refused_after_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secrets.toml");
+    let old = "old-write-secret-0123456789";
+    let new = "new-write-secret-0123456789";
+    std::fs::write(&file, format!("write = [\"{old}\"]\n")).unwrap();
+    let path = file.clone();
+    let node = start_with(1, move |config| {
+        config.security.secrets = SecretSources {
+            file: Some(path),
+            ..SecretSources::default()
+        }
+    })
+    .await;
+    let addr = node.addr;
+    assert_eq!(
+        call(addr, "POST", "/events", Some(old), r#"["1"]"#)
+            .await
+            .status,
+        201
+    );
+    // Both during the rotation, then only the new one.
+    std::fs::write(&file, format!("write = [\"{old}\", \"{new}\"]\n")).unwrap();
+    node.node.reload_secrets().unwrap();
+    assert_eq!(
+        call(addr, "POST", "/events", Some(old), r#"["2"]"#)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        call(addr, "POST", "/events", Some(new), r#"["3"]"#)
+            .await
+            .status,
+        201
+    );
+    std::fs::write(&file, format!("write = [\"{new}\"]\n")).unwrap();
+    node.node.reload_secrets().unwrap();
+    assert_eq!(
+        call(addr, "POST", "/events", Some(old), r#"["4"]"#)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        call(addr, "POST", "/events", Some(new), r#"["5"]"#)
+            .await
+            .status,
+        201
+    );
+    // A broken file leaves the secrets in force.
+    std::fs::write(&file, "write = [\"short\"]\n").unwrap();
+    assert!(node.node.reload_secrets().is_err());
+    assert_eq!(
+        call(addr, "POST", "/events", Some(new), r#"["6"]"#)
+            .await
+            .status,
+        201
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_without_secrets_refuses_to_listen_beyond_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path(), 1);
+    config.listen = "0.0.0.0:0".into();
+    let error = match meshlog_node::Node::start(config.clone()).await {
+        Ok(_) => panic!("an unprotected node listened on 0.0.0.0"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("--allow-unauthenticated"), "{error}");
+    config.security.allow_unauthenticated = true;
+    let node = meshlog_node::Node::start(config).await.unwrap();
+    node.shutdown();
+    node.stopped().await;
+}
+
+// --- peers ---------------------------------------------------------------
+
+async fn seqs_of(addr: SocketAddr, stream: u64) -> Vec<u64> {
+    let page = call(addr, "GET", "/events?limit=1000", Some(ADMIN), "")
+        .await
+        .json();
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["stream"] == stream.to_string())
+        .map(|event| event["seq"].as_u64().unwrap())
+        .collect()
+}
+
+async fn metric(addr: SocketAddr, name: &str) -> u64 {
+    let text = String::from_utf8(call(addr, "GET", "/metrics", None, "").await.body).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn peers_with_the_secret_sync_and_peers_without_it_are_refused() {
+    let a = start_with(1, secure(false)).await;
+    let url = a.url();
+    let honest = start_with(2, |config| {
+        config.security.secrets = secrets(false);
+        config.peers = vec![url.clone()];
+    })
+    .await;
+    let wrong = start_with(3, {
+        let url = url.clone();
+        move |config| {
+            config.security.secrets = SecretSources {
+                admin: vec![ADMIN.into()],
+                peer: vec![WRONG.into()],
+                ..SecretSources::default()
+            };
+            config.peers = vec![url];
+        }
+    })
+    .await;
+    let none = start_with(4, {
+        let url = url.clone();
+        move |config| config.peers = vec![url]
+    })
+    .await;
+    for (node, secret) in [(&honest, Some(WRITE)), (&wrong, Some(ADMIN)), (&none, None)] {
+        let response = call(node.addr, "POST", "/events", secret, r#"["mine"]"#).await;
+        assert_eq!(response.status, 201);
+    }
+    wait_until("the honest peer's event reaches A", || async {
+        seqs_of(a.addr, 2).await == vec![1]
+    })
+    .await;
+    wait_until("A counts the refused dialers", || async {
+        metric(a.addr, "meshlog_peer_auth_refused_total").await >= 2
+    })
+    .await;
+    assert!(
+        seqs_of(a.addr, 3).await.is_empty(),
+        "a peer with the wrong secret got in"
+    );
+    assert!(
+        seqs_of(a.addr, 4).await.is_empty(),
+        "a peer with no secret got in"
+    );
+    let errors = call(wrong.addr, "GET", "/peers", Some(ADMIN), "")
+        .await
+        .json();
+    let error = errors["peers"][0]["last_error"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        error.contains("401"),
+        "the refused dialer says why: {error}"
+    );
+}
+
+/// A hand-rolled dialer: upgrades `GET /sync` with the peer handshake (a
+/// right or wrong key), sends a hello and then whatever the test says.
+struct RawPeer {
+    stream: TcpStream,
+}
+
+impl RawPeer {
+    async fn connect(addr: SocketAddr, secret: &str, key_id_of: &str) -> Result<RawPeer, u16> {
+        let key = |secret: &str| {
+            meshlog_node::auth::Auth::load(SecretSources {
+                peer: vec![secret.into()],
+                ..SecretSources::default()
+            })
+            .unwrap()
+            .peer_keys()
+            .remove(0)
+        };
+        // The id of one secret with the key of another: a forger.
+        let key = meshlog_node::auth::PeerKey {
+            id: key(key_id_of).id,
+            key: key(secret).key,
+        };
+        let dialer = meshlog_node::peer_auth::Dialer::new(&key);
+        let mut head = format!(
+            "GET /sync HTTP/1.1\r\nhost: {addr}\r\nconnection: upgrade\r\nupgrade: meshlog-sync\r\n"
+        );
+        for (name, value) in dialer.request_headers() {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        // Read the response head byte by byte: nothing past it is ours.
+        let mut raw = Vec::new();
+        while !raw.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                break;
+            }
+            raw.push(byte[0]);
+        }
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status: u16 = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if status != 101 {
+            return Err(status);
+        }
+        let mut headers = hyper::HeaderMap::new();
+        for line in text.lines().skip(1) {
+            if let Some((name, value)) = line.split_once(':') {
+                if let (Ok(name), Ok(value)) = (
+                    hyper::header::HeaderName::from_bytes(name.trim().as_bytes()),
+                    hyper::header::HeaderValue::from_str(value.trim()),
+                ) {
+                    headers.insert(name, value);
+                }
+            }
+        }
+        let proof = dialer.finish(&headers).unwrap_or([7u8; 32]);
+        stream.write_all(&proof).await.unwrap();
+        Ok(RawPeer { stream })
+    }
+
+    async fn send(&mut self, frame: &Frame) {
+        let bytes = frame::encode(frame).unwrap();
+        let _ = self.stream.write_all(&bytes).await;
+    }
+
+    async fn hello(&mut self, stream: u64) {
+        self.send(&Frame::Hello(Hello {
+            protocol: PROTOCOL_VERSION,
+            stream: StreamId::new(stream),
+            marks: VersionVector::new(),
+            floor: VersionVector::new(),
+        }))
+        .await;
+    }
+
+    /// Reads (and drops) what the node sends until it closes the link;
+    /// `true` if it did within `within`.
+    async fn closed_within(mut self, within: Duration) -> bool {
+        let mut buf = vec![0u8; 64 << 10];
+        tokio::time::timeout(within, async {
+            loop {
+                match self.stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+}
+
+fn event(stream: u64, seq: u64, lamport: u64, payload: &'static str) -> Event {
+    Event {
+        stream: StreamId::new(stream),
+        seq,
+        lamport,
+        time_ms: 1_700_000_000_000,
+        payload: Bytes::from_static(payload.as_bytes()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
+    let a = start_with(1, secure(false)).await;
+    let url = a.url();
+    let honest = start_with(2, move |config| {
+        config.security.secrets = secrets(false);
+        config.peers = vec![url];
+    })
+    .await;
+    for payload in ["h1", "h2"] {
+        call(
+            honest.addr,
+            "POST",
+            "/events",
+            Some(WRITE),
+            &json!([payload]).to_string(),
+        )
+        .await;
+    }
+    call(a.addr, "POST", "/events", Some(WRITE), r#"["a1"]"#).await;
+    wait_until("A holds the honest peer's events", || async {
+        seqs_of(a.addr, 2).await == vec![1, 2]
+    })
+    .await;
+    let before = state(a.addr).await;
+    let refused_before = metric(a.addr, "meshlog_deltas_refused_total").await;
+
+    // A forger (our key id, another key) never reaches a session.
+    let forger = RawPeer::connect(a.addr, WRONG, PEER).await.unwrap();
+    assert!(
+        forger.closed_within(DEADLINE).await,
+        "a forged proof kept its link"
+    );
+    let unknown = RawPeer::connect(a.addr, WRONG, WRONG).await;
+    assert_eq!(unknown.err(), Some(401));
+
+    // Authenticated, but hostile: each delta ends its session.
+    let hostile: Vec<(&str, Delta)> = vec![
+        (
+            "a floor no stream can reach, on the honest peer's stream",
+            Delta {
+                floor: [(StreamId::new(2), u64::MAX)].into_iter().collect(),
+                events: Vec::new(),
+            },
+        ),
+        (
+            "a floor above A's own head",
+            Delta {
+                floor: [(StreamId::new(1), 50)].into_iter().collect(),
+                events: Vec::new(),
+            },
+        ),
+        (
+            "an equivocation: another event named (2, 1)",
+            Delta {
+                floor: VersionVector::new(),
+                events: vec![event(2, 1, 1, "forged")],
+            },
+        ),
+        (
+            "lamports going backwards: (2, 3) stamped below (2, 2)",
+            Delta {
+                floor: VersionVector::new(),
+                events: vec![event(2, 3, 1, "x")],
+            },
+        ),
+        (
+            "events of A's own stream",
+            Delta {
+                floor: VersionVector::new(),
+                events: vec![event(1, 2, 99, "mine?")],
+            },
+        ),
+    ];
+    for (what, delta) in &hostile {
+        let mut peer = RawPeer::connect(a.addr, PEER, PEER).await.unwrap();
+        peer.hello(66).await;
+        peer.send(&Frame::Delta(delta.clone())).await;
+        assert!(
+            peer.closed_within(DEADLINE).await,
+            "{what}: the link stayed open"
+        );
+    }
+    wait_until("A counts every refused delta", || async {
+        metric(a.addr, "meshlog_deltas_refused_total").await
+            >= refused_before + hostile.len() as u64
+    })
+    .await;
+
+    // An oversized frame: a length prefix past the limit.
+    let mut peer = RawPeer::connect(a.addr, PEER, PEER).await.unwrap();
+    peer.hello(66).await;
+    let _ = peer
+        .stream
+        .write_all(&((FRAME_BYTES_MAX as u32) + 1).to_le_bytes())
+        .await;
+    assert!(
+        peer.closed_within(DEADLINE).await,
+        "an oversized frame kept its link"
+    );
+
+    // A flood of hellos: more sessions than A accepts, all at once, while a
+    // reader pages.
+    let mut flood = Vec::new();
+    let mut turned_away = 0;
+    for _ in 0..80 {
+        match RawPeer::connect(a.addr, PEER, PEER).await {
+            Ok(mut peer) => {
+                peer.hello(66).await;
+                flood.push(peer);
+            }
+            Err(503) => turned_away += 1,
+            Err(status) => panic!("a hello in the flood got {status}"),
+        }
+    }
+    assert!(turned_away > 0, "the flood was never turned away");
+    assert_eq!(
+        call(a.addr, "GET", "/events", Some(READ), "").await.status,
+        200
+    );
+    drop(flood);
+
+    // Nothing lost, and the honest peer goes on.
+    let (after, _) = state(a.addr).await;
+    assert_eq!(
+        after["floor"], before.0["floor"],
+        "a hostile floor took effect"
+    );
+    assert_eq!(seqs_of(a.addr, 2).await, vec![1, 2]);
+    assert_eq!(seqs_of(a.addr, 1).await, vec![1]);
+    assert!(seqs_of(a.addr, 66).await.is_empty());
+    let page = call(a.addr, "GET", "/events?limit=100", Some(READ), "")
+        .await
+        .json();
+    assert!(page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["payload"] != "forged"));
+    call(honest.addr, "POST", "/events", Some(WRITE), r#"["h3"]"#).await;
+    wait_until("the honest peer still syncs", || async {
+        seqs_of(a.addr, 2).await == vec![1, 2, 3]
+    })
+    .await;
+}
