@@ -1,0 +1,250 @@
+//! TLS (`docs/SECURITY.md`, "TLS"): a mesh of three nodes over TLS with
+//! peer secrets converges; a node whose certificate comes from another CA
+//! is refused both ways; a sync upgrade without a client certificate is
+//! refused; plaintext to the TLS port gets a clean answer and the node
+//! goes on serving; the CLI's client and the Follower reach a TLS node
+//! with `--ca` and a secret. Every certificate is made at run time.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use meshlog_node::auth::SecretSources;
+use meshlog_node::cli::client::{Client, ClientOptions, PageOutcome};
+use meshlog_node::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ADMIN: &str = "admin-secret-0123456789abcdef";
+const PEER: &str = "peer-secret-0123456789abcdef";
+
+/// A CA, and what it signs, written as PEM files into a directory.
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+    dir: PathBuf,
+}
+
+impl Ca {
+    fn new(dir: &Path, name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("meshlog test CA {name}"));
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.pem"), issuer.pem()).unwrap();
+        Ca { issuer, dir }
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// A certificate for `localhost` and `127.0.0.1`: (cert, key) files.
+    fn node(&self, name: &str) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (cert_file, key_file) = (
+            self.dir.join(format!("{name}.pem")),
+            self.dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        (cert_file, key_file)
+    }
+}
+
+async fn tls_node(ca: &Ca, id: u64, peers: Vec<String>) -> TestNode {
+    let (cert, key) = ca.node(&format!("node{id}"));
+    let ca_file = ca.ca_file();
+    start_with(id, move |config| {
+        config.security.tls_cert = Some(cert);
+        config.security.tls_key = Some(key);
+        config.security.tls_ca = Some(ca_file);
+        config.security.secrets = SecretSources {
+            admin: vec![ADMIN.into()],
+            peer: vec![PEER.into()],
+            ..SecretSources::default()
+        };
+        config.peers = peers;
+    })
+    .await
+}
+
+fn https(node: &TestNode) -> String {
+    format!("https://127.0.0.1:{}", node.addr.port())
+}
+
+fn client(node: &TestNode, ca: &Ca) -> Client {
+    Client::with_options(
+        &https(node),
+        &ClientOptions {
+            token: Some(ADMIN.into()),
+            ca: Some(ca.ca_file()),
+        },
+    )
+    .unwrap()
+}
+
+async fn streams_held(client: &Client) -> Vec<String> {
+    match client.page(None, Some(1000)).await {
+        Ok(PageOutcome::Page(page)) => {
+            let mut streams: Vec<String> =
+                page.events.iter().map(|event| event.stream.clone()).collect();
+            streams.sort();
+            streams.dedup();
+            streams
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mesh_of_three_over_tls_converges_and_another_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "one");
+    let n1 = tls_node(&ca, 1, Vec::new()).await;
+    let n2 = tls_node(&ca, 2, vec![https(&n1)]).await;
+    let n3 = tls_node(&ca, 3, vec![https(&n2)]).await;
+    let clients: Vec<Client> = [&n1, &n2, &n3].iter().map(|n| client(n, &ca)).collect();
+    for client in &clients {
+        client.append(&["over tls".to_owned()]).await.unwrap();
+    }
+    for client in &clients {
+        wait_until("every node holds all three streams", || async {
+            streams_held(client).await == ["1", "2", "3"]
+        })
+        .await;
+    }
+
+    // A node with a certificate from another CA (and the right peer
+    // secret): refused whichever side dials.
+    let other = Ca::new(dir.path(), "two");
+    let stranger = tls_node(&other, 4, vec![https(&n1)]).await;
+    let stranger_client = client(&stranger, &other);
+    stranger_client.append(&["stranger".to_owned()]).await.unwrap();
+    clients[0].add_peer(&https(&stranger)).await.unwrap();
+    wait_until("both dials fail on the certificate", || async {
+        let ours = clients[0].peers().await.unwrap();
+        let theirs = stranger_client.peers().await.unwrap();
+        let failed = |peers: &meshlog_node::cli::client::PeersJson, url: &str| {
+            peers.peers.iter().any(|peer| {
+                peer.url == url
+                    && peer
+                        .last_error
+                        .as_deref()
+                        .is_some_and(|error| error.contains("TLS"))
+            })
+        };
+        failed(&ours, &https(&stranger)) && failed(&theirs, &https(&n1))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(streams_held(&clients[0]).await, ["1", "2", "3"]);
+    assert_eq!(streams_held(&stranger_client).await, ["4"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plaintext_and_certificate_less_sync_are_refused_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "one");
+    let node = tls_node(&ca, 1, Vec::new()).await;
+
+    // Plaintext HTTP on the TLS port: a readable 400, then closed.
+    let mut tcp = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    tcp.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(DEADLINE, tcp.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let response = parse_response(&answer).expect("an HTTP answer");
+    assert_eq!(response.status, 400);
+    assert_eq!(response.error(), "tls_required");
+
+    // A TLS client without a certificate may use the API, not sync.
+    let tls = meshlog_node::tls::client_trusting(&ca.ca_file()).unwrap();
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured(Arc::unwrap_or_clone(tls))
+        .build()
+        .unwrap();
+    let health = http
+        .get(format!("{}/health", https(&node)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let sync = http
+        .get(format!("{}/sync", https(&node)))
+        .header("connection", "upgrade")
+        .header("upgrade", "meshlog-sync")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sync.status(), 403);
+    let body: serde_json::Value = sync.json().await.unwrap();
+    assert_eq!(body["error"], "peer_certificate_required");
+
+    // A client that does not trust the node's CA fails its handshake.
+    let other = Ca::new(dir.path(), "two");
+    let wrong = Client::with_options(
+        &https(&node),
+        &ClientOptions {
+            token: None,
+            ca: Some(other.ca_file()),
+        },
+    )
+    .unwrap();
+    assert!(wrong.marks().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_follows_a_tls_node_with_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "one");
+    let node = tls_node(&ca, 1, Vec::new()).await;
+    let admin = client(&node, &ca);
+    admin.append(&["before".to_owned()]).await.unwrap();
+    let mut config = FollowerConfig::new(vec![https(&node)], FollowStream::All);
+    config.token = Some(ADMIN.into());
+    config.tls = Some(meshlog_node::tls::client_trusting(&ca.ca_file()).unwrap());
+    let mut follower = Follower::start(config).unwrap();
+    let mut seen = Vec::new();
+    let mut appended = false;
+    while seen.len() < 2 {
+        let item = tokio::time::timeout(DEADLINE, follower.next())
+            .await
+            .expect("the follower yields within the deadline")
+            .expect("the follower goes on");
+        match item {
+            FollowItem::Event(event) => seen.push(event.payload.unwrap_or_default()),
+            FollowItem::Connected { .. } if !appended => {
+                appended = true;
+                admin.append(&["after".to_owned()]).await.unwrap();
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, ["before", "after"]);
+
+    // Without the secret, the follower is refused and says so.
+    let mut config = FollowerConfig::new(vec![https(&node)], FollowStream::All);
+    config.tls = Some(meshlog_node::tls::client_trusting(&ca.ca_file()).unwrap());
+    config.backoff_min = Duration::from_millis(10);
+    let mut refused = Follower::start(config).unwrap();
+    let item = tokio::time::timeout(Duration::from_millis(1500), refused.next()).await;
+    assert!(
+        !matches!(item, Ok(Some(FollowItem::Event(_)))),
+        "a follower without a secret got an event: {item:?}"
+    );
+}
