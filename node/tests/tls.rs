@@ -97,8 +97,11 @@ fn client(node: &TestNode, ca: &Ca) -> Client {
 async fn streams_held(client: &Client) -> Vec<String> {
     match client.page(None, Some(1000)).await {
         Ok(PageOutcome::Page(page)) => {
-            let mut streams: Vec<String> =
-                page.events.iter().map(|event| event.stream.clone()).collect();
+            let mut streams: Vec<String> = page
+                .events
+                .iter()
+                .map(|event| event.stream.clone())
+                .collect();
             streams.sort();
             streams.dedup();
             streams
@@ -130,7 +133,10 @@ async fn a_mesh_of_three_over_tls_converges_and_another_ca_is_refused() {
     let other = Ca::new(dir.path(), "two");
     let stranger = tls_node(&other, 4, vec![https(&n1)]).await;
     let stranger_client = client(&stranger, &other);
-    stranger_client.append(&["stranger".to_owned()]).await.unwrap();
+    stranger_client
+        .append(&["stranger".to_owned()])
+        .await
+        .unwrap();
     clients[0].add_peer(&https(&stranger)).await.unwrap();
     wait_until("both dials fail on the certificate", || async {
         let ours = clients[0].peers().await.unwrap();
