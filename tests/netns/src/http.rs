@@ -52,6 +52,14 @@ pub fn request(
     request_from(None, addr, method, path, content_type, body)
 }
 
+/// The `admin` secret every node of the harness holds (the nodes listen
+/// beyond loopback, so they run with secrets, and their links pass the
+/// peer handshake under every fault). Not a secret: a test value.
+pub const ADMIN_SECRET: &str = "meshlog-faults-admin-secret-not-secret";
+
+/// The peer secret every node of the harness holds.
+pub const PEER_SECRET: &str = "meshlog-faults-peer-secret-not-secret";
+
 /// [`request`] from a chosen source address (the observer's), or the
 /// kernel's choice with `None`.
 pub fn request_from(
@@ -72,7 +80,7 @@ pub fn request_from(
         .map_err(no_answer)?;
     let _ = stream.set_nodelay(true);
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\nauthorization: Bearer {ADMIN_SECRET}\r\n",
         body.len()
     );
     if let Some(content_type) = content_type {

@@ -331,6 +331,8 @@ impl Mesh {
             .stdout(stdout)
             .stderr(stderr)
             .env("RUST_LOG", "info")
+            .env("MESHLOG_ADMIN_SECRETS", crate::http::ADMIN_SECRET)
+            .env("MESHLOG_PEER_SECRETS", crate::http::PEER_SECRET)
             .spawn()
             .map_err(|e| format!("spawn node {}: {e}", i + 1))?;
         self.nodes[i] = NodeProcess {
