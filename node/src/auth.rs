@@ -442,10 +442,16 @@ pub(crate) async fn require(
     next: Next,
 ) -> Response {
     let need = need(request.method(), request.uri().path());
-    match state
-        .auth
-        .authorize(need, request.headers().get(header::AUTHORIZATION))
-    {
+    // A browser cannot set headers on a WebSocket: `GET /follow` also takes
+    // the secret as `access_token` in its query (the follow page does).
+    let from_query = match request.headers().get(header::AUTHORIZATION) {
+        None if request.uri().path() == "/follow" => query_token(request.uri().query()),
+        _ => None,
+    };
+    let authorization = from_query
+        .as_ref()
+        .or_else(|| request.headers().get(header::AUTHORIZATION));
+    match state.auth.authorize(need, authorization) {
         Ok(_) => next.run(request).await,
         Err(denied) => {
             state.metrics.requests_denied.inc();
@@ -458,6 +464,32 @@ pub(crate) async fn require(
             denied_response(denied)
         }
     }
+}
+
+/// `access_token=SECRET` from a query string, as a bearer header value.
+fn query_token(query: Option<&str>) -> Option<HeaderValue> {
+    let value = query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("access_token="))?;
+    if value.is_empty() || value.len() > AUTHORIZATION_LEN_MAX {
+        return None;
+    }
+    // Secrets are visible ASCII; a percent-encoded one is taken as written
+    // but for `%XX` escapes, decoded here.
+    let mut bytes = Vec::with_capacity(value.len());
+    let mut rest = value.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        if first == b'%' && tail.len() >= 2 {
+            let hex = std::str::from_utf8(&tail[..2]).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(first);
+            rest = tail;
+        }
+    }
+    let secret = String::from_utf8(bytes).ok()?;
+    HeaderValue::from_str(&format!("Bearer {secret}")).ok()
 }
 
 /// `401 unauthorized` or `403 forbidden`, in the API's error shape.
@@ -583,6 +615,16 @@ mod tests {
         assert!(auth(false)
             .check_listen("0.0.0.0:1".parse().unwrap(), false)
             .is_ok());
+    }
+
+    #[test]
+    fn a_follow_secret_may_come_in_the_query() {
+        let value = query_token(Some("stream=all&access_token=abc%2Bdef&after=x")).unwrap();
+        assert_eq!(value, "Bearer abc+def");
+        assert!(query_token(Some("stream=all")).is_none());
+        assert!(query_token(Some("access_token=")).is_none());
+        assert!(query_token(Some("access_token=%zz")).is_none());
+        assert!(query_token(None).is_none());
     }
 
     #[test]

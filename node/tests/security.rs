@@ -647,3 +647,33 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_may_give_its_secret_in_the_query_as_a_browser_must() {
+    let node = start_with(1, secure(false)).await;
+    let base = format!("ws://{}/follow?stream=all", node.addr);
+    let status = |result: Result<_, tokio_tungstenite::tungstenite::Error>| match result {
+        Ok((_, response)) => {
+            let response: &tokio_tungstenite::tungstenite::handshake::client::Response = &response;
+            response.status().as_u16()
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(error) => panic!("{error}"),
+    };
+    let refused = tokio_tungstenite::connect_async(base.clone()).await;
+    assert_eq!(status(refused.map(|(_, r)| ((), r))), 401);
+    let wrong = tokio_tungstenite::connect_async(format!("{base}&access_token={WRONG}")).await;
+    assert_eq!(status(wrong.map(|(_, r)| ((), r))), 401);
+    let read = tokio_tungstenite::connect_async(format!("{base}&access_token={READ}")).await;
+    assert_eq!(status(read.map(|(_, r)| ((), r))), 101);
+    // Only on /follow: a page with the secret in its query is refused.
+    let page = call(
+        node.addr,
+        "GET",
+        &format!("/events?access_token={READ}"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(page.status, 401);
+}
