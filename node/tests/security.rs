@@ -323,7 +323,7 @@ async fn seqs_of(addr: SocketAddr, stream: u64) -> Vec<u64> {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|event| event["stream"] == stream.to_string())
+        .filter(|event| event["stream"].as_str() == Some(stream.to_string().as_str()))
         .map(|event| event["seq"].as_u64().unwrap())
         .collect()
 }
