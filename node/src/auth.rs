@@ -76,7 +76,14 @@ pub enum Need {
 /// What each route needs: the one table the middleware and the docs
 /// follow (`docs/SECURITY.md`, "Who may do what").
 pub fn need(method: &Method, path: &str) -> Need {
-    match (method.as_str(), path) {
+    // The router answers HEAD with the GET handler (body dropped): it needs
+    // what GET needs.
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    match (method, path) {
         ("GET", "/events") | ("POST", "/events/query") | ("GET", "/marks") | ("GET", "/follow") => {
             Need::Role(Role::Read)
         }
@@ -634,5 +641,6 @@ mod tests {
         assert_eq!(need(&Method::DELETE, "/peers"), Need::Role(Role::Admin));
         assert_eq!(need(&Method::GET, "/sync"), Need::Peer);
         assert_eq!(need(&Method::GET, "/health"), Need::Open);
+        assert_eq!(need(&Method::HEAD, "/events"), Need::Role(Role::Read));
     }
 }

@@ -677,3 +677,40 @@ async fn a_follower_may_give_its_secret_in_the_query_as_a_browser_must() {
     .await;
     assert_eq!(page.status, 401);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn encoded_or_odd_paths_do_not_slip_past_the_route_table() {
+    let node = start_with(1, secure(false)).await;
+    for path in [
+        "/%65vents",
+        "/events/",
+        "//events",
+        "/events?x=/health",
+        "/./events",
+        "/health/../events",
+        "/EVENTS",
+        "/marks%2F",
+        "/peers/",
+    ] {
+        let response = call(node.addr, "GET", path, None, "").await;
+        assert!(
+            [401, 404, 400].contains(&response.status),
+            "GET {path} without a secret answered {}: {:?}",
+            response.status,
+            String::from_utf8_lossy(&response.body)
+        );
+        if response.status != 401 {
+            assert_ne!(response.status, 200);
+        }
+    }
+    let response = call(node.addr, "HEAD", "/marks", None, "").await;
+    assert_eq!(
+        response.status, 401,
+        "HEAD reached a GET handler without a secret"
+    );
+    let response = call(node.addr, "POST", "/%65vents", None, r#"["x"]"#).await;
+    assert_ne!(
+        response.status, 201,
+        "an encoded path appended without a secret"
+    );
+}
