@@ -1,0 +1,479 @@
+//! All-to-all convergence: W in-memory replicas in one process, each writer
+//! appending E events of 32 bytes, then pairwise pulls until every replica
+//! holds everything; meshlog beside yrs and automerge in the same run
+//! (issues 13 and 14; figures in docs/BENCHMARKS.md, "All-to-all
+//! convergence").
+//!
+//! Run: `cargo bench -p meshlog-bench --bench converge`
+//!
+//! # The scenario
+//!
+//! Replica `i` is writer `i` (ids 1..=W). Each appends E events of 32
+//! bytes (distinct per event) in its own replica. Then one pass of pulls in
+//! a fixed order — for every source `i`, every other replica `j` pulls from
+//! `i` what `j` lacks — which leaves every replica holding every event
+//! (after the pass over source `i`, every replica holds what `i` held).
+//! A pull is one request (what `j` holds) and one answer (what it lacks):
+//!
+//! - **meshlog**: `Replica` (in memory). Request: `j`'s marks, as a sync
+//!   heartbeat frame. Answer: `i.delta_for(j.marks())` in frames of at most
+//!   `DELTA_EVENTS_MAX` events (`sync::frame::encode`, length prefixes
+//!   included), applied with `Replica::apply`.
+//! - **yrs** 0.28: one `YArray` `log` of `Any::Buffer` per doc, client id
+//!   = writer id. Request: `state_vector().encode_v1()`; answer:
+//!   `encode_diff_v1`, applied with `apply_update`.
+//! - **automerge** 0.12: one list `log` made by a common root change that
+//!   every doc forks from; each event one change. A pull is automerge's
+//!   sync protocol between fresh states, run until neither side has a
+//!   message: every message counts.
+//!
+//! Each (system, W, E) row runs in a child process of this bench, so its
+//! peak resident memory (`VmHWM`) is its own; the figure reported is
+//! (peak − resident at the child's start) / replica-events, where
+//! replica-events = W × W × E (each of W replicas ends holding W × E
+//! events). Time is the pull pass alone (writes excluded); bytes are every
+//! request and answer; delivered events are W × (W − 1) × E.
+//!
+//! # Goals (printed, never asserted)
+//!
+//! - issue 13: meshlog's peak RSS per replica-event at or below yrs's, in
+//!   every row;
+//! - issue 14: meshlog's convergence time at or below yrs's, and its bytes
+//!   per delivered event at or below yrs's, in every row.
+//!
+//! Environment: `MESHLOG_CONVERGE_ROWS` (default
+//! `3x1000,3x10000,10x1000,10x10000,100x1000`; `100x10000` holds 100 M
+//! replica-events and needs several GiB for every system: add it by hand),
+//! `MESHLOG_CONVERGE_SYSTEMS` (default `meshlog,yrs,automerge`),
+//! `MESHLOG_CONVERGE_TIMEOUT_S` per row (default 300),
+//! `MESHLOG_CONVERGE_AUTOMERGE_MAX` the most replica-events automerge is
+//! asked to hold (default 10,000,000: beyond it the row is skipped and
+//! says so; automerge's sync protocol at W = 100 takes minutes).
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use meshlog_replica::{Config, Delta, MemStore, Replica};
+use meshlog_sync::frame::{self, Frame, DELTA_EVENTS_MAX};
+
+const PAYLOAD_BYTES: usize = 32;
+const CHILD_ENV: &str = "MESHLOG_CONVERGE_CHILD";
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        child(&spec);
+        return;
+    }
+    let rows = std::env::var("MESHLOG_CONVERGE_ROWS")
+        .unwrap_or_else(|_| "3x1000,3x10000,10x1000,10x10000,100x1000".into());
+    let systems = std::env::var("MESHLOG_CONVERGE_SYSTEMS")
+        .unwrap_or_else(|_| "meshlog,yrs,automerge".into());
+    let timeout = Duration::from_secs(env_u64("MESHLOG_CONVERGE_TIMEOUT_S", 300));
+    let automerge_max = env_u64("MESHLOG_CONVERGE_AUTOMERGE_MAX", 10_000_000);
+    let rows: Vec<(u64, u64)> = rows
+        .split(',')
+        .filter_map(|row| {
+            let (w, e) = row.trim().split_once('x')?;
+            Some((w.parse().ok()?, e.parse().ok()?))
+        })
+        .collect();
+    println!("All-to-all convergence: W replicas, each writing E events of {PAYLOAD_BYTES} bytes; one pass of pairwise pulls.");
+    println!("(bytes/event: every request and answer over W x (W-1) x E deliveries; the payload alone is {PAYLOAD_BYTES})");
+    println!(
+        "{:<10} {:>5} {:>6} {:>10} {:>12} {:>12} {:>10} {:>14} {:>10}",
+        "system",
+        "W",
+        "E",
+        "time ms",
+        "bytes/event",
+        "messages",
+        "peak MiB",
+        "B/replica-ev",
+        "status"
+    );
+    let mut results: BTreeMap<(u64, u64), BTreeMap<String, Outcome>> = BTreeMap::new();
+    for &(w, e) in &rows {
+        for system in systems.split(',').map(str::trim) {
+            let replica_events = w * w * e;
+            let outcome = if system == "automerge" && replica_events > automerge_max {
+                Outcome::Skipped(format!(
+                    "over MESHLOG_CONVERGE_AUTOMERGE_MAX ({automerge_max})"
+                ))
+            } else {
+                run_child(system, w, e, timeout)
+            };
+            print_row(system, w, e, &outcome);
+            results
+                .entry((w, e))
+                .or_default()
+                .insert(system.to_owned(), outcome);
+        }
+    }
+    println!();
+    for ((w, e), by_system) in &results {
+        let (Some(Outcome::Done(ours)), Some(Outcome::Done(yrs))) =
+            (by_system.get("meshlog"), by_system.get("yrs"))
+        else {
+            println!("{w}x{e}: goals not judged (meshlog or yrs did not finish)");
+            continue;
+        };
+        let verdict = |met: bool| if met { "met" } else { "NOT met" };
+        println!(
+            "{w}x{e}: issue 13 goal, peak RSS per replica-event <= yrs's ({:.1} vs {:.1} B): {}",
+            ours.rss_per_replica_event(*w, *e),
+            yrs.rss_per_replica_event(*w, *e),
+            verdict(ours.rss_per_replica_event(*w, *e) <= yrs.rss_per_replica_event(*w, *e))
+        );
+        println!(
+            "{w}x{e}: issue 14 goal, convergence time <= yrs's ({:.2} vs {:.2} ms): {}",
+            ours.seconds * 1e3,
+            yrs.seconds * 1e3,
+            verdict(ours.seconds <= yrs.seconds)
+        );
+        println!(
+            "{w}x{e}: issue 14 goal, bytes per delivered event <= yrs's ({:.1} vs {:.1}): {}",
+            ours.bytes_per_event(*w, *e),
+            yrs.bytes_per_event(*w, *e),
+            verdict(ours.bytes_per_event(*w, *e) <= yrs.bytes_per_event(*w, *e))
+        );
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+/// What one child measured.
+#[derive(Debug, Clone)]
+struct Measured {
+    seconds: f64,
+    bytes: u64,
+    messages: u64,
+    peak_bytes: u64,
+    start_bytes: u64,
+}
+
+impl Measured {
+    fn delivered(w: u64, e: u64) -> u64 {
+        w * (w - 1) * e
+    }
+
+    fn bytes_per_event(&self, w: u64, e: u64) -> f64 {
+        self.bytes as f64 / Self::delivered(w, e) as f64
+    }
+
+    fn rss_per_replica_event(&self, w: u64, e: u64) -> f64 {
+        self.peak_bytes.saturating_sub(self.start_bytes) as f64 / (w * w * e) as f64
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Outcome {
+    Done(Measured),
+    Skipped(String),
+    Failed(String),
+}
+
+fn print_row(system: &str, w: u64, e: u64, outcome: &Outcome) {
+    match outcome {
+        Outcome::Done(m) => println!(
+            "{:<10} {:>5} {:>6} {:>10.2} {:>12.1} {:>12} {:>10.1} {:>14.1} {:>10}",
+            system,
+            w,
+            e,
+            m.seconds * 1e3,
+            m.bytes_per_event(w, e),
+            m.messages,
+            m.peak_bytes as f64 / (1 << 20) as f64,
+            m.rss_per_replica_event(w, e),
+            "done"
+        ),
+        Outcome::Skipped(why) => println!("{system:<10} {w:>5} {e:>6} skipped: {why}"),
+        Outcome::Failed(why) => println!("{system:<10} {w:>5} {e:>6} did not finish: {why}"),
+    }
+}
+
+fn run_child(system: &str, w: u64, e: u64, timeout: Duration) -> Outcome {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(error) => return Outcome::Failed(error.to_string()),
+    };
+    let mut child = match Command::new(exe)
+        .env(CHILD_ENV, format!("{system}:{w}:{e}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => return Outcome::Failed(error.to_string()),
+    };
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Outcome::Failed(format!("over {} s", timeout.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(error) => return Outcome::Failed(error.to_string()),
+        }
+    }
+    let output = match child.wait_with_output() {
+        Ok(output) => output,
+        Err(error) => return Outcome::Failed(error.to_string()),
+    };
+    if !output.status.success() {
+        return Outcome::Failed(format!("exit {}", output.status));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let Some(line) = text.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
+        return Outcome::Failed("no RESULT line".into());
+    };
+    let fields: Vec<f64> = line.split(' ').filter_map(|f| f.parse().ok()).collect();
+    if fields.len() != 5 {
+        return Outcome::Failed(format!("bad RESULT line {line:?}"));
+    }
+    Outcome::Done(Measured {
+        seconds: fields[0],
+        bytes: fields[1] as u64,
+        messages: fields[2] as u64,
+        peak_bytes: fields[3] as u64,
+        start_bytes: fields[4] as u64,
+    })
+}
+
+/// `VmHWM` and `VmRSS` of this process, in bytes.
+fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+fn payload(writer: u64, seq: u64) -> [u8; PAYLOAD_BYTES] {
+    let mut out = [b'.'; PAYLOAD_BYTES];
+    let text = format!("w{writer}-e{seq}-");
+    out[..text.len()].copy_from_slice(text.as_bytes());
+    out
+}
+
+fn child(spec: &str) {
+    let mut parts = spec.split(':');
+    let system = parts.next().unwrap_or_default().to_owned();
+    let w: u64 = parts.next().and_then(|p| p.parse().ok()).expect("W");
+    let e: u64 = parts.next().and_then(|p| p.parse().ok()).expect("E");
+    let (_, start) = memory();
+    let (seconds, bytes, messages) = match system.as_str() {
+        "meshlog" => meshlog_run(w, e),
+        "yrs" => yrs_run(w, e),
+        "automerge" => automerge_run(w, e),
+        other => panic!("no system {other}"),
+    };
+    let (peak, _) = memory();
+    println!("RESULT {seconds} {bytes} {messages} {peak} {start}");
+}
+
+// --- meshlog ----------------------------------------------------------
+
+fn meshlog_run(w: u64, e: u64) -> (f64, u64, u64) {
+    let mut replicas: Vec<Replica> = (1..=w)
+        .map(|id| {
+            let mut config = Config::new(StreamId::new(id));
+            config.streams_max = config.streams_max.max(w as usize + 1);
+            Replica::open(config, MemStore::default()).expect("an empty store opens")
+        })
+        .collect();
+    for (index, replica) in replicas.iter_mut().enumerate() {
+        for seq in 1..=e {
+            replica
+                .append(Bytes::copy_from_slice(&payload(index as u64 + 1, seq)))
+                .expect("append");
+        }
+    }
+    let (mut bytes, mut messages) = (0u64, 0u64);
+    let started = Instant::now();
+    for i in 0..replicas.len() {
+        for j in 0..replicas.len() {
+            if i == j {
+                continue;
+            }
+            let marks = replicas[j].marks();
+            bytes += frame::encode(&Frame::Heartbeat {
+                marks: marks.clone(),
+            })
+            .expect("marks encode")
+            .len() as u64;
+            messages += 1;
+            let delta = replicas[i].delta_for(&marks, usize::MAX);
+            let mut first = true;
+            for chunk in delta.events.chunks(DELTA_EVENTS_MAX) {
+                let part = Delta {
+                    floor: if first {
+                        delta.floor.clone()
+                    } else {
+                        Default::default()
+                    },
+                    events: chunk.to_vec(),
+                };
+                first = false;
+                bytes += frame::encode(&Frame::Delta(part.clone()))
+                    .expect("delta encodes")
+                    .len() as u64;
+                messages += 1;
+                replicas[j].apply(&part).expect("delta applies");
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    for replica in &replicas {
+        assert_eq!(replica.marks().iter().count() as u64, w, "converged");
+    }
+    (seconds, bytes, messages)
+}
+
+// --- yrs ----------------------------------------------------------------
+
+fn yrs_run(w: u64, e: u64) -> (f64, u64, u64) {
+    use yrs::updates::decoder::Decode;
+    use yrs::updates::encoder::Encode;
+    use yrs::{Any, Array, Doc, ReadTxn, StateVector, Transact, Update};
+    let docs: Vec<Doc> = (1..=w).map(Doc::with_client_id).collect();
+    for (index, doc) in docs.iter().enumerate() {
+        let array = doc.get_or_insert_array("log");
+        let mut txn = doc.transact_mut();
+        for seq in 1..=e {
+            array.push_back(
+                &mut txn,
+                Any::Buffer(Arc::from(&payload(index as u64 + 1, seq)[..])),
+            );
+        }
+    }
+    let (mut bytes, mut messages) = (0u64, 0u64);
+    let started = Instant::now();
+    for i in 0..docs.len() {
+        for j in 0..docs.len() {
+            if i == j {
+                continue;
+            }
+            let sv = docs[j].transact().state_vector().encode_v1();
+            let update = docs[i]
+                .transact()
+                .encode_diff_v1(&StateVector::decode_v1(&sv).expect("sv decodes"));
+            bytes += (sv.len() + update.len()) as u64;
+            messages += 2;
+            docs[j]
+                .transact_mut()
+                .apply_update(Update::decode_v1(&update).expect("update decodes"))
+                .expect("update applies");
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    for doc in &docs {
+        let array = doc.get_or_insert_array("log");
+        assert_eq!(u64::from(array.len(&doc.transact())), w * e, "converged");
+    }
+    (seconds, bytes, messages)
+}
+
+// --- automerge ----------------------------------------------------------
+
+/// One sync message from `from` to `to`, if `from` has one; counts its
+/// bytes and itself into `counts`.
+fn am_send(
+    from: &mut automerge::AutoCommit,
+    from_state: &mut automerge::sync::State,
+    to: &mut automerge::AutoCommit,
+    to_state: &mut automerge::sync::State,
+    counts: &mut (u64, u64),
+) -> bool {
+    use automerge::sync::SyncDoc;
+    let Some(message) = from.sync().generate_sync_message(from_state) else {
+        return false;
+    };
+    let encoded = message.encode();
+    counts.0 += encoded.len() as u64;
+    counts.1 += 1;
+    let message = automerge::sync::Message::decode(&encoded).expect("a message decodes");
+    to.sync()
+        .receive_sync_message(to_state, message)
+        .expect("a message is received");
+    true
+}
+
+fn automerge_run(w: u64, e: u64) -> (f64, u64, u64) {
+    use automerge::sync::State;
+    use automerge::transaction::Transactable;
+    use automerge::{ActorId, AutoCommit, ObjType, ReadDoc, ScalarValue, ROOT};
+    let actor = |id: u64| ActorId::from((id as u32).to_be_bytes());
+    let mut root = AutoCommit::new().with_actor(actor(u64::from(u32::MAX)));
+    let list = root.put_object(ROOT, "log", ObjType::List).expect("list");
+    root.commit();
+    let mut docs: Vec<AutoCommit> = (1..=w)
+        .map(|id| root.fork().with_actor(actor(id)))
+        .collect();
+    for (index, doc) in docs.iter_mut().enumerate() {
+        for seq in 1..=e {
+            let len = doc.length(&list);
+            doc.insert(
+                &list,
+                len,
+                ScalarValue::Bytes(payload(index as u64 + 1, seq).to_vec()),
+            )
+            .expect("insert");
+            doc.commit();
+        }
+    }
+    let (mut bytes, mut messages) = (0u64, 0u64);
+    let started = Instant::now();
+    for i in 0..docs.len() {
+        for j in 0..docs.len() {
+            if i == j {
+                continue;
+            }
+            let (mut si, mut sj) = (State::new(), State::new());
+            // Two disjoint borrows of the pair.
+            let (source, puller) = if i < j {
+                let (low, high) = docs.split_at_mut(j);
+                (&mut low[i], &mut high[0])
+            } else {
+                let (low, high) = docs.split_at_mut(i);
+                (&mut high[0], &mut low[j])
+            };
+            let mut counts = (0u64, 0u64);
+            loop {
+                let asked = am_send(puller, &mut sj, source, &mut si, &mut counts);
+                let answered = am_send(source, &mut si, puller, &mut sj, &mut counts);
+                if !asked && !answered {
+                    break;
+                }
+            }
+            bytes += counts.0;
+            messages += counts.1;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    for doc in &docs {
+        assert_eq!(doc.length(&list) as u64, w * e, "converged");
+    }
+    (seconds, bytes, messages)
+}
