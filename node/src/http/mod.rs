@@ -1,7 +1,8 @@
 //! The HTTP API (`docs/HTTP.md`): the router, the request-reading
 //! middleware that bounds every body in size and time, the handlers, the
 //! errors; and `GET /sync`, which upgrades to the sync protocol. Public:
-//! [`json`], the API's JSON types, shared with clients.
+//! [`json`], the API's JSON types, shared with clients, and [`openapi`],
+//! the OpenAPI document generated from the handlers and those types.
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use crate::replica::NodeReplica;
 mod error;
 mod handlers;
 pub mod json;
+pub mod openapi;
 
 pub(crate) use error::ApiError;
 pub(crate) use handlers::{cursor_from_text, peer_json};
@@ -61,6 +63,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/sync", get(handlers::sync_upgrade))
         .route("/follow", get(crate::follow::follow_upgrade))
         .route("/", get(crate::follow::page))
+        .route("/openapi.json", get(openapi::serve_document))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
