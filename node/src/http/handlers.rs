@@ -44,6 +44,15 @@ fn parse_after(after: Option<&str>) -> Result<After, ApiError> {
         None | Some("") => return Ok(After::Token(VersionVector::new())),
         Some(text) => text,
     };
+    // The codec refuses a longer token; a scalar is bounded the same, or
+    // any run of leading zeros would be one (found by schemathesis).
+    if text.len() > token::TOKEN_TEXT_MAX {
+        return Err(ApiError::bad_token(format!(
+            "`after` is {} characters; a token is at most {}",
+            text.len(),
+            token::TOKEN_TEXT_MAX
+        )));
+    }
     // A token's text starts with `A` (its version byte is 0x01), so an
     // all-digit value can only be a scalar.
     if text.bytes().all(|b| b.is_ascii_digit()) {
@@ -76,7 +85,14 @@ fn parse_limit(limit: Option<&Value>, max: usize) -> Result<usize, ApiError> {
     };
     let number = match limit {
         Value::Null => return Ok(LIMIT_DEFAULT.min(max)),
-        Value::Number(number) => number.as_u64(),
+        // JSON does not tell 711 from 711.0, and neither does JSON
+        // Schema's `integer`: a whole number written as a float is one.
+        Value::Number(number) => number.as_u64().or_else(|| {
+            number
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < u64::MAX as f64)
+                .map(|f| f as u64)
+        }),
         // In a query string every value is text.
         Value::String(text) => text.parse::<u64>().ok(),
         _ => None,

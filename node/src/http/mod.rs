@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -66,6 +66,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(openapi::serve_document))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // `read_request` bounds every body by `body_bytes_max`; axum's own
+        // default limit (2 MB) on the `Bytes` extractor would refuse bodies
+        // under it with a `413` in plain text (found by schemathesis).
+        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             read_request,
