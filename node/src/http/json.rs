@@ -155,6 +155,28 @@ pub struct ErrorJson {
 /// A version vector as JSON: `{"<stream id>": seq, ...}`.
 pub type VectorJson = BTreeMap<String, u64>;
 
+/// [`VectorJson`]'s schema, named `VectorJson` in the document (a type
+/// alias has no name of its own there). A schema only.
+pub struct VectorSchema;
+
+impl utoipa::PartialSchema for VectorSchema {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        schema_from_json(serde_json::json!({
+            "description": "A version vector: per stream (its decimal id), a seq.",
+            "type": "object",
+            "propertyNames": {"type": "string", "pattern": "^[1-9][0-9]{0,19}$"},
+            "additionalProperties": {"type": "integer", "format": "uint64", "minimum": 0},
+            "example": {"1": 6}
+        }))
+    }
+}
+
+impl ToSchema for VectorSchema {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("VectorJson")
+    }
+}
+
 /// The digest of the events a node holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DigestJson {
@@ -176,6 +198,7 @@ pub struct PeerJson {
     #[schema(pattern = r"^[1-9][0-9]{0,19}$")]
     pub stream: Option<String>,
     /// The marks it has acknowledged.
+    #[schema(value_type = VectorSchema)]
     pub marks: VectorJson,
     /// Events this node holds that it has not acknowledged.
     pub lag_events: u64,
@@ -197,8 +220,10 @@ pub struct MarksJson {
     #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
     pub stream: String,
     /// Per stream, the last seq held.
+    #[schema(value_type = VectorSchema)]
     pub marks: VectorJson,
     /// Per stream, the last seq compacted away.
+    #[schema(value_type = VectorSchema)]
     pub floor: VectorJson,
     /// The marks as a token.
     pub token: String,
@@ -216,6 +241,7 @@ pub struct CompactedJson {
     /// Streams whose floor rose.
     pub streams: u64,
     /// The floor now.
+    #[schema(value_type = VectorSchema)]
     pub floor: VectorJson,
 }
 

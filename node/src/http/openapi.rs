@@ -55,7 +55,7 @@ use super::json;
         page,
         openapi_json,
     ),
-    components(schemas(json::AppendBatchJson, json::RawPayload)),
+    components(schemas(json::AppendBatchJson, json::RawPayload, json::VectorSchema)),
     tags(
         (name = "events", description = "Append and page the log."),
         (name = "node", description = "The node's state, health, metrics and compaction."),
