@@ -12,8 +12,9 @@
 //!   the accept loop with its connection limit and read timeouts, and
 //!   graceful shutdown on SIGINT/SIGTERM ([`Node`]).
 //! - [`http`]: the axum router, its handlers and errors, the `GET /sync`
-//!   upgrade, and [`http::json`], the API's JSON types (`docs/HTTP.md`),
-//!   which clients deserialize with.
+//!   upgrade, [`http::json`], the API's JSON types (`docs/HTTP.md`),
+//!   which clients deserialize with, and [`http::openapi`], the OpenAPI
+//!   document generated from them (`GET /openapi.json`, `meshlog openapi`).
 //! - `peers`: the links to peers by URL: dial, upgrade, run a sync session,
 //!   redial with jittered exponential backoff, report each peer's state;
 //!   peers added and removed at run time.
@@ -82,6 +83,10 @@ pub enum Command {
     /// Serve the Model Context Protocol on stdio, as a client of a node:
     /// tools to page, follow and append with the same cursor token.
     Mcp(mcp::McpArgs),
+    /// Print the HTTP API's OpenAPI document (what `GET /openapi.json`
+    /// serves; `meshlog openapi > docs/openapi.json` refreshes the
+    /// committed copy).
+    Openapi,
     /// Client subcommands, talking to a running node.
     #[command(flatten)]
     Client(cli::ClientCommand),
@@ -100,6 +105,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Demo(args) => demo::run(args),
         Command::Mcp(args) => mcp::run(args),
+        Command::Openapi => cli::print_openapi(),
         Command::Client(command) => cli::run(command),
     }
 }

@@ -485,9 +485,34 @@ fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         return Err(bad("a peer URL has no path or query"));
     }
-    let port = uri
-        .port_u16()
-        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    // `Uri` takes user info (dropped from the normalized URL), any text in
+    // brackets, and a port that is not a number (`port_u16` is then `None`,
+    // which read as the default port); none names a peer (found by
+    // schemathesis).
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    if authority.contains('@') {
+        return Err(bad("a peer URL has no user info"));
+    }
+    let port = match authority.strip_prefix(host).unwrap_or("") {
+        "" => {
+            if scheme == "https" {
+                443
+            } else {
+                80
+            }
+        }
+        rest => rest
+            .strip_prefix(':')
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u16>().ok())
+            .ok_or_else(|| bad("the port must be a number from 0 to 65535"))?,
+    };
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        if inner.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad("a host in brackets must be an IPv6 address"));
+        }
+    }
+    // Dialed without brackets, shown with them.
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -526,5 +551,21 @@ mod tests {
         assert!(parse_url("ftp://127.0.0.1:7071").is_err());
         assert!(parse_url("127.0.0.1:7071").is_err());
         assert!(parse_url("http://127.0.0.1:7071/x").is_err());
+    }
+
+    /// Found by the schemathesis run (`tests/schemathesis/run.sh`): these
+    /// were added as peers, normalized to URLs no dial could reach (or, for
+    /// `host:65530*`, to port 80).
+    #[test]
+    fn peer_urls_with_user_info_a_bad_port_or_a_bracketed_non_ipv6_host_are_refused() {
+        assert!(parse_url("http://[zz]").is_err());
+        assert!(parse_url("http://[:]").is_err());
+        assert!(parse_url("http://[1.2.3.4]").is_err());
+        assert!(parse_url("http://user@host").is_err());
+        assert!(parse_url("http://host:65530*").is_err());
+        assert!(parse_url("http://host:65536").is_err());
+        assert!(parse_url("http://host:").is_err());
+        assert_eq!(parse_url("http://host:08").unwrap().0, "http://host:8");
+        assert_eq!(parse_url("http://[::1]:7").unwrap().0, "http://[::1]:7");
     }
 }

@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DOC: &str = include_str!("../../docs/HTTP.md");
 
 /// The routes the router serves; each must have an example.
-const ROUTES: [(&str, &str); 13] = [
+const ROUTES: [(&str, &str); 14] = [
     ("GET", "/health"),
     ("POST", "/events"),
     ("GET", "/events"),
@@ -35,6 +35,7 @@ const ROUTES: [(&str, &str); 13] = [
     ("GET", "/follow"),
     ("GET", "/"),
     ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
 ];
 
 #[derive(Debug)]

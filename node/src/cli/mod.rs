@@ -165,6 +165,22 @@ pub enum PeersAction {
     },
 }
 
+/// `meshlog openapi`: prints the OpenAPI document a node serves at
+/// `GET /openapi.json`, with no node running.
+pub fn print_openapi() -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out
+        .write_all(crate::http::openapi::document().as_bytes())
+        .and_then(|()| out.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("meshlog: cannot write the document: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs a client subcommand.
 pub fn run(command: ClientCommand) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -262,6 +278,8 @@ fn print_stale(out: &mut impl Write, stale: &Stale, json: bool) {
             message: stale.message.clone(),
             lost: Some(stale.lost.clone()),
             resume: Some(stale.resume.clone()),
+            max: None,
+            limit: None,
         })
         .unwrap_or_default();
         let _ = writeln!(out, "{line}");

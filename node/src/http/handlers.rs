@@ -14,13 +14,14 @@ use axum::Json;
 use hyper_util::rt::TokioIo;
 use meshlog_cursor::{token, StreamId, VersionVector};
 use meshlog_replica::{Page, PageError, ReplicaError, RetentionPolicy};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::json::{
-    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendJson, AppendedJson,
-    CompactBody, CompactedJson, DigestJson, EventJson, LostJson, MarksJson, PageJson,
-    PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody,
+    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendBatchJson, AppendJson,
+    AppendedJson, CompactBody, CompactedJson, DigestJson, ErrorJson, EventJson, HealthJson,
+    LostJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson,
+    QueryBody, RawPayload,
 };
 use super::AppState;
 use crate::peers::{PeerStatus, SYNC_PROTOCOL};
@@ -44,8 +45,11 @@ fn parse_after(after: Option<&str>) -> Result<After, ApiError> {
         Some(text) => text,
     };
     // A token's text starts with `A` (its version byte is 0x01), so an
-    // all-digit value can only be a scalar.
-    if text.bytes().all(|b| b.is_ascii_digit()) {
+    // all-digit value can only be a scalar. One longer than a token can be
+    // goes to the codec, which refuses it with its reason: every `after`
+    // is bounded as a token is, or any run of leading zeros would be a
+    // scalar (found by schemathesis).
+    if text.len() <= token::TOKEN_TEXT_MAX && text.bytes().all(|b| b.is_ascii_digit()) {
         return text.parse::<u64>().map(After::Lamport).map_err(|_| {
             ApiError::bad_token(format!(
                 "a scalar lamport position must fit 64 bits: {text:?} does not"
@@ -75,7 +79,14 @@ fn parse_limit(limit: Option<&Value>, max: usize) -> Result<usize, ApiError> {
     };
     let number = match limit {
         Value::Null => return Ok(LIMIT_DEFAULT.min(max)),
-        Value::Number(number) => number.as_u64(),
+        // JSON does not tell 711 from 711.0, and neither does JSON
+        // Schema's `integer`: a whole number written as a float is one.
+        Value::Number(number) => number.as_u64().or_else(|| {
+            number
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < u64::MAX as f64)
+                .map(|f| f as u64)
+        }),
         // In a query string every value is text.
         Value::String(text) => text.parse::<u64>().ok(),
         _ => None,
@@ -94,6 +105,43 @@ fn parse_limit(limit: Option<&Value>, max: usize) -> Result<usize, ApiError> {
 }
 
 /// `GET /events?after=TOKEN&limit=N`.
+#[utoipa::path(
+    get,
+    path = "/events",
+    tag = "events",
+    summary = "Page the log from a token",
+    description = "Up to `limit` events the cursor `after` does not cover, in `(lamport, stream)` \
+        order, and `next`, the token to pass as `after` for the following page. The token is valid \
+        on every node of the mesh; a token from a node that is ahead is served what this node \
+        has (`behind`), never an error.",
+    params(
+        ("after" = Option<String>, Query, pattern = r"^(?:[0-9]*|A[A-Za-z0-9_-]*)$",
+            description = "The token to page after (a page's `next`, a marks `token`, a stale \
+                answer's `resume`), or a legacy scalar lamport position (decimal); absent or \
+                empty: the start of the log.",
+            example = "AQEBAiOCL28"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000,
+            description = "Events per page, 1 to 10000; default 100."),
+        ("stream" = Option<String>, Query, pattern = r"^0*[1-9][0-9]{0,19}$",
+            description = "A writer's stream id (decimal, non-zero, 64-bit): that writer's \
+                events alone; `next` advances its entry only."),
+    ),
+    responses(
+        (status = 200, description = "A page.", body = PageJson,
+            links(("next_page" = (operation_id = "get_events",
+                parameters(("after" = "$response.body#/next")),
+                description = "The following page: `next` as `after`.")))),
+        (status = 400, description = "`bad_token`, `bad_limit`, `bad_stream` or `bad_query`.",
+            body = ErrorJson),
+        (status = 410, description = "`stale_cursor`: the cursor is below the compaction floor; \
+            `lost` names every stream and range lost, `resume` the token to continue from.",
+            body = ErrorJson,
+            links(("resume" = (operation_id = "get_events",
+                parameters(("after" = "$response.body#/resume")),
+                description = "Accept the gap and page on from `resume`.")))),
+        (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
+    )
+)]
 pub async fn get_events(
     State(state): Shared,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
@@ -123,6 +171,23 @@ pub async fn get_events(
 }
 
 /// `POST /events/query` with `{"after": TOKEN or null, "limit": N}`.
+#[utoipa::path(
+    post,
+    path = "/events/query",
+    tag = "events",
+    summary = "Page the log, the token in the body",
+    description = "The same as `GET /events`, for tokens too long for a URL.",
+    request_body(content = QueryBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "A page.", body = PageJson,
+            links(("next_page" = (operation_id = "get_events",
+                parameters(("after" = "$response.body#/next")),
+                description = "The following page: `next` as `after`, on either route.")))),
+        (status = 400, description = "`bad_body`, `bad_token` or `bad_limit`.", body = ErrorJson),
+        (status = 410, description = "`stale_cursor`, as on `GET /events`.", body = ErrorJson),
+        (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
+    )
+)]
 pub async fn query_events(State(state): Shared, body: Bytes) -> Result<Json<PageJson>, ApiError> {
     let query: QueryBody = object_body(&body, r#"{"after": TOKEN or null, "limit": N}"#)?;
     page(&state, query.after.as_deref(), query.limit.as_ref(), None)
@@ -202,6 +267,38 @@ fn page(
 
 /// `POST /events`: one raw payload, or a JSON / NDJSON batch, committed
 /// durably as one commit before it is answered.
+#[utoipa::path(
+    post,
+    path = "/events",
+    tag = "events",
+    summary = "Append events to this node's stream",
+    description = "The body is one raw payload, whatever its bytes and content type, unless the \
+        content type is `application/json` (a batch: an array of strings, `{\"payload\"}` or \
+        `{\"payload_base64\"}` objects) or `application/x-ndjson` (a batch, one such element \
+        per line, blank lines skipped). A batch is one durable commit: all or nothing. The \
+        answer comes once the commit is durable.",
+    request_body(
+        description = "A raw payload, or a batch.",
+        content(
+            (AppendBatchJson = "application/json"),
+            (String = "application/x-ndjson"),
+            (String = "text/plain"),
+            (RawPayload = "application/octet-stream"),
+        )
+    ),
+    responses(
+        (status = 201, description = "The events appended, in order, once durable.",
+            body = AppendJson,
+            links(("read_stream" = (operation_id = "get_events",
+                parameters(("stream" = "$response.body#/events/0/stream")),
+                description = "Page the writer's stream the events were appended to.")))),
+        (status = 400, description = "`bad_body`: a batch that is not the JSON documented.",
+            body = ErrorJson),
+        (status = 413, description = "`payload_too_large` (one payload over the replica's \
+            limit, default 1 MiB; nothing appended) or `body_too_large`.", body = ErrorJson),
+        (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
+    )
+)]
 pub async fn post_events(
     State(state): Shared,
     headers: HeaderMap,
@@ -291,6 +388,20 @@ pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
 }
 
 /// `GET /marks`.
+#[utoipa::path(
+    get,
+    path = "/marks",
+    tag = "node",
+    summary = "This node's marks, floor, token, digest and peers",
+    responses(
+        (status = 200, description = "The node's state.", body = MarksJson,
+            links(("from_marks" = (operation_id = "get_events",
+                parameters(("after" = "$response.body#/token")),
+                description = "Page only what arrives after now.")))),
+        (status = 500, description = "`internal`: the marks could not be encoded.",
+            body = ErrorJson),
+    )
+)]
 pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
     let replica = &state.replica;
     let marks = replica.marks();
@@ -312,11 +423,28 @@ pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
 }
 
 /// `GET /health`.
-pub async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "node",
+    summary = "Whether the node answers",
+    responses((status = 200, description = "It does.", body = HealthJson)),
+)]
+pub async fn health() -> Json<HealthJson> {
+    Json(HealthJson {
+        status: "ok".into(),
+    })
 }
 
 /// `GET /metrics`: Prometheus (OpenMetrics) text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "node",
+    summary = "Prometheus metrics (OpenMetrics text)",
+    responses((status = 200, description = "OpenMetrics text, version 1.0.0.",
+        content_type = "application/openmetrics-text", body = String)),
+)]
 pub async fn metrics(State(state): Shared) -> Response {
     let peers = state.peers.list();
     let text = state.metrics.render(state.replica.stats(), &peers);
@@ -331,6 +459,22 @@ pub async fn metrics(State(state): Shared) -> Response {
 }
 
 /// `POST /compact` with `{"keep_last": N?, "keep_ms": N?, "ignore_peers": bool?}`.
+#[utoipa::path(
+    post,
+    path = "/compact",
+    tag = "node",
+    summary = "Drop old events, raising the floor",
+    description = "An event is kept while it is among its stream's last `keep_last` or younger \
+        than `keep_ms`; with neither, nothing is dropped. The floor never passes what a peer has \
+        acknowledged unless `ignore_peers`. An empty body is `{}`.",
+    request_body(content = CompactBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "What was dropped, and the floor now.",
+            body = CompactedJson),
+        (status = 400, description = "`bad_body`.", body = ErrorJson),
+        (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
+    )
+)]
 pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<CompactedJson>, ApiError> {
     let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
         CompactBody::default()
@@ -358,6 +502,13 @@ pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<Compacted
 }
 
 /// `GET /peers`.
+#[utoipa::path(
+    get,
+    path = "/peers",
+    tag = "peers",
+    summary = "The peers this node dials, with their state",
+    responses((status = 200, description = "In the order they were added.", body = PeersJson)),
+)]
 pub async fn list_peers(State(state): Shared) -> Json<PeersJson> {
     let peers: Vec<PeerJson> = state.peers.list().iter().map(peer_json).collect();
     Json(PeersJson { peers })
@@ -369,6 +520,22 @@ fn peer_body(body: &[u8]) -> Result<PeerBody, ApiError> {
 
 /// `POST /peers` with `{"url": "..."}`: 201 when added, 200 when already
 /// there.
+#[utoipa::path(
+    post,
+    path = "/peers",
+    tag = "peers",
+    summary = "Start syncing with a peer",
+    request_body(content = PeerBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Added; the node dials it.", body = PeerAddedJson,
+            links(("remove_peer" = (operation_id = "remove_peer",
+                request_body = json!({"url": "$response.body#/url"}),
+                description = "Stop syncing with it.")))),
+        (status = 200, description = "It was already a peer.", body = PeerAddedJson),
+        (status = 400, description = "`bad_body` or `bad_peer_url` (not `http://host[:port]`).",
+            body = ErrorJson),
+    )
+)]
 pub async fn add_peer(
     State(state): Shared,
     body: Bytes,
@@ -386,6 +553,18 @@ pub async fn add_peer(
 }
 
 /// `DELETE /peers` with `{"url": "..."}`.
+#[utoipa::path(
+    delete,
+    path = "/peers",
+    tag = "peers",
+    summary = "Stop syncing with a peer",
+    request_body(content = PeerBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Removed: its session ended.", body = PeerRemovedJson),
+        (status = 400, description = "`bad_body`.", body = ErrorJson),
+        (status = 404, description = "`unknown_peer`.", body = ErrorJson),
+    )
+)]
 pub async fn remove_peer(
     State(state): Shared,
     body: Bytes,
@@ -408,6 +587,39 @@ pub async fn remove_peer(
 /// `GET /sync` with `Connection: Upgrade` and `Upgrade: meshlog-sync`:
 /// answers `101 Switching Protocols`, then runs a sync session over the
 /// connection.
+#[utoipa::path(
+    get,
+    path = "/sync",
+    tag = "sync",
+    summary = "The peer link: upgrade to the sync protocol",
+    description = "With `Connection: upgrade` and `Upgrade: meshlog-sync` the node answers `101` \
+        and the connection carries the sync protocol's frames (`docs/PROTOCOL.md`). Nodes dial \
+        it; it is not for clients. With peer secrets, the upgrade carries the peer handshake \
+        (`docs/SECURITY.md`, \"Peer links\"): the dialer's key id and nonce here, the node's \
+        nonce and proof in the `101`, the dialer's proof as the first 32 bytes after it.",
+    params(
+        ("meshlog-peer-key" = Option<String>, Header,
+            description = "Which peer secret the dialer proves (16 hex digits)."),
+        ("meshlog-peer-nonce" = Option<String>, Header,
+            description = "The dialer's 32-byte nonce, base64url."),
+    ),
+    responses(
+        (status = 101, description = "Switching to the sync protocol.",
+            headers(("connection" = String, description = "`upgrade`"),
+                ("upgrade" = String, description = "`meshlog-sync`"))),
+        (status = 401, description = "`peer_unauthorized`: the node has peer secrets and the \
+            upgrade names none of them.", body = ErrorJson),
+        (status = 403, description = "`peer_certificate_required`: a TLS node with a CA, and \
+            the connection showed no client certificate that chains to it.", body = ErrorJson),
+        (status = 426, description = "`upgrade_required`: the upgrade headers are missing.",
+            body = ErrorJson),
+        (status = 500, description = "`internal`: this connection cannot be upgraded.",
+            body = ErrorJson),
+        (status = 503, description = "`too_many_sessions` (the node runs \
+            `inbound_sessions_max` inbound sessions, default 64) or `too_many_connections`.",
+            body = ErrorJson),
+    )
+)]
 pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Response {
     let headers = request.headers();
     let connection_upgrade = headers

@@ -4,7 +4,11 @@
 //! UTF-8, else `payload_base64` (standard alphabet, padded).
 //!
 //! The response types derive `Deserialize` too, so clients (the `meshlog`
-//! CLI, tests) read the API with the very types the server writes.
+//! CLI, tests) read the API with the very types the server writes, and
+//! `ToSchema`, so the OpenAPI document (`super::openapi`) describes the
+//! very types the server writes. Where a field's Rust type says less than
+//! the contract (a stream id is decimal text, a limit a number or decimal
+//! text), its schema says the rest.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -15,13 +19,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::error::ApiError;
 
 /// An event as pages answer it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct EventJson {
     /// The writer's stream id, in decimal.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
     pub stream: String,
     /// Its seq in the stream.
     pub seq: u64,
@@ -34,6 +40,7 @@ pub struct EventJson {
     pub payload: Option<String>,
     /// The payload in base64 (standard, padded), when it is not UTF-8.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(content_encoding = "base64")]
     pub payload_base64: Option<String>,
 }
 
@@ -76,11 +83,12 @@ impl EventJson {
 }
 
 /// `GET /events` and `POST /events/query`: a page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PageJson {
     /// Up to `limit` events after the cursor, in `(lamport, stream)` order.
     pub events: Vec<EventJson>,
     /// The token to page from next.
+    #[schema(example = "AQEBAiOCL28")]
     pub next: String,
     /// Whether `next` covers every event this node holds now.
     pub at_head: bool,
@@ -89,9 +97,10 @@ pub struct PageJson {
 }
 
 /// An appended event's name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AppendedJson {
     /// The stream id, in decimal.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
     pub stream: String,
     /// The seq.
     pub seq: u64,
@@ -100,16 +109,17 @@ pub struct AppendedJson {
 }
 
 /// `POST /events`: the events appended, in order, once durable.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AppendJson {
     /// One per payload.
     pub events: Vec<AppendedJson>,
 }
 
 /// One stream's range lost to compaction, in a `410 stale_cursor`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LostJson {
     /// The stream id, in decimal.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
     pub stream: String,
     /// The first seq lost.
     pub first: u64,
@@ -117,11 +127,14 @@ pub struct LostJson {
     pub last: u64,
 }
 
-/// Every error's body. `lost` and `resume` are set on `stale_cursor` only;
-/// other fields some errors carry (`max`, `limit`) are not kept here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Every error's body: a stable code and a message, with the fields a
+/// caller needs to act on some codes (`lost` and `resume` on
+/// `stale_cursor`, `max` on `bad_limit`, `limit` on the `413`s).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorJson {
-    /// The stable code (`bad_token`, `stale_cursor`, ...).
+    /// The stable code (`bad_token`, `stale_cursor`, ...; `docs/HTTP.md`
+    /// lists them all).
+    #[schema(example = "bad_token")]
     pub error: String,
     /// For humans.
     pub message: String,
@@ -131,30 +144,61 @@ pub struct ErrorJson {
     /// A stale cursor's token to resume from, accepting the gap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<String>,
+    /// `bad_limit`: the largest page length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    /// `body_too_large` and `payload_too_large`: the limit in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
 }
 
 /// A version vector as JSON: `{"<stream id>": seq, ...}`.
 pub type VectorJson = BTreeMap<String, u64>;
 
+/// [`VectorJson`]'s schema, named `VectorJson` in the document (a type
+/// alias has no name of its own there). A schema only.
+pub struct VectorSchema;
+
+impl utoipa::PartialSchema for VectorSchema {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        schema_from_json(serde_json::json!({
+            "description": "A version vector: per stream (its decimal id), a seq.",
+            "type": "object",
+            "propertyNames": {"type": "string", "pattern": "^[1-9][0-9]{0,19}$"},
+            "additionalProperties": {"type": "integer", "format": "uint64", "minimum": 0},
+            "example": {"1": 6}
+        }))
+    }
+}
+
+impl ToSchema for VectorSchema {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("VectorJson")
+    }
+}
+
 /// The digest of the events a node holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DigestJson {
     /// How many events.
     pub events: u64,
     /// The sum of their content hashes, 32 hex digits.
+    #[schema(pattern = "^[0-9a-f]{32}$")]
     pub sum: String,
 }
 
 /// One dialed peer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeerJson {
     /// Its URL, normalized.
     pub url: String,
     /// Whether its session is established.
     pub connected: bool,
     /// Its stream id, once its hello arrived.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$")]
     pub stream: Option<String>,
     /// The marks it has acknowledged.
+    #[schema(value_type = VectorSchema)]
     pub marks: VectorJson,
     /// Events this node holds that it has not acknowledged.
     pub lag_events: u64,
@@ -163,20 +207,23 @@ pub struct PeerJson {
 }
 
 /// `GET /peers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeersJson {
     /// In the order they were added.
     pub peers: Vec<PeerJson>,
 }
 
 /// `GET /marks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct MarksJson {
     /// This node's own stream id.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
     pub stream: String,
     /// Per stream, the last seq held.
+    #[schema(value_type = VectorSchema)]
     pub marks: VectorJson,
     /// Per stream, the last seq compacted away.
+    #[schema(value_type = VectorSchema)]
     pub floor: VectorJson,
     /// The marks as a token.
     pub token: String,
@@ -187,18 +234,19 @@ pub struct MarksJson {
 }
 
 /// `POST /compact`'s answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CompactedJson {
     /// Events dropped.
     pub dropped: u64,
     /// Streams whose floor rose.
     pub streams: u64,
     /// The floor now.
+    #[schema(value_type = VectorSchema)]
     pub floor: VectorJson,
 }
 
 /// `POST /peers`' answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeerAddedJson {
     /// The URL, normalized.
     pub url: String,
@@ -207,7 +255,7 @@ pub struct PeerAddedJson {
 }
 
 /// `DELETE /peers`' answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeerRemovedJson {
     /// The URL as given.
     pub url: String,
@@ -313,20 +361,22 @@ pub(crate) fn object_body<T: serde::de::DeserializeOwned>(
 }
 
 /// `POST /events/query`'s body.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryBody {
     /// The token to page after (`null` or absent: the start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^(?:[0-9]*|A[A-Za-z0-9_-]*)$", max_length = 436890)]
     pub after: Option<String>,
     /// The page length: a number (or a decimal string). Kept raw so that
     /// a bad one is answered `bad_limit`, not `bad_body`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = limit_schema)]
     pub limit: Option<Value>,
 }
 
 /// `POST /compact`'s body.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompactBody {
     /// Keep at least this many of each stream's newest events.
@@ -341,9 +391,105 @@ pub struct CompactBody {
 }
 
 /// `POST /peers`' and `DELETE /peers`' body.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeerBody {
-    /// The peer's URL.
+    /// The peer's URL, `http://host[:port]` (port 80 if absent).
+    #[schema(
+        pattern = r"^http://(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::0*(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?/?$",
+        example = "http://127.0.0.1:7071"
+    )]
     pub url: String,
 }
+
+/// `GET /health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HealthJson {
+    /// Always `ok`: the node answers.
+    #[schema(example = "ok")]
+    pub status: String,
+}
+
+/// The largest `limit` a page takes: the replica's page bound, written
+/// out because a schema attribute takes a literal (a test checks it is
+/// the replica's).
+pub const PAGE_LEN_MAX: u64 = 10_000;
+
+/// `limit` in a query body: a whole number from 1 to [`PAGE_LEN_MAX`], or
+/// the same as decimal text (what a query string carries), or `null` for
+/// the default.
+fn limit_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    schema_from_json(serde_json::json!({
+        "description": "The page length, 1 to 10000 (default 100): a number, or the same in decimal text; `null` is the default.",
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": PAGE_LEN_MAX},
+            {"type": "string", "pattern": "^0*(?:[1-9][0-9]{0,3}|10000)$"},
+            {"type": "null"}
+        ]
+    }))
+}
+
+/// A schema written as JSON, for the shapes derive cannot say (unions of
+/// a string and an object, numbers that may come as text).
+pub(crate) fn schema_from_json(
+    value: Value,
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    serde_json::from_value(value).expect("a hand-written schema is a valid Schema object")
+}
+
+/// `POST /events`' body as `application/json`: a batch, an array whose
+/// elements are each a string (the UTF-8 payload), `{"payload": TEXT}` or
+/// `{"payload_base64": BASE64}` (standard alphabet, padded, canonical).
+/// A schema only: the body is read by [`json_batch`].
+pub struct AppendBatchJson;
+
+impl utoipa::PartialSchema for AppendBatchJson {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        schema_from_json(serde_json::json!({
+            "description": "A batch: one event per element, appended as one commit.",
+            "type": "array",
+            "items": {
+                "oneOf": [
+                    {"type": "string", "description": "A UTF-8 payload."},
+                    {
+                        "type": "object",
+                        "description": "A UTF-8 payload.",
+                        "properties": {"payload": {"type": "string"}},
+                        "required": ["payload"],
+                        "additionalProperties": false
+                    },
+                    {
+                        "type": "object",
+                        "description": "Any bytes, in base64 (standard alphabet, padded).",
+                        "properties": {"payload_base64": {"type": "string", "pattern": BASE64_PATTERN}},
+                        "required": ["payload_base64"],
+                        "additionalProperties": false
+                    }
+                ]
+            }
+        }))
+    }
+}
+
+impl ToSchema for AppendBatchJson {}
+
+/// `POST /events`' body as any other content type: one payload, its bytes
+/// as they are. A schema only.
+pub struct RawPayload;
+
+impl utoipa::PartialSchema for RawPayload {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        schema_from_json(serde_json::json!({
+            "description": "One payload: the body's bytes, whatever they are.",
+            "type": "string",
+            "format": "binary"
+        }))
+    }
+}
+
+impl ToSchema for RawPayload {}
+
+/// Canonical standard base64, padded: the unused bits of the last symbol
+/// are zero, as the decoder demands.
+const BASE64_PATTERN: &str =
+    "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";

@@ -1,12 +1,13 @@
 //! The HTTP API (`docs/HTTP.md`): the router, the request-reading
 //! middleware that bounds every body in size and time, the handlers, the
 //! errors; and `GET /sync`, which upgrades to the sync protocol. Public:
-//! [`json`], the API's JSON types, shared with clients.
+//! [`json`], the API's JSON types, shared with clients, and [`openapi`],
+//! the OpenAPI document generated from the handlers and those types.
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -22,6 +23,7 @@ use crate::replica::NodeReplica;
 mod error;
 mod handlers;
 pub mod json;
+pub mod openapi;
 
 pub(crate) use error::ApiError;
 pub(crate) use handlers::{cursor_from_text, peer_json};
@@ -75,8 +77,13 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/sync", get(handlers::sync_upgrade))
         .route("/follow", get(crate::follow::follow_upgrade))
         .route("/", get(crate::follow::page))
+        .route("/openapi.json", get(openapi::serve_document))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // `read_request` bounds every body by `body_bytes_max`; axum's own
+        // default limit (2 MB) on the `Bytes` extractor would refuse bodies
+        // under it with a `413` in plain text (found by schemathesis).
+        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             read_request,
