@@ -49,7 +49,10 @@ mod shared;
 mod state;
 mod store;
 
-pub use disk::{DiskError, DiskStore, Recovery, DATA_FILE, FORMAT_VERSION, LOCK_FILE};
+pub use disk::{
+    DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
+    LOCK_FILE,
+};
 pub use error::{DeltaError, PageError, ReplicaError};
 
 /// The largest lamport stamp a replica accepts from a peer: `2^62`. A

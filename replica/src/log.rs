@@ -75,6 +75,7 @@ pub(crate) enum Held {
 pub(crate) enum SourceRef<'a> {
     Own(&'a MemLog),
     Mem(RwLockReadGuard<'a, MemLog>),
+    Disk(&'a crate::disk::DiskView),
 }
 
 impl SourceRef<'_> {
@@ -82,6 +83,7 @@ impl SourceRef<'_> {
         match self {
             SourceRef::Own(log) => *log,
             SourceRef::Mem(guard) => &**guard,
+            SourceRef::Disk(view) => *view,
         }
     }
 }
@@ -170,6 +172,7 @@ impl Log {
                 ViewKind::Mem(data) => {
                     SourceRef::Mem(data.read().unwrap_or_else(PoisonError::into_inner))
                 }
+                ViewKind::Disk(view) => SourceRef::Disk(view),
             },
         }
     }
@@ -334,19 +337,19 @@ impl Log {
     }
 
     /// Raises `stream`'s floor to `floor_seq`: held events at or below it go
-    /// to `dropped` (read before they go); pending ones at or below it are
+    /// to `dropped`, if given (read before they go); pending ones at or below it are
     /// discarded (their count is returned); a floor above the head moves the
     /// head up to it.
     pub(crate) fn raise_floor(
         &mut self,
         stream: StreamId,
         floor_seq: u64,
-        dropped: &mut impl FnMut(Event),
+        dropped: Option<&mut dyn FnMut(Event)>,
     ) -> Result<usize, ReadError> {
         self.streams.entry(stream);
         let log = self.streams.get(&stream).expect("just ensured");
         let (floor, head) = (log.floor, log.head);
-        if floor_seq > floor {
+        if let (true, Some(dropped)) = (floor_seq > floor, dropped) {
             let last = floor_seq.min(head);
             if last > floor {
                 let source = self.source();

@@ -4,10 +4,11 @@
 //!
 //! Per stream, chunks of [`CHUNK_LEN`] consecutive events: three columns
 //! (lamport, `time_ms`, the payload's end offset in the chunk) and one
-//! buffer of the chunk's payloads back to back, frozen into a [`Bytes`]
-//! once the chunk is full, so that reads hand out slices of it without a
-//! copy. About 20 bytes per event beyond the payload: chunks fill in seq
-//! order, so no column grows past what it holds except the last chunk's.
+//! buffer of the chunk's payloads back to back, made once the chunk is
+//! full, so that reads hand out slices of it without a copy (the last
+//! chunk keeps each payload as it arrived until then). About 24 bytes per
+//! event beyond the payload: chunks fill in seq order, so no column grows
+//! past what it holds except the last chunk's.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -50,9 +51,12 @@ pub(crate) trait StreamScan {
 
 #[derive(Debug, Clone)]
 enum Payloads {
-    /// The last chunk's payloads, still growing.
-    Open(Vec<u8>),
-    /// A full chunk's payloads, shared with the events read from it.
+    /// The last chunk's payloads, still growing: each as it arrived
+    /// (shared with the sender, so a read is a reference count, not a
+    /// copy), until the chunk is full.
+    Open(Vec<Bytes>),
+    /// A full chunk's payloads back to back, shared with the events read
+    /// from it.
     Sealed(Bytes),
 }
 
@@ -62,7 +66,7 @@ struct Chunk {
     times: Vec<u64>,
     /// Per event, where its payload ends in `payloads` (it starts where the
     /// one before ends).
-    ends: Vec<u32>,
+    ends: Vec<u64>,
     payloads: Payloads,
 }
 
@@ -77,15 +81,16 @@ impl Chunk {
     }
 
     fn payload(&self, index: usize) -> Bytes {
-        let start = if index == 0 {
-            0
-        } else {
-            self.ends[index - 1] as usize
-        };
-        let end = self.ends[index] as usize;
         match &self.payloads {
-            Payloads::Open(bytes) => Bytes::copy_from_slice(&bytes[start..end]),
-            Payloads::Sealed(bytes) => bytes.slice(start..end),
+            Payloads::Open(payloads) => payloads[index].clone(),
+            Payloads::Sealed(bytes) => {
+                let start = if index == 0 {
+                    0
+                } else {
+                    self.ends[index - 1] as usize
+                };
+                bytes.slice(start..self.ends[index] as usize)
+            }
         }
     }
 }
@@ -169,20 +174,22 @@ impl MemLog {
             stream.chunks.push_back(Chunk::new());
         }
         let chunk = stream.chunks.back_mut().expect("a chunk was just ensured");
-        let Payloads::Open(bytes) = &mut chunk.payloads else {
+        let Payloads::Open(payloads) = &mut chunk.payloads else {
             unreachable!("only full chunks are sealed");
         };
-        bytes.extend_from_slice(&event.payload);
-        let end = u32::try_from(bytes.len()).expect("a chunk's payloads stay below 4 GiB");
+        let end = chunk.ends.last().copied().unwrap_or(0) + event.payload.len() as u64;
+        payloads.push(event.payload.clone());
         chunk.lamports.push(event.lamport);
         chunk.times.push(event.time_ms);
         chunk.ends.push(end);
         if chunk.lamports.len() == CHUNK_LEN {
-            let Payloads::Open(bytes) = &mut chunk.payloads else {
+            let Payloads::Open(payloads) = &mut chunk.payloads else {
                 unreachable!("the last chunk is open");
             };
-            let mut bytes = std::mem::take(bytes);
-            bytes.shrink_to_fit();
+            let mut bytes = Vec::with_capacity(usize::try_from(end).unwrap_or(usize::MAX));
+            for payload in payloads.drain(..) {
+                bytes.extend_from_slice(&payload);
+            }
             chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
         }
         stream.len += 1;

@@ -89,6 +89,9 @@ pub trait Store {
 #[derive(Clone)]
 pub struct StoreView {
     pub(crate) kind: ViewKind,
+    /// The digest of the events as of that commit, if the store records it
+    /// (then publishing a compaction reads none of the events it drops).
+    pub(crate) digest: Option<Digest>,
 }
 
 #[derive(Clone)]
@@ -98,12 +101,15 @@ pub(crate) enum ViewKind {
     /// bounded by the published floor and heads reads exactly what was
     /// published.
     Mem(Arc<RwLock<MemLog>>),
+    /// A snapshot of a [`DiskStore`](crate::DiskStore)'s events.
+    Disk(Arc<crate::disk::DiskView>),
 }
 
 impl std::fmt::Debug for StoreView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.kind {
             ViewKind::Mem(_) => "memory",
+            ViewKind::Disk(_) => "disk",
         };
         f.debug_struct("StoreView").field("kind", &kind).finish()
     }
@@ -259,6 +265,7 @@ impl Store for MemStore {
     fn view(&self) -> Option<StoreView> {
         Some(StoreView {
             kind: ViewKind::Mem(Arc::clone(&self.data)),
+            digest: self.meta.digest,
         })
     }
 }
