@@ -36,7 +36,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     Batch, Config, DiskStore, Event, MemStore, Page, Replica, SharedReplica, Store, StoreMeta,
-    ROUND_EVENTS_MAX,
+    StoreView, ROUND_EVENTS_MAX,
 };
 
 const CALLERS: usize = 64;
@@ -237,6 +237,10 @@ impl<S: Store> Store for Timed<S> {
         let result = self.store.commit(batch);
         lock(&self.commits).push(start.elapsed());
         result
+    }
+
+    fn view(&self) -> Option<StoreView> {
+        self.store.view()
     }
 }
 

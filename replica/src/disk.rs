@@ -38,20 +38,28 @@ use bytes::Bytes;
 use meshlog_cursor::StreamId;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::{Batch, Event, Store, StoreMeta};
+use crate::mem::{ReadError, Source, StreamScan};
+use crate::store::{StoreView, ViewKind};
+use crate::{Batch, Digest, Event, Store, StoreMeta};
 
 /// The name of the redb database file inside a data directory.
 pub const DATA_FILE: &str = "meshlog.redb";
 /// The name of the lock file inside a data directory.
 pub const LOCK_FILE: &str = "LOCK";
-/// The on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The on-disk format this build writes. It also reads format 1 (no
+/// digest record), which it upgrades on open: it counts the digest once,
+/// then writes it and format 2 in one commit, so that a build that does not
+/// keep the digest refuses the file from then on.
+pub const FORMAT_VERSION: u32 = 2;
+/// The default size of the cache of the database's pages: 64 MiB.
+pub const CACHE_BYTES_DEFAULT: usize = 64 << 20;
 
 const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const META_FORMAT: &str = "format";
 const META_CLOCK: &str = "clock";
+const META_DIGEST: &str = "digest";
 /// Written to `LOCK` once the database exists; see the module docs.
 const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
 
@@ -156,6 +164,32 @@ pub struct Recovery {
     pub rolled_back: bool,
 }
 
+/// How a [`DiskStore`] opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskOptions {
+    /// The most memory, in bytes, the cache of the database's pages takes
+    /// (redb's read cache and write buffer). Events are read from disk
+    /// through it; nothing else of the log is kept in memory but, per
+    /// stream, its floor, head and pending buffer. Default
+    /// [`CACHE_BYTES_DEFAULT`].
+    pub cache_bytes: usize,
+    /// Whether a clean open checks the checksum of every page of the file
+    /// (redb's `set_check_integrity_on_open`), reading the whole file.
+    /// After a crash redb checks every page anyway as it recovers. On by
+    /// default: a damaged page is then reported on open, typed, instead of
+    /// on the read that reaches it (`docs/STORAGE.md`).
+    pub check_pages_on_open: bool,
+}
+
+impl Default for DiskOptions {
+    fn default() -> Self {
+        DiskOptions {
+            cache_bytes: CACHE_BYTES_DEFAULT,
+            check_pages_on_open: true,
+        }
+    }
+}
+
 /// The durable [`Store`]: a redb database in a locked data directory.
 ///
 /// ```
@@ -179,9 +213,11 @@ pub struct Recovery {
 pub struct DiskStore {
     dir: PathBuf,
     path: PathBuf,
-    db: Database,
+    db: Arc<Database>,
     /// What the database holds, kept to validate batches without a read.
     meta: StoreMeta,
+    /// The events as of the last commit, for the replica to read.
+    view: Option<StoreView>,
     recovery: Recovery,
     value: Vec<u8>,
     // Held for its lock; released when the store is dropped.
@@ -193,6 +229,11 @@ impl DiskStore {
     /// recovers and checks it. A damaged file gives a [`DiskError`] naming
     /// it, never a panic and never a silently shorter log.
     pub fn open(dir: impl AsRef<Path>) -> Result<DiskStore, DiskError> {
+        DiskStore::open_with(dir, &DiskOptions::default())
+    }
+
+    /// [`DiskStore::open`], with `options`.
+    pub fn open_with(dir: impl AsRef<Path>, options: &DiskOptions) -> Result<DiskStore, DiskError> {
         let dir = dir.as_ref().to_path_buf();
         let new_dirs = missing_dirs(&dir)?;
         std::fs::create_dir_all(&dir).map_err(io(&dir, "create directory"))?;
@@ -245,7 +286,7 @@ impl DiskStore {
 
         let rolled_back = Arc::new(AtomicBool::new(false));
         let mut created = !exists;
-        let db = match open_database(&path, exists, Arc::clone(&rolled_back)) {
+        let db = match open_database(&path, exists, options, Arc::clone(&rolled_back)) {
             Ok(db) => db,
             // No marker: no open of this directory ever returned, so nothing
             // in the file was acknowledged. A file left damaged by a crash
@@ -261,7 +302,7 @@ impl DiskStore {
                     "set aside a damaged data file no open ever acknowledged; starting over"
                 );
                 created = true;
-                open_database(&path, false, Arc::clone(&rolled_back))?
+                open_database(&path, false, options, Arc::clone(&rolled_back))?
             }
             Err(error) => return Err(error),
         };
@@ -273,8 +314,9 @@ impl DiskStore {
         let mut store = DiskStore {
             dir,
             path,
-            db,
+            db: Arc::new(db),
             meta: StoreMeta::default(),
+            view: None,
             recovery: Recovery {
                 created,
                 rolled_back: rolled_back.load(Ordering::Relaxed),
@@ -293,6 +335,8 @@ impl DiskStore {
                 .map_err(io(&lock_path, "write lock file"))?;
         }
         store.meta = store.load_meta()?;
+        store.load_digest()?;
+        store.view = Some(store.make_view()?);
         tracing::debug!(
             dir = %store.dir.display(),
             streams = store.meta.heads.len(),
@@ -348,7 +392,7 @@ impl DiskStore {
                     format.len()
                 ))
             })?;
-            if found != FORMAT_VERSION {
+            if found != FORMAT_VERSION && found != 1 {
                 return Err(DiskError::Format {
                     path: self.path.clone(),
                     found,
@@ -385,6 +429,92 @@ impl DiskStore {
         }
         txn.commit().map_err(self.engine("commit format"))?;
         Ok(())
+    }
+
+    /// Reads the digest record; a file of format 1 has none: the digest is
+    /// counted from every event once, and written with format 2.
+    fn load_digest(&mut self) -> Result<(), DiskError> {
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let meta_table = read
+            .open_table(META)
+            .map_err(self.engine("open meta table"))?;
+        let record = meta_table
+            .get(META_DIGEST)
+            .map_err(self.engine("read digest"))?
+            .map(|value| value.value().to_vec());
+        drop(meta_table);
+        if let Some(record) = record {
+            let digest = decode_digest(&record)
+                .ok_or_else(|| self.corrupt("the digest record fails its checksum"))?;
+            if digest.events
+                != self
+                    .meta
+                    .heads
+                    .iter()
+                    .map(|(s, h)| h - self.meta.floor.get(s))
+                    .sum::<u64>()
+            {
+                return Err(self.corrupt(format!(
+                    "the digest record counts {} events, but the stream records account for {}",
+                    digest.events,
+                    self.meta
+                        .heads
+                        .iter()
+                        .map(|(s, h)| h - self.meta.floor.get(s))
+                        .sum::<u64>()
+                )));
+            }
+            self.meta.digest = Some(digest);
+            return Ok(());
+        }
+        let events = read
+            .open_table(EVENTS)
+            .map_err(self.engine("open events table"))?;
+        let mut digest = Digest::default();
+        for entry in events.iter().map_err(self.engine("read events"))? {
+            let (key, value) = entry.map_err(self.engine("read events"))?;
+            let (stream, seq) = key.value();
+            let event =
+                decode_event(StreamId::new(stream), seq, value.value()).map_err(|detail| {
+                    DiskError::CorruptEvent {
+                        path: self.path.clone(),
+                        stream: StreamId::new(stream),
+                        seq,
+                        detail,
+                    }
+                })?;
+            digest.add(&event);
+        }
+        drop(events);
+        drop(read);
+        let txn = self.begin_write()?;
+        {
+            let mut meta = txn
+                .open_table(META)
+                .map_err(self.engine("open meta table"))?;
+            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+                .map_err(self.engine("write digest"))?;
+            meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
+                .map_err(self.engine("write format"))?;
+        }
+        txn.commit().map_err(self.engine("commit digest"))?;
+        self.meta.digest = Some(digest);
+        Ok(())
+    }
+
+    /// A view of the events as of the last commit.
+    fn make_view(&self) -> Result<StoreView, DiskError> {
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let events = read
+            .open_table(EVENTS)
+            .map_err(self.engine("open events table"))?;
+        Ok(StoreView {
+            kind: ViewKind::Disk(Arc::new(DiskView {
+                path: self.path.clone(),
+                events,
+            })),
+            digest: self.meta.digest,
+        })
     }
 
     /// Reads and checks the streams, the clock and the events' extent.
@@ -571,6 +701,7 @@ impl Store for DiskStore {
     fn commit(&mut self, batch: &Batch) -> Result<(), DiskError> {
         let touched = self.plan(batch)?;
         let clock = self.meta.clock.max(batch.clock);
+        let mut digest = self.meta.digest.unwrap_or_default();
         let txn = self.begin_write()?;
         {
             let mut events = txn
@@ -579,12 +710,31 @@ impl Store for DiskStore {
             for &(stream, floor_seq) in &batch.floors {
                 if floor_seq > self.meta.floor.get(stream) {
                     let range = (stream.get(), 0)..=(stream.get(), floor_seq);
+                    // The dropped events leave the digest: read once, then
+                    // deleted as one range.
+                    for entry in events
+                        .range(range.clone())
+                        .map_err(self.engine("read events below the floor"))?
+                    {
+                        let (key, value) =
+                            entry.map_err(self.engine("read events below the floor"))?;
+                        let (key_stream, seq) = key.value();
+                        let event = decode_event(StreamId::new(key_stream), seq, value.value())
+                            .map_err(|detail| DiskError::CorruptEvent {
+                                path: self.path.clone(),
+                                stream: StreamId::new(key_stream),
+                                seq,
+                                detail,
+                            })?;
+                        digest.remove(&event);
+                    }
                     events
                         .retain_in(range, |_, _| false)
                         .map_err(self.engine("delete events below the floor"))?;
                 }
             }
             for event in &batch.events {
+                digest.add(event);
                 encode_event(event, &mut self.value);
                 let key = (event.stream.get(), event.seq);
                 events.insert(key, self.value.as_slice()).map_err(|error| {
@@ -600,21 +750,120 @@ impl Store for DiskStore {
                     .insert(stream.get(), record.as_slice())
                     .map_err(self.engine("write stream record"))?;
             }
+            let mut meta = txn
+                .open_table(META)
+                .map_err(self.engine("open meta table"))?;
             if clock != self.meta.clock {
-                let mut meta = txn
-                    .open_table(META)
-                    .map_err(self.engine("open meta table"))?;
                 meta.insert(META_CLOCK, encode_clock(clock).as_slice())
                     .map_err(self.engine("write clock"))?;
             }
+            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+                .map_err(self.engine("write digest"))?;
         }
         txn.commit().map_err(self.engine("commit"))?;
+        self.meta.digest = Some(digest);
         for (stream, (floor, head)) in touched {
             self.meta.floor.advance(stream, floor);
             self.meta.heads.advance(stream, head);
         }
         self.meta.clock = clock;
+        // The commit is durable; a view that fails to open leaves the
+        // replica reading the previous one, which would hide this commit:
+        // report it as the commit's failure (the replica then refuses
+        // changes until reopened, and serves what it published before).
+        self.view = Some(self.make_view()?);
         Ok(())
+    }
+
+    fn view(&self) -> Option<StoreView> {
+        self.view.clone()
+    }
+}
+
+/// A snapshot of the events table as of one commit: what a replica on a
+/// [`DiskStore`] reads its events through (via redb's page cache).
+pub(crate) struct DiskView {
+    path: PathBuf,
+    events: redb::ReadOnlyTable<(u64, u64), &'static [u8]>,
+}
+
+impl DiskView {
+    fn decode(&self, stream: u64, seq: u64, value: &[u8]) -> Result<Event, ReadError> {
+        decode_event(StreamId::new(stream), seq, value).map_err(|detail| {
+            Box::new(DiskError::CorruptEvent {
+                path: self.path.clone(),
+                stream: StreamId::new(stream),
+                seq,
+                detail,
+            }) as ReadError
+        })
+    }
+
+    fn engine(&self, op: &'static str) -> impl FnOnce(redb::StorageError) -> ReadError + '_ {
+        move |error| {
+            let dir = self.path.parent().unwrap_or(&self.path);
+            Box::new(engine_error(dir, &self.path, op, error.into())) as ReadError
+        }
+    }
+}
+
+impl Source for DiskView {
+    fn lamport(&self, stream: StreamId, seq: u64) -> Result<Option<u64>, ReadError> {
+        Ok(self.event(stream, seq)?.map(|event| event.lamport))
+    }
+
+    fn event(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReadError> {
+        let value = self
+            .events
+            .get((stream.get(), seq))
+            .map_err(self.engine("read event"))?;
+        value
+            .map(|value| self.decode(stream.get(), seq, value.value()))
+            .transpose()
+    }
+
+    fn scan<'a>(
+        &'a self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+    ) -> Result<Box<dyn StreamScan + 'a>, ReadError> {
+        let range = self
+            .events
+            .range((stream.get(), first)..=(stream.get(), last))
+            .map_err(self.engine("read events"))?;
+        Ok(Box::new(DiskScan {
+            view: self,
+            range,
+            next: None,
+        }))
+    }
+}
+
+struct DiskScan<'a> {
+    view: &'a DiskView,
+    range: redb::Range<'static, (u64, u64), &'static [u8]>,
+    /// The event peeked.
+    next: Option<Event>,
+}
+
+impl StreamScan for DiskScan<'_> {
+    fn peek(&mut self) -> Result<Option<u64>, ReadError> {
+        if self.next.is_none() {
+            if let Some(entry) = self.range.next() {
+                let (key, value) = entry.map_err(self.view.engine("read events"))?;
+                let (stream, seq) = key.value();
+                self.next = Some(self.view.decode(stream, seq, value.value())?);
+            }
+        }
+        Ok(self.next.as_ref().map(|event| event.lamport))
+    }
+
+    fn take(&mut self) -> Result<Event, ReadError> {
+        self.peek()?;
+        self.next
+            .take()
+            .ok_or_else(|| "take past the end of a scan".into())
     }
 }
 
@@ -624,17 +873,19 @@ impl Store for DiskStore {
 fn open_database(
     path: &Path,
     exists: bool,
+    options: &DiskOptions,
     rolled_back: Arc<AtomicBool>,
 ) -> Result<Database, DiskError> {
     let dir = path.parent().unwrap_or(path).to_path_buf();
     let mut builder = redb::Builder::new();
+    builder.set_cache_size(options.cache_bytes);
     // redb's repair reports its progress in steps: 0.0 on entry, 0.3 only
     // when the newest commit fails its checksum and it falls back to the
     // one before (redb 4.x `Database::do_repair`), 0.6 and on for the
     // allocator rebuild that every checked open runs. The step between the
     // first two is the only sign of a fallback redb gives.
     builder
-        .set_check_integrity_on_open(true)
+        .set_check_integrity_on_open(options.check_pages_on_open)
         .set_repair_callback(move |session| {
             let progress = session.progress();
             if progress > 0.0 && progress < 0.6 {
@@ -839,6 +1090,26 @@ fn decode_clock(record: &[u8]) -> Option<u64> {
     }
     let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
     (crc == record_crc(META_CLOCK.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
+}
+
+fn encode_digest(digest: Digest) -> [u8; 28] {
+    let mut record = [0u8; 28];
+    record[0..8].copy_from_slice(&digest.events.to_le_bytes());
+    record[8..24].copy_from_slice(&digest.sum.to_le_bytes());
+    let crc = record_crc(META_DIGEST.as_bytes(), &record[..24]);
+    record[24..28].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+fn decode_digest(record: &[u8]) -> Option<Digest> {
+    if record.len() != 28 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[24..28].try_into().expect("4 bytes"));
+    (crc == record_crc(META_DIGEST.as_bytes(), &record[..24])).then(|| Digest {
+        events: u64_at(record, 0),
+        sum: u128::from_le_bytes(record[8..24].try_into().expect("16 bytes")),
+    })
 }
 
 fn encode_format(version: u32) -> [u8; 8] {

@@ -2,6 +2,8 @@
 
 use meshlog_cursor::{StaleCursor, StreamId};
 
+use crate::Digest;
+
 /// Why an append, apply, compaction or open failed. Nothing was changed
 /// unless the variant says so.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +53,15 @@ pub enum ReplicaError {
     /// keeps serving what it committed before.
     #[error("store failed: {0}")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// [`Replica::verify`](crate::Replica::verify) recomputed the digest of
+    /// every held event and it differs from the one the store recorded.
+    #[error("the digest recomputed from every event ({recomputed:?}) differs from the one recorded ({recorded:?})")]
+    DigestMismatch {
+        /// The digest the store recorded (and the replica serves).
+        recorded: Digest,
+        /// The digest of the events read back.
+        recomputed: Digest,
+    },
     /// An earlier commit failed, or a change panicked part-way; reopen the
     /// replica to recover its durable state.
     #[error("an earlier store commit failed or a change panicked; reopen the replica to recover its durable state")]
@@ -173,6 +184,13 @@ pub enum PageError {
     /// memory cannot be trusted: it serves no page until reopened.
     #[error("a change panicked part-way; reopen the replica to recover its durable state")]
     Failed,
+    /// Reading the held events failed (a store on disk that is damaged or
+    /// failing); nothing was skipped, the page was not answered.
+    #[error("reading the log failed: {detail}")]
+    Store {
+        /// What failed, naming the file and record where the store knows.
+        detail: String,
+    },
     /// The requested page is longer than the configured limit.
     #[error("page limit {limit} exceeds the maximum of {max}")]
     LimitTooLarge {

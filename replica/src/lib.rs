@@ -14,11 +14,13 @@
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash.
 //! - `replica`: [`Replica`], one owner's replica — append, validate/apply,
 //!   page, delta, compact, digest — and its [`Config`].
-//! - `log`: the held events in page order, each stream's gap-free prefix and
-//!   pending buffer, and the walk behind paging and deltas.
-//! - `order`: the sorted, chunked map that holds the events in page order.
+//! - `log`: each stream's gap-free prefix (floor, head) and pending buffer,
+//!   where its events are read from, and the walk behind paging and deltas
+//!   (a k-way merge of the streams in page order).
+//! - `mem`: events in memory in chunked columns (`MemStore`'s data, or a
+//!   replica's own copy), and the `Source` the walk reads through.
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
-//! - `store`: the [`Store`] trait and [`MemStore`].
+//! - `store`: the [`Store`] trait, its [`StoreView`], and [`MemStore`].
 //! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`].
 //! - `state`: the readable state, and every change split into plan →
 //!   commit → publish (crate-private).
@@ -40,14 +42,17 @@ mod disk;
 mod error;
 mod event;
 mod log;
-mod order;
+mod mem;
 mod policy;
 mod replica;
 mod shared;
 mod state;
 mod store;
 
-pub use disk::{DiskError, DiskStore, Recovery, DATA_FILE, FORMAT_VERSION, LOCK_FILE};
+pub use disk::{
+    DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
+    LOCK_FILE,
+};
 pub use error::{DeltaError, PageError, ReplicaError};
 
 /// The largest lamport stamp a replica accepts from a peer: `2^62`. A
@@ -58,9 +63,11 @@ pub use error::{DeltaError, PageError, ReplicaError};
 pub const LAMPORT_MAX: u64 = 1 << 62;
 pub use event::Event;
 pub use policy::RetentionPolicy;
-pub use replica::{ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats};
+pub use replica::{
+    ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats, Verified,
+};
 pub use shared::{
     Change, ChangeHook, CommitStats, Commits, Completion, SharedReplica, ROUND_BYTES_MAX,
     ROUND_EVENTS_MAX,
 };
-pub use store::{Batch, MemStore, Store, StoreMeta};
+pub use store::{Batch, MemStore, Store, StoreMeta, StoreView};

@@ -63,12 +63,17 @@ impl RetentionPolicy {
             let by_count = self.keep_last.map(|keep| head.saturating_sub(keep));
             // Events are in seq order; wall clocks can step back, so stop at
             // the first young event rather than skip over it.
-            let by_time = cutoff_ms.map(|cutoff| {
-                state
-                    .held_times(stream)
+            // A failed read (a damaged store) compacts nothing by time.
+            let by_time = cutoff_ms.map(|cutoff| match state.held_times(stream) {
+                Ok(times) => times
+                    .into_iter()
                     .take_while(|&(_, time_ms)| time_ms < cutoff)
                     .last()
-                    .map_or(0, |(seq, _)| seq)
+                    .map_or(0, |(seq, _)| seq),
+                Err(error) => {
+                    tracing::error!(%stream, %error, "reading the log failed");
+                    0
+                }
             });
             let mut candidate = match (by_count, by_time) {
                 (Some(a), Some(b)) => a.min(b),

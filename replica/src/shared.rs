@@ -65,7 +65,7 @@ use crate::replica::now_ms;
 use crate::state::{store_error, AppendRequest, Plan, RoundIndex, State};
 use crate::{
     ApplyReport, CompactReport, Config, Delta, Digest, Event, MemStore, Page, PageError, Replica,
-    ReplicaError, RetentionPolicy, Stats, Store,
+    ReplicaError, RetentionPolicy, Stats, Store, Verified,
 };
 
 /// The most events one round commits (a round takes at least one request,
@@ -711,7 +711,18 @@ impl<S: Store> SharedReplica<S> {
 
     /// The event `(stream, seq)`, if held.
     pub fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
-        self.read()?.get(stream, seq)
+        self.read()?.get(stream, seq).unwrap_or_else(|error| {
+            tracing::error!(%stream, seq, %error, "reading the log failed");
+            None
+        })
+    }
+
+    /// Reads and checks every held event, as [`Replica::verify`] does.
+    /// Holds the writer lock while it reads, so writes wait for it (reads
+    /// do not); a poisoned handle answers [`ReplicaError::Failed`].
+    pub fn verify(&self) -> Result<Verified, ReplicaError> {
+        let _writer = lock(&self.inner().writer);
+        self.read().ok_or(ReplicaError::Failed)?.verify()
     }
 
     /// The replica's counters.
@@ -1036,7 +1047,7 @@ impl<S: Store> Inner<S> {
         }
         let (marks, floor, digest) = {
             let mut state = write(&self.state);
-            state.publish(plan);
+            state.publish(plan, writer.store.view());
             (state.marks().clone(), state.floor().clone(), state.digest())
         };
         self.notify(marks, floor, digest);

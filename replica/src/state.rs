@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
-use crate::log::{Log, StreamLog};
+use crate::log::{Held, Log, StreamLog, Walk};
+use crate::mem::{MemLog, ReadError};
+use crate::store::StoreView;
 use crate::{
     ApplyReport, Batch, CompactReport, Config, Delta, DeltaError, Digest, Event, Page, PageError,
     ReplicaError, Stats, Store,
@@ -173,9 +175,14 @@ impl State {
     pub(crate) fn load<S: Store>(config: Config, store: &S) -> Result<State, ReplicaError> {
         let meta = store.meta().map_err(store_error)?;
         let recovering = config.recover_own_stream;
+        let view = store.view();
+        let held = match view {
+            Some(view) => Held::View(view),
+            None => Held::Own(MemLog::default()),
+        };
         let mut state = State {
             config,
-            log: Log::default(),
+            log: Log::new(held),
             marks: VersionVector::new(),
             floor: meta.floor.clone(),
             clock: meta.clock,
@@ -191,60 +198,10 @@ impl State {
                 limit: state.config.streams_max,
             });
         }
-        let mut chunk = Vec::new();
-        for (stream, head) in streams {
-            let floor = meta.floor.get(stream);
-            let corrupt = |detail: String| ReplicaError::Corrupt { stream, detail };
-            if head < floor {
-                return Err(corrupt(format!("head {head} is below floor {floor}")));
-            }
-            state.log.ensure_stream(stream, floor);
-            while state.log.head(stream) < head {
-                chunk.clear();
-                let after = state.log.head(stream);
-                store
-                    .read_stream(stream, after, 4096, &mut chunk)
-                    .map_err(store_error)?;
-                if chunk.is_empty() {
-                    return Err(corrupt(format!(
-                        "store holds seqs {}..={after} but records head {head}",
-                        floor.saturating_add(1)
-                    )));
-                }
-                for event in &chunk {
-                    let expected = state.log.head(stream).checked_add(1);
-                    if event.stream != stream || Some(event.seq) != expected {
-                        return Err(corrupt(format!(
-                            "expected seq {expected:?}, read stream {} seq {}",
-                            event.stream, event.seq
-                        )));
-                    }
-                    let previous = state.log.stream(stream).and_then(|l| l.last_lamport());
-                    if let Some(previous) = previous {
-                        if previous >= event.lamport {
-                            return Err(corrupt(format!(
-                                "seq {} has lamport {} after lamport {previous}",
-                                event.seq, event.lamport
-                            )));
-                        }
-                    }
-                    if event.lamport > state.clock {
-                        return Err(corrupt(format!(
-                            "seq {} has lamport {} above the recorded clock {}",
-                            event.seq, event.lamport, state.clock
-                        )));
-                    }
-                    state.digest.add(event);
-                    state.log.push(event);
-                }
-            }
-            if state.log.head(stream) != head {
-                return Err(corrupt(format!(
-                    "read up to seq {} past the recorded head {head}",
-                    state.log.head(stream)
-                )));
-            }
-            state.marks.advance(stream, head);
+        if state.log.is_own() {
+            state.load_every_event(store, &streams, &meta.floor)?;
+        } else {
+            state.load_recorded(&streams, &meta.floor, meta.digest)?;
         }
         tracing::debug!(
             stream = %state.config.stream,
@@ -255,6 +212,155 @@ impl State {
             "replica opened"
         );
         Ok(state)
+    }
+
+    /// Opens on a store's view: what the store recorded (floors, heads,
+    /// digest), checking per stream only that its last event is stamped at
+    /// or below the clock. [`State::verify`] checks every event.
+    fn load_recorded(
+        &mut self,
+        streams: &[(StreamId, u64)],
+        floors: &VersionVector,
+        digest: Option<Digest>,
+    ) -> Result<(), ReplicaError> {
+        for &(stream, head) in streams {
+            let floor = floors.get(stream);
+            if head < floor {
+                return Err(ReplicaError::Corrupt {
+                    stream,
+                    detail: format!("head {head} is below floor {floor}"),
+                });
+            }
+            self.log.open_stream(stream, floor, head);
+            self.marks.advance(stream, head);
+            let log = self.log.stream(stream).expect("just opened");
+            if head > floor {
+                let last = self.log.lamport_in(log, head).map_err(read_error)?;
+                match last {
+                    None => {
+                        return Err(ReplicaError::Corrupt {
+                            stream,
+                            detail: format!(
+                                "the store records head {head} but holds no such event"
+                            ),
+                        })
+                    }
+                    Some(lamport) if lamport > self.clock => {
+                        return Err(ReplicaError::Corrupt {
+                            stream,
+                            detail: format!(
+                                "seq {head} has lamport {lamport} above the recorded clock {}",
+                                self.clock
+                            ),
+                        })
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.digest = match digest {
+            Some(digest) => digest,
+            None => self.recount()?.1,
+        };
+        Ok(())
+    }
+
+    /// Reads every event of `store`, checking it, into the own copy.
+    fn load_every_event<S: Store>(
+        &mut self,
+        store: &S,
+        streams: &[(StreamId, u64)],
+        floors: &VersionVector,
+    ) -> Result<(), ReplicaError> {
+        let mut chunk = Vec::new();
+        for &(stream, head) in streams {
+            let floor = floors.get(stream);
+            let corrupt = |detail: String| ReplicaError::Corrupt { stream, detail };
+            if head < floor {
+                return Err(corrupt(format!("head {head} is below floor {floor}")));
+            }
+            self.log.ensure_stream(stream, floor);
+            let mut previous: Option<u64> = None;
+            while self.log.head(stream) < head {
+                chunk.clear();
+                let after = self.log.head(stream);
+                store
+                    .read_stream(stream, after, 4096, &mut chunk)
+                    .map_err(store_error)?;
+                if chunk.is_empty() {
+                    return Err(corrupt(format!(
+                        "store holds seqs {}..={after} but records head {head}",
+                        floor.saturating_add(1)
+                    )));
+                }
+                for event in &chunk {
+                    check_next(event, stream, self.log.head(stream), previous, self.clock)?;
+                    previous = Some(event.lamport);
+                    self.digest.add(event);
+                    self.log.push(event);
+                }
+            }
+            if self.log.head(stream) != head {
+                return Err(corrupt(format!(
+                    "read up to seq {} past the recorded head {head}",
+                    self.log.head(stream)
+                )));
+            }
+            self.marks.advance(stream, head);
+        }
+        Ok(())
+    }
+
+    /// Reads every held event through the source and checks it (seqs
+    /// without a hole, lamport rising with seq, no stamp above the clock);
+    /// answers the event count and the digest recomputed.
+    fn recount(&self) -> Result<(u64, Digest), ReplicaError> {
+        let mut digest = Digest::default();
+        let source = self.log.source();
+        for (stream, head) in self.marks.iter() {
+            let Some(log) = self.log.stream(stream) else {
+                continue;
+            };
+            if head <= log.floor {
+                continue;
+            }
+            let mut scan = source
+                .get()
+                .scan(stream, log.floor + 1, head)
+                .map_err(read_error)?;
+            let mut previous: Option<u64> = None;
+            let mut expected = log.floor;
+            while scan.peek().map_err(read_error)?.is_some() {
+                let event = scan.take().map_err(read_error)?;
+                check_next(&event, stream, expected, previous, self.clock)?;
+                previous = Some(event.lamport);
+                expected = event.seq;
+                digest.add(&event);
+            }
+            if expected != head {
+                return Err(ReplicaError::Corrupt {
+                    stream,
+                    detail: format!("holds seqs up to {expected} but records head {head}"),
+                });
+            }
+        }
+        Ok((digest.events, digest))
+    }
+
+    /// Reads and checks every held event, and compares the digest
+    /// recomputed with the one recorded.
+    pub(crate) fn verify(&self) -> Result<crate::Verified, ReplicaError> {
+        let (events, digest) = self.recount()?;
+        if digest != self.digest {
+            return Err(ReplicaError::DigestMismatch {
+                recorded: self.digest,
+                recomputed: digest,
+            });
+        }
+        Ok(crate::Verified {
+            streams: self.log.stream_count(),
+            events,
+        })
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -309,12 +415,12 @@ impl State {
         self.stats.deltas_refused += refused;
     }
 
-    pub(crate) fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
-        self.log.get(stream, seq)
+    pub(crate) fn get(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReplicaError> {
+        self.log.get(stream, seq).map_err(read_error)
     }
 
-    pub(crate) fn held_times(&self, stream: StreamId) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.log.times(stream)
+    pub(crate) fn held_times(&self, stream: StreamId) -> Result<Vec<(u64, u64)>, ReplicaError> {
+        self.log.times(stream).map_err(read_error)
     }
 
     /// The vector covering every held event with a lamport at or below
@@ -326,8 +432,13 @@ impl State {
         let mut cursor = VersionVector::new();
         for (stream, _) in self.marks.iter() {
             if let Some(log) = self.log.stream(stream) {
-                if let Some(seq) = log.last_seq_at_or_below(lamport) {
-                    cursor.advance(stream, seq);
+                match self.log.last_seq_at_or_below(log, lamport) {
+                    Ok(Some(seq)) => cursor.advance(stream, seq),
+                    Ok(None) => {}
+                    // Unknown: 0, so the page reports what may be lost.
+                    Err(error) => {
+                        tracing::error!(%stream, %error, "reading the log failed");
+                    }
                 }
             }
         }
@@ -342,8 +453,14 @@ impl State {
             });
         }
         after.check_floor(&self.floor)?;
-        let mut walk = self.log.walk(after);
+        let source = self.log.source();
+        let mut walk = Walk::new(source.get(), self.log.places(after));
         let events: Vec<Event> = walk.by_ref().take(limit).collect();
+        if let Some(error) = walk.error.take() {
+            return Err(PageError::Store {
+                detail: error.to_string(),
+            });
+        }
         let at_head = walk.is_done();
         let next = walk.cursor(after);
         tracing::trace!(len = events.len(), at_head, "page");
@@ -362,13 +479,20 @@ impl State {
             .collect();
         let mut events = Vec::new();
         let mut used = 0usize;
-        for event in self.log.walk(their_marks) {
+        let source = self.log.source();
+        let mut walk = Walk::new(source.get(), self.log.places(their_marks));
+        for event in walk.by_ref() {
             let size = event.size_hint();
             if !events.is_empty() && used.saturating_add(size) > byte_budget {
                 break;
             }
             used = used.saturating_add(size);
             events.push(event);
+        }
+        // The events up to a failed read form a valid delta (per stream
+        // contiguous from their mark); the peer asks again for the rest.
+        if let Some(error) = walk.error {
+            tracing::error!(%error, "reading the log for a delta failed");
         }
         Delta { floor, events }
     }
@@ -466,9 +590,10 @@ impl State {
             // Any other version of this name, held, pending, accepted
             // earlier in this round, or in this delta (the entry before,
             // once sorted), must be this very event.
-            let same_as_held = log
-                .and_then(|log| self.log.known_in(log, event.seq))
-                .is_none_or(|content| content.same_as(event));
+            let same_as_held = match log {
+                Some(log) => self.log.known_is(log, event).map_err(read_error)?,
+                None => true,
+            };
             let same_as_round = round
                 .events
                 .get(&(stream, event.seq))
@@ -496,8 +621,11 @@ impl State {
             };
             let below = event.seq - 1;
             if below > floor_seq {
-                let lamport = log
-                    .and_then(|log| log.known_lamport(below))
+                let known = match log {
+                    Some(log) => self.log.known_lamport(log, below).map_err(read_error)?,
+                    None => None,
+                };
+                let lamport = known
                     .or_else(|| round.lamport(stream, below))
                     .or_else(|| in_delta(below, &mut by_name[..index].iter().rev()));
                 if let Some(lamport) = lamport {
@@ -507,8 +635,11 @@ impl State {
                 }
             }
             if let Some(above) = event.seq.checked_add(1) {
-                let lamport = log
-                    .and_then(|log| log.known_lamport(above))
+                let known = match log {
+                    Some(log) => self.log.known_lamport(log, above).map_err(read_error)?,
+                    None => None,
+                };
+                let lamport = known
                     .or_else(|| round.lamport(stream, above))
                     .or_else(|| in_delta(above, &mut by_name[index + 1..].iter()));
                 if let Some(lamport) = lamport {
@@ -738,16 +869,25 @@ impl State {
     /// Performs a committed plan. Cannot fail: every check was made when
     /// planning; what is asserted here is that planning and publishing
     /// agree, which only a bug breaks.
-    pub(crate) fn publish(&mut self, plan: &Plan) {
+    pub(crate) fn publish(&mut self, plan: &Plan, view: Option<StoreView>) {
+        // A store that records the digest hands it over with its view, so
+        // the events a compaction drops need not be read to subtract them.
+        let recorded = view.as_ref().and_then(|view| view.digest);
         let mut touched: Vec<StreamId> = Vec::new();
         for op in &plan.ops {
             match *op {
                 Op::Floor(index) => {
                     let (stream, floor_seq) = plan.batch.floors[index];
                     let digest = &mut self.digest;
+                    let mut remove = |event: Event| digest.remove(&event);
+                    let dropped: Option<&mut dyn FnMut(Event)> = match recorded {
+                        Some(_) => None,
+                        None => Some(&mut remove),
+                    };
                     let discarded = self
                         .log
-                        .raise_floor(stream, floor_seq, &mut |event| digest.remove(&event));
+                        .raise_floor(stream, floor_seq, dropped)
+                        .expect("the own copy of the events never fails a read");
                     self.pending_len -= discarded;
                     self.floor.advance(stream, floor_seq);
                     touched.push(stream);
@@ -777,6 +917,12 @@ impl State {
             }
         }
         self.clock = self.clock.max(plan.batch.clock);
+        if let Some(view) = view {
+            self.log.set_view(view);
+        }
+        if let Some(digest) = recorded {
+            self.digest = digest;
+        }
         touched.sort_unstable();
         touched.dedup();
         for stream in touched {
@@ -868,17 +1014,55 @@ fn lamport_error(event: &Event, neighbour_seq: u64, neighbour_lamport: u64) -> R
     .into()
 }
 
+/// Checks that `event`, read back for `stream`, is the seq after
+/// `head_before`, stamped above `previous` and at or below `clock`.
+fn check_next(
+    event: &Event,
+    stream: StreamId,
+    head_before: u64,
+    previous: Option<u64>,
+    clock: u64,
+) -> Result<(), ReplicaError> {
+    let corrupt = |detail: String| ReplicaError::Corrupt { stream, detail };
+    let expected = head_before.checked_add(1);
+    if event.stream != stream || Some(event.seq) != expected {
+        return Err(corrupt(format!(
+            "expected seq {expected:?}, read stream {} seq {}",
+            event.stream, event.seq
+        )));
+    }
+    if let Some(previous) = previous {
+        if previous >= event.lamport {
+            return Err(corrupt(format!(
+                "seq {} has lamport {} after lamport {previous}",
+                event.seq, event.lamport
+            )));
+        }
+    }
+    if event.lamport > clock {
+        return Err(corrupt(format!(
+            "seq {} has lamport {} above the recorded clock {clock}",
+            event.seq, event.lamport
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn read_error(error: ReadError) -> ReplicaError {
+    ReplicaError::Store(error)
+}
+
 pub(crate) fn store_error<E: std::error::Error + Send + Sync + 'static>(error: E) -> ReplicaError {
     ReplicaError::Store(Box::new(error))
 }
 
 impl Digest {
-    fn add(&mut self, event: &Event) {
+    pub(crate) fn add(&mut self, event: &Event) {
         self.events += 1;
         self.sum = self.sum.wrapping_add(event.content_hash());
     }
 
-    fn remove(&mut self, event: &Event) {
+    pub(crate) fn remove(&mut self, event: &Event) {
         self.events -= 1;
         self.sum = self.sum.wrapping_sub(event.content_hash());
     }

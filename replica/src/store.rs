@@ -6,13 +6,14 @@
 //! range reads per stream, and a small metadata record that lets recovery
 //! prove it read back everything (the heads), not a silently shorter log.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::error::Error;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use meshlog_cursor::{StreamId, VersionVector};
 
-use crate::Event;
+use crate::mem::{MemLog, Source};
+use crate::{Digest, Event};
 
 /// One atomic write. A store applies all of it or none of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +44,9 @@ pub struct StoreMeta {
     pub heads: VersionVector,
     /// The lamport clock recorded with the last commit.
     pub clock: u64,
+    /// The digest of the events `floor+1 ..= head` of every stream, if the
+    /// store records it (then a replica opened on it reads no event).
+    pub digest: Option<Digest>,
 }
 
 /// Durable (or, for [`MemStore`], simulated) storage under a replica.
@@ -68,11 +72,57 @@ pub trait Store {
 
     /// Makes a batch durable, atomically.
     fn commit(&mut self, batch: &Batch) -> Result<(), Self::Error>;
+
+    /// The store's events as of its last commit, readable while later
+    /// commits run, if the store offers that: a replica then reads its
+    /// events through the view instead of keeping a copy of its own, and
+    /// opens without reading them. `None` (the default): the replica
+    /// reads every event on open and keeps its own copy in memory.
+    fn view(&self) -> Option<StoreView> {
+        None
+    }
+}
+
+/// The readable side of a store's events, as of one commit (see
+/// [`Store::view`]). Opaque: only this crate's stores make one; a store
+/// wrapping another hands on the inner store's.
+#[derive(Clone)]
+pub struct StoreView {
+    pub(crate) kind: ViewKind,
+    /// The digest of the events as of that commit, if the store records it
+    /// (then publishing a compaction reads none of the events it drops).
+    pub(crate) digest: Option<Digest>,
+}
+
+#[derive(Clone)]
+pub(crate) enum ViewKind {
+    /// A [`MemStore`]'s data. Commits append beyond the published heads
+    /// and free what a compaction drops one commit late, so a reader
+    /// bounded by the published floor and heads reads exactly what was
+    /// published.
+    Mem(Arc<RwLock<MemLog>>),
+    /// A snapshot of a [`DiskStore`](crate::DiskStore)'s events.
+    Disk(Arc<crate::disk::DiskView>),
+}
+
+impl std::fmt::Debug for StoreView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            ViewKind::Mem(_) => "memory",
+            ViewKind::Disk(_) => "disk",
+        };
+        f.debug_struct("StoreView").field("kind", &kind).finish()
+    }
 }
 
 /// A store in memory: nothing survives the process, but a replica reopened on
 /// the same `MemStore` recovers exactly what was committed, which is what
 /// tests use to simulate a restart.
+///
+/// It holds the one copy of each event: a replica on it reads events
+/// through its [view](Store::view), in chunked columns of about 20 bytes
+/// per event beyond the payload (`docs/STORAGE.md`). A clone is a copy of
+/// what was committed, independent of the original.
 ///
 /// ```
 /// use meshlog_replica::{Config, MemStore, Replica};
@@ -85,18 +135,46 @@ pub trait Store {
 /// assert_eq!(reopened.marks().get(StreamId::new(1)), 1);
 /// # Ok::<(), meshlog_replica::ReplicaError>(())
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Default)]
 pub struct MemStore {
-    /// Per stream, its events `floor+1 ..= head`, in seq order.
-    streams: BTreeMap<StreamId, VecDeque<Event>>,
+    /// Per stream, at least its events `floor+1 ..= head` (events below a
+    /// floor raised by the last commit are freed by the next one).
+    data: Arc<RwLock<MemLog>>,
     meta: StoreMeta,
+    /// Floors raised by the last commit, whose events are freed by the next.
+    freed_late: Vec<(StreamId, u64)>,
+}
+
+impl Clone for MemStore {
+    fn clone(&self) -> Self {
+        let data = self
+            .data
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        MemStore {
+            data: Arc::new(RwLock::new(data)),
+            meta: self.meta.clone(),
+            freed_late: self.freed_late.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for MemStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemStore")
+            .field("meta", &self.meta)
+            .finish()
+    }
 }
 
 impl Store for MemStore {
     type Error = Infallible;
 
     fn meta(&self) -> Result<StoreMeta, Infallible> {
-        Ok(self.meta.clone())
+        let mut meta = self.meta.clone();
+        meta.digest.get_or_insert_with(Digest::default);
+        Ok(meta)
     }
 
     fn read_stream(
@@ -106,53 +184,88 @@ impl Store for MemStore {
         limit: usize,
         out: &mut Vec<Event>,
     ) -> Result<(), Infallible> {
-        let Some(events) = self.streams.get(&stream) else {
+        let head = self.meta.heads.get(stream);
+        let Some(first) = after_seq.max(self.meta.floor.get(stream)).checked_add(1) else {
             return Ok(());
         };
-        // The deque starts at floor + 1.
-        let skip = after_seq.saturating_sub(self.meta.floor.get(stream));
-        let skip = usize::try_from(skip).unwrap_or(usize::MAX);
-        out.extend(events.iter().skip(skip).take(limit).cloned());
+        if first > head || limit == 0 {
+            return Ok(());
+        }
+        let last = head.min(first.saturating_add(limit as u64 - 1));
+        let data = self.data.read().unwrap_or_else(PoisonError::into_inner);
+        let mut scan = data.scan(stream, first, last).expect("memory never fails");
+        while scan.peek().expect("memory never fails").is_some() {
+            out.push(scan.take().expect("memory never fails"));
+        }
         Ok(())
     }
 
     fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
+        let mut digest = self.meta.digest.unwrap_or_default();
+        // The dropped events' hashes leave the digest; the events themselves
+        // stay until the next commit (readers of the state published before
+        // this commit may still read them).
+        {
+            let data = self.data.read().unwrap_or_else(PoisonError::into_inner);
+            let mut floors = self.meta.floor.clone();
+            let mut heads = self.meta.heads.clone();
+            for &(stream, floor_seq) in &batch.floors {
+                let (floor, head) = (floors.get(stream), heads.get(stream));
+                let last = floor_seq.min(head);
+                if last > floor {
+                    let mut scan = data
+                        .scan(stream, floor + 1, last)
+                        .expect("memory never fails");
+                    while scan.peek().expect("memory never fails").is_some() {
+                        digest.remove(&scan.take().expect("memory never fails"));
+                    }
+                }
+                floors.advance(stream, floor_seq);
+                heads.advance(stream, floor_seq);
+            }
+        }
+        let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
+        for (stream, floor_seq) in self.freed_late.drain(..) {
+            data.drop_through(stream, floor_seq);
+        }
+        data.free_retired();
         for &(stream, floor_seq) in &batch.floors {
-            let floor = self.meta.floor.get(stream);
-            let events = self.streams.entry(stream).or_default();
-            let drop = usize::try_from(floor_seq.saturating_sub(floor)).unwrap_or(usize::MAX);
-            events.drain(..drop.min(events.len()));
             self.meta.floor.advance(stream, floor_seq);
             self.meta.heads.advance(stream, floor_seq);
+            self.freed_late.push((stream, floor_seq));
         }
         // Events come per stream in seq order, usually many of one stream in
-        // a row: look the stream up once per run, move its head once.
-        let mut run: Option<(StreamId, u64, &mut VecDeque<Event>)> = None;
+        // a row: move its head once per run.
+        let mut run: Option<(StreamId, u64)> = None;
         for event in &batch.events {
-            if run
-                .as_ref()
-                .is_none_or(|(stream, _, _)| *stream != event.stream)
-            {
-                if let Some((stream, head, _)) = run.take() {
+            if run.is_none_or(|(stream, _)| stream != event.stream) {
+                if let Some((stream, head)) = run.take() {
                     self.meta.heads.advance(stream, head);
                 }
-                let head = self.meta.heads.get(event.stream);
-                let events = self.streams.entry(event.stream).or_default();
-                run = Some((event.stream, head, events));
+                run = Some((event.stream, self.meta.heads.get(event.stream)));
             }
-            let (_, head, events) = run.as_mut().expect("a run was just started");
+            let (_, head) = run.as_mut().expect("a run was just started");
             assert_eq!(
                 event.seq,
                 *head + 1,
                 "a batch's events are contiguous per stream"
             );
             *head = event.seq;
-            events.push_back(event.clone());
+            data.push(event);
+            digest.add(event);
         }
-        if let Some((stream, head, _)) = run {
+        if let Some((stream, head)) = run {
             self.meta.heads.advance(stream, head);
         }
         self.meta.clock = self.meta.clock.max(batch.clock);
+        self.meta.digest = Some(digest);
         Ok(())
+    }
+
+    fn view(&self) -> Option<StoreView> {
+        Some(StoreView {
+            kind: ViewKind::Mem(Arc::clone(&self.data)),
+            digest: self.meta.digest,
+        })
     }
 }

@@ -21,7 +21,8 @@ use std::path::Path;
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    Config, Delta, DiskError, DiskStore, Event, Replica, ReplicaError, DATA_FILE, LOCK_FILE,
+    Config, Delta, DiskError, DiskStore, Event, PageError, Replica, ReplicaError, DATA_FILE,
+    LOCK_FILE,
 };
 use meshlog_testkit::{seed, SplitMix64};
 use redb::{ReadableTable, TableDefinition};
@@ -88,6 +89,9 @@ fn reopen_damaged(dir: &Path, original: &BTreeMap<(StreamId, u64), Event>, case:
         let store = DiskStore::open(dir).map_err(|error| error.to_string())?;
         let recovery = store.recovery();
         let replica = Replica::open(Config::new(OWN), store).map_err(|error| error.to_string())?;
+        // Opening reads no event: the full check is `verify`, which an
+        // operator runs on a file they suspect.
+        replica.verify().map_err(|error| error.to_string())?;
         Ok::<_, String>((recovery, held(&replica)))
     }));
     match opened {
@@ -203,7 +207,7 @@ fn a_flipped_bit_in_the_data_file_is_refused_or_repaired_never_a_panic() {
 }
 
 /// Opens the clean store, runs `change` on its redb file, and returns the
-/// error reopening it gives.
+/// error reopening and verifying it gives.
 fn damage_record(change: impl FnOnce(&redb::WriteTransaction)) -> ReplicaError {
     let dir = scratch();
     write_log(dir.path());
@@ -215,8 +219,9 @@ fn damage_record(change: impl FnOnce(&redb::WriteTransaction)) -> ReplicaError {
     }
     let opened = DiskStore::open(dir.path())
         .map_err(|error| ReplicaError::Store(Box::new(error)))
-        .and_then(|store| Replica::open(Config::new(OWN), store));
-    let error = opened.expect_err("a damaged record must not open");
+        .and_then(|store| Replica::open(Config::new(OWN), store))
+        .and_then(|replica| replica.verify().map(|_| replica));
+    let error = opened.expect_err("a damaged record must not open or verify");
     eprintln!("damaged record reported: {error}");
     error
 }
@@ -258,6 +263,53 @@ fn a_flipped_bit_in_an_event_value_names_the_stream_and_seq() {
         error.to_string().contains("event stream 1 seq 77"),
         "{error}"
     );
+}
+
+/// Opening reads no event, so a damaged value is found by the read that
+/// reaches it: a page stops there with a typed error naming the file, the
+/// stream and the seq, never serving the damaged value nor skipping it.
+#[test]
+fn a_page_reaching_a_damaged_event_value_is_refused_naming_it() {
+    let dir = scratch();
+    write_log(dir.path());
+    {
+        let db = redb::Database::open(data_file(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut events = txn.open_table(EVENTS).unwrap();
+            let mut value = events
+                .get((OWN.get(), 77))
+                .unwrap()
+                .unwrap()
+                .value()
+                .to_vec();
+            value[30] ^= 0x10;
+            events.insert((OWN.get(), 77), value.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let replica = Replica::open(Config::new(OWN), DiskStore::open(dir.path()).unwrap()).unwrap();
+    let mut cursor = replica.floor();
+    let error = loop {
+        match replica.page(&cursor, 10) {
+            Ok(page) => {
+                assert!(page
+                    .events
+                    .iter()
+                    .all(|e| !(e.stream == OWN && e.seq >= 77)));
+                assert!(!page.at_head, "the walk passed the damaged event");
+                cursor = page.next;
+            }
+            Err(error) => break error,
+        }
+    };
+    match error {
+        PageError::Store { detail } => {
+            assert!(detail.contains(DATA_FILE), "{detail}");
+            assert!(detail.contains("event stream 1 seq 77"), "{detail}");
+        }
+        other => panic!("expected PageError::Store, got {other}"),
+    }
 }
 
 #[test]

@@ -280,12 +280,18 @@ fn acknowledged_events_survive_sigkill() {
 /// Reopens the directory after a kill and checks everything acknowledged;
 /// then appends once, checking the seq and lamport are fresh.
 fn check_recovery(dir: &Path, round: u64, acknowledged: &mut Acknowledged) {
-    // Replica::open checks the invariants: no hole, lamport rising with
-    // seq, every stamp at or below the recorded clock.
+    // Replica::open trusts what the store recorded at its last commit;
+    // verify then reads every event and checks the invariants (no hole,
+    // lamport rising with seq, every stamp at or below the recorded clock)
+    // and that the recorded digest equals a full recount.
     let store = DiskStore::open(dir).unwrap_or_else(|e| panic!("round {round}: open: {e}"));
     acknowledged.rolled_back += u64::from(store.recovery().rolled_back);
     let mut replica = Replica::open(Config::new(OWN), store)
         .unwrap_or_else(|e| panic!("round {round}: recover: {e}"));
+    let verified = replica
+        .verify()
+        .unwrap_or_else(|e| panic!("round {round}: verify after the kill: {e}"));
+    assert_eq!(verified.events, replica.digest().events, "round {round}");
     let floor = replica.floor().get(OWN);
     assert!(
         floor >= acknowledged.floor,

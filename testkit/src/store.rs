@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use meshlog_cursor::StreamId;
-use meshlog_replica::{Batch, Event, MemStore, Store, StoreMeta};
+use meshlog_replica::{Batch, Event, MemStore, Store, StoreMeta, StoreView};
 
 /// The error of a [`FlakyStore`]: the injected failure, or the inner
 /// store's own.
@@ -198,6 +198,10 @@ impl<S: Store> Store for FlakyStore<S> {
         self.faults.state.committed.fetch_add(1, SeqCst);
         Ok(())
     }
+
+    fn view(&self) -> Option<StoreView> {
+        self.inner.view()
+    }
 }
 
 /// A store whose commits, once its [`CommitGate`] is armed, block until
@@ -271,6 +275,10 @@ impl<S: Store> Store for HeldStore<S> {
     fn commit(&mut self, batch: &Batch) -> Result<(), S::Error> {
         self.gate.hold(batch);
         self.inner.commit(batch)
+    }
+
+    fn view(&self) -> Option<StoreView> {
+        self.inner.view()
     }
 }
 

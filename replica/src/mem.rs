@@ -1,0 +1,358 @@
+//! `MemLog`: events held in memory, per stream in chunked columns, and the
+//! `Source` trait through which the replica reads held events wherever
+//! they live (this memory, or a store's view).
+//!
+//! Per stream, chunks of [`CHUNK_LEN`] consecutive events: three columns
+//! (lamport, `time_ms`, the payload's end offset in the chunk) and one
+//! buffer of the chunk's payloads back to back, made once the chunk is
+//! full, so that reads hand out slices of it without a copy (the last
+//! chunk keeps each payload as it arrived until then). About 24 bytes per
+//! event beyond the payload: chunks fill in seq order, so no column grows
+//! past what it holds except the last chunk's.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+
+use crate::Event;
+
+/// Events per chunk.
+const CHUNK_LEN: usize = 256;
+
+/// What reading a held event can fail with (only a store's view on disk
+/// fails; memory never does).
+pub(crate) type ReadError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Held events, wherever they live. Every read names seqs the caller knows
+/// are held (within the published `floor+1 ..= head`).
+pub(crate) trait Source {
+    /// The lamport of held `(stream, seq)`.
+    fn lamport(&self, stream: StreamId, seq: u64) -> Result<Option<u64>, ReadError>;
+    /// The held event `(stream, seq)`.
+    fn event(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReadError>;
+    /// The events of `stream` with seqs `first ..= last`, in seq order.
+    fn scan<'a>(
+        &'a self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+    ) -> Result<Box<dyn StreamScan + 'a>, ReadError>;
+}
+
+/// One stream's events in seq order, peeked by lamport (for the k-way
+/// merge of a walk).
+pub(crate) trait StreamScan {
+    /// The lamport of the next event, or `None` when the scan is done.
+    fn peek(&mut self) -> Result<Option<u64>, ReadError>;
+    /// Takes the next event; only after `peek` answered `Some`.
+    fn take(&mut self) -> Result<Event, ReadError>;
+}
+
+#[derive(Debug, Clone)]
+enum Payloads {
+    /// The last chunk's payloads, still growing: each as it arrived
+    /// (shared with the sender, so a read is a reference count, not a
+    /// copy), until the chunk is full.
+    Open(Vec<Bytes>),
+    /// A full chunk's payloads back to back, shared with the events read
+    /// from it.
+    Sealed(Bytes),
+}
+
+#[derive(Debug, Clone)]
+struct Chunk {
+    lamports: Vec<u64>,
+    times: Vec<u64>,
+    /// Per event, where its payload ends in `payloads` (it starts where the
+    /// one before ends).
+    ends: Vec<u64>,
+    payloads: Payloads,
+}
+
+impl Chunk {
+    fn new() -> Self {
+        Chunk {
+            lamports: Vec::new(),
+            times: Vec::new(),
+            ends: Vec::new(),
+            payloads: Payloads::Open(Vec::new()),
+        }
+    }
+
+    fn payload(&self, index: usize) -> Bytes {
+        match &self.payloads {
+            Payloads::Open(payloads) => payloads[index].clone(),
+            Payloads::Sealed(bytes) => {
+                let start = if index == 0 {
+                    0
+                } else {
+                    self.ends[index - 1] as usize
+                };
+                bytes.slice(start..self.ends[index] as usize)
+            }
+        }
+    }
+}
+
+/// One stream's held events: seqs `first ..` in chunks, every chunk but the
+/// last full.
+#[derive(Debug, Clone)]
+struct MemStream {
+    first: u64,
+    len: u64,
+    chunks: VecDeque<Chunk>,
+}
+
+impl MemStream {
+    /// The chunk and index of `seq`, if held.
+    fn at(&self, seq: u64) -> Option<(&Chunk, usize)> {
+        let index = seq.checked_sub(self.first)?;
+        if index >= self.len {
+            return None;
+        }
+        let index = usize::try_from(index).ok()?;
+        let chunk = self.chunks.get(index / CHUNK_LEN)?;
+        Some((chunk, index % CHUNK_LEN))
+    }
+
+    fn head(&self) -> u64 {
+        self.first + (self.len - 1)
+    }
+}
+
+/// Events in memory, per stream. Holds what it is given: a caller that
+/// compacts bounds its reads by its own floor (whole chunks are freed by
+/// [`MemLog::drop_through`], a partial one stays until it empties).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MemLog {
+    streams: BTreeMap<StreamId, MemStream>,
+    /// Streams' events replaced by a push past a gap (a floor raised above
+    /// the head, then the events after it), kept for readers that may
+    /// still read them until [`MemLog::free_retired`].
+    retired: Vec<(StreamId, MemStream)>,
+}
+
+impl MemLog {
+    /// Holds `event`, the next of its stream after what is held (or any
+    /// seq, for a stream holding nothing).
+    pub(crate) fn push(&mut self, event: &Event) {
+        let stream = self
+            .streams
+            .entry(event.stream)
+            .or_insert_with(|| MemStream {
+                first: event.seq,
+                len: 0,
+                chunks: VecDeque::new(),
+            });
+        if stream.len == 0 {
+            stream.first = event.seq;
+            stream.chunks.clear();
+        } else if event.seq.saturating_sub(stream.first) > stream.len {
+            // (`seq - first` cannot underflow: a push never goes below the
+            // held events; the assertion below says so otherwise.)
+            // Past a floor raised above the head: the old events are
+            // retired, not freed, and the stream starts again here.
+            let fresh = MemStream {
+                first: event.seq,
+                len: 0,
+                chunks: VecDeque::new(),
+            };
+            let old = std::mem::replace(stream, fresh);
+            self.retired.push((event.stream, old));
+        }
+        assert_eq!(
+            event.seq.checked_sub(stream.first),
+            Some(stream.len),
+            "held events stay gap-free"
+        );
+        if stream
+            .chunks
+            .back()
+            .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
+        {
+            stream.chunks.push_back(Chunk::new());
+        }
+        let chunk = stream.chunks.back_mut().expect("a chunk was just ensured");
+        let Payloads::Open(payloads) = &mut chunk.payloads else {
+            unreachable!("only full chunks are sealed");
+        };
+        let end = chunk.ends.last().copied().unwrap_or(0) + event.payload.len() as u64;
+        payloads.push(event.payload.clone());
+        chunk.lamports.push(event.lamport);
+        chunk.times.push(event.time_ms);
+        chunk.ends.push(end);
+        if chunk.lamports.len() == CHUNK_LEN {
+            let Payloads::Open(payloads) = &mut chunk.payloads else {
+                unreachable!("the last chunk is open");
+            };
+            let mut bytes = Vec::with_capacity(usize::try_from(end).unwrap_or(usize::MAX));
+            for payload in payloads.drain(..) {
+                bytes.extend_from_slice(&payload);
+            }
+            chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
+        }
+        stream.len += 1;
+    }
+
+    /// Frees the chunks of `stream` whose events are all at or below
+    /// `floor_seq`; everything, if `floor_seq` reaches the last held seq
+    /// (the next event pushed may then start anywhere above it).
+    pub(crate) fn drop_through(&mut self, stream: StreamId, floor_seq: u64) {
+        let Some(log) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        if log.len == 0 {
+            return;
+        }
+        if floor_seq >= log.head() {
+            self.streams.remove(&stream);
+            return;
+        }
+        while log.chunks.len() > 1 && log.first.saturating_add(CHUNK_LEN as u64 - 1) <= floor_seq {
+            log.chunks.pop_front();
+            log.first += CHUNK_LEN as u64;
+            log.len -= CHUNK_LEN as u64;
+        }
+    }
+
+    /// Frees what pushes past a gap retired.
+    pub(crate) fn free_retired(&mut self) {
+        self.retired.clear();
+    }
+
+    /// The stream's events that hold `seq`: the current ones, or retired.
+    fn holding(&self, stream: StreamId, seq: u64) -> Option<&MemStream> {
+        let current = self.streams.get(&stream);
+        if current.is_some_and(|log| log.at(seq).is_some()) {
+            return current;
+        }
+        self.retired
+            .iter()
+            .rev()
+            .find(|(id, log)| *id == stream && log.at(seq).is_some())
+            .map(|(_, log)| log)
+            .or(current)
+    }
+
+    fn get(&self, stream: StreamId, seq: u64) -> Option<Event> {
+        let (chunk, index) = self.holding(stream, seq)?.at(seq)?;
+        Some(Event {
+            stream,
+            seq,
+            lamport: chunk.lamports[index],
+            time_ms: chunk.times[index],
+            payload: chunk.payload(index),
+        })
+    }
+}
+
+impl Source for MemLog {
+    fn lamport(&self, stream: StreamId, seq: u64) -> Result<Option<u64>, ReadError> {
+        Ok(self
+            .holding(stream, seq)
+            .and_then(|log| log.at(seq))
+            .map(|(chunk, index)| chunk.lamports[index]))
+    }
+
+    fn event(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReadError> {
+        Ok(self.get(stream, seq))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+    ) -> Result<Box<dyn StreamScan + 'a>, ReadError> {
+        Ok(Box::new(MemScan {
+            log: self.holding(stream, first),
+            stream,
+            next: Some(first),
+            last,
+        }))
+    }
+}
+
+struct MemScan<'a> {
+    log: Option<&'a MemStream>,
+    stream: StreamId,
+    /// `None` once seq `u64::MAX` was taken.
+    next: Option<u64>,
+    last: u64,
+}
+
+impl StreamScan for MemScan<'_> {
+    fn peek(&mut self) -> Result<Option<u64>, ReadError> {
+        let Some(next) = self.next.filter(|&next| next <= self.last) else {
+            return Ok(None);
+        };
+        Ok(self
+            .log
+            .and_then(|log| log.at(next))
+            .map(|(chunk, index)| chunk.lamports[index]))
+    }
+
+    fn take(&mut self) -> Result<Event, ReadError> {
+        let seq = self.next.expect("take follows a peek that found the event");
+        let (chunk, index) = self
+            .log
+            .and_then(|log| log.at(seq))
+            .expect("take follows a peek that found the event");
+        self.next = seq.checked_add(1);
+        Ok(Event {
+            stream: self.stream,
+            seq,
+            lamport: chunk.lamports[index],
+            time_ms: chunk.times[index],
+            payload: chunk.payload(index),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meshlog_testkit::{seed, SplitMix64};
+
+    use super::*;
+
+    /// Pushes, drops and reads against a `BTreeMap` of every event, across
+    /// chunk boundaries. Seeded.
+    #[test]
+    fn mem_log_holds_what_it_was_given() {
+        let seed = seed::replay_or(0x3e3_5eed);
+        let mut rng = SplitMix64::new(seed);
+        let mut log = MemLog::default();
+        let mut model: BTreeMap<(u64, u64), Event> = BTreeMap::new();
+        let mut floors = [0u64; 3];
+        let mut heads = [0u64; 3];
+        for step in 0..20_000u64 {
+            let s = rng.below(3) as usize;
+            let stream = StreamId::new(s as u64);
+            if rng.below(100) == 0 {
+                let floor = floors[s] + rng.below(700);
+                log.drop_through(stream, floor);
+                model.retain(|&(m, seq), _| m != s as u64 || seq > floor);
+                floors[s] = floors[s].max(floor);
+                heads[s] = heads[s].max(floor);
+            } else {
+                heads[s] += 1;
+                let event = Event {
+                    stream,
+                    seq: heads[s],
+                    lamport: step + 1,
+                    time_ms: step,
+                    payload: Bytes::from(vec![step as u8; rng.below(9) as usize]),
+                };
+                log.push(&event);
+                model.insert((s as u64, heads[s]), event);
+            }
+            if step % 997 == 0 {
+                for ((m, seq), event) in &model {
+                    let got = log.get(StreamId::new(*m), *seq);
+                    assert_eq!(got.as_ref(), Some(event), "step {step}, seed {seed}");
+                }
+            }
+        }
+    }
+}
