@@ -354,9 +354,7 @@ fn paused_runtime() -> tokio::runtime::Runtime {
 }
 
 fn kind_of(raw: &Bytes) -> &'static str {
-    frame::decode(&raw[LENGTH_PREFIX_BYTES..])
-        .map(|f| f.kind())
-        .unwrap_or("garbage")
+    frame::decode(raw).map(|f| f.kind()).unwrap_or("garbage")
 }
 
 /// What the frames of a window were, per direction and kind, and how B's
@@ -384,7 +382,7 @@ fn frame_detail(frames: &[&Sent], payload: usize) -> String {
     let mut events = 0usize;
     let mut delta_bytes = 0usize;
     for sent in frames.iter().filter(|s| s.dir == Dir::BtoA) {
-        if let Ok(Frame::Delta(delta)) = frame::decode(&sent.raw[LENGTH_PREFIX_BYTES..]) {
+        if let Ok(Frame::Delta(delta)) = frame::decode(&sent.raw) {
             events += delta.events.len();
             delta_bytes += sent.raw.len();
         }
@@ -416,7 +414,7 @@ fn meshlog_apply_round(
         a.apply(&history).expect("history");
         let start = StdInstant::now();
         for raw in &deltas {
-            match frame::decode(&raw[LENGTH_PREFIX_BYTES..]) {
+            match frame::decode(raw) {
                 Ok(Frame::Delta(delta)) => {
                     black_box(a.apply(&delta).expect("B's delta applies"));
                 }
@@ -434,7 +432,7 @@ fn meshlog_decode_time(deltas: &[Bytes]) -> Duration {
     best_of(|| {
         let start = StdInstant::now();
         for raw in deltas {
-            black_box(frame::decode(&raw[LENGTH_PREFIX_BYTES..]).expect("decodes"));
+            black_box(frame::decode(raw).expect("decodes"));
         }
         start.elapsed()
     })

@@ -24,7 +24,14 @@
 //!   commit never stalls the runtime), and turn its change notification
 //!   into a `tokio::sync::watch` ([`ChangeWatch`]) that wakes them on new
 //!   events.
-//! - `session`: [`Session`], the protocol with one peer over one stream,
+//! - [`proto`]: the sans-I/O protocol core, [`proto::Protocol`]: one
+//!   peer's side of the protocol as a state machine fed received frames and
+//!   the time, handing back frames to send and when to wake next (every rule
+//!   of a session: hello, view, delta sizing and splitting, acks,
+//!   heartbeats, refusals, read timeouts); and [`sync_once`], one exchange
+//!   between two replicas in memory, to quiescence.
+//! - `session`: [`Session`], the tokio driver of a [`proto::Protocol`] over
+//!   one byte stream (timers, output buffer, write timeout, commits),
 //!   [`SessionConfig`], [`SessionState`], [`SessionError`].
 //! - `backoff`: [`Backoff`], the jittered exponential redial policy of a
 //!   link, used by the manager and by drivers of sessions elsewhere (the
@@ -86,6 +93,7 @@
 mod backoff;
 pub mod frame;
 mod manager;
+pub mod proto;
 mod rng;
 mod session;
 #[cfg(feature = "testkit")]
@@ -98,5 +106,6 @@ pub use frame::{
 };
 pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
 pub use meshlog_replica::{Commits, SharedReplica};
+pub use proto::{sync_once, SyncReport};
 pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
 pub use watch::ChangeWatch;

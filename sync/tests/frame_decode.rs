@@ -456,7 +456,7 @@ fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
     // Kind 1 (delta), an empty floor, then the events.
     let payload = minimal_events(&[1, 0], count);
     assert!(payload.len() <= FRAME_BYTES_MAX, "{} bytes", payload.len());
-    let (decoded, peak) = peak_of(|| frame::decode(&payload));
+    let (decoded, peak) = peak_of(|| frame::decode_payload(&payload));
     assert_eq!(
         decoded,
         Err(FrameError::TooManyEvents {
@@ -471,7 +471,7 @@ fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
     let mut payload = vec![2];
     payload.extend(postcard::to_stdvec(&(entries as u64)).unwrap());
     payload.extend(std::iter::repeat_n([1u8, 1], entries).flatten());
-    let (decoded, peak) = peak_of(|| frame::decode(&payload));
+    let (decoded, peak) = peak_of(|| frame::decode_payload(&payload));
     assert!(
         matches!(decoded, Err(FrameError::BadVector { kind: "ack", .. })),
         "{decoded:?}"
@@ -485,7 +485,7 @@ fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
 #[test]
 fn a_delta_at_the_event_limit_decodes_within_a_bounded_size() {
     let payload = minimal_events(&[1, 0], DELTA_EVENTS_MAX);
-    let (decoded, peak) = peak_of(|| frame::decode(&payload));
+    let (decoded, peak) = peak_of(|| frame::decode_payload(&payload));
     let Ok(Frame::Delta(delta)) = decoded else {
         panic!("{decoded:?}");
     };
@@ -695,7 +695,9 @@ fn arbitrary_frames_round_trip() {
         let Ok(Some((payload, used))) = frame::split_frame(&bytes) else {
             return false;
         };
-        used == bytes.len() && frame::decode(payload) == Ok(any.decoded)
+        used == bytes.len()
+            && frame::decode_payload(payload) == Ok(any.decoded.clone())
+            && frame::decode(&bytes) == Ok(any.decoded)
     }
     // Seeded like every randomized test here: a failure prints its seed.
     testkit::for_each_seed("arbitrary_frames_round_trip", 0xf4a3e, 1, |seed| {
@@ -758,7 +760,7 @@ fn arbitrary_events_encode_exactly_when_the_model_allows() {
                     Ok(bytes) => {
                         assert!(allows, "seed {seed}: encoded {delta:?}");
                         assert_eq!(
-                            frame::decode(&bytes[frame::LENGTH_PREFIX_BYTES..]),
+                            frame::decode(&bytes),
                             Ok(Frame::Delta(in_lamport_order(&delta))),
                             "seed {seed}"
                         );

@@ -146,7 +146,7 @@ impl AsyncWrite for Flood {
         let mut frames = Vec::new();
         let mut rest = buf;
         while let Some((payload, used)) = frame::split_frame(rest).unwrap() {
-            frames.push(frame::decode(payload).unwrap());
+            frames.push(frame::decode_payload(payload).unwrap());
             rest = &rest[used..];
         }
         assert!(rest.is_empty(), "a session writes whole frames here");

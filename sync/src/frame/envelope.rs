@@ -1,15 +1,19 @@
 //! The envelope: the length prefix around a payload, and a payload as a
 //! whole (its kind varint, then its content).
 //!
-//! [`encode`] and [`decode`] are the only entry points of the codec: they
-//! write and read the kind, check a hello's protocol version before
+//! Two symmetric pairs are the entry points of the codec: [`encode`] and
+//! [`decode`] take and give a whole frame, length prefix included (what a
+//! byte stream carries), [`encode_payload`] and [`decode_payload`] the
+//! payload alone (what a transport that frames messages itself carries, and
+//! what [`FrameReader`](super::FrameReader) hands out). They write and read
+//! the kind, check a hello's protocol version before
 //! anything else of it, check the vectors' counts before decoding, and hand
 //! the content to the postcard-mapped types of `repr` or to the delta
 //! event runs of `event_runs`. Kept apart from both so that what every
 //! frame shares (prefix, kind, size limit) is read in one place, and each
 //! codec only knows its own layout.
 
-use meshlog_cursor::StreamId;
+use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::Delta;
 use serde::Deserialize;
 
@@ -58,7 +62,7 @@ pub(super) fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
     Ok(Some(len))
 }
 
-/// Encodes a frame with its length prefix.
+/// Encodes a frame with its length prefix: the bytes [`decode`] takes.
 ///
 /// Fails with [`FrameError::TooLarge`] if the payload would exceed
 /// [`FRAME_BYTES_MAX`] (a delta built past the budget, say), with
@@ -91,26 +95,45 @@ pub(super) fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
 ///     events: vec![event(2, 1, 1), event(1, 4, 2), event(2, 2, 3), event(1, 5, 4)],
 /// };
 /// let bytes = frame::encode(&Frame::Delta(delta.clone()))?;
-/// assert_eq!(frame::decode(&bytes[LENGTH_PREFIX_BYTES..])?, Frame::Delta(delta));
+/// assert_eq!(frame::decode(&bytes)?, Frame::Delta(delta.clone()));
+/// // The payload alone, for a transport that frames messages itself.
+/// let payload = frame::encode_payload(&Frame::Delta(delta.clone()))?;
+/// assert_eq!(payload, bytes[LENGTH_PREFIX_BYTES..]);
+/// assert_eq!(frame::decode_payload(&payload)?, Frame::Delta(delta));
 /// # Ok::<(), meshlog_sync::FrameError>(())
 /// ```
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
-    let kind = frame.kind();
-    let postcard_error = |error: postcard::Error| FrameError::Encode {
-        kind,
-        detail: error.to_string(),
-    };
     let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
+    encode_into(frame, &mut out)?;
+    let len = out.len() - LENGTH_PREFIX_BYTES;
+    // Cannot truncate: `encode_into` refuses more than FRAME_BYTES_MAX,
+    // which fits a u32.
+    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(out)
+}
+
+/// Encodes a frame's payload alone, without the length prefix: the bytes
+/// [`decode_payload`] takes. Fails as [`encode`] does.
+pub fn encode_payload(frame: &Frame) -> Result<Vec<u8>, FrameError> {
+    let mut out = Vec::new();
+    encode_into(frame, &mut out)?;
+    Ok(out)
+}
+
+/// Appends a frame's payload to `out`, refusing one above the limit.
+///
+/// The vectors and the hello's fields are written by hand in postcard's
+/// layout (varints, a sequence as its count then its elements), which is
+/// what `repr` reads back with postcard.
+fn encode_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
+    let start = out.len();
     match frame {
         Frame::Hello(hello) => {
-            put_varint(&mut out, u64::from(tag::HELLO));
-            let repr = HelloRepr {
-                protocol: hello.protocol,
-                stream: hello.stream.get(),
-                marks: VectorRepr::of(&hello.marks),
-                floor: VectorRepr::of(&hello.floor),
-            };
-            out = postcard::to_extend(&repr, out).map_err(postcard_error)?;
+            put_varint(out, u64::from(tag::HELLO));
+            put_varint(out, u64::from(hello.protocol));
+            put_varint(out, hello.stream.get());
+            put_vector(out, &hello.marks);
+            put_vector(out, &hello.floor);
         }
         Frame::Delta(delta) => {
             if delta.events.len() > DELTA_EVENTS_MAX {
@@ -119,33 +142,72 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
                     max: DELTA_EVENTS_MAX,
                 });
             }
-            put_varint(&mut out, u64::from(tag::DELTA));
-            out =
-                postcard::to_extend(&VectorRepr::of(&delta.floor), out).map_err(postcard_error)?;
-            encode_events(&delta.events, &mut out)?;
+            put_varint(out, u64::from(tag::DELTA));
+            put_vector(out, &delta.floor);
+            encode_events(&delta.events, out)?;
         }
         Frame::Ack { marks } => {
-            put_varint(&mut out, u64::from(tag::ACK));
-            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
+            put_varint(out, u64::from(tag::ACK));
+            put_vector(out, marks);
         }
         Frame::Heartbeat { marks } => {
-            put_varint(&mut out, u64::from(tag::HEARTBEAT));
-            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
+            put_varint(out, u64::from(tag::HEARTBEAT));
+            put_vector(out, marks);
         }
     }
-    let len = out.len() - LENGTH_PREFIX_BYTES;
+    let len = out.len() - start;
     if len > FRAME_BYTES_MAX {
+        out.truncate(start);
         return Err(FrameError::TooLarge {
             len,
             max: FRAME_BYTES_MAX,
         });
     }
-    // Cannot truncate: FRAME_BYTES_MAX fits a u32.
-    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
-    Ok(out)
+    Ok(())
 }
 
-/// Decodes one frame's payload (without its length prefix).
+/// Appends a version vector in postcard's layout of a sequence of
+/// `(u64, u64)` pairs: the count, then each stream and seq.
+fn put_vector(out: &mut Vec<u8>, vector: &VersionVector) {
+    put_varint(out, vector.len() as u64);
+    for (stream, seq) in vector.iter() {
+        put_varint(out, stream.get());
+        put_varint(out, seq);
+    }
+}
+
+/// Decodes one whole frame, length prefix included: the bytes [`encode`]
+/// gives, exactly.
+///
+/// A prefix above [`FRAME_BYTES_MAX`] is [`FrameError::TooLarge`] (checked
+/// first), fewer bytes than the prefix announces [`FrameError::Truncated`],
+/// and bytes after the payload [`FrameError::TrailingBytes`]; the payload
+/// is then decoded as [`decode_payload`] does. A byte stream of frames back
+/// to back is cut with [`split_frame`] (or read with
+/// [`FrameReader`](super::FrameReader)) instead.
+pub fn decode(bytes: &[u8]) -> Result<Frame, FrameError> {
+    match split_frame(bytes)? {
+        Some((payload, used)) => {
+            if used < bytes.len() {
+                return Err(FrameError::TrailingBytes {
+                    kind: "frame",
+                    len: bytes.len() - used,
+                });
+            }
+            decode_payload(payload)
+        }
+        None => Err(FrameError::Truncated {
+            len: bytes.len(),
+            needed: match peek_len(bytes)? {
+                Some(len) => LENGTH_PREFIX_BYTES + len,
+                None => LENGTH_PREFIX_BYTES,
+            },
+        }),
+    }
+}
+
+/// Decodes one frame's payload, without its length prefix: the bytes
+/// [`encode_payload`] gives.
 ///
 /// Total: any bytes give a frame or a typed error. A hello is checked for
 /// its protocol version before the rest of it is read, so a peer of another
@@ -158,7 +220,7 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 ///
 /// A delta's events come out in `(lamport, stream)` order (per stream in
 /// seq order), whatever order the sender's delta held them in.
-pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
+pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
     }
@@ -281,7 +343,7 @@ mod tests {
     fn another_protocol_version_is_named() {
         // Kind 0, version 2 (varint), then garbage the reader never reaches.
         assert_eq!(
-            decode(&[0, 2, 0xff, 0xff]),
+            decode_payload(&[0, 2, 0xff, 0xff]),
             Err(FrameError::ProtocolVersion {
                 theirs: 2,
                 ours: PROTOCOL_VERSION
@@ -292,15 +354,15 @@ mod tests {
     #[test]
     fn unknown_kinds_empty_and_trailing_bytes_are_typed() {
         assert_eq!(
-            decode(&[9]),
+            decode_payload(&[9]),
             Err(FrameError::UnknownKind {
                 tag: 9,
                 ours: PROTOCOL_VERSION
             })
         );
-        assert_eq!(decode(&[]), Err(FrameError::Empty));
+        assert_eq!(decode_payload(&[]), Err(FrameError::Empty));
         assert_eq!(
-            decode(&[3, 0, 0]),
+            decode_payload(&[3, 0, 0]),
             Err(FrameError::TrailingBytes {
                 kind: "heartbeat",
                 len: 1
@@ -312,14 +374,14 @@ mod tests {
     fn a_huge_announced_count_is_refused_by_the_count_alone() {
         // A delta whose events claim 2^32-1 elements in a 7-byte payload.
         assert_eq!(
-            decode(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+            decode_payload(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]),
             Err(FrameError::TooManyEvents {
                 count: 0xffff_ffff,
                 max: DELTA_EVENTS_MAX
             })
         );
         // An ack whose marks claim 2^32-1 entries.
-        let err = decode(&[2, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
+        let err = decode_payload(&[2, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
         assert!(
             matches!(err, FrameError::BadVector { kind: "ack", field: "marks", ref detail } if detail.starts_with("4294967295 streams")),
             "{err}"

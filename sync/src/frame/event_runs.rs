@@ -278,7 +278,7 @@ mod tests {
     use meshlog_replica::Delta;
 
     use super::*;
-    use crate::frame::{decode, encode, Frame, LENGTH_PREFIX_BYTES};
+    use crate::frame::{decode, decode_payload, encode, Frame};
 
     fn tiny_events(count: usize) -> Vec<Event> {
         (1..=count as u64)
@@ -303,7 +303,7 @@ mod tests {
         payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
         payload.extend([1, 1, 1, 0, 0, 0]);
         assert_eq!(
-            decode(&payload),
+            decode_payload(&payload),
             Err(FrameError::TooManyEvents {
                 count: DELTA_EVENTS_MAX + 1,
                 max: DELTA_EVENTS_MAX
@@ -313,7 +313,7 @@ mod tests {
         let mut payload = vec![1, 2, 1, 4, 7, 2];
         payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
         assert!(matches!(
-            decode(&payload),
+            decode_payload(&payload),
             Err(FrameError::TooManyEvents { .. })
         ));
     }
@@ -325,7 +325,7 @@ mod tests {
             events: tiny_events(DELTA_EVENTS_MAX),
         });
         let bytes = encode(&at_limit).unwrap();
-        assert_eq!(decode(&bytes[LENGTH_PREFIX_BYTES..]), Ok(at_limit));
+        assert_eq!(decode(&bytes), Ok(at_limit));
         let above = Frame::Delta(Delta {
             floor: VersionVector::new(),
             events: tiny_events(DELTA_EVENTS_MAX + 1),
@@ -377,7 +377,7 @@ mod tests {
 
     fn round_trip(frame: &Frame) -> Result<Frame, FrameError> {
         let bytes = encode(frame)?;
-        decode(&bytes[LENGTH_PREFIX_BYTES..])
+        decode(&bytes)
     }
 
     /// A delta's seqs are implied and its lamport stamps are gaps, so what
@@ -442,8 +442,8 @@ mod tests {
     fn a_lamport_gap_of_zero_is_the_next_stamp() {
         // Kind 1, no floor, 3 events: stream 5 from seq 1, gaps 0, 0, 4.
         let payload = [1, 0, 3, 5, 1, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0];
-        let Ok(Frame::Delta(delta)) = decode(&payload) else {
-            panic!("{:?}", decode(&payload));
+        let Ok(Frame::Delta(delta)) = decode_payload(&payload) else {
+            panic!("{:?}", decode_payload(&payload));
         };
         let stamps: Vec<(u64, u64)> = delta.events.iter().map(|e| (e.seq, e.lamport)).collect();
         assert_eq!(stamps, [(1, 1), (2, 2), (3, 7)]);
@@ -494,7 +494,7 @@ mod tests {
     /// re-encodes to the very bytes it came from.
     #[test]
     fn delta_varints_are_read_in_their_shortest_form_only() {
-        let malformed = |payload: &[u8], says: &str| match decode(payload) {
+        let malformed = |payload: &[u8], says: &str| match decode_payload(payload) {
             Err(FrameError::Malformed {
                 kind: "delta",
                 detail,
@@ -531,8 +531,8 @@ mod tests {
         let mut payload = vec![1, 0, 1, 1];
         payload.extend([0xff; 9]);
         payload.extend([0x01, 1, 0, 0, 0]);
-        let Ok(Frame::Delta(delta)) = decode(&payload) else {
-            panic!("{:?}", decode(&payload));
+        let Ok(Frame::Delta(delta)) = decode_payload(&payload) else {
+            panic!("{:?}", decode_payload(&payload));
         };
         assert_eq!(
             (delta.events[0].seq, delta.events[0].lamport),

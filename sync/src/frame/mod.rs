@@ -65,7 +65,8 @@
 //! let bytes = frame::encode(&Frame::Ack { marks: marks.clone() })?;
 //! let (payload, used) = frame::split_frame(&bytes)?.expect("one whole frame");
 //! assert_eq!(used, bytes.len());
-//! assert_eq!(frame::decode(payload)?, Frame::Ack { marks });
+//! assert_eq!(frame::decode_payload(payload)?, Frame::Ack { marks: marks.clone() });
+//! assert_eq!(frame::decode(&bytes)?, Frame::Ack { marks });
 //! # Ok::<(), meshlog_sync::FrameError>(())
 //! ```
 
@@ -81,7 +82,7 @@ mod event_runs;
 mod reader;
 mod repr;
 
-pub use envelope::{decode, encode, split_frame};
+pub use envelope::{decode, decode_payload, encode, encode_payload, split_frame};
 pub use error::FrameError;
 pub use reader::FrameReader;
 
@@ -245,7 +246,8 @@ mod tests {
             let bytes = encode(&frame).unwrap();
             let (payload, used) = split_frame(&bytes).unwrap().unwrap();
             assert_eq!(used, bytes.len());
-            assert_eq!(decode(payload).unwrap(), frame);
+            assert_eq!(decode_payload(payload).unwrap(), frame);
+            assert_eq!(decode(&bytes).unwrap(), frame);
         }
     }
 
@@ -318,7 +320,7 @@ mod tests {
             0x01, 0x13, 0x01, 0x63,
         ];
         assert_eq!(bytes, expected);
-        assert_eq!(decode(&bytes[LENGTH_PREFIX_BYTES..]), Ok(interleaved));
+        assert_eq!(decode(&bytes), Ok(interleaved));
     }
 
     /// `docs/PROTOCOL.md` states that a delta of one event takes at most

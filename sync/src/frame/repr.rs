@@ -71,10 +71,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Seq<T> {
 }
 
 impl VectorRepr {
-    pub(super) fn of(vector: &VersionVector) -> Self {
-        VectorRepr(Seq(vector.iter().map(|(s, seq)| (s.get(), seq)).collect()))
-    }
-
     pub(super) fn into_vector(
         self,
         kind: &'static str,
@@ -184,7 +180,7 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
 mod tests {
     // A vector postcard can read is still refused unless it is canonical:
     // streams strictly ascending, no zero seq.
-    use crate::frame::{decode, FrameError};
+    use crate::frame::{decode_payload as decode, FrameError};
 
     #[test]
     fn non_canonical_vectors_are_refused() {

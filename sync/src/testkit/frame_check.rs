@@ -72,7 +72,7 @@ pub fn check_input(data: &[u8]) -> Outcome {
 }
 
 fn check_payload(payload: &[u8], outcome: &mut Outcome) {
-    match frame::decode(payload) {
+    match frame::decode_payload(payload) {
         Ok(decoded) => {
             if let Frame::Delta(delta) = &decoded {
                 assert!(
@@ -95,7 +95,7 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
                 .expect("a re-encoded frame is within the limit")
                 .expect("a re-encoded frame is whole");
             assert_eq!(
-                frame::decode(again).as_ref(),
+                frame::decode_payload(again).as_ref(),
                 Ok(&decoded),
                 "a frame does not survive re-encoding"
             );
