@@ -6,9 +6,13 @@
 //! Links break, frames are lost, duplicated, delayed and reordered, and a
 //! partitioned writer keeps writing. Sessions cope because every delta is
 //! computed from what the peer is believed to hold, applying is idempotent
-//! and order-free (the replica's job), and a periodic heartbeat replaces that
-//! belief with the peer's real marks, so whatever was lost is sent again.
-//! After a link heals, convergence takes one round trip.
+//! and order-free (the replica's job), and delta frames are numbered: each
+//! ack and heartbeat (a *receipt*) says the last delta received and carries
+//! the peer's marks, so whatever was lost, and only that, is sent again,
+//! one round trip after the loss shows. Marks travel as a difference from
+//! marks the peer already holds, so an idle heartbeat is a few bytes
+//! whatever the stream count. After a link heals, convergence takes one
+//! round trip.
 //!
 //! # Layout
 //!

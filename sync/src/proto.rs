@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{ApplyReport, Delta, DeltaError, Event, ReplicaError, Store};
 
-use crate::frame::{self, Frame, Hello, DELTA_EVENTS_MAX};
+use crate::frame::{self, Frame, Hello, MarksDiff, Receipt, DELTA_EVENTS_MAX};
 use crate::session::{SessionConfig, SessionError, SessionState};
 use crate::SharedReplica;
 
@@ -141,8 +141,40 @@ pub struct Protocol {
     /// Parts of a delta too large for one frame, still to hand out, in
     /// order; the view already counts them as sent.
     parts: VecDeque<Delta>,
-    /// A delta was handed back to apply and not yet reported.
-    applying: bool,
+    /// The number of the next delta frame we send (from 1).
+    next_delta_number: u64,
+    /// Delta frames sent and not yet acknowledged, in number order, with
+    /// what each carried: the view counts them as held until the peer's
+    /// receipt says they arrived, or their retransmission timeout passes.
+    in_flight: VecDeque<InFlight>,
+    /// The highest delta number the peer reported receiving.
+    acked: u64,
+    /// The smoothed round trip from sending a delta to its ack (before the
+    /// first ack, from our first hello to the peer's first other frame,
+    /// which is at most a tick longer).
+    rtt: Option<Duration>,
+    /// Whether `rtt` is still the hello's estimate.
+    rtt_from_hello: bool,
+    /// Retransmission timeouts in a row with no ack between: each doubles
+    /// the next timeout (up to 8 times), as TCP's does.
+    rto_backoff: u32,
+    /// The highest delta number received from the peer (what we ack).
+    received: u64,
+    /// The number of a delta handed back to apply and not yet reported.
+    applying: Option<u64>,
+    /// What we know the peer holds for certain: the marks it reported
+    /// (hello and receipts, reconstructed from their differences) joined
+    /// with what it sent us. Rises only.
+    peer_marks: VersionVector,
+    /// The number of the latest of the peer's marks we hold (what we
+    /// report as `seen`).
+    peer_marks_number: u64,
+    /// Our marks as numbered for this peer, oldest first: the latest, and
+    /// those the peer may still report holding (a difference is taken from
+    /// the one it reported last).
+    marks_sent: VecDeque<(u64, VersionVector)>,
+    /// The highest of our marks numbers the peer reported holding.
+    peer_seen: u64,
     started_at: Instant,
     last_frame_at: Instant,
     next_tick: Instant,
@@ -165,7 +197,18 @@ impl Protocol {
             heartbeat_due: false,
             ack_due: false,
             parts: VecDeque::new(),
-            applying: false,
+            next_delta_number: 1,
+            in_flight: VecDeque::new(),
+            acked: 0,
+            rtt: None,
+            rtt_from_hello: false,
+            rto_backoff: 0,
+            received: 0,
+            applying: None,
+            peer_marks: VersionVector::new(),
+            peer_marks_number: 0,
+            marks_sent: VecDeque::new(),
+            peer_seen: 0,
             started_at: now,
             last_frame_at: now,
             next_tick: now + interval,
@@ -209,7 +252,7 @@ impl Protocol {
     /// Whether the core has nothing to send right now and no delta out to
     /// apply: what [`sync_once`] runs to.
     pub fn is_quiescent<L: LocalReplica>(&self, local: &L) -> bool {
-        !self.applying
+        self.applying.is_none()
             && !self.hello_due
             && self.parts.is_empty()
             && (self.peer.is_none()
@@ -237,7 +280,81 @@ impl Protocol {
         }
         self.hello_due |= !self.peer_has_our_hello;
         self.heartbeat_due |= self.peer.is_some();
+        // A delta unacknowledged past its timeout is lost (the tail of a
+        // burst: no later delta's ack shows the hole): count it as missing
+        // again, so what the peer lacks of it is sent again.
+        let rto = self.retransmit_timeout();
+        let before = self.in_flight.len();
+        self.in_flight
+            .retain(|sent| now.saturating_duration_since(sent.sent_at) < rto);
+        if self.in_flight.len() != before {
+            self.rto_backoff = (self.rto_backoff + 1).min(RTO_BACKOFF_MAX);
+            tracing::debug!(
+                lost = before - self.in_flight.len(),
+                ?rto,
+                "delta frames unacknowledged past the retransmission timeout"
+            );
+            self.recompute_view();
+        }
         Ok(())
+    }
+
+    /// How long a delta may go unacknowledged before it counts as lost: a
+    /// heartbeat interval (the peer's receipt comes at least that often)
+    /// plus two smoothed round trips (two ticks before any estimate),
+    /// doubled for each timeout in a row.
+    fn retransmit_timeout(&self) -> Duration {
+        let interval = tick_interval(&self.config);
+        let rto = interval + 2 * self.rtt.unwrap_or(2 * interval);
+        rto * (1 << self.rto_backoff)
+    }
+
+    /// The view from what is certain: the peer's marks, joined with every
+    /// delta still in flight (not what was lost). Parts of a delta not yet
+    /// handed out were counted in the old view: they are rebuilt.
+    fn recompute_view(&mut self) {
+        self.view = self.peer_marks.clone();
+        for sent in &self.in_flight {
+            self.view.join(&sent.advance);
+        }
+        self.parts.clear();
+    }
+
+    /// Our receipt for the peer: the last delta received, the peer's marks
+    /// held, and our marks as a difference from those the peer reported
+    /// holding (numbered anew if they changed since last sent).
+    fn receipt<L: LocalReplica>(&mut self, local: &L) -> Receipt {
+        let marks = local.marks();
+        let number = match self.marks_sent.back() {
+            Some((number, sent)) if *sent == marks => *number,
+            latest => {
+                let number = latest.map_or(1, |(number, _)| number + 1);
+                self.marks_sent.push_back((number, marks.clone()));
+                if self.marks_sent.len() > MARKS_HISTORY_MAX {
+                    self.marks_sent.pop_front();
+                }
+                number
+            }
+        };
+        let base = self
+            .marks_sent
+            .iter()
+            .find(|(n, _)| *n == self.peer_seen)
+            .filter(|_| self.peer_seen > 0);
+        let (base, changes) = match base {
+            Some((base, base_marks)) => (*base, difference(&marks, base_marks)),
+            // Nothing the peer holds to differ from: the whole vector.
+            None => (0, marks),
+        };
+        Receipt {
+            received: self.received,
+            seen: self.peer_marks_number,
+            marks: MarksDiff {
+                number,
+                base,
+                changes,
+            },
+        }
     }
 
     /// The next frame to send, encoded with its length prefix, or `None`
@@ -253,25 +370,30 @@ impl Protocol {
         now: Instant,
         local: &L,
     ) -> Result<Option<Vec<u8>>, SessionError> {
-        let _ = now;
-        let Some(frame) = self.next_frame(local) else {
+        let Some(frame) = self.next_frame(now, local) else {
             return Ok(None);
         };
         let bytes = frame::encode(&frame).map_err(SessionError::Send)?;
         tracing::trace!(kind = frame.kind(), len = bytes.len(), "frame queued");
         self.state.frames_sent += 1;
         self.state.bytes_sent += bytes.len() as u64;
-        if let Frame::Delta(delta) = &frame {
+        if let Frame::Delta { delta, .. } = &frame {
             self.state.events_sent += delta.events.len() as u64;
         }
         self.state_changed = true;
         Ok(Some(bytes))
     }
 
-    fn next_frame<L: LocalReplica>(&mut self, local: &L) -> Option<Frame> {
+    fn next_frame<L: LocalReplica>(&mut self, now: Instant, local: &L) -> Option<Frame> {
         if self.hello_due {
             self.hello_due = false;
             let (marks, floor) = local.marks_and_floor();
+            // The first hello's marks are our marks number 1: any hello the
+            // peer holds carries them or later ones, so a difference from
+            // them is sound whichever hello arrived.
+            if self.marks_sent.is_empty() {
+                self.marks_sent.push_back((1, marks.clone()));
+            }
             return Some(Frame::Hello(Hello {
                 protocol: frame::PROTOCOL_VERSION,
                 stream: self.local,
@@ -280,34 +402,47 @@ impl Protocol {
             }));
         }
         self.peer?;
-        if let Some(part) = self.parts.pop_front() {
-            return Some(Frame::Delta(part));
-        }
         if self.heartbeat_due {
+            // A heartbeat is a receipt too: it stands for a due ack.
             self.heartbeat_due = false;
             self.ack_due = false;
-            return Some(Frame::Heartbeat {
-                marks: local.marks(),
-            });
+            return Some(Frame::Heartbeat(self.receipt(local)));
         }
         if self.ack_due {
             self.ack_due = false;
-            return Some(Frame::Ack {
-                marks: local.marks(),
-            });
+            return Some(Frame::Ack(self.receipt(local)));
         }
-        let marks = local.marks();
-        if self.view.dominates(&marks) {
-            return None;
+        if self.parts.is_empty() {
+            if self.in_flight.len() >= IN_FLIGHT_MAX {
+                // Wait for receipts (or the retransmission timeout).
+                return None;
+            }
+            let marks = local.marks();
+            if self.view.dominates(&marks) {
+                return None;
+            }
+            let delta = local.delta_for(&self.view, self.config.delta_budget());
+            if delta.events.is_empty() && delta.floor.is_empty() {
+                // The marks ran ahead of a compaction; nothing to send.
+                return None;
+            }
+            advance_by(&mut self.view, &delta);
+            self.parts.extend(split_delta(delta));
         }
-        let delta = local.delta_for(&self.view, self.config.delta_budget());
-        if delta.events.is_empty() && delta.floor.is_empty() {
-            // The marks ran ahead of a compaction; nothing to send.
-            return None;
-        }
-        advance_by(&mut self.view, &delta);
-        self.parts.extend(split_delta(delta));
-        self.parts.pop_front().map(Frame::Delta)
+        let part = self.parts.pop_front()?;
+        let number = self.next_delta_number;
+        self.next_delta_number += 1;
+        let mut advance = VersionVector::new();
+        advance_by(&mut advance, &part);
+        self.in_flight.push_back(InFlight {
+            number,
+            sent_at: now,
+            advance,
+        });
+        Some(Frame::Delta {
+            number,
+            delta: part,
+        })
     }
 
     /// Takes in one received payload (a frame without its length prefix),
@@ -346,12 +481,12 @@ impl Protocol {
 
     fn on_frame<L: LocalReplica>(
         &mut self,
-        _now: Instant,
+        now: Instant,
         frame: Frame,
         local: &L,
     ) -> Result<Received, SessionError> {
         debug_assert!(
-            !self.applying,
+            self.applying.is_none(),
             "a frame handed in before the delta was reported"
         );
         if let Frame::Hello(hello) = frame {
@@ -359,36 +494,128 @@ impl Protocol {
             return Ok(Received::Nothing);
         }
         // Only a peer that has our hello sends anything else.
-        self.peer_has_our_hello = true;
+        if !self.peer_has_our_hello {
+            self.peer_has_our_hello = true;
+            if self.rtt.is_none() {
+                // Our first hello went out when we started: a first
+                // estimate of the round trip, until an ack measures it.
+                self.rtt = Some(now.saturating_duration_since(self.started_at));
+                self.rtt_from_hello = true;
+            }
+        }
         if self.peer.is_none() {
             // Its hello was lost on the way; it re-sends it every tick.
             tracing::debug!(kind = frame.kind(), "frame before the peer's hello ignored");
             return Ok(Received::Nothing);
         }
         match frame {
-            Frame::Delta(delta) => {
+            Frame::Delta { number, delta } => {
+                if number > self.received + 1 {
+                    // A hole: the deltas between were lost (or are late).
+                    // The ack that follows shows it to the sender at once.
+                    tracing::debug!(
+                        number,
+                        received = self.received,
+                        "delta frames missing before this one"
+                    );
+                }
                 // The peer holds what it sent (each stream is a prefix):
                 // never echo it back. Advanced before the apply: if the
                 // apply fails, the session ends and the view with it.
-                advance_by(&mut self.view, &delta);
-                self.applying = true;
+                let mut advance = VersionVector::new();
+                advance_by(&mut advance, &delta);
+                self.view.join(&advance);
+                self.peer_marks.join(&advance);
+                self.applying = Some(number);
                 return Ok(Received::Apply(delta));
             }
-            Frame::Ack { marks } => {
-                self.view.join(&marks);
-                self.state.peer_marks.join(&marks);
-            }
-            Frame::Heartbeat { marks } => {
-                // The truth about the peer: whatever we optimistically
-                // counted as sent and it does not hold is sent again.
-                self.state.peer_marks.join(&marks);
-                self.view = marks;
-                // Parts not yet handed out were counted in the old view.
-                self.parts.clear();
-            }
+            Frame::Ack(receipt) | Frame::Heartbeat(receipt) => self.on_receipt(now, receipt)?,
             Frame::Hello(_) => unreachable!("handled above"),
         }
         Ok(Received::Nothing)
+    }
+
+    /// A receipt: learn the peer's marks, which of ours it holds, and which
+    /// of our deltas arrived; then count as held only what it holds and
+    /// what is still in flight, so what was lost is sent again (and what
+    /// is in flight is not).
+    fn on_receipt(&mut self, now: Instant, receipt: Receipt) -> Result<(), SessionError> {
+        let Receipt {
+            received,
+            seen,
+            marks,
+        } = receipt;
+        if marks.base > self.peer_marks_number {
+            return Err(SessionError::Protocol {
+                detail: format!(
+                    "marks {} sent as a difference from marks {} this side never reported \
+                     holding (it holds marks {})",
+                    marks.number, marks.base, self.peer_marks_number
+                ),
+            });
+        }
+        let latest_ours = self.marks_sent.back().map_or(0, |(number, _)| *number);
+        if seen > latest_ours {
+            return Err(SessionError::Protocol {
+                detail: format!("peer holds our marks {seen}; we sent up to {latest_ours}"),
+            });
+        }
+        if received >= self.next_delta_number {
+            return Err(SessionError::Protocol {
+                detail: format!(
+                    "peer received delta {received}; we sent up to {}",
+                    self.next_delta_number - 1
+                ),
+            });
+        }
+        // Whatever we hold of the peer's marks from `base` on, joined with
+        // the changes, is its marks `number`: marks only rise.
+        self.peer_marks.join(&marks.changes);
+        self.peer_marks_number = self.peer_marks_number.max(marks.number);
+        self.state.peer_marks.join(&marks.changes);
+        if seen > self.peer_seen {
+            self.peer_seen = seen;
+            // Older marks are never a base again.
+            while self
+                .marks_sent
+                .front()
+                .is_some_and(|(number, _)| *number < seen)
+            {
+                self.marks_sent.pop_front();
+            }
+        }
+        if received < self.acked {
+            // A receipt overtaken by a later one: what it says of the
+            // peer's marks is old, of our deltas older still.
+            self.view.join(&self.peer_marks);
+            return Ok(());
+        }
+        self.acked = received;
+        while let Some(sent) = self.in_flight.front() {
+            if sent.number > received {
+                break;
+            }
+            if sent.number == received {
+                let sample = now.saturating_duration_since(sent.sent_at);
+                self.rtt = Some(match self.rtt {
+                    Some(rtt) if !self.rtt_from_hello => (rtt * 7 + sample) / 8,
+                    _ => sample,
+                });
+                self.rtt_from_hello = false;
+                self.rto_backoff = 0;
+            }
+            self.in_flight.pop_front();
+        }
+        // A delta sent two round trips before this receipt arrived should
+        // have reached the peer before it sent the receipt: one the receipt
+        // does not cover was lost (the tail of a burst, or everything sent
+        // into a cut link), and is sent again now rather than at its
+        // retransmission timeout.
+        let lost_after = 2 * self.rtt.unwrap_or(2 * tick_interval(&self.config));
+        self.in_flight
+            .retain(|sent| now.saturating_duration_since(sent.sent_at) <= lost_after);
+        self.recompute_view();
+        Ok(())
     }
 
     fn on_hello<L: LocalReplica>(&mut self, hello: Hello, local: &L) -> Result<(), SessionError> {
@@ -431,8 +658,10 @@ impl Protocol {
         self.state.peer = Some(hello.stream);
         self.state.peer_marks.join(&hello.marks);
         self.state.peer_floor.join(&hello.floor);
-        self.view = hello.marks;
-        self.parts.clear();
+        // The peer's hello marks are its marks number 1.
+        self.peer_marks.join(&hello.marks);
+        self.peer_marks_number = self.peer_marks_number.max(1);
+        self.recompute_view();
         Ok(())
     }
 
@@ -446,7 +675,7 @@ impl Protocol {
         now: Instant,
         applied: Result<ApplyReport, ReplicaError>,
     ) -> Result<(), SessionError> {
-        self.applying = false;
+        let number = self.applying.take();
         let peer = self.peer.unwrap_or(self.local);
         let report = applied.map_err(|source| match source {
             ReplicaError::Delta(source) => {
@@ -469,7 +698,11 @@ impl Protocol {
         })?;
         // Time spent committing what the peer sent is not its silence.
         self.last_frame_at = now;
-        if report.applied > 0 || report.floors_raised > 0 {
+        // Acked whether or not it changed our log: the ack is how the
+        // peer learns the delta arrived (and, by what our marks lack, what
+        // was lost before it).
+        if let Some(number) = number {
+            self.received = self.received.max(number);
             self.ack_due = true;
         }
         self.state.events_applied += report.applied;
@@ -477,6 +710,37 @@ impl Protocol {
         self.state_changed = true;
         Ok(())
     }
+}
+
+/// The most delta frames in flight (sent, not acknowledged) at once: past
+/// it, no new delta is built until a receipt (or the retransmission
+/// timeout) retires some.
+const IN_FLIGHT_MAX: usize = 256;
+
+/// The most numbered marks kept for differences: the latest and those the
+/// peer may still report holding. Past it the oldest goes, and a peer
+/// reporting it gets the whole vector once.
+const MARKS_HISTORY_MAX: usize = 32;
+
+/// The most doublings of the retransmission timeout.
+const RTO_BACKOFF_MAX: u32 = 3;
+
+/// A delta frame sent and not yet acknowledged.
+#[derive(Debug)]
+struct InFlight {
+    number: u64,
+    sent_at: Instant,
+    /// Per stream, the last seq (or floor) it carried.
+    advance: VersionVector,
+}
+
+/// Every stream of `marks` whose seq is above its seq in `base`, with its
+/// seq in `marks`.
+fn difference(marks: &VersionVector, base: &VersionVector) -> VersionVector {
+    marks
+        .iter()
+        .filter(|&(stream, seq)| seq > base.get(stream))
+        .collect()
 }
 
 /// The tick: the heartbeat interval, at least 1 ms.

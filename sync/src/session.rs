@@ -182,6 +182,14 @@ pub enum SessionError {
         /// Bytes waiting to be written.
         queued_bytes: usize,
     },
+    /// The peer broke the session's rules in a frame that decoded: it
+    /// acknowledged a delta or marks this side never sent, or sent marks as
+    /// a difference from marks this side never reported holding.
+    #[error("peer broke the sync protocol: {detail}")]
+    Protocol {
+        /// What it did.
+        detail: String,
+    },
     /// A frame of ours could not be encoded (an event too large for a frame:
     /// the replica's `payload_bytes_max` is set above what a frame carries).
     #[error("cannot send a frame: {0}")]
@@ -200,21 +208,28 @@ impl From<io::Error> for SessionError {
 /// Anti-entropy with one peer over one byte stream (a TCP connection, an
 /// in-memory duplex, a fault proxy's end).
 ///
-/// The protocol, from each side (see `docs/PROTOCOL.md`):
+/// The protocol's rules are those of the sans-I/O core,
+/// [`Protocol`](crate::proto::Protocol) (see `docs/PROTOCOL.md`); the
+/// session drives it over the stream. From each side:
 ///
 /// 1. Send a hello with our stream, protocol version, marks and floor, and
 ///    re-send it every tick until the peer sends anything else (which shows
 ///    it has our hello). Frames other than a hello that arrive before the
-///    peer's hello are ignored; the peer re-sends its hello.
-/// 2. Keep a *view* of the peer's marks: set from its hello, joined with its
-///    acks and with the events it sends us, **replaced** by every heartbeat.
+///    peer's hello are ignored; the peer re-sends its hello. A peer of
+///    another protocol version is refused, after our hello reaches it.
+/// 2. Keep a *view* of the peer's marks: what it certainly holds (its
+///    marks, learned from its hello and receipts, and what it sent us)
+///    joined with the numbered delta frames still in flight to it.
 /// 3. While the view does not cover our marks and less than
-///    `queue_bytes_max` is queued, send `delta_for(view, budget)` (in frames
-///    of at most [`DELTA_EVENTS_MAX`] events) and advance the view by what it
-///    carries (optimistically: if that frame is lost, the peer's next
-///    heartbeat lowers the view again and it is re-sent).
-/// 4. After applying a delta that changed our log, ack our marks.
-/// 5. Every tick, send a heartbeat with our marks; time out a silent peer.
+///    `queue_bytes_max` is queued, send `delta_for(view, budget)` in
+///    numbered frames (of at most [`DELTA_EVENTS_MAX`] events each).
+/// 4. After receiving deltas, ack: the last delta number received and our
+///    marks, as a difference from marks the peer holds. A receipt retires
+///    the deltas it covers; what they carried and the peer's marks lack was
+///    lost, and is sent again at once.
+/// 5. Every tick, send a heartbeat (a receipt, a few bytes when idle); time
+///    out a silent peer; count deltas unacknowledged past their
+///    retransmission timeout as lost.
 ///
 /// Acks and heartbeats wait, like deltas, while `queue_bytes_max` is queued.
 ///
@@ -304,6 +319,19 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         };
         let result = driver.run(stop).await;
         driver.publish();
+        if let Err(SessionError::Frame(FrameError::ProtocolVersion { theirs, ours })) = &result {
+            // Our hello says which version we speak: make sure it reaches
+            // a peer of another version before we close, so it can say why
+            // too (a v1 peer logs that we speak version 2).
+            tracing::warn!(
+                %local,
+                theirs,
+                ours,
+                "refusing a peer that speaks sync protocol version {theirs}: this side speaks \
+                 version {ours}; upgrade the older side"
+            );
+            driver.flush_out().await;
+        }
         let peer = driver.protocol.peer().map(|p| p.to_string());
         let peer = peer.as_deref().unwrap_or("unknown");
         match &result {
@@ -415,6 +443,18 @@ where
                 Turn::MarksChanged => {}
             }
         }
+    }
+
+    /// Writes what is queued and flushes, for at most the write timeout
+    /// (one second at most): the last words of a session that is closing.
+    async fn flush_out(&mut self) {
+        let within = self.config.write_timeout.min(Duration::from_secs(1));
+        let out = std::mem::take(&mut self.out);
+        let _ = tokio::time::timeout(within, async {
+            self.write.write_all(&out).await?;
+            self.write.flush().await
+        })
+        .await;
     }
 
     /// Flushes the stream, within the write timeout: a transport whose

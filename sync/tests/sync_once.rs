@@ -110,7 +110,8 @@ fn a_hostile_delta_is_refused_by_the_core_with_the_replicas_reason() {
             payload: Bytes::from_static(b"forged"),
         }],
     };
-    let Received::Apply(delta) = core.handle_frame(now, Frame::Delta(forged), &a).unwrap() else {
+    let Received::Apply(delta) = core.handle_frame(now, Frame::delta(1, forged), &a).unwrap()
+    else {
         panic!("a delta is handed back to apply");
     };
     let applied = a.apply(delta);

@@ -74,7 +74,7 @@ pub fn check_input(data: &[u8]) -> Outcome {
 fn check_payload(payload: &[u8], outcome: &mut Outcome) {
     match frame::decode_payload(payload) {
         Ok(decoded) => {
-            if let Frame::Delta(delta) = &decoded {
+            if let Frame::Delta { delta, .. } = &decoded {
                 assert!(
                     delta.events.len() <= DELTA_EVENTS_MAX,
                     "decoded a delta of {} events",
