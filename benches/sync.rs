@@ -67,6 +67,7 @@
 //! also print the link-kept verdict in brackets (its apply work is the same
 //! frames, so its time only shows the timing's noise).
 
+use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
@@ -77,7 +78,8 @@ use automerge::{ActorId, AutoCommit, ChangeHash, ObjType, ReadDoc, ScalarValue, 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Replica};
-use meshlog_sync::frame::{self, Frame, LENGTH_PREFIX_BYTES};
+use meshlog_sync::frame::{self, Frame, MarksDiff, Receipt, LENGTH_PREFIX_BYTES};
+use meshlog_sync::proto::{Protocol, Received};
 use meshlog_sync::testkit::{Direction, FaultLink, Faults, SplitMix64};
 use meshlog_sync::{FrameReader, Session, SessionConfig, SharedReplica};
 use tokio::io::{AsyncWriteExt, DuplexStream};
@@ -354,9 +356,7 @@ fn paused_runtime() -> tokio::runtime::Runtime {
 }
 
 fn kind_of(raw: &Bytes) -> &'static str {
-    frame::decode(&raw[LENGTH_PREFIX_BYTES..])
-        .map(|f| f.kind())
-        .unwrap_or("garbage")
+    frame::decode(raw).map(|f| f.kind()).unwrap_or("garbage")
 }
 
 /// What the frames of a window were, per direction and kind, and how B's
@@ -384,7 +384,7 @@ fn frame_detail(frames: &[&Sent], payload: usize) -> String {
     let mut events = 0usize;
     let mut delta_bytes = 0usize;
     for sent in frames.iter().filter(|s| s.dir == Dir::BtoA) {
-        if let Ok(Frame::Delta(delta)) = frame::decode(&sent.raw[LENGTH_PREFIX_BYTES..]) {
+        if let Ok(Frame::Delta { delta, .. }) = frame::decode(&sent.raw) {
             events += delta.events.len();
             delta_bytes += sent.raw.len();
         }
@@ -416,8 +416,8 @@ fn meshlog_apply_round(
         a.apply(&history).expect("history");
         let start = StdInstant::now();
         for raw in &deltas {
-            match frame::decode(&raw[LENGTH_PREFIX_BYTES..]) {
-                Ok(Frame::Delta(delta)) => {
+            match frame::decode(raw) {
+                Ok(Frame::Delta { delta, .. }) => {
                     black_box(a.apply(&delta).expect("B's delta applies"));
                 }
                 _ => unreachable!("only delta frames are replayed"),
@@ -434,7 +434,7 @@ fn meshlog_decode_time(deltas: &[Bytes]) -> Duration {
     best_of(|| {
         let start = StdInstant::now();
         for raw in deltas {
-            black_box(frame::decode(&raw[LENGTH_PREFIX_BYTES..]).expect("decodes"));
+            black_box(frame::decode(raw).expect("decodes"));
         }
         start.elapsed()
     })
@@ -858,8 +858,103 @@ fn vector_bytes(scn: &Scenario) -> usize {
             (StreamId::new(id), held)
         })
         .collect();
-    let ack = frame::encode(&Frame::Ack { marks }).expect("encodes");
-    ack.len() - LENGTH_PREFIX_BYTES - 1
+    // A receipt with the whole vector (from the empty marks, number 0):
+    // kind, received, seen, number and back take one byte each here.
+    let ack = frame::encode(&Frame::Ack(Receipt {
+        received: 0,
+        seen: 0,
+        marks: MarksDiff {
+            number: 1,
+            base: 0,
+            changes: marks,
+        },
+    }))
+    .expect("encodes");
+    ack.len() - LENGTH_PREFIX_BYTES - 5
+}
+
+// ---------------------------------------------------------------------------
+// Idle heartbeats: two converged replicas, a minute of ticks.
+// ---------------------------------------------------------------------------
+
+/// Stream counts of the idle heartbeat rows.
+const IDLE_STREAMS: [u64; 3] = [10, 1_000, 10_000];
+
+/// Bytes one side sends in a minute of idle heartbeats (default 1 s tick)
+/// between two converged replicas holding `streams` streams each: the
+/// sans-I/O core on a simulated clock, every frame delivered 20 ms later.
+fn idle_heartbeat_bytes_per_minute(streams: u64) -> u64 {
+    let with_streams = |id: u64| {
+        let replica = SharedReplica::in_memory(StreamId::new(id));
+        let events: Vec<meshlog_replica::Event> = (0..streams)
+            .map(|i| meshlog_replica::Event {
+                stream: StreamId::new(1_000 + i),
+                seq: 1,
+                lamport: 1,
+                time_ms: TIME_BASE_MS,
+                payload: Bytes::from_static(b"x"),
+            })
+            .collect();
+        for chunk in events.chunks(4_096) {
+            replica
+                .apply(Delta {
+                    floor: VersionVector::new(),
+                    events: chunk.to_vec(),
+                })
+                .expect("applies");
+        }
+        replica
+    };
+    let replicas = [with_streams(1), with_streams(2)];
+    let start = StdInstant::now();
+    let config = SessionConfig {
+        read_timeout: Duration::from_secs(3_600),
+        ..SessionConfig::default()
+    };
+    let mut cores = [
+        Protocol::new(replicas[0].stream(), config.clone(), start),
+        Protocol::new(replicas[1].stream(), config, start),
+    ];
+    let mut in_transit: [VecDeque<(StdInstant, Vec<u8>)>; 2] = Default::default();
+    let delay = Duration::from_millis(20);
+    let step = Duration::from_millis(100);
+    let mut run_until = |cores: &mut [Protocol; 2], from: StdInstant, to: StdInstant| {
+        let mut now = from;
+        while now <= to {
+            for side in 0..2 {
+                if cores[side].poll_timeout() <= now {
+                    cores[side].handle_timeout(now).expect("no timeout");
+                }
+                while let Some(bytes) = cores[side]
+                    .poll_transmit(now, &replicas[side])
+                    .expect("encodes")
+                {
+                    in_transit[side].push_back((now + delay, bytes));
+                }
+            }
+            for (side, queue) in in_transit.iter_mut().enumerate() {
+                let other = 1 - side;
+                while queue.front().is_some_and(|(at, _)| *at <= now) {
+                    let (_, bytes) = queue.pop_front().expect("a frame");
+                    let payload = &bytes[LENGTH_PREFIX_BYTES..];
+                    if let Received::Apply(delta) = cores[other]
+                        .handle_payload(now, payload, &replicas[other])
+                        .expect("valid")
+                    {
+                        let applied = replicas[other].apply(delta);
+                        cores[other].handle_applied(now, applied).expect("applies");
+                    }
+                }
+            }
+            now += step;
+        }
+        now
+    };
+    let settled = run_until(&mut cores, start, start + Duration::from_secs(5));
+    assert_eq!(replicas[0].digest(), replicas[1].digest(), "converged");
+    let before = cores[0].state().bytes_sent;
+    run_until(&mut cores, settled, settled + Duration::from_secs(60));
+    cores[0].state().bytes_sent - before
 }
 
 fn thousands(n: usize) -> String {
@@ -1039,6 +1134,28 @@ fn main() {
             ),
         );
     }
+    println!();
+    println!("idle heartbeat, two converged replicas, 1 s tick (goal: flat, under 1 KB/min):");
+    let idle: Vec<(u64, u64)> = IDLE_STREAMS
+        .iter()
+        .map(|&streams| (streams, idle_heartbeat_bytes_per_minute(streams)))
+        .collect();
+    for &(streams, bytes) in &idle {
+        println!(
+            "  {:>6} streams: {bytes} B/min each way",
+            thousands(streams as usize)
+        );
+    }
+    let flat = idle.iter().all(|&(_, bytes)| bytes == idle[0].1);
+    let under = idle.iter().all(|&(_, bytes)| bytes < 1_024);
+    total += 1;
+    passed += usize::from(flat && under);
+    println!(
+        "  {} idle     flat ({}) and under 1 KB/min ({})",
+        verdict(flat && under),
+        flat,
+        under
+    );
     println!();
     println!(
         "{passed} of {total} goals PASS; ran in {:.1} s",

@@ -579,7 +579,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
     for (what, delta) in &hostile {
         let mut peer = RawPeer::connect(a.addr, PEER, PEER).await.unwrap();
         peer.hello(66).await;
-        peer.send(&Frame::Delta(delta.clone())).await;
+        peer.send(&Frame::delta(1, delta.clone())).await;
         assert!(
             peer.closed_within(DEADLINE).await,
             "{what}: the link stayed open"

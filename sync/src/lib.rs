@@ -6,9 +6,13 @@
 //! Links break, frames are lost, duplicated, delayed and reordered, and a
 //! partitioned writer keeps writing. Sessions cope because every delta is
 //! computed from what the peer is believed to hold, applying is idempotent
-//! and order-free (the replica's job), and a periodic heartbeat replaces that
-//! belief with the peer's real marks, so whatever was lost is sent again.
-//! After a link heals, convergence takes one round trip.
+//! and order-free (the replica's job), and delta frames are numbered: each
+//! ack and heartbeat (a *receipt*) says the last delta received and carries
+//! the peer's marks, so whatever was lost, and only that, is sent again,
+//! one round trip after the loss shows. Marks travel as a difference from
+//! marks the peer already holds, so an idle heartbeat is a few bytes
+//! whatever the stream count. After a link heals, convergence takes one
+//! round trip.
 //!
 //! # Layout
 //!
@@ -24,7 +28,14 @@
 //!   commit never stalls the runtime), and turn its change notification
 //!   into a `tokio::sync::watch` ([`ChangeWatch`]) that wakes them on new
 //!   events.
-//! - `session`: [`Session`], the protocol with one peer over one stream,
+//! - [`proto`]: the sans-I/O protocol core, [`proto::Protocol`]: one
+//!   peer's side of the protocol as a state machine fed received frames and
+//!   the time, handing back frames to send and when to wake next (every rule
+//!   of a session: hello, view, delta sizing and splitting, acks,
+//!   heartbeats, refusals, read timeouts); and [`sync_once`], one exchange
+//!   between two replicas in memory, to quiescence.
+//! - `session`: [`Session`], the tokio driver of a [`proto::Protocol`] over
+//!   one byte stream (timers, output buffer, write timeout, commits),
 //!   [`SessionConfig`], [`SessionState`], [`SessionError`].
 //! - `backoff`: [`Backoff`], the jittered exponential redial policy of a
 //!   link, used by the manager and by drivers of sessions elsewhere (the
@@ -86,6 +97,7 @@
 mod backoff;
 pub mod frame;
 mod manager;
+pub mod proto;
 mod rng;
 mod session;
 #[cfg(feature = "testkit")]
@@ -98,5 +110,6 @@ pub use frame::{
 };
 pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
 pub use meshlog_replica::{Commits, SharedReplica};
+pub use proto::{sync_once, SyncReport};
 pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
 pub use watch::ChangeWatch;

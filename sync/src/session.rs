@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, DeltaError, Event, MemStore, ReplicaError, Store};
+use meshlog_replica::{DeltaError, MemStore, ReplicaError, Store};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
-use crate::frame::{
-    self, Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX,
-};
+use crate::frame::{FrameError, FrameReader, FRAME_BYTES_MAX};
+// Named by the docs only.
+#[cfg(doc)]
+use crate::frame::DELTA_EVENTS_MAX;
+use crate::proto::{Protocol, Received};
 use crate::{ChangeWatch, SharedReplica};
 
 /// A session's timing and limits.
@@ -70,7 +72,7 @@ impl SessionConfig {
     /// The largest delta budget that keeps every frame below the limit:
     /// room is left for a floor vector of the most streams a vector holds
     /// and for one event of the largest payload a replica accepts.
-    fn delta_budget(&self) -> usize {
+    pub(crate) fn delta_budget(&self) -> usize {
         self.delta_bytes_max.clamp(1, FRAME_BYTES_MAX / 2)
     }
 }
@@ -180,6 +182,14 @@ pub enum SessionError {
         /// Bytes waiting to be written.
         queued_bytes: usize,
     },
+    /// The peer broke the session's rules in a frame that decoded: it
+    /// acknowledged a delta or marks this side never sent, or sent marks as
+    /// a difference from marks this side never reported holding.
+    #[error("peer broke the sync protocol: {detail}")]
+    Protocol {
+        /// What it did.
+        detail: String,
+    },
     /// A frame of ours could not be encoded (an event too large for a frame:
     /// the replica's `payload_bytes_max` is set above what a frame carries).
     #[error("cannot send a frame: {0}")]
@@ -198,21 +208,28 @@ impl From<io::Error> for SessionError {
 /// Anti-entropy with one peer over one byte stream (a TCP connection, an
 /// in-memory duplex, a fault proxy's end).
 ///
-/// The protocol, from each side (see `docs/PROTOCOL.md`):
+/// The protocol's rules are those of the sans-I/O core,
+/// [`Protocol`](crate::proto::Protocol) (see `docs/PROTOCOL.md`); the
+/// session drives it over the stream. From each side:
 ///
 /// 1. Send a hello with our stream, protocol version, marks and floor, and
 ///    re-send it every tick until the peer sends anything else (which shows
 ///    it has our hello). Frames other than a hello that arrive before the
-///    peer's hello are ignored; the peer re-sends its hello.
-/// 2. Keep a *view* of the peer's marks: set from its hello, joined with its
-///    acks and with the events it sends us, **replaced** by every heartbeat.
+///    peer's hello are ignored; the peer re-sends its hello. A peer of
+///    another protocol version is refused, after our hello reaches it.
+/// 2. Keep a *view* of the peer's marks: what it certainly holds (its
+///    marks, learned from its hello and receipts, and what it sent us)
+///    joined with the numbered delta frames still in flight to it.
 /// 3. While the view does not cover our marks and less than
-///    `queue_bytes_max` is queued, send `delta_for(view, budget)` (in frames
-///    of at most [`DELTA_EVENTS_MAX`] events) and advance the view by what it
-///    carries (optimistically: if that frame is lost, the peer's next
-///    heartbeat lowers the view again and it is re-sent).
-/// 4. After applying a delta that changed our log, ack our marks.
-/// 5. Every tick, send a heartbeat with our marks; time out a silent peer.
+///    `queue_bytes_max` is queued, send `delta_for(view, budget)` in
+///    numbered frames (of at most [`DELTA_EVENTS_MAX`] events each).
+/// 4. After receiving deltas, ack: the last delta number received and our
+///    marks, as a difference from marks the peer holds. A receipt retires
+///    the deltas it covers; what they carried and the peer's marks lack was
+///    lost, and is sent again at once.
+/// 5. Every tick, send a heartbeat (a receipt, a few bytes when idle); time
+///    out a silent peer; count deltas unacknowledged past their
+///    retransmission timeout as lost.
 ///
 /// Acks and heartbeats wait, like deltas, while `queue_bytes_max` is queued.
 ///
@@ -287,7 +304,9 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         let (read, write) = tokio::io::split(io);
         let local = self.shared.stream();
         let marks = ChangeWatch::new(&self.shared);
+        let now = Instant::now();
         let mut driver = Driver {
+            protocol: Protocol::new(local, self.config.clone(), now.into_std()),
             marks,
             shared: self.shared,
             config: self.config,
@@ -296,18 +315,24 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
             read,
             write,
             out: BytesMut::new(),
-            peer: None,
-            view: VersionVector::new(),
-            peer_has_our_hello: false,
-            hello_due: true,
-            heartbeat_due: false,
-            ack_due: false,
-            started_at: Instant::now(),
-            last_frame_at: Instant::now(),
-            write_progress_at: Instant::now(),
+            write_progress_at: now,
         };
         let result = driver.run(stop).await;
-        let peer = driver.peer.map(|p| p.to_string());
+        driver.publish();
+        if let Err(SessionError::Frame(FrameError::ProtocolVersion { theirs, ours })) = &result {
+            // Our hello says which version we speak: make sure it reaches
+            // a peer of another version before we close, so it can say why
+            // too (a v1 peer logs that we speak version 2).
+            tracing::warn!(
+                %local,
+                theirs,
+                ours,
+                "refusing a peer that speaks sync protocol version {theirs}: this side speaks \
+                 version {ours}; upgrade the older side"
+            );
+            driver.flush_out().await;
+        }
+        let peer = driver.protocol.peer().map(|p| p.to_string());
         let peer = peer.as_deref().unwrap_or("unknown");
         match &result {
             Ok(end) => tracing::info!(%local, peer, ?end, "sync session ended"),
@@ -329,7 +354,11 @@ enum Turn {
     MarksChanged,
 }
 
+/// The tokio driver of a [`Protocol`]: it owns the stream, the output
+/// buffer, the timers and the replica's commits; every rule of the protocol
+/// is the core's.
 struct Driver<S: Store, R, W> {
+    protocol: Protocol,
     shared: SharedReplica<S>,
     config: SessionConfig,
     state: watch::Sender<SessionState>,
@@ -340,15 +369,6 @@ struct Driver<S: Store, R, W> {
     write: W,
     /// Encoded frames waiting to be written.
     out: BytesMut,
-    peer: Option<StreamId>,
-    /// What we believe the peer holds: what to send is computed from it.
-    view: VersionVector,
-    peer_has_our_hello: bool,
-    hello_due: bool,
-    heartbeat_due: bool,
-    ack_due: bool,
-    started_at: Instant,
-    last_frame_at: Instant,
     write_progress_at: Instant,
 }
 
@@ -360,14 +380,14 @@ where
 {
     async fn run<F: Future>(&mut self, stop: F) -> Result<SessionEnd, SessionError> {
         tokio::pin!(stop);
-        let interval = self.config.heartbeat_interval.max(Duration::from_millis(1));
-        let mut next_tick = Instant::now() + interval;
         // Whether reading goes before writing this turn: not right after a
         // frame was handled, so that a peer whose frames are always ready
         // cannot starve our writes (see "Sharing the runtime" on `Session`).
         let mut read_first = true;
         loop {
             self.fill()?;
+            self.publish();
+            let next_tick = Instant::from_std(self.protocol.poll_timeout());
             let has_output = !self.out.is_empty();
             // Biased, in an order fixed per turn: a run under tokio's paused
             // clock replays exactly from its seeds. Two selects rather than
@@ -398,10 +418,7 @@ where
             read_first = !matches!(turn, Turn::Read(_));
             match turn {
                 Turn::Stop => return Ok(SessionEnd::Stopped),
-                Turn::Tick => {
-                    next_tick = Instant::now() + interval;
-                    self.on_tick()?;
-                }
+                Turn::Tick => self.on_tick()?,
                 Turn::Read(read) => match read? {
                     Some(payload) => {
                         self.on_payload(payload).await?;
@@ -428,6 +445,18 @@ where
         }
     }
 
+    /// Writes what is queued and flushes, for at most the write timeout
+    /// (one second at most): the last words of a session that is closing.
+    async fn flush_out(&mut self) {
+        let within = self.config.write_timeout.min(Duration::from_secs(1));
+        let out = std::mem::take(&mut self.out);
+        let _ = tokio::time::timeout(within, async {
+            self.write.write_all(&out).await?;
+            self.write.flush().await
+        })
+        .await;
+    }
+
     /// Flushes the stream, within the write timeout: a transport whose
     /// flush never completes (a peer that stopped reading behind a buffered
     /// writer) must not hold the session for ever.
@@ -444,27 +473,22 @@ where
 
     fn on_tick(&mut self) -> Result<(), SessionError> {
         let now = Instant::now();
-        if self.peer.is_none() && now - self.started_at > self.config.read_timeout {
-            return Err(SessionError::ReadTimeout {
-                what: "hello",
-                idle: now - self.started_at,
-            });
-        }
-        if now - self.last_frame_at > self.config.read_timeout {
-            return Err(SessionError::ReadTimeout {
-                what: "frame",
-                idle: now - self.last_frame_at,
-            });
-        }
+        self.protocol.handle_timeout(now.into_std())?;
         if !self.out.is_empty() && now - self.write_progress_at > self.config.write_timeout {
             return Err(SessionError::WriteTimeout {
                 stalled: now - self.write_progress_at,
                 queued_bytes: self.out.len(),
             });
         }
-        self.hello_due |= !self.peer_has_our_hello;
-        self.heartbeat_due |= self.peer.is_some();
         Ok(())
+    }
+
+    /// Publishes the core's state if it changed.
+    fn publish(&mut self) {
+        if self.protocol.take_state_changed() {
+            let state = self.protocol.state().clone();
+            self.state.send_replace(state);
+        }
     }
 
     /// Whether the output buffer has room for another frame. At least one
@@ -473,272 +497,39 @@ where
         self.out.len() < self.config.queue_bytes_max.max(1)
     }
 
-    /// Queues what is due: a hello, then, while the output buffer has room, a
-    /// heartbeat or an ack and deltas while the peer misses something.
-    ///
-    /// A heartbeat or ack that finds no room stays due (one of each, however
-    /// many deltas asked for it): a peer that sends without reading cannot
-    /// grow the buffer with our replies.
+    /// Queues what the core has to send while the output buffer has room:
+    /// a peer that sends without reading cannot grow the buffer with our
+    /// replies (a due ack or heartbeat stays due in the core).
     fn fill(&mut self) -> Result<(), SessionError> {
-        if self.hello_due {
-            self.hello_due = false;
-            let change = self.shared.latest_change();
-            let hello = Hello {
-                protocol: frame::PROTOCOL_VERSION,
-                stream: self.shared.stream(),
-                marks: change.marks,
-                floor: change.floor,
-            };
-            self.enqueue(&Frame::Hello(hello))?;
-        }
-        if self.peer.is_none() {
-            return Ok(());
-        }
-        if self.heartbeat_due && self.has_room() {
-            // A heartbeat carries our marks too: it stands for a due ack.
-            self.heartbeat_due = false;
-            self.ack_due = false;
-            let marks = self.shared.marks();
-            self.enqueue(&Frame::Heartbeat { marks })?;
-        }
-        if self.ack_due && self.has_room() {
-            self.ack_due = false;
-            let marks = self.shared.marks();
-            self.enqueue(&Frame::Ack { marks })?;
-        }
-        let budget = self.config.delta_budget();
+        // Marks the watch's change as seen: what it announced is read now.
+        self.marks.receiver().borrow_and_update();
         while self.has_room() {
-            let marks = self.marks.receiver().borrow_and_update().marks.clone();
-            if self.view.dominates(&marks) {
+            let now = Instant::now();
+            let Some(bytes) = self.protocol.poll_transmit(now.into_std(), &self.shared)? else {
                 break;
+            };
+            if self.out.is_empty() {
+                self.write_progress_at = now;
             }
-            let delta = self.shared.delta_for(&self.view, budget);
-            if delta.events.is_empty() && delta.floor.is_empty() {
-                // The watch ran ahead of a compaction; nothing to send.
-                break;
-            }
-            advance_by(&mut self.view, &delta);
-            let events = delta.events.len() as u64;
-            for part in split_delta(delta) {
-                self.enqueue(&Frame::Delta(part))?;
-            }
-            self.state.send_modify(|state| state.events_sent += events);
+            self.out.extend_from_slice(&bytes);
         }
-        Ok(())
-    }
-
-    fn enqueue(&mut self, frame: &Frame) -> Result<(), SessionError> {
-        let bytes = frame::encode(frame).map_err(SessionError::Send)?;
-        if self.out.is_empty() {
-            self.write_progress_at = Instant::now();
-        }
-        self.out.extend_from_slice(&bytes);
-        tracing::trace!(kind = frame.kind(), len = bytes.len(), "frame queued");
-        self.state.send_modify(|state| {
-            state.frames_sent += 1;
-            state.bytes_sent += bytes.len() as u64;
-        });
         Ok(())
     }
 
     async fn on_payload(&mut self, payload: Bytes) -> Result<(), SessionError> {
-        self.last_frame_at = Instant::now();
-        let len = payload.len() + frame::LENGTH_PREFIX_BYTES;
-        self.state.send_modify(|state| {
-            state.frames_received += 1;
-            state.bytes_received += len as u64;
-        });
-        let frame = frame::decode(&payload).map_err(SessionError::Frame)?;
-        tracing::trace!(kind = frame.kind(), len, "frame received");
-        if let Frame::Hello(hello) = frame {
-            return self.on_hello(hello);
-        }
-        // Only a peer that has our hello sends anything else.
-        self.peer_has_our_hello = true;
-        let Some(peer) = self.peer else {
-            // Its hello was lost on the way; it re-sends it every tick.
-            tracing::debug!(kind = frame.kind(), "frame before the peer's hello ignored");
-            return Ok(());
-        };
-        match frame {
-            Frame::Delta(delta) => self.on_delta(peer, delta).await?,
-            Frame::Ack { marks } => {
-                self.view.join(&marks);
-                self.state
-                    .send_modify(|state| state.peer_marks.join(&marks));
-            }
-            Frame::Heartbeat { marks } => {
-                // The truth about the peer: whatever we optimistically
-                // counted as sent and it does not hold is sent again.
-                self.state
-                    .send_modify(|state| state.peer_marks.join(&marks));
-                self.view = marks;
-            }
-            Frame::Hello(_) => unreachable!("handled above"),
+        let received =
+            self.protocol
+                .handle_payload(Instant::now().into_std(), &payload, &self.shared)?;
+        if let Received::Apply(delta) = received {
+            // Awaited before the next frame is read: one session's applies
+            // run in the order its frames arrived. With a durable store the
+            // commit runs on the handle's committer thread, grouped with
+            // other sessions' deltas and local appends (see
+            // `SharedReplica`).
+            let applied = self.shared.apply_async(delta).await;
+            self.protocol
+                .handle_applied(Instant::now().into_std(), applied)?;
         }
         Ok(())
-    }
-
-    fn on_hello(&mut self, hello: Hello) -> Result<(), SessionError> {
-        let local = self.shared.stream();
-        if hello.stream == local {
-            return Err(SessionError::SelfConnection {
-                stream: hello.stream,
-            });
-        }
-        match self.peer {
-            Some(was) if was != hello.stream => {
-                return Err(SessionError::IdentityChanged {
-                    was,
-                    now: hello.stream,
-                });
-            }
-            Some(_) => {
-                // A re-sent or duplicated hello: take it as a heartbeat.
-            }
-            None => {
-                let own_head = self.shared.marks().get(local);
-                let claimed = hello.marks.get(local);
-                if claimed > own_head && !self.shared.is_recovering() {
-                    // Only we write our stream: a peer holding more of it
-                    // than we do saw a forged stream, or a previous life of
-                    // ours whose store was lost (open with
-                    // `recover_own_stream` to relearn it). Its deltas of
-                    // our stream beyond our head are refused.
-                    tracing::warn!(
-                        %local,
-                        peer = %hello.stream,
-                        claimed,
-                        own_head,
-                        "suspicious hello: the peer claims more of our own stream than we wrote"
-                    );
-                }
-                self.peer = Some(hello.stream);
-                tracing::debug!(%local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
-            }
-        }
-        self.state.send_modify(|state| {
-            state.peer = Some(hello.stream);
-            state.peer_marks.join(&hello.marks);
-            state.peer_floor.join(&hello.floor);
-        });
-        self.view = hello.marks;
-        Ok(())
-    }
-
-    async fn on_delta(&mut self, peer: StreamId, delta: Delta) -> Result<(), SessionError> {
-        // The peer holds what it sent (each stream is a prefix): never echo
-        // it back. Advanced before the apply, which takes the delta: if the
-        // apply fails, the session ends and the view with it.
-        advance_by(&mut self.view, &delta);
-        // Awaited before the next frame is read: one session's applies run
-        // in the order its frames arrived. With a durable store the commit
-        // runs on the handle's committer thread, grouped with other
-        // sessions' deltas and local appends (see `SharedReplica`).
-        let report = self
-            .shared
-            .apply_async(delta)
-            .await
-            .map_err(|source| match source {
-                ReplicaError::Delta(source) => {
-                    match &source {
-                        DeltaError::OwnStreamAhead { .. } | DeltaError::OwnFloorAboveHead { .. } => {
-                            tracing::warn!(%peer, reason = %source, "peer tried to write our own stream");
-                        }
-                        DeltaError::ZeroSeq { .. }
-                        | DeltaError::Equivocation { .. }
-                        | DeltaError::LamportNotRising { .. }
-                        | DeltaError::LamportTooLarge { .. }
-                        | DeltaError::FloorTooLarge { .. } => {}
-                    }
-                    SessionError::Refused { peer, source }
-                }
-                ReplicaError::PayloadTooLarge { .. } | ReplicaError::TooManyStreams { .. } => {
-                    SessionError::Limit { peer, source }
-                }
-                source => SessionError::Replica(source),
-            })?;
-        // Time spent committing what the peer sent is not its silence.
-        self.last_frame_at = Instant::now();
-        if report.applied > 0 || report.floors_raised > 0 {
-            self.ack_due = true;
-        }
-        self.state.send_modify(|state| {
-            state.events_applied += report.applied;
-            state.events_duplicate += report.duplicates;
-        });
-        Ok(())
-    }
-}
-
-/// Splits a delta into deltas of at most [`DELTA_EVENTS_MAX`] events, in
-/// order, the first carrying the floor: a receiver refuses a frame of more.
-/// Each part is a run of the whole's `(lamport, stream)` order, so per
-/// stream it continues where the parts before it ended, as successive
-/// deltas do.
-fn split_delta(delta: Delta) -> Vec<Delta> {
-    if delta.events.len() <= DELTA_EVENTS_MAX {
-        return vec![delta];
-    }
-    let Delta { mut floor, events } = delta;
-    let mut parts = Vec::with_capacity(events.len().div_ceil(DELTA_EVENTS_MAX));
-    let mut events = events.into_iter();
-    loop {
-        let part: Vec<Event> = events.by_ref().take(DELTA_EVENTS_MAX).collect();
-        if part.is_empty() {
-            return parts;
-        }
-        parts.push(Delta {
-            floor: std::mem::take(&mut floor),
-            events: part,
-        });
-    }
-}
-
-/// Advances `view` by what a delta carries: per stream, its last event and
-/// its floor (a replica holding seq `n` of a stream holds every seq below).
-fn advance_by(view: &mut VersionVector, delta: &Delta) {
-    for (stream, floor_seq) in delta.floor.iter() {
-        view.advance(stream, floor_seq);
-    }
-    for event in &delta.events {
-        view.advance(event.stream, event.seq);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(seq: u64) -> Event {
-        Event {
-            stream: StreamId::new(1 + seq % 3),
-            seq,
-            lamport: seq,
-            time_ms: 0,
-            payload: Bytes::new(),
-        }
-    }
-
-    #[test]
-    fn a_delta_is_split_at_the_event_limit_with_the_floor_in_the_first_part() {
-        let floor: VersionVector = [(StreamId::new(9), 4)].into_iter().collect();
-        let events: Vec<Event> = (1..=2 * DELTA_EVENTS_MAX as u64 + 1).map(event).collect();
-        let parts = split_delta(Delta {
-            floor: floor.clone(),
-            events: events.clone(),
-        });
-        let lens: Vec<usize> = parts.iter().map(|part| part.events.len()).collect();
-        assert_eq!(lens, [DELTA_EVENTS_MAX, DELTA_EVENTS_MAX, 1]);
-        assert_eq!(parts[0].floor, floor);
-        assert!(parts[1..].iter().all(|part| part.floor.is_empty()));
-        let joined: Vec<Event> = parts.into_iter().flat_map(|part| part.events).collect();
-        assert_eq!(joined, events);
-
-        let small = Delta {
-            floor,
-            events: events[..3].to_vec(),
-        };
-        assert_eq!(split_delta(small.clone()), [small]);
     }
 }

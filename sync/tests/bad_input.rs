@@ -24,7 +24,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, DeltaError, Digest, Event};
-use meshlog_sync::frame::{self, Frame, Hello};
+use meshlog_sync::frame::{self, Frame, Hello, MarksDiff, Receipt};
 use meshlog_sync::testkit;
 use meshlog_sync::{
     FrameError, ManagerConfig, PeerManager, Session, SessionConfig, SessionEnd, SessionError,
@@ -185,14 +185,58 @@ fn a_wrong_protocol_version_is_named() {
     refused(
         hello(B, PROTOCOL_VERSION + 1),
         false,
-        "peer speaks protocol version 2",
+        "peer speaks protocol version 3",
         |e| {
             matches!(
                 e,
-                SessionError::Frame(FrameError::ProtocolVersion { theirs: 2, ours: 1 })
+                SessionError::Frame(FrameError::ProtocolVersion { theirs: 3, ours: 2 })
             )
         },
     );
+}
+
+/// Protocol 2 changed the delta, ack and heartbeat layouts and keeps no
+/// compatibility with 1: a v1 peer is refused after its hello, with the
+/// reason logged here, and it first receives our hello, whose version it
+/// reads (its place is fixed in every version) and refuses in turn, saying
+/// that we speak version 2.
+#[test]
+fn a_v1_peer_is_refused_with_a_logged_reason_and_hears_our_version() {
+    // A v1 hello, byte for byte as v1 wrote it: kind 0, protocol 1, stream
+    // 0xb, marks {0xb: 1}, no floor.
+    let v1_hello = vec![7, 0, 0, 0, 0x00, 0x01, 0x0b, 0x01, 0x0b, 0x01, 0x00];
+    let a = replica_a();
+    let before = state(&a);
+    let ((result, heard), log) = logged(async {
+        let (ours, mut peer) = tokio::io::duplex(1 << 20);
+        let config = SessionConfig::with_heartbeat(Duration::from_millis(20));
+        let session = Session::new(a.clone(), config).run(ours);
+        let peer_side = async move {
+            peer.write_all(&v1_hello).await.unwrap();
+            let mut heard = Vec::new();
+            let _ = peer.read_to_end(&mut heard).await;
+            heard
+        };
+        tokio::join!(session, peer_side)
+    });
+    let error = result.expect_err("a v1 peer is refused");
+    assert!(
+        matches!(
+            error,
+            SessionError::Frame(FrameError::ProtocolVersion { theirs: 1, ours: 2 })
+        ),
+        "{error:?}"
+    );
+    assert!(
+        log.contains("refusing a peer that speaks sync protocol version 1")
+            && log.contains("peer speaks protocol version 1; this side speaks version 2"),
+        "reason not logged:\n{log}"
+    );
+    // What the v1 peer heard: our hello, whose version sits where v1 reads
+    // it (kind 0, then the version varint).
+    let (payload, _) = frame::split_frame(&heard).unwrap().expect("our hello");
+    assert_eq!(&payload[..2], [0, 2], "{heard:02x?}");
+    assert_eq!(state(&a), before, "the replica changed");
 }
 
 /// Only a writer writes its stream: a peer whose hello claims more of our
@@ -212,7 +256,7 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
         floor: VersionVector::new(),
         events: vec![event(A, 2, 10, b"forged a2"), event(A, 3, 11, b"forged a3")],
     };
-    bytes.extend(frame::encode(&Frame::Delta(forged)).unwrap());
+    bytes.extend(frame::encode(&Frame::delta(1, forged)).unwrap());
     let a = replica_a();
     let before = state(&a);
     let (result, log) = logged(against(&a, bytes, false));
@@ -242,7 +286,7 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
         floor: [(A, 9)].into_iter().collect(),
         events: Vec::new(),
     };
-    bytes.extend(frame::encode(&Frame::Delta(hostile_floor)).unwrap());
+    bytes.extend(frame::encode(&Frame::delta(1, hostile_floor)).unwrap());
     refused(bytes, false, "own stream", |e| {
         matches!(
             e,
@@ -263,7 +307,7 @@ fn an_equivocating_event_is_refused_whole() {
         floor: VersionVector::new(),
         events: vec![event(B, 1, 1, b"forged"), event(B, 2, 2, b"b2")],
     };
-    bytes.extend(frame::encode(&Frame::Delta(forged)).unwrap());
+    bytes.extend(frame::encode(&Frame::delta(1, forged)).unwrap());
     refused(bytes, false, "equivocation", |e| {
         matches!(
             e,
@@ -276,12 +320,16 @@ fn an_equivocating_event_is_refused_whole() {
 #[test]
 fn a_non_canonical_vector_is_refused() {
     let mut bytes = hello(B, PROTOCOL_VERSION);
-    // An ack whose streams descend: kind 2, two entries (5, 1), (3, 1).
-    bytes.extend([6, 0, 0, 0, 2, 2, 5, 1, 3, 1]);
+    // An ack whose changes' streams descend: kind 2, received 0, seen 1,
+    // marks 2 from 1 back, two entries (5, 1), (3, 1).
+    bytes.extend([10, 0, 0, 0, 2, 0, 1, 2, 1, 2, 5, 1, 3, 1]);
     refused(bytes, false, "strictly ascending", |e| {
         matches!(
             e,
-            SessionError::Frame(FrameError::BadVector { field: "marks", .. })
+            SessionError::Frame(FrameError::BadVector {
+                field: "changes",
+                ..
+            })
         )
     });
 }
@@ -329,9 +377,16 @@ fn a_peer_that_never_reads_times_out_and_appends_go_on() {
             .write_all(&hello(B, PROTOCOL_VERSION))
             .await
             .unwrap();
-        let heartbeat = frame::encode(&Frame::Heartbeat {
-            marks: VersionVector::new(),
-        })
+        // Nothing received, our hello held, its own hello's marks unchanged.
+        let heartbeat = frame::encode(&Frame::Heartbeat(Receipt {
+            received: 0,
+            seen: 1,
+            marks: MarksDiff {
+                number: 1,
+                base: 1,
+                changes: VersionVector::new(),
+            },
+        }))
         .unwrap();
         let mut appended = 0;
         while !session.is_finished() && appended < 1000 {
@@ -379,10 +434,13 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
         .unwrap();
         for seq in 2..2 + DELTAS {
             bytes.extend(
-                frame::encode(&Frame::Delta(Delta {
-                    floor: VersionVector::new(),
-                    events: vec![event(B, seq, seq, b"b")],
-                }))
+                frame::encode(&Frame::delta(
+                    seq - 1,
+                    Delta {
+                        floor: VersionVector::new(),
+                        events: vec![event(B, seq, seq, b"b")],
+                    },
+                ))
                 .unwrap(),
             );
         }
@@ -399,9 +457,19 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
             peer_write.write_all(&bytes).await.unwrap();
         });
         assert!(result.is_err(), "the session must time out: {result:?}");
-        let ack_bytes = frame::encode(&Frame::Ack { marks: a.marks() })
-            .unwrap()
-            .len() as u64;
+        // The largest ack it sends: its whole marks (the peer never said
+        // which it holds), with room for its counters.
+        let ack_bytes = frame::encode(&Frame::Ack(Receipt {
+            received: u64::from(u32::MAX),
+            seen: u64::from(u32::MAX),
+            marks: MarksDiff {
+                number: u64::from(u32::MAX),
+                base: 0,
+                changes: a.marks(),
+            },
+        }))
+        .unwrap()
+        .len() as u64;
         // What the peer's buffer took, the queue bound, and the frames that
         // may cross it: the hello, and the ack or heartbeat that filled it.
         let bound = duplex_bytes as u64 + config.queue_bytes_max as u64 + 2 * ack_bytes;

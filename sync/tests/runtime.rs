@@ -55,16 +55,19 @@ fn hello_from_b() -> Vec<u8> {
 
 /// B's event `seq`, alone in a delta frame.
 fn delta_from_b(seq: u64) -> Vec<u8> {
-    frame::encode(&Frame::Delta(Delta {
-        floor: VersionVector::new(),
-        events: vec![Event {
-            stream: B,
-            seq,
-            lamport: seq,
-            time_ms: 0,
-            payload: Bytes::from_static(b"flood"),
-        }],
-    }))
+    frame::encode(&Frame::delta(
+        1,
+        Delta {
+            floor: VersionVector::new(),
+            events: vec![Event {
+                stream: B,
+                seq,
+                lamport: seq,
+                time_ms: 0,
+                payload: Bytes::from_static(b"flood"),
+            }],
+        },
+    ))
     .unwrap()
 }
 
@@ -146,7 +149,7 @@ impl AsyncWrite for Flood {
         let mut frames = Vec::new();
         let mut rest = buf;
         while let Some((payload, used)) = frame::split_frame(rest).unwrap() {
-            frames.push(frame::decode(payload).unwrap());
+            frames.push(frame::decode_payload(payload).unwrap());
             rest = &rest[used..];
         }
         assert!(rest.is_empty(), "a session writes whole frames here");

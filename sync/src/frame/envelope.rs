@@ -1,23 +1,27 @@
 //! The envelope: the length prefix around a payload, and a payload as a
 //! whole (its kind varint, then its content).
 //!
-//! [`encode`] and [`decode`] are the only entry points of the codec: they
-//! write and read the kind, check a hello's protocol version before
+//! Two symmetric pairs are the entry points of the codec: [`encode`] and
+//! [`decode`] take and give a whole frame, length prefix included (what a
+//! byte stream carries), [`encode_payload`] and [`decode_payload`] the
+//! payload alone (what a transport that frames messages itself carries, and
+//! what [`FrameReader`](super::FrameReader) hands out). They write and read
+//! the kind, check a hello's protocol version before
 //! anything else of it, check the vectors' counts before decoding, and hand
 //! the content to the postcard-mapped types of `repr` or to the delta
 //! event runs of `event_runs`. Kept apart from both so that what every
 //! frame shares (prefix, kind, size limit) is read in one place, and each
 //! codec only knows its own layout.
 
-use meshlog_cursor::StreamId;
+use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::Delta;
 use serde::Deserialize;
 
 use super::event_runs::{decode_events, encode_events, put_varint};
-use super::repr::{check_counts, HelloRepr, VectorRepr};
+use super::repr::{check_counts, HelloRepr, ReceiptRepr, VectorRepr};
 use super::{
-    tag, Frame, FrameError, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES,
-    PROTOCOL_VERSION,
+    tag, Frame, FrameError, Hello, MarksDiff, Receipt, DELTA_EVENTS_MAX, FRAME_BYTES_MAX,
+    LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
 };
 // Named by `decode`'s docs only.
 #[cfg(doc)]
@@ -58,7 +62,7 @@ pub(super) fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
     Ok(Some(len))
 }
 
-/// Encodes a frame with its length prefix.
+/// Encodes a frame with its length prefix: the bytes [`decode`] takes.
 ///
 /// Fails with [`FrameError::TooLarge`] if the payload would exceed
 /// [`FRAME_BYTES_MAX`] (a delta built past the budget, say), with
@@ -90,62 +94,160 @@ pub(super) fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
 ///     floor: VersionVector::new(),
 ///     events: vec![event(2, 1, 1), event(1, 4, 2), event(2, 2, 3), event(1, 5, 4)],
 /// };
-/// let bytes = frame::encode(&Frame::Delta(delta.clone()))?;
-/// assert_eq!(frame::decode(&bytes[LENGTH_PREFIX_BYTES..])?, Frame::Delta(delta));
+/// let bytes = frame::encode(&Frame::delta(1, delta.clone()))?;
+/// assert_eq!(frame::decode(&bytes)?, Frame::delta(1, delta.clone()));
+/// // The payload alone, for a transport that frames messages itself.
+/// let payload = frame::encode_payload(&Frame::delta(1, delta.clone()))?;
+/// assert_eq!(payload, bytes[LENGTH_PREFIX_BYTES..]);
+/// assert_eq!(frame::decode_payload(&payload)?, Frame::delta(1, delta));
 /// # Ok::<(), meshlog_sync::FrameError>(())
 /// ```
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
-    let kind = frame.kind();
-    let postcard_error = |error: postcard::Error| FrameError::Encode {
-        kind,
-        detail: error.to_string(),
-    };
     let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
+    encode_into(frame, &mut out)?;
+    let len = out.len() - LENGTH_PREFIX_BYTES;
+    // Cannot truncate: `encode_into` refuses more than FRAME_BYTES_MAX,
+    // which fits a u32.
+    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(out)
+}
+
+/// Encodes a frame's payload alone, without the length prefix: the bytes
+/// [`decode_payload`] takes. Fails as [`encode`] does.
+pub fn encode_payload(frame: &Frame) -> Result<Vec<u8>, FrameError> {
+    let mut out = Vec::new();
+    encode_into(frame, &mut out)?;
+    Ok(out)
+}
+
+/// Appends a frame's payload to `out`, refusing one above the limit.
+///
+/// The vectors and the hello's fields are written by hand in postcard's
+/// layout (varints, a sequence as its count then its elements), which is
+/// what `repr` reads back with postcard.
+fn encode_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
+    let start = out.len();
     match frame {
         Frame::Hello(hello) => {
-            put_varint(&mut out, u64::from(tag::HELLO));
-            let repr = HelloRepr {
-                protocol: hello.protocol,
-                stream: hello.stream.get(),
-                marks: VectorRepr::of(&hello.marks),
-                floor: VectorRepr::of(&hello.floor),
-            };
-            out = postcard::to_extend(&repr, out).map_err(postcard_error)?;
+            put_varint(out, u64::from(tag::HELLO));
+            put_varint(out, u64::from(hello.protocol));
+            put_varint(out, hello.stream.get());
+            put_vector(out, &hello.marks);
+            put_vector(out, &hello.floor);
         }
-        Frame::Delta(delta) => {
+        Frame::Delta { number, delta } => {
             if delta.events.len() > DELTA_EVENTS_MAX {
                 return Err(FrameError::TooManyEvents {
                     count: delta.events.len(),
                     max: DELTA_EVENTS_MAX,
                 });
             }
-            put_varint(&mut out, u64::from(tag::DELTA));
-            out =
-                postcard::to_extend(&VectorRepr::of(&delta.floor), out).map_err(postcard_error)?;
-            encode_events(&delta.events, &mut out)?;
+            if *number == 0 {
+                return Err(FrameError::Encode {
+                    kind: "delta",
+                    detail: "delta number 0: numbers start at 1".into(),
+                });
+            }
+            put_varint(out, u64::from(tag::DELTA));
+            put_varint(out, *number);
+            put_vector(out, &delta.floor);
+            encode_events(&delta.events, out)?;
         }
-        Frame::Ack { marks } => {
-            put_varint(&mut out, u64::from(tag::ACK));
-            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
+        Frame::Ack(receipt) => {
+            put_varint(out, u64::from(tag::ACK));
+            put_receipt(out, receipt, "ack")?;
         }
-        Frame::Heartbeat { marks } => {
-            put_varint(&mut out, u64::from(tag::HEARTBEAT));
-            out = postcard::to_extend(&VectorRepr::of(marks), out).map_err(postcard_error)?;
+        Frame::Heartbeat(receipt) => {
+            put_varint(out, u64::from(tag::HEARTBEAT));
+            put_receipt(out, receipt, "heartbeat")?;
         }
     }
-    let len = out.len() - LENGTH_PREFIX_BYTES;
+    let len = out.len() - start;
     if len > FRAME_BYTES_MAX {
+        out.truncate(start);
         return Err(FrameError::TooLarge {
             len,
             max: FRAME_BYTES_MAX,
         });
     }
-    // Cannot truncate: FRAME_BYTES_MAX fits a u32.
-    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
-    Ok(out)
+    Ok(())
 }
 
-/// Decodes one frame's payload (without its length prefix).
+/// Appends a receipt: `received`, `seen`, the marks' `number`, `number -
+/// base`, and the changes. Refuses one a receiver would: number 0, a base
+/// above the number, changes with the base equal to the number.
+fn put_receipt(out: &mut Vec<u8>, receipt: &Receipt, kind: &'static str) -> Result<(), FrameError> {
+    let marks = &receipt.marks;
+    if let Err(detail) = check_marks(marks.number, marks.base, &marks.changes) {
+        return Err(FrameError::Encode { kind, detail });
+    }
+    put_varint(out, receipt.received);
+    put_varint(out, receipt.seen);
+    put_varint(out, marks.number);
+    put_varint(out, marks.number - marks.base);
+    put_vector(out, &marks.changes);
+    Ok(())
+}
+
+/// What a [`MarksDiff`] must hold, on both sides of the wire.
+fn check_marks(number: u64, base: u64, changes: &VersionVector) -> Result<(), String> {
+    if number == 0 {
+        return Err("marks number 0: numbers start at 1".into());
+    }
+    if base > number {
+        return Err(format!("marks {number} differ from later marks {base}"));
+    }
+    if base == number && !changes.is_empty() {
+        return Err(format!(
+            "marks {number} are their own base but carry {} changes",
+            changes.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Appends a version vector in postcard's layout of a sequence of
+/// `(u64, u64)` pairs: the count, then each stream and seq.
+fn put_vector(out: &mut Vec<u8>, vector: &VersionVector) {
+    put_varint(out, vector.len() as u64);
+    for (stream, seq) in vector.iter() {
+        put_varint(out, stream.get());
+        put_varint(out, seq);
+    }
+}
+
+/// Decodes one whole frame, length prefix included: the bytes [`encode`]
+/// gives, exactly.
+///
+/// A prefix above [`FRAME_BYTES_MAX`] is [`FrameError::TooLarge`] (checked
+/// first), fewer bytes than the prefix announces [`FrameError::Truncated`],
+/// and bytes after the payload [`FrameError::TrailingBytes`]; the payload
+/// is then decoded as [`decode_payload`] does. A byte stream of frames back
+/// to back is cut with [`split_frame`] (or read with
+/// [`FrameReader`](super::FrameReader)) instead.
+pub fn decode(bytes: &[u8]) -> Result<Frame, FrameError> {
+    match split_frame(bytes)? {
+        Some((payload, used)) => {
+            if used < bytes.len() {
+                return Err(FrameError::TrailingBytes {
+                    kind: "frame",
+                    len: bytes.len() - used,
+                });
+            }
+            decode_payload(payload)
+        }
+        None => Err(FrameError::Truncated {
+            len: bytes.len(),
+            needed: match peek_len(bytes)? {
+                Some(len) => LENGTH_PREFIX_BYTES + len,
+                None => LENGTH_PREFIX_BYTES,
+            },
+        }),
+    }
+}
+
+/// Decodes one frame's payload, without its length prefix: the bytes
+/// [`encode_payload`] gives.
 ///
 /// Total: any bytes give a frame or a typed error. A hello is checked for
 /// its protocol version before the rest of it is read, so a peer of another
@@ -158,7 +260,7 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 ///
 /// A delta's events come out in `(lamport, stream)` order (per stream in
 /// seq order), whatever order the sender's delta held them in.
-pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
+pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
     }
@@ -226,20 +328,53 @@ pub fn decode(payload: &[u8]) -> Result<Frame, FrameError> {
             })
         }
         tag::DELTA => {
+            let (number, rest) = postcard::take_from_bytes::<u64>(body).map_err(malformed(kind))?;
+            if number == 0 {
+                return Err(FrameError::Malformed {
+                    kind,
+                    detail: "delta number 0: numbers start at 1".into(),
+                });
+            }
             let (floor, events) =
-                postcard::take_from_bytes::<VectorRepr>(body).map_err(malformed(kind))?;
-            Frame::Delta(Delta {
-                floor: floor.into_vector(kind, "floor")?,
-                events: decode_events(events)?,
-            })
+                postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
+            Frame::Delta {
+                number,
+                delta: Delta {
+                    floor: floor.into_vector(kind, "floor")?,
+                    events: decode_events(events)?,
+                },
+            }
         }
-        tag::ACK => Frame::Ack {
-            marks: take_all::<VectorRepr>(body, kind)?.into_vector(kind, "marks")?,
-        },
-        _ => Frame::Heartbeat {
-            marks: take_all::<VectorRepr>(body, kind)?.into_vector(kind, "marks")?,
-        },
+        tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+        _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
     })
+}
+
+impl ReceiptRepr {
+    fn into_receipt(self, kind: &'static str) -> Result<Receipt, FrameError> {
+        let changes = self.changes.into_vector(kind, "changes")?;
+        let base = self
+            .number
+            .checked_sub(self.back)
+            .ok_or_else(|| FrameError::Malformed {
+                kind,
+                detail: format!(
+                    "marks {} differ from marks {} numbers back, below 0",
+                    self.number, self.back
+                ),
+            })?;
+        check_marks(self.number, base, &changes)
+            .map_err(|detail| FrameError::Malformed { kind, detail })?;
+        Ok(Receipt {
+            received: self.received,
+            seen: self.seen,
+            marks: MarksDiff {
+                number: self.number,
+                base,
+                changes,
+            },
+        })
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +385,7 @@ mod tests {
     // announced count too large come back as typed errors.
     use super::*;
     use crate::frame::tests::sample_frames;
+    use crate::frame::{MarksDiff, Receipt};
     use crate::frame::{VersionVector, DELTA_EVENTS_MAX, FRAME_BYTES_MAX};
 
     #[test]
@@ -257,11 +393,17 @@ mod tests {
         let bytes = encode(&sample_frames()[0]).unwrap();
         assert_eq!(bytes[4], 0);
         assert_eq!(bytes[5], PROTOCOL_VERSION as u8);
-        let ack = encode(&Frame::Ack {
-            marks: VersionVector::new(),
-        })
+        let ack = encode(&Frame::Ack(Receipt {
+            received: 0,
+            seen: 0,
+            marks: MarksDiff {
+                number: 1,
+                base: 0,
+                changes: VersionVector::new(),
+            },
+        }))
         .unwrap();
-        assert_eq!(ack, [2, 0, 0, 0, 2, 0]);
+        assert_eq!(ack, [6, 0, 0, 0, 2, 0, 0, 1, 1, 0]);
     }
 
     #[test]
@@ -279,11 +421,19 @@ mod tests {
 
     #[test]
     fn another_protocol_version_is_named() {
-        // Kind 0, version 2 (varint), then garbage the reader never reaches.
+        // Kind 0, version 1 (varint), then garbage the reader never reaches.
         assert_eq!(
-            decode(&[0, 2, 0xff, 0xff]),
+            decode_payload(&[0, 1, 0xff, 0xff]),
             Err(FrameError::ProtocolVersion {
-                theirs: 2,
+                theirs: 1,
+                ours: PROTOCOL_VERSION
+            })
+        );
+        // A version above ours, in two bytes.
+        assert_eq!(
+            decode_payload(&[0, 0x80, 0x01]),
+            Err(FrameError::ProtocolVersion {
+                theirs: 128,
                 ours: PROTOCOL_VERSION
             })
         );
@@ -292,15 +442,15 @@ mod tests {
     #[test]
     fn unknown_kinds_empty_and_trailing_bytes_are_typed() {
         assert_eq!(
-            decode(&[9]),
+            decode_payload(&[9]),
             Err(FrameError::UnknownKind {
                 tag: 9,
                 ours: PROTOCOL_VERSION
             })
         );
-        assert_eq!(decode(&[]), Err(FrameError::Empty));
+        assert_eq!(decode_payload(&[]), Err(FrameError::Empty));
         assert_eq!(
-            decode(&[3, 0, 0]),
+            decode_payload(&[3, 0, 0, 1, 0, 0, 0]),
             Err(FrameError::TrailingBytes {
                 kind: "heartbeat",
                 len: 1
@@ -312,16 +462,16 @@ mod tests {
     fn a_huge_announced_count_is_refused_by_the_count_alone() {
         // A delta whose events claim 2^32-1 elements in a 7-byte payload.
         assert_eq!(
-            decode(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+            decode_payload(&[1, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]),
             Err(FrameError::TooManyEvents {
                 count: 0xffff_ffff,
                 max: DELTA_EVENTS_MAX
             })
         );
-        // An ack whose marks claim 2^32-1 entries.
-        let err = decode(&[2, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
+        // An ack whose changes claim 2^32-1 entries.
+        let err = decode_payload(&[2, 0, 0, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
         assert!(
-            matches!(err, FrameError::BadVector { kind: "ack", field: "marks", ref detail } if detail.starts_with("4294967295 streams")),
+            matches!(err, FrameError::BadVector { kind: "ack", field: "changes", ref detail } if detail.starts_with("4294967295 streams")),
             "{err}"
         );
     }

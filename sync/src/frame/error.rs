@@ -25,6 +25,16 @@ pub enum FrameError {
         /// [`FRAME_BYTES_MAX`].
         max: usize,
     },
+    /// A whole frame given to [`decode`](super::decode) holds fewer bytes
+    /// than its length prefix announces (or not even a prefix).
+    #[error("frame of {len} bytes is cut short: its prefix announces {needed} bytes")]
+    Truncated {
+        /// The bytes given.
+        len: usize,
+        /// The bytes the prefix announces, itself included (the prefix
+        /// alone if it is incomplete).
+        needed: usize,
+    },
     /// A frame with an empty payload.
     #[error("empty frame: a payload holds at least its kind")]
     Empty,
@@ -53,7 +63,8 @@ pub enum FrameError {
         detail: String,
     },
     /// Bytes are left after the frame: the length prefix and the payload
-    /// disagree.
+    /// disagree (`kind` is `frame` when bytes follow a whole frame given to
+    /// [`decode`](super::decode)).
     #[error("{len} trailing bytes after a {kind} frame")]
     TrailingBytes {
         /// The frame's kind.

@@ -278,7 +278,7 @@ mod tests {
     use meshlog_replica::Delta;
 
     use super::*;
-    use crate::frame::{decode, encode, Frame, LENGTH_PREFIX_BYTES};
+    use crate::frame::{decode, decode_payload, encode, Frame};
 
     fn tiny_events(count: usize) -> Vec<Event> {
         (1..=count as u64)
@@ -296,40 +296,46 @@ mod tests {
     /// 800,000 events (50 to 100 MB) before anything checked their number.
     #[test]
     fn a_delta_of_more_events_than_the_limit_is_refused_before_decoding() {
-        // Kind 1, an empty floor, the count, then a run (stream 1 from
+        // Kind 1, number 1, an empty floor, the count, then a run (stream 1 from
         // seq 1) of one minimal event (lamport gap, time, empty payload)
         // where 8193 should be.
-        let mut payload = vec![1, 0];
+        let mut payload = vec![1, 1, 0];
         payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
         payload.extend([1, 1, 1, 0, 0, 0]);
         assert_eq!(
-            decode(&payload),
+            decode_payload(&payload),
             Err(FrameError::TooManyEvents {
                 count: DELTA_EVENTS_MAX + 1,
                 max: DELTA_EVENTS_MAX
             })
         );
         // The count is read past a floor vector too.
-        let mut payload = vec![1, 2, 1, 4, 7, 2];
+        let mut payload = vec![1, 1, 2, 1, 4, 7, 2];
         payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
         assert!(matches!(
-            decode(&payload),
+            decode_payload(&payload),
             Err(FrameError::TooManyEvents { .. })
         ));
     }
 
     #[test]
     fn a_delta_at_the_event_limit_round_trips_and_one_above_is_not_encoded() {
-        let at_limit = Frame::Delta(Delta {
-            floor: VersionVector::new(),
-            events: tiny_events(DELTA_EVENTS_MAX),
-        });
+        let at_limit = Frame::delta(
+            1,
+            Delta {
+                floor: VersionVector::new(),
+                events: tiny_events(DELTA_EVENTS_MAX),
+            },
+        );
         let bytes = encode(&at_limit).unwrap();
-        assert_eq!(decode(&bytes[LENGTH_PREFIX_BYTES..]), Ok(at_limit));
-        let above = Frame::Delta(Delta {
-            floor: VersionVector::new(),
-            events: tiny_events(DELTA_EVENTS_MAX + 1),
-        });
+        assert_eq!(decode(&bytes), Ok(at_limit));
+        let above = Frame::delta(
+            1,
+            Delta {
+                floor: VersionVector::new(),
+                events: tiny_events(DELTA_EVENTS_MAX + 1),
+            },
+        );
         assert_eq!(
             encode(&above),
             Err(FrameError::TooManyEvents {
@@ -369,15 +375,18 @@ mod tests {
     }
 
     fn delta_of(events: Vec<Event>) -> Frame {
-        Frame::Delta(Delta {
-            floor: VersionVector::new(),
-            events,
-        })
+        Frame::delta(
+            1,
+            Delta {
+                floor: VersionVector::new(),
+                events,
+            },
+        )
     }
 
     fn round_trip(frame: &Frame) -> Result<Frame, FrameError> {
         let bytes = encode(frame)?;
-        decode(&bytes[LENGTH_PREFIX_BYTES..])
+        decode(&bytes)
     }
 
     /// A delta's seqs are implied and its lamport stamps are gaps, so what
@@ -440,10 +449,10 @@ mod tests {
     /// stamp: no byte string can say that a stamp stands still or falls.
     #[test]
     fn a_lamport_gap_of_zero_is_the_next_stamp() {
-        // Kind 1, no floor, 3 events: stream 5 from seq 1, gaps 0, 0, 4.
-        let payload = [1, 0, 3, 5, 1, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0];
-        let Ok(Frame::Delta(delta)) = decode(&payload) else {
-            panic!("{:?}", decode(&payload));
+        // Kind 1, number 1, no floor, 3 events: stream 5 from seq 1, gaps 0, 0, 4.
+        let payload = [1, 1, 0, 3, 5, 1, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0];
+        let Ok(Frame::Delta { delta, .. }) = decode_payload(&payload) else {
+            panic!("{:?}", decode_payload(&payload));
         };
         let stamps: Vec<(u64, u64)> = delta.events.iter().map(|e| (e.seq, e.lamport)).collect();
         assert_eq!(stamps, [(1, 1), (2, 2), (3, 7)]);
@@ -462,7 +471,7 @@ mod tests {
             event(0, 0, u64::MAX - 1, 1 << 63),
             event(0, 1, u64::MAX, 0),
         ]);
-        let Frame::Delta(delta) = &frame else {
+        let Frame::Delta { delta, .. } = &frame else {
             unreachable!()
         };
         let mut sorted = delta.events.clone();
@@ -494,7 +503,7 @@ mod tests {
     /// re-encodes to the very bytes it came from.
     #[test]
     fn delta_varints_are_read_in_their_shortest_form_only() {
-        let malformed = |payload: &[u8], says: &str| match decode(payload) {
+        let malformed = |payload: &[u8], says: &str| match decode_payload(payload) {
             Err(FrameError::Malformed {
                 kind: "delta",
                 detail,
@@ -505,34 +514,34 @@ mod tests {
         };
         // An empty delta whose count 0 is written in two bytes.
         malformed(
-            &[1, 0, 0x80, 0x00],
+            &[1, 1, 0, 0x80, 0x00],
             "event count: varint not in its shortest form",
         );
         // Stream 1 written in two bytes.
         malformed(
-            &[1, 0, 1, 0x81, 0x00, 1, 1, 0, 0, 0],
+            &[1, 1, 0, 1, 0x81, 0x00, 1, 1, 0, 0, 0],
             "stream: varint not in its shortest form",
         );
         // A first seq of 2^64 (a 10th byte of 2), and of eleven bytes.
-        let mut payload = vec![1, 0, 1, 1];
+        let mut payload = vec![1, 1, 0, 1, 1];
         payload.extend([0x80; 9]);
         payload.extend([0x02, 1, 0, 0, 0]);
         malformed(&payload, "first seq: varint above u64::MAX");
-        let mut payload = vec![1, 0, 1, 1];
+        let mut payload = vec![1, 1, 0, 1, 1];
         payload.extend([0xff; 10]);
         payload.extend([0x01, 1, 0, 0, 0]);
         malformed(&payload, "first seq: varint above u64::MAX");
         // Cut inside the time varint.
         malformed(
-            &[1, 0, 1, 1, 1, 1, 0, 0x80, 0x80],
+            &[1, 1, 0, 1, 1, 1, 1, 0, 0x80, 0x80],
             "time: the frame ends inside a varint",
         );
         // The shortest forms of 0 and u64::MAX are fine.
-        let mut payload = vec![1, 0, 1, 1];
+        let mut payload = vec![1, 1, 0, 1, 1];
         payload.extend([0xff; 9]);
         payload.extend([0x01, 1, 0, 0, 0]);
-        let Ok(Frame::Delta(delta)) = decode(&payload) else {
-            panic!("{:?}", decode(&payload));
+        let Ok(Frame::Delta { delta, .. }) = decode_payload(&payload) else {
+            panic!("{:?}", decode_payload(&payload));
         };
         assert_eq!(
             (delta.events[0].seq, delta.events[0].lamport),
@@ -540,7 +549,7 @@ mod tests {
         );
         let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
         bytes.extend(&payload);
-        assert_eq!(encode(&Frame::Delta(delta)), Ok(bytes));
+        assert_eq!(encode(&Frame::delta(1, delta)), Ok(bytes));
     }
 
     /// A replica's delta interleaves its writers in `(lamport, stream)`
@@ -582,13 +591,13 @@ mod tests {
             .filter(|pair| pair[0].stream != pair[1].stream)
             .count();
         assert!(streams_switch > 100, "{streams_switch} switches");
-        let frame = Frame::Delta(delta.clone());
+        let frame = Frame::delta(1, delta.clone());
         assert_eq!(round_trip(&frame), Ok(frame));
 
         // Stream by stream, and backwards across streams.
         let mut by_stream = delta.events.clone();
         by_stream.sort_by_key(|e| std::cmp::Reverse(e.stream));
         assert_ne!(by_stream, delta.events);
-        assert_eq!(round_trip(&delta_of(by_stream)), Ok(Frame::Delta(delta)));
+        assert_eq!(round_trip(&delta_of(by_stream)), Ok(Frame::delta(1, delta)));
     }
 }

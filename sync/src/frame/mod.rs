@@ -59,13 +59,21 @@
 //!
 //! ```
 //! use meshlog_cursor::{StreamId, VersionVector};
-//! use meshlog_sync::frame::{self, Frame};
+//! use meshlog_sync::frame::{self, Frame, MarksDiff, Receipt};
 //!
-//! let marks: VersionVector = [(StreamId::new(1), 5)].into_iter().collect();
-//! let bytes = frame::encode(&Frame::Ack { marks: marks.clone() })?;
+//! // Delta 3 arrived; the sender holds the peer's marks 1; its own marks 2
+//! // are its marks 1 with stream 1 at seq 5.
+//! let changes: VersionVector = [(StreamId::new(1), 5)].into_iter().collect();
+//! let ack = Frame::Ack(Receipt {
+//!     received: 3,
+//!     seen: 1,
+//!     marks: MarksDiff { number: 2, base: 1, changes },
+//! });
+//! let bytes = frame::encode(&ack)?;
 //! let (payload, used) = frame::split_frame(&bytes)?.expect("one whole frame");
 //! assert_eq!(used, bytes.len());
-//! assert_eq!(frame::decode(payload)?, Frame::Ack { marks });
+//! assert_eq!(frame::decode_payload(payload)?, ack);
+//! assert_eq!(frame::decode(&bytes)?, ack);
 //! # Ok::<(), meshlog_sync::FrameError>(())
 //! ```
 
@@ -81,13 +89,19 @@ mod event_runs;
 mod reader;
 mod repr;
 
-pub use envelope::{decode, encode, split_frame};
+pub use envelope::{decode, decode_payload, encode, encode_payload, split_frame};
 pub use error::FrameError;
 pub use reader::FrameReader;
 
 /// The protocol version this crate speaks, carried in every [`Hello`]. Peers
-/// speaking another version are disconnected after the hello.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// speaking another version are refused after their hello
+/// ([`FrameError::ProtocolVersion`]); ours reaches them first, so they can
+/// say why too.
+///
+/// Version 2 numbers delta frames and acknowledges the last one received,
+/// and carries marks in acks and heartbeats as a difference from marks the
+/// receiver already holds (`docs/PROTOCOL.md`).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The largest frame payload, in bytes (the length prefix excluded): 4 MiB.
 ///
@@ -138,10 +152,11 @@ mod tag {
 /// One message between two replicas.
 ///
 /// The session protocol (see `docs/PROTOCOL.md`): each side opens with a
-/// [`Hello`]; then sends [`Frame::Delta`]s with what the other misses,
-/// [`Frame::Ack`] after applying a delta that changed its log, and a
-/// [`Frame::Heartbeat`] every tick, whose marks the receiver takes as the
-/// truth about the sender, so that anything lost on the way is sent again.
+/// [`Hello`]; then sends numbered [`Frame::Delta`]s with what the other
+/// misses, a [`Frame::Ack`] after receiving deltas, and a
+/// [`Frame::Heartbeat`] every tick. Both carry a [`Receipt`]: the last
+/// delta number received and the sender's marks, from which the receiver
+/// learns what arrived and re-sends only what was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Frame {
@@ -150,20 +165,19 @@ pub enum Frame {
     Hello(Hello),
     /// Events the receiver misses (per stream contiguous from the receiver's
     /// marks as the sender knew them), and floors it must record.
-    Delta(Delta),
-    /// The sender's marks after applying a delta: the receiver may join them
-    /// into what it believes the sender holds.
-    Ack {
-        /// The sender's marks.
-        marks: VersionVector,
+    Delta {
+        /// The frame's number in its session: 1 for the first delta a side
+        /// sends, then one more for each. Acknowledged by
+        /// [`Receipt::received`].
+        number: u64,
+        /// The events and floors.
+        delta: Delta,
     },
-    /// The periodic re-exchange: the sender's marks now. The receiver
-    /// replaces what it believes the sender holds with them, which re-sends
-    /// whatever a lost frame carried.
-    Heartbeat {
-        /// The sender's marks.
-        marks: VersionVector,
-    },
+    /// Sent after receiving deltas: what arrived, and the sender's marks.
+    Ack(Receipt),
+    /// The periodic re-exchange, every tick: the same as an ack, sent
+    /// whether or not deltas arrived. An idle one is a few bytes.
+    Heartbeat(Receipt),
 }
 
 impl Frame {
@@ -172,11 +186,49 @@ impl Frame {
     pub fn kind(&self) -> &'static str {
         match self {
             Frame::Hello(_) => "hello",
-            Frame::Delta(_) => "delta",
-            Frame::Ack { .. } => "ack",
-            Frame::Heartbeat { .. } => "heartbeat",
+            Frame::Delta { .. } => "delta",
+            Frame::Ack(_) => "ack",
+            Frame::Heartbeat(_) => "heartbeat",
         }
     }
+
+    /// A delta frame numbered `number`.
+    pub fn delta(number: u64, delta: Delta) -> Frame {
+        Frame::Delta { number, delta }
+    }
+}
+
+/// What an ack or a heartbeat says: which of the receiver's delta frames
+/// arrived, which of its marks the sender holds, and the sender's own
+/// marks as a difference.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Receipt {
+    /// The highest delta number received from the peer (0: none yet).
+    pub received: u64,
+    /// The number of the latest of the peer's marks the sender holds (1:
+    /// those of the peer's hello; 0: none). The peer may send its next
+    /// marks as a difference from those.
+    pub seen: u64,
+    /// The sender's marks.
+    pub marks: MarksDiff,
+}
+
+/// A replica's marks as a difference from marks its peer already holds.
+///
+/// Each side numbers the marks it sends (its hello's are number 1; a new
+/// number for each change after). Marks only rise within a session, so
+/// whatever the receiver holds of the sender's marks numbered `base` or
+/// later, joined with `changes`, is exactly the marks numbered `number`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MarksDiff {
+    /// The number of these marks (at least 1).
+    pub number: u64,
+    /// The number of the marks they differ from, at most `number`; 0 is
+    /// the empty vector (`changes` is then the whole vector).
+    pub base: u64,
+    /// Every stream whose seq is above its seq in marks `base`, with its
+    /// seq now. Empty exactly when `base` is `number`.
+    pub changes: VersionVector,
 }
 
 /// The opening frame of a session.
@@ -220,22 +272,37 @@ mod tests {
                 marks: vv(&[(1, 3), (7, 9)]),
                 floor: vv(&[(1, 1)]),
             }),
-            Frame::Delta(Delta {
-                floor: vv(&[(2, 4)]),
-                events: vec![Event {
-                    stream: StreamId::new(2),
-                    seq: 5,
-                    lamport: 11,
-                    time_ms: 1_700_000_000_000,
-                    payload: Bytes::from_static(b"hello"),
-                }],
+            Frame::delta(
+                1,
+                Delta {
+                    floor: vv(&[(2, 4)]),
+                    events: vec![Event {
+                        stream: StreamId::new(2),
+                        seq: 5,
+                        lamport: 11,
+                        time_ms: 1_700_000_000_000,
+                        payload: Bytes::from_static(b"hello"),
+                    }],
+                },
+            ),
+            Frame::Ack(Receipt {
+                received: u64::MAX,
+                seen: 7,
+                marks: MarksDiff {
+                    number: u64::MAX,
+                    base: 0,
+                    changes: vv(&[(u64::MAX, u64::MAX)]),
+                },
             }),
-            Frame::Ack {
-                marks: vv(&[(u64::MAX, u64::MAX)]),
-            },
-            Frame::Heartbeat {
-                marks: VersionVector::new(),
-            },
+            Frame::Heartbeat(Receipt {
+                received: 0,
+                seen: 1,
+                marks: MarksDiff {
+                    number: 1,
+                    base: 1,
+                    changes: VersionVector::new(),
+                },
+            }),
         ]
     }
 
@@ -245,48 +312,47 @@ mod tests {
             let bytes = encode(&frame).unwrap();
             let (payload, used) = split_frame(&bytes).unwrap().unwrap();
             assert_eq!(used, bytes.len());
-            assert_eq!(decode(payload).unwrap(), frame);
+            assert_eq!(decode_payload(payload).unwrap(), frame);
+            assert_eq!(decode(&bytes).unwrap(), frame);
         }
     }
 
-    /// The examples of `docs/PROTOCOL.md`, byte for byte.
+    /// The hex bytes of every example block of `docs/PROTOCOL.md`'s
+    /// "Examples" section, in order: on each line of a fenced block, the
+    /// leading two-digit hex tokens (the rest of the line says what they
+    /// are).
+    fn doc_examples() -> Vec<Vec<u8>> {
+        let doc = include_str!("../../../docs/PROTOCOL.md");
+        let start = doc.find("### Examples").expect("an Examples section");
+        let section = &doc[start..];
+        let end = section[4..].find("\n## ").map_or(section.len(), |i| i + 4);
+        let mut blocks = Vec::new();
+        let mut current: Option<Vec<u8>> = None;
+        for line in section[..end].lines() {
+            if line.trim_start().starts_with("```") {
+                match current.take() {
+                    Some(block) => blocks.push(block),
+                    None => current = Some(Vec::new()),
+                }
+                continue;
+            }
+            if let Some(block) = current.as_mut() {
+                for token in line.split_whitespace() {
+                    match u8::from_str_radix(token, 16) {
+                        Ok(byte) if token.len() == 2 => block.push(byte),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        blocks
+    }
+
+    /// The examples of `docs/PROTOCOL.md`, byte for byte: read from the
+    /// doc itself, each must be the encoding of its frame here and decode
+    /// back to it.
     #[test]
     fn the_protocol_doc_examples_are_exact() {
-        let ack = encode(&Frame::Ack {
-            marks: vv(&[(1, 5)]),
-        })
-        .unwrap();
-        assert_eq!(ack, [0x04, 0, 0, 0, 0x02, 0x01, 0x01, 0x05]);
-        let hello = encode(&Frame::Hello(Hello {
-            protocol: 1,
-            stream: StreamId::new(0xb),
-            marks: vv(&[(0xb, 3)]),
-            floor: VersionVector::new(),
-        }))
-        .unwrap();
-        assert_eq!(
-            hello,
-            [0x07, 0, 0, 0, 0x00, 0x01, 0x0b, 0x01, 0x0b, 0x03, 0x00]
-        );
-        let delta = encode(&Frame::Delta(Delta {
-            floor: VersionVector::new(),
-            events: vec![Event {
-                stream: StreamId::new(2),
-                seq: 5,
-                lamport: 11,
-                time_ms: 1000,
-                payload: Bytes::from_static(b"hi"),
-            }],
-        }))
-        .unwrap();
-        assert_eq!(
-            delta,
-            [
-                0x0c, 0, 0, 0, 0x01, 0x00, 0x01, 0x02, 0x05, 0x01, 0x0a, 0xe8, 0x07, 0x02, 0x68,
-                0x69
-            ]
-        );
-        // Two writers interleaved, a floor, a clock stepping back.
         let event = |stream, seq, lamport, time_ms, payload: &'static [u8]| Event {
             stream: StreamId::new(stream),
             seq,
@@ -294,35 +360,64 @@ mod tests {
             time_ms,
             payload: Bytes::from_static(payload),
         };
-        let interleaved = Frame::Delta(Delta {
-            floor: vv(&[(2, 8)]),
-            events: vec![
-                event(7, 3, 20, 5000, b"a"),
-                event(2, 9, 21, 5010, b"b"),
-                event(7, 4, 22, 4990, b"c"),
-                event(2, 10, 25, 5020, b""),
-            ],
-        });
-        let bytes = encode(&interleaved).unwrap();
-        #[rustfmt::skip]
         let expected = [
-            0x1b, 0, 0, 0,
-            0x01,
-            0x01, 0x02, 0x08,
-            0x04,
-            0x02, 0x09, 0x02,
-            0x14, 0x92, 0x27, 0x01, 0x62,
-            0x03, 0x14, 0x00,
-            0x07, 0x03, 0x02,
-            0x13, 0x27, 0x01, 0x61,
-            0x01, 0x13, 0x01, 0x63,
+            Frame::Hello(Hello {
+                protocol: 2,
+                stream: StreamId::new(0xb),
+                marks: vv(&[(0xb, 3)]),
+                floor: VersionVector::new(),
+            }),
+            Frame::delta(
+                1,
+                Delta {
+                    floor: VersionVector::new(),
+                    events: vec![event(2, 5, 11, 1000, b"hi")],
+                },
+            ),
+            // Two writers interleaved, a floor, a clock stepping back.
+            Frame::delta(
+                2,
+                Delta {
+                    floor: vv(&[(2, 8)]),
+                    events: vec![
+                        event(7, 3, 20, 5000, b"a"),
+                        event(2, 9, 21, 5010, b"b"),
+                        event(7, 4, 22, 4990, b"c"),
+                        event(2, 10, 25, 5020, b""),
+                    ],
+                },
+            ),
+            Frame::Ack(Receipt {
+                received: 4,
+                seen: 2,
+                marks: MarksDiff {
+                    number: 3,
+                    base: 2,
+                    changes: vv(&[(1, 5)]),
+                },
+            }),
+            Frame::Heartbeat(Receipt {
+                received: 4,
+                seen: 2,
+                marks: MarksDiff {
+                    number: 3,
+                    base: 3,
+                    changes: VersionVector::new(),
+                },
+            }),
         ];
-        assert_eq!(bytes, expected);
-        assert_eq!(decode(&bytes[LENGTH_PREFIX_BYTES..]), Ok(interleaved));
+        let blocks = doc_examples();
+        assert_eq!(blocks.len(), expected.len(), "{blocks:02x?}");
+        for (block, frame) in blocks.iter().zip(&expected) {
+            assert_eq!(&encode(frame).unwrap(), block, "{frame:?}");
+            assert_eq!(decode(block).as_ref(), Ok(frame));
+        }
+        // The idle heartbeat the doc promises is 10 bytes on the wire.
+        assert_eq!(blocks[4].len(), 10);
     }
 
     /// `docs/PROTOCOL.md` states that a delta of one event takes at most
-    /// 327,709 bytes besides its payload, so payloads up to 3,866,595 bytes
+    /// 327,719 bytes besides its payload, so payloads up to 3,866,585 bytes
     /// always fit a frame: the worst case (the largest floor vector, every
     /// varint at its longest) lands exactly on the limit.
     #[test]
@@ -331,21 +426,24 @@ mod tests {
             .map(|i| (StreamId::new(u64::MAX - i), u64::MAX))
             .collect();
         let delta = |payload_len: usize| {
-            Frame::Delta(Delta {
-                floor: floor.clone(),
-                events: vec![Event {
-                    stream: StreamId::new(u64::MAX),
-                    seq: u64::MAX,
-                    lamport: u64::MAX,
-                    time_ms: u64::MAX,
-                    payload: Bytes::from(vec![0u8; payload_len]),
-                }],
-            })
+            Frame::delta(
+                u64::MAX,
+                Delta {
+                    floor: floor.clone(),
+                    events: vec![Event {
+                        stream: StreamId::new(u64::MAX),
+                        seq: u64::MAX,
+                        lamport: u64::MAX,
+                        time_ms: u64::MAX,
+                        payload: Bytes::from(vec![0u8; payload_len]),
+                    }],
+                },
+            )
         };
-        let bytes = encode(&delta(3_866_595)).unwrap();
+        let bytes = encode(&delta(3_866_585)).unwrap();
         assert_eq!(bytes.len(), LENGTH_PREFIX_BYTES + FRAME_BYTES_MAX);
         assert_eq!(
-            encode(&delta(3_866_596)),
+            encode(&delta(3_866_586)),
             Err(FrameError::TooLarge {
                 len: FRAME_BYTES_MAX + 1,
                 max: FRAME_BYTES_MAX

@@ -27,6 +27,18 @@ pub(super) struct HelloRepr {
     pub(super) floor: VectorRepr,
 }
 
+/// An ack's or heartbeat's fields after its kind: the last delta number
+/// received, the peer's marks number held, then the sender's marks as a
+/// difference (its number, how many numbers back its base is, the changes).
+#[derive(Serialize, Deserialize)]
+pub(super) struct ReceiptRepr {
+    pub(super) received: u64,
+    pub(super) seen: u64,
+    pub(super) number: u64,
+    pub(super) back: u64,
+    pub(super) changes: VectorRepr,
+}
+
 /// A version vector on the wire: `(stream, seq)` pairs, streams strictly
 /// ascending, seqs nonzero.
 #[derive(Serialize, Deserialize)]
@@ -71,10 +83,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Seq<T> {
 }
 
 impl VectorRepr {
-    pub(super) fn of(vector: &VersionVector) -> Self {
-        VectorRepr(Seq(vector.iter().map(|(s, seq)| (s.get(), seq)).collect()))
-    }
-
     pub(super) fn into_vector(
         self,
         kind: &'static str,
@@ -171,10 +179,16 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
         tag::DELTA => {
             // The event counts are checked by `decode_events`, which reads
             // them before anything else of the events.
-            skip_vector(body, kind, "floor")?;
+            let Some((_, floor)) = take::<u64>(body) else {
+                return Ok(());
+            };
+            skip_vector(floor, kind, "floor")?;
         }
         _ => {
-            skip_vector(body, kind, "marks")?;
+            let Some((_, changes)) = take::<(u64, u64, u64, u64)>(body) else {
+                return Ok(());
+            };
+            skip_vector(changes, kind, "changes")?;
         }
     }
     Ok(())
@@ -184,18 +198,25 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
 mod tests {
     // A vector postcard can read is still refused unless it is canonical:
     // streams strictly ascending, no zero seq.
-    use crate::frame::{decode, FrameError};
+    use crate::frame::{decode_payload as decode, FrameError};
 
     #[test]
     fn non_canonical_vectors_are_refused() {
-        // Ack with two entries, streams descending.
-        let err = decode(&[2, 2, 5, 1, 3, 1]).unwrap_err();
+        // Ack (received 0, seen 0, marks 1 from 0) with two changes, streams
+        // descending.
+        let err = decode(&[2, 0, 0, 1, 1, 2, 5, 1, 3, 1]).unwrap_err();
         assert!(
-            matches!(err, FrameError::BadVector { field: "marks", .. }),
+            matches!(
+                err,
+                FrameError::BadVector {
+                    field: "changes",
+                    ..
+                }
+            ),
             "{err}"
         );
         // Ack with a zero seq.
-        let err = decode(&[2, 1, 5, 0]).unwrap_err();
+        let err = decode(&[2, 0, 0, 1, 1, 1, 5, 0]).unwrap_err();
         assert!(matches!(err, FrameError::BadVector { .. }), "{err}");
     }
 }

@@ -72,9 +72,9 @@ pub fn check_input(data: &[u8]) -> Outcome {
 }
 
 fn check_payload(payload: &[u8], outcome: &mut Outcome) {
-    match frame::decode(payload) {
+    match frame::decode_payload(payload) {
         Ok(decoded) => {
-            if let Frame::Delta(delta) = &decoded {
+            if let Frame::Delta { delta, .. } = &decoded {
                 assert!(
                     delta.events.len() <= DELTA_EVENTS_MAX,
                     "decoded a delta of {} events",
@@ -95,7 +95,7 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
                 .expect("a re-encoded frame is within the limit")
                 .expect("a re-encoded frame is whole");
             assert_eq!(
-                frame::decode(again).as_ref(),
+                frame::decode_payload(again).as_ref(),
                 Ok(&decoded),
                 "a frame does not survive re-encoding"
             );
