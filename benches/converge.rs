@@ -9,23 +9,22 @@
 //! # The scenario
 //!
 //! Replica `i` is writer `i` (ids 1..=W). Each appends E events of 32
-//! bytes (distinct per event) in its own replica. Then one pass of pulls in
-//! a fixed order — for every source `i`, every other replica `j` pulls from
-//! `i` what `j` lacks — which leaves every replica holding every event
-//! (after the pass over source `i`, every replica holds what `i` held).
-//! A pull is one request (what `j` holds) and one answer (what it lacks):
+//! bytes (distinct per event) in its own replica. Then passes over every
+//! pair `i < j` in a fixed order, each pair exchanging both ways, until
+//! every replica holds every event (checked between passes, outside what
+//! is counted; two passes suffice):
 //!
-//! - **meshlog**: `Replica` (in memory). Request: `j`'s marks, as a sync
-//!   heartbeat frame. Answer: `i.delta_for(j.marks())` in frames of at most
-//!   `DELTA_EVENTS_MAX` events (`sync::frame::encode`, length prefixes
-//!   included), applied with `Replica::apply`.
+//! - **meshlog**: `SharedReplica::in_memory`; an exchange is
+//!   `meshlog_sync::sync_once`, the session's own rules run to quiescence
+//!   in memory: both hellos, the deltas, the receipts. Every frame is
+//!   counted as encoded, length prefixes included.
 //! - **yrs** 0.28: one `YArray` `log` of `Any::Buffer` per doc, client id
-//!   = writer id. Request: `state_vector().encode_v1()`; answer:
-//!   `encode_diff_v1`, applied with `apply_update`.
+//!   = writer id. An exchange is two pulls: `state_vector().encode_v1()`
+//!   answered by `encode_diff_v1`, applied with `apply_update`.
 //! - **automerge** 0.12: one list `log` made by a common root change that
-//!   every doc forks from; each event one change. A pull is automerge's
-//!   sync protocol between fresh states, run until neither side has a
-//!   message: every message counts.
+//!   every doc forks from; each event one change. An exchange is
+//!   automerge's sync protocol between fresh states, run until neither side
+//!   has a message: every message counts.
 //!
 //! Each (system, W, E) row runs in a child process of this bench, so its
 //! peak resident memory (`VmHWM`) is its own; the figure reported is
@@ -47,8 +46,9 @@
 //! `MESHLOG_CONVERGE_SYSTEMS` (default `meshlog,yrs,automerge`),
 //! `MESHLOG_CONVERGE_TIMEOUT_S` per row (default 300),
 //! `MESHLOG_CONVERGE_AUTOMERGE_MAX` the most replica-events automerge is
-//! asked to hold (default 10,000,000: beyond it the row is skipped and
-//! says so; automerge's sync protocol at W = 100 takes minutes).
+//! asked to hold (default 1,000,000: beyond it the row is skipped and says
+//! so; automerge's sync protocol took 1 s at 10 x 1,000 here, and grows
+//! with W squared pairs of ever larger documents).
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -57,8 +57,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
-use meshlog_replica::{Config, Delta, MemStore, Replica};
-use meshlog_sync::frame::{self, Frame, DELTA_EVENTS_MAX};
+use meshlog_replica::MemStore;
+use meshlog_sync::{sync_once, SessionConfig, SharedReplica};
 
 const PAYLOAD_BYTES: usize = 32;
 const CHILD_ENV: &str = "MESHLOG_CONVERGE_CHILD";
@@ -73,7 +73,7 @@ fn main() {
     let systems = std::env::var("MESHLOG_CONVERGE_SYSTEMS")
         .unwrap_or_else(|_| "meshlog,yrs,automerge".into());
     let timeout = Duration::from_secs(env_u64("MESHLOG_CONVERGE_TIMEOUT_S", 300));
-    let automerge_max = env_u64("MESHLOG_CONVERGE_AUTOMERGE_MAX", 10_000_000);
+    let automerge_max = env_u64("MESHLOG_CONVERGE_AUTOMERGE_MAX", 1_000_000);
     let rows: Vec<(u64, u64)> = rows
         .split(',')
         .filter_map(|row| {
@@ -81,7 +81,7 @@ fn main() {
             Some((w.parse().ok()?, e.parse().ok()?))
         })
         .collect();
-    println!("All-to-all convergence: W replicas, each writing E events of {PAYLOAD_BYTES} bytes; one pass of pairwise pulls.");
+    println!("All-to-all convergence: W replicas, each writing E events of {PAYLOAD_BYTES} bytes; pairwise exchanges until all hold everything.");
     println!("(bytes/event: every request and answer over W x (W-1) x E deliveries; the payload alone is {PAYLOAD_BYTES})");
     println!(
         "{:<10} {:>5} {:>6} {:>10} {:>12} {:>12} {:>10} {:>14} {:>10}",
@@ -270,10 +270,18 @@ fn memory() -> (u64, u64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// 32 bytes drawn from splitmix64 of the event's name: distinct per event
+/// and incompressible, so no system wins by compressing padding.
 fn payload(writer: u64, seq: u64) -> [u8; PAYLOAD_BYTES] {
-    let mut out = [b'.'; PAYLOAD_BYTES];
-    let text = format!("w{writer}-e{seq}-");
-    out[..text.len()].copy_from_slice(text.as_bytes());
+    let mut out = [0u8; PAYLOAD_BYTES];
+    let mut x = (writer << 32) ^ seq;
+    for chunk in out.chunks_mut(8) {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
     out
 }
 
@@ -295,60 +303,58 @@ fn child(spec: &str) {
 
 // --- meshlog ----------------------------------------------------------
 
+/// Passes over every pair `i < j` until `converged`; `exchange` returns the
+/// (bytes, messages) one exchange cost.
+fn all_pairs(
+    w: usize,
+    mut exchange: impl FnMut(usize, usize) -> (u64, u64),
+    mut converged: impl FnMut() -> bool,
+) -> (f64, u64, u64) {
+    let (mut bytes, mut messages, mut seconds) = (0u64, 0u64, 0f64);
+    for _pass in 0..4 {
+        let started = Instant::now();
+        for i in 0..w {
+            for j in i + 1..w {
+                let (b, m) = exchange(i, j);
+                bytes += b;
+                messages += m;
+            }
+        }
+        seconds += started.elapsed().as_secs_f64();
+        if converged() {
+            return (seconds, bytes, messages);
+        }
+    }
+    panic!("not converged after 4 passes");
+}
+
 fn meshlog_run(w: u64, e: u64) -> (f64, u64, u64) {
-    let mut replicas: Vec<Replica> = (1..=w)
-        .map(|id| {
-            let mut config = Config::new(StreamId::new(id));
-            config.streams_max = config.streams_max.max(w as usize + 1);
-            Replica::open(config, MemStore::default()).expect("an empty store opens")
-        })
+    let replicas: Vec<SharedReplica<MemStore>> = (1..=w)
+        .map(|id| SharedReplica::in_memory(StreamId::new(id)))
         .collect();
-    for (index, replica) in replicas.iter_mut().enumerate() {
-        for seq in 1..=e {
-            replica
-                .append(Bytes::copy_from_slice(&payload(index as u64 + 1, seq)))
-                .expect("append");
-        }
+    for (index, replica) in replicas.iter().enumerate() {
+        let batch: Vec<Bytes> = (1..=e)
+            .map(|seq| Bytes::copy_from_slice(&payload(index as u64 + 1, seq)))
+            .collect();
+        replica.append_batch(batch).expect("append");
     }
-    let (mut bytes, mut messages) = (0u64, 0u64);
-    let started = Instant::now();
-    for i in 0..replicas.len() {
-        for j in 0..replicas.len() {
-            if i == j {
-                continue;
-            }
-            let marks = replicas[j].marks();
-            bytes += frame::encode(&Frame::Heartbeat {
-                marks: marks.clone(),
+    let config = SessionConfig::default();
+    all_pairs(
+        replicas.len(),
+        |i, j| {
+            let report = sync_once(&replicas[i], &replicas[j], &config).expect("an exchange");
+            assert!(report.quiescent);
+            (
+                report.a.bytes_sent + report.b.bytes_sent,
+                report.a.frames_sent + report.b.frames_sent,
+            )
+        },
+        || {
+            replicas.iter().all(|r| {
+                r.marks().iter().all(|(_, seq)| seq == e) && r.marks().iter().count() as u64 == w
             })
-            .expect("marks encode")
-            .len() as u64;
-            messages += 1;
-            let delta = replicas[i].delta_for(&marks, usize::MAX);
-            let mut first = true;
-            for chunk in delta.events.chunks(DELTA_EVENTS_MAX) {
-                let part = Delta {
-                    floor: if first {
-                        delta.floor.clone()
-                    } else {
-                        Default::default()
-                    },
-                    events: chunk.to_vec(),
-                };
-                first = false;
-                bytes += frame::encode(&Frame::Delta(part.clone()))
-                    .expect("delta encodes")
-                    .len() as u64;
-                messages += 1;
-                replicas[j].apply(&part).expect("delta applies");
-            }
-        }
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    for replica in &replicas {
-        assert_eq!(replica.marks().iter().count() as u64, w, "converged");
-    }
-    (seconds, bytes, messages)
+        },
+    )
 }
 
 // --- yrs ----------------------------------------------------------------
@@ -368,31 +374,26 @@ fn yrs_run(w: u64, e: u64) -> (f64, u64, u64) {
             );
         }
     }
-    let (mut bytes, mut messages) = (0u64, 0u64);
-    let started = Instant::now();
-    for i in 0..docs.len() {
-        for j in 0..docs.len() {
-            if i == j {
-                continue;
-            }
-            let sv = docs[j].transact().state_vector().encode_v1();
-            let update = docs[i]
-                .transact()
-                .encode_diff_v1(&StateVector::decode_v1(&sv).expect("sv decodes"));
-            bytes += (sv.len() + update.len()) as u64;
-            messages += 2;
-            docs[j]
-                .transact_mut()
-                .apply_update(Update::decode_v1(&update).expect("update decodes"))
-                .expect("update applies");
-        }
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    for doc in &docs {
-        let array = doc.get_or_insert_array("log");
-        assert_eq!(u64::from(array.len(&doc.transact())), w * e, "converged");
-    }
-    (seconds, bytes, messages)
+    let pull = |into: &Doc, from: &Doc| -> u64 {
+        let sv = into.transact().state_vector().encode_v1();
+        let update = from
+            .transact()
+            .encode_diff_v1(&StateVector::decode_v1(&sv).expect("sv decodes"));
+        into.transact_mut()
+            .apply_update(Update::decode_v1(&update).expect("update decodes"))
+            .expect("update applies");
+        (sv.len() + update.len()) as u64
+    };
+    all_pairs(
+        docs.len(),
+        |i, j| (pull(&docs[j], &docs[i]) + pull(&docs[i], &docs[j]), 4),
+        || {
+            docs.iter().all(|doc| {
+                let array = doc.get_or_insert_array("log");
+                u64::from(array.len(&doc.transact())) == w * e
+            })
+        },
+    )
 }
 
 // --- automerge ----------------------------------------------------------
@@ -443,37 +444,28 @@ fn automerge_run(w: u64, e: u64) -> (f64, u64, u64) {
             doc.commit();
         }
     }
-    let (mut bytes, mut messages) = (0u64, 0u64);
-    let started = Instant::now();
-    for i in 0..docs.len() {
-        for j in 0..docs.len() {
-            if i == j {
-                continue;
-            }
-            let (mut si, mut sj) = (State::new(), State::new());
-            // Two disjoint borrows of the pair.
-            let (source, puller) = if i < j {
-                let (low, high) = docs.split_at_mut(j);
-                (&mut low[i], &mut high[0])
-            } else {
-                let (low, high) = docs.split_at_mut(i);
-                (&mut high[0], &mut low[j])
-            };
+    let docs = std::cell::RefCell::new(docs);
+    all_pairs(
+        w as usize,
+        |i, j| {
+            let mut docs = docs.borrow_mut();
+            let (low, high) = docs.split_at_mut(j);
+            let (a, b) = (&mut low[i], &mut high[0]);
+            let (mut sa, mut sb) = (State::new(), State::new());
             let mut counts = (0u64, 0u64);
             loop {
-                let asked = am_send(puller, &mut sj, source, &mut si, &mut counts);
-                let answered = am_send(source, &mut si, puller, &mut sj, &mut counts);
+                let asked = am_send(a, &mut sa, b, &mut sb, &mut counts);
+                let answered = am_send(b, &mut sb, a, &mut sa, &mut counts);
                 if !asked && !answered {
                     break;
                 }
             }
-            bytes += counts.0;
-            messages += counts.1;
-        }
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    for doc in &docs {
-        assert_eq!(doc.length(&list) as u64, w * e, "converged");
-    }
-    (seconds, bytes, messages)
+            counts
+        },
+        || {
+            docs.borrow()
+                .iter()
+                .all(|doc| doc.length(&list) as u64 == w * e)
+        },
+    )
 }
