@@ -88,7 +88,7 @@ pub fn need(method: &Method, path: &str) -> Need {
             Need::Role(Role::Read)
         }
         ("POST", "/events") => Need::Role(Role::Write),
-        ("POST", "/compact") | (_, "/peers") => Need::Role(Role::Admin),
+        ("POST", "/compact") | ("POST", "/verify") | (_, "/peers") => Need::Role(Role::Admin),
         ("GET", "/sync") => Need::Peer,
         _ => Need::Open,
     }
@@ -639,6 +639,7 @@ mod tests {
         assert_eq!(need(&Method::GET, "/events"), Need::Role(Role::Read));
         assert_eq!(need(&Method::POST, "/events"), Need::Role(Role::Write));
         assert_eq!(need(&Method::DELETE, "/peers"), Need::Role(Role::Admin));
+        assert_eq!(need(&Method::POST, "/verify"), Need::Role(Role::Admin));
         assert_eq!(need(&Method::GET, "/sync"), Need::Peer);
         assert_eq!(need(&Method::GET, "/health"), Need::Open);
         assert_eq!(need(&Method::HEAD, "/events"), Need::Role(Role::Read));

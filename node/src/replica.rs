@@ -17,7 +17,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     CompactReport, Config, DiskError, DiskStore, Event, Page, PageError, Replica, ReplicaError,
-    RetentionPolicy, SharedReplica, Stats,
+    RetentionPolicy, SharedReplica, Stats, Verified,
 };
 
 /// The file in the data directory that holds the node's stream id, in
@@ -196,6 +196,32 @@ impl NodeReplica {
         let target = self.shared.retention_floor(&policy, now_ms(), &peer_marks);
         let report = self.shared.compact_async(target).await?;
         Ok((report, self.shared.floor()))
+    }
+
+    /// Reads and checks every held event against the recorded digest and
+    /// bounds (`meshlog_replica::Replica::verify`), off the runtime. Writes
+    /// wait while it runs; reads do not.
+    pub async fn verify(&self) -> Result<Verified, ReplicaError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.verify())
+            .await
+            .unwrap_or(Err(ReplicaError::Failed))
+    }
+
+    /// Verifies the data directory of a node that is not running (its lock
+    /// keeps a running node's directory from being opened). Refuses a
+    /// directory that has no `stream-id` file rather than creating one.
+    pub fn verify_dir(dir: &Path) -> Result<Verified, OpenError> {
+        if !dir.join(STREAM_ID_FILE).exists() {
+            return Err(OpenError::StreamId {
+                path: dir.join(STREAM_ID_FILE).display().to_string(),
+                message: "no such file: not a node's data directory".into(),
+            });
+        }
+        let store = DiskStore::open(dir)?;
+        let stream = stream_id(dir, None)?;
+        let replica = Replica::open(Config::new(stream), store)?;
+        Ok(replica.verify()?)
     }
 
     /// The cursor covering every held event stamped at or below `lamport`

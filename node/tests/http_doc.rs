@@ -21,13 +21,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DOC: &str = include_str!("../../docs/HTTP.md");
 
 /// The routes the router serves; each must have an example.
-const ROUTES: [(&str, &str); 14] = [
+const ROUTES: [(&str, &str); 15] = [
     ("GET", "/health"),
     ("POST", "/events"),
     ("GET", "/events"),
     ("POST", "/events/query"),
     ("GET", "/marks"),
     ("POST", "/compact"),
+    ("POST", "/verify"),
     ("GET", "/peers"),
     ("POST", "/peers"),
     ("DELETE", "/peers"),

@@ -18,7 +18,7 @@ use serde_json::Value;
 use support::*;
 
 /// Every route the router serves, with each method.
-const ROUTES: [(&str, &str); 14] = [
+const ROUTES: [(&str, &str); 15] = [
     ("get", "/"),
     ("post", "/compact"),
     ("get", "/events"),
@@ -33,16 +33,18 @@ const ROUTES: [(&str, &str); 14] = [
     ("get", "/peers"),
     ("post", "/peers"),
     ("get", "/sync"),
+    ("post", "/verify"),
 ];
 
 /// The role each route needs (issue 10); the rest are open over HTTP.
-const PROTECTED: [(&str, &str, &str); 9] = [
+const PROTECTED: [(&str, &str, &str); 10] = [
     ("get", "/events", "read"),
     ("post", "/events/query", "read"),
     ("get", "/marks", "read"),
     ("get", "/follow", "read"),
     ("post", "/events", "write"),
     ("post", "/compact", "admin"),
+    ("post", "/verify", "admin"),
     ("get", "/peers", "admin"),
     ("post", "/peers", "admin"),
     ("delete", "/peers", "admin"),

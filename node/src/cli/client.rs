@@ -11,7 +11,7 @@ use serde_json::json;
 
 pub use crate::http::json::{
     AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, LostJson, MarksJson, PageJson,
-    PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson,
+    PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson, VerifiedJson,
 };
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather
@@ -279,6 +279,12 @@ impl Client {
                 .json(&serde_json::Value::Object(body)),
         )
         .await
+    }
+
+    /// `POST /verify`: the node reads and checks every event it holds.
+    pub async fn verify(&self) -> Result<VerifiedJson, ClientError> {
+        self.json(self.http.post(format!("{}/verify", self.base)))
+            .await
     }
 
     /// `GET /peers`.

@@ -37,6 +37,9 @@ pub enum ClientCommand {
     Marks(MarksArgs),
     /// Drop old events on a node, raising its floor.
     Compact(CompactArgs),
+    /// Read and check every event a node holds (`--data DIR`: a stopped
+    /// node's data directory, offline).
+    Verify(VerifyArgs),
     /// List, add or remove a node's peers.
     Peers(PeersArgs),
 }
@@ -139,6 +142,18 @@ pub struct CompactArgs {
     ignore_peers: bool,
 }
 
+/// `meshlog verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    node: NodeArg,
+    /// Verify this data directory offline instead of asking a running node
+    /// (the node must be stopped: its lock keeps the directory from being
+    /// opened twice).
+    #[arg(long)]
+    data: Option<std::path::PathBuf>,
+}
+
 /// `meshlog peers`.
 #[derive(Debug, clap::Args)]
 pub struct PeersArgs {
@@ -208,6 +223,7 @@ async fn execute(command: ClientCommand) -> Result<ExitCode, ClientError> {
         ClientCommand::Events(args) => events(args).await,
         ClientCommand::Marks(args) => marks(args).await,
         ClientCommand::Compact(args) => compact(args).await,
+        ClientCommand::Verify(args) => verify(args).await,
         ClientCommand::Peers(args) => peers(args).await,
     }
 }
@@ -528,6 +544,52 @@ async fn compact(args: CompactArgs) -> Result<ExitCode, ClientError> {
         answer.dropped,
         answer.streams,
         vector_text(&answer.floor)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn verify(args: VerifyArgs) -> Result<ExitCode, ClientError> {
+    let started = std::time::Instant::now();
+    let (streams, events, place) = match &args.data {
+        Some(dir) => {
+            let dir = dir.clone();
+            let checked =
+                tokio::task::spawn_blocking(move || crate::replica::NodeReplica::verify_dir(&dir))
+                    .await;
+            match checked {
+                Ok(Ok(verified)) => (
+                    verified.streams as u64,
+                    verified.events,
+                    args.data
+                        .as_ref()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_default(),
+                ),
+                Ok(Err(error)) => {
+                    eprintln!(
+                        "meshlog verify: {}: {error}",
+                        args.data
+                            .as_ref()
+                            .map(|d| d.display().to_string())
+                            .unwrap_or_default()
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                Err(error) => {
+                    eprintln!("meshlog verify: the check panicked: {error}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        None => {
+            let client = args.node.client()?;
+            let answer = client.verify().await?;
+            (answer.streams, answer.events, client.url().to_owned())
+        }
+    };
+    println!(
+        "verified {place}: {events} event(s) on {streams} stream(s) sound ({} ms)",
+        started.elapsed().as_millis()
     );
     Ok(ExitCode::SUCCESS)
 }

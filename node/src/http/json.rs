@@ -245,6 +245,15 @@ pub struct CompactedJson {
     pub floor: VectorJson,
 }
 
+/// `POST /verify`'s answer: every held event was read and checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VerifiedJson {
+    /// Streams held.
+    pub streams: u64,
+    /// Events read and checked.
+    pub events: u64,
+}
+
 /// `POST /peers`' answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeerAddedJson {

@@ -68,6 +68,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .route("/compact", post(handlers::compact))
+        .route("/verify", post(handlers::verify))
         .route(
             "/peers",
             get(handlers::list_peers)
