@@ -49,9 +49,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use common::{
-    env_number, find_binary, install_peers, interrupted, machine, start_nats, start_redis,
-    systems_from_env, timed, version_of, wait_ready, BoxError, Client, Kind, Result, ServerProcess,
-    REQUEST_TIMEOUT, STARTUP_TIMEOUT,
+    env_counts, env_number, find_binary, install_peers, machine, print_systems, start_each,
+    start_nats, start_redis, systems_from_env, timed, until_interrupted, version_of, wait_ready,
+    BoxError, Client, Kind, Result, ServerProcess, REQUEST_TIMEOUT, STARTUP_TIMEOUT,
 };
 
 const PAYLOAD_BYTES: usize = 100;
@@ -97,23 +97,7 @@ fn settings() -> Settings {
     let read_events =
         env_number("MESHLOG_BENCH_READ_EVENTS", 100_000).clamp(1, 10_000_000) as usize;
     let byte_events = env_number("MESHLOG_BENCH_BYTE_EVENTS", 1_000).clamp(1, 1_000_000) as usize;
-    let clients = match std::env::var("MESHLOG_BENCH_CLIENTS") {
-        Ok(text) => text
-            .split(',')
-            .map(|part| {
-                part.trim()
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=CLIENTS_MAX).contains(n))
-                    .unwrap_or_else(|| {
-                        panic!(
-                            "MESHLOG_BENCH_CLIENTS: each count in 1..={CLIENTS_MAX}; got {part:?}"
-                        )
-                    })
-            })
-            .collect(),
-        Err(_) => vec![1, 8, 64],
-    };
+    let clients = env_counts("MESHLOG_BENCH_CLIENTS", CLIENTS_MAX, &[1, 8, 64]);
     let systems = systems_from_env();
     Settings {
         seconds,
@@ -742,30 +726,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let mut systems = Vec::new();
-    let mut running = Vec::new();
-    let mut skipped = Vec::new();
-    for &kind in &settings.systems {
-        match start(kind, &runtime) {
-            Ok((system, server)) => {
-                systems.push(system);
-                running.push(server);
-            }
-            Err(error) => {
-                eprintln!("{}: skipped: {error}", kind.name());
-                skipped.push((kind, error.to_string()));
-            }
-        }
-    }
-    // On SIGINT or SIGTERM the servers are still stopped: the bench future
-    // is dropped, and the servers after it. (A SIGKILL leaves them running;
-    // their temp directories name them: /tmp/meshlog-bench-*.)
-    let results = runtime.block_on(async {
-        tokio::select! {
-            results = bench(&settings, &systems) => Some(results),
-            _ = interrupted() => None,
-        }
-    });
+    let (started, skipped) = start_each(&settings.systems, |kind| start(kind, &runtime));
+    let (systems, running): (Vec<System>, Vec<Running>) = started.into_iter().unzip();
+    let results = until_interrupted(&runtime, bench(&settings, &systems));
     drop(runtime);
     drop(running);
     let Some(results) = results else {
@@ -790,13 +753,12 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
         settings.read_events,
         machine()
     );
-    for system in systems {
-        println!("  {:<16} {}", system.kind.label(), system.note);
-    }
-    for (kind, why) in skipped {
-        println!("  {:<16} skipped: {why}", kind.label());
-    }
-    println!();
+    print_systems(
+        systems
+            .iter()
+            .map(|system| (system.kind, system.note.as_str())),
+        skipped,
+    );
     let header = |first: &str| {
         print!("{first:<22}");
         for kind in &kinds {

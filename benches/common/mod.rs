@@ -65,6 +65,24 @@ pub fn env_number(name: &str, default: u64) -> u64 {
     }
 }
 
+/// A comma-separated list of counts from the environment variable `name`,
+/// each in `1..=max`; `default` when it is unset.
+pub fn env_counts(name: &str, max: usize, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(text) => text
+            .split(',')
+            .map(|part| {
+                part.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=max).contains(n))
+                    .unwrap_or_else(|| panic!("{name}: each count in 1..={max}; got {part:?}"))
+            })
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
 /// The systems named in `MESHLOG_BENCH_SYSTEMS` (comma-separated
 /// `meshlog`, `redis`, `nats`); all three when it is unset.
 pub fn systems_from_env() -> Vec<Kind> {
@@ -485,6 +503,57 @@ impl Client {
             }
         }
     }
+}
+
+/// Starts each of `kinds` with `start`; one that fails is reported and
+/// returned with why, and the run goes on without it.
+pub fn start_each<S>(
+    kinds: &[Kind],
+    mut start: impl FnMut(Kind) -> Result<S>,
+) -> (Vec<S>, Vec<(Kind, String)>) {
+    let mut started = Vec::new();
+    let mut skipped = Vec::new();
+    for &kind in kinds {
+        match start(kind) {
+            Ok(system) => started.push(system),
+            Err(error) => {
+                eprintln!("{}: skipped: {error}", kind.name());
+                skipped.push((kind, error.to_string()));
+            }
+        }
+    }
+    (started, skipped)
+}
+
+/// Runs `bench` on `runtime` to its end, or until SIGINT or SIGTERM
+/// (`None`): the bench future is dropped then, and the caller's servers
+/// are still stopped after it. (A SIGKILL leaves them running; their temp
+/// directories name them: /tmp/meshlog-bench-*.)
+pub fn until_interrupted<T>(
+    runtime: &tokio::runtime::Runtime,
+    bench: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    runtime.block_on(async {
+        tokio::select! {
+            results = bench => Some(results),
+            _ = interrupted() => None,
+        }
+    })
+}
+
+/// The report's lines under its title: each system with its note (version,
+/// durability), then each system skipped and why.
+pub fn print_systems<'a>(
+    notes: impl IntoIterator<Item = (Kind, &'a str)>,
+    skipped: &[(Kind, String)],
+) {
+    for (kind, note) in notes {
+        println!("  {:<16} {note}", kind.label());
+    }
+    for (kind, why) in skipped {
+        println!("  {:<16} skipped: {why}", kind.label());
+    }
+    println!();
 }
 
 /// Resolves on SIGINT or SIGTERM.
