@@ -50,6 +50,10 @@ const CLIENT_MESSAGE_BYTES_MAX: usize = 16 << 10;
 /// frame's full length).
 const READ_BUFFER_BYTES: usize = 4 << 10;
 
+/// Follower requests read from the socket and not yet handled; the reader
+/// waits past this (and so does the follower's socket).
+const REQUESTS_QUEUED_MAX: usize = 8;
+
 /// The most `events` frames the hub keeps for other followers to share.
 const SHARED_FRAMES_MAX: usize = 8;
 /// The largest frame kept for sharing: live frames are small; a large
@@ -281,6 +285,32 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
     let stop = hub.stop.child_token();
     let (mut sink, mut source) = socket.split();
 
+    // The socket is read by a task of its own: polled from the pump's
+    // loop, it was readied (a buffer filled with zeros, the split lock
+    // taken) on every change for a request that rarely comes. The reader
+    // ends the channel when the follower closes or the socket fails.
+    let (requests_in, mut requests) = mpsc::channel::<Utf8Bytes>(REQUESTS_QUEUED_MAX);
+    let reader = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    message = source.next() => message,
+                };
+                match message {
+                    Some(Ok(Message::Text(text))) => {
+                        if requests_in.send(text).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(_)) => {}
+                }
+            }
+        })
+    };
+
     let writer = {
         let room = Arc::clone(&room);
         let stop = stop.clone();
@@ -344,10 +374,9 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
             // up; a live one would be woken by every frame written, and
             // page again for nothing.
             _ = room.notified(), if connection.catching_up() => connection.pump(false),
-            message = source.next() => match message {
-                Some(Ok(Message::Text(text))) => connection.request(text.as_str()),
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                Some(Ok(_)) => {}
+            request = requests.recv() => match request {
+                Some(text) => connection.request(text.as_str()),
+                None => break,
             },
         }
         if connection.subscriptions.is_empty() {
@@ -358,9 +387,11 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
         }
     }
     drop(connection);
+    drop(requests);
     // The writer ends once it has written the close (or the queue ends).
     let _ = writer.await;
     stop.cancel();
+    let _ = reader.await;
 }
 
 impl Connection {
