@@ -58,10 +58,9 @@ use meshlog_node::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
 use common::{
     env_counts, env_number, find_binary, install_peers, machine, print_systems, start_each,
     start_nats, start_redis, systems_from_env, timed, until_interrupted, version_of, wait_ready,
-    Client, Http, Kind, Result, ServerProcess, REQUEST_TIMEOUT, STARTUP_TIMEOUT,
+    Client, Http, Kind, Result, ServerProcess, PAYLOAD_BYTES, REQUEST_TIMEOUT, STARTUP_TIMEOUT,
 };
 
-const PAYLOAD_BYTES: usize = 100;
 /// The most followers one run may ask for; the node is configured for
 /// twice as many subscriptions and connections.
 const FOLLOWERS_MAX: usize = 2_000;

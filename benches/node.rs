@@ -51,10 +51,9 @@ use tokio::net::{TcpListener, TcpStream};
 use common::{
     env_counts, env_number, find_binary, install_peers, machine, print_systems, start_each,
     start_nats, start_redis, systems_from_env, timed, until_interrupted, version_of, wait_ready,
-    BoxError, Client, Kind, Result, ServerProcess, REQUEST_TIMEOUT, STARTUP_TIMEOUT,
+    BoxError, Client, Kind, Result, ServerProcess, PAYLOAD_BYTES, REQUEST_TIMEOUT, STARTUP_TIMEOUT,
 };
 
-const PAYLOAD_BYTES: usize = 100;
 /// Events per read request, for every system.
 const PAGE_LEN: usize = 1_000;
 /// Walks of the read log per system; the fastest is reported.

@@ -8,6 +8,7 @@
 //! items are expected, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,6 +24,8 @@ use tokio::net::TcpStream;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Result<T> = std::result::Result<T, BoxError>;
 
+/// Every bench's payload: ASCII, this long.
+pub const PAYLOAD_BYTES: usize = 100;
 /// How long a server may take to accept its first client.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long any one request may take before the run fails.
@@ -210,58 +213,74 @@ pub fn version_of(binary: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Starts Redis with AOF fsync on every write, in a temp directory on a
+/// free port.
 pub fn start_redis() -> Result<(ServerProcess, u16)> {
-    let binary = find_binary("redis-server").ok_or("redis-server is not installed")?;
-    let dir = tempfile::Builder::new()
-        .prefix("meshlog-bench-redis-")
-        .tempdir()?;
-    let port = free_port()?;
-    let log = dir.path().join("redis.log");
-    let child = Command::new(&binary)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--appendonly", "yes", "--appendfsync", "always"])
-        .arg("--dir")
-        .arg(dir.path())
-        .args(["--save", ""])
-        .args(["--daemonize", "no"])
-        .arg("--logfile")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    eprintln!("started {} on 127.0.0.1:{port}", version_of(&binary));
-    let server = ServerProcess {
-        name: "redis-server",
-        child,
-        _dir: dir,
-        log,
-    };
-    Ok((server, port))
+    spawn_server("redis-server", "redis", |dir, port, log| {
+        let port = port.to_string();
+        let mut args: Vec<OsString> = [
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--dir",
+        ]
+        .map(OsString::from)
+        .to_vec();
+        args.extend([dir.into(), "--logfile".into(), log.into()]);
+        args
+    })
 }
 
+/// Starts NATS with JetStream (file storage), in a temp directory on a
+/// free port.
 pub fn start_nats() -> Result<(ServerProcess, u16)> {
-    let binary = find_binary("nats-server").ok_or("nats-server is not installed")?;
+    spawn_server("nats-server", "nats", |dir, port, log| {
+        vec![
+            "-js".into(),
+            "-sd".into(),
+            dir.join("jetstream").into(),
+            "-p".into(),
+            port.to_string().into(),
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-l".into(),
+            log.into(),
+        ]
+    })
+}
+
+/// Starts `binary` in a new temp directory (`/tmp/meshlog-bench-{short}-*`)
+/// on a free port, with the flags `args(dir, port, log)` gives; its output
+/// goes only to its log file.
+fn spawn_server(
+    binary: &'static str,
+    short: &str,
+    args: impl FnOnce(&Path, u16, &Path) -> Vec<OsString>,
+) -> Result<(ServerProcess, u16)> {
+    let path = find_binary(binary).ok_or_else(|| format!("{binary} is not installed"))?;
     let dir = tempfile::Builder::new()
-        .prefix("meshlog-bench-nats-")
+        .prefix(&format!("meshlog-bench-{short}-"))
         .tempdir()?;
     let port = free_port()?;
-    let log = dir.path().join("nats.log");
-    let store = dir.path().join("jetstream");
-    let child = Command::new(&binary)
-        .arg("-js")
-        .arg("-sd")
-        .arg(&store)
-        .args(["-p", &port.to_string(), "-a", "127.0.0.1"])
-        .arg("-l")
-        .arg(&log)
+    let log = dir.path().join(format!("{short}.log"));
+    let child = Command::new(&path)
+        .args(args(dir.path(), port, &log))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
-    eprintln!("started {} on 127.0.0.1:{port}", version_of(&binary));
+    eprintln!("started {} on 127.0.0.1:{port}", version_of(&path));
     let server = ServerProcess {
-        name: "nats-server",
+        name: binary,
         child,
         _dir: dir,
         log,
