@@ -1,8 +1,9 @@
-//! `GET /follow`: the server side. One task per connection reads the
-//! follower's requests, wakes on the replica's change notification (a
-//! `tokio::sync::watch`, so no polling) and on the heartbeat timer, pages
-//! each subscription from its cursor and queues frames; a second task
-//! writes the queue to the socket.
+//! `GET /follow`: the server side. One task per connection (the pump)
+//! wakes on the replica's change notification (a `tokio::sync::watch`, so
+//! no polling), on the heartbeat timer and on the follower's requests,
+//! pages each subscription from its cursor and queues frames; a second
+//! task writes the queue to the socket, and a third reads the follower's
+//! requests from it.
 //!
 //! The queue is bounded. A subscription catching up (its cursor below the
 //! head since it subscribed) is paced by the socket: it pages only while
