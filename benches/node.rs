@@ -34,9 +34,9 @@
 //! `meshlog,redis,nats`). Figures are recorded in docs/BENCHMARKS.md ("The
 //! node beside Redis Streams and NATS JetStream").
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,17 +44,16 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use meshlog_node::{Node, NodeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Result<T> = std::result::Result<T, BoxError>;
+use common::{
+    env_counts, env_number, find_binary, install_peers, machine, print_systems, start_each,
+    start_nats, start_redis, systems_from_env, timed, until_interrupted, version_of, wait_ready,
+    BoxError, Client, Kind, Result, ServerProcess, PAYLOAD_BYTES, REQUEST_TIMEOUT, STARTUP_TIMEOUT,
+};
 
-const PAYLOAD_BYTES: usize = 100;
 /// Events per read request, for every system.
 const PAGE_LEN: usize = 1_000;
 /// Walks of the read log per system; the fastest is reported.
@@ -64,10 +63,6 @@ const FILL_BATCH: usize = 1_000;
 /// The most concurrent clients a run may ask for (the node serves 256
 /// connections by default).
 const CLIENTS_MAX: usize = 128;
-/// How long a server may take to accept its first client.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long any one request may take before the run fails.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a whole read or fill may take before the run fails.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -87,43 +82,6 @@ struct Settings {
     systems: Vec<Kind>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Meshlog,
-    Redis,
-    Nats,
-}
-
-impl Kind {
-    const ALL: [Kind; 3] = [Kind::Meshlog, Kind::Redis, Kind::Nats];
-
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Meshlog => "meshlog",
-            Kind::Redis => "redis",
-            Kind::Nats => "nats",
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Kind::Meshlog => "meshlog node",
-            Kind::Redis => "Redis Streams",
-            Kind::Nats => "NATS JetStream*",
-        }
-    }
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a whole number; got {text:?}")),
-        Err(_) => default,
-    }
-}
-
 fn settings() -> Settings {
     let seconds = match std::env::var("MESHLOG_BENCH_SECONDS") {
         Ok(text) => text
@@ -138,37 +96,8 @@ fn settings() -> Settings {
     let read_events =
         env_number("MESHLOG_BENCH_READ_EVENTS", 100_000).clamp(1, 10_000_000) as usize;
     let byte_events = env_number("MESHLOG_BENCH_BYTE_EVENTS", 1_000).clamp(1, 1_000_000) as usize;
-    let clients = match std::env::var("MESHLOG_BENCH_CLIENTS") {
-        Ok(text) => text
-            .split(',')
-            .map(|part| {
-                part.trim()
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=CLIENTS_MAX).contains(n))
-                    .unwrap_or_else(|| {
-                        panic!(
-                            "MESHLOG_BENCH_CLIENTS: each count in 1..={CLIENTS_MAX}; got {part:?}"
-                        )
-                    })
-            })
-            .collect(),
-        Err(_) => vec![1, 8, 64],
-    };
-    let systems = match std::env::var("MESHLOG_BENCH_SYSTEMS") {
-        Ok(text) => text
-            .split(',')
-            .map(|part| {
-                Kind::ALL
-                    .into_iter()
-                    .find(|kind| kind.name() == part.trim())
-                    .unwrap_or_else(|| {
-                        panic!("MESHLOG_BENCH_SYSTEMS: meshlog, redis or nats; got {part:?}")
-                    })
-            })
-            .collect(),
-        Err(_) => Kind::ALL.to_vec(),
-    };
+    let clients = env_counts("MESHLOG_BENCH_CLIENTS", CLIENTS_MAX, &[1, 8, 64]);
+    let systems = systems_from_env();
     Settings {
         seconds,
         batch,
@@ -191,173 +120,6 @@ fn payloads(counter: &AtomicU64, count: usize) -> Vec<Bytes> {
     (first..first + count as u64).map(payload).collect()
 }
 
-async fn timed<T, F>(what: &str, limit: Duration, future: F) -> Result<T>
-where
-    F: std::future::Future<Output = Result<T>>,
-{
-    match tokio::time::timeout(limit, future).await {
-        Ok(out) => out,
-        Err(_) => Err(format!("{what} took longer than {} s", limit.as_secs()).into()),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Servers: started here, stopped when dropped.
-
-/// A server process in its own temp directory; killed and reaped when
-/// dropped, so a failed run (an error or a panic) leaves nothing behind.
-struct ServerProcess {
-    name: &'static str,
-    child: Child,
-    /// Removed after the process is reaped (fields drop after `drop`).
-    _dir: tempfile::TempDir,
-    log: PathBuf,
-}
-
-impl ServerProcess {
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(10)..].join("\n")
-    }
-
-    /// Fails if the process has already exited (a bad flag, a port taken).
-    fn check_running(&mut self) -> Result<()> {
-        match self.child.try_wait()? {
-            None => Ok(()),
-            Some(status) => Err(format!(
-                "{} exited at startup ({status}); its log:\n{}",
-                self.name,
-                self.log_tail()
-            )
-            .into()),
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A free port on 127.0.0.1 (the listener is closed before the server
-/// binds it; nothing else on this machine should take it meanwhile).
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// Finds `name` on the PATH or in the usual system directories (Debian
-/// puts nats-server in /usr/sbin, which a non-root PATH may lack).
-fn find_binary(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(
-            ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
-                .into_iter()
-                .map(PathBuf::from),
-        )
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-/// Runs `benches/peers.sh` once if a peer's binary is missing.
-fn install_peers(wanted: &[Kind]) {
-    let missing: Vec<&str> = wanted
-        .iter()
-        .filter_map(|kind| match kind {
-            Kind::Redis => Some("redis-server"),
-            Kind::Nats => Some("nats-server"),
-            Kind::Meshlog => None,
-        })
-        .filter(|binary| find_binary(binary).is_none())
-        .collect();
-    if missing.is_empty() {
-        return;
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers.sh");
-    eprintln!(
-        "missing {}: running {}",
-        missing.join(", "),
-        script.display()
-    );
-    match Command::new("sh").arg(&script).status() {
-        Ok(status) if status.success() => {}
-        Ok(status) => eprintln!("peers.sh failed ({status}); the missing systems are skipped"),
-        Err(error) => eprintln!("cannot run peers.sh: {error}; the missing systems are skipped"),
-    }
-}
-
-fn version_of(binary: &Path) -> String {
-    Command::new(binary)
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
-fn start_redis() -> Result<(ServerProcess, u16)> {
-    let binary = find_binary("redis-server").ok_or("redis-server is not installed")?;
-    let dir = tempfile::Builder::new()
-        .prefix("meshlog-bench-redis-")
-        .tempdir()?;
-    let port = free_port()?;
-    let log = dir.path().join("redis.log");
-    let child = Command::new(&binary)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--appendonly", "yes", "--appendfsync", "always"])
-        .arg("--dir")
-        .arg(dir.path())
-        .args(["--save", ""])
-        .args(["--daemonize", "no"])
-        .arg("--logfile")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    eprintln!("started {} on 127.0.0.1:{port}", version_of(&binary));
-    let server = ServerProcess {
-        name: "redis-server",
-        child,
-        _dir: dir,
-        log,
-    };
-    Ok((server, port))
-}
-
-fn start_nats() -> Result<(ServerProcess, u16)> {
-    let binary = find_binary("nats-server").ok_or("nats-server is not installed")?;
-    let dir = tempfile::Builder::new()
-        .prefix("meshlog-bench-nats-")
-        .tempdir()?;
-    let port = free_port()?;
-    let log = dir.path().join("nats.log");
-    let store = dir.path().join("jetstream");
-    let child = Command::new(&binary)
-        .arg("-js")
-        .arg("-sd")
-        .arg(&store)
-        .args(["-p", &port.to_string(), "-a", "127.0.0.1"])
-        .arg("-l")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    eprintln!("started {} on 127.0.0.1:{port}", version_of(&binary));
-    let server = ServerProcess {
-        name: "nats-server",
-        child,
-        _dir: dir,
-        log,
-    };
-    Ok((server, port))
-}
-
 /// The meshlog node, in its own runtime so that its threads are not the
 /// clients' (as a separate process's would not be). Shut down gracefully
 /// when dropped.
@@ -377,7 +139,10 @@ impl MeshlogServer {
             .enable_all()
             .thread_name("meshlog-node")
             .build()?;
-        let config = NodeConfig::new(dir.path(), "127.0.0.1:0");
+        let mut config = NodeConfig::new(dir.path(), "127.0.0.1:0");
+        // Every client connects from 127.0.0.1: the per-address share must
+        // hold the most a run asks for.
+        config.limits.connections_per_ip_max = config.limits.connections_max;
         let node = runtime
             .block_on(async { tokio::time::timeout(STARTUP_TIMEOUT, Node::start(config)).await });
         let node = match node {
@@ -441,7 +206,7 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
                 read_addr: read_server.addr,
                 note: "meshlog node (in-process, own runtime): concurrent requests grouped into one redb commit, fdatasync before the answers".into(),
             };
-            runtime.block_on(wait_ready(&system, None))?;
+            runtime.block_on(wait_ready(kind, system.addr, None))?;
             Ok((
                 system,
                 Running::Meshlog {
@@ -462,7 +227,7 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
                     version_of(&binary)
                 ),
             };
-            runtime.block_on(wait_ready(&system, Some(&mut server)))?;
+            runtime.block_on(wait_ready(kind, system.addr, Some(&mut server)))?;
             Ok((system, Running::Process { _server: server }))
         }
         Kind::Nats => {
@@ -477,240 +242,18 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
                     "{version}: -js, file storage; NOT the same durability: 2.9 has no sync_interval, acks before fsync"
                 ),
             };
-            runtime.block_on(wait_ready(&system, Some(&mut server)))?;
+            runtime.block_on(wait_ready(kind, system.addr, Some(&mut server)))?;
             Ok((system, Running::Process { _server: server }))
         }
     }
 }
 
-/// Polls until a client connects and does one harmless request, or the
-/// startup timeout passes, or the process exits.
-async fn wait_ready(system: &System, mut process: Option<&mut ServerProcess>) -> Result<()> {
-    let started = Instant::now();
-    loop {
-        if let Some(process) = process.as_deref_mut() {
-            process.check_running()?;
-        }
-        let attempt =
-            tokio::time::timeout(Duration::from_secs(2), Client::connect(system, system.addr))
-                .await;
-        match attempt {
-            Ok(Ok(client)) => {
-                client.close().await;
-                return Ok(());
-            }
-            Ok(Err(error)) if started.elapsed() > STARTUP_TIMEOUT => {
-                return Err(format!(
-                    "{} did not accept a client within {} s: {error}",
-                    system.kind.name(),
-                    STARTUP_TIMEOUT.as_secs()
-                )
-                .into())
-            }
-            Err(_) if started.elapsed() > STARTUP_TIMEOUT => {
-                return Err(format!(
-                    "{} did not accept a client within {} s",
-                    system.kind.name(),
-                    STARTUP_TIMEOUT.as_secs()
-                )
-                .into())
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Clients: one connection each, as a user's client would hold.
-
-/// An HTTP/1.1 connection to the node (keep-alive), through hyper's client.
-struct Http {
-    sender: SendRequest<Full<Bytes>>,
-    host: String,
-}
-
-impl Http {
-    async fn connect(addr: SocketAddr) -> Result<Http> {
-        let tcp = TcpStream::connect(addr).await?;
-        tcp.set_nodelay(true)?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(Http {
-            sender,
-            host: addr.to_string(),
-        })
-    }
-
-    async fn request(
-        &mut self,
-        method: hyper::Method,
-        path: &str,
-        content_type: Option<&str>,
-        body: Bytes,
-    ) -> Result<(hyper::StatusCode, Bytes)> {
-        let exchange = async {
-            self.sender.ready().await?;
-            let mut request = hyper::Request::builder()
-                .method(method)
-                .uri(path)
-                .header(hyper::header::HOST, &self.host);
-            if let Some(content_type) = content_type {
-                request = request.header(hyper::header::CONTENT_TYPE, content_type);
-            }
-            let response = self
-                .sender
-                .send_request(request.body(Full::new(body))?)
-                .await?;
-            let status = response.status();
-            let body = response.into_body().collect().await?.to_bytes();
-            Ok((status, body))
-        };
-        timed("an HTTP request", REQUEST_TIMEOUT, exchange).await
-    }
-}
-
-enum Client {
-    Meshlog(Http),
-    Redis(redis::aio::MultiplexedConnection),
-    Nats(Box<Nats>),
-}
-
-/// A NATS connection and its JetStream context.
-struct Nats {
-    client: async_nats::Client,
-    context: jetstream::Context,
-}
-
 impl Client {
-    /// A new connection to `system`, at `addr` (its own address, or a
-    /// counting proxy in front of it).
-    async fn connect(system: &System, addr: SocketAddr) -> Result<Client> {
-        match system.kind {
-            Kind::Meshlog => {
-                let mut http = Http::connect(addr).await?;
-                let (status, _) = http
-                    .request(hyper::Method::GET, "/health", None, Bytes::new())
-                    .await?;
-                if status != hyper::StatusCode::OK {
-                    return Err(format!("GET /health answered {status}").into());
-                }
-                Ok(Client::Meshlog(http))
-            }
-            Kind::Redis => {
-                let client = redis::Client::open(format!("redis://{addr}/"))?;
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(REQUEST_TIMEOUT))
-                    .set_response_timeout(Some(REQUEST_TIMEOUT));
-                let mut connection = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                let _: String = redis::cmd("PING").query_async(&mut connection).await?;
-                Ok(Client::Redis(connection))
-            }
-            Kind::Nats => {
-                let client = async_nats::ConnectOptions::new()
-                    .connection_timeout(REQUEST_TIMEOUT)
-                    .request_timeout(Some(REQUEST_TIMEOUT))
-                    .connect(addr.to_string())
-                    .await?;
-                let context = jetstream::ContextBuilder::new()
-                    .timeout(REQUEST_TIMEOUT)
-                    .build(client.clone());
-                // A round trip to the server (PING/PONG). Not the account
-                // info request: this client's parser rejects 2.9's answer.
-                client.flush().await?;
-                Ok(Client::Nats(Box::new(Nats { client, context })))
-            }
-        }
-    }
-
-    async fn close(self) {
-        if let Client::Nats(nats) = self {
-            let _ = nats.client.drain().await;
-        }
-    }
-
     /// Appends `payloads` to the append log and waits until every one is
     /// acknowledged: one request for one payload, one batch otherwise.
     async fn append(&mut self, payloads: Vec<Bytes>) -> Result<()> {
-        self.append_to(payloads, Log::Append).await
-    }
-
-    async fn append_to(&mut self, payloads: Vec<Bytes>, log: Log) -> Result<()> {
-        let count = payloads.len();
-        match self {
-            Client::Meshlog(http) => {
-                let (content_type, body) = if count == 1 {
-                    (
-                        "application/octet-stream",
-                        payloads.into_iter().next().unwrap(),
-                    )
-                } else {
-                    let texts: Vec<&str> = payloads
-                        .iter()
-                        .map(|p| std::str::from_utf8(p).expect("ASCII payloads"))
-                        .collect();
-                    ("application/json", Bytes::from(serde_json::to_vec(&texts)?))
-                };
-                let (status, body) = http
-                    .request(hyper::Method::POST, "/events", Some(content_type), body)
-                    .await?;
-                if status != hyper::StatusCode::CREATED {
-                    return Err(format!(
-                        "POST /events answered {status}: {}",
-                        String::from_utf8_lossy(&body)
-                    )
-                    .into());
-                }
-                Ok(())
-            }
-            Client::Redis(connection) => {
-                let key = log.redis_key();
-                if count == 1 {
-                    let _: String = redis::cmd("XADD")
-                        .arg(key)
-                        .arg("*")
-                        .arg("p")
-                        .arg(&payloads[0][..])
-                        .query_async(connection)
-                        .await?;
-                } else {
-                    let mut pipe = redis::pipe();
-                    for payload in &payloads {
-                        pipe.cmd("XADD")
-                            .arg(key)
-                            .arg("*")
-                            .arg("p")
-                            .arg(&payload[..]);
-                    }
-                    let ids: Vec<String> = pipe.query_async(connection).await?;
-                    if ids.len() != count {
-                        return Err(format!("XADD pipeline: {} ids for {count}", ids.len()).into());
-                    }
-                }
-                Ok(())
-            }
-            Client::Nats(nats) => {
-                let subject = log.nats_subject();
-                if count == 1 {
-                    let payload = payloads.into_iter().next().unwrap();
-                    nats.context.publish(subject, payload).await?.await?;
-                } else {
-                    // Publish the batch without waiting, then wait for
-                    // every acknowledgement.
-                    let mut acks = Vec::with_capacity(count);
-                    for payload in payloads {
-                        acks.push(nats.context.publish(subject, payload).await?);
-                    }
-                    for ack in acks {
-                        ack.await?;
-                    }
-                }
-                Ok(())
-            }
-        }
+        self.append_to(payloads, REDIS_APPEND_KEY, NATS_APPEND_SUBJECT)
+            .await
     }
 
     /// Reads the whole read log from its start in pages of [`PAGE_LEN`];
@@ -800,32 +343,10 @@ impl Client {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Log {
-    Append,
-    Read,
-}
-
-impl Log {
-    fn redis_key(self) -> &'static str {
-        match self {
-            Log::Append => REDIS_APPEND_KEY,
-            Log::Read => REDIS_READ_KEY,
-        }
-    }
-
-    fn nats_subject(self) -> &'static str {
-        match self {
-            Log::Append => NATS_APPEND_SUBJECT,
-            Log::Read => NATS_READ_SUBJECT,
-        }
-    }
-}
-
 /// Creates the JetStream streams the bench writes to (file storage, one
 /// replica).
 async fn setup_nats(system: &System) -> Result<()> {
-    let client = Client::connect(system, system.addr).await?;
+    let client = Client::connect(system.kind, system.addr).await?;
     if let Client::Nats(nats) = &client {
         for (name, subject) in [
             (NATS_APPEND_STREAM, NATS_APPEND_SUBJECT),
@@ -869,7 +390,7 @@ async fn append_run(
             timed(
                 "a connect",
                 REQUEST_TIMEOUT,
-                Client::connect(system, system.addr),
+                Client::connect(system.kind, system.addr),
             )
             .await?,
         );
@@ -919,13 +440,13 @@ async fn append_run(
 
 /// Fills the read log with `events` events, in requests of [`FILL_BATCH`].
 async fn fill(system: &System, events: usize) -> Result<()> {
-    let mut client = Client::connect(system, system.read_addr).await?;
+    let mut client = Client::connect(system.kind, system.read_addr).await?;
     let counter = AtomicU64::new(0);
     let mut left = events;
     while left > 0 {
         let count = left.min(FILL_BATCH);
         client
-            .append_to(payloads(&counter, count), Log::Read)
+            .append_to(payloads(&counter, count), REDIS_READ_KEY, NATS_READ_SUBJECT)
             .await?;
         left -= count;
     }
@@ -937,7 +458,7 @@ async fn fill(system: &System, events: usize) -> Result<()> {
 async fn read_run(system: &System, events: usize, rounds: usize) -> Result<f64> {
     let mut best = 0f64;
     for _ in 0..rounds {
-        let mut client = Client::connect(system, system.read_addr).await?;
+        let mut client = Client::connect(system.kind, system.read_addr).await?;
         let started = Instant::now();
         let read = client.read_all(events).await?;
         let elapsed = started.elapsed().as_secs_f64();
@@ -1065,7 +586,7 @@ async fn byte_run(
     // answer has had every byte of it forwarded.
     let counter = AtomicU64::new(0);
     let proxy = Proxy::start(system.addr).await?;
-    let mut client = Client::connect(system, proxy.addr).await?;
+    let mut client = Client::connect(system.kind, proxy.addr).await?;
     client.append(payloads(&counter, 1)).await?;
     let before = proxy.counts();
     for _ in 0..events {
@@ -1083,7 +604,7 @@ async fn byte_run(
     drop(proxy);
 
     let proxy = Proxy::start(system.read_addr).await?;
-    let mut client = Client::connect(system, proxy.addr).await?;
+    let mut client = Client::connect(system.kind, proxy.addr).await?;
     let before = proxy.counts();
     let read = client.read_all(read_events).await?;
     let read = WireBytes::per_event(before, proxy.counts(), read);
@@ -1207,30 +728,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let mut systems = Vec::new();
-    let mut running = Vec::new();
-    let mut skipped = Vec::new();
-    for &kind in &settings.systems {
-        match start(kind, &runtime) {
-            Ok((system, server)) => {
-                systems.push(system);
-                running.push(server);
-            }
-            Err(error) => {
-                eprintln!("{}: skipped: {error}", kind.name());
-                skipped.push((kind, error.to_string()));
-            }
-        }
-    }
-    // On SIGINT or SIGTERM the servers are still stopped: the bench future
-    // is dropped, and the servers after it. (A SIGKILL leaves them running;
-    // their temp directories name them: /tmp/meshlog-bench-*.)
-    let results = runtime.block_on(async {
-        tokio::select! {
-            results = bench(&settings, &systems) => Some(results),
-            _ = interrupted() => None,
-        }
-    });
+    let (started, skipped) = start_each(&settings.systems, |kind| start(kind, &runtime));
+    let (systems, running): (Vec<System>, Vec<Running>) = started.into_iter().unzip();
+    let results = until_interrupted(&runtime, bench(&settings, &systems));
     drop(runtime);
     drop(running);
     let Some(results) = results else {
@@ -1238,25 +738,6 @@ fn main() {
         std::process::exit(130);
     };
     report(&settings, &systems, &skipped, &results);
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn interrupted() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
-
-fn machine() -> String {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into());
-    format!("{cores} cores, load average {load} at the end")
 }
 
 fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], results: &Results) {
@@ -1274,13 +755,12 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
         settings.read_events,
         machine()
     );
-    for system in systems {
-        println!("  {:<16} {}", system.kind.label(), system.note);
-    }
-    for (kind, why) in skipped {
-        println!("  {:<16} skipped: {why}", kind.label());
-    }
-    println!();
+    print_systems(
+        systems
+            .iter()
+            .map(|system| (system.kind, system.note.as_str())),
+        skipped,
+    );
     let header = |first: &str| {
         print!("{first:<22}");
         for kind in &kinds {

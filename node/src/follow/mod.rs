@@ -7,9 +7,11 @@
 //!
 //! - [`frame`]: the JSON frames, both directions, and [`FollowStream`]
 //!   (`all`, `writer:<id>`, `status`).
-//! - `server`: the `GET /follow` upgrade and one task pair per connection
+//! - `server`: the `GET /follow` upgrade and three tasks per connection
 //!   (a pump woken by the replica's change watch, a socket writer behind a
-//!   bounded queue); the node-wide subscription bound.
+//!   bounded queue, a reader of the follower's requests); the node-wide
+//!   subscription bound, and the hub's frames encoded once for every
+//!   follower at the same cursor.
 //! - [`client`]: [`Follower`], a `Stream` of [`FollowItem`]s that yields
 //!   every event once, keeps the cursor to persist, detects and refetches
 //!   gaps, and fails over between nodes.

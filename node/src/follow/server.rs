@@ -1,8 +1,9 @@
-//! `GET /follow`: the server side. One task per connection reads the
-//! follower's requests, wakes on the replica's change notification (a
-//! `tokio::sync::watch`, so no polling) and on the heartbeat timer, pages
-//! each subscription from its cursor and queues frames; a second task
-//! writes the queue to the socket.
+//! `GET /follow`: the server side. One task per connection (the pump)
+//! wakes on the replica's change notification (a `tokio::sync::watch`, so
+//! no polling), on the heartbeat timer and on the follower's requests,
+//! pages each subscription from its cursor and queues frames; a second
+//! task writes the queue to the socket, and a third reads the follower's
+//! requests from it.
 //!
 //! The queue is bounded. A subscription catching up (its cursor below the
 //! head since it subscribed) is paced by the socket: it pages only while
@@ -10,11 +11,19 @@
 //! that finds the queue full is sent `lagged` and dropped; a few slots are
 //! kept for such final frames. Nothing on the replica's notification path
 //! waits for a socket: the hook only updates the watch.
+//!
+//! Fan-out encodes each frame once. Live followers of one stream stand at
+//! the same cursor, so the first to wake after a change pages and
+//! serializes the `events` frame, and the hub keeps it (a few frames,
+//! each bounded) keyed by the stream and the cursor it extends; the others
+//! find it there and queue the same bytes. A kept frame is used only while
+//! the floor is the one it was built under: after a compaction, paging
+//! decides again (and a cursor below the new floor gets `stale`).
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -34,6 +43,24 @@ use crate::replica::NodeReplica;
 /// The largest message a follower may send (a subscribe request).
 const CLIENT_MESSAGE_BYTES_MAX: usize = 16 << 10;
 
+/// The socket's read buffer. The connection polls its socket each time it
+/// wakes (on every change), and each poll readies the whole read buffer
+/// (tungstenite zero-fills it, 128 KiB by default): at 1,000 followers
+/// that fill was 39% of the node's CPU. Followers send only small
+/// requests; a larger one still arrives whole (the codec reserves a
+/// frame's full length).
+const READ_BUFFER_BYTES: usize = 4 << 10;
+
+/// Follower requests read from the socket and not yet handled; the reader
+/// waits past this (and so does the follower's socket).
+const REQUESTS_QUEUED_MAX: usize = 8;
+
+/// The most `events` frames the hub keeps for other followers to share.
+const SHARED_FRAMES_MAX: usize = 8;
+/// The largest frame kept for sharing: live frames are small; a large
+/// catch-up page is rarely wanted twice.
+const SHARED_FRAME_BYTES_MAX: usize = 256 << 10;
+
 /// What every follow connection of a node shares: the limits, the
 /// node-wide subscription permits and one watch on the replica's changes.
 pub(crate) struct FollowHub {
@@ -42,6 +69,30 @@ pub(crate) struct FollowHub {
     changes: watch::Receiver<Change>,
     _watch: meshlog_sync::ChangeWatch,
     stop: CancellationToken,
+    /// The latest `events` frames built, oldest first, for the followers
+    /// at the same cursor to queue without paging and encoding again.
+    shared_frames: Mutex<VecDeque<SharedFrame>>,
+}
+
+/// An `events` frame as one follower's pump built it, for the others.
+struct SharedFrame {
+    stream: FollowStream,
+    extends: VersionVector,
+    next: VersionVector,
+    /// The floor and change version read before the page was taken.
+    floor: VersionVector,
+    version: u64,
+    /// The page reached the head (as of `version`).
+    at_head: bool,
+    text: Utf8Bytes,
+}
+
+/// What a pump queues for one step of a subscription: a frame's text,
+/// the cursor after it, and whether the subscription is then at the head.
+struct Step {
+    text: Utf8Bytes,
+    next: VersionVector,
+    at_head: bool,
 }
 
 impl FollowHub {
@@ -59,7 +110,56 @@ impl FollowHub {
             changes,
             _watch: watch,
             stop,
+            shared_frames: Mutex::new(VecDeque::with_capacity(SHARED_FRAMES_MAX)),
         }
+    }
+
+    fn shared_frames(&self) -> std::sync::MutexGuard<'_, VecDeque<SharedFrame>> {
+        // The list holds only finished frames: one left by a panicking
+        // holder is still whole.
+        self.shared_frames
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The frame past `extends` on `stream`, if one was built under the
+    /// current floor. It is at the head only if no change was published
+    /// since its page was taken.
+    fn shared_step(&self, stream: FollowStream, extends: &VersionVector) -> Option<Step> {
+        let frames = self.shared_frames();
+        let frame = frames
+            .iter()
+            .rev()
+            .find(|frame| frame.stream == stream && frame.extends == *extends)?;
+        let change = self.changes.borrow();
+        if frame.floor != change.floor {
+            return None;
+        }
+        Some(Step {
+            text: frame.text.clone(),
+            next: frame.next.clone(),
+            at_head: frame.at_head && frame.version == change.version,
+        })
+    }
+
+    /// Keeps `frame` for other followers, dropping the oldest past
+    /// [`SHARED_FRAMES_MAX`].
+    fn keep_frame(&self, frame: SharedFrame) {
+        if frame.text.len() > SHARED_FRAME_BYTES_MAX {
+            return;
+        }
+        let mut frames = self.shared_frames();
+        if frames.len() >= SHARED_FRAMES_MAX {
+            frames.pop_front();
+        }
+        frames.push_back(frame);
+    }
+
+    /// The floor and the change version now: read before a page, they say
+    /// what a frame built from it may be shared under.
+    fn floor_and_version(&self) -> (VersionVector, u64) {
+        let change = self.changes.borrow();
+        (change.floor.clone(), change.version)
     }
 
     fn permit(&self, metrics: &Arc<Metrics>) -> Option<Permit> {
@@ -97,7 +197,7 @@ struct Subscription {
 }
 
 enum Out {
-    Text(String),
+    Text(Utf8Bytes),
     Close,
 }
 
@@ -146,6 +246,7 @@ pub(crate) async fn follow_upgrade(
         _permit: permit,
     };
     upgrade
+        .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(CLIENT_MESSAGE_BYTES_MAX)
         .max_frame_size(CLIENT_MESSAGE_BYTES_MAX)
         .on_upgrade(move |socket| run_connection(state, socket, first))
@@ -185,6 +286,32 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
     let stop = hub.stop.child_token();
     let (mut sink, mut source) = socket.split();
 
+    // The socket is read by a task of its own: polled from the pump's
+    // loop, it was readied (a buffer filled with zeros, the split lock
+    // taken) on every change for a request that rarely comes. The reader
+    // ends the channel when the follower closes or the socket fails.
+    let (requests_in, mut requests) = mpsc::channel::<Utf8Bytes>(REQUESTS_QUEUED_MAX);
+    let reader = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    message = source.next() => message,
+                };
+                match message {
+                    Some(Ok(Message::Text(text))) => {
+                        if requests_in.send(text).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(_)) => {}
+                }
+            }
+        })
+    };
+
     let writer = {
         let room = Arc::clone(&room);
         let stop = stop.clone();
@@ -196,7 +323,7 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
                     out = outgoing.recv() => out,
                 };
                 let (message, last) = match out {
-                    Some(Out::Text(text)) => (Message::Text(text.into()), false),
+                    Some(Out::Text(text)) => (Message::Text(text), false),
                     Some(Out::Close) => (Message::Close(None), true),
                     None => break,
                 };
@@ -244,11 +371,13 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
                 connection.pump(false);
                 connection.heartbeats();
             }
-            _ = room.notified() => connection.pump(false),
-            message = source.next() => match message {
-                Some(Ok(Message::Text(text))) => connection.request(text.as_str()),
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                Some(Ok(_)) => {}
+            // Room in the queue matters only to a subscription catching
+            // up; a live one would be woken by every frame written, and
+            // page again for nothing.
+            _ = room.notified(), if connection.catching_up() => connection.pump(false),
+            request = requests.recv() => match request {
+                Some(text) => connection.request(text.as_str()),
+                None => break,
             },
         }
         if connection.subscriptions.is_empty() {
@@ -259,9 +388,11 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
         }
     }
     drop(connection);
+    drop(requests);
     // The writer ends once it has written the close (or the queue ends).
     let _ = writer.await;
     stop.cancel();
+    let _ = reader.await;
 }
 
 impl Connection {
@@ -271,11 +402,19 @@ impl Connection {
         self.queue.capacity() > self.reserve
     }
 
+    /// Whether a subscription is paging towards the head, paced by the
+    /// socket (the status stream never is).
+    fn catching_up(&self) -> bool {
+        self.subscriptions
+            .iter()
+            .any(|sub| !sub.live && sub.stream != FollowStream::Status)
+    }
+
     fn send(&self, frame: &ServerFrame) {
         let text = serde_json::to_string(frame).expect("a frame is JSON");
         // Final frames use the reserve; ordinary ones were checked against
         // it. Failing here means the writer is gone: the loop ends soon.
-        let _ = self.queue.try_send(Out::Text(text));
+        let _ = self.queue.try_send(Out::Text(text.into()));
     }
 
     /// Queues what lies past each subscription's cursor; with `changed`,
@@ -308,59 +447,26 @@ impl Connection {
             }
             return true;
         }
+        let state = Arc::clone(&self.state);
+        let hub = &state.follow;
         loop {
             let sub = &self.subscriptions[index];
             if !sub.live && !self.has_room() {
                 // Catching up: wait for the socket to take what is queued.
                 return true;
             }
-            let page = match sub.stream {
-                FollowStream::Writer(stream) => replica.page_stream(stream, &sub.cursor, limit),
-                _ => replica
-                    .page(&sub.cursor, limit)
-                    .map(|page| crate::replica::StreamPage {
-                        events: page.events,
-                        next: page.next,
-                        at_head: page.at_head,
-                    }),
+            let step = match hub.shared_step(sub.stream, &sub.cursor) {
+                Some(step) => step,
+                None => match self.page_step(index, limit) {
+                    Ok(Some(step)) => step,
+                    Ok(None) => {
+                        self.subscriptions[index].live = true;
+                        return true;
+                    }
+                    Err(()) => return false,
+                },
             };
-            let page = match page {
-                Ok(page) => page,
-                Err(PageError::Stale(stale)) => {
-                    let lost = stale
-                        .lost()
-                        .iter()
-                        .map(|range| LostJson {
-                            stream: decimal(range.stream),
-                            first: range.first_seq,
-                            last: range.last_seq,
-                        })
-                        .collect();
-                    let frame = ServerFrame::Stale {
-                        stream: sub.name.clone(),
-                        error: "stale_cursor".into(),
-                        message: stale.to_string(),
-                        lost,
-                        resume: encode(stale.resume()),
-                    };
-                    self.send(&frame);
-                    self.state.metrics.follow_stale.inc();
-                    return false;
-                }
-                Err(error) => {
-                    let frame = ServerFrame::Error {
-                        stream: Some(sub.name.clone()),
-                        error: "internal".into(),
-                        message: error.to_string(),
-                    };
-                    self.send(&frame);
-                    return false;
-                }
-            };
-            if page.events.is_empty() {
-                self.subscriptions[index].live = true;
-                return true;
-            }
+            let sub = &self.subscriptions[index];
             if !self.has_room() {
                 // Live and the queue is full: the node does not wait.
                 let frame = ServerFrame::Lagged {
@@ -371,20 +477,94 @@ impl Connection {
                 self.state.metrics.follow_lagged.inc();
                 return false;
             }
-            let frame = ServerFrame::Events {
-                stream: sub.name.clone(),
-                extends: encode(&sub.cursor),
-                next: encode(&page.next),
-                events: page.events.iter().map(EventJson::from).collect(),
-            };
-            self.send(&frame);
+            // Final frames use the reserve; this one was checked against
+            // it. Failing here means the writer is gone: the loop ends soon.
+            let _ = self.queue.try_send(Out::Text(step.text));
             let sub = &mut self.subscriptions[index];
-            sub.cursor = page.next;
-            if page.at_head {
+            sub.cursor = step.next;
+            if step.at_head {
                 sub.live = true;
                 return true;
             }
         }
+    }
+
+    /// Pages subscription `index` from its cursor and encodes the `events`
+    /// frame, keeping it for other followers at the same cursor. `None`
+    /// when there is nothing past the cursor; `Err` when the subscription
+    /// ended (`stale` or `error` queued).
+    fn page_step(&self, index: usize, limit: usize) -> Result<Option<Step>, ()> {
+        let replica = &self.state.replica;
+        let hub = &self.state.follow;
+        let sub = &self.subscriptions[index];
+        let (floor, version) = hub.floor_and_version();
+        let page = match sub.stream {
+            FollowStream::Writer(stream) => replica.page_stream(stream, &sub.cursor, limit),
+            _ => replica
+                .page(&sub.cursor, limit)
+                .map(|page| crate::replica::StreamPage {
+                    events: page.events,
+                    next: page.next,
+                    at_head: page.at_head,
+                }),
+        };
+        let page = match page {
+            Ok(page) => page,
+            Err(PageError::Stale(stale)) => {
+                let lost = stale
+                    .lost()
+                    .iter()
+                    .map(|range| LostJson {
+                        stream: decimal(range.stream),
+                        first: range.first_seq,
+                        last: range.last_seq,
+                    })
+                    .collect();
+                let frame = ServerFrame::Stale {
+                    stream: sub.name.clone(),
+                    error: "stale_cursor".into(),
+                    message: stale.to_string(),
+                    lost,
+                    resume: encode(stale.resume()),
+                };
+                self.send(&frame);
+                self.state.metrics.follow_stale.inc();
+                return Err(());
+            }
+            Err(error) => {
+                let frame = ServerFrame::Error {
+                    stream: Some(sub.name.clone()),
+                    error: "internal".into(),
+                    message: error.to_string(),
+                };
+                self.send(&frame);
+                return Err(());
+            }
+        };
+        if page.events.is_empty() {
+            return Ok(None);
+        }
+        let frame = ServerFrame::Events {
+            stream: sub.name.clone(),
+            extends: encode(&sub.cursor),
+            next: encode(&page.next),
+            events: page.events.iter().map(EventJson::from).collect(),
+        };
+        let text = Utf8Bytes::from(serde_json::to_string(&frame).expect("a frame is JSON"));
+        hub.keep_frame(SharedFrame {
+            stream: sub.stream,
+            extends: sub.cursor.clone(),
+            next: page.next.clone(),
+            floor,
+            version,
+            at_head: page.at_head,
+            text: text.clone(),
+        });
+        Ok(Some(Step {
+            text,
+            next: page.next,
+            at_head: page.at_head,
+        }))
     }
 
     fn heartbeats(&self) {
