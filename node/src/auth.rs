@@ -264,9 +264,19 @@ impl Auth {
     }
 
     /// Rereads the secrets from the same sources; on an error the old ones
-    /// stay in force.
-    pub fn reload(&self) -> Result<(), SecretsError> {
+    /// stay in force. A node listening on `listen` (beyond loopback, and
+    /// not `allow_unauthenticated`) refuses a reload that would leave it
+    /// with no secret at all: the same rule as at start.
+    pub fn reload(
+        &self,
+        listen: SocketAddr,
+        allow_unauthenticated: bool,
+    ) -> Result<(), SecretsError> {
         let keys = read_keys(&self.sources)?;
+        let empty = keys.bearer.is_empty() && keys.peer.is_empty();
+        if empty && !allow_unauthenticated && !is_loopback(listen.ip()) {
+            return Err(SecretsError::Unprotected { addr: listen });
+        }
         *self.inner.write().unwrap_or_else(|p| p.into_inner()) = keys;
         Ok(())
     }
@@ -622,6 +632,30 @@ mod tests {
         assert!(auth(false)
             .check_listen("0.0.0.0:1".parse().unwrap(), false)
             .is_ok());
+    }
+
+    #[test]
+    fn a_reload_may_not_leave_a_network_listener_without_secrets() {
+        let dir = std::env::temp_dir().join(format!("meshlog-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secrets.toml");
+        std::fs::write(&file, format!("admin = [\"{A}\"]\n")).unwrap();
+        let auth = Auth::load(SecretSources {
+            file: Some(file.clone()),
+            ..SecretSources::default()
+        })
+        .unwrap();
+        std::fs::write(&file, "").unwrap();
+        let wide: SocketAddr = "0.0.0.0:7070".parse().unwrap();
+        assert!(matches!(
+            auth.reload(wide, false),
+            Err(SecretsError::Unprotected { .. })
+        ));
+        assert!(auth.enabled(), "the old secrets stay in force");
+        auth.reload("127.0.0.1:7070".parse().unwrap(), false)
+            .unwrap();
+        assert!(!auth.enabled());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

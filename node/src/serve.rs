@@ -75,6 +75,7 @@ pub struct Node {
     stop: CancellationToken,
     done: JoinHandle<()>,
     auth: Auth,
+    allow_unauthenticated: bool,
 }
 
 impl Node {
@@ -156,6 +157,7 @@ impl Node {
             stop,
             done,
             auth,
+            allow_unauthenticated: config.security.allow_unauthenticated,
         })
     }
 
@@ -164,7 +166,8 @@ impl Node {
     /// are refused from the next request on. On an error the old secrets
     /// stay in force.
     pub fn reload_secrets(&self) -> Result<(), SecretsError> {
-        self.auth.reload()
+        self.auth
+            .reload(self.local_addr, self.allow_unauthenticated)
     }
 
     /// The address the node listens on.
