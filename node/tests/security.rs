@@ -173,6 +173,21 @@ async fn every_route_with_every_credential_only_the_documented_ones_pass() {
             refused += 1;
         }
     }
+    // The peer link takes no bearer secret, whatever its role: only the
+    // peer handshake opens it.
+    for (name, secret, _) in credentials {
+        let auth = secret.map(|secret| format!("Bearer {secret}"));
+        let mut headers = vec![("connection", "upgrade"), ("upgrade", "meshlog-sync")];
+        if let Some(auth) = &auth {
+            headers.push(("authorization", auth.as_str()));
+        }
+        let response = request(addr, "GET", "/sync", &headers, b"").await;
+        assert_eq!(
+            (response.status, response.error()),
+            (401, "peer_unauthorized".to_owned()),
+            "GET /sync with the {name} secret"
+        );
+    }
     assert_eq!(
         state(addr).await,
         before,
