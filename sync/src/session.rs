@@ -17,7 +17,7 @@ use crate::frame::{FrameError, FrameReader, FRAME_BYTES_MAX};
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
 use crate::proto::{Protocol, Received};
-use crate::{ChangeWatch, SharedReplica};
+use crate::{ChangeWatch, PeerDirection, Routes, SharedReplica};
 
 /// A session's timing and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +102,11 @@ pub struct SessionState {
     pub events_applied: u64,
     /// Received events this replica already held.
     pub events_duplicate: u64,
+    /// Routes frames sent: streams asked quiet (another session brings
+    /// them) or loud again.
+    pub routes_sent: u64,
+    /// Streams the peer asked us not to push, now.
+    pub peer_quiet_streams: usize,
 }
 
 /// How a session ended when nothing went wrong.
@@ -111,6 +116,13 @@ pub enum SessionEnd {
     PeerClosed,
     /// The stop future given to [`Session::run_until`] completed.
     Stopped,
+    /// Another session with the same peer is kept instead of this one (two
+    /// replicas that dial each other keep one session; see
+    /// [`Session::with_routes`]).
+    Duplicate {
+        /// The peer's stream.
+        peer: StreamId,
+    },
 }
 
 /// Why a session ended badly. Each variant is logged (`tracing::warn!`) with
@@ -265,6 +277,7 @@ pub struct Session<S: Store = MemStore> {
     shared: SharedReplica<S>,
     config: SessionConfig,
     state: watch::Sender<SessionState>,
+    routes: Option<(Routes, PeerDirection)>,
 }
 
 impl<S: Store> Session<S> {
@@ -275,7 +288,20 @@ impl<S: Store> Session<S> {
             shared,
             config,
             state,
+            routes: None,
         }
+    }
+
+    /// Shares `routes` with the replica's other sessions: a stream another
+    /// session brings is asked quiet on this one, so that in a mesh with
+    /// cycles an event arrives once; and of two sessions with one peer
+    /// (each replica dialed the other) only the one dialed by the lower
+    /// stream id is kept, the other ending with [`SessionEnd::Duplicate`].
+    /// `direction` says whether this side dialed. Without it, the session
+    /// pushes every stream, whatever the others do.
+    pub fn with_routes(mut self, routes: Routes, direction: PeerDirection) -> Self {
+        self.routes = Some((routes, direction));
+        self
     }
 
     /// A receiver of the session's state (peer, acknowledged marks,
@@ -305,8 +331,12 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         let local = self.shared.stream();
         let marks = ChangeWatch::new(&self.shared);
         let now = Instant::now();
+        let mut protocol = Protocol::new(local, self.config.clone(), now.into_std());
+        if let Some((routes, direction)) = &self.routes {
+            protocol = protocol.with_routes(routes, *direction);
+        }
         let mut driver = Driver {
-            protocol: Protocol::new(local, self.config.clone(), now.into_std()),
+            protocol,
             marks,
             shared: self.shared,
             config: self.config,
@@ -387,6 +417,9 @@ where
         loop {
             self.fill()?;
             self.publish();
+            if let Some(peer) = self.protocol.duplicate_of() {
+                return Ok(SessionEnd::Duplicate { peer });
+            }
             let next_tick = Instant::from_std(self.protocol.poll_timeout());
             let has_output = !self.out.is_empty();
             // Biased, in an order fixed per turn: a run under tokio's paused
