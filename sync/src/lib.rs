@@ -118,5 +118,5 @@ pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStat
 pub use meshlog_replica::{Commits, SharedReplica};
 pub use proto::{sync_once, SyncReport};
 pub use routes::Routes;
-pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
+pub use session::{LimitHit, Session, SessionConfig, SessionEnd, SessionError, SessionState};
 pub use watch::ChangeWatch;

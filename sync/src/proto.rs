@@ -71,10 +71,11 @@ use meshlog_replica::{ApplyReport, Delta, DeltaError, Event, ReplicaError, Store
 
 use crate::frame::{
     self, Frame, Hello, MarksDiff, Receipt, Routes as RoutesFrame, DELTA_EVENTS_MAX,
+    FRAME_BYTES_MAX,
 };
 use crate::manager::PeerDirection;
 use crate::routes::{RouteLink, Routes};
-use crate::session::{SessionConfig, SessionError, SessionState};
+use crate::session::{LimitHit, SessionConfig, SessionError, SessionState};
 use crate::SharedReplica;
 
 /// What the protocol core reads of the local replica: its identity, its
@@ -93,6 +94,12 @@ pub trait LocalReplica {
     /// Whether the replica is relearning its own stream from peers
     /// (opened with `recover_own_stream`).
     fn is_recovering(&self) -> bool;
+    /// The replica's limits on what it takes in: `(streams_max,
+    /// payload_bytes_max)`. A delta is cut to fit them before it is handed
+    /// back to apply (see [`LimitHit`]). Unbounded unless implemented.
+    fn limits(&self) -> (usize, usize) {
+        (usize::MAX, usize::MAX)
+    }
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
@@ -115,6 +122,11 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn is_recovering(&self) -> bool {
         SharedReplica::is_recovering(self)
+    }
+
+    fn limits(&self) -> (usize, usize) {
+        let config = self.config();
+        (config.streams_max, config.payload_bytes_max)
     }
 }
 
@@ -216,6 +228,12 @@ pub struct Protocol {
     lag_check_due: bool,
     /// How many of the table's claims this session has read.
     claims_seen: usize,
+    /// Streams this side cannot take from the peer (a limit: see
+    /// [`LimitHit`]): asked quiet for the whole session, never loud again.
+    refused: BTreeSet<StreamId>,
+    /// Our streams the peer cannot be sent past a seq (an event too large
+    /// for a frame): the view counts them as held.
+    unsendable: BTreeMap<StreamId, u64>,
     /// Whether the peer holds its own stream up to our marks of it: its
     /// hello showed at least what we hold (the writer holds everything it
     /// wrote), so its events are never sent back to it, even those that
@@ -277,6 +295,8 @@ impl Protocol {
             duplicate: false,
             lag_check_due: false,
             claims_seen: 0,
+            refused: BTreeSet::new(),
+            unsendable: BTreeMap::new(),
             peer_holds_own_stream: false,
         }
     }
@@ -304,10 +324,13 @@ impl Protocol {
         let own = self
             .peer
             .filter(|&peer| self.peer_holds_own_stream && self.view.get(peer) < marks.get(peer));
-        if self.peer_quiet.is_empty() && own.is_none() {
+        if self.peer_quiet.is_empty() && own.is_none() && self.unsendable.is_empty() {
             return std::borrow::Cow::Borrowed(&self.view);
         }
         let mut view = self.view.clone();
+        for &stream in self.unsendable.keys() {
+            view.advance(stream, marks.get(stream));
+        }
         if let Some(peer) = own {
             view.advance(peer, marks.get(peer));
         }
@@ -375,7 +398,7 @@ impl Protocol {
         };
         let resend_after = self.lag_allowed();
         for &stream in streams {
-            if stream == self.local {
+            if stream == self.local || self.refused.contains(&stream) {
                 continue;
             }
             if link.claim(stream, now) {
@@ -402,6 +425,157 @@ impl Protocol {
                 }
             }
         }
+    }
+
+    /// Cuts what the replica's limits cannot take from a received delta:
+    /// events of streams beyond `streams_max` (every stream the replica
+    /// does not hold yet, once it holds that many), and each stream from
+    /// its first event above `payload_bytes_max` on. Those streams are
+    /// asked quiet for the rest of the session, reported in the state
+    /// ([`SessionState::limits`]) and logged once each; the rest of the
+    /// delta is applied as usual. The replica's apply still checks both
+    /// limits: a delta that slips past this (a stream count that changed
+    /// meanwhile) ends the session with [`SessionError::Limit`] as before.
+    fn admit<L: LocalReplica>(&mut self, delta: &mut Delta, local: &L) {
+        let (streams_max, payload_bytes_max) = local.limits();
+        if streams_max == usize::MAX && payload_bytes_max == usize::MAX {
+            return;
+        }
+        let (marks, floor) = local.marks_and_floor();
+        let held = |stream: StreamId| marks.get(stream) > 0 || floor.get(stream) > 0;
+        let mut streams_held =
+            marks.iter().filter(|&(s, _)| !held_in(&floor, s)).count() + floor.len();
+        let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
+        let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
+        let peer = self.peer.unwrap_or(self.local);
+        for event in &delta.events {
+            let stream = event.stream;
+            if cut.get(&stream).is_some_and(|&from| event.seq >= from) {
+                continue;
+            }
+            if self.refused.contains(&stream) {
+                cut.insert(stream, 0);
+                continue;
+            }
+            if !held(stream) && !admitted.contains(&stream) {
+                if streams_held >= streams_max {
+                    tracing::warn!(
+                        %peer,
+                        %stream,
+                        limit = streams_max,
+                        "stream refused: this replica already holds streams_max = {streams_max} \
+                         streams; raise streams_max (at most 16,383, what a cursor carries) to \
+                         take it. Its events are not asked of this peer again in this session"
+                    );
+                    self.refuse(
+                        stream,
+                        LimitHit::StreamsMax {
+                            stream,
+                            limit: streams_max,
+                        },
+                    );
+                    cut.insert(stream, 0);
+                    continue;
+                }
+                streams_held += 1;
+                admitted.insert(stream);
+            }
+            if event.payload.len() > payload_bytes_max {
+                tracing::warn!(
+                    %peer,
+                    %stream,
+                    seq = event.seq,
+                    len = event.payload.len(),
+                    limit = payload_bytes_max,
+                    "event refused: its payload exceeds payload_bytes_max = {payload_bytes_max}; \
+                     the stream stops below it here until payload_bytes_max is raised"
+                );
+                self.refuse(
+                    stream,
+                    LimitHit::PayloadBytesMax {
+                        stream,
+                        seq: event.seq,
+                        len: event.payload.len(),
+                        limit: payload_bytes_max,
+                    },
+                );
+                cut.insert(stream, event.seq);
+            }
+        }
+        if cut.is_empty() {
+            return;
+        }
+        let before = delta.events.len();
+        delta
+            .events
+            .retain(|event| cut.get(&event.stream).is_none_or(|&from| event.seq < from));
+        delta.floor = delta
+            .floor
+            .iter()
+            .filter(|&(stream, _)| cut.get(&stream) != Some(&0))
+            .collect();
+        self.state.events_over_limit += (before - delta.events.len()) as u64;
+        self.state_changed = true;
+    }
+
+    /// Records a stream this side cannot take: asked quiet, reported.
+    fn refuse(&mut self, stream: StreamId, hit: LimitHit) {
+        if self.refused.insert(stream) {
+            self.quiet_asked.remove(&stream);
+            self.routes_due.insert(stream, true);
+            self.state.limits.push(hit);
+        }
+    }
+
+    /// Cuts from a delta to send every event too large for a frame (with
+    /// the delta's floor), and what follows it in its stream: that stream
+    /// is not sent to this peer past it in this session, reported
+    /// ([`LimitHit::FrameBytesMax`]) and logged once. Whether anything was
+    /// cut.
+    fn cut_unsendable(&mut self, delta: &mut Delta) -> bool {
+        let floor_bytes = frame::vector_bytes_max(&delta.floor);
+        let payload_max = FRAME_BYTES_MAX.saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX);
+        let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
+        for event in &delta.events {
+            if event.payload.len() > payload_max && !cut.contains_key(&event.stream) {
+                cut.insert(event.stream, event.seq);
+            }
+        }
+        if cut.is_empty() {
+            return false;
+        }
+        let peer = self.peer.unwrap_or(self.local);
+        for (&stream, &seq) in &cut {
+            let len = delta
+                .events
+                .iter()
+                .find(|event| event.stream == stream && event.seq == seq)
+                .map_or(0, |event| event.payload.len());
+            tracing::warn!(
+                %peer,
+                %stream,
+                seq,
+                len,
+                limit = FRAME_BYTES_MAX,
+                "event not sent: with its frame it exceeds the frame limit of {FRAME_BYTES_MAX} \
+                 bytes (the sender's payload_bytes_max is above what a frame carries: at most \
+                 3,866,585 bytes always fit); the stream is not sent to this peer past it"
+            );
+            self.unsendable.insert(stream, seq);
+            self.state.limits.push(LimitHit::FrameBytesMax {
+                stream,
+                seq,
+                len,
+                limit: FRAME_BYTES_MAX,
+            });
+        }
+        let before = delta.events.len();
+        delta
+            .events
+            .retain(|event| cut.get(&event.stream).is_none_or(|&from| event.seq < from));
+        self.state.events_over_limit += (before - delta.events.len()) as u64;
+        self.state_changed = true;
+        true
     }
 
     /// The routes frame for what changed, if anything did (at most
@@ -664,6 +838,7 @@ impl Protocol {
             self.claims_seen = seen;
             for stream in claims {
                 if stream != self.local
+                    && !self.refused.contains(&stream)
                     && link.other_source_since(stream).is_some()
                     && !self.quiet_asked.contains_key(&stream)
                 {
@@ -708,6 +883,15 @@ impl Protocol {
                 return None;
             }
             let mut delta = local.delta_for(&view, self.config.delta_budget());
+            drop(view);
+            if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty()
+            {
+                // Only events too large for a frame: build again without
+                // their streams (at the next poll: the state changed).
+                self.state_changed = true;
+                return self.next_frame(now, local);
+            }
+            let view = self.send_view(&marks);
             // A hole below what the peer holds pending is sent up to the
             // pending events, not through them.
             for range in &self.peer_pending {
@@ -826,6 +1010,8 @@ impl Protocol {
                 // The peer holds what it sent (each stream is a prefix):
                 // never echo it back. Advanced before the apply: if the
                 // apply fails, the session ends and the view with it.
+                let mut delta = delta;
+                self.admit(&mut delta, local);
                 let mut advance = VersionVector::new();
                 advance_by(&mut advance, &delta);
                 self.view.join(&advance);
@@ -1061,6 +1247,16 @@ impl Protocol {
         self.state_changed = true;
         Ok(())
     }
+}
+
+/// The most bytes a delta frame takes besides one event's payload and its
+/// floor: the kind, the number, the event count, a run's header and the
+/// event's fields, every varint at its longest (1 + 10 + 2 + 22 + 23).
+const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
+
+/// Whether `stream` has an entry in `vector`.
+fn held_in(vector: &VersionVector, stream: StreamId) -> bool {
+    vector.get(stream) > 0
 }
 
 /// The most delta frames in flight (sent, not acknowledged) at once: past

@@ -107,6 +107,56 @@ pub struct SessionState {
     pub routes_sent: u64,
     /// Streams the peer asked us not to push, now.
     pub peer_quiet_streams: usize,
+    /// Events not exchanged because of a limit (received and cut before
+    /// the apply, or not sent): the metric of [`SessionState::limits`].
+    pub events_over_limit: u64,
+    /// Every limit the session ran into, one entry per stream affected:
+    /// what it cannot exchange and which setting says so. The session
+    /// keeps exchanging everything else.
+    pub limits: Vec<LimitHit>,
+}
+
+/// A limit a session ran into, and what it cannot exchange because of it.
+/// The session keeps exchanging what fits; each is logged once, at `warn`,
+/// naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitHit {
+    /// The peer sent a stream this replica cannot hold: it already holds
+    /// `streams_max` streams (`meshlog_replica::Config::streams_max`, at
+    /// most 16,383, what a cursor carries). The stream is asked quiet.
+    StreamsMax {
+        /// The stream refused.
+        stream: StreamId,
+        /// `streams_max`.
+        limit: usize,
+    },
+    /// The peer sent an event whose payload exceeds this replica's
+    /// `payload_bytes_max`: its stream stops below it here, and is asked
+    /// quiet.
+    PayloadBytesMax {
+        /// The event's stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its payload's length.
+        len: usize,
+        /// `payload_bytes_max`.
+        limit: usize,
+    },
+    /// One of our events is too large for a frame (our
+    /// `payload_bytes_max` is above what a frame carries): its stream is
+    /// not sent to this peer past it.
+    FrameBytesMax {
+        /// The event's stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its payload's length.
+        len: usize,
+        /// [`FRAME_BYTES_MAX`].
+        limit: usize,
+    },
 }
 
 /// How a session ended when nothing went wrong.

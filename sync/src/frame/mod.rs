@@ -269,6 +269,12 @@ pub struct Hello {
     pub floor: VersionVector,
 }
 
+/// The most bytes `vector` takes on the wire: its count and every entry,
+/// each varint at its longest (a bound, not the exact length).
+pub(crate) fn vector_bytes_max(vector: &VersionVector) -> usize {
+    3 + 20 * vector.len()
+}
+
 #[cfg(test)]
 mod tests {
     // The format as a whole: every kind round trips through the envelope,
