@@ -81,7 +81,7 @@ use meshlog_replica::{Delta, Replica};
 use meshlog_sync::frame::{self, Frame, MarksDiff, Receipt, LENGTH_PREFIX_BYTES};
 use meshlog_sync::proto::{Protocol, Received};
 use meshlog_sync::testkit::{Direction, FaultLink, Faults, SplitMix64};
-use meshlog_sync::{FrameReader, Session, SessionConfig, SharedReplica};
+use meshlog_sync::{FrameReader, PeerDirection, Routes, Session, SessionConfig, SharedReplica};
 use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, sleep_until, Instant};
@@ -957,6 +957,164 @@ fn idle_heartbeat_bytes_per_minute(streams: u64) -> u64 {
     cores[0].state().bytes_sent - before
 }
 
+/// Replicas of the mesh rows.
+const MESH_REPLICAS: usize = 12;
+/// Write rounds of the mesh rows; every replica appends one to three
+/// events per round, rounds 10 to 30 ms apart.
+const MESH_ROUNDS: usize = 200;
+/// One-way latency of each mesh link (the jitter is drawn per frame, up to
+/// as much again, keeping the link's order).
+const MESH_LATENCY: Duration = Duration::from_millis(5);
+
+/// What one mesh run sent and delivered.
+struct MeshRow {
+    events: u64,
+    bytes: u64,
+    /// Bytes sent per frame kind (hello, delta, ack, heartbeat, routes).
+    bytes_by_kind: [u64; 5],
+    deliveries: u64,
+    duplicates: u64,
+}
+
+/// A 12-replica graph with cycles (a ring with a seeded perfect matching of
+/// chords: degree 3), every replica writing 32-byte events, each link a
+/// pair of sans-I/O cores on a simulated clock (1 ms steps, the default 1 s
+/// tick), frames delivered in order after the latency plus a jitter. With
+/// `routes`, each replica's sessions share a `Routes` table (what
+/// `PeerManager` does); without, each session pushes every stream. Each
+/// replica appends `burst` × 1 to 3 events a round.
+fn mesh_cycles(routes: bool, burst: u64, rng: &mut SplitMix64) -> MeshRow {
+    let replicas: Vec<SharedReplica> = (0..MESH_REPLICAS)
+        .map(|i| SharedReplica::in_memory(StreamId::new(i as u64 + 1)))
+        .collect();
+    let tables: Vec<Routes> = replicas.iter().map(|_| Routes::new()).collect();
+    let mut edges: Vec<(usize, usize)> = (0..MESH_REPLICAS)
+        .map(|i| (i, (i + 1) % MESH_REPLICAS))
+        .collect();
+    'draw: loop {
+        let mut order: Vec<usize> = (0..MESH_REPLICAS).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let chords: Vec<(usize, usize)> = order.chunks(2).map(|p| (p[0], p[1])).collect();
+        if chords.iter().any(|&(a, b)| {
+            let gap = a.abs_diff(b);
+            gap == 1 || gap == MESH_REPLICAS - 1
+        }) {
+            continue 'draw;
+        }
+        edges.extend(chords);
+        break;
+    }
+    let start = StdInstant::now();
+    let config = SessionConfig::default();
+    // Per edge, per side: (replica index, core, frames on their way to the
+    // other side).
+    type Side = (usize, Protocol, VecDeque<(StdInstant, Vec<u8>)>);
+    let mut links: Vec<[Side; 2]> = edges
+        .iter()
+        .map(|&(a, b)| {
+            let core = |i: usize, direction| {
+                let core = Protocol::new(replicas[i].stream(), config.clone(), start);
+                if routes {
+                    core.with_routes(&tables[i], direction)
+                } else {
+                    core
+                }
+            };
+            [
+                (a, core(a, PeerDirection::Outbound), VecDeque::new()),
+                (b, core(b, PeerDirection::Inbound), VecDeque::new()),
+            ]
+        })
+        .collect();
+    let step = Duration::from_millis(1);
+    let mut now = start;
+    let mut next_round = start;
+    let mut rounds = 0;
+    let mut events = 0u64;
+    let mut payload = [0u8; PAYLOAD_BYTES];
+    let mut quiet_since: Option<StdInstant> = None;
+    let mut bytes_by_kind = [0u64; 5];
+    loop {
+        if rounds < MESH_ROUNDS && now >= next_round {
+            for replica in &replicas {
+                for _ in 0..burst * (1 + rng.below(3)) {
+                    for byte in payload.iter_mut() {
+                        *byte = rng.next_u64() as u8;
+                    }
+                    replica
+                        .append(Bytes::copy_from_slice(&payload))
+                        .expect("appends");
+                    events += 1;
+                }
+            }
+            rounds += 1;
+            next_round = now + Duration::from_millis(10 + rng.below(21));
+        }
+        for link in &mut links {
+            for (i, core, queue) in link.iter_mut() {
+                if core.poll_timeout() <= now {
+                    core.handle_timeout(now).expect("no timeout");
+                }
+                while let Some(bytes) = core.poll_transmit(now, &replicas[*i]).expect("encodes") {
+                    bytes_by_kind[usize::from(bytes[LENGTH_PREFIX_BYTES]).min(4)] +=
+                        bytes.len() as u64;
+                    let jitter = Duration::from_micros(rng.below(MESH_LATENCY.as_micros() as u64));
+                    let at =
+                        (now + MESH_LATENCY + jitter).max(queue.back().map_or(now, |(at, _)| *at));
+                    queue.push_back((at, bytes));
+                }
+            }
+            for side in 0..2 {
+                let other = 1 - side;
+                while link[side].2.front().is_some_and(|(at, _)| *at <= now) {
+                    let (_, bytes) = link[side].2.pop_front().expect("a frame");
+                    let (i, core, _) = &mut link[other];
+                    let payload = &bytes[LENGTH_PREFIX_BYTES..];
+                    if let Received::Apply(delta) = core
+                        .handle_payload(now, payload, &replicas[*i])
+                        .expect("valid")
+                    {
+                        let applied = replicas[*i].apply(delta);
+                        core.handle_applied(now, applied).expect("applies");
+                    }
+                }
+            }
+        }
+        let marks = replicas[0].marks();
+        let converged =
+            rounds == MESH_ROUNDS && replicas.iter().all(|replica| replica.marks() == marks);
+        if converged {
+            // A little longer, for the acks still on their way.
+            let since = *quiet_since.get_or_insert(now);
+            if now - since > 4 * MESH_LATENCY {
+                break;
+            }
+        }
+        assert!(now - start < Duration::from_secs(600), "the mesh converges");
+        now += step;
+    }
+    let bytes = links
+        .iter()
+        .flat_map(|link| link.iter().map(|(_, core, _)| core.state().bytes_sent))
+        .sum();
+    let (deliveries, duplicates) = replicas.iter().fold((0, 0), |(all, dup), replica| {
+        let stats = replica.stats();
+        (
+            all + stats.applied + stats.duplicates,
+            dup + stats.duplicates,
+        )
+    });
+    MeshRow {
+        events,
+        bytes,
+        bytes_by_kind,
+        deliveries,
+        duplicates,
+    }
+}
+
 fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
@@ -1156,6 +1314,58 @@ fn main() {
         flat,
         under
     );
+    println!();
+    println!(
+        "a {MESH_REPLICAS}-replica graph with cycles (degree 3), every replica writing \
+         {PAYLOAD_BYTES}-byte events for {MESH_ROUNDS} rounds, links of {} to {} ms, 1 s tick \
+         (goal: within 15% of payload per event delivered, under 5% duplicate deliveries):",
+        MESH_LATENCY.as_millis(),
+        2 * MESH_LATENCY.as_millis()
+    );
+    for (routes, burst) in [(false, 1), (true, 1), (true, 20)] {
+        let row = mesh_cycles(routes, burst, &mut SplitMix64::new(SEED));
+        let delivered = row.events * (MESH_REPLICAS as u64 - 1);
+        let per_event = row.bytes as f64 / delivered as f64;
+        let over_payload = per_event / PAYLOAD_BYTES as f64;
+        let duplicate_share = row.duplicates as f64 / row.deliveries as f64;
+        println!(
+            "  {:<22} {} events, {} B sent, {per_event:.1} B per event delivered per replica \
+             ({over_payload:.2}× payload); {} deliveries, {} duplicate ({:.2}%)",
+            match (routes, burst) {
+                (false, _) => "each session alone",
+                (true, 1) => "routes shared",
+                (true, _) => "routes, 20× the events",
+            },
+            thousands(row.events as usize),
+            thousands(row.bytes as usize),
+            thousands(row.deliveries as usize),
+            thousands(row.duplicates as usize),
+            duplicate_share * 100.0
+        );
+        let [hello, delta, ack, heartbeat, routes_bytes] = row
+            .bytes_by_kind
+            .map(|bytes| bytes as f64 / delivered as f64);
+        println!(
+            "  {:<22} per event delivered: deltas {delta:.1} B (payload {PAYLOAD_BYTES}), acks \
+             {ack:.1} B, heartbeats {heartbeat:.2} B, hellos {hello:.2} B, routes {routes_bytes:.2} B",
+            ""
+        );
+        if routes && burst == 1 {
+            let bytes_ok = over_payload <= 1.15;
+            let duplicates_ok = duplicate_share < 0.05;
+            total += 2;
+            passed += usize::from(bytes_ok) + usize::from(duplicates_ok);
+            println!(
+                "  {} mesh bytes      {per_event:.1} B per event delivered ≤ 1.15 × {PAYLOAD_BYTES} B",
+                verdict(bytes_ok)
+            );
+            println!(
+                "  {} mesh duplicates {:.2}% of deliveries < 5%",
+                verdict(duplicates_ok),
+                duplicate_share * 100.0
+            );
+        }
+    }
     println!();
     println!(
         "{passed} of {total} goals PASS; ran in {:.1} s",

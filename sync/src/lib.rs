@@ -37,6 +37,11 @@
 //! - `session`: [`Session`], the tokio driver of a [`proto::Protocol`] over
 //!   one byte stream (timers, output buffer, write timeout, commits),
 //!   [`SessionConfig`], [`SessionState`], [`SessionError`].
+//! - `routes`: [`Routes`], the table a replica's sessions share so that in
+//!   a mesh with cycles an event reaches it about once: per stream, the
+//!   session that brings it (the others ask their peers quiet for it in a
+//!   `Routes` frame), and per peer, the one session kept when two replicas
+//!   dial each other.
 //! - `backoff`: [`Backoff`], the jittered exponential redial policy of a
 //!   link, used by the manager and by drivers of sessions elsewhere (the
 //!   node dials over HTTP).
@@ -99,6 +104,7 @@ pub mod frame;
 mod manager;
 pub mod proto;
 mod rng;
+mod routes;
 mod session;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -111,5 +117,6 @@ pub use frame::{
 pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
 pub use meshlog_replica::{Commits, SharedReplica};
 pub use proto::{sync_once, SyncReport};
-pub use session::{Session, SessionConfig, SessionEnd, SessionError, SessionState};
+pub use routes::Routes;
+pub use session::{LimitHit, Session, SessionConfig, SessionEnd, SessionError, SessionState};
 pub use watch::ChangeWatch;

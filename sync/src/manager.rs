@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::rng::SplitMix64;
-use crate::Backoff;
+use crate::{Backoff, Routes};
 use crate::{Session, SessionConfig, SessionError, SessionState, SharedReplica};
 
 /// Where to listen, whom to dial, and how.
@@ -115,6 +115,10 @@ pub struct PeerManager<S: Store = MemStore> {
     local_addr: Option<SocketAddr>,
     slots: Arc<Mutex<Vec<Arc<Slot>>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Shared by every session of this manager: a stream that arrives
+    /// through one session is asked quiet on the others, and of two
+    /// sessions with one peer only one is kept.
+    routes: Routes,
 }
 
 struct Slot {
@@ -156,6 +160,7 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
             local_addr,
             slots: Arc::default(),
             tasks: Mutex::default(),
+            routes: Routes::new(),
         };
         if let Some(listener) = listener {
             tracing::info!(local = %manager.shared.stream(), addr = ?local_addr, "sync listening");
@@ -164,6 +169,7 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
                 manager.shared.clone(),
                 manager.config.clone(),
                 Arc::clone(&manager.slots),
+                manager.routes.clone(),
             ));
             lock(&manager.tasks).push(task);
         }
@@ -203,6 +209,7 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
             self.config.clone(),
             slot,
             backoff,
+            self.routes.clone(),
         ));
         lock(&self.tasks).push(task);
     }
@@ -284,6 +291,7 @@ async fn dial_loop<S: Store + Send + Sync + 'static>(
     config: ManagerConfig,
     slot: Arc<Slot>,
     mut backoff: Backoff,
+    routes: Routes,
 ) {
     let local = shared.stream();
     loop {
@@ -291,7 +299,8 @@ async fn dial_loop<S: Store + Send + Sync + 'static>(
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 tracing::debug!(%local, peer_addr = %slot.addr, "dialed peer");
-                let session = Session::new(shared.clone(), config.session.clone());
+                let session = Session::new(shared.clone(), config.session.clone())
+                    .with_routes(routes.clone(), PeerDirection::Outbound);
                 slot.started(session.state());
                 let started_at = tokio::time::Instant::now();
                 let result = session.run(stream).await;
@@ -316,6 +325,7 @@ async fn accept_loop<S: Store + Send + Sync + 'static>(
     shared: SharedReplica<S>,
     config: ManagerConfig,
     slots: Arc<Mutex<Vec<Arc<Slot>>>>,
+    routes: Routes,
 ) {
     let local = shared.stream();
     // Owned here: aborting this task drops the set, which aborts every
@@ -344,7 +354,8 @@ async fn accept_loop<S: Store + Send + Sync + 'static>(
             state: Mutex::default(),
         });
         lock(&slots).push(Arc::clone(&slot));
-        let session = Session::new(shared.clone(), config.session.clone());
+        let session = Session::new(shared.clone(), config.session.clone())
+            .with_routes(routes.clone(), PeerDirection::Inbound);
         slot.started(session.state());
         let slots = Arc::clone(&slots);
         sessions.spawn(async move {

@@ -63,14 +63,19 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{ApplyReport, Delta, DeltaError, Event, ReplicaError, Store};
 
-use crate::frame::{self, Frame, Hello, MarksDiff, Receipt, DELTA_EVENTS_MAX};
-use crate::session::{SessionConfig, SessionError, SessionState};
+use crate::frame::{
+    self, Frame, Hello, MarksDiff, Receipt, Routes as RoutesFrame, DELTA_EVENTS_MAX,
+    FRAME_BYTES_MAX,
+};
+use crate::manager::PeerDirection;
+use crate::routes::{RouteLink, Routes};
+use crate::session::{LimitHit, SessionConfig, SessionError, SessionState};
 use crate::SharedReplica;
 
 /// What the protocol core reads of the local replica: its identity, its
@@ -89,6 +94,12 @@ pub trait LocalReplica {
     /// Whether the replica is relearning its own stream from peers
     /// (opened with `recover_own_stream`).
     fn is_recovering(&self) -> bool;
+    /// The replica's limits on what it takes in: `(streams_max,
+    /// payload_bytes_max)`. A delta is cut to fit them before it is handed
+    /// back to apply (see [`LimitHit`]). Unbounded unless implemented.
+    fn limits(&self) -> (usize, usize) {
+        (usize::MAX, usize::MAX)
+    }
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
@@ -111,6 +122,11 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn is_recovering(&self) -> bool {
         SharedReplica::is_recovering(self)
+    }
+
+    fn limits(&self) -> (usize, usize) {
+        let config = self.config();
+        (config.streams_max, config.payload_bytes_max)
     }
 }
 
@@ -155,6 +171,15 @@ pub struct Protocol {
     rtt: Option<Duration>,
     /// Whether `rtt` is still the hello's estimate.
     rtt_from_hello: bool,
+    /// How much round trips vary (the mean deviation of the samples from
+    /// `rtt`, as TCP keeps it): a delta is not counted lost while a round
+    /// trip this much longer than usual could still bring its ack.
+    rtt_var: Duration,
+    /// Deltas the peer received but holds pending (above a hole), per
+    /// stream the seqs they carried, until its marks cover them or the
+    /// entry expires: the view skips them, so repairing the hole below
+    /// does not send them again.
+    peer_pending: Vec<PendingRange>,
     /// Retransmission timeouts in a row with no ack between: each doubles
     /// the next timeout (up to 8 times), as TCP's does.
     rto_backoff: u32,
@@ -180,6 +205,50 @@ pub struct Protocol {
     next_tick: Instant,
     state: SessionState,
     state_changed: bool,
+    /// This session's place in the replica's routing table, if it shares
+    /// one with the replica's other sessions.
+    link: Option<RouteLink>,
+    /// The table's generation last checked.
+    routes_generation: u64,
+    /// Streams we asked the peer not to push (another session brings
+    /// them), with when we asked and how long the peer has been ahead.
+    quiet_asked: HashMap<StreamId, QuietAsk>,
+    /// Route changes to send: per stream, quiet (`true`) or loud.
+    routes_due: BTreeMap<StreamId, bool>,
+    /// The number of the next routes frame we send (from 1).
+    next_routes_number: u64,
+    /// Streams the peer asked us not to push.
+    peer_quiet: BTreeSet<StreamId>,
+    /// Per stream, the number of the peer's latest routes frame naming it.
+    peer_route_numbers: HashMap<StreamId, u64>,
+    /// Another session with the same peer is kept: this one sends nothing
+    /// more and ends.
+    duplicate: bool,
+    /// A tick passed or a receipt arrived since the routes were checked.
+    lag_check_due: bool,
+    /// How many of the table's claims this session has read.
+    claims_seen: usize,
+    /// Streams this side cannot take from the peer (a limit: see
+    /// [`LimitHit`]): asked quiet for the whole session, never loud again.
+    refused: BTreeSet<StreamId>,
+    /// Our streams the peer cannot be sent past a seq (an event too large
+    /// for a frame): the view counts them as held.
+    unsendable: BTreeMap<StreamId, u64>,
+    /// Whether the peer holds its own stream up to our marks of it: its
+    /// hello showed at least what we hold (the writer holds everything it
+    /// wrote), so its events are never sent back to it, even those that
+    /// reached us through another replica before its receipt did. False
+    /// for a peer relearning its stream (its hello shows less).
+    peer_holds_own_stream: bool,
+}
+
+/// A stream asked quiet on this session.
+#[derive(Debug, Clone, Copy)]
+struct QuietAsk {
+    asked_at: Instant,
+    /// Since when the peer's marks show the stream above ours, and the seq
+    /// they showed then.
+    ahead: Option<(u64, Instant)>,
 }
 
 impl Protocol {
@@ -202,6 +271,8 @@ impl Protocol {
             acked: 0,
             rtt: None,
             rtt_from_hello: false,
+            rtt_var: Duration::ZERO,
+            peer_pending: Vec::new(),
             rto_backoff: 0,
             received: 0,
             applying: None,
@@ -214,7 +285,347 @@ impl Protocol {
             next_tick: now + interval,
             state: SessionState::default(),
             state_changed: false,
+            link: None,
+            routes_generation: 0,
+            quiet_asked: HashMap::new(),
+            routes_due: BTreeMap::new(),
+            next_routes_number: 1,
+            peer_quiet: BTreeSet::new(),
+            peer_route_numbers: HashMap::new(),
+            duplicate: false,
+            lag_check_due: false,
+            claims_seen: 0,
+            refused: BTreeSet::new(),
+            unsendable: BTreeMap::new(),
+            peer_holds_own_stream: false,
         }
+    }
+
+    /// Shares `routes` with the replica's other sessions (see [`Routes`]):
+    /// a stream that arrives through another session is asked quiet here,
+    /// and of two sessions with one peer only one is kept. `direction`
+    /// says who dialed, the one thing both sides of two sessions agree on
+    /// to keep the same one.
+    pub fn with_routes(mut self, routes: &Routes, direction: PeerDirection) -> Self {
+        self.link = Some(routes.join(direction));
+        self
+    }
+
+    /// The peer, if another session with it is kept instead of this one:
+    /// the driver ends this session ([`SessionEnd::Duplicate`](crate::SessionEnd)).
+    pub fn duplicate_of(&self) -> Option<StreamId> {
+        let duplicate = self.duplicate || self.link.as_ref().is_some_and(RouteLink::is_duplicate);
+        self.peer.filter(|_| duplicate)
+    }
+
+    /// The view deltas are built from: the view, with every stream the
+    /// peer asked quiet counted as held up to our marks.
+    fn send_view(&self, marks: &VersionVector) -> std::borrow::Cow<'_, VersionVector> {
+        let own = self
+            .peer
+            .filter(|&peer| self.peer_holds_own_stream && self.view.get(peer) < marks.get(peer));
+        if self.peer_quiet.is_empty() && own.is_none() && self.unsendable.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.view);
+        }
+        let mut view = self.view.clone();
+        for &stream in self.unsendable.keys() {
+            view.advance(stream, marks.get(stream));
+        }
+        if let Some(peer) = own {
+            view.advance(peer, marks.get(peer));
+        }
+        for &stream in &self.peer_quiet {
+            view.advance(stream, marks.get(stream));
+        }
+        std::borrow::Cow::Owned(view)
+    }
+
+    /// How long a peer may show a stream ahead of ours, on a session that
+    /// asked it quiet, before this session takes the stream over: a tick
+    /// and two round trips, the time the source session has to bring it.
+    fn lag_allowed(&self) -> Duration {
+        3 * tick_interval(&self.config) + 2 * self.rtt.unwrap_or(tick_interval(&self.config))
+    }
+
+    /// Re-checks the streams asked quiet: loud again if their source
+    /// session ended, or taken over if the peer has shown them ahead of us
+    /// for longer than [`Protocol::lag_allowed`].
+    fn check_routes<L: LocalReplica>(&mut self, now: Instant, local: &L) {
+        let Some(link) = &self.link else {
+            return;
+        };
+        self.routes_generation = link.generation();
+        if self.quiet_asked.is_empty() {
+            return;
+        }
+        let marks = local.marks();
+        let lag_allowed = self.lag_allowed();
+        let mut loud = Vec::new();
+        for (&stream, ask) in &mut self.quiet_asked {
+            let Some(source_since) = link.other_source_since(stream) else {
+                loud.push(stream);
+                continue;
+            };
+            let (theirs, ours) = (self.peer_marks.get(stream), marks.get(stream));
+            ask.ahead = match ask.ahead {
+                _ if theirs <= ours => None,
+                None => Some((theirs, now)),
+                Some((target, _)) if ours >= target => Some((theirs, now)),
+                Some((target, since)) => {
+                    if now.saturating_duration_since(since) > lag_allowed
+                        && now.saturating_duration_since(source_since) > lag_allowed
+                    {
+                        tracing::debug!(%stream, theirs, ours, "the stream's source lags: taken over");
+                        link.take_over(stream, now);
+                        loud.push(stream);
+                    }
+                    Some((target, since))
+                }
+            };
+        }
+        for stream in loud {
+            self.quiet_asked.remove(&stream);
+            self.routes_due.insert(stream, false);
+        }
+    }
+
+    /// Events of `streams` arrived in a delta: a stream another session
+    /// brings is asked quiet here (again, if asked a while ago and still
+    /// pushed: the routes frame may have been lost).
+    fn route_received(&mut self, now: Instant, streams: &BTreeSet<StreamId>) {
+        let Some(link) = &self.link else {
+            return;
+        };
+        let resend_after = self.lag_allowed();
+        for &stream in streams {
+            if stream == self.local || self.refused.contains(&stream) {
+                continue;
+            }
+            if link.claim(stream, now) {
+                if self.quiet_asked.remove(&stream).is_some() {
+                    self.routes_due.insert(stream, false);
+                }
+                continue;
+            }
+            match self.quiet_asked.get_mut(&stream) {
+                Some(ask) if now.saturating_duration_since(ask.asked_at) <= resend_after => {}
+                Some(ask) => {
+                    ask.asked_at = now;
+                    self.routes_due.insert(stream, true);
+                }
+                None => {
+                    self.quiet_asked.insert(
+                        stream,
+                        QuietAsk {
+                            asked_at: now,
+                            ahead: None,
+                        },
+                    );
+                    self.routes_due.insert(stream, true);
+                }
+            }
+        }
+    }
+
+    /// Cuts what the replica's limits cannot take from a received delta:
+    /// events of streams beyond `streams_max` (every stream the replica
+    /// does not hold yet, once it holds that many), and each stream from
+    /// its first event above `payload_bytes_max` on. Those streams are
+    /// asked quiet for the rest of the session, reported in the state
+    /// ([`SessionState::limits`]) and logged once each; the rest of the
+    /// delta is applied as usual. The replica's apply still checks both
+    /// limits: a delta that slips past this (a stream count that changed
+    /// meanwhile) ends the session with [`SessionError::Limit`] as before.
+    fn admit<L: LocalReplica>(&mut self, delta: &mut Delta, local: &L) {
+        let (streams_max, payload_bytes_max) = local.limits();
+        if streams_max == usize::MAX && payload_bytes_max == usize::MAX {
+            return;
+        }
+        let (marks, floor) = local.marks_and_floor();
+        let held = |stream: StreamId| marks.get(stream) > 0 || floor.get(stream) > 0;
+        let mut streams_held =
+            marks.iter().filter(|&(s, _)| !held_in(&floor, s)).count() + floor.len();
+        let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
+        let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
+        let peer = self.peer.unwrap_or(self.local);
+        for event in &delta.events {
+            let stream = event.stream;
+            if cut.get(&stream).is_some_and(|&from| event.seq >= from) {
+                continue;
+            }
+            if self.refused.contains(&stream) {
+                cut.insert(stream, 0);
+                continue;
+            }
+            if !held(stream) && !admitted.contains(&stream) {
+                if streams_held >= streams_max {
+                    tracing::warn!(
+                        %peer,
+                        %stream,
+                        limit = streams_max,
+                        "stream refused: this replica already holds streams_max = {streams_max} \
+                         streams; raise streams_max (at most 16,383, what a cursor carries) to \
+                         take it. Its events are not asked of this peer again in this session"
+                    );
+                    self.refuse(
+                        stream,
+                        LimitHit::StreamsMax {
+                            stream,
+                            limit: streams_max,
+                        },
+                    );
+                    cut.insert(stream, 0);
+                    continue;
+                }
+                streams_held += 1;
+                admitted.insert(stream);
+            }
+            if event.payload.len() > payload_bytes_max {
+                tracing::warn!(
+                    %peer,
+                    %stream,
+                    seq = event.seq,
+                    len = event.payload.len(),
+                    limit = payload_bytes_max,
+                    "event refused: its payload exceeds payload_bytes_max = {payload_bytes_max}; \
+                     the stream stops below it here until payload_bytes_max is raised"
+                );
+                self.refuse(
+                    stream,
+                    LimitHit::PayloadBytesMax {
+                        stream,
+                        seq: event.seq,
+                        len: event.payload.len(),
+                        limit: payload_bytes_max,
+                    },
+                );
+                cut.insert(stream, event.seq);
+            }
+        }
+        if cut.is_empty() {
+            return;
+        }
+        let before = delta.events.len();
+        delta
+            .events
+            .retain(|event| cut.get(&event.stream).is_none_or(|&from| event.seq < from));
+        delta.floor = delta
+            .floor
+            .iter()
+            .filter(|&(stream, _)| cut.get(&stream) != Some(&0))
+            .collect();
+        self.state.events_over_limit += (before - delta.events.len()) as u64;
+        self.state_changed = true;
+    }
+
+    /// Records a stream this side cannot take: asked quiet, reported.
+    fn refuse(&mut self, stream: StreamId, hit: LimitHit) {
+        if self.refused.insert(stream) {
+            self.quiet_asked.remove(&stream);
+            self.routes_due.insert(stream, true);
+            self.state.limits.push(hit);
+        }
+    }
+
+    /// Cuts from a delta to send every event too large for a frame (with
+    /// the delta's floor), and what follows it in its stream: that stream
+    /// is not sent to this peer past it in this session, reported
+    /// ([`LimitHit::FrameBytesMax`]) and logged once. Whether anything was
+    /// cut.
+    fn cut_unsendable(&mut self, delta: &mut Delta) -> bool {
+        let floor_bytes = frame::vector_bytes_max(&delta.floor);
+        let payload_max = FRAME_BYTES_MAX.saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX);
+        let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
+        for event in &delta.events {
+            if event.payload.len() > payload_max && !cut.contains_key(&event.stream) {
+                cut.insert(event.stream, event.seq);
+            }
+        }
+        if cut.is_empty() {
+            return false;
+        }
+        let peer = self.peer.unwrap_or(self.local);
+        for (&stream, &seq) in &cut {
+            let len = delta
+                .events
+                .iter()
+                .find(|event| event.stream == stream && event.seq == seq)
+                .map_or(0, |event| event.payload.len());
+            tracing::warn!(
+                %peer,
+                %stream,
+                seq,
+                len,
+                limit = FRAME_BYTES_MAX,
+                "event not sent: with its frame it exceeds the frame limit of {FRAME_BYTES_MAX} \
+                 bytes (the sender's payload_bytes_max is above what a frame carries: at most \
+                 3,866,585 bytes always fit); the stream is not sent to this peer past it"
+            );
+            self.unsendable.insert(stream, seq);
+            self.state.limits.push(LimitHit::FrameBytesMax {
+                stream,
+                seq,
+                len,
+                limit: FRAME_BYTES_MAX,
+            });
+        }
+        let before = delta.events.len();
+        delta
+            .events
+            .retain(|event| cut.get(&event.stream).is_none_or(|&from| event.seq < from));
+        self.state.events_over_limit += (before - delta.events.len()) as u64;
+        self.state_changed = true;
+        true
+    }
+
+    /// The routes frame for what changed, if anything did (at most
+    /// `STREAMS_MAX` streams of each kind; the rest in the next).
+    fn routes_frame(&mut self) -> Option<Frame> {
+        if self.routes_due.is_empty() {
+            return None;
+        }
+        let (mut quiet, mut loud) = (Vec::new(), Vec::new());
+        while let Some((stream, is_quiet)) = self.routes_due.pop_first() {
+            if is_quiet {
+                quiet.push(stream);
+            } else {
+                loud.push(stream);
+            }
+            if quiet.len() == meshlog_cursor::STREAMS_MAX
+                || loud.len() == meshlog_cursor::STREAMS_MAX
+            {
+                break;
+            }
+        }
+        let number = self.next_routes_number;
+        self.next_routes_number += 1;
+        self.state.routes_sent += 1;
+        Some(Frame::Routes(RoutesFrame {
+            number,
+            quiet,
+            loud,
+        }))
+    }
+
+    /// The peer's routes: each stream named follows the latest-numbered
+    /// frame naming it.
+    fn on_routes(&mut self, routes: RoutesFrame) {
+        let number = routes.number;
+        for (streams, quiet) in [(routes.quiet, true), (routes.loud, false)] {
+            for stream in streams {
+                let latest = self.peer_route_numbers.entry(stream).or_insert(0);
+                if number <= *latest {
+                    continue;
+                }
+                *latest = number;
+                if quiet {
+                    self.peer_quiet.insert(stream);
+                } else {
+                    self.peer_quiet.remove(&stream);
+                }
+            }
+        }
+        self.state.peer_quiet_streams = self.peer_quiet.len();
     }
 
     /// The session's configuration.
@@ -256,7 +667,10 @@ impl Protocol {
             && !self.hello_due
             && self.parts.is_empty()
             && (self.peer.is_none()
-                || (!self.heartbeat_due && !self.ack_due && self.view.dominates(&local.marks())))
+                || (!self.heartbeat_due
+                    && !self.ack_due
+                    && self.routes_due.is_empty()
+                    && self.send_view(&local.marks()).dominates(&local.marks())))
     }
 
     /// Serves the tick if `now` reached it: times out a silent peer, and
@@ -280,10 +694,18 @@ impl Protocol {
         }
         self.hello_due |= !self.peer_has_our_hello;
         self.heartbeat_due |= self.peer.is_some();
+        self.lag_check_due = true;
         // A delta unacknowledged past its timeout is lost (the tail of a
         // burst: no later delta's ack shows the hole): count it as missing
         // again, so what the peer lacks of it is sent again.
         let rto = self.retransmit_timeout();
+        let pending_before = self.peer_pending.len();
+        self.peer_pending.retain(|range| range.expires > now);
+        if self.peer_pending.len() != pending_before {
+            // Still not in the peer's marks: dropped from its pending
+            // buffer, or the hole below stays open. Sent again.
+            self.recompute_view();
+        }
         let before = self.in_flight.len();
         self.in_flight
             .retain(|sent| now.saturating_duration_since(sent.sent_at) < rto);
@@ -317,6 +739,10 @@ impl Protocol {
         for sent in &self.in_flight {
             self.view.join(&sent.advance);
         }
+        let peer_marks = &self.peer_marks;
+        self.peer_pending
+            .retain(|range| peer_marks.get(range.stream) < range.to);
+        skip_pending(&mut self.view, &self.peer_pending);
         self.parts.clear();
     }
 
@@ -402,6 +828,36 @@ impl Protocol {
             }));
         }
         self.peer?;
+        if self.duplicate_of().is_some() {
+            return None;
+        }
+        if let Some(link) = &self.link {
+            // Streams another session now brings: asked quiet here before
+            // the peer sends a second copy.
+            let (claims, seen) = link.claims_since(self.claims_seen);
+            self.claims_seen = seen;
+            for stream in claims {
+                if stream != self.local
+                    && !self.refused.contains(&stream)
+                    && link.other_source_since(stream).is_some()
+                    && !self.quiet_asked.contains_key(&stream)
+                {
+                    self.quiet_asked.insert(
+                        stream,
+                        QuietAsk {
+                            asked_at: now,
+                            ahead: None,
+                        },
+                    );
+                    self.routes_due.insert(stream, true);
+                }
+            }
+            let link = self.link.as_ref().expect("checked above");
+            if self.lag_check_due || link.generation() != self.routes_generation {
+                self.lag_check_due = false;
+                self.check_routes(now, local);
+            }
+        }
         if self.heartbeat_due {
             // A heartbeat is a receipt too: it stands for a due ack.
             self.heartbeat_due = false;
@@ -412,16 +868,39 @@ impl Protocol {
             self.ack_due = false;
             return Some(Frame::Ack(self.receipt(local)));
         }
+        if let Some(routes) = self.routes_frame() {
+            return Some(routes);
+        }
         if self.parts.is_empty() {
             if self.in_flight.len() >= IN_FLIGHT_MAX {
                 // Wait for receipts (or the retransmission timeout).
                 return None;
             }
             let marks = local.marks();
-            if self.view.dominates(&marks) {
+            skip_pending(&mut self.view, &self.peer_pending);
+            let view = self.send_view(&marks);
+            if view.dominates(&marks) {
                 return None;
             }
-            let delta = local.delta_for(&self.view, self.config.delta_budget());
+            let mut delta = local.delta_for(&view, self.config.delta_budget());
+            drop(view);
+            if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty()
+            {
+                // Only events too large for a frame: build again without
+                // their streams (at the next poll: the state changed).
+                self.state_changed = true;
+                return self.next_frame(now, local);
+            }
+            let view = self.send_view(&marks);
+            // A hole below what the peer holds pending is sent up to the
+            // pending events, not through them.
+            for range in &self.peer_pending {
+                if view.get(range.stream) + 1 < range.from {
+                    delta
+                        .events
+                        .retain(|event| event.stream != range.stream || event.seq < range.from);
+                }
+            }
             if delta.events.is_empty() && delta.floor.is_empty() {
                 // The marks ran ahead of a compaction; nothing to send.
                 return None;
@@ -434,10 +913,17 @@ impl Protocol {
         self.next_delta_number += 1;
         let mut advance = VersionVector::new();
         advance_by(&mut advance, &part);
+        let mut first = VersionVector::new();
+        for event in &part.events {
+            if first.get(event.stream) == 0 {
+                first.advance(event.stream, event.seq);
+            }
+        }
         self.in_flight.push_back(InFlight {
             number,
             sent_at: now,
             advance,
+            first,
         });
         Some(Frame::Delta {
             number,
@@ -499,7 +985,9 @@ impl Protocol {
             if self.rtt.is_none() {
                 // Our first hello went out when we started: a first
                 // estimate of the round trip, until an ack measures it.
-                self.rtt = Some(now.saturating_duration_since(self.started_at));
+                let sample = now.saturating_duration_since(self.started_at);
+                self.rtt = Some(sample);
+                self.rtt_var = sample / 2;
                 self.rtt_from_hello = true;
             }
         }
@@ -522,14 +1010,25 @@ impl Protocol {
                 // The peer holds what it sent (each stream is a prefix):
                 // never echo it back. Advanced before the apply: if the
                 // apply fails, the session ends and the view with it.
+                let mut delta = delta;
+                self.admit(&mut delta, local);
                 let mut advance = VersionVector::new();
                 advance_by(&mut advance, &delta);
                 self.view.join(&advance);
                 self.peer_marks.join(&advance);
+                if self.link.is_some() {
+                    let streams: BTreeSet<StreamId> =
+                        delta.events.iter().map(|event| event.stream).collect();
+                    self.route_received(now, &streams);
+                }
                 self.applying = Some(number);
                 return Ok(Received::Apply(delta));
             }
-            Frame::Ack(receipt) | Frame::Heartbeat(receipt) => self.on_receipt(now, receipt)?,
+            Frame::Ack(receipt) | Frame::Heartbeat(receipt) => {
+                self.on_receipt(now, receipt)?;
+                self.lag_check_due = true;
+            }
+            Frame::Routes(routes) => self.on_routes(routes),
             Frame::Hello(_) => unreachable!("handled above"),
         }
         Ok(Received::Nothing)
@@ -597,12 +1096,32 @@ impl Protocol {
             }
             if sent.number == received {
                 let sample = now.saturating_duration_since(sent.sent_at);
+                self.rtt_var = match self.rtt {
+                    Some(rtt) if !self.rtt_from_hello => {
+                        (self.rtt_var * 3 + rtt.abs_diff(sample)) / 4
+                    }
+                    _ => sample / 2,
+                };
                 self.rtt = Some(match self.rtt {
                     Some(rtt) if !self.rtt_from_hello => (rtt * 7 + sample) / 8,
                     _ => sample,
                 });
                 self.rtt_from_hello = false;
                 self.rto_backoff = 0;
+                // It arrived: what it carried and the peer's marks lack
+                // waits in its pending buffer, above a hole.
+                let expires = now + self.retransmit_timeout();
+                for (stream, to) in sent.advance.iter() {
+                    let from = sent.first.get(stream);
+                    if from > 0 && self.peer_marks.get(stream) < to {
+                        self.peer_pending.push(PendingRange {
+                            stream,
+                            from,
+                            to,
+                            expires,
+                        });
+                    }
+                }
             }
             self.in_flight.pop_front();
         }
@@ -611,9 +1130,15 @@ impl Protocol {
         // does not cover was lost (the tail of a burst, or everything sent
         // into a cut link), and is sent again now rather than at its
         // retransmission timeout.
-        let lost_after = 2 * self.rtt.unwrap_or(2 * tick_interval(&self.config));
+        // Two round trips, or one and four deviations on a link whose
+        // round trips vary more (a delayed frame is not a lost one).
+        let rtt = self.rtt.unwrap_or(2 * tick_interval(&self.config));
+        let lost_after = (2 * rtt)
+            .max(rtt + 4 * self.rtt_var)
+            .max(tick_interval(&self.config) / 8);
         self.in_flight
             .retain(|sent| now.saturating_duration_since(sent.sent_at) <= lost_after);
+        self.peer_pending.retain(|range| range.expires > now);
         self.recompute_view();
         Ok(())
     }
@@ -652,6 +1177,18 @@ impl Protocol {
                     );
                 }
                 self.peer = Some(hello.stream);
+                self.peer_holds_own_stream =
+                    hello.marks.get(hello.stream) >= local.marks().get(hello.stream);
+                if let Some(link) = &self.link {
+                    if !link.establish(self.local, hello.stream) {
+                        tracing::info!(
+                            local = %self.local,
+                            peer = %hello.stream,
+                            "a second session with this peer: the one dialed by the lower id is kept, this one ends"
+                        );
+                        self.duplicate = true;
+                    }
+                }
                 tracing::debug!(local = %self.local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
             }
         }
@@ -712,6 +1249,16 @@ impl Protocol {
     }
 }
 
+/// The most bytes a delta frame takes besides one event's payload and its
+/// floor: the kind, the number, the event count, a run's header and the
+/// event's fields, every varint at its longest (1 + 10 + 2 + 22 + 23).
+const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
+
+/// Whether `stream` has an entry in `vector`.
+fn held_in(vector: &VersionVector, stream: StreamId) -> bool {
+    vector.get(stream) > 0
+}
+
 /// The most delta frames in flight (sent, not acknowledged) at once: past
 /// it, no new delta is built until a receipt (or the retransmission
 /// timeout) retires some.
@@ -732,6 +1279,37 @@ struct InFlight {
     sent_at: Instant,
     /// Per stream, the last seq (or floor) it carried.
     advance: VersionVector,
+    /// Per stream, the first seq of the events it carried.
+    first: VersionVector,
+}
+
+/// Seqs `from ..= to` of a stream, which the peer received in a delta but
+/// holds pending (above a hole), as of a receipt; forgotten at `expires`.
+#[derive(Debug, Clone, Copy)]
+struct PendingRange {
+    stream: StreamId,
+    from: u64,
+    to: u64,
+    expires: Instant,
+}
+
+/// Advances `view` past every range the peer holds pending that the view
+/// reaches (its seq at or just below the range's first), so the next delta
+/// starts above it.
+fn skip_pending(view: &mut VersionVector, ranges: &[PendingRange]) {
+    loop {
+        let mut moved = false;
+        for range in ranges {
+            let seq = view.get(range.stream);
+            if seq + 1 >= range.from && seq < range.to {
+                view.advance(range.stream, range.to);
+                moved = true;
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
 }
 
 /// Every stream of `marks` whose seq is above its seq in `base`, with its

@@ -17,7 +17,7 @@ use crate::frame::{FrameError, FrameReader, FRAME_BYTES_MAX};
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
 use crate::proto::{Protocol, Received};
-use crate::{ChangeWatch, SharedReplica};
+use crate::{ChangeWatch, PeerDirection, Routes, SharedReplica};
 
 /// A session's timing and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +102,61 @@ pub struct SessionState {
     pub events_applied: u64,
     /// Received events this replica already held.
     pub events_duplicate: u64,
+    /// Routes frames sent: streams asked quiet (another session brings
+    /// them) or loud again.
+    pub routes_sent: u64,
+    /// Streams the peer asked us not to push, now.
+    pub peer_quiet_streams: usize,
+    /// Events not exchanged because of a limit (received and cut before
+    /// the apply, or not sent): the metric of [`SessionState::limits`].
+    pub events_over_limit: u64,
+    /// Every limit the session ran into, one entry per stream affected:
+    /// what it cannot exchange and which setting says so. The session
+    /// keeps exchanging everything else.
+    pub limits: Vec<LimitHit>,
+}
+
+/// A limit a session ran into, and what it cannot exchange because of it.
+/// The session keeps exchanging what fits; each is logged once, at `warn`,
+/// naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitHit {
+    /// The peer sent a stream this replica cannot hold: it already holds
+    /// `streams_max` streams (`meshlog_replica::Config::streams_max`, at
+    /// most 16,383, what a cursor carries). The stream is asked quiet.
+    StreamsMax {
+        /// The stream refused.
+        stream: StreamId,
+        /// `streams_max`.
+        limit: usize,
+    },
+    /// The peer sent an event whose payload exceeds this replica's
+    /// `payload_bytes_max`: its stream stops below it here, and is asked
+    /// quiet.
+    PayloadBytesMax {
+        /// The event's stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its payload's length.
+        len: usize,
+        /// `payload_bytes_max`.
+        limit: usize,
+    },
+    /// One of our events is too large for a frame (our
+    /// `payload_bytes_max` is above what a frame carries): its stream is
+    /// not sent to this peer past it.
+    FrameBytesMax {
+        /// The event's stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its payload's length.
+        len: usize,
+        /// [`FRAME_BYTES_MAX`].
+        limit: usize,
+    },
 }
 
 /// How a session ended when nothing went wrong.
@@ -111,6 +166,13 @@ pub enum SessionEnd {
     PeerClosed,
     /// The stop future given to [`Session::run_until`] completed.
     Stopped,
+    /// Another session with the same peer is kept instead of this one (two
+    /// replicas that dial each other keep one session; see
+    /// [`Session::with_routes`]).
+    Duplicate {
+        /// The peer's stream.
+        peer: StreamId,
+    },
 }
 
 /// Why a session ended badly. Each variant is logged (`tracing::warn!`) with
@@ -265,6 +327,7 @@ pub struct Session<S: Store = MemStore> {
     shared: SharedReplica<S>,
     config: SessionConfig,
     state: watch::Sender<SessionState>,
+    routes: Option<(Routes, PeerDirection)>,
 }
 
 impl<S: Store> Session<S> {
@@ -275,7 +338,20 @@ impl<S: Store> Session<S> {
             shared,
             config,
             state,
+            routes: None,
         }
+    }
+
+    /// Shares `routes` with the replica's other sessions: a stream another
+    /// session brings is asked quiet on this one, so that in a mesh with
+    /// cycles an event arrives once; and of two sessions with one peer
+    /// (each replica dialed the other) only the one dialed by the lower
+    /// stream id is kept, the other ending with [`SessionEnd::Duplicate`].
+    /// `direction` says whether this side dialed. Without it, the session
+    /// pushes every stream, whatever the others do.
+    pub fn with_routes(mut self, routes: Routes, direction: PeerDirection) -> Self {
+        self.routes = Some((routes, direction));
+        self
     }
 
     /// A receiver of the session's state (peer, acknowledged marks,
@@ -305,8 +381,12 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         let local = self.shared.stream();
         let marks = ChangeWatch::new(&self.shared);
         let now = Instant::now();
+        let mut protocol = Protocol::new(local, self.config.clone(), now.into_std());
+        if let Some((routes, direction)) = &self.routes {
+            protocol = protocol.with_routes(routes, *direction);
+        }
         let mut driver = Driver {
-            protocol: Protocol::new(local, self.config.clone(), now.into_std()),
+            protocol,
             marks,
             shared: self.shared,
             config: self.config,
@@ -387,6 +467,9 @@ where
         loop {
             self.fill()?;
             self.publish();
+            if let Some(peer) = self.protocol.duplicate_of() {
+                return Ok(SessionEnd::Duplicate { peer });
+            }
             let next_tick = Instant::from_std(self.protocol.poll_timeout());
             let has_output = !self.out.is_empty();
             // Biased, in an order fixed per turn: a run under tokio's paused

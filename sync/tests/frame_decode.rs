@@ -30,7 +30,7 @@ use bytes::Bytes;
 use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Event};
-use meshlog_sync::frame::{self, Frame, Hello, MarksDiff, Receipt};
+use meshlog_sync::frame::{self, Frame, Hello, MarksDiff, Receipt, Routes};
 use meshlog_sync::testkit::{self, frame_check, SplitMix64};
 use meshlog_sync::{FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 use meshlog_testkit::alloc::{self, CountingAlloc};
@@ -114,6 +114,11 @@ fn valid_frames() -> Vec<Frame> {
                 changes: VersionVector::new(),
             },
         }),
+        Frame::Routes(Routes {
+            number: 3,
+            quiet: vec![StreamId::new(2), StreamId::new(300)],
+            loud: vec![StreamId::new(7)],
+        }),
     ]
 }
 
@@ -124,6 +129,36 @@ fn valid_frames() -> Vec<Frame> {
 fn hand_made_inputs_give_their_typed_errors() {
     type Expect = fn(&frame_check::Outcome) -> bool;
     let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
+        ("routes numbered 0", vec![1, 4, 0, 0, 0], |o| {
+            matches!(
+                &o.errors[..],
+                [FrameError::Malformed { kind: "routes", .. }]
+            )
+        }),
+        (
+            "routes with quiet streams descending",
+            vec![1, 4, 1, 2, 7, 2, 0],
+            |o| {
+                matches!(
+                    &o.errors[..],
+                    [FrameError::BadVector {
+                        kind: "routes",
+                        field: "quiet",
+                        ..
+                    }]
+                )
+            },
+        ),
+        (
+            "routes with a stream both quiet and loud",
+            vec![1, 4, 1, 1, 7, 1, 7],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "routes", detail }] if detail.contains("both")),
+        ),
+        (
+            "routes claiming 2^32-1 quiet streams",
+            vec![1, 4, 1, 0xff, 0xff, 0xff, 0xff, 0x0f],
+            |o| matches!(&o.errors[..], [FrameError::BadVector { kind: "routes", field: "quiet", detail }] if detail.starts_with("4294967295 streams")),
+        ),
         ("empty input", vec![], |o| {
             o.decoded == 0 && o.errors.is_empty()
         }),
@@ -411,8 +446,8 @@ fn hand_made_inputs_give_their_typed_errors() {
             vec![1, 0, 0xff, 0xff, 0x7f],
             |o| matches!(o.errors[..], [FrameError::Malformed { kind: "hello", .. }]),
         ),
-        ("unknown kind", vec![1, 4], |o| {
-            matches!(o.errors[..], [FrameError::UnknownKind { tag: 4, .. }])
+        ("unknown kind", vec![1, 5], |o| {
+            matches!(o.errors[..], [FrameError::UnknownKind { tag: 5, .. }])
         }),
         (
             "overlong kind varint",
@@ -634,6 +669,26 @@ fn any_vector(g: &mut Gen) -> VersionVector {
         .collect()
 }
 
+/// Routes: streams drawn at random, each either quiet or loud.
+fn any_routes(g: &mut Gen) -> Routes {
+    let mut streams = Vec::<u64>::arbitrary(g);
+    streams.sort_unstable();
+    streams.dedup();
+    let (mut quiet, mut loud) = (Vec::new(), Vec::new());
+    for stream in streams {
+        if bool::arbitrary(g) {
+            quiet.push(StreamId::new(stream));
+        } else {
+            loud.push(StreamId::new(stream));
+        }
+    }
+    Routes {
+        number: u64::arbitrary(g).max(1),
+        quiet,
+        loud,
+    }
+}
+
 /// A number below `n` (n > 0).
 fn below(g: &mut Gen, n: u64) -> u64 {
     u64::arbitrary(g) % n
@@ -747,7 +802,7 @@ fn any_receipt(g: &mut Gen) -> Receipt {
 
 impl Arbitrary for AnyFrame {
     fn arbitrary(g: &mut Gen) -> Self {
-        let frame = match u8::arbitrary(g) % 4 {
+        let frame = match u8::arbitrary(g) % 5 {
             0 => Frame::Hello(Hello {
                 protocol: PROTOCOL_VERSION,
                 stream: StreamId::new(u64::arbitrary(g)),
@@ -756,7 +811,8 @@ impl Arbitrary for AnyFrame {
             }),
             1 => Frame::delta(u64::arbitrary(g).max(1), any_model_delta(g)),
             2 => Frame::Ack(any_receipt(g)),
-            _ => Frame::Heartbeat(any_receipt(g)),
+            3 => Frame::Heartbeat(any_receipt(g)),
+            _ => Frame::Routes(any_routes(g)),
         };
         let decoded = match &frame {
             Frame::Delta { number, delta } => Frame::delta(*number, in_lamport_order(delta)),

@@ -18,9 +18,9 @@ use meshlog_replica::Delta;
 use serde::Deserialize;
 
 use super::event_runs::{decode_events, encode_events, put_varint};
-use super::repr::{check_counts, HelloRepr, ReceiptRepr, VectorRepr};
+use super::repr::{check_counts, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
 use super::{
-    tag, Frame, FrameError, Hello, MarksDiff, Receipt, DELTA_EVENTS_MAX, FRAME_BYTES_MAX,
+    tag, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX, FRAME_BYTES_MAX,
     LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
 };
 // Named by `decode`'s docs only.
@@ -161,6 +161,22 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
             put_varint(out, u64::from(tag::HEARTBEAT));
             put_receipt(out, receipt, "heartbeat")?;
         }
+        Frame::Routes(routes) => {
+            if let Err(detail) = check_routes(routes) {
+                return Err(FrameError::Encode {
+                    kind: "routes",
+                    detail,
+                });
+            }
+            put_varint(out, u64::from(tag::ROUTES));
+            put_varint(out, routes.number);
+            for streams in [&routes.quiet, &routes.loud] {
+                put_varint(out, streams.len() as u64);
+                for stream in streams {
+                    put_varint(out, stream.get());
+                }
+            }
+        }
     }
     let len = out.len() - start;
     if len > FRAME_BYTES_MAX {
@@ -208,6 +224,35 @@ fn check_marks(number: u64, base: u64, changes: &VersionVector) -> Result<(), St
 
 /// Appends a version vector in postcard's layout of a sequence of
 /// `(u64, u64)` pairs: the count, then each stream and seq.
+/// What a routes frame must be: numbered from 1, each set within the limit
+/// (its order and the limit are the decoder's checks too), no stream both
+/// quiet and loud.
+fn check_routes(routes: &Routes) -> Result<(), String> {
+    if routes.number == 0 {
+        return Err("routes number 0: numbers start at 1".into());
+    }
+    for (field, streams) in [("quiet", &routes.quiet), ("loud", &routes.loud)] {
+        if streams.len() > meshlog_cursor::STREAMS_MAX {
+            return Err(format!(
+                "{} {field} streams exceed the limit of {}",
+                streams.len(),
+                meshlog_cursor::STREAMS_MAX
+            ));
+        }
+        if streams.windows(2).any(|pair| pair[1] <= pair[0]) {
+            return Err(format!("{field} streams are not strictly ascending"));
+        }
+    }
+    if let Some(both) = routes
+        .quiet
+        .iter()
+        .find(|stream| routes.loud.binary_search(stream).is_ok())
+    {
+        return Err(format!("stream {both} is both quiet and loud"));
+    }
+    Ok(())
+}
+
 fn put_vector(out: &mut Vec<u8>, vector: &VersionVector) {
     put_varint(out, vector.len() as u64);
     for (stream, seq) in vector.iter() {
@@ -282,6 +327,7 @@ pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
         tag::DELTA => "delta",
         tag::ACK => "ack",
         tag::HEARTBEAT => "heartbeat",
+        tag::ROUTES => "routes",
         _ => {
             return Err(FrameError::UnknownKind {
                 tag,
@@ -346,6 +392,16 @@ pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
             }
         }
         tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+        tag::ROUTES => {
+            let repr: RoutesRepr = take_all(body, kind)?;
+            let routes = Routes {
+                number: repr.number,
+                quiet: repr.quiet.into_streams(kind, "quiet")?,
+                loud: repr.loud.into_streams(kind, "loud")?,
+            };
+            check_routes(&routes).map_err(|detail| FrameError::Malformed { kind, detail })?;
+            Frame::Routes(routes)
+        }
         _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
     })
 }

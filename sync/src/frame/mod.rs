@@ -147,6 +147,7 @@ mod tag {
     pub const DELTA: u32 = 1;
     pub const ACK: u32 = 2;
     pub const HEARTBEAT: u32 = 3;
+    pub const ROUTES: u32 = 4;
 }
 
 /// One message between two replicas.
@@ -178,6 +179,11 @@ pub enum Frame {
     /// The periodic re-exchange, every tick: the same as an ack, sent
     /// whether or not deltas arrived. An idle one is a few bytes.
     Heartbeat(Receipt),
+    /// Which streams the sender wants pushed on this session: those it
+    /// receives through another session are asked quiet (so an event
+    /// reaches it once in a mesh with cycles), and loud again when that
+    /// session ends or lags. Sent only when its routes change.
+    Routes(Routes),
 }
 
 impl Frame {
@@ -189,6 +195,7 @@ impl Frame {
             Frame::Delta { .. } => "delta",
             Frame::Ack(_) => "ack",
             Frame::Heartbeat(_) => "heartbeat",
+            Frame::Routes(_) => "routes",
         }
     }
 
@@ -231,6 +238,22 @@ pub struct MarksDiff {
     pub changes: VersionVector,
 }
 
+/// A change of the streams a replica wants pushed by one peer (see
+/// `docs/PROTOCOL.md`, "Routes"). A stream is loud (pushed) until asked
+/// quiet; each stream follows the latest-numbered routes frame naming it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Routes {
+    /// The number of this routes frame in its session, from 1: a stream
+    /// named by a frame older than the last applied for it is left alone
+    /// (frames may be reordered).
+    pub number: u64,
+    /// Streams not to push to the sender, strictly ascending: it receives
+    /// them through another session.
+    pub quiet: Vec<StreamId>,
+    /// Streams to push again, strictly ascending, none also quiet.
+    pub loud: Vec<StreamId>,
+}
+
 /// The opening frame of a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
@@ -244,6 +267,12 @@ pub struct Hello {
     pub marks: VersionVector,
     /// The sender's floor (compacted up to).
     pub floor: VersionVector,
+}
+
+/// The most bytes `vector` takes on the wire: its count and every entry,
+/// each varint at its longest (a bound, not the exact length).
+pub(crate) fn vector_bytes_max(vector: &VersionVector) -> usize {
+    3 + 20 * vector.len()
 }
 
 #[cfg(test)]
@@ -302,6 +331,11 @@ mod tests {
                     base: 1,
                     changes: VersionVector::new(),
                 },
+            }),
+            Frame::Routes(Routes {
+                number: u64::MAX,
+                quiet: vec![StreamId::new(1), StreamId::new(u64::MAX)],
+                loud: vec![StreamId::new(2)],
             }),
         ]
     }
@@ -404,6 +438,16 @@ mod tests {
                     base: 3,
                     changes: VersionVector::new(),
                 },
+            }),
+            Frame::Routes(Routes {
+                number: 1,
+                quiet: vec![StreamId::new(2), StreamId::new(7)],
+                loud: Vec::new(),
+            }),
+            Frame::Routes(Routes {
+                number: 2,
+                quiet: Vec::new(),
+                loud: vec![StreamId::new(7)],
             }),
         ];
         let blocks = doc_examples();

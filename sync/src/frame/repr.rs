@@ -39,6 +39,48 @@ pub(super) struct ReceiptRepr {
     pub(super) changes: VectorRepr,
 }
 
+/// A routes frame's fields after its kind: its number, then the streams
+/// the sender asks to be quiet and those it asks to be loud again.
+#[derive(Serialize, Deserialize)]
+pub(super) struct RoutesRepr {
+    pub(super) number: u64,
+    pub(super) quiet: StreamsRepr,
+    pub(super) loud: StreamsRepr,
+}
+
+/// A set of streams on the wire: their ids, strictly ascending.
+#[derive(Serialize, Deserialize)]
+pub(super) struct StreamsRepr(Seq<u64>);
+
+impl StreamsRepr {
+    pub(super) fn into_streams(
+        self,
+        kind: &'static str,
+        field: &'static str,
+    ) -> Result<Vec<StreamId>, FrameError> {
+        let streams = self.0 .0;
+        let bad = |detail: String| FrameError::BadVector {
+            kind,
+            field,
+            detail,
+        };
+        if streams.len() > STREAMS_MAX {
+            return Err(bad(format!(
+                "{} streams exceed the limit of {STREAMS_MAX}",
+                streams.len()
+            )));
+        }
+        if let Some(pair) = streams.windows(2).find(|pair| pair[1] <= pair[0]) {
+            return Err(bad(format!(
+                "stream {} follows stream {}: streams must be strictly ascending",
+                StreamId::new(pair[1]),
+                StreamId::new(pair[0])
+            )));
+        }
+        Ok(streams.into_iter().map(StreamId::new).collect())
+    }
+}
+
 /// A version vector on the wire: `(stream, seq)` pairs, streams strictly
 /// ascending, seqs nonzero.
 #[derive(Serialize, Deserialize)]
@@ -164,6 +206,32 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
         Ok(Some(rest))
     }
 
+    /// Reads a set of streams' count, refuses it above the limit, and
+    /// skips its ids; `Ok(None)` if the bytes do not parse.
+    fn skip_streams<'a>(
+        bytes: &'a [u8],
+        kind: &'static str,
+        field: &'static str,
+    ) -> Result<Option<&'a [u8]>, FrameError> {
+        let Some((count, mut rest)) = take::<u64>(bytes) else {
+            return Ok(None);
+        };
+        if count > STREAMS_MAX as u64 {
+            return Err(FrameError::BadVector {
+                kind,
+                field,
+                detail: format!("{count} streams exceed the limit of {STREAMS_MAX}"),
+            });
+        }
+        for _ in 0..count {
+            let Some((_, after)) = take::<u64>(rest) else {
+                return Ok(None);
+            };
+            rest = after;
+        }
+        Ok(Some(rest))
+    }
+
     let Some((_, body)) = take::<u32>(payload) else {
         return Ok(());
     };
@@ -183,6 +251,15 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
                 return Ok(());
             };
             skip_vector(floor, kind, "floor")?;
+        }
+        tag::ROUTES => {
+            // Two sets of streams, each a count then the ids.
+            let Some((_, quiet)) = take::<u64>(body) else {
+                return Ok(());
+            };
+            if let Some(loud) = skip_streams(quiet, kind, "quiet")? {
+                skip_streams(loud, kind, "loud")?;
+            }
         }
         _ => {
             let Some((_, changes)) = take::<(u64, u64, u64, u64)>(body) else {

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::proxy::{FaultLink, Faults, LinkControl};
-use crate::{Session, SessionConfig, SharedReplica};
+use crate::{PeerDirection, Routes, Session, SessionConfig, SharedReplica};
 
 /// How a [`SimMesh`] runs its sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +52,8 @@ pub struct Divergence {
 /// Dropping the mesh stops every link.
 pub struct SimMesh<S: Store = MemStore> {
     replicas: Vec<SharedReplica<S>>,
+    /// Each replica's routing table, shared by its sessions.
+    routes: Vec<Routes>,
     config: MeshConfig,
     links: Vec<MeshLink>,
 }
@@ -66,6 +68,7 @@ impl<S: Store + Send + Sync + 'static> SimMesh<S> {
     /// A mesh of `replicas`, with no links yet.
     pub fn new(replicas: Vec<SharedReplica<S>>, config: MeshConfig) -> Self {
         SimMesh {
+            routes: replicas.iter().map(|_| Routes::new()).collect(),
             replicas,
             config,
             links: Vec::new(),
@@ -85,8 +88,8 @@ impl<S: Store + Send + Sync + 'static> SimMesh<S> {
         let control = link.control();
         let task = tokio::spawn(run_link(
             link,
-            self.replicas[a].clone(),
-            self.replicas[b].clone(),
+            (self.replicas[a].clone(), self.routes[a].clone()),
+            (self.replicas[b].clone(), self.routes[b].clone()),
             self.config.clone(),
             SplitMix64::new(SplitMix64::derive(seed, u64::MAX)),
         ));
@@ -182,15 +185,20 @@ impl<S: Store> Drop for SimMesh<S> {
 
 async fn run_link<S: Store + Send + Sync + 'static>(
     link: FaultLink,
-    a: SharedReplica<S>,
-    b: SharedReplica<S>,
+    (a, a_routes): (SharedReplica<S>, Routes),
+    (b, b_routes): (SharedReplica<S>, Routes),
     config: MeshConfig,
     mut rng: SplitMix64,
 ) {
     loop {
         let (a_end, b_end) = link.connect();
-        let a_session = Session::new(a.clone(), config.session.clone());
-        let b_session = Session::new(b.clone(), config.session.clone());
+        // The first end dials: it is the side the link's direction names
+        // first, and the one whose dial counts when two links join the
+        // same replicas.
+        let a_session = Session::new(a.clone(), config.session.clone())
+            .with_routes(a_routes.clone(), PeerDirection::Outbound);
+        let b_session = Session::new(b.clone(), config.session.clone())
+            .with_routes(b_routes.clone(), PeerDirection::Inbound);
         // When one side ends, the other's stream is dropped with it: what a
         // closed connection does to the far end.
         tokio::select! {

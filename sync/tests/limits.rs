@@ -1,0 +1,125 @@
+//! Limits a growing mesh reaches degrade a session instead of ending it.
+//!
+//! What it proves: a replica that holds `streams_max` streams, or whose
+//! `payload_bytes_max` is below a peer's event, and a sender whose event is
+//! too large for a frame, each keep exchanging everything that fits; what
+//! does not is reported in the session's state ([`LimitHit`], one entry per
+//! stream, and the `events_over_limit` metric), asked quiet (the peer stops
+//! sending it), and the exchange still reaches quiescence. Before, each
+//! ended the session (`SessionError::Limit`, `SessionError::Send`) on every
+//! reconnect, for ever.
+//!
+//! How: one exchange at a time with `sync_once`, through the codec, no
+//! clock; replicas opened with the limits under test.
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use meshlog_replica::{Config, MemStore, Replica};
+use meshlog_sync::{sync_once, LimitHit, SessionConfig, SharedReplica};
+
+fn replica_with(stream: u64, configure: impl FnOnce(&mut Config)) -> SharedReplica {
+    let mut config = Config::new(StreamId::new(stream));
+    configure(&mut config);
+    SharedReplica::new(Replica::open(config, MemStore::default()).expect("an in-memory replica"))
+}
+
+/// A replica holding events of `streams` writers (ids 100, 101, ...), each
+/// with `events` events, besides its own.
+fn hub(stream: u64, streams: u64, events: u64) -> SharedReplica {
+    let hub = SharedReplica::in_memory(StreamId::new(stream));
+    hub.append(&b"hub"[..]).unwrap();
+    for writer in 0..streams {
+        let source = SharedReplica::in_memory(StreamId::new(100 + writer));
+        for i in 0..events {
+            source.append(format!("{writer} {i}").into_bytes()).unwrap();
+        }
+        sync_once(&source, &hub, &SessionConfig::default()).unwrap();
+    }
+    hub
+}
+
+#[test]
+fn a_peer_with_more_streams_than_streams_max_sends_what_fits_and_hears_what_does_not() {
+    let a = hub(1, 6, 3);
+    // B holds its own stream and takes two more.
+    let b = replica_with(2, |config| config.streams_max = 3);
+    b.append(&b"b"[..]).unwrap();
+    let report = sync_once(&a, &b, &SessionConfig::default()).expect("the session keeps going");
+    assert!(report.quiescent);
+    assert_eq!(b.marks().len(), 3, "{:?}", b.marks());
+    let refused: Vec<&LimitHit> = report.b.limits.iter().collect();
+    assert_eq!(refused.len(), 7 - 2, "{refused:?}");
+    assert!(refused
+        .iter()
+        .all(|hit| matches!(hit, LimitHit::StreamsMax { limit: 3, .. })));
+    assert!(report.b.events_over_limit > 0);
+    // A heard it: those streams are quiet on this session.
+    assert_eq!(report.a.peer_quiet_streams, 5);
+    // The other direction is unaffected.
+    assert_eq!(a.marks().get(StreamId::new(2)), 1);
+
+    // What fits keeps flowing: A's own stream came first (the lowest
+    // stamps), so B holds it, and a new event of it arrives.
+    assert_eq!(b.marks().get(StreamId::new(1)), 1);
+    a.append(&b"more"[..]).unwrap();
+    let report = sync_once(&a, &b, &SessionConfig::default()).unwrap();
+    assert!(report.quiescent);
+    assert_eq!(b.marks().get(StreamId::new(1)), 2);
+    assert_eq!(b.marks().len(), 3);
+}
+
+#[test]
+fn an_event_above_payload_bytes_max_stops_its_stream_there_and_nothing_else() {
+    let a = SharedReplica::in_memory(StreamId::new(1));
+    for len in [50, 50, 200, 50] {
+        a.append(Bytes::from(vec![7u8; len])).unwrap();
+    }
+    let c = hub(3, 2, 4);
+    sync_once(&c, &a, &SessionConfig::default()).unwrap();
+    let b = replica_with(2, |config| config.payload_bytes_max = 100);
+    let report = sync_once(&a, &b, &SessionConfig::default()).expect("the session keeps going");
+    assert!(report.quiescent);
+    assert_eq!(b.marks().get(StreamId::new(1)), 2, "stops below seq 3");
+    assert_eq!(
+        report.b.limits,
+        [LimitHit::PayloadBytesMax {
+            stream: StreamId::new(1),
+            seq: 3,
+            len: 200,
+            limit: 100
+        }]
+    );
+    // Every other stream arrived whole.
+    for stream in [3, 100, 101] {
+        assert_eq!(
+            b.marks().get(StreamId::new(stream)),
+            a.marks().get(StreamId::new(stream))
+        );
+    }
+}
+
+#[test]
+fn an_event_too_large_for_a_frame_is_not_sent_and_the_rest_is() {
+    // A replica configured above what a frame carries.
+    let a = replica_with(1, |config| config.payload_bytes_max = 5 << 20);
+    a.append(&b"small"[..]).unwrap();
+    a.append(Bytes::from(vec![1u8; (4 << 20) + 1])).unwrap();
+    a.append(&b"after"[..]).unwrap();
+    let c = hub(3, 1, 2);
+    sync_once(&c, &a, &SessionConfig::default()).unwrap();
+    let b = replica_with(2, |config| config.payload_bytes_max = 5 << 20);
+    let report = sync_once(&a, &b, &SessionConfig::default()).expect("the session keeps going");
+    assert!(report.quiescent);
+    assert_eq!(b.marks().get(StreamId::new(1)), 1);
+    assert_eq!(b.marks().get(StreamId::new(100)), 2);
+    assert!(matches!(
+        report.a.limits[..],
+        [LimitHit::FrameBytesMax {
+            seq: 2,
+            len: 4194305,
+            limit: 4194304,
+            ..
+        }]
+    ));
+    assert_eq!(report.a.events_over_limit, 1);
+}
