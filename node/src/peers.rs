@@ -23,7 +23,9 @@ use hyper::header::{CONNECTION, HOST, UPGRADE};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_sync::{Backoff, Session, SessionConfig, SessionError, SessionState};
+use meshlog_sync::{
+    Backoff, PeerDirection, Routes, Session, SessionConfig, SessionEnd, SessionError, SessionState,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -90,6 +92,10 @@ struct Inner {
     auth: Auth,
     /// The TLS client for `https://` peers.
     tls: Tls,
+    /// Shared by every session of this node: which session brings each
+    /// stream, so that in a mesh with cycles an event arrives once, and of
+    /// two sessions with one peer (each dialed the other) one is kept.
+    routes: Routes,
 }
 
 struct Slot {
@@ -131,6 +137,7 @@ impl Peers {
                 added: Mutex::new(0),
                 auth: security.auth,
                 tls: security.tls,
+                routes: Routes::new(),
             }),
         }
     }
@@ -269,7 +276,8 @@ impl Peers {
                 }
                 tracing::debug!(%remote, key = %acceptor.key_id, "inbound peer authenticated");
             }
-            let session = Session::new(peers.inner.replica.sync_handle(), peers.session_config());
+            let session = Session::new(peers.inner.replica.sync_handle(), peers.session_config())
+                .with_routes(peers.inner.routes.clone(), PeerDirection::Inbound);
             let state = session.state();
             lock(&peers.inner.inbound).push(state.clone());
             peers.inner.metrics.sessions_running.inc();
@@ -314,8 +322,14 @@ impl Slot {
         if let Some(receiver) = state.running.take() {
             state.last = receiver.borrow().clone();
         }
-        if let Err(error) = result {
-            state.last_error = Some(error.to_string());
+        match result {
+            Err(error) => state.last_error = Some(error.to_string()),
+            Ok(SessionEnd::Duplicate { peer }) => {
+                state.last_error = Some(format!(
+                    "the link to stream {peer} runs on the session it dialed to this node; this one was closed as a duplicate"
+                ))
+            }
+            Ok(_) => {}
         }
         state.last.peer.is_some()
     }
@@ -336,7 +350,8 @@ async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut backoff: Backoff) {
             Ok(Ok(io)) => {
                 tracing::debug!(peer = %slot.url, "sync upgrade accepted");
                 let session =
-                    Session::new(peers.inner.replica.sync_handle(), peers.session_config());
+                    Session::new(peers.inner.replica.sync_handle(), peers.session_config())
+                        .with_routes(peers.inner.routes.clone(), PeerDirection::Outbound);
                 slot.started(session.state());
                 peers.inner.metrics.sessions_running.inc();
                 let started_at = tokio::time::Instant::now();

@@ -620,13 +620,15 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
     );
 
     // A flood of hellos: more sessions than A accepts, all at once, while a
-    // reader pages.
+    // reader pages. Each claims a stream of its own (hellos claiming one
+    // stream collapse into one session); a few claim the honest peer's
+    // stream, whose own session must survive them.
     let mut flood = Vec::new();
     let mut turned_away = 0;
-    for _ in 0..80 {
+    for index in 0..80u64 {
         match RawPeer::connect(a.addr, PEER, PEER).await {
             Ok(mut peer) => {
-                peer.hello(66).await;
+                peer.hello(if index % 10 == 0 { 2 } else { 1000 + index }).await;
                 flood.push(peer);
             }
             Err(503) => turned_away += 1,
