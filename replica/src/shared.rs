@@ -949,14 +949,25 @@ impl<S: Store> Inner<S> {
         let mut refusals: Vec<Option<ReplicaError>> = Vec::with_capacity(round.len());
         let mut appends: Vec<AppendRequest> = Vec::new();
         let mut append_of: Vec<Option<usize>> = Vec::with_capacity(round.len());
+        // The index of accepted events is for the deltas after them: with
+        // none (the common round of one delta), it is not built.
+        let mut deltas_left = round
+            .iter()
+            .filter(|request| matches!(request.work, Work::Apply(_)))
+            .count();
         for request in round.iter() {
             let mut delta_slot = None;
             let mut refusal = None;
             let mut append_slot = None;
+            if matches!(request.work, Work::Apply(_)) {
+                deltas_left -= 1;
+            }
             match &request.work {
                 Work::Apply(delta) => match state.validate(delta, &index) {
                     Ok(()) => {
-                        index.add(&state, delta);
+                        if deltas_left > 0 {
+                            index.add(&state, delta);
+                        }
                         delta_slot = Some(deltas.len());
                         deltas.push(delta);
                     }
