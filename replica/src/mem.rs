@@ -72,11 +72,15 @@ struct Chunk {
 
 impl Chunk {
     fn new() -> Self {
+        Chunk::with_capacity(0)
+    }
+
+    fn with_capacity(len: usize) -> Self {
         Chunk {
-            lamports: Vec::new(),
-            times: Vec::new(),
-            ends: Vec::new(),
-            payloads: Payloads::Open(Vec::new()),
+            lamports: Vec::with_capacity(len),
+            times: Vec::with_capacity(len),
+            ends: Vec::with_capacity(len),
+            payloads: Payloads::Open(Vec::with_capacity(len)),
         }
     }
 
@@ -171,7 +175,16 @@ impl MemLog {
             .back()
             .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
         {
-            stream.chunks.push_back(Chunk::new());
+            // A stream that filled a chunk will likely fill the next: its
+            // columns are made whole at once rather than grown by doubling
+            // (which copies them ~8 times). A stream's first chunk grows, so
+            // a stream of few events keeps few bytes.
+            let full = !stream.chunks.is_empty();
+            stream.chunks.push_back(if full {
+                Chunk::with_capacity(CHUNK_LEN)
+            } else {
+                Chunk::new()
+            });
         }
         let chunk = stream.chunks.back_mut().expect("a chunk was just ensured");
         let Payloads::Open(payloads) = &mut chunk.payloads else {
