@@ -992,6 +992,16 @@ impl<S: Store> Inner<S> {
         let mut plan = state.plan_round(&deltas, &appends);
         plan.refused = refusals.iter().filter(|r| r.is_some()).count() as u64;
         drop(state);
+        // The round owns its deltas: their payloads move into the batch.
+        let request_of: Vec<usize> = delta_of
+            .iter()
+            .enumerate()
+            .filter_map(|(position, slot)| slot.map(|_| position))
+            .collect();
+        plan.fill_payloads(|delta, position| match &mut round[request_of[delta]].work {
+            Work::Apply(delta) => std::mem::take(&mut delta.events[position].payload),
+            _ => unreachable!("a planned delta comes from an apply request"),
+        });
 
         let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
         let mut reports = std::mem::take(&mut plan.reports).into_iter();
@@ -1041,6 +1051,7 @@ impl<S: Store> Inner<S> {
     /// Commits the plan's batch (if any) with no lock on the state, then
     /// publishes it and notifies; a failed commit publishes nothing.
     fn commit_and_publish(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
+        assert!(plan.is_filled(), "every payload is in the batch it commits");
         if !plan.batch.is_empty() {
             self.commit_count.fetch_add(1, Ordering::Relaxed);
             if let Err(error) = writer.store.commit(&plan.batch) {

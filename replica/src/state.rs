@@ -129,6 +129,9 @@ pub(crate) struct Plan {
     compacted: Option<CompactReport>,
     /// Deltas refused in the round, for the counters.
     pub(crate) refused: u64,
+    /// Received events whose payload the batch does not hold yet:
+    /// `(delta, position in it, index in the batch)`.
+    received: Vec<(usize, usize, usize)>,
     /// Pair assertions: what publishing must lead to.
     pending_len_after: usize,
     heads_after: Vec<(StreamId, u64)>,
@@ -144,6 +147,23 @@ impl Plan {
                 .reports
                 .iter()
                 .all(|report| *report == ApplyReport::default())
+    }
+
+    /// Puts the received events' payloads into the batch, before it is
+    /// committed: `payload(delta, position)` gives the payload of that
+    /// event of that delta of the round — cloned from a borrowed delta, or
+    /// moved out of an owned one, so that a received payload is neither
+    /// copied nor shared (sharing a payload decoded into a `Vec` costs an
+    /// allocation: `Bytes` promotes it on the first clone).
+    pub(crate) fn fill_payloads(&mut self, mut payload: impl FnMut(usize, usize) -> Bytes) {
+        for (delta, position, index) in std::mem::take(&mut self.received) {
+            self.batch.events[index].payload = payload(delta, position);
+        }
+    }
+
+    /// Whether every payload is in the batch (asserted before a commit).
+    pub(crate) fn is_filled(&self) -> bool {
+        self.received.is_empty()
     }
 
     /// The compaction report of a compaction plan.
@@ -868,7 +888,7 @@ impl State {
         }
 
         for (index, delta) in deltas.iter().enumerate() {
-            for event in &delta.events {
+            for (position, event) in delta.events.iter().enumerate() {
                 let stream = event.stream;
                 let sim = self.sim(&mut sims, stream);
                 let report = &mut plan.reports[index];
@@ -881,7 +901,17 @@ impl State {
                 } else if Some(event.seq) == sim.head.checked_add(1) {
                     sim.head = event.seq;
                     clock = clock.max(event.lamport);
-                    plan.batch.events.push(event.clone());
+                    // The payload is filled in by the caller (moved out of
+                    // a delta it owns): see `Plan::fill_payloads`.
+                    plan.batch.events.push(Event {
+                        stream,
+                        seq: event.seq,
+                        lamport: event.lamport,
+                        time_ms: event.time_ms,
+                        payload: Bytes::new(),
+                    });
+                    plan.received
+                        .push((index, position, plan.batch.events.len() - 1));
                     plan.ops
                         .push(Op::Event(plan.batch.events.len() - 1, Source::Received));
                     report.applied += 1;
