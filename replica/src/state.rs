@@ -497,7 +497,17 @@ impl State {
             .iter()
             .filter(|&(stream, floor_seq)| their_marks.get(stream) < floor_seq)
             .collect();
-        let mut events = Vec::new();
+        // Sized once: what they miss, at most what the budget holds (an
+        // event's size hint is at least 50 bytes).
+        let missing: u64 = self
+            .marks
+            .iter()
+            .map(|(stream, head)| {
+                head.saturating_sub(their_marks.get(stream).max(self.floor.get(stream)))
+            })
+            .sum();
+        let fits = byte_budget / 50 + 1;
+        let mut events = Vec::with_capacity(usize::try_from(missing).map_or(fits, |n| n.min(fits)));
         let mut used = 0usize;
         let source = self.log.source();
         let mut walk = Walk::new(source.get(), self.log.places(their_marks));
