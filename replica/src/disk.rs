@@ -234,7 +234,35 @@ impl DiskStore {
 
     /// [`DiskStore::open`], with `options`.
     pub fn open_with(dir: impl AsRef<Path>, options: &DiskOptions) -> Result<DiskStore, DiskError> {
-        let dir = dir.as_ref().to_path_buf();
+        DiskStore::open_inner(dir.as_ref(), options, None::<redb::backends::FileBackend>)
+    }
+
+    /// [`DiskStore::open_with`], over the given redb storage backend instead
+    /// of the file `dir/meshlog.redb`: for tests that simulate a disk (the
+    /// power-loss test keeps writes in memory until `sync_data`) and for
+    /// embedders with storage of their own. `dir` still holds `LOCK` and
+    /// still names the data file in errors and [`DiskStore::path`]; the
+    /// backend stands for that file, and an empty backend is a missing file.
+    /// Every check of [`DiskStore::open`] runs, except that a damaged
+    /// backend no open ever acknowledged cannot be set aside as a file
+    /// can: it is reported, never started over.
+    ///
+    /// The backend trait is redb's, so it ties a caller to the redb version
+    /// this crate pins (`redb = "=4.6.0"`).
+    pub fn open_with_backend(
+        dir: impl AsRef<Path>,
+        options: &DiskOptions,
+        backend: impl redb::StorageBackend,
+    ) -> Result<DiskStore, DiskError> {
+        DiskStore::open_inner(dir.as_ref(), options, Some(backend))
+    }
+
+    fn open_inner<B: redb::StorageBackend>(
+        dir: &Path,
+        options: &DiskOptions,
+        mut backend: Option<B>,
+    ) -> Result<DiskStore, DiskError> {
+        let dir = dir.to_path_buf();
         let new_dirs = missing_dirs(&dir)?;
         std::fs::create_dir_all(&dir).map_err(io(&dir, "create directory"))?;
         // A directory created here must itself survive a power cut, or the
@@ -273,7 +301,12 @@ impl DiskStore {
             .read_to_end(&mut marker)
             .map_err(io(&lock_path, "read lock file"))?;
         let path = dir.join(DATA_FILE);
-        let exists = path.try_exists().map_err(io(&path, "stat"))?;
+        let exists = match &backend {
+            // An empty backend is what a missing (or empty) file is.
+            Some(backend) => backend.len().map_err(io(&path, "stat"))? > 0,
+            None => path.try_exists().map_err(io(&path, "stat"))?,
+        };
+        let from_backend = backend.is_some();
         if !exists && !marker.is_empty() {
             return Err(DiskError::Corrupt {
                 path,
@@ -286,7 +319,14 @@ impl DiskStore {
 
         let rolled_back = Arc::new(AtomicBool::new(false));
         let mut created = !exists;
-        let db = match open_database(&path, exists, options, Arc::clone(&rolled_back)) {
+        let opened = open_database(
+            &path,
+            exists,
+            options,
+            Arc::clone(&rolled_back),
+            backend.take(),
+        );
+        let db = match opened {
             Ok(db) => db,
             // No marker: no open of this directory ever returned, so nothing
             // in the file was acknowledged. A file left damaged by a crash
@@ -294,7 +334,9 @@ impl DiskStore {
             // over: the marker is also missing if `LOCK` itself was deleted,
             // and then the file may hold a log. Only damage qualifies, never
             // a lock (another process holding the file) or an I/O error.
-            Err(error @ DiskError::Corrupt { .. }) if exists && marker.is_empty() => {
+            Err(error @ DiskError::Corrupt { .. })
+                if exists && marker.is_empty() && !from_backend =>
+            {
                 let aside = set_aside(&path)?;
                 tracing::warn!(
                     %error,
@@ -302,7 +344,7 @@ impl DiskStore {
                     "set aside a damaged data file no open ever acknowledged; starting over"
                 );
                 created = true;
-                open_database(&path, false, options, Arc::clone(&rolled_back))?
+                open_database(&path, false, options, Arc::clone(&rolled_back), backend)?
             }
             Err(error) => return Err(error),
         };
@@ -870,11 +912,12 @@ impl StreamScan for DiskScan<'_> {
 /// Opens the redb file with a full integrity check, turning a panic inside
 /// the engine (which a damaged file can provoke) into [`DiskError::Corrupt`].
 /// Sets `rolled_back` if redb falls back from a torn newest commit.
-fn open_database(
+fn open_database<B: redb::StorageBackend>(
     path: &Path,
     exists: bool,
     options: &DiskOptions,
     rolled_back: Arc<AtomicBool>,
+    backend: Option<B>,
 ) -> Result<Database, DiskError> {
     let dir = path.parent().unwrap_or(path).to_path_buf();
     let mut builder = redb::Builder::new();
@@ -893,7 +936,10 @@ fn open_database(
             }
         });
     let opened = catch_unwind(AssertUnwindSafe(|| {
-        if exists {
+        if let Some(backend) = backend {
+            // Opens what the backend holds, or creates in an empty one.
+            builder.create_with_backend(backend)
+        } else if exists {
             builder.open(path)
         } else {
             builder.create(path)

@@ -291,8 +291,11 @@ impl Log {
         Ok(times)
     }
 
-    /// Holds `event`, the next of its stream (`seq == head + 1`).
-    pub(crate) fn push(&mut self, event: &Event) {
+    /// Holds `event`, the next of its stream (`seq == head + 1`), and drops
+    /// its pending version, if any: returns whether there was one. (One
+    /// lookup of the stream for both: this is the per-event cost of
+    /// publishing.)
+    pub(crate) fn push(&mut self, event: &Event) -> bool {
         let log = self.streams.entry(event.stream);
         assert_eq!(
             Some(event.seq),
@@ -300,9 +303,11 @@ impl Log {
             "held events stay gap-free"
         );
         log.head = event.seq;
+        let was_early = !log.pending.is_empty() && log.pending.remove(&event.seq).is_some();
         if let Held::Own(own) = &mut self.held {
             own.push(event);
         }
+        was_early
     }
 
     /// Keeps an early event; returns false if one is already pending there.
@@ -327,13 +332,6 @@ impl Log {
         self.streams
             .get_mut(&stream)
             .map_or(0, |log| std::mem::take(&mut log.pending).len())
-    }
-
-    /// Drops the pending version of `(stream, seq)`, if any.
-    pub(crate) fn forget_early(&mut self, stream: StreamId, seq: u64) -> bool {
-        self.streams
-            .get_mut(&stream)
-            .is_some_and(|log| log.pending.remove(&seq).is_some())
     }
 
     /// Raises `stream`'s floor to `floor_seq`: held events at or below it go

@@ -4,9 +4,10 @@
 //!
 //! Per stream, chunks of [`CHUNK_LEN`] consecutive events: three columns
 //! (lamport, `time_ms`, the payload's end offset in the chunk) and one
-//! buffer of the chunk's payloads back to back, made once the chunk is
-//! full, so that reads hand out slices of it without a copy (the last
-//! chunk keeps each payload as it arrived until then). About 24 bytes per
+//! buffer of the chunk's payloads back to back, into which each payload is
+//! copied as it arrives, frozen once the chunk is full so that reads hand
+//! out slices of it without a copy (a read from the last, open chunk
+//! copies its payload out). About 24 bytes per
 //! event beyond the payload: chunks fill in seq order, so no column grows
 //! past what it holds except the last chunk's.
 
@@ -51,10 +52,11 @@ pub(crate) trait StreamScan {
 
 #[derive(Debug, Clone)]
 enum Payloads {
-    /// The last chunk's payloads, still growing: each as it arrived
-    /// (shared with the sender, so a read is a reference count, not a
-    /// copy), until the chunk is full.
-    Open(Vec<Bytes>),
+    /// The last chunk's payloads back to back, still growing: each copied
+    /// in as it arrives (a copy of the bytes, where keeping the sender's
+    /// `Bytes` would cost an allocation to share it, and a second copy at
+    /// sealing). A read copies its payload out.
+    Open(Vec<u8>),
     /// A full chunk's payloads back to back, shared with the events read
     /// from it.
     Sealed(Bytes),
@@ -72,25 +74,28 @@ struct Chunk {
 
 impl Chunk {
     fn new() -> Self {
+        Chunk::with_capacity(0, 0)
+    }
+
+    fn with_capacity(len: usize, payload_bytes: usize) -> Self {
         Chunk {
-            lamports: Vec::new(),
-            times: Vec::new(),
-            ends: Vec::new(),
-            payloads: Payloads::Open(Vec::new()),
+            lamports: Vec::with_capacity(len),
+            times: Vec::with_capacity(len),
+            ends: Vec::with_capacity(len),
+            payloads: Payloads::Open(Vec::with_capacity(payload_bytes)),
         }
     }
 
     fn payload(&self, index: usize) -> Bytes {
+        let start = if index == 0 {
+            0
+        } else {
+            self.ends[index - 1] as usize
+        };
+        let end = self.ends[index] as usize;
         match &self.payloads {
-            Payloads::Open(payloads) => payloads[index].clone(),
-            Payloads::Sealed(bytes) => {
-                let start = if index == 0 {
-                    0
-                } else {
-                    self.ends[index - 1] as usize
-                };
-                bytes.slice(start..self.ends[index] as usize)
-            }
+            Payloads::Open(bytes) => Bytes::copy_from_slice(&bytes[start..end]),
+            Payloads::Sealed(bytes) => bytes.slice(start..end),
         }
     }
 }
@@ -171,24 +176,38 @@ impl MemLog {
             .back()
             .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
         {
-            stream.chunks.push_back(Chunk::new());
+            // A stream that filled a chunk will likely fill the next: its
+            // columns are made whole at once rather than grown by doubling
+            // (which copies them ~8 times). A stream's first chunk grows, so
+            // a stream of few events keeps few bytes.
+            // Its payload buffer is sized as the chunk before it.
+            let before = stream
+                .chunks
+                .back()
+                .and_then(|chunk| chunk.ends.last().copied());
+            stream.chunks.push_back(match before {
+                Some(bytes) => Chunk::with_capacity(CHUNK_LEN, bytes as usize),
+                None => Chunk::new(),
+            });
         }
         let chunk = stream.chunks.back_mut().expect("a chunk was just ensured");
-        let Payloads::Open(payloads) = &mut chunk.payloads else {
+        let Payloads::Open(bytes) = &mut chunk.payloads else {
             unreachable!("only full chunks are sealed");
         };
-        let end = chunk.ends.last().copied().unwrap_or(0) + event.payload.len() as u64;
-        payloads.push(event.payload.clone());
+        bytes.extend_from_slice(&event.payload);
+        let end = bytes.len() as u64;
         chunk.lamports.push(event.lamport);
         chunk.times.push(event.time_ms);
         chunk.ends.push(end);
         if chunk.lamports.len() == CHUNK_LEN {
-            let Payloads::Open(payloads) = &mut chunk.payloads else {
+            let Payloads::Open(bytes) = &mut chunk.payloads else {
                 unreachable!("the last chunk is open");
             };
-            let mut bytes = Vec::with_capacity(usize::try_from(end).unwrap_or(usize::MAX));
-            for payload in payloads.drain(..) {
-                bytes.extend_from_slice(&payload);
+            let mut bytes = std::mem::take(bytes);
+            // Sealed at its length: the buffer grew by doubling, and its
+            // slack would stay for as long as the chunk.
+            if bytes.capacity() - bytes.len() > bytes.len() / 16 {
+                bytes.shrink_to_fit();
             }
             chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
         }

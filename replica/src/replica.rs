@@ -427,6 +427,7 @@ impl<S: Store> Replica<S> {
             return Err(error);
         }
         let mut plan = self.state.plan_round(&[delta], &[]);
+        plan.fill_payloads(|_, position| delta.events[position].payload.clone());
         self.commit_and_publish(&plan)?;
         let report = plan.reports.pop().expect("one delta, one report");
         tracing::debug!(
@@ -460,6 +461,7 @@ impl<S: Store> Replica<S> {
     }
 
     fn commit_and_publish(&mut self, plan: &crate::state::Plan) -> Result<(), ReplicaError> {
+        assert!(plan.is_filled(), "every payload is in the batch it commits");
         if !plan.batch.is_empty() {
             if let Err(error) = self.store.commit(&plan.batch) {
                 self.failed = true;

@@ -949,14 +949,25 @@ impl<S: Store> Inner<S> {
         let mut refusals: Vec<Option<ReplicaError>> = Vec::with_capacity(round.len());
         let mut appends: Vec<AppendRequest> = Vec::new();
         let mut append_of: Vec<Option<usize>> = Vec::with_capacity(round.len());
+        // The index of accepted events is for the deltas after them: with
+        // none (the common round of one delta), it is not built.
+        let mut deltas_left = round
+            .iter()
+            .filter(|request| matches!(request.work, Work::Apply(_)))
+            .count();
         for request in round.iter() {
             let mut delta_slot = None;
             let mut refusal = None;
             let mut append_slot = None;
+            if matches!(request.work, Work::Apply(_)) {
+                deltas_left -= 1;
+            }
             match &request.work {
                 Work::Apply(delta) => match state.validate(delta, &index) {
                     Ok(()) => {
-                        index.add(&state, delta);
+                        if deltas_left > 0 {
+                            index.add(&state, delta);
+                        }
                         delta_slot = Some(deltas.len());
                         deltas.push(delta);
                     }
@@ -981,6 +992,16 @@ impl<S: Store> Inner<S> {
         let mut plan = state.plan_round(&deltas, &appends);
         plan.refused = refusals.iter().filter(|r| r.is_some()).count() as u64;
         drop(state);
+        // The round owns its deltas: their payloads move into the batch.
+        let request_of: Vec<usize> = delta_of
+            .iter()
+            .enumerate()
+            .filter_map(|(position, slot)| slot.map(|_| position))
+            .collect();
+        plan.fill_payloads(|delta, position| match &mut round[request_of[delta]].work {
+            Work::Apply(delta) => std::mem::take(&mut delta.events[position].payload),
+            _ => unreachable!("a planned delta comes from an apply request"),
+        });
 
         let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
         let mut reports = std::mem::take(&mut plan.reports).into_iter();
@@ -1030,6 +1051,7 @@ impl<S: Store> Inner<S> {
     /// Commits the plan's batch (if any) with no lock on the state, then
     /// publishes it and notifies; a failed commit publishes nothing.
     fn commit_and_publish(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
+        assert!(plan.is_filled(), "every payload is in the batch it commits");
         if !plan.batch.is_empty() {
             self.commit_count.fetch_add(1, Ordering::Relaxed);
             if let Err(error) = writer.store.commit(&plan.batch) {

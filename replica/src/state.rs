@@ -129,6 +129,9 @@ pub(crate) struct Plan {
     compacted: Option<CompactReport>,
     /// Deltas refused in the round, for the counters.
     pub(crate) refused: u64,
+    /// Received events whose payload the batch does not hold yet:
+    /// `(delta, position in it, index in the batch)`.
+    received: Vec<(usize, usize, usize)>,
     /// Pair assertions: what publishing must lead to.
     pending_len_after: usize,
     heads_after: Vec<(StreamId, u64)>,
@@ -144,6 +147,23 @@ impl Plan {
                 .reports
                 .iter()
                 .all(|report| *report == ApplyReport::default())
+    }
+
+    /// Puts the received events' payloads into the batch, before it is
+    /// committed: `payload(delta, position)` gives the payload of that
+    /// event of that delta of the round — cloned from a borrowed delta, or
+    /// moved out of an owned one, so that a received payload is neither
+    /// copied nor shared (sharing a payload decoded into a `Vec` costs an
+    /// allocation: `Bytes` promotes it on the first clone).
+    pub(crate) fn fill_payloads(&mut self, mut payload: impl FnMut(usize, usize) -> Bytes) {
+        for (delta, position, index) in std::mem::take(&mut self.received) {
+            self.batch.events[index].payload = payload(delta, position);
+        }
+    }
+
+    /// Whether every payload is in the batch (asserted before a commit).
+    pub(crate) fn is_filled(&self) -> bool {
+        self.received.is_empty()
     }
 
     /// The compaction report of a compaction plan.
@@ -477,7 +497,17 @@ impl State {
             .iter()
             .filter(|&(stream, floor_seq)| their_marks.get(stream) < floor_seq)
             .collect();
-        let mut events = Vec::new();
+        // Sized once: what they miss, at most what the budget holds (an
+        // event's size hint is at least 50 bytes).
+        let missing: u64 = self
+            .marks
+            .iter()
+            .map(|(stream, head)| {
+                head.saturating_sub(their_marks.get(stream).max(self.floor.get(stream)))
+            })
+            .sum();
+        let fits = byte_budget / 50 + 1;
+        let mut events = Vec::with_capacity(usize::try_from(missing).map_or(fits, |n| n.min(fits)));
         let mut used = 0usize;
         let source = self.log.source();
         let mut walk = Walk::new(source.get(), self.log.places(their_marks));
@@ -500,6 +530,17 @@ impl State {
     /// Checks a delta against this state and the deltas accepted earlier in
     /// the same round, changing nothing.
     pub(crate) fn validate(&self, delta: &Delta, round: &RoundIndex) -> Result<(), ReplicaError> {
+        self.validate_with(delta, round, true)
+    }
+
+    /// [`State::validate`]; `runs` lets clean runs be checked as runs
+    /// (off only in the test that compares both ways).
+    fn validate_with(
+        &self,
+        delta: &Delta,
+        round: &RoundIndex,
+        runs: bool,
+    ) -> Result<(), ReplicaError> {
         let own = self.config.stream;
         let own_head = self.log.head(own);
         if !self.recovering {
@@ -532,8 +573,7 @@ impl State {
         // side, and so do an event and its neighbours in the same delta, so
         // every check is against the log, the round, or an adjacent entry —
         // whatever order the events came in.
-        let mut by_name: Vec<&Event> = delta.events.iter().collect();
-        by_name.sort_unstable_by_key(|event| (event.stream, event.seq));
+        let by_name = sorted_by_name(&delta.events);
         let mut new_streams: Vec<StreamId> = delta
             .floor
             .iter()
@@ -542,8 +582,28 @@ impl State {
             .collect();
         // The stream's log, looked up once per run of its events.
         let mut log: Option<&StreamLog> = None;
+        // Entries before this index were checked as one clean run.
+        let mut checked_to = 0;
         for (index, &event) in by_name.iter().enumerate() {
             let stream = event.stream;
+            if index == 0 || by_name[index - 1].stream != stream {
+                log = self.log.stream(stream);
+                if log.is_none() {
+                    new_streams.push(stream);
+                }
+            }
+            if index < checked_to {
+                continue;
+            }
+            let run = if runs {
+                self.clean_run(&by_name, index, log, delta, round)?
+            } else {
+                None
+            };
+            if let Some(len) = run {
+                checked_to = index + len;
+                continue;
+            }
             if event.seq == 0 {
                 return Err(DeltaError::ZeroSeq { stream }.into());
             }
@@ -562,12 +622,6 @@ impl State {
                     len: event.payload.len(),
                     limit: self.config.payload_bytes_max,
                 });
-            }
-            if index == 0 || by_name[index - 1].stream != stream {
-                log = self.log.stream(stream);
-                if log.is_none() {
-                    new_streams.push(stream);
-                }
             }
             if stream == own && !self.recovering && event.seq > own_head {
                 return Err(DeltaError::OwnStreamAhead {
@@ -662,6 +716,113 @@ impl State {
         Ok(())
     }
 
+    /// Checks, in O(1) reads of the log, the run of `by_name` (a delta's
+    /// events sorted by name) that starts at `start`, if it is *clean*:
+    /// consecutive seqs of one stream from its head + 1, above every
+    /// floor, lamports rising, no other version of any of its seqs pending
+    /// or in the round, not this replica's own stream (outside recovery),
+    /// and nothing in the delta right after it that another check would
+    /// compare with it. Answers how many entries it covers, having made
+    /// every check the per-event path makes on them (and refused the delta
+    /// with the same error, if one fails at the run's ends), or `None` for
+    /// the per-event path to take the entry at `start`: anything unusual,
+    /// including every failure inside the run, goes there, so that what is
+    /// refused, and the error it is refused with, do not change.
+    fn clean_run(
+        &self,
+        by_name: &[&Event],
+        start: usize,
+        log: Option<&StreamLog>,
+        delta: &Delta,
+        round: &RoundIndex,
+    ) -> Result<Option<usize>, ReplicaError> {
+        let first = by_name[start];
+        let stream = first.stream;
+        if stream == self.config.stream && !self.recovering {
+            return Ok(None);
+        }
+        let head = log.map_or(0, StreamLog::head);
+        let floor_seq = self
+            .floor
+            .get(stream)
+            .max(round.floor(stream))
+            .max(delta.floor.get(stream));
+        if head.checked_add(1) != Some(first.seq) || first.seq <= floor_seq {
+            return Ok(None);
+        }
+        let before = start.checked_sub(1).map(|i| by_name[i]);
+        if before.is_some_and(|other| other.stream == stream && other.seq == first.seq) {
+            return Ok(None);
+        }
+        let mut end = start;
+        let mut previous: Option<u64> = None;
+        while let Some(&event) = by_name.get(end) {
+            let expected = first.seq.checked_add((end - start) as u64);
+            if event.stream != stream || Some(event.seq) != expected {
+                break;
+            }
+            if event.lamport > crate::LAMPORT_MAX
+                || event.payload.len() > self.config.payload_bytes_max
+                || previous.is_some_and(|lamport| lamport >= event.lamport)
+            {
+                return Ok(None);
+            }
+            previous = Some(event.lamport);
+            end += 1;
+        }
+        let last = by_name[end - 1];
+        // Another version of the last seq right after the run: the
+        // per-event path compares them.
+        if by_name
+            .get(end)
+            .is_some_and(|other| other.stream == stream && other.seq == last.seq)
+        {
+            return Ok(None);
+        }
+        if log.is_some_and(|log| log.early_count_in(first.seq..=last.seq) > 0)
+            || round
+                .events
+                .range((stream, first.seq)..=(stream, last.seq))
+                .next()
+                .is_some()
+        {
+            return Ok(None);
+        }
+        // The neighbours outside the run, as the per-event path finds them:
+        // held (or pending), in the round, or in the delta next to it.
+        let below = first.seq - 1;
+        if below > floor_seq {
+            let known = match log {
+                Some(log) => self.log.known_lamport(log, below).map_err(read_error)?,
+                None => None,
+            };
+            let lamport = known.or_else(|| round.lamport(stream, below)).or_else(|| {
+                before
+                    .filter(|other| other.stream == stream && other.seq == below)
+                    .map(|other| other.lamport)
+            });
+            if let Some(lamport) = lamport {
+                if lamport >= first.lamport {
+                    return Err(lamport_error(first, below, lamport));
+                }
+            }
+        }
+        if let Some(above) = last.seq.checked_add(1) {
+            // The delta's next entry is not `above`: the run would have
+            // taken it, or left it all to the per-event path.
+            let known = match log {
+                Some(log) => self.log.known_lamport(log, above).map_err(read_error)?,
+                None => None,
+            };
+            if let Some(lamport) = known.or_else(|| round.lamport(stream, above)) {
+                if lamport <= last.lamport {
+                    return Err(lamport_error(last, above, lamport));
+                }
+            }
+        }
+        Ok(Some(end - start))
+    }
+
     /// Plans a round: validated `deltas` (floors first, then their events in
     /// order), then local `appends`, stamped above everything the deltas
     /// make visible. Changes nothing.
@@ -681,6 +842,14 @@ impl State {
             reports: vec![ApplyReport::default(); deltas.len()],
             ..Plan::default()
         };
+        // Sized once: most events of a round are held, each with one op.
+        let events: usize = deltas.iter().map(|delta| delta.events.len()).sum::<usize>()
+            + appends
+                .iter()
+                .map(|request| request.payloads.len())
+                .sum::<usize>();
+        plan.batch.events.reserve(events);
+        plan.ops.reserve(events);
         let mut sims: BTreeMap<StreamId, SimStream> = BTreeMap::new();
         let mut pending_len = self.pending_len;
         let mut clock = self.clock;
@@ -729,7 +898,7 @@ impl State {
         }
 
         for (index, delta) in deltas.iter().enumerate() {
-            for event in &delta.events {
+            for (position, event) in delta.events.iter().enumerate() {
                 let stream = event.stream;
                 let sim = self.sim(&mut sims, stream);
                 let report = &mut plan.reports[index];
@@ -742,7 +911,17 @@ impl State {
                 } else if Some(event.seq) == sim.head.checked_add(1) {
                     sim.head = event.seq;
                     clock = clock.max(event.lamport);
-                    plan.batch.events.push(event.clone());
+                    // The payload is filled in by the caller (moved out of
+                    // a delta it owns): see `Plan::fill_payloads`.
+                    plan.batch.events.push(Event {
+                        stream,
+                        seq: event.seq,
+                        lamport: event.lamport,
+                        time_ms: event.time_ms,
+                        payload: Bytes::new(),
+                    });
+                    plan.received
+                        .push((index, position, plan.batch.events.len() - 1));
                     plan.ops
                         .push(Op::Event(plan.batch.events.len() - 1, Source::Received));
                     report.applied += 1;
@@ -894,7 +1073,7 @@ impl State {
                 }
                 Op::Event(index, source) => {
                     let event = &plan.batch.events[index];
-                    let was_early = self.log.forget_early(event.stream, event.seq);
+                    let was_early = self.log.push(event);
                     match source {
                         Source::Released => assert!(was_early, "a released event was pending"),
                         Source::Received => assert!(!was_early, "a received event was not pending"),
@@ -903,8 +1082,11 @@ impl State {
                     if was_early {
                         self.pending_len -= 1;
                     }
-                    self.log.push(event);
-                    self.digest.add(event);
+                    // A store that records the digest has added the event
+                    // already: its digest replaces this one below.
+                    if recorded.is_none() {
+                        self.digest.add(event);
+                    }
                     self.clock = self.clock.max(event.lamport);
                     if touched.last() != Some(&event.stream) {
                         touched.push(event.stream);
@@ -968,6 +1150,52 @@ impl State {
             }
         })
     }
+}
+
+/// A delta's events sorted by name, `(stream, seq)`.
+///
+/// A delta lists each stream's events in seq order, interleaved across
+/// streams by lamport; so its events are grouped by stream in one pass
+/// (O(n), a lookup only when the stream changes) and the groups put in
+/// stream order. Only when some stream's seqs do not strictly rise (a
+/// repeat or a disorder, i.e. a delta from a faulty or hostile peer) is the
+/// whole delta sorted instead, exactly as before, so that equal names come
+/// out in the order they always did.
+fn sorted_by_name(events: &[Event]) -> Vec<&Event> {
+    let name = |event: &Event| (event.stream, event.seq);
+    let mut sorted: Vec<&Event> = Vec::with_capacity(events.len());
+    if events.is_sorted_by(|a, b| name(a) < name(b)) {
+        sorted.extend(events);
+        return sorted;
+    }
+    let mut slots: BTreeMap<StreamId, usize> = BTreeMap::new();
+    let mut groups: Vec<(StreamId, Vec<&Event>)> = Vec::new();
+    let mut current: Option<(StreamId, usize)> = None;
+    for event in events {
+        let slot = match current {
+            Some((stream, slot)) if stream == event.stream => slot,
+            _ => {
+                let slot = *slots.entry(event.stream).or_insert_with(|| {
+                    groups.push((event.stream, Vec::new()));
+                    groups.len() - 1
+                });
+                current = Some((event.stream, slot));
+                slot
+            }
+        };
+        let group = &mut groups[slot].1;
+        if group.last().is_some_and(|last| last.seq >= event.seq) {
+            sorted.extend(events);
+            sorted.sort_unstable_by_key(|event| name(event));
+            return sorted;
+        }
+        group.push(event);
+    }
+    groups.sort_unstable_by_key(|(stream, _)| *stream);
+    for (_, group) in groups {
+        sorted.extend(group);
+    }
+    sorted
 }
 
 /// Releases the early events that now follow `sim`'s head, into the plan.
@@ -1065,5 +1293,137 @@ impl Digest {
     pub(crate) fn remove(&mut self, event: &Event) {
         self.events -= 1;
         self.sum = self.sum.wrapping_sub(event.content_hash());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use meshlog_cursor::{StreamId, VersionVector};
+    use meshlog_testkit::{seed, SplitMix64};
+
+    use super::RoundIndex;
+    use crate::{Config, Delta, Event, Replica};
+
+    /// A delta of seeded, often hostile events near the heads: runs that
+    /// start at, below or above a head, repeat or contradict held and
+    /// pending events, stamp out of order, or carry floors.
+    fn hostile_delta(rng: &mut SplitMix64, replica: &Replica) -> Delta {
+        let mut events = Vec::new();
+        for _ in 0..rng.between(1, 3) {
+            let stream = StreamId::new(rng.between(1, 4));
+            let head = replica.marks().get(stream);
+            let mut seq = (head + 1).saturating_sub(rng.below(3)).max(1) + rng.below(2);
+            if rng.chance(0.1) {
+                seq += rng.between(2, 4);
+            }
+            for _ in 0..rng.between(1, 6) {
+                // Regular, or a neighbour's stamp (equal: not rising), or any.
+                let lamport = match rng.below(20) {
+                    0 => (seq + rng.below(3)).saturating_sub(1) * 10 + stream.get(),
+                    1 => rng.below(80),
+                    _ => seq * 10 + stream.get(),
+                };
+                let payload = if rng.chance(0.9) {
+                    Bytes::from(format!("{stream}:{seq}"))
+                } else {
+                    Bytes::from_static(b"other")
+                };
+                events.push(Event {
+                    stream,
+                    seq,
+                    lamport,
+                    time_ms: 0,
+                    payload,
+                });
+                if rng.chance(0.9) {
+                    seq += 1;
+                }
+            }
+        }
+        rng.shuffle(&mut events);
+        let mut floor = VersionVector::new();
+        if rng.chance(0.15) {
+            let stream = StreamId::new(rng.between(1, 4));
+            floor.advance(stream, replica.marks().get(stream) + rng.below(3));
+        }
+        Delta { floor, events }
+    }
+
+    /// Grouping by stream sorts by name as a sort does, whatever the
+    /// interleaving, repeats and disorder of the events.
+    #[test]
+    fn events_are_sorted_by_name() {
+        let seed = seed::replay_or(0x50_47ed);
+        let mut rng = SplitMix64::new(seed);
+        for case in 0..500 {
+            let mut heads = [0u64; 5];
+            let mut events = Vec::new();
+            for _ in 0..rng.below(60) {
+                let stream = rng.below(5) as usize;
+                let seq = match rng.below(30) {
+                    0 => rng.below(heads[stream] + 2),
+                    _ => {
+                        heads[stream] += 1 + u64::from(rng.chance(0.1));
+                        heads[stream]
+                    }
+                };
+                events.push(Event {
+                    stream: StreamId::new(stream as u64 * 3),
+                    seq,
+                    lamport: 0,
+                    time_ms: 0,
+                    payload: Bytes::new(),
+                });
+            }
+            let got: Vec<(StreamId, u64)> = super::sorted_by_name(&events)
+                .iter()
+                .map(|event| (event.stream, event.seq))
+                .collect();
+            let mut expected: Vec<(StreamId, u64)> = events
+                .iter()
+                .map(|event| (event.stream, event.seq))
+                .collect();
+            expected.sort_unstable();
+            assert_eq!(got, expected, "case {case}, seed {seed}");
+        }
+    }
+
+    /// Checking clean runs as runs answers exactly what checking every
+    /// event one by one answers, error included, on seeded hostile deltas
+    /// against states with held and pending events, alone and after an
+    /// earlier delta of the same round.
+    #[test]
+    fn runs_are_validated_as_event_by_event_validation_would() {
+        seed::for_each_seed("runs_validated_as_events", 0x7_2e45, 40, |seed| {
+            let mut rng = SplitMix64::new(seed);
+            let mut config = Config::new(StreamId::new(1));
+            config.recover_own_stream = rng.chance(0.2);
+            let mut replica = Replica::open(config, crate::MemStore::default()).unwrap();
+            let (mut fast, mut slow) = (0, 0);
+            for step in 0..300 {
+                let delta = hostile_delta(&mut rng, &replica);
+                let earlier = hostile_delta(&mut rng, &replica);
+                let mut round = RoundIndex::default();
+                if rng.chance(0.3) && replica.state.validate(&earlier, &round).is_ok() {
+                    round.add(&replica.state, &earlier);
+                }
+                let runs = replica.state.validate_with(&delta, &round, true);
+                let events = replica.state.validate_with(&delta, &round, false);
+                assert_eq!(
+                    format!("{runs:?}"),
+                    format!("{events:?}"),
+                    "step {step}: {delta:?}"
+                );
+                // (A round's floors can let a delta pass that alone fails.)
+                if runs.is_ok() && replica.apply(&delta).is_ok() {
+                    fast += 1;
+                } else {
+                    slow += 1;
+                }
+            }
+            // Both outcomes are exercised.
+            assert!(fast > 20 && slow > 20, "accepted {fast}, refused {slow}");
+        });
     }
 }

@@ -5,7 +5,8 @@
 //! Dev-only: crates use it through `[dev-dependencies]` (benches and sync's
 //! `testkit` feature excepted, neither of which ships in a runtime). Its
 //! own dependencies are `meshlog-cursor` and `meshlog-replica`, so the test
-//! stores can wrap any [`meshlog_replica::Store`].
+//! stores can wrap any [`meshlog_replica::Store`], and redb (the version
+//! `meshlog-replica` pins), for the power-loss backend.
 //!
 //! # Layout
 //!
@@ -18,6 +19,9 @@
 //! - [`store`]: [`FlakyStore`], a store whose commits fail on demand or
 //!   after N commits, and [`HeldStore`], a store whose commits block until
 //!   the test releases them.
+//! - [`power`]: [`PowerDisk`], a simulated disk whose unsynced writes a
+//!   power cut loses (whole, in part, torn or reordered), and
+//!   [`PowerBackend`], the redb storage backend a `DiskStore` opens over it.
 //! - [`alloc`]: [`CountingAlloc`], a global allocator that counts this
 //!   thread's live and peak heap bytes and its allocations, and
 //!   [`alloc::measure`], which measures a closure.
@@ -42,11 +46,13 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod power;
 pub mod rng;
 pub mod seed;
 pub mod store;
 
 pub use alloc::CountingAlloc;
+pub use power::{Loss, PowerBackend, PowerDisk};
 pub use rng::SplitMix64;
 pub use store::{CommitFaults, CommitGate, FlakyError, FlakyStore, HeldCommit, HeldStore};
 
