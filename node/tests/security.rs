@@ -628,7 +628,8 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
     for index in 0..80u64 {
         match RawPeer::connect(a.addr, PEER, PEER).await {
             Ok(mut peer) => {
-                peer.hello(if index % 10 == 0 { 2 } else { 1000 + index }).await;
+                peer.hello(if index % 10 == 0 { 2 } else { 1000 + index })
+                    .await;
                 flood.push(peer);
             }
             Err(503) => turned_away += 1,

@@ -20,9 +20,12 @@
 //! [`Recovery::rolled_back`] reports), then checks meshlog's own records:
 //! the format, the clock, every stream's `floor <= head`, and that the
 //! events table holds exactly the events `floor+1 ..= head` of each stream,
-//! counted and bounded. The replica's open then reads every event, checking
-//! each value's crc32 and that seqs run without a hole and lamport rises
-//! with seq.
+//! counted and bounded, and the recorded digest. The replica's open reads
+//! no events: it takes the recorded bounds, clock and digest, and reads
+//! events later through the store's view and redb's bounded cache. The
+//! full check of every record (each value's crc32, seqs without a hole,
+//! lamport rising with seq, the digest recounted) is
+//! `Replica::verify`, on demand.
 //!
 //! See `docs/STORAGE.md` for the engine choice and its measurements.
 
