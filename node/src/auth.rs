@@ -65,7 +65,7 @@ impl Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
     /// Nothing: open to anyone (health, metrics, the page, the OpenAPI
-    /// document, unknown routes).
+    /// document).
     Open,
     /// A bearer secret of this role or above.
     Role(Role),
@@ -74,7 +74,8 @@ pub enum Need {
 }
 
 /// What each route needs: the one table the middleware and the docs
-/// follow (`docs/SECURITY.md`, "Who may do what").
+/// follow (`docs/SECURITY.md`, "Who may do what"). Anything not named
+/// (another method, an unknown path) needs `admin`.
 pub fn need(method: &Method, path: &str) -> Need {
     // The router answers HEAD with the GET handler (body dropped): it needs
     // what GET needs.
@@ -90,7 +91,13 @@ pub fn need(method: &Method, path: &str) -> Need {
         ("POST", "/events") => Need::Role(Role::Write),
         ("POST", "/compact") | ("POST", "/verify") | (_, "/peers") => Need::Role(Role::Admin),
         ("GET", "/sync") => Need::Peer,
-        _ => Need::Open,
+        ("GET", "/health") | ("GET", "/metrics") | ("GET", "/") | ("GET", "/openapi.json") => {
+            Need::Open
+        }
+        // Closed by default: a route added without a line here needs the
+        // highest role, and a stranger probing for routes hears 401, not
+        // which paths exist.
+        _ => Need::Role(Role::Admin),
     }
 }
 
@@ -677,5 +684,11 @@ mod tests {
         assert_eq!(need(&Method::GET, "/sync"), Need::Peer);
         assert_eq!(need(&Method::GET, "/health"), Need::Open);
         assert_eq!(need(&Method::HEAD, "/events"), Need::Role(Role::Read));
+        assert_eq!(need(&Method::GET, "/openapi.json"), Need::Open);
+        assert_eq!(
+            need(&Method::GET, "/no-such-route"),
+            Need::Role(Role::Admin)
+        );
+        assert_eq!(need(&Method::PUT, "/events"), Need::Role(Role::Admin));
     }
 }
