@@ -490,6 +490,15 @@ pub(crate) async fn require(
     }
 }
 
+/// `Bearer SECRET` as an `Authorization` value, marked sensitive so that
+/// no log or debug print shows it; `None` if the secret cannot be a
+/// header value. What every client of the node sends.
+pub fn bearer_header(secret: &str) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {secret}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
 /// `access_token=SECRET` from a query string, as a bearer header value.
 fn query_token(query: Option<&str>) -> Option<HeaderValue> {
     let value = query?
@@ -512,8 +521,7 @@ fn query_token(query: Option<&str>) -> Option<HeaderValue> {
             rest = tail;
         }
     }
-    let secret = String::from_utf8(bytes).ok()?;
-    HeaderValue::from_str(&format!("Bearer {secret}")).ok()
+    bearer_header(&String::from_utf8(bytes).ok()?)
 }
 
 /// `401 unauthorized` or `403 forbidden`, in the API's error shape.

@@ -328,9 +328,8 @@ impl NodeClient {
             .uri(path)
             .header(HOST, format!("{}:{}", self.host, self.port));
         if let Some(token) = &self.token {
-            let mut value = hyper::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|_| unreachable("a bad --token for", &"not a header value"))?;
-            value.set_sensitive(true);
+            let value = crate::auth::bearer_header(token)
+                .ok_or_else(|| unreachable("a bad --token for", &"not a header value"))?;
             request = request.header(hyper::header::AUTHORIZATION, value);
         }
         let bytes = match body {

@@ -125,19 +125,7 @@ async fn inbound_sync_sessions_past_the_limit_are_503() {
             )
             .await
             .unwrap();
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                break;
-            }
-            head.push(byte[0]);
-        }
-        let status: u16 = String::from_utf8_lossy(&head)
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        let (status, _) = read_head(&mut stream).await;
         (status, stream)
     };
     let (first, _a) = upgrade().await;

@@ -442,21 +442,8 @@ impl RawPeer {
         head.push_str("\r\n");
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream.write_all(head.as_bytes()).await.unwrap();
-        // Read the response head byte by byte: nothing past it is ours.
-        let mut raw = Vec::new();
-        while !raw.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                break;
-            }
-            raw.push(byte[0]);
-        }
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let status: u16 = text
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        // Nothing past the head is ours: the node's frames follow it.
+        let (status, text) = read_head(&mut stream).await;
         if status != 101 {
             return Err(status);
         }

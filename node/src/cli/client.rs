@@ -158,9 +158,8 @@ impl Client {
         };
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = options.token.as_deref().filter(|t| !t.is_empty()) {
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|_| cannot("the token is not a valid header value".into()))?;
-            value.set_sensitive(true);
+            let value = crate::auth::bearer_header(token)
+                .ok_or_else(|| cannot("the token is not a valid header value".into()))?;
             headers.insert(reqwest::header::AUTHORIZATION, value);
         }
         let http = reqwest::Client::builder()

@@ -605,9 +605,7 @@ impl NodeUrl {
 
 /// `Authorization: Bearer TOKEN`, marked sensitive (never logged).
 fn bearer(token: Option<&str>) -> Option<hyper::header::HeaderValue> {
-    let mut value = hyper::header::HeaderValue::from_str(&format!("Bearer {}", token?)).ok()?;
-    value.set_sensitive(true);
-    Some(value)
+    crate::auth::bearer_header(token?)
 }
 
 impl Task {

@@ -123,6 +123,27 @@ pub async fn request(
     })
 }
 
+/// Reads a response head byte by byte, so that nothing past it (an
+/// upgraded protocol's first bytes) is consumed: its status (0 if none
+/// arrived) and its text.
+pub async fn read_head(stream: &mut TcpStream) -> (u16, String) {
+    let mut raw = Vec::new();
+    while !raw.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+            break;
+        }
+        raw.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
 /// Parses a whole HTTP/1.1 response (content-length or chunked body).
 pub fn parse_response(raw: &[u8]) -> Option<Response> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
