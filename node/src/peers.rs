@@ -401,13 +401,7 @@ async fn dial(peers: &Peers, slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgr
             .client
             .clone()
             .ok_or("an https:// peer needs --tls-ca")?;
-        let name = rustls::pki_types::ServerName::try_from(slot.host.clone())
-            .map_err(|error| format!("bad TLS server name {:?}: {error}", slot.host))?;
-        let tls = tokio_rustls::TlsConnector::from(client)
-            .connect(name, tcp)
-            .await
-            .map_err(|error| format!("TLS handshake failed: {error}"))?;
-        Box::new(tls)
+        Box::new(crate::tls::connect(client, &slot.host, tcp).await?)
     } else {
         Box::new(tcp)
     };

@@ -189,6 +189,21 @@ impl Tls {
     }
 }
 
+/// The client side of a TLS handshake over `tcp`, checking the server's
+/// certificate for `host`: what dialing a peer and following a node share.
+pub(crate) async fn connect(
+    client: Arc<ClientConfig>,
+    host: &str,
+    tcp: tokio::net::TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+        .map_err(|error| format!("bad TLS server name {host:?}: {error}"))?;
+    tokio_rustls::TlsConnector::from(client)
+        .connect(name, tcp)
+        .await
+        .map_err(|error| format!("TLS handshake with {host} failed: {error}"))
+}
+
 /// A client configuration trusting the CA in `path` (the CLI's and the
 /// follower's `--ca`), with no client certificate.
 pub fn client_trusting(path: &Path) -> Result<Arc<ClientConfig>, TlsError> {

@@ -593,12 +593,7 @@ impl NodeUrl {
             return Ok(Box::new(tcp));
         }
         let tls = tls.ok_or("no TLS configuration for an https:// node")?;
-        let name = rustls::pki_types::ServerName::try_from(self.host.clone())
-            .map_err(|error| format!("bad TLS server name {:?}: {error}", self.host))?;
-        let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(tls))
-            .connect(name, tcp)
-            .await
-            .map_err(|error| format!("TLS handshake with {}: {error}", self.base))?;
+        let stream = crate::tls::connect(std::sync::Arc::clone(tls), &self.host, tcp).await?;
         Ok(Box::new(stream))
     }
 }
