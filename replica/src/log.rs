@@ -321,7 +321,10 @@ impl Log {
             Early {
                 lamport: event.lamport,
                 time_ms: event.time_ms,
-                payload: event.payload.clone(),
+                // A received payload may be a slice of its whole frame's
+                // buffer (the sync codec copies a delta's payloads once):
+                // an event kept pending must not keep the frame alive.
+                payload: Bytes::copy_from_slice(&event.payload),
             },
         );
         true

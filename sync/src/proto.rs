@@ -559,7 +559,7 @@ impl Protocol {
                 limit = FRAME_BYTES_MAX,
                 "event not sent: with its frame it exceeds the frame limit of {FRAME_BYTES_MAX} \
                  bytes (the sender's payload_bytes_max is above what a frame carries: at most \
-                 3,866,585 bytes always fit); the stream is not sent to this peer past it"
+                 3,866,582 bytes always fit); the stream is not sent to this peer past it"
             );
             self.unsendable.insert(stream, seq);
             self.state.limits.push(LimitHit::FrameBytesMax {
@@ -1251,7 +1251,8 @@ impl Protocol {
 
 /// The most bytes a delta frame takes besides one event's payload and its
 /// floor: the kind, the number, the event count, a run's header and the
-/// event's fields, every varint at its longest (1 + 10 + 2 + 22 + 23).
+/// event's pair in each column, every varint at its longest (1 + 10 + 2 +
+/// 22 + 27 = 62).
 const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
 
 /// Whether `stream` has an entry in `vector`.

@@ -402,7 +402,7 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         if let Err(SessionError::Frame(FrameError::ProtocolVersion { theirs, ours })) = &result {
             // Our hello says which version we speak: make sure it reaches
             // a peer of another version before we close, so it can say why
-            // too (a v1 peer logs that we speak version 2).
+            // too (an older peer logs that we speak version 3).
             tracing::warn!(
                 %local,
                 theirs,

@@ -185,58 +185,64 @@ fn a_wrong_protocol_version_is_named() {
     refused(
         hello(B, PROTOCOL_VERSION + 1),
         false,
-        "peer speaks protocol version 3",
+        "peer speaks protocol version 4",
         |e| {
             matches!(
                 e,
-                SessionError::Frame(FrameError::ProtocolVersion { theirs: 3, ours: 2 })
+                SessionError::Frame(FrameError::ProtocolVersion { theirs: 4, ours: 3 })
             )
         },
     );
 }
 
-/// Protocol 2 changed the delta, ack and heartbeat layouts and keeps no
-/// compatibility with 1: a v1 peer is refused after its hello, with the
-/// reason logged here, and it first receives our hello, whose version it
-/// reads (its place is fixed in every version) and refuses in turn, saying
-/// that we speak version 2.
+/// Protocol 2 changed the delta, ack and heartbeat layouts and protocol 3
+/// the delta's again; neither keeps compatibility with the one before: a v1
+/// or v2 peer is refused after its hello, with the reason logged here, and
+/// it first receives our hello, whose version it reads (its place is fixed
+/// in every version) and refuses in turn, saying that we speak version 3.
 #[test]
-fn a_v1_peer_is_refused_with_a_logged_reason_and_hears_our_version() {
-    // A v1 hello, byte for byte as v1 wrote it: kind 0, protocol 1, stream
-    // 0xb, marks {0xb: 1}, no floor.
-    let v1_hello = vec![7, 0, 0, 0, 0x00, 0x01, 0x0b, 0x01, 0x0b, 0x01, 0x00];
-    let a = replica_a();
-    let before = state(&a);
-    let ((result, heard), log) = logged(async {
-        let (ours, mut peer) = tokio::io::duplex(1 << 20);
-        let config = SessionConfig::with_heartbeat(Duration::from_millis(20));
-        let session = Session::new(a.clone(), config).run(ours);
-        let peer_side = async move {
-            peer.write_all(&v1_hello).await.unwrap();
-            let mut heard = Vec::new();
-            let _ = peer.read_to_end(&mut heard).await;
-            heard
-        };
-        tokio::join!(session, peer_side)
-    });
-    let error = result.expect_err("a v1 peer is refused");
-    assert!(
-        matches!(
-            error,
-            SessionError::Frame(FrameError::ProtocolVersion { theirs: 1, ours: 2 })
-        ),
-        "{error:?}"
-    );
-    assert!(
-        log.contains("refusing a peer that speaks sync protocol version 1")
-            && log.contains("peer speaks protocol version 1; this side speaks version 2"),
-        "reason not logged:\n{log}"
-    );
-    // What the v1 peer heard: our hello, whose version sits where v1 reads
-    // it (kind 0, then the version varint).
-    let (payload, _) = frame::split_frame(&heard).unwrap().expect("our hello");
-    assert_eq!(&payload[..2], [0, 2], "{heard:02x?}");
-    assert_eq!(state(&a), before, "the replica changed");
+fn older_peers_are_refused_with_a_logged_reason_and_hear_our_version() {
+    for theirs in [1u8, 2] {
+        // An old hello, byte for byte as v1 and v2 wrote it: kind 0, the
+        // protocol, stream 0xb, marks {0xb: 1}, no floor.
+        let old_hello = vec![7, 0, 0, 0, 0x00, theirs, 0x0b, 0x01, 0x0b, 0x01, 0x00];
+        let a = replica_a();
+        let before = state(&a);
+        let ((result, heard), log) = logged(async {
+            let (ours, mut peer) = tokio::io::duplex(1 << 20);
+            let config = SessionConfig::with_heartbeat(Duration::from_millis(20));
+            let session = Session::new(a.clone(), config).run(ours);
+            let peer_side = async move {
+                peer.write_all(&old_hello).await.unwrap();
+                let mut heard = Vec::new();
+                let _ = peer.read_to_end(&mut heard).await;
+                heard
+            };
+            tokio::join!(session, peer_side)
+        });
+        let error = result.expect_err("an older peer is refused");
+        assert!(
+            matches!(
+                error,
+                SessionError::Frame(FrameError::ProtocolVersion { theirs: t, ours: 3 })
+                    if t == u16::from(theirs)
+            ),
+            "{error:?}"
+        );
+        assert!(
+            log.contains(&format!(
+                "refusing a peer that speaks sync protocol version {theirs}"
+            )) && log.contains(&format!(
+                "peer speaks protocol version {theirs}; this side speaks version 3"
+            )),
+            "reason not logged:\n{log}"
+        );
+        // What the older peer heard: our hello, whose version sits where it
+        // reads it (kind 0, then the version varint).
+        let (payload, _) = frame::split_frame(&heard).unwrap().expect("our hello");
+        assert_eq!(&payload[..2], [0, 3], "{heard:02x?}");
+        assert_eq!(state(&a), before, "the replica changed");
+    }
 }
 
 /// Only a writer writes its stream: a peer whose hello claims more of our

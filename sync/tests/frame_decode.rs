@@ -36,12 +36,17 @@ use meshlog_sync::{FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSI
 use meshlog_testkit::alloc::{self, CountingAlloc};
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 
-/// Live heap bytes allowed per input byte, plus `ALLOC_SLACK`. The largest
-/// cost per byte: a decoded event (64 bytes in memory) from 3 input bytes,
-/// in a vector reserved exactly, held twice by the checks (the decoded
-/// frame, and the frame decoded again from its re-encoding): about 43.
+/// Live heap bytes allowed per input byte, plus `ALLOC_SLACK`, plus what a
+/// delta's event count decodes into. The largest cost per byte: a run
+/// header (16 bytes in memory) from 3 input bytes, a vector entry (16
+/// bytes) from 2, a payload's one copy, each held twice by the checks (the
+/// decoded frame, and the frame decoded again from its re-encoding).
 const ALLOC_PER_BYTE: i64 = 64;
 const ALLOC_SLACK: i64 = 16 * 1024;
+/// What a delta's events take in memory whatever the frame's size: its
+/// columns write a repeated value once, so a few bytes stand for up to
+/// `DELTA_EVENTS_MAX` events of 64 bytes, reserved once (512 KiB).
+const DELTA_EVENTS_BYTES: i64 = DELTA_EVENTS_MAX as i64 * 64;
 
 // Counts per thread, so the tests running beside one do not count in it.
 #[global_allocator]
@@ -57,7 +62,8 @@ fn peak_of<T>(work: impl FnOnce() -> T) -> (T, i64) {
 /// Runs the fuzz target's checks on `data` and asserts the memory bound.
 fn check(name: &str, data: &[u8]) -> frame_check::Outcome {
     let (outcome, peak) = peak_of(|| frame_check::check_input(data));
-    let bound = ALLOC_PER_BYTE * data.len() as i64 + ALLOC_SLACK;
+    // Held twice by the checks: the frame, and its re-encoding decoded.
+    let bound = ALLOC_PER_BYTE * data.len() as i64 + ALLOC_SLACK + 2 * DELTA_EVENTS_BYTES;
     assert!(
         peak <= bound,
         "{name}: checking {} input bytes held {peak} heap bytes at peak; the bound is {bound}",
@@ -206,11 +212,17 @@ fn hand_made_inputs_give_their_typed_errors() {
         (
             "delta claiming one event more than the limit",
             {
-                // Kind 1, number 1, empty floor, the count, and a run of one minimal
-                // event.
+                // Kind 1, number 1, empty floor, the count, a run of that
+                // many events and each column one pair repeating 0.
+                let count = postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64 + 1)).unwrap();
                 let mut input = vec![1, 1, 1, 0];
-                input.extend(postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64 + 1)).unwrap());
-                input.extend([1, 1, 1, 0, 0, 0]);
+                input.extend(&count);
+                input.extend([1, 1]);
+                input.extend(&count);
+                for _ in 0..3 {
+                    input.push(0);
+                    input.extend(&count);
+                }
                 input
             },
             |o| {
@@ -221,39 +233,46 @@ fn hand_made_inputs_give_their_typed_errors() {
                     }]
             },
         ),
-        // A delta's runs (mode 1, kind 1, number 1, an empty floor, then the
-        // events).
+        // A delta's runs and columns (mode 1, kind 1, number 1, an empty
+        // floor, then the events).
         (
-            "delta whose event count needs more bytes than are left",
-            vec![1, 1, 1, 0, 3, 1, 1, 3, 0, 0, 0],
-            |o| {
-                o.errors
-                    == [FrameError::CountAboveBytes {
-                        field: "events",
-                        count: 3,
-                        bytes_left: 6,
-                    }]
+            "delta of the limit's 8,192 empty events in 18 bytes",
+            {
+                let count = postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64)).unwrap();
+                let mut input = vec![1, 1, 1, 0];
+                input.extend(&count);
+                input.extend([1, 1]);
+                input.extend(&count);
+                for _ in 0..3 {
+                    input.push(0);
+                    input.extend(&count);
+                }
+                input
             },
+            |o| o.decoded == 1 && o.errors.is_empty(),
         ),
         (
-            "delta run whose event count needs more bytes than are left",
-            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 0, 0],
-            |o| {
-                o.errors
-                    == [FrameError::CountAboveBytes {
-                        field: "run",
-                        count: 2,
-                        bytes_left: 3,
-                    }]
-            },
+            "delta column whose repeat runs past the count",
+            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 3, 0, 2, 0, 2],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("a repeat of 3 where 2")),
+        ),
+        (
+            "delta column with a repeat of 0",
+            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 1],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("a repeat of 0")),
+        ),
+        (
+            "delta column of two pairs of one value in a row",
+            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 1, 0, 1, 0, 2, 0, 2],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("two pairs")),
         ),
         (
             "delta payload longer than what is left",
-            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 5, b'a'],
+            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 0, 1, 5, 1, b'a'],
             |o| {
                 o.errors
                     == [FrameError::CountAboveBytes {
-                        field: "payload",
+                        field: "payloads",
                         count: 5,
                         bytes_left: 1,
                     }]
@@ -264,7 +283,7 @@ fn hand_made_inputs_give_their_typed_errors() {
             {
                 let mut input = vec![1, 1, 1, 0, 2, 1];
                 input.extend([0xff; 9]);
-                input.extend([0x01, 2, 0, 0, 0, 0, 0, 0]);
+                input.extend([0x01, 2, 0, 2, 0, 2, 0, 2]);
                 input
             },
             |o| {
@@ -281,7 +300,7 @@ fn hand_made_inputs_give_their_typed_errors() {
             {
                 let mut input = vec![1, 1, 1, 0, 2, 1, 0xfe];
                 input.extend([0xff; 8]);
-                input.extend([0x01, 2, 0, 0, 0, 0, 0, 0]);
+                input.extend([0x01, 2, 0, 2, 0, 2, 0, 2]);
                 input
             },
             |o| o.decoded == 1 && o.errors.is_empty(),
@@ -292,7 +311,7 @@ fn hand_made_inputs_give_their_typed_errors() {
                 // Gap u64::MAX - 1 above 0, plus one: u64::MAX; then gap 0.
                 let mut input = vec![1, 1, 1, 0, 2, 7, 1, 2, 0xfe];
                 input.extend([0xff; 8]);
-                input.extend([0x01, 0, 0, 0, 0, 0]);
+                input.extend([0x01, 1, 0, 1, 0, 2, 0, 2]);
                 input
             },
             |o| {
@@ -308,7 +327,7 @@ fn hand_made_inputs_give_their_typed_errors() {
             {
                 let mut input = vec![1, 1, 1, 0, 1, 7, 1, 1];
                 input.extend([0xff; 9]);
-                input.extend([0x01, 0, 0]);
+                input.extend([0x01, 1, 0, 1, 0, 1]);
                 input
             },
             |o| {
@@ -321,12 +340,12 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "delta with lamport gaps of 0 (stamps 1 and 2)",
-            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0],
+            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 2, 0, 2, 0, 2],
             |o| o.decoded == 1 && o.errors.is_empty(),
         ),
         (
             "delta with two adjacent runs of one stream, seqs contiguous",
-            vec![1, 1, 1, 0, 2, 1, 1, 1, 0, 0, 0, 1, 2, 1, 0, 0, 0],
+            vec![1, 1, 1, 0, 2, 1, 1, 1, 1, 2, 1, 0, 2, 0, 2, 0, 2],
             |o| {
                 matches!(
                     &o.errors[..],
@@ -336,7 +355,7 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "delta with runs of descending streams",
-            vec![1, 1, 1, 0, 2, 2, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+            vec![1, 1, 1, 0, 2, 2, 1, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2],
             |o| {
                 matches!(
                     &o.errors[..],
@@ -346,17 +365,17 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "delta with an empty run",
-            vec![1, 1, 1, 0, 1, 1, 1, 0, 0, 0, 0],
+            vec![1, 1, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 1],
             |o| matches!(&o.errors[..], [FrameError::BadRun { detail, .. }] if detail.contains("no events")),
         ),
         (
             "delta run of more events than the delta's count",
-            vec![1, 1, 1, 0, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0],
+            vec![1, 1, 1, 0, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2],
             |o| matches!(&o.errors[..], [FrameError::BadRun { detail, .. }] if detail.contains("leaves 1")),
         ),
         (
             "delta with a byte after its events",
-            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 9],
+            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 0, 1, 0, 1, 9],
             |o| {
                 o.errors
                     == [FrameError::TrailingBytes {
@@ -400,19 +419,29 @@ fn hand_made_inputs_give_their_typed_errors() {
                 )
             },
         ),
-        ("hello of protocol version 3", vec![1, 0, 3], |o| {
+        ("hello of protocol version 4", vec![1, 0, 4], |o| {
             matches!(
                 o.errors[..],
-                [FrameError::ProtocolVersion { theirs: 3, ours: 2 }]
+                [FrameError::ProtocolVersion { theirs: 4, ours: 3 }]
             )
         }),
+        (
+            "hello of protocol version 2, as v2 wrote it",
+            vec![1, 0, 2, 0x0b, 1, 0x0b, 1, 0],
+            |o| {
+                matches!(
+                    o.errors[..],
+                    [FrameError::ProtocolVersion { theirs: 2, ours: 3 }]
+                )
+            },
+        ),
         (
             "hello of protocol version 1, as v1 wrote it",
             vec![1, 0, 1, 0x0b, 1, 0x0b, 1, 0],
             |o| {
                 matches!(
                     o.errors[..],
-                    [FrameError::ProtocolVersion { theirs: 1, ours: 2 }]
+                    [FrameError::ProtocolVersion { theirs: 1, ours: 3 }]
                 )
             },
         ),
@@ -526,12 +555,19 @@ fn hand_made_inputs_give_their_typed_errors() {
 /// A payload of `count` minimal events after `head`: one run of stream 1
 /// from seq 1, every event a lamport gap of 0, a time of 0 (the first) or
 /// a difference of 0, and an empty payload: 3 bytes each.
-fn minimal_events(head: &[u8], count: usize) -> Vec<u8> {
+fn minimal_events(head: &[u8], count: usize, payload_len: u8) -> Vec<u8> {
+    // One run (stream 1 from seq 1), each column one pair repeated `count`
+    // times (gaps 0, times 0, lengths `payload_len`), then the payloads.
+    let count_bytes = postcard::to_stdvec(&(count as u64)).unwrap();
     let mut payload = head.to_vec();
-    payload.extend(postcard::to_stdvec(&(count as u64)).unwrap());
+    payload.extend(&count_bytes);
     payload.extend([1, 1]);
-    payload.extend(postcard::to_stdvec(&(count as u64)).unwrap());
-    payload.extend(std::iter::repeat_n(0u8, 3 * count));
+    payload.extend(&count_bytes);
+    for value in [0, 0, payload_len] {
+        payload.push(value);
+        payload.extend(&count_bytes);
+    }
+    payload.extend(std::iter::repeat_n(0u8, usize::from(payload_len) * count));
     payload
 }
 
@@ -539,13 +575,13 @@ fn minimal_events(head: &[u8], count: usize) -> Vec<u8> {
 /// into about 800,000 events (50 to 100 MB, for each inbound session at
 /// once). Now its count is refused before anything is decoded for its
 /// events: the peak of live heap bytes stays within the slack, whatever the
-/// frame's length. (The old decoder held over 50 MB here; minimal events
-/// are 3 bytes now, so the frame would claim some 1,400,000.)
+/// frame's length. (The old decoder held over 50 MB here; here the frame
+/// claims some 1,400,000 events of 3-byte payloads.)
 #[test]
 fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
-    let count = (FRAME_BYTES_MAX - 11) / 3;
+    let count = (FRAME_BYTES_MAX - 24) / 3;
     // Kind 1 (delta), number 1, an empty floor, then the events.
-    let payload = minimal_events(&[1, 1, 0], count);
+    let payload = minimal_events(&[1, 1, 0], count, 3);
     assert!(payload.len() <= FRAME_BYTES_MAX, "{} bytes", payload.len());
     let (decoded, peak) = peak_of(|| frame::decode_payload(&payload));
     assert_eq!(
@@ -571,22 +607,22 @@ fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
     assert!(peak <= ALLOC_SLACK, "refusing it held {peak} heap bytes");
 }
 
-/// The most a delta frame decodes into: `DELTA_EVENTS_MAX` minimal events
-/// decode (the receiver takes what a sender may send) into 512 KiB,
-/// reserved once: less than 64 bytes for each of their 3 bytes.
+/// The most a delta frame decodes into: `DELTA_EVENTS_MAX` empty events
+/// (the receiver takes what a sender may send), written in 18 bytes since
+/// each column repeats one value, decode into 512 KiB of events reserved
+/// once, and nothing more: the bound is the count's, not the frame's size.
 #[test]
 fn a_delta_at_the_event_limit_decodes_within_a_bounded_size() {
-    let payload = minimal_events(&[1, 1, 0], DELTA_EVENTS_MAX);
+    let payload = minimal_events(&[1, 1, 0], DELTA_EVENTS_MAX, 0);
+    assert_eq!(payload.len(), 18);
     let (decoded, peak) = peak_of(|| frame::decode_payload(&payload));
     let Ok(Frame::Delta { delta, .. }) = decoded else {
         panic!("{decoded:?}");
     };
     assert_eq!(delta.events.len(), DELTA_EVENTS_MAX);
-    assert!(peak <= 512 << 10, "decoding it held {peak} heap bytes");
     assert!(
-        peak <= ALLOC_PER_BYTE / 2 * payload.len() as i64,
-        "decoding {} bytes held {peak} heap bytes",
-        payload.len()
+        peak <= DELTA_EVENTS_BYTES + 1024,
+        "decoding it held {peak} heap bytes"
     );
 }
 

@@ -10,7 +10,7 @@ use meshlog_cursor::StreamId;
 
 // Named by the variants' docs only.
 #[cfg(doc)]
-use super::{FrameReader, DELTA_EVENTS_MAX, EVENT_BYTES_MIN, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use super::{FrameReader, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 
 /// Why a frame could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,14 +82,13 @@ pub enum FrameError {
         /// [`DELTA_EVENTS_MAX`].
         max: usize,
     },
-    /// A delta announces more than the bytes left in it can hold: an event
-    /// count (of the whole delta, `field` = `events`, or of one run, `run`)
-    /// above the bytes left divided by [`EVENT_BYTES_MIN`], or a payload
-    /// length (`payload`) above the bytes left. Refused before anything is
-    /// allocated for it.
+    /// A delta announces more than the bytes left in it can hold: its
+    /// payload lengths (`field` = `payloads`) summing past the bytes left
+    /// after its columns. Refused before any payload is copied.
     #[error("a delta frame's {field} count of {count} does not fit the {bytes_left} bytes left")]
     CountAboveBytes {
-        /// What the count counts: `events`, `run` or `payload`.
+        /// What the count counts: `payloads`, the sum of the payload
+        /// lengths read so far.
         field: &'static str,
         /// The count announced.
         count: u64,

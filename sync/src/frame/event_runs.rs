@@ -1,21 +1,24 @@
-//! A delta's events, written by hand: their count, then one run per
-//! stream, streams ascending, each `stream, first seq, event count` and its
-//! events `lamport gap, time, payload length, payload` (`docs/PROTOCOL.md`,
-//! "Delta events").
+//! A delta's events, written by hand: their count, one run header per
+//! stream (streams ascending, each `stream, first seq, event count`), then
+//! three run-length encoded columns over the events in run order (lamport
+//! gaps, times, payload lengths) and the payloads back to back
+//! (`docs/PROTOCOL.md`, "Delta events").
 //!
 //! Separate from the postcard-mapped fields because it is a codec of its
 //! own: the stream written once per run, seqs implied, lamport stamps and
-//! times as differences, so an event costs 3 to 5 bytes besides its payload
-//! where postcard's layout of an `Event` would repeat every field in full.
-//! The layout makes a hole, a seq twice or a falling stamp unwritable, and
-//! the decoder reads canonical input only, so a delta re-encodes to the
-//! bytes it came from.
+//! times as differences, and each column's repeats written once, so a
+//! writer's steady events (consecutive stamps, a steady clock, payloads of
+//! one size) cost a few bytes a delta besides their payloads, where
+//! postcard's layout of an `Event` would repeat every field in full. The
+//! layout makes a hole, a seq twice or a falling stamp unwritable, and the
+//! decoder reads canonical input only, so a delta re-encodes to the bytes
+//! it came from.
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
 use meshlog_replica::Event;
 
-use super::{FrameError, DELTA_EVENTS_MAX, EVENT_BYTES_MIN};
+use super::{FrameError, DELTA_EVENTS_MAX};
 
 /// The longest varint of a `u64`: 10 bytes of 7 bits, the last holding 1.
 const VARINT_BYTES_MAX: usize = 10;
@@ -43,15 +46,16 @@ fn unzigzag(value: u64) -> i64 {
 }
 
 /// Writes a delta's events after its floor (`docs/PROTOCOL.md`, "Delta
-/// events"): their count, then one run per stream, streams ascending, each
-/// `stream, first seq, event count` and its events in seq order, every
-/// event `lamport gap, time, payload length, payload`.
+/// events"): their count; one run header per stream, streams ascending,
+/// each `stream, first seq, event count`; then three columns over the
+/// events in run order, each run-length encoded — lamport gaps, times,
+/// payload lengths — and last the payloads back to back.
 ///
 /// The seqs of a run are implied (`first + i`), so a stream's events must
 /// be contiguous; a lamport stamp is written as its gap above the previous
 /// one in the run less one (above 0 for the first), so it must rise from 1;
 /// a time is the wrapping difference from the previous event's in the
-/// frame, zigzag-encoded (the first event's plain). What the layout cannot
+/// column, zigzag-encoded (the first event's plain). What the layout cannot
 /// carry is refused with [`FrameError::Encode`].
 pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), FrameError> {
     let refuse = |detail: String| FrameError::Encode {
@@ -64,6 +68,9 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
     let mut by_stream: Vec<&Event> = events.iter().collect();
     by_stream.sort_by_key(|event| event.stream);
     put_varint(out, events.len() as u64);
+    let mut gaps = Column::default();
+    let mut times = Column::default();
+    let mut lens = Column::default();
     let mut time_previous: Option<u64> = None;
     for run in by_stream.chunk_by(|a, b| a.stream == b.stream) {
         let first = run[0];
@@ -89,32 +96,65 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
                     event.stream, event.seq, event.lamport, lamport_previous
                 )));
             }
-            put_varint(out, event.lamport - lamport_previous - 1);
-            let time = match time_previous {
+            gaps.push(event.lamport - lamport_previous - 1);
+            times.push(match time_previous {
                 None => event.time_ms,
                 Some(previous) => zigzag(event.time_ms.wrapping_sub(previous) as i64),
-            };
-            put_varint(out, time);
-            put_varint(out, event.payload.len() as u64);
-            out.extend_from_slice(&event.payload);
+            });
+            lens.push(event.payload.len() as u64);
             seq_due = event.seq.checked_add(1);
             lamport_previous = event.lamport;
             time_previous = Some(event.time_ms);
         }
     }
+    gaps.finish(out);
+    times.finish(out);
+    lens.finish(out);
+    for event in &by_stream {
+        out.extend_from_slice(&event.payload);
+    }
     Ok(())
+}
+
+/// A column being written: `(value, repeat)` pairs, each value differing
+/// from the pair's before it, so every column has one encoding.
+#[derive(Default)]
+struct Column {
+    pairs: Vec<(u64, u64)>,
+}
+
+impl Column {
+    fn push(&mut self, value: u64) {
+        match self.pairs.last_mut() {
+            Some((last, repeat)) if *last == value => *repeat += 1,
+            _ => self.pairs.push((value, 1)),
+        }
+    }
+
+    fn finish(self, out: &mut Vec<u8>) {
+        for (value, repeat) in self.pairs {
+            put_varint(out, value);
+            put_varint(out, repeat);
+        }
+    }
 }
 
 /// Reads a delta's events, written by [`encode_events`], to the end of the
 /// payload.
 ///
 /// Every count is checked before anything is decoded or allocated for what
-/// it counts: the delta's against [`DELTA_EVENTS_MAX`], then it and each
-/// run's against the bytes left at [`EVENT_BYTES_MIN`] bytes an event, each
-/// payload length against the bytes left. Seqs, lamport stamps and their
-/// sums are checked for overflow. Only canonical input decodes (shortest
-/// varints, one run per stream, streams strictly ascending, no empty run),
-/// so the frame re-encodes to the very bytes it came from.
+/// it counts: the delta's against [`DELTA_EVENTS_MAX`] (so a delta decodes
+/// into at most 8,192 events, 512 KiB, whatever its size), each run's
+/// against what the delta's count leaves, each column's repeats against
+/// the events left in it, and the payload lengths' sum against the bytes
+/// left. Seqs, lamport stamps and their sums are checked for overflow.
+/// Only canonical input decodes (shortest varints, one run per stream,
+/// streams strictly ascending, no empty run, no repeat of 0, no two pairs
+/// of a column with one value in a row, the payloads ending the frame), so
+/// the frame re-encodes to the very bytes it came from.
+///
+/// The payloads are copied once, into one buffer that every event's
+/// payload is a slice of.
 ///
 /// The events come out in `(lamport, stream)` order: within a run lamport
 /// rises with seq by construction, and no two runs share a stream, so that
@@ -128,13 +168,12 @@ pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
             max: DELTA_EVENTS_MAX,
         });
     }
-    reader.check_fits("events", count)?;
-    // At most DELTA_EVENTS_MAX events, and at most one per
-    // EVENT_BYTES_MIN bytes of input: reserved once, exactly.
+    // At most DELTA_EVENTS_MAX events: reserved once, exactly.
     let count = count as usize;
     let mut events: Vec<Event> = Vec::with_capacity(count);
+    // The run headers; each event's lamport stamp waits for its column.
+    let mut runs: Vec<(StreamId, usize)> = Vec::new();
     let mut stream_previous: Option<StreamId> = None;
-    let mut time_previous: Option<u64> = None;
     while events.len() < count {
         let stream = StreamId::new(reader.varint("stream")?);
         let bad_run = |detail: String| FrameError::BadRun { stream, detail };
@@ -165,41 +204,139 @@ pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
                 first_seq,
                 count: run_len,
             })?;
-        reader.check_fits("run", run_len)?;
+        runs.push((stream, run_len as usize));
+        events.extend((first_seq..=last_seq).map(|seq| Event {
+            stream,
+            seq,
+            lamport: 0,
+            time_ms: 0,
+            payload: Bytes::new(),
+        }));
+    }
+    // Lamport gaps, each run's from 0.
+    let mut gaps = ColumnReader::new("lamport gaps", count);
+    let mut at = 0;
+    for &(stream, run_len) in &runs {
         let mut lamport = 0u64;
-        for seq in first_seq..=last_seq {
-            let gap = reader.varint("lamport gap")?;
+        for event in &mut events[at..at + run_len] {
+            let gap = gaps.next(&mut reader)?;
             lamport = lamport
                 .checked_add(gap)
                 .and_then(|sum| sum.checked_add(1))
-                .ok_or(FrameError::LamportOverflow { stream, seq })?;
-            let time_ms = match time_previous {
-                None => reader.varint("time")?,
-                Some(previous) => {
-                    previous.wrapping_add(unzigzag(reader.varint("time difference")?) as u64)
-                }
-            };
-            time_previous = Some(time_ms);
-            let len = reader.varint("payload length")?;
-            let payload = Bytes::copy_from_slice(reader.take("payload", len)?);
-            events.push(Event {
-                stream,
-                seq,
-                lamport,
-                time_ms,
-                payload,
+                .ok_or(FrameError::LamportOverflow {
+                    stream,
+                    seq: event.seq,
+                })?;
+            event.lamport = lamport;
+        }
+        at += run_len;
+    }
+    // Times: the first in full, then differences.
+    let mut times = ColumnReader::new("times", count);
+    let mut time_previous: Option<u64> = None;
+    for event in &mut events {
+        let value = times.next(&mut reader)?;
+        let time_ms = match time_previous {
+            None => value,
+            Some(previous) => previous.wrapping_add(unzigzag(value) as u64),
+        };
+        event.time_ms = time_ms;
+        time_previous = Some(time_ms);
+    }
+    // Payload lengths, which the payloads must fill to the end exactly:
+    // summed first (on a copy of the reader), then read again to slice the
+    // payloads, so nothing is allocated for them but their one copy.
+    let mut sum_reader = Reader {
+        bytes: reader.bytes,
+    };
+    let mut lens = ColumnReader::new("payload lengths", count);
+    let mut total = 0u64;
+    for _ in 0..count {
+        total = total.saturating_add(lens.next(&mut sum_reader)?);
+        if total > sum_reader.bytes.len() as u64 {
+            return Err(FrameError::CountAboveBytes {
+                field: "payloads",
+                count: total,
+                bytes_left: sum_reader.bytes.len(),
             });
         }
     }
-    if !reader.bytes.is_empty() {
+    let total = total as usize;
+    if sum_reader.bytes.len() > total {
         return Err(FrameError::TrailingBytes {
             kind: "delta",
-            len: reader.bytes.len(),
+            len: sum_reader.bytes.len() - total,
         });
+    }
+    let payloads = Bytes::copy_from_slice(sum_reader.bytes);
+    let mut lens = ColumnReader::new("payload lengths", count);
+    let mut start = 0;
+    for event in &mut events {
+        // Read once above without an error: cannot fail now.
+        let len = lens.next(&mut reader)? as usize;
+        if len > 0 {
+            event.payload = payloads.slice(start..start + len);
+        }
+        start += len;
     }
     // Allocation-free, and already sorted for a delta of one stream.
     events.sort_unstable_by_key(|event| (event.lamport, event.stream));
     Ok(events)
+}
+
+/// Reads one run-length encoded column of `count` values.
+struct ColumnReader {
+    what: &'static str,
+    /// Values not read yet, the current pair's included.
+    left: usize,
+    /// The current pair's value, and how many times it is still to come.
+    value: u64,
+    repeat: u64,
+    /// Whether a pair has been read (the next must differ from it).
+    started: bool,
+}
+
+impl ColumnReader {
+    fn new(what: &'static str, count: usize) -> Self {
+        Self {
+            what,
+            left: count,
+            value: 0,
+            repeat: 0,
+            started: false,
+        }
+    }
+
+    /// The column's next value, reading its next pair when the current one
+    /// is used up. Called at most `count` times.
+    fn next(&mut self, reader: &mut Reader<'_>) -> Result<u64, FrameError> {
+        debug_assert!(self.left > 0, "read past the column's count");
+        if self.repeat == 0 {
+            let value = reader.varint(self.what)?;
+            let repeat = reader.varint(self.what)?;
+            if repeat == 0 {
+                return Err(Reader::malformed(self.what, "a repeat of 0"));
+            }
+            if repeat > self.left as u64 {
+                return Err(Reader::malformed(
+                    self.what,
+                    &format!("a repeat of {repeat} where {} events are left", self.left),
+                ));
+            }
+            if self.started && value == self.value {
+                return Err(Reader::malformed(
+                    self.what,
+                    "two pairs of one value in a row, not one pair",
+                ));
+            }
+            self.value = value;
+            self.repeat = repeat;
+            self.started = true;
+        }
+        self.repeat -= 1;
+        self.left -= 1;
+        Ok(self.value)
+    }
 }
 
 /// Reads the hand-written part of a delta frame: shortest-form varints and
@@ -208,7 +345,7 @@ struct Reader<'a> {
     bytes: &'a [u8],
 }
 
-impl<'a> Reader<'a> {
+impl Reader<'_> {
     fn malformed(what: &str, problem: &str) -> FrameError {
         FrameError::Malformed {
             kind: "delta",
@@ -236,36 +373,6 @@ impl<'a> Reader<'a> {
         }
         // Every 10th byte returned above: the input ended first.
         Err(Self::malformed(what, "the frame ends inside a varint"))
-    }
-
-    /// Refuses a count of events the bytes left cannot hold, at
-    /// [`EVENT_BYTES_MIN`] bytes each.
-    fn check_fits(&self, field: &'static str, count: u64) -> Result<(), FrameError> {
-        let bytes_left = self.bytes.len();
-        if count.saturating_mul(EVENT_BYTES_MIN as u64) > bytes_left as u64 {
-            return Err(FrameError::CountAboveBytes {
-                field,
-                count,
-                bytes_left,
-            });
-        }
-        Ok(())
-    }
-
-    /// The next `len` bytes, refused before anything is read if fewer are
-    /// left.
-    fn take(&mut self, field: &'static str, len: u64) -> Result<&'a [u8], FrameError> {
-        let bytes_left = self.bytes.len();
-        if len > bytes_left as u64 {
-            return Err(FrameError::CountAboveBytes {
-                field,
-                count: len,
-                bytes_left,
-            });
-        }
-        let (taken, rest) = self.bytes.split_at(len as usize);
-        self.bytes = rest;
-        Ok(taken)
     }
 }
 
@@ -297,11 +404,17 @@ mod tests {
     #[test]
     fn a_delta_of_more_events_than_the_limit_is_refused_before_decoding() {
         // Kind 1, number 1, an empty floor, the count, then a run (stream 1 from
-        // seq 1) of one minimal event (lamport gap, time, empty payload)
-        // where 8193 should be.
+        // seq 1) of 8193 events and each column one pair (0 repeated 8193
+        // times): 17 bytes that would decode into 8193 empty events.
         let mut payload = vec![1, 1, 0];
-        payload.extend(postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap());
-        payload.extend([1, 1, 1, 0, 0, 0]);
+        let count = postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap();
+        payload.extend(&count);
+        payload.extend([1, 1]);
+        payload.extend(&count);
+        for _ in 0..3 {
+            payload.push(0);
+            payload.extend(&count);
+        }
         assert_eq!(
             decode_payload(&payload),
             Err(FrameError::TooManyEvents {
@@ -449,8 +562,9 @@ mod tests {
     /// stamp: no byte string can say that a stamp stands still or falls.
     #[test]
     fn a_lamport_gap_of_zero_is_the_next_stamp() {
-        // Kind 1, number 1, no floor, 3 events: stream 5 from seq 1, gaps 0, 0, 4.
-        let payload = [1, 1, 0, 3, 5, 1, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0];
+        // Kind 1, number 1, no floor, 3 events: stream 5 from seq 1, gaps 0
+        // twice then 4, times 0 three times, lengths 0 three times.
+        let payload = [1, 1, 0, 3, 5, 1, 3, 0, 2, 4, 1, 0, 3, 0, 3];
         let Ok(Frame::Delta { delta, .. }) = decode_payload(&payload) else {
             panic!("{:?}", decode_payload(&payload));
         };
@@ -519,27 +633,31 @@ mod tests {
         );
         // Stream 1 written in two bytes.
         malformed(
-            &[1, 1, 0, 1, 0x81, 0x00, 1, 1, 0, 0, 0],
+            &[1, 1, 0, 1, 0x81, 0x00, 1, 1, 0, 1, 0, 1, 0, 1],
             "stream: varint not in its shortest form",
         );
         // A first seq of 2^64 (a 10th byte of 2), and of eleven bytes.
         let mut payload = vec![1, 1, 0, 1, 1];
         payload.extend([0x80; 9]);
-        payload.extend([0x02, 1, 0, 0, 0]);
+        payload.extend([0x02, 1, 0, 1, 0, 1, 0, 1]);
         malformed(&payload, "first seq: varint above u64::MAX");
         let mut payload = vec![1, 1, 0, 1, 1];
         payload.extend([0xff; 10]);
-        payload.extend([0x01, 1, 0, 0, 0]);
+        payload.extend([0x01, 1, 0, 1, 0, 1, 0, 1]);
         malformed(&payload, "first seq: varint above u64::MAX");
-        // Cut inside the time varint.
+        // Cut inside the time column's first value, and a repeat in two bytes.
         malformed(
-            &[1, 1, 0, 1, 1, 1, 1, 0, 0x80, 0x80],
-            "time: the frame ends inside a varint",
+            &[1, 1, 0, 1, 1, 1, 1, 0, 1, 0x80, 0x80],
+            "times: the frame ends inside a varint",
+        );
+        malformed(
+            &[1, 1, 0, 1, 1, 1, 1, 0, 0x81, 0x00],
+            "lamport gaps: varint not in its shortest form",
         );
         // The shortest forms of 0 and u64::MAX are fine.
         let mut payload = vec![1, 1, 0, 1, 1];
         payload.extend([0xff; 9]);
-        payload.extend([0x01, 1, 0, 0, 0]);
+        payload.extend([0x01, 1, 0, 1, 0, 1, 0, 1]);
         let Ok(Frame::Delta { delta, .. }) = decode_payload(&payload) else {
             panic!("{:?}", decode_payload(&payload));
         };
@@ -550,6 +668,90 @@ mod tests {
         let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
         bytes.extend(&payload);
         assert_eq!(encode(&Frame::delta(1, delta)), Ok(bytes));
+    }
+
+    /// A column has one encoding: every repeat at least 1, none past the
+    /// events left, no two pairs of one value in a row; the payloads fill
+    /// the frame exactly. Anything else is refused, naming the column.
+    #[test]
+    fn columns_are_read_in_their_one_encoding_only() {
+        // Kind 1, number 1, no floor, 2 events of stream 4 from seq 1; then
+        // the gaps, times and lengths columns and the payloads vary.
+        let delta = |columns: &[u8]| {
+            let mut payload = vec![1, 1, 0, 2, 4, 1, 2];
+            payload.extend(columns);
+            decode_payload(&payload)
+        };
+        let malformed = |columns: &[u8], says: &str| match delta(columns) {
+            Err(FrameError::Malformed {
+                kind: "delta",
+                detail,
+            }) => assert!(detail.contains(says), "{columns:?}: {detail}"),
+            other => panic!("{columns:?}: {other:?}"),
+        };
+        malformed(&[0, 0], "lamport gaps: a repeat of 0");
+        malformed(
+            &[0, 3],
+            "lamport gaps: a repeat of 3 where 2 events are left",
+        );
+        malformed(
+            &[0, 2, 7, 1, 7, 1],
+            "times: two pairs of one value in a row",
+        );
+        malformed(
+            &[0, 2, 7, 1, 8, 1, 1, 1, 1, 2],
+            "payload lengths: a repeat of 2 where 1 events are left",
+        );
+        // Lengths 1 and 2 where 2 bytes are left, and where 4 are.
+        assert_eq!(
+            delta(&[0, 2, 7, 2, 1, 1, 2, 1, b'a', b'b']),
+            Err(FrameError::CountAboveBytes {
+                field: "payloads",
+                count: 3,
+                bytes_left: 2,
+            })
+        );
+        assert_eq!(
+            delta(&[0, 2, 7, 2, 1, 1, 2, 1, b'a', b'b', b'c', b'd']),
+            Err(FrameError::TrailingBytes {
+                kind: "delta",
+                len: 1
+            })
+        );
+        // The same, well formed: stamps 1 and 2, time 7 twice, "a" and "bc".
+        let Ok(Frame::Delta { delta, .. }) =
+            delta(&[0, 2, 7, 1, 0, 1, 1, 1, 2, 1, b'a', b'b', b'c'])
+        else {
+            panic!()
+        };
+        let fields: Vec<(u64, u64, u64, &[u8])> = delta
+            .events
+            .iter()
+            .map(|e| (e.seq, e.lamport, e.time_ms, &e.payload[..]))
+            .collect();
+        assert_eq!(fields, [(1, 1, 7, &b"a"[..]), (2, 2, 7, &b"bc"[..])]);
+    }
+
+    /// What the columns are for: a writer's steady events cost a few bytes
+    /// a delta besides their payloads, not a few bytes each.
+    #[test]
+    fn a_writers_steady_events_cost_a_few_bytes_a_delta() {
+        let events: Vec<Event> = (1..=1000u64)
+            .map(|seq| Event {
+                stream: StreamId::new(0x5eed_cafe),
+                seq,
+                lamport: seq,
+                time_ms: 1_750_000_000_000 + 10 * seq,
+                payload: Bytes::from(vec![seq as u8; 32]),
+            })
+            .collect();
+        let mut out = Vec::new();
+        encode_events(&events, &mut out).unwrap();
+        let overhead = out.len() - 32_000;
+        // Count 2, run 5 + 1 + 2, gaps 1 + 2, times 6 + 1 + 1 + 2 (the
+        // first time in full, then the step), lengths 1 + 2.
+        assert_eq!(overhead, 26, "{out:02x?}");
+        assert_eq!(decode_events(&out).unwrap(), events);
     }
 
     /// A replica's delta interleaves its writers in `(lamport, stream)`

@@ -4,8 +4,9 @@
 //! A frame on the wire is a 4-byte little-endian payload length followed by
 //! the payload: the frame's kind, then its content. Hellos, acks,
 //! heartbeats and a delta's floor are postcard encodings; a delta's events
-//! are written by hand, grouped into one run per stream with seqs implied
-//! and lamports and times as differences. The byte format is specified in
+//! are written by hand: one run header per stream with seqs implied, then
+//! run-length encoded columns of lamport gaps, times and payload lengths,
+//! then the payloads. The byte format is specified in
 //! `docs/PROTOCOL.md`; this module and its submodules are its only
 //! implementation.
 //!
@@ -16,8 +17,7 @@
 //! `meshlog_sync::frame::...`:
 //!
 //! - this file: [`Frame`], [`Hello`], the protocol version, the limits
-//!   ([`FRAME_BYTES_MAX`], [`DELTA_EVENTS_MAX`], [`EVENT_BYTES_MIN`],
-//!   [`LENGTH_PREFIX_BYTES`]) and the frame kinds' numbers; it re-exports
+//!   ([`FRAME_BYTES_MAX`], [`DELTA_EVENTS_MAX`], [`LENGTH_PREFIX_BYTES`]) and the frame kinds' numbers; it re-exports
 //!   what the submodules make public.
 //! - `envelope`: the length prefix ([`split_frame`]) and a payload as a
 //!   whole ([`encode`], [`decode`]): the kind varint, the hello's version
@@ -26,8 +26,8 @@
 //!   version vector), converted to and from the domain types here, and the
 //!   check of their vectors' counts that walks their layout before decoding.
 //! - `event_runs`: the hand-written codec of a delta's events (per-stream
-//!   runs, seqs implied, lamports and times as differences, shortest-form
-//!   varints), which postcard's layout could not make this compact.
+//!   run headers, seqs implied, run-length encoded columns of lamport gaps,
+//!   times and payload lengths, shortest-form varints), which postcard's layout could not make this compact.
 //! - `reader`: [`FrameReader`], the cancel-safe reader of whole frames from
 //!   a tokio byte stream; the only part that does I/O.
 //! - `error`: [`FrameError`], the one error every part returns.
@@ -44,12 +44,12 @@
 //! (a vector's streams, a delta's events, a run's events, a payload's
 //! length) is checked against its limit
 //! ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`]) and against the bytes left
-//! before any of its elements is decoded. Vectors are grown as their entries are read, never
-//! reserved by a count read from the input; a delta's events are reserved
-//! once, by a count already known to fit the bytes left at
-//! [`EVENT_BYTES_MIN`] bytes an event. A payload decodes into at most a
-//! small multiple of its length (an event of 3 bytes into 64), and never
-//! into more than its limits allow, however small its elements.
+//! before any of its elements is decoded. Vectors are grown as their entries
+//! are read, never reserved by a count read from the input; a delta's
+//! events are reserved once, by a count already checked against
+//! [`DELTA_EVENTS_MAX`], so a delta decodes into at most 512 KiB of events
+//! besides its payloads, whatever its size (a column's repeat lets a few
+//! bytes stand for many events), and never into more than its limits allow.
 //!
 //! The serde types are private: [`Frame`] carries the domain types of
 //! `meshlog-cursor` and `meshlog-replica` (which are deliberately not
@@ -98,10 +98,12 @@ pub use reader::FrameReader;
 /// ([`FrameError::ProtocolVersion`]); ours reaches them first, so they can
 /// say why too.
 ///
-/// Version 2 numbers delta frames and acknowledges the last one received,
-/// and carries marks in acks and heartbeats as a difference from marks the
-/// receiver already holds (`docs/PROTOCOL.md`).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// Version 3 writes a delta's event fields as run-length encoded columns
+/// and its payloads back to back; version 2 numbered delta frames,
+/// acknowledged the last one received, and carried marks in acks and
+/// heartbeats as a difference from marks the receiver already holds
+/// (`docs/PROTOCOL.md`).
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The largest frame payload, in bytes (the length prefix excluded): 4 MiB.
 ///
@@ -113,11 +115,11 @@ pub const FRAME_BYTES_MAX: usize = 4 << 20;
 
 /// The most events one delta frame may carry: 8192.
 ///
-/// The bound on what one frame decodes into. Without it a 4 MiB delta of
-/// minimal events ([`EVENT_BYTES_MIN`] bytes each on the wire, 64 bytes
-/// each decoded) would decode into some 1,400,000 events, about 90 MB, for
-/// each inbound session at once. With it a delta decodes into at most
-/// 512 KiB of events besides its payloads.
+/// The bound on what one frame decodes into. A delta's columns write a
+/// repeated value once, so a few bytes can stand for many small events:
+/// without this bound a 4 MiB delta could decode into millions of events
+/// (64 bytes each in memory) in every inbound session at once. With it a
+/// delta decodes into at most 512 KiB of events besides its payloads.
 ///
 /// A sender's byte budget counts at least 50 bytes per event
 /// ([`meshlog_replica::Event::size_hint`]), so the default budget of
@@ -126,16 +128,6 @@ pub const FRAME_BYTES_MAX: usize = 4 << 20;
 /// events. A receiver refuses a delta announcing more
 /// ([`FrameError::TooManyEvents`]) after reading only its count.
 pub const DELTA_EVENTS_MAX: usize = 8192;
-
-/// The fewest bytes an event of a delta takes on the wire: its lamport gap,
-/// its time and its payload length, one varint byte each (the run it
-/// belongs to takes more).
-///
-/// A delta's event count, and each run's, is refused
-/// ([`FrameError::CountAboveBytes`]) if this many bytes per event do not
-/// fit what is left of the payload, so what a delta decodes into stays
-/// within 64 / 3 bytes of events per payload byte.
-pub const EVENT_BYTES_MIN: usize = 3;
 
 /// The length prefix: a `u32`, little-endian.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
@@ -396,7 +388,7 @@ mod tests {
         };
         let expected = [
             Frame::Hello(Hello {
-                protocol: 2,
+                protocol: 3,
                 stream: StreamId::new(0xb),
                 marks: vv(&[(0xb, 3)]),
                 floor: VersionVector::new(),
@@ -418,6 +410,19 @@ mod tests {
                         event(2, 9, 21, 5010, b"b"),
                         event(7, 4, 22, 4990, b"c"),
                         event(2, 10, 25, 5020, b""),
+                    ],
+                },
+            ),
+            // One writer's steady events: a pair or two per column.
+            Frame::delta(
+                3,
+                Delta {
+                    floor: VersionVector::new(),
+                    events: vec![
+                        event(3, 1, 1, 1000, b"a"),
+                        event(3, 2, 2, 1010, b"b"),
+                        event(3, 3, 3, 1020, b"c"),
+                        event(3, 4, 4, 1030, b"d"),
                     ],
                 },
             ),
@@ -457,11 +462,11 @@ mod tests {
             assert_eq!(decode(block).as_ref(), Ok(frame));
         }
         // The idle heartbeat the doc promises is 10 bytes on the wire.
-        assert_eq!(blocks[4].len(), 10);
+        assert_eq!(blocks[5].len(), 10);
     }
 
     /// `docs/PROTOCOL.md` states that a delta of one event takes at most
-    /// 327,719 bytes besides its payload, so payloads up to 3,866,585 bytes
+    /// 327,722 bytes besides its payload, so payloads up to 3,866,582 bytes
     /// always fit a frame: the worst case (the largest floor vector, every
     /// varint at its longest) lands exactly on the limit.
     #[test]
@@ -484,10 +489,10 @@ mod tests {
                 },
             )
         };
-        let bytes = encode(&delta(3_866_585)).unwrap();
+        let bytes = encode(&delta(3_866_582)).unwrap();
         assert_eq!(bytes.len(), LENGTH_PREFIX_BYTES + FRAME_BYTES_MAX);
         assert_eq!(
-            encode(&delta(3_866_586)),
+            encode(&delta(3_866_583)),
             Err(FrameError::TooLarge {
                 len: FRAME_BYTES_MAX + 1,
                 max: FRAME_BYTES_MAX
