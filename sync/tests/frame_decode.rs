@@ -947,3 +947,52 @@ fn arbitrary_events_encode_exactly_when_the_model_allows() {
         },
     );
 }
+
+/// A decoded delta's payloads are slices of one buffer. An event the
+/// receiver keeps pending (above a hole) copies its payload out, so that a
+/// few bytes held for later do not keep the whole frame alive: after the
+/// delta is dropped, what the replica still holds is about that event, not
+/// the frame's 100 KiB of payloads.
+#[test]
+fn an_event_kept_pending_does_not_keep_its_frame_alive() {
+    use meshlog_replica::Replica;
+    let x = StreamId::new(7);
+    let mut writer = Replica::new(x);
+    for i in 0..100u8 {
+        writer.append_at(Bytes::from(vec![i; 1024]), 1_000).unwrap();
+    }
+    let mut receiver = Replica::new(StreamId::new(9));
+    receiver
+        .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+        .unwrap();
+    // The writer's 100 events again (duplicates), and seq 2 of a third
+    // stream, whose seq 1 the receiver lacks.
+    let mut events = writer.delta_for(&VersionVector::new(), usize::MAX).events;
+    events.push(Event {
+        stream: StreamId::new(11),
+        seq: 2,
+        lamport: 500,
+        time_ms: 1_000,
+        payload: Bytes::from_static(b"early"),
+    });
+    let bytes = frame::encode(&Frame::delta(
+        1,
+        Delta {
+            floor: VersionVector::new(),
+            events,
+        },
+    ))
+    .unwrap();
+    let (report, measured) = alloc::measure(|| {
+        let Ok(Frame::Delta { delta, .. }) = frame::decode(&bytes) else {
+            panic!("a delta");
+        };
+        receiver.apply(&delta).unwrap()
+    });
+    assert_eq!((report.duplicates, report.pending), (100, 1), "{report:?}");
+    assert!(
+        measured.bytes_net < 16 * 1024,
+        "the pending event keeps {} bytes alive",
+        measured.bytes_net
+    );
+}
