@@ -118,6 +118,8 @@ pub struct FileSettings {
     pub backoff_max_ms: Option<u64>,
     /// See [`SyncSettings::connect_timeout`], in milliseconds.
     pub connect_timeout_ms: Option<u64>,
+    /// See [`SyncSettings::frame_bytes_max`].
+    pub frame_bytes_max: Option<usize>,
     /// See [`Limits::payload_bytes_max`].
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
@@ -206,6 +208,11 @@ pub struct SyncSettings {
     pub backoff_max: Duration,
     /// How long a dial (TCP connect and the upgrade) may take. Default 5 s.
     pub connect_timeout: Duration,
+    /// The largest sync frame this node takes (announced to each peer; a
+    /// link carries frames up to the smaller of both sides' settings).
+    /// Default and at least 4 MiB, at most 1 GiB: raise it on both ends of
+    /// a link whose `payload_bytes_max` is above 3,866,582 bytes.
+    pub frame_bytes_max: usize,
 }
 
 impl Default for SyncSettings {
@@ -215,6 +222,7 @@ impl Default for SyncSettings {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX,
         }
     }
 }
@@ -377,6 +385,10 @@ impl NodeConfig {
         if let Some(v) = file.connect_timeout_ms {
             sync.connect_timeout = ms(v);
         }
+        sync.frame_bytes_max = file.frame_bytes_max.unwrap_or(sync.frame_bytes_max).clamp(
+            meshlog_sync::FRAME_BYTES_MAX,
+            meshlog_sync::FRAME_BYTES_CEILING,
+        );
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file
@@ -482,6 +494,28 @@ mod tests {
             .args;
         let error = NodeConfig::from_args(args).unwrap_err();
         assert!(error.to_string().contains("body_bytes"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The sync frame limit is a file setting, kept within what the
+    /// protocol allows: at least the 4 MiB every peer takes, at most 1 GiB.
+    #[test]
+    fn the_frame_limit_is_a_setting_within_its_bounds() {
+        let dir = std::env::temp_dir().join(format!("meshlog-frame-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.toml");
+        for (value, expected) in [
+            (16usize << 20, 16usize << 20),
+            (1024, meshlog_sync::FRAME_BYTES_MAX),
+            (8usize << 30, meshlog_sync::FRAME_BYTES_CEILING),
+        ] {
+            std::fs::write(&file, format!("frame_bytes_max = {value}\n")).unwrap();
+            let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])
+                .unwrap()
+                .args;
+            let config = NodeConfig::from_args(args).unwrap();
+            assert_eq!(config.sync.frame_bytes_max, expected, "{value}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

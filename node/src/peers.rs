@@ -143,7 +143,10 @@ impl Peers {
     }
 
     fn session_config(&self) -> SessionConfig {
-        SessionConfig::with_heartbeat(self.inner.settings.heartbeat)
+        SessionConfig {
+            frame_bytes_max: self.inner.settings.frame_bytes_max,
+            ..SessionConfig::with_heartbeat(self.inner.settings.heartbeat)
+        }
     }
 
     /// Starts dialing `url` (and redialing it). Returns the normalized URL

@@ -474,6 +474,7 @@ impl RawPeer {
             stream: StreamId::new(stream),
             marks: VersionVector::new(),
             floor: VersionVector::new(),
+            frame_bytes_max: FRAME_BYTES_MAX as u32,
         }))
         .await;
     }

@@ -17,8 +17,9 @@
 //! # Layout
 //!
 //! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their encoding
-//!   (postcard, but a delta's events written by hand in per-stream runs)
-//!   behind a `u32` length prefix, [`FRAME_BYTES_MAX`],
+//!   (postcard, but a delta's events written by hand as run headers and
+//!   run-length encoded columns) behind a `u32` length prefix,
+//!   [`FRAME_BYTES_MAX`] (the default frame limit, a session setting),
 //!   [`DELTA_EVENTS_MAX`], the
 //!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:
 //!   `docs/PROTOCOL.md`.
@@ -112,7 +113,8 @@ mod watch;
 
 pub use backoff::Backoff;
 pub use frame::{
-    Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
+    Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_CEILING, FRAME_BYTES_MAX,
+    PROTOCOL_VERSION,
 };
 pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
 pub use meshlog_replica::{Commits, SharedReplica};

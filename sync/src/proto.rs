@@ -148,6 +148,9 @@ pub struct Protocol {
     config: SessionConfig,
     local: StreamId,
     peer: Option<StreamId>,
+    /// The largest frame payload the peer takes, from its hello
+    /// ([`FRAME_BYTES_MAX`] until it arrives).
+    peer_frame_bytes_max: usize,
     /// What we believe the peer holds: what to send is computed from it.
     view: VersionVector,
     peer_has_our_hello: bool,
@@ -260,6 +263,7 @@ impl Protocol {
             config,
             local,
             peer: None,
+            peer_frame_bytes_max: FRAME_BYTES_MAX,
             view: VersionVector::new(),
             peer_has_our_hello: false,
             hello_due: true,
@@ -527,6 +531,12 @@ impl Protocol {
         }
     }
 
+    /// The largest frame payload we send: the smaller of our limit and
+    /// the peer's (from its hello; the default before it arrives).
+    fn send_limit(&self) -> usize {
+        self.config.frame_limit().min(self.peer_frame_bytes_max)
+    }
+
     /// Cuts from a delta to send every event too large for a frame (with
     /// the delta's floor), and what follows it in its stream: that stream
     /// is not sent to this peer past it in this session, reported
@@ -534,7 +544,8 @@ impl Protocol {
     /// cut.
     fn cut_unsendable(&mut self, delta: &mut Delta) -> bool {
         let floor_bytes = frame::vector_bytes_max(&delta.floor);
-        let payload_max = FRAME_BYTES_MAX.saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX);
+        let limit = self.send_limit();
+        let payload_max = limit.saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX);
         let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
         for event in &delta.events {
             if event.payload.len() > payload_max && !cut.contains_key(&event.stream) {
@@ -556,17 +567,20 @@ impl Protocol {
                 %stream,
                 seq,
                 len,
-                limit = FRAME_BYTES_MAX,
-                "event not sent: with its frame it exceeds the frame limit of {FRAME_BYTES_MAX} \
-                 bytes (the sender's payload_bytes_max is above what a frame carries: at most \
-                 3,866,582 bytes always fit); the stream is not sent to this peer past it"
+                limit,
+                ours = self.config.frame_limit(),
+                theirs = self.peer_frame_bytes_max,
+                "event not sent: with its frame it exceeds the frame limit of {limit} bytes \
+                 (the smaller of this side's frame_bytes_max and the peer's; under the default \
+                 4 MiB at most 3,866,582 bytes of payload always fit): the stream is not sent \
+                 to this peer past it; raise frame_bytes_max on both sides"
             );
             self.unsendable.insert(stream, seq);
             self.state.limits.push(LimitHit::FrameBytesMax {
                 stream,
                 seq,
                 len,
-                limit: FRAME_BYTES_MAX,
+                limit,
             });
         }
         let before = delta.events.len();
@@ -799,7 +813,7 @@ impl Protocol {
         let Some(frame) = self.next_frame(now, local) else {
             return Ok(None);
         };
-        let bytes = frame::encode(&frame).map_err(SessionError::Send)?;
+        let bytes = frame::encode_limited(&frame, self.send_limit()).map_err(SessionError::Send)?;
         tracing::trace!(kind = frame.kind(), len = bytes.len(), "frame queued");
         self.state.frames_sent += 1;
         self.state.bytes_sent += bytes.len() as u64;
@@ -825,6 +839,7 @@ impl Protocol {
                 stream: self.local,
                 marks,
                 floor,
+                frame_bytes_max: self.config.frame_limit() as u32,
             }));
         }
         self.peer?;
@@ -944,7 +959,8 @@ impl Protocol {
         self.state.bytes_received += len as u64;
         self.state_changed = true;
         self.last_frame_at = now;
-        let frame = frame::decode_payload(payload).map_err(SessionError::Frame)?;
+        let frame = frame::decode_payload_limited(payload, self.config.frame_limit())
+            .map_err(SessionError::Frame)?;
         tracing::trace!(kind = frame.kind(), len, "frame received");
         self.on_frame(now, frame, local)
     }
@@ -1192,6 +1208,7 @@ impl Protocol {
                 tracing::debug!(local = %self.local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
             }
         }
+        self.peer_frame_bytes_max = hello.frame_bytes_max as usize;
         self.state.peer = Some(hello.stream);
         self.state.peer_marks.join(&hello.marks);
         self.state.peer_floor.join(&hello.floor);

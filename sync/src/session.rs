@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
-use crate::frame::{FrameError, FrameReader, FRAME_BYTES_MAX};
+use crate::frame::{FrameError, FrameReader, FRAME_BYTES_CEILING, FRAME_BYTES_MAX};
 // Named by the docs only.
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
@@ -43,6 +43,13 @@ pub struct SessionConfig {
     /// be written: the bound on a session's output buffer (plus one frame and
     /// a hello), and the backpressure a slow peer exerts. Default 512 KiB.
     pub queue_bytes_max: usize,
+    /// The largest frame payload this side takes, in bytes, announced in
+    /// its hello; each side sends frames up to the smaller of both sides'
+    /// limits. Default (and floor) [`FRAME_BYTES_MAX`], 4 MiB: events of
+    /// payloads up to 3,866,582 bytes always fit. Raise it on both sides
+    /// of a link to sync larger events (each session may buffer one frame
+    /// of this size); at most [`FRAME_BYTES_CEILING`].
+    pub frame_bytes_max: usize,
 }
 
 impl Default for SessionConfig {
@@ -53,6 +60,7 @@ impl Default for SessionConfig {
             write_timeout: Duration::from_secs(10),
             delta_bytes_max: 256 * 1024,
             queue_bytes_max: 512 * 1024,
+            frame_bytes_max: FRAME_BYTES_MAX,
         }
     }
 }
@@ -74,6 +82,12 @@ impl SessionConfig {
     /// and for one event of the largest payload a replica accepts.
     pub(crate) fn delta_budget(&self) -> usize {
         self.delta_bytes_max.clamp(1, FRAME_BYTES_MAX / 2)
+    }
+
+    /// [`SessionConfig::frame_bytes_max`] within its bounds.
+    pub(crate) fn frame_limit(&self) -> usize {
+        self.frame_bytes_max
+            .clamp(FRAME_BYTES_MAX, FRAME_BYTES_CEILING)
     }
 }
 
@@ -145,8 +159,8 @@ pub enum LimitHit {
         limit: usize,
     },
     /// One of our events is too large for a frame (our
-    /// `payload_bytes_max` is above what a frame carries): its stream is
-    /// not sent to this peer past it.
+    /// `payload_bytes_max` is above what a frame between us and this peer
+    /// carries): its stream is not sent to this peer past it.
     FrameBytesMax {
         /// The event's stream.
         stream: StreamId,
@@ -154,7 +168,8 @@ pub enum LimitHit {
         seq: u64,
         /// Its payload's length.
         len: usize,
-        /// [`FRAME_BYTES_MAX`].
+        /// The frame limit it exceeds: the smaller of this side's
+        /// [`SessionConfig::frame_bytes_max`] and the peer's.
         limit: usize,
     },
 }
@@ -385,13 +400,14 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         if let Some((routes, direction)) = &self.routes {
             protocol = protocol.with_routes(routes, *direction);
         }
+        let reader = FrameReader::with_limit(self.config.frame_limit());
         let mut driver = Driver {
             protocol,
             marks,
             shared: self.shared,
             config: self.config,
             state: self.state,
-            reader: FrameReader::new(),
+            reader,
             read,
             write,
             out: BytesMut::new(),

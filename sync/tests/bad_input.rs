@@ -106,6 +106,7 @@ fn hello(stream: StreamId, protocol: u16) -> Vec<u8> {
         stream,
         marks: [(B, 1)].into_iter().collect(),
         floor: VersionVector::new(),
+        frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX as u32,
     }))
     .unwrap()
 }
@@ -255,6 +256,7 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
         stream: B,
         marks: [(A, 5), (B, 1)].into_iter().collect(),
         floor: VersionVector::new(),
+        frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX as u32,
     }))
     .unwrap();
     // A holds its own seq 1 only; the peer "sends" seqs 2 and 3 of A.
@@ -436,6 +438,7 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
             stream: B,
             marks: a.marks(),
             floor: VersionVector::new(),
+            frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX as u32,
         }))
         .unwrap();
         for seq in 2..2 + DELTAS {

@@ -86,6 +86,7 @@ fn valid_frames() -> Vec<Frame> {
             stream: StreamId::new(0xb),
             marks: vv(&[(1, 7), (0xb, 3), (u64::MAX, 1)]),
             floor: vv(&[(1, 2)]),
+            frame_bytes_max: FRAME_BYTES_MAX as u32,
         }),
         Frame::delta(
             1,
@@ -419,6 +420,16 @@ fn hand_made_inputs_give_their_typed_errors() {
                 )
             },
         ),
+        (
+            "hello announcing a frame limit below the 4 MiB every peer takes",
+            vec![1, 0, 3, 0x0b, 0, 0, 0xff, 0xff, 0xff, 0x01],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "hello", detail }] if detail.contains("4194303 bytes, below")),
+        ),
+        (
+            "hello announcing a frame limit of 1 GiB",
+            vec![1, 0, 3, 0x0b, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x04],
+            |o| o.decoded == 1 && o.errors.is_empty(),
+        ),
         ("hello of protocol version 4", vec![1, 0, 4], |o| {
             matches!(
                 o.errors[..],
@@ -517,7 +528,7 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "hello whose floor has a zero seq",
-            vec![2, 7, 0, 1, 3, 0],
+            vec![2, 7, 0, 1, 3, 0, 0x80, 0x80, 0x80, 0x02],
             |o| {
                 matches!(
                     o.errors[..],
@@ -531,7 +542,7 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "valid hello after the helped header",
-            vec![2, 7, 1, 7, 1, 0],
+            vec![2, 7, 1, 7, 1, 0, 0x80, 0x80, 0x80, 0x02],
             |o| o.decoded == 1,
         ),
         (
@@ -844,6 +855,7 @@ impl Arbitrary for AnyFrame {
                 stream: StreamId::new(u64::arbitrary(g)),
                 marks: any_vector(g),
                 floor: any_vector(g),
+                frame_bytes_max: FRAME_BYTES_MAX as u32 + u32::arbitrary(g) % 1024,
             }),
             1 => Frame::delta(u64::arbitrary(g).max(1), any_model_delta(g)),
             2 => Frame::Ack(any_receipt(g)),

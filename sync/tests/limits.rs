@@ -123,3 +123,96 @@ fn an_event_too_large_for_a_frame_is_not_sent_and_the_rest_is() {
     ));
     assert_eq!(report.a.events_over_limit, 1);
 }
+
+/// The frame limit is a setting each side announces in its hello: a link
+/// whose two sides both raise `frame_bytes_max` carries an event too large
+/// for the default 4 MiB; raised on the sender only, the receiver's hello
+/// still says 4 MiB, so the sender cuts there and reports the limit
+/// between them, and the receiver (reading with its own limit) never sees
+/// a larger frame. Real sessions over an in-memory stream, paused clock.
+#[test]
+fn a_frame_limit_raised_on_both_sides_carries_larger_events_and_on_one_side_does_not() {
+    use std::time::Duration;
+
+    use meshlog_sync::testkit::{run_paused, wait_for};
+    use meshlog_sync::{Session, FRAME_BYTES_MAX};
+
+    let big = (4 << 20) + 1;
+    let writer = || {
+        let a = replica_with(1, |config| config.payload_bytes_max = 6 << 20);
+        a.append(&b"small"[..]).unwrap();
+        a.append(Bytes::from(vec![7u8; big])).unwrap();
+        a.append(&b"after"[..]).unwrap();
+        a
+    };
+    let raised = SessionConfig {
+        frame_bytes_max: 8 << 20,
+        ..SessionConfig::default()
+    };
+    let default = SessionConfig::default();
+    for (receiver_config, carried) in [(raised.clone(), true), (default, false)] {
+        run_paused(async {
+            let a = writer();
+            let b = replica_with(2, |config| config.payload_bytes_max = 6 << 20);
+            let (a_end, b_end) = tokio::io::duplex(64 * 1024);
+            let a_session = Session::new(a.clone(), raised.clone());
+            let b_session = Session::new(b.clone(), receiver_config);
+            let (a_state, b_state) = (a_session.state(), b_session.state());
+            let a_task = tokio::spawn(a_session.run(a_end));
+            let b_task = tokio::spawn(b_session.run(b_end));
+            let want = if carried { 3 } else { 1 };
+            wait_for(
+                "b to take what the link carries",
+                Duration::from_secs(10),
+                || {
+                    b.marks().get(StreamId::new(1)) == want
+                        && a_state.borrow().peer.is_some()
+                        && (carried || !a_state.borrow().limits.is_empty())
+                },
+            )
+            .await;
+            // A few more heartbeats: nothing else arrives.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(b.marks().get(StreamId::new(1)), want, "carried: {carried}");
+            let sent = a_state.borrow().clone();
+            // Neither side refused a frame: both sessions still run.
+            for (side, task) in [("a", a_task), ("b", b_task)] {
+                if task.is_finished() {
+                    panic!(
+                        "carried {carried}: {side}'s session ended: {:?}",
+                        task.await
+                    );
+                }
+            }
+            assert_eq!(b_state.borrow().peer, Some(StreamId::new(1)));
+            if carried {
+                assert!(sent.limits.is_empty(), "{:?}", sent.limits);
+                let held = b.delta_for(&meshlog_cursor::VersionVector::new(), usize::MAX);
+                let large = held
+                    .events
+                    .iter()
+                    .find(|e| e.seq == 2 && e.stream == StreamId::new(1));
+                assert_eq!(
+                    large.map(|e| e.payload.len()),
+                    Some(big),
+                    "the large event arrived whole"
+                );
+            } else {
+                assert!(
+                    matches!(
+                        sent.limits[..],
+                        [LimitHit::FrameBytesMax {
+                            seq: 2,
+                            len,
+                            limit,
+                            ..
+                        }] if len == big && limit == FRAME_BYTES_MAX
+                    ),
+                    "{:?}",
+                    sent.limits
+                );
+                assert!(sent.events_over_limit >= 1);
+            }
+        });
+    }
+}

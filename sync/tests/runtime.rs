@@ -49,6 +49,7 @@ fn hello_from_b() -> Vec<u8> {
         stream: B,
         marks: VersionVector::new(),
         floor: VersionVector::new(),
+        frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX as u32,
     }))
     .unwrap()
 }

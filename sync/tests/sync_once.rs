@@ -94,6 +94,7 @@ fn a_hostile_delta_is_refused_by_the_core_with_the_replicas_reason() {
         stream: StreamId::new(66),
         marks: VersionVector::new(),
         floor: VersionVector::new(),
+        frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX as u32,
     });
     assert_eq!(
         core.handle_frame(now, hello, &a).unwrap(),

@@ -20,8 +20,8 @@ use serde::Deserialize;
 use super::event_runs::{decode_events, encode_events, put_varint};
 use super::repr::{check_counts, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
 use super::{
-    tag, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX, FRAME_BYTES_MAX,
-    LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
+    tag, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
+    FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
 };
 // Named by `decode`'s docs only.
 #[cfg(doc)]
@@ -34,7 +34,14 @@ use meshlog_cursor::STREAMS_MAX;
 /// prefix, or [`FrameError::TooLarge`] as soon as the prefix announces more
 /// than [`FRAME_BYTES_MAX`], before the payload is read.
 pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, FrameError> {
-    let Some(len) = peek_len(buf)? else {
+    split_frame_limited(buf, FRAME_BYTES_MAX)
+}
+
+/// [`split_frame`] with a frame limit of `max` payload bytes instead of
+/// [`FRAME_BYTES_MAX`]: what a side whose `frame_bytes_max` is raised reads
+/// with.
+pub fn split_frame_limited(buf: &[u8], max: usize) -> Result<Option<(&[u8], usize)>, FrameError> {
+    let Some(len) = peek_len(buf, max)? else {
         return Ok(None);
     };
     let used = LENGTH_PREFIX_BYTES + len;
@@ -46,18 +53,15 @@ pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, FrameError> {
 
 /// The payload length announced by the prefix at the start of `buf`, checked
 /// against the limit; `None` if the prefix is incomplete.
-pub(super) fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
+pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
     let Some(prefix) = buf.get(..LENGTH_PREFIX_BYTES) else {
         return Ok(None);
     };
     let mut bytes = [0u8; LENGTH_PREFIX_BYTES];
     bytes.copy_from_slice(prefix);
     let len = u32::from_le_bytes(bytes) as usize;
-    if len > FRAME_BYTES_MAX {
-        return Err(FrameError::TooLarge {
-            len,
-            max: FRAME_BYTES_MAX,
-        });
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
     }
     Ok(Some(len))
 }
@@ -103,10 +107,17 @@ pub(super) fn peek_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
 /// # Ok::<(), meshlog_sync::FrameError>(())
 /// ```
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
+    encode_limited(frame, FRAME_BYTES_MAX)
+}
+
+/// [`encode`] with a frame limit of `max` payload bytes instead of
+/// [`FRAME_BYTES_MAX`] (clamped to [`FRAME_BYTES_CEILING`]): what a session
+/// sends with once both sides' hellos allow larger frames.
+pub fn encode_limited(frame: &Frame, max: usize) -> Result<Vec<u8>, FrameError> {
     let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
-    encode_into(frame, &mut out)?;
+    encode_into(frame, &mut out, max.min(FRAME_BYTES_CEILING))?;
     let len = out.len() - LENGTH_PREFIX_BYTES;
-    // Cannot truncate: `encode_into` refuses more than FRAME_BYTES_MAX,
+    // Cannot truncate: `encode_into` refuses more than FRAME_BYTES_CEILING,
     // which fits a u32.
     out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
     Ok(out)
@@ -116,7 +127,7 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 /// [`decode_payload`] takes. Fails as [`encode`] does.
 pub fn encode_payload(frame: &Frame) -> Result<Vec<u8>, FrameError> {
     let mut out = Vec::new();
-    encode_into(frame, &mut out)?;
+    encode_into(frame, &mut out, FRAME_BYTES_MAX)?;
     Ok(out)
 }
 
@@ -125,7 +136,7 @@ pub fn encode_payload(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 /// The vectors and the hello's fields are written by hand in postcard's
 /// layout (varints, a sequence as its count then its elements), which is
 /// what `repr` reads back with postcard.
-fn encode_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
+fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), FrameError> {
     let start = out.len();
     match frame {
         Frame::Hello(hello) => {
@@ -134,6 +145,16 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
             put_varint(out, hello.stream.get());
             put_vector(out, &hello.marks);
             put_vector(out, &hello.floor);
+            if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
+                return Err(FrameError::Encode {
+                    kind: "hello",
+                    detail: format!(
+                        "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
+                        hello.frame_bytes_max
+                    ),
+                });
+            }
+            put_varint(out, u64::from(hello.frame_bytes_max));
         }
         Frame::Delta { number, delta } => {
             if delta.events.len() > DELTA_EVENTS_MAX {
@@ -179,12 +200,9 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
         }
     }
     let len = out.len() - start;
-    if len > FRAME_BYTES_MAX {
+    if len > max {
         out.truncate(start);
-        return Err(FrameError::TooLarge {
-            len,
-            max: FRAME_BYTES_MAX,
-        });
+        return Err(FrameError::TooLarge { len, max });
     }
     Ok(())
 }
@@ -283,7 +301,7 @@ pub fn decode(bytes: &[u8]) -> Result<Frame, FrameError> {
         }
         None => Err(FrameError::Truncated {
             len: bytes.len(),
-            needed: match peek_len(bytes)? {
+            needed: match peek_len(bytes, FRAME_BYTES_MAX)? {
                 Some(len) => LENGTH_PREFIX_BYTES + len,
                 None => LENGTH_PREFIX_BYTES,
             },
@@ -306,13 +324,20 @@ pub fn decode(bytes: &[u8]) -> Result<Frame, FrameError> {
 /// A delta's events come out in `(lamport, stream)` order (per stream in
 /// seq order), whatever order the sender's delta held them in.
 pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
+    decode_payload_limited(payload, FRAME_BYTES_MAX)
+}
+
+/// [`decode_payload`] with a frame limit of `max` payload bytes instead of
+/// [`FRAME_BYTES_MAX`]: what a side whose `frame_bytes_max` is raised
+/// decodes with.
+pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
     }
-    if payload.len() > FRAME_BYTES_MAX {
+    if payload.len() > max {
         return Err(FrameError::TooLarge {
             len: payload.len(),
-            max: FRAME_BYTES_MAX,
+            max,
         });
     }
     let malformed = |kind: &'static str| {
@@ -366,11 +391,21 @@ pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
     Ok(match tag {
         tag::HELLO => {
             let hello: HelloRepr = take_all(body, kind)?;
+            if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
+                return Err(FrameError::Malformed {
+                    kind,
+                    detail: format!(
+                        "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
+                        hello.frame_bytes_max
+                    ),
+                });
+            }
             Frame::Hello(Hello {
                 protocol: hello.protocol,
                 stream: StreamId::new(hello.stream),
                 marks: hello.marks.into_vector(kind, "marks")?,
                 floor: hello.floor.into_vector(kind, "floor")?,
+                frame_bytes_max: hello.frame_bytes_max,
             })
         }
         tag::DELTA => {

@@ -22,7 +22,7 @@ pub enum FrameError {
     TooLarge {
         /// The length announced or produced.
         len: usize,
-        /// [`FRAME_BYTES_MAX`].
+        /// The frame limit: [`FRAME_BYTES_MAX`] unless a session raised it.
         max: usize,
     },
     /// A whole frame given to [`decode`](super::decode) holds fewer bytes

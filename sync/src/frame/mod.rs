@@ -89,7 +89,10 @@ mod event_runs;
 mod reader;
 mod repr;
 
-pub use envelope::{decode, decode_payload, encode, encode_payload, split_frame};
+pub use envelope::{
+    decode, decode_payload, decode_payload_limited, encode, encode_limited, encode_payload,
+    split_frame, split_frame_limited,
+};
 pub use error::FrameError;
 pub use reader::FrameReader;
 
@@ -105,13 +108,23 @@ pub use reader::FrameReader;
 /// (`docs/PROTOCOL.md`).
 pub const PROTOCOL_VERSION: u16 = 3;
 
-/// The largest frame payload, in bytes (the length prefix excluded): 4 MiB.
+/// The largest frame payload every peer takes, in bytes (the length prefix
+/// excluded): 4 MiB, the default of `SessionConfig::frame_bytes_max` and
+/// its floor.
 ///
 /// It must hold the largest delta a session sends: one event of up to the
 /// replica's `payload_bytes_max` (1 MiB by default) or a byte budget of
 /// events (see `SessionConfig::delta_bytes_max`), plus a floor vector of up
-/// to [`STREAMS_MAX`] entries (at most 20 bytes each, about 320 KiB).
+/// to [`STREAMS_MAX`] entries (at most 20 bytes each, about 320 KiB). Two
+/// sides that both raise `frame_bytes_max` (announced in their hellos)
+/// exchange frames up to the smaller of the two, so that events of larger
+/// payloads travel between them.
 pub const FRAME_BYTES_MAX: usize = 4 << 20;
+
+/// The largest `SessionConfig::frame_bytes_max`: 1 GiB. A receiver buffers
+/// a whole frame before decoding it, so this is also the most one session
+/// may buffer.
+pub const FRAME_BYTES_CEILING: usize = 1 << 30;
 
 /// The most events one delta frame may carry: 8192.
 ///
@@ -259,6 +272,11 @@ pub struct Hello {
     pub marks: VersionVector,
     /// The sender's floor (compacted up to).
     pub floor: VersionVector,
+    /// The largest frame payload the sender takes, in bytes: its
+    /// `SessionConfig::frame_bytes_max`, at least [`FRAME_BYTES_MAX`]
+    /// (a hello announcing less is malformed). Each side sends frames up
+    /// to the smaller of both sides' limits.
+    pub frame_bytes_max: u32,
 }
 
 /// The most bytes `vector` takes on the wire: its count and every entry,
@@ -292,6 +310,7 @@ mod tests {
                 stream: StreamId::new(7),
                 marks: vv(&[(1, 3), (7, 9)]),
                 floor: vv(&[(1, 1)]),
+                frame_bytes_max: FRAME_BYTES_MAX as u32,
             }),
             Frame::delta(
                 1,
@@ -392,6 +411,7 @@ mod tests {
                 stream: StreamId::new(0xb),
                 marks: vv(&[(0xb, 3)]),
                 floor: VersionVector::new(),
+                frame_bytes_max: FRAME_BYTES_MAX as u32,
             }),
             Frame::delta(
                 1,

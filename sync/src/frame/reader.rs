@@ -9,10 +9,10 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::envelope::peek_len;
-use super::LENGTH_PREFIX_BYTES;
+use super::{FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES};
 // Named by the reader's docs only.
 #[cfg(doc)]
-use super::{FrameError, FRAME_BYTES_MAX};
+use super::FrameError;
 
 /// Reads length-prefixed frames from a byte stream, one whole frame at a
 /// time.
@@ -20,11 +20,13 @@ use super::{FrameError, FRAME_BYTES_MAX};
 /// Cancel-safe: [`FrameReader::read_payload`] keeps partial input in the reader,
 /// so it can be a branch of `tokio::select!` that loses the race without
 /// losing bytes. The buffer never holds more than one frame's worth plus one
-/// read: a prefix above [`FRAME_BYTES_MAX`] is refused before its payload is
+/// read: a prefix above its limit ([`FRAME_BYTES_MAX`] unless set) is refused before its payload is
 /// buffered.
 #[derive(Debug, Default)]
 pub struct FrameReader {
     buf: BytesMut,
+    /// The frame limit, in payload bytes; [`FRAME_BYTES_MAX`] unless set.
+    limit: Option<usize>,
 }
 
 /// How much buffer a read asks for at a time: large frames are read in
@@ -32,9 +34,20 @@ pub struct FrameReader {
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 impl FrameReader {
-    /// A reader with an empty buffer.
+    /// A reader with an empty buffer and the default frame limit,
+    /// [`FRAME_BYTES_MAX`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A reader with an empty buffer that takes frames of up to `limit`
+    /// payload bytes (at most [`FRAME_BYTES_CEILING`]): what a session whose
+    /// `frame_bytes_max` is raised reads with.
+    pub fn with_limit(limit: usize) -> Self {
+        FrameReader {
+            buf: BytesMut::new(),
+            limit: Some(limit.min(FRAME_BYTES_CEILING)),
+        }
     }
 
     /// The next whole frame's payload (without the prefix), or `Ok(None)` at
@@ -73,7 +86,7 @@ impl FrameReader {
         source: &mut R,
     ) -> std::io::Result<Option<Bytes>> {
         loop {
-            let len = peek_len(&self.buf)
+            let len = peek_len(&self.buf, self.limit.unwrap_or(FRAME_BYTES_MAX))
                 .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))?;
             if let Some(len) = len {
                 if self.buf.len() >= LENGTH_PREFIX_BYTES + len {

@@ -25,6 +25,7 @@ pub(super) struct HelloRepr {
     pub(super) stream: u64,
     pub(super) marks: VectorRepr,
     pub(super) floor: VectorRepr,
+    pub(super) frame_bytes_max: u32,
 }
 
 /// An ack's or heartbeat's fields after its kind: the last delta number
