@@ -1008,3 +1008,44 @@ fn an_event_kept_pending_does_not_keep_its_frame_alive() {
         measured.bytes_net
     );
 }
+
+/// Found by `fuzz/smoke.sh` (`minimized-from-8fd6e…`): the first protocol 3
+/// decoder reserved its 512 KiB of events as soon as it read the count, so
+/// a 5-byte delta announcing 8,192 events, or one whose columns are broken,
+/// cost 512 KiB before being refused. Now the run headers, the columns and
+/// the payloads are checked before anything is allocated for the events:
+/// refusing these takes no more than the slack.
+#[test]
+fn a_malformed_delta_allocates_nothing_for_the_events_it_claims() {
+    let count = postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64)).unwrap();
+    // Kind 1, number 1, no floor, the count, then: nothing; one run and no
+    // columns; one run and a gaps column repeating past the count; the
+    // columns and a payload length past the end.
+    let mut cases: Vec<Vec<u8>> = Vec::new();
+    for tail in [
+        vec![],
+        [vec![1, 1], count.clone()].concat(),
+        [vec![1, 1], count.clone(), vec![0, 0x81, 0x40]].concat(),
+        [
+            vec![1, 1],
+            count.clone(),
+            vec![0],
+            count.clone(),
+            vec![0],
+            count.clone(),
+            vec![1],
+            count.clone(),
+        ]
+        .concat(),
+    ] {
+        cases.push([vec![1, 1, 0], count.clone(), tail].concat());
+    }
+    for payload in &cases {
+        let (decoded, peak) = peak_of(|| frame::decode_payload(payload));
+        assert!(decoded.is_err(), "{payload:02x?}: {decoded:?}");
+        assert!(
+            peak <= ALLOC_SLACK,
+            "refusing {payload:02x?} ({decoded:?}) held {peak} heap bytes"
+        );
+    }
+}

@@ -153,8 +153,12 @@ impl Column {
 /// of a column with one value in a row, the payloads ending the frame), so
 /// the frame re-encodes to the very bytes it came from.
 ///
-/// The payloads are copied once, into one buffer that every event's
-/// payload is a slice of.
+/// Nothing is allocated for the events until the whole delta is known to
+/// be well formed (the run headers read, the columns and payloads checked
+/// in a first pass that allocates nothing): a malformed delta costs only
+/// its run headers, however many events it claims. Then the events are
+/// reserved once and the columns read again, and the payloads are copied
+/// once, into one buffer that every event's payload is a slice of.
 ///
 /// The events come out in `(lamport, stream)` order: within a run lamport
 /// rises with seq by construction, and no two runs share a stream, so that
@@ -168,13 +172,12 @@ pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
             max: DELTA_EVENTS_MAX,
         });
     }
-    // At most DELTA_EVENTS_MAX events: reserved once, exactly.
     let count = count as usize;
-    let mut events: Vec<Event> = Vec::with_capacity(count);
-    // The run headers; each event's lamport stamp waits for its column.
-    let mut runs: Vec<(StreamId, usize)> = Vec::new();
+    // The run headers: at least 3 bytes each, so they grow with the input.
+    let mut runs: Vec<Run> = Vec::new();
+    let mut headed = 0usize;
     let mut stream_previous: Option<StreamId> = None;
-    while events.len() < count {
+    while headed < count {
         let stream = StreamId::new(reader.varint("stream")?);
         let bad_run = |detail: String| FrameError::BadRun { stream, detail };
         if let Some(previous) = stream_previous {
@@ -188,7 +191,7 @@ pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
         stream_previous = Some(stream);
         let first_seq = reader.varint("first seq")?;
         let run_len = reader.varint("run event count")?;
-        let events_left = count - events.len();
+        let events_left = count - headed;
         if run_len == 0 {
             return Err(bad_run("a run of no events".to_string()));
         }
@@ -197,91 +200,153 @@ pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
                 "{run_len} events where the delta's count leaves {events_left}"
             )));
         }
-        let last_seq = first_seq
+        first_seq
             .checked_add(run_len - 1)
             .ok_or(FrameError::SeqOverflow {
                 stream,
                 first_seq,
                 count: run_len,
             })?;
-        runs.push((stream, run_len as usize));
-        events.extend((first_seq..=last_seq).map(|seq| Event {
+        runs.push(Run {
             stream,
-            seq,
-            lamport: 0,
-            time_ms: 0,
-            payload: Bytes::new(),
-        }));
+            first_seq,
+            len: run_len as usize,
+        });
+        headed += run_len as usize;
     }
-    // Lamport gaps, each run's from 0.
+    // The columns and the payloads are checked whole before anything is
+    // allocated for the events: a few bytes may stand for thousands of
+    // events, but only in a delta that decodes.
+    let payload_bytes = check_columns(reader.bytes, &runs, count)?;
+    let mut events: Vec<Event> = Vec::with_capacity(count);
+    let payloads = Bytes::copy_from_slice(payload_bytes);
+    let mut start = 0;
+    read_columns(reader.bytes, &runs, count, |run, i, fields| {
+        let payload = if fields.len > 0 {
+            payloads.slice(start..start + fields.len)
+        } else {
+            Bytes::new()
+        };
+        start += fields.len;
+        events.push(Event {
+            stream: run.stream,
+            seq: run.first_seq + i,
+            lamport: fields.lamport,
+            time_ms: fields.time_ms,
+            payload,
+        });
+    })?;
+    // Allocation-free, and already sorted for a delta of one stream.
+    events.sort_unstable_by_key(|event| (event.lamport, event.stream));
+    Ok(events)
+}
+
+/// A run's header: its stream, first seq and number of events.
+struct Run {
+    stream: StreamId,
+    first_seq: u64,
+    len: usize,
+}
+
+/// One event's fields read from the columns.
+struct Fields {
+    lamport: u64,
+    time_ms: u64,
+    len: usize,
+}
+
+/// Checks a delta's three columns (`columns` starts at the first) for
+/// `count` events in the runs' order, and that the payloads after them fill
+/// the rest exactly; returns the payloads. Allocates nothing.
+fn check_columns<'a>(
+    columns: &'a [u8],
+    runs: &[Run],
+    count: usize,
+) -> Result<&'a [u8], FrameError> {
+    let mut reader = Reader { bytes: columns };
     let mut gaps = ColumnReader::new("lamport gaps", count);
-    let mut at = 0;
-    for &(stream, run_len) in &runs {
+    for run in runs {
         let mut lamport = 0u64;
-        for event in &mut events[at..at + run_len] {
+        for i in 0..run.len as u64 {
             let gap = gaps.next(&mut reader)?;
             lamport = lamport
                 .checked_add(gap)
                 .and_then(|sum| sum.checked_add(1))
                 .ok_or(FrameError::LamportOverflow {
-                    stream,
-                    seq: event.seq,
+                    stream: run.stream,
+                    seq: run.first_seq + i,
                 })?;
-            event.lamport = lamport;
         }
-        at += run_len;
     }
-    // Times: the first in full, then differences.
-    let mut times = ColumnReader::new("times", count);
-    let mut time_previous: Option<u64> = None;
-    for event in &mut events {
-        let value = times.next(&mut reader)?;
-        let time_ms = match time_previous {
-            None => value,
-            Some(previous) => previous.wrapping_add(unzigzag(value) as u64),
-        };
-        event.time_ms = time_ms;
-        time_previous = Some(time_ms);
-    }
-    // Payload lengths, which the payloads must fill to the end exactly:
-    // summed first (on a copy of the reader), then read again to slice the
-    // payloads, so nothing is allocated for them but their one copy.
-    let mut sum_reader = Reader {
-        bytes: reader.bytes,
-    };
+    ColumnReader::new("times", count).skip_all(&mut reader)?;
     let mut lens = ColumnReader::new("payload lengths", count);
     let mut total = 0u64;
     for _ in 0..count {
-        total = total.saturating_add(lens.next(&mut sum_reader)?);
-        if total > sum_reader.bytes.len() as u64 {
+        total = total.saturating_add(lens.next(&mut reader)?);
+        if total > reader.bytes.len() as u64 {
             return Err(FrameError::CountAboveBytes {
                 field: "payloads",
                 count: total,
-                bytes_left: sum_reader.bytes.len(),
+                bytes_left: reader.bytes.len(),
             });
         }
     }
     let total = total as usize;
-    if sum_reader.bytes.len() > total {
+    if reader.bytes.len() > total {
         return Err(FrameError::TrailingBytes {
             kind: "delta",
-            len: sum_reader.bytes.len() - total,
+            len: reader.bytes.len() - total,
         });
     }
-    let payloads = Bytes::copy_from_slice(sum_reader.bytes);
+    Ok(reader.bytes)
+}
+
+/// Reads the columns [`check_columns`] accepted, handing each event's
+/// fields to `each` in run order with its run and its index in the run.
+/// The three columns follow one another, so each is read by its own
+/// reader, started where the one before it ends.
+fn read_columns(
+    columns: &[u8],
+    runs: &[Run],
+    count: usize,
+    mut each: impl FnMut(&Run, u64, Fields),
+) -> Result<(), FrameError> {
+    // Where the times and the lengths start: past the columns before them.
+    let mut skip = Reader { bytes: columns };
+    ColumnReader::new("lamport gaps", count).skip_all(&mut skip)?;
+    let times_at = skip.bytes;
+    ColumnReader::new("times", count).skip_all(&mut skip)?;
+    let mut gaps_reader = Reader { bytes: columns };
+    let mut times_reader = Reader { bytes: times_at };
+    let mut lens_reader = Reader { bytes: skip.bytes };
+    let mut gaps = ColumnReader::new("lamport gaps", count);
+    let mut times = ColumnReader::new("times", count);
     let mut lens = ColumnReader::new("payload lengths", count);
-    let mut start = 0;
-    for event in &mut events {
-        // Read once above without an error: cannot fail now.
-        let len = lens.next(&mut reader)? as usize;
-        if len > 0 {
-            event.payload = payloads.slice(start..start + len);
+    let mut time_previous: Option<u64> = None;
+    for run in runs {
+        let mut lamport = 0u64;
+        for i in 0..run.len as u64 {
+            // Checked by `check_columns`: no overflow.
+            lamport += gaps.next(&mut gaps_reader)? + 1;
+            let value = times.next(&mut times_reader)?;
+            let time_ms = match time_previous {
+                None => value,
+                Some(previous) => previous.wrapping_add(unzigzag(value) as u64),
+            };
+            time_previous = Some(time_ms);
+            let len = lens.next(&mut lens_reader)? as usize;
+            each(
+                run,
+                i,
+                Fields {
+                    lamport,
+                    time_ms,
+                    len,
+                },
+            );
         }
-        start += len;
     }
-    // Allocation-free, and already sorted for a delta of one stream.
-    events.sort_unstable_by_key(|event| (event.lamport, event.stream));
-    Ok(events)
+    Ok(())
 }
 
 /// Reads one run-length encoded column of `count` values.
@@ -305,6 +370,18 @@ impl ColumnReader {
             repeat: 0,
             started: false,
         }
+    }
+
+    /// Reads the rest of the column, pair by pair, with the checks of
+    /// [`ColumnReader::next`].
+    fn skip_all(mut self, reader: &mut Reader<'_>) -> Result<(), FrameError> {
+        while self.left > 0 {
+            self.next(reader)?;
+            let repeat = self.repeat.min(self.left as u64);
+            self.left -= repeat as usize;
+            self.repeat -= repeat;
+        }
+        Ok(())
     }
 
     /// The column's next value, reading its next pair when the current one
