@@ -212,20 +212,9 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "delta claiming one event more than the limit",
-            {
-                // Kind 1, number 1, empty floor, the count, a run of that
-                // many events and each column one pair repeating 0.
-                let count = postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64 + 1)).unwrap();
-                let mut input = vec![1, 1, 1, 0];
-                input.extend(&count);
-                input.extend([1, 1]);
-                input.extend(&count);
-                for _ in 0..3 {
-                    input.push(0);
-                    input.extend(&count);
-                }
-                input
-            },
+            // Mode 1; kind 1, number 1, empty floor, the count, a run of
+            // that many events and each column one pair repeating 0.
+            [vec![1], minimal_events(&[1, 1, 0], DELTA_EVENTS_MAX + 1, 0)].concat(),
             |o| {
                 o.errors
                     == [FrameError::TooManyEvents {
@@ -238,18 +227,7 @@ fn hand_made_inputs_give_their_typed_errors() {
         // floor, then the events).
         (
             "delta of the limit's 8,192 empty events in 18 bytes",
-            {
-                let count = postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64)).unwrap();
-                let mut input = vec![1, 1, 1, 0];
-                input.extend(&count);
-                input.extend([1, 1]);
-                input.extend(&count);
-                for _ in 0..3 {
-                    input.push(0);
-                    input.extend(&count);
-                }
-                input
-            },
+            [vec![1], minimal_events(&[1, 1, 0], DELTA_EVENTS_MAX, 0)].concat(),
             |o| o.decoded == 1 && o.errors.is_empty(),
         ),
         (

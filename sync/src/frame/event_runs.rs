@@ -482,7 +482,7 @@ mod tests {
     fn a_delta_of_more_events_than_the_limit_is_refused_before_decoding() {
         // Kind 1, number 1, an empty floor, the count, then a run (stream 1 from
         // seq 1) of 8193 events and each column one pair (0 repeated 8193
-        // times): 17 bytes that would decode into 8193 empty events.
+        // times): 18 bytes that would decode into 8193 empty events.
         let mut payload = vec![1, 1, 0];
         let count = postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap();
         payload.extend(&count);
