@@ -1,5 +1,6 @@
 //! Nodes syncing over `GET /sync` upgrades on their one HTTP port: three
 //! nodes in a chain converge (same digest, third-party events relayed);
+//! two nodes that raise the frame limit sync an event above 4 MiB;
 //! a peer added at run time syncs and one removed stops; and the `meshlog`
 //! binary exits 0 on SIGTERM with appends in flight, and a restart on the
 //! same data directory holds every acknowledged append.
@@ -77,6 +78,38 @@ async fn three_nodes_in_a_chain_converge_over_the_upgrade() {
         "{metrics}"
     );
     for node in [a, b, c] {
+        node.node.shutdown();
+        tokio::time::timeout(DEADLINE, node.node.stopped())
+            .await
+            .unwrap();
+    }
+}
+
+/// A node's `frame_bytes_max` reaches its sync sessions: two nodes that
+/// both raise it (and `payload_bytes_max`) sync an event larger than the
+/// default 4 MiB frame carries. With the defaults the event would stay on
+/// its writer (`sync/tests/limits.rs` covers the refusal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_that_raise_the_frame_limit_sync_an_event_above_4_mib() {
+    let raise = |config: &mut meshlog_node::config::NodeConfig| {
+        config.limits.payload_bytes_max = 6 << 20;
+        config.limits.body_bytes_max = 8 << 20;
+        config.sync.frame_bytes_max = 8 << 20;
+    };
+    let b = start_with(2, raise).await;
+    let a = start_with(1, |config| {
+        raise(config);
+        config.peers = vec![b.url()];
+    })
+    .await;
+    append(a.addr, &vec![0x5a; 5 << 20]).await;
+    append(a.addr, b"after").await;
+    wait_until("b holds a's large event and the one after it", || async {
+        marks(b.addr).await["marks"]["1"] == 2
+    })
+    .await;
+    assert_eq!(digest(a.addr).await, digest(b.addr).await);
+    for node in [a, b] {
         node.node.shutdown();
         tokio::time::timeout(DEADLINE, node.node.stopped())
             .await
