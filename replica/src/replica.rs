@@ -70,7 +70,9 @@ pub struct Page {
 pub struct Delta {
     /// Floors the receiver must record (it cannot get the events below them).
     pub floor: VersionVector,
-    /// Events in `(lamport, stream)` order; per stream in seq order.
+    /// Per stream in seq order. [`Replica::delta_for`] builds them in
+    /// `(lamport, stream)` order; a delta decoded by `meshlog-sync` holds
+    /// them grouped by stream. Applying takes any order across streams.
     pub events: Vec<Event>,
 }
 

@@ -19,8 +19,8 @@
 //!   bytes left, a seq or lamport stamp overflowing, runs not canonical),
 //!   each from a hand-made payload.
 //! - quickcheck: arbitrary frames encode, split and decode to themselves;
-//!   a delta's events come back in `(lamport, stream)` order however its
-//!   streams were interleaved, each stream's in seq order. Arbitrary events
+//!   a delta's events come back grouped by stream, streams ascending,
+//!   however they were interleaved, each stream's in seq order. Arbitrary events
 //!   (holes, repeats, stamps standing still) encode exactly when a
 //!   reference model says the layout can carry them.
 
@@ -680,7 +680,7 @@ fn random_and_mutated_inputs_decode_totally_in_bounded_memory() {
 }
 
 /// An arbitrary frame, and what it decodes to: itself, but for a delta's
-/// events, which come back in `(lamport, stream)` order.
+/// events, which come back grouped by stream (`(stream, seq)` order).
 #[derive(Debug, Clone)]
 struct AnyFrame {
     frame: Frame,
@@ -790,10 +790,11 @@ fn any_event(g: &mut Gen, stream: u64, seq: u64, lamport: u64, time_ms: &mut u64
     }
 }
 
-/// What a delta decodes to: its events in `(lamport, stream)` order.
-fn in_lamport_order(delta: &Delta) -> Delta {
+/// What a delta decodes to: its events grouped by stream, in `(stream,
+/// seq)` order.
+fn in_stream_order(delta: &Delta) -> Delta {
     let mut events = delta.events.clone();
-    events.sort_by_key(|event| (event.lamport, event.stream));
+    events.sort_by_key(|event| (event.stream, event.seq));
     Delta {
         floor: delta.floor.clone(),
         events,
@@ -841,7 +842,7 @@ impl Arbitrary for AnyFrame {
             _ => Frame::Routes(any_routes(g)),
         };
         let decoded = match &frame {
-            Frame::Delta { number, delta } => Frame::delta(*number, in_lamport_order(delta)),
+            Frame::Delta { number, delta } => Frame::delta(*number, in_stream_order(delta)),
             other => other.clone(),
         };
         AnyFrame { frame, decoded }
@@ -873,7 +874,7 @@ fn arbitrary_frames_round_trip() {
 /// 0), beside a reference model of what the layout carries: per stream, in
 /// the order given, contiguous seqs and lamport stamps rising from 1.
 /// Encoding succeeds exactly when the model says so, and what it encodes
-/// decodes to the events in `(lamport, stream)` order.
+/// decodes to the events in `(stream, seq)` order.
 #[test]
 fn arbitrary_events_encode_exactly_when_the_model_allows() {
     fn model_allows(events: &[Event]) -> bool {
@@ -921,7 +922,7 @@ fn arbitrary_events_encode_exactly_when_the_model_allows() {
                         assert!(allows, "seed {seed}: encoded {delta:?}");
                         assert_eq!(
                             frame::decode(&bytes),
-                            Ok(Frame::delta(1, in_lamport_order(&delta))),
+                            Ok(Frame::delta(1, in_stream_order(&delta))),
                             "seed {seed}"
                         );
                     }

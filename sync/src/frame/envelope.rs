@@ -76,9 +76,10 @@ pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameErr
 /// order given, or lamport stamps not rising from 1): nothing is sent that
 /// the peer would refuse.
 ///
-/// A delta's events may come in any order across streams; per stream they
-/// must be in seq order. They are decoded in `(lamport, stream)` order,
-/// the order [`meshlog_replica::Replica::delta_for`] builds.
+/// A delta's events may come in any order across streams (a replica's
+/// [`meshlog_replica::Replica::delta_for`] builds `(lamport, stream)`
+/// order); per stream they must be in seq order. They are decoded grouped
+/// by stream, streams ascending, each stream's in seq order.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -99,11 +100,16 @@ pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameErr
 ///     events: vec![event(2, 1, 1), event(1, 4, 2), event(2, 2, 3), event(1, 5, 4)],
 /// };
 /// let bytes = frame::encode(&Frame::delta(1, delta.clone()))?;
-/// assert_eq!(frame::decode(&bytes)?, Frame::delta(1, delta.clone()));
+/// // They arrive grouped by stream.
+/// let grouped = Delta {
+///     floor: VersionVector::new(),
+///     events: vec![event(1, 4, 2), event(1, 5, 4), event(2, 1, 1), event(2, 2, 3)],
+/// };
+/// assert_eq!(frame::decode(&bytes)?, Frame::delta(1, grouped.clone()));
 /// // The payload alone, for a transport that frames messages itself.
-/// let payload = frame::encode_payload(&Frame::delta(1, delta.clone()))?;
+/// let payload = frame::encode_payload(&Frame::delta(1, delta))?;
 /// assert_eq!(payload, bytes[LENGTH_PREFIX_BYTES..]);
-/// assert_eq!(frame::decode_payload(&payload)?, Frame::delta(1, delta));
+/// assert_eq!(frame::decode_payload(&payload)?, Frame::delta(1, grouped));
 /// # Ok::<(), meshlog_sync::FrameError>(())
 /// ```
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
@@ -321,8 +327,8 @@ pub fn decode(bytes: &[u8]) -> Result<Frame, FrameError> {
 /// [`FrameError::CountAboveBytes`], a vector of more than [`STREAMS_MAX`]
 /// streams [`FrameError::BadVector`].
 ///
-/// A delta's events come out in `(lamport, stream)` order (per stream in
-/// seq order), whatever order the sender's delta held them in.
+/// A delta's events come out grouped by stream, streams ascending, each
+/// stream's in seq order, whatever order the sender's delta held them in.
 pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
     decode_payload_limited(payload, FRAME_BYTES_MAX)
 }

@@ -13,8 +13,8 @@
 //!
 //! What must hold: no panic; a length prefix above [`FRAME_BYTES_MAX`] is
 //! [`FrameError::TooLarge`] and nothing else is; a delta that decodes holds
-//! at most [`DELTA_EVENTS_MAX`] events, in strictly ascending
-//! `(lamport, stream)` order, and [`FrameError::TooManyEvents`] names a
+//! at most [`DELTA_EVENTS_MAX`] events, grouped by stream in strictly
+//! ascending `(stream, seq)` order, and [`FrameError::TooManyEvents`] names a
 //! count above it; every frame that decodes re-encodes and decodes to
 //! itself. Re-encoding a delta also checks what its layout promises: per
 //! stream, seqs contiguous and lamport stamps rising from 1 (the encoder
@@ -82,8 +82,8 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
                 );
                 for pair in delta.events.windows(2) {
                     assert!(
-                        (pair[0].lamport, pair[0].stream) < (pair[1].lamport, pair[1].stream),
-                        "a decoded delta out of (lamport, stream) order: {:?} before {:?}",
+                        (pair[0].stream, pair[0].seq) < (pair[1].stream, pair[1].seq),
+                        "a decoded delta out of (stream, seq) order: {:?} before {:?}",
                         pair[0],
                         pair[1]
                     );
