@@ -6,7 +6,8 @@
 //! - reopen time (`DiskStore::open` + `Replica::open`), with and without
 //!   the page-checksum pass on open — goal under 1 s and flat from the
 //!   smallest log to the largest;
-//! - full-walk page rate with a warm cache — goal at least 5 M events/s —
+//! - full-walk page rate with a warm cache (the median of three walks) —
+//!   goal at least 5 M events/s —
 //!   and cold (the OS page cache dropped, where permitted), as MB/s beside
 //!   the disk's sequential read rate measured in the same run.
 //!
@@ -28,6 +29,7 @@ const PAYLOAD_BYTES: usize = 100;
 const PAGE_LEN: usize = 10_000;
 const DELTA_LEN: u64 = 4_096;
 const OWN: StreamId = StreamId::new(1_000);
+const WARM_WALKS: usize = 3;
 
 fn event(i: u64) -> Event {
     Event {
@@ -147,7 +149,11 @@ fn measure(events: u64, base: &std::path::Path) -> Row {
     } else {
         (None, None)
     };
-    let (_, warm_s) = walk(&replica);
+    // Warm: the median of three walks (the machine is shared; one walk's
+    // figure moves with the other tenants' load).
+    let mut warm: Vec<f64> = (0..WARM_WALKS).map(|_| walk(&replica).1).collect();
+    warm.sort_by(f64::total_cmp);
+    let warm_s = warm[warm.len() / 2];
     // Append and sync while the log is this long.
     for round in 0..100u64 {
         replica
@@ -191,7 +197,7 @@ fn main() {
         "meshlog disk-resident log: {STREAMS} streams, {PAYLOAD_BYTES}-byte payloads, pages of {PAGE_LEN}, cache {} MiB",
         meshlog_replica::CACHE_BYTES_DEFAULT >> 20
     );
-    println!("| events | file MiB | reopen, pages checked | reopen | warm walk ev/s | cold walk MiB/s | disk sequential MiB/s | peak RSS MiB (reopen, walks, appends) |");
+    println!("| events | file MiB | reopen, pages checked | reopen | warm walk ev/s (median of 3) | cold walk MiB/s | disk sequential MiB/s | peak RSS MiB (reopen, walks, appends) |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for &events in &sizes {

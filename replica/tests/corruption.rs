@@ -7,10 +7,11 @@
 //! The seeded tests write a small log (own appends over many commits,
 //! received peer events, a compaction), close it cleanly, and then, for
 //! seeded offsets, truncate a copy of the data file or flip one bit in it
-//! and reopen the copy (`DiskStore::open`, then `Replica::open`, which
-//! reads every event) under `catch_unwind`. The targeted tests damage one
-//! meshlog record inside an intact redb file (through redb itself) and
-//! check the error names it.
+//! and reopen the copy (`DiskStore::open`, `Replica::open`, then
+//! `Replica::verify`, which reads every block) under `catch_unwind`. The
+//! targeted tests damage one meshlog record (a block, a stream record)
+//! inside an intact redb file (through redb itself) and check the error
+//! names it.
 
 mod disk_support;
 
@@ -48,7 +49,7 @@ enum Outcome {
 fn write_log(dir: &Path) -> BTreeMap<(StreamId, u64), Event> {
     let store = DiskStore::open(dir).unwrap();
     let mut replica = Replica::open(Config::new(OWN), store).unwrap();
-    for commit in 0..40u64 {
+    for commit in 0..60u64 {
         let payloads = (0..5).map(|i| Bytes::from(format!("own {commit}.{i} {}", "x".repeat(40))));
         replica.append_batch_at(payloads, commit).unwrap();
         if commit % 4 == 0 {
@@ -341,7 +342,7 @@ fn a_damaged_stream_record_is_named() {
 #[test]
 fn a_block_missing_inside_a_stream_is_reported_not_served_short() {
     let error = damage_record(|txn| {
-        let key = block_key(txn, OWN, 100);
+        let key = block_key(txn, OWN, 200);
         let mut blocks = txn.open_table(BLOCKS).unwrap();
         blocks.remove(key).unwrap();
     });
@@ -360,7 +361,7 @@ fn a_block_missing_inside_a_stream_is_reported_not_served_short() {
 #[test]
 fn a_hole_between_blocks_is_reported_by_the_read_that_reaches_it() {
     let error = damage_record(|txn| {
-        let key = block_key(txn, OWN, 100);
+        let key = block_key(txn, OWN, 200);
         let value = {
             let blocks = txn.open_table(BLOCKS).unwrap();
             let value = blocks.get(key).unwrap().unwrap().value().to_vec();

@@ -3,7 +3,7 @@
 //! A data directory holds two files:
 //!
 //! - `meshlog.redb`, the redb database: table `blocks` maps
-//!   `(stream, first_seq)` to a block of up to 64 consecutive events of the
+//!   `(stream, first_seq)` to a block of up to 128 consecutive events of the
 //!   stream in meshlog's own layout with a crc32 (`block`); table `streams`
 //!   maps a stream to its `(floor, head)`; table `meta` holds the lamport
 //!   clock, the digest, the number of blocks and the format version. Every
@@ -570,10 +570,7 @@ impl DiskStore {
         let blocks = read
             .open_table(BLOCKS)
             .map_err(self.engine("open blocks table"))?;
-        Ok(DiskView {
-            path: self.path.clone(),
-            blocks,
-        })
+        Ok(DiskView::new(self.path.clone(), blocks))
     }
 
     /// Reads and checks the streams, the clock, the digest and the blocks'

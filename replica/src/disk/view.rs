@@ -8,9 +8,16 @@
 //! or below `(stream, seq)`. Every block read is crc-checked; every gap
 //! between blocks, and every seq the caller says is held but no block
 //! holds, is reported as damage naming the file.
+//!
+//! A scan that stops inside a block (a page ends there) leaves that block
+//! with the view, so that the next page, which resumes at the next seq,
+//! starts without reading it again: at most [`TAIL_BLOCKS_MAX`] blocks, one
+//! per stream, for as long as the view (one commit) lives.
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
 
 use meshlog_cursor::StreamId;
 
@@ -22,13 +29,43 @@ use crate::Event;
 pub(crate) type BlocksTable = redb::ReadOnlyTable<(u64, u64), &'static [u8]>;
 type BlocksRange = redb::Range<'static, (u64, u64), &'static [u8]>;
 
+/// The most blocks a view keeps where scans stopped (each at most
+/// `BLOCK_BYTES_TARGET` or one event's payload): 256 blocks of 32 KiB, 8 MiB.
+pub(crate) const TAIL_BLOCKS_MAX: usize = 256;
+
 /// A snapshot of the blocks table as of one commit.
 pub(crate) struct DiskView {
     pub(super) path: PathBuf,
     pub(super) blocks: BlocksTable,
+    /// Per stream, the block the last scan of it stopped in.
+    pub(super) tails: Mutex<HashMap<StreamId, Block>>,
 }
 
 impl DiskView {
+    pub(super) fn new(path: PathBuf, blocks: BlocksTable) -> DiskView {
+        DiskView {
+            path,
+            blocks,
+            tails: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The block a scan of `stream` stopped in, if it holds `seq`.
+    fn tail_holding(&self, stream: StreamId, seq: u64) -> Option<Block> {
+        let tails = self.tails.lock().unwrap_or_else(PoisonError::into_inner);
+        tails.get(&stream).filter(|block| block.holds(seq)).cloned()
+    }
+
+    fn keep_tail(&self, stream: StreamId, block: Block) {
+        let mut tails = self.tails.lock().unwrap_or_else(PoisonError::into_inner);
+        if tails.len() >= TAIL_BLOCKS_MAX && !tails.contains_key(&stream) {
+            if let Some(&evicted) = tails.keys().next() {
+                tails.remove(&evicted);
+            }
+        }
+        tails.insert(stream, block);
+    }
+
     fn engine(&self, op: &'static str) -> impl FnOnce(redb::StorageError) -> DiskError + '_ {
         move |error| {
             let dir = self.path.parent().unwrap_or(&self.path);
@@ -96,7 +133,10 @@ impl DiskView {
         last: u64,
     ) -> Result<BlockScan<'_>, DiskError> {
         let block = if first <= last {
-            Some(self.held_block(stream, first)?)
+            match self.tail_holding(stream, first) {
+                Some(block) => Some(block),
+                None => Some(self.held_block(stream, first)?),
+            }
         } else {
             None
         };
@@ -216,6 +256,16 @@ impl BlockScan<'_> {
             }
         }
         Ok(event)
+    }
+}
+
+impl Drop for BlockScan<'_> {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            if !self.done && block.holds(self.next_seq) {
+                self.view.keep_tail(self.stream, block);
+            }
+        }
     }
 }
 
