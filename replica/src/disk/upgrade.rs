@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
+#[cfg(test)]
+use redb::Database;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::block::BlockBuilder;
@@ -233,7 +235,141 @@ fn event_crc(stream: StreamId, seq: u64, body: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{encode_clock, encode_stream, DiskOptions, DATA_FILE, STREAMS};
     use super::*;
+    use crate::{Config, Replica};
+    use redb::ReadableDatabase;
+
+    /// The events of a format-2 file: stream 1 above floor 5 (some
+    /// payloads over a block's byte target), stream 2 exactly one block of
+    /// 128, stream 3 compacted to its head (no events).
+    fn old_log() -> (Vec<Event>, Vec<(StreamId, u64, u64)>) {
+        let mut events = Vec::new();
+        for seq in 6..=300u64 {
+            let len = if seq % 97 == 0 {
+                40_000
+            } else {
+                (seq % 150) as usize
+            };
+            events.push(Event {
+                stream: StreamId::new(1),
+                seq,
+                lamport: seq * 2,
+                time_ms: seq,
+                payload: Bytes::from(vec![seq as u8; len]),
+            });
+        }
+        for seq in 1..=128u64 {
+            events.push(Event {
+                stream: StreamId::new(2),
+                seq,
+                lamport: seq * 3,
+                time_ms: 0,
+                payload: Bytes::from(format!("two {seq}")),
+            });
+        }
+        let streams = vec![
+            (StreamId::new(1), 5, 300),
+            (StreamId::new(2), 0, 128),
+            (StreamId::new(3), 10, 10),
+        ];
+        (events, streams)
+    }
+
+    /// Writes a format-2 data file (what the previous build wrote) into
+    /// `dir`; `damage` may change one event value first.
+    fn write_format_2(dir: &std::path::Path, damage: Option<(u64, u64)>) -> Digest {
+        let (events, streams) = old_log();
+        let mut digest = Digest::default();
+        let db = Database::create(dir.join(DATA_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(EVENTS).unwrap();
+            let mut value = Vec::new();
+            for event in &events {
+                encode_event(event, &mut value);
+                if damage == Some((event.stream.get(), event.seq)) {
+                    value[10] ^= 0x04;
+                }
+                table
+                    .insert((event.stream.get(), event.seq), value.as_slice())
+                    .unwrap();
+                digest.add(event);
+            }
+            let mut table = txn.open_table(STREAMS).unwrap();
+            for &(stream, floor, head) in &streams {
+                table
+                    .insert(stream.get(), encode_stream(stream, floor, head).as_slice())
+                    .unwrap();
+            }
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert(META_FORMAT, encode_format(2).as_slice())
+                .unwrap();
+            meta.insert(super::super::META_CLOCK, encode_clock(900).as_slice())
+                .unwrap();
+            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+        digest
+    }
+
+    fn format_of(dir: &std::path::Path) -> (u32, bool) {
+        let db = Database::open(dir.join(DATA_FILE)).unwrap();
+        let read = db.begin_read().unwrap();
+        let meta = read.open_table(META).unwrap();
+        let format =
+            super::super::decode_format(meta.get(META_FORMAT).unwrap().unwrap().value()).unwrap();
+        let has_events = read.open_table(EVENTS).is_ok();
+        (format, has_events)
+    }
+
+    #[test]
+    fn a_format_2_file_is_upgraded_to_blocks_once_keeping_every_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let digest = write_format_2(dir.path(), None);
+        let (events, streams) = old_log();
+        for round in 0..2 {
+            let store = DiskStore::open_with(dir.path(), &DiskOptions::default()).unwrap();
+            let replica = Replica::open(Config::new(StreamId::new(1)), store).unwrap();
+            assert_eq!(replica.digest(), digest, "round {round}");
+            assert_eq!(replica.clock(), 900);
+            for &(stream, floor, head) in &streams {
+                assert_eq!(replica.floor().get(stream), floor);
+                assert_eq!(replica.marks().get(stream), head);
+            }
+            for event in &events {
+                assert_eq!(replica.get(event.stream, event.seq).as_ref(), Some(event));
+            }
+            assert_eq!(replica.verify().unwrap().events, events.len() as u64);
+            drop(replica);
+            assert_eq!(
+                format_of(dir.path()),
+                (FORMAT_VERSION, false),
+                "round {round}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_format_2_file_with_a_damaged_event_is_refused_naming_it_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        write_format_2(dir.path(), Some((1, 77)));
+        match DiskStore::open(dir.path()) {
+            Err(DiskError::CorruptEvent {
+                path,
+                stream,
+                seq,
+                detail,
+            }) => {
+                assert_eq!(path, dir.path().join(DATA_FILE));
+                assert_eq!((stream, seq), (StreamId::new(1), 77));
+                assert!(detail.contains("crc32 mismatch"), "{detail}");
+            }
+            other => panic!("expected CorruptEvent, got {other:?}"),
+        }
+        assert_eq!(format_of(dir.path()), (2, true), "nothing was rewritten");
+    }
 
     #[test]
     fn a_format_2_event_value_round_trips_and_catches_every_single_bit_flip() {
