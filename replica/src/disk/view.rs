@@ -15,14 +15,13 @@
 //! per stream, for as long as the view (one commit) lives.
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
 use meshlog_cursor::StreamId;
 
 use super::block::Block;
-use super::{engine_error, panic_message, DiskError};
+use super::{engine_error, guarded, DiskError};
 use crate::mem::{ReadError, Source, StreamScan};
 use crate::Event;
 
@@ -86,15 +85,7 @@ impl DiskView {
     /// damaged outside redb can provoke on a read, as on an open) into
     /// damage naming the file.
     fn guarded<T>(&self, read: impl FnOnce() -> Result<T, DiskError>) -> Result<T, DiskError> {
-        catch_unwind(AssertUnwindSafe(read)).unwrap_or_else(|panic| {
-            Err(DiskError::Corrupt {
-                path: self.path.clone(),
-                detail: format!(
-                    "the storage engine panicked reading it: {}",
-                    panic_message(&*panic)
-                ),
-            })
-        })
+        guarded(&self.path, "reading it", read)
     }
 
     /// The block holding `(stream, seq)`, if any.
