@@ -151,7 +151,11 @@ fn measure(events: u64, base: &std::path::Path) -> Row {
     };
     // Warm: the median of three walks (the machine is shared; one walk's
     // figure moves with the other tenants' load).
-    let mut warm: Vec<f64> = (0..WARM_WALKS).map(|_| walk(&replica).1).collect();
+    let walks = std::env::var("MESHLOG_BENCH_WARM_WALKS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(WARM_WALKS);
+    let mut warm: Vec<f64> = (0..walks).map(|_| walk(&replica).1).collect();
     warm.sort_by(f64::total_cmp);
     let warm_s = warm[warm.len() / 2];
     // Append and sync while the log is this long.
