@@ -113,6 +113,11 @@ impl Block {
         self.count
     }
 
+    /// The bytes the block takes in memory (its value without the crc).
+    pub(crate) fn byte_len(&self) -> usize {
+        self.body.len()
+    }
+
     /// The last seq the block holds (checked not to overflow on decode).
     pub(crate) fn last_seq(&self) -> u64 {
         self.first_seq + (self.count as u64 - 1)

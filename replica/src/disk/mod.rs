@@ -57,7 +57,7 @@ mod block;
 mod upgrade;
 mod view;
 
-use block::{Block, BlockBuilder};
+use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
 pub(crate) use view::DiskView;
 
 /// The name of the redb database file inside a data directory.
@@ -859,11 +859,14 @@ impl DiskStore {
                         first_event.seq - 1
                     )));
                 }
-                let builder = BlockBuilder::from_block(&block, 0);
-                if builder.has_room(first_event.payload.len()) {
-                    (builder, block.first_seq())
-                } else {
-                    (BlockBuilder::default(), first_event.seq)
+                // A full block is not copied into a builder only to be
+                // left as it is.
+                let builder = (block.len() < BLOCK_EVENTS_MAX)
+                    .then(|| BlockBuilder::from_block(&block, 0))
+                    .filter(|builder| builder.has_room(first_event.payload.len()));
+                match builder {
+                    Some(builder) => (builder, block.first_seq()),
+                    None => (BlockBuilder::default(), first_event.seq),
                 }
             }
             None => (BlockBuilder::default(), first_event.seq),

@@ -20,7 +20,7 @@ use std::sync::{Mutex, PoisonError};
 
 use meshlog_cursor::StreamId;
 
-use super::block::Block;
+use super::block::{Block, BLOCK_BYTES_TARGET};
 use super::{engine_error, guarded, DiskError};
 use crate::mem::{ReadError, Source, StreamScan};
 use crate::Event;
@@ -56,6 +56,11 @@ impl DiskView {
     }
 
     fn keep_tail(&self, stream: StreamId, block: Block) {
+        // A block over the byte target holds one large event: not kept, so
+        // that the tails stay within TAIL_BLOCKS_MAX blocks of the target.
+        if block.byte_len() > BLOCK_BYTES_TARGET {
+            return;
+        }
         let mut tails = self.tails.lock().unwrap_or_else(PoisonError::into_inner);
         if tails.len() >= TAIL_BLOCKS_MAX && !tails.contains_key(&stream) {
             if let Some(&evicted) = tails.keys().next() {
