@@ -3,9 +3,11 @@
 //!
 //! - resident memory (RSS, peak) of the process while it reopens, pages the
 //!   whole log, appends and syncs — goal under 256 MiB;
-//! - reopen time (`DiskStore::open` + `Replica::open`), with and without
-//!   the page-checksum pass on open — goal under 1 s and flat from the
-//!   smallest log to the largest;
+//! - reopen time (`DiskStore::open` + `Replica::open`; the median of five)
+//!   under the default options, which check no page on a clean open, and
+//!   once with the page-checksum pass that redb's recovery also runs after
+//!   an unclean shutdown — goal under 1 s and flat from the smallest log to
+//!   the largest;
 //! - full-walk page rate with a warm cache (the median of three walks) —
 //!   goal at least 5 M events/s —
 //!   and cold (the OS page cache dropped, where permitted), as MB/s beside
@@ -30,6 +32,7 @@ const PAGE_LEN: usize = 10_000;
 const DELTA_LEN: u64 = 4_096;
 const OWN: StreamId = StreamId::new(1_000);
 const WARM_WALKS: usize = 3;
+const REOPENS: usize = 5;
 
 fn event(i: u64) -> Event {
     Event {
@@ -127,7 +130,13 @@ fn measure(events: u64, base: &std::path::Path) -> Row {
     let (replica, reopen_checked_s) = open(&dir, true);
     drop(replica);
     let peak_reset = reset_peak_rss();
+    // The reopen takes milliseconds, where one fsync of another tenant's
+    // moves it by as much: the median of five.
+    let mut reopens: Vec<f64> = (1..REOPENS).map(|_| open(&dir, false).1).collect();
     let (mut replica, reopen_s) = open(&dir, false);
+    reopens.push(reopen_s);
+    reopens.sort_by(f64::total_cmp);
+    let reopen_s = reopens[reopens.len() / 2];
     assert_eq!(replica.digest().events, events);
 
     // Cold: the OS cache dropped (where permitted), then one walk; and the
@@ -201,7 +210,7 @@ fn main() {
         "meshlog disk-resident log: {STREAMS} streams, {PAYLOAD_BYTES}-byte payloads, pages of {PAGE_LEN}, cache {} MiB",
         meshlog_replica::CACHE_BYTES_DEFAULT >> 20
     );
-    println!("| events | file MiB | reopen, pages checked | reopen | warm walk ev/s (median of 3) | cold walk MiB/s | disk sequential MiB/s | peak RSS MiB (reopen, walks, appends) |");
+    println!("| events | file MiB | reopen, pages checked (as after an unclean shutdown) | reopen (default options, median of 5) | warm walk ev/s (median of 3) | cold walk MiB/s | disk sequential MiB/s | peak RSS MiB (reopen, walks, appends) |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for &events in &sizes {
