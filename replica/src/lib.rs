@@ -21,7 +21,10 @@
 //!   replica's own copy), and the `Source` the walk reads through.
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait, its [`StoreView`], and [`MemStore`].
-//! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`].
+//! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`];
+//!   its events in blocks per stream (`disk::block`), read through a
+//!   snapshot per commit (`disk::view`); formats 1 and 2 upgraded on open
+//!   (`disk::upgrade`).
 //! - `state`: the readable state, and every change split into plan →
 //!   commit → publish (crate-private).
 //! - `shared`: [`SharedReplica`], the one handle every task shares: reads

@@ -7,10 +7,11 @@
 //! The seeded tests write a small log (own appends over many commits,
 //! received peer events, a compaction), close it cleanly, and then, for
 //! seeded offsets, truncate a copy of the data file or flip one bit in it
-//! and reopen the copy (`DiskStore::open`, then `Replica::open`, which
-//! reads every event) under `catch_unwind`. The targeted tests damage one
-//! meshlog record inside an intact redb file (through redb itself) and
-//! check the error names it.
+//! and reopen the copy (`DiskStore::open`, `Replica::open`, then
+//! `Replica::verify`, which reads every block) under `catch_unwind`. The
+//! targeted tests damage one meshlog record (a block, a stream record)
+//! inside an intact redb file (through redb itself) and check the error
+//! names it.
 
 mod disk_support;
 
@@ -30,7 +31,7 @@ use redb::{ReadableTable, TableDefinition};
 use disk_support::{data_file, scratch, PEER};
 
 const OWN: StreamId = StreamId::new(1);
-const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
+const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 
 /// What a reopen gave.
@@ -48,7 +49,7 @@ enum Outcome {
 fn write_log(dir: &Path) -> BTreeMap<(StreamId, u64), Event> {
     let store = DiskStore::open(dir).unwrap();
     let mut replica = Replica::open(Config::new(OWN), store).unwrap();
-    for commit in 0..40u64 {
+    for commit in 0..60u64 {
         let payloads = (0..5).map(|i| Bytes::from(format!("own {commit}.{i} {}", "x".repeat(40))));
         replica.append_batch_at(payloads, commit).unwrap();
         if commit % 4 == 0 {
@@ -233,59 +234,63 @@ fn disk_error(error: &ReplicaError) -> &DiskError {
     }
 }
 
+/// The key of the block holding `(stream, seq)`: the last at or below it.
+fn block_key(txn: &redb::WriteTransaction, stream: StreamId, seq: u64) -> (u64, u64) {
+    let blocks = txn.open_table(BLOCKS).unwrap();
+    let mut range = blocks
+        .range((stream.get(), 0)..=(stream.get(), seq))
+        .unwrap();
+    let key = range.next_back().unwrap().unwrap().0.value();
+    key
+}
+
+/// Flips a bit inside the block holding `(OWN, 77)`; answers its first seq.
+fn flip_in_block_of_77(txn: &redb::WriteTransaction) -> u64 {
+    let key = block_key(txn, OWN, 77);
+    let mut blocks = txn.open_table(BLOCKS).unwrap();
+    let mut value = blocks.get(key).unwrap().unwrap().value().to_vec();
+    value[30] ^= 0x10;
+    blocks.insert(key, value.as_slice()).unwrap();
+    key.1
+}
+
 #[test]
-fn a_flipped_bit_in_an_event_value_names_the_stream_and_seq() {
-    let error = damage_record(|txn| {
-        let mut events = txn.open_table(EVENTS).unwrap();
-        let mut value = events
-            .get((OWN.get(), 77))
-            .unwrap()
-            .unwrap()
-            .value()
-            .to_vec();
-        value[30] ^= 0x10;
-        events.insert((OWN.get(), 77), value.as_slice()).unwrap();
-    });
+fn a_flipped_bit_in_a_block_names_the_stream_and_the_block() {
+    let mut first_seq = 0;
+    let error = damage_record(|txn| first_seq = flip_in_block_of_77(txn));
     match disk_error(&error) {
-        DiskError::CorruptEvent {
+        DiskError::CorruptBlock {
             path,
             stream,
-            seq,
+            first_seq: found,
             detail,
         } => {
             assert!(path.ends_with(DATA_FILE));
-            assert_eq!((*stream, *seq), (OWN, 77));
+            assert_eq!((*stream, *found), (OWN, first_seq));
             assert!(detail.contains("crc32 mismatch"), "{detail}");
         }
-        other => panic!("expected CorruptEvent, got {other}"),
+        other => panic!("expected CorruptBlock, got {other}"),
     }
     assert!(
-        error.to_string().contains("event stream 1 seq 77"),
+        error
+            .to_string()
+            .contains(&format!("block of stream 1 from seq {first_seq}")),
         "{error}"
     );
 }
 
-/// Opening reads no event, so a damaged value is found by the read that
+/// Opening reads no event, so a damaged block is found by the read that
 /// reaches it: a page stops there with a typed error naming the file, the
-/// stream and the seq, never serving the damaged value nor skipping it.
+/// stream and the block, never serving the damaged block nor skipping it.
 #[test]
-fn a_page_reaching_a_damaged_event_value_is_refused_naming_it() {
+fn a_page_reaching_a_damaged_block_is_refused_naming_it() {
     let dir = scratch();
     write_log(dir.path());
+    let first_seq;
     {
         let db = redb::Database::open(data_file(dir.path())).unwrap();
         let txn = db.begin_write().unwrap();
-        {
-            let mut events = txn.open_table(EVENTS).unwrap();
-            let mut value = events
-                .get((OWN.get(), 77))
-                .unwrap()
-                .unwrap()
-                .value()
-                .to_vec();
-            value[30] ^= 0x10;
-            events.insert((OWN.get(), 77), value.as_slice()).unwrap();
-        }
+        first_seq = flip_in_block_of_77(&txn);
         txn.commit().unwrap();
     }
     let replica = Replica::open(Config::new(OWN), DiskStore::open(dir.path()).unwrap()).unwrap();
@@ -296,8 +301,8 @@ fn a_page_reaching_a_damaged_event_value_is_refused_naming_it() {
                 assert!(page
                     .events
                     .iter()
-                    .all(|e| !(e.stream == OWN && e.seq >= 77)));
-                assert!(!page.at_head, "the walk passed the damaged event");
+                    .all(|e| !(e.stream == OWN && e.seq >= first_seq)));
+                assert!(!page.at_head, "the walk passed the damaged block");
                 cursor = page.next;
             }
             Err(error) => break error,
@@ -306,7 +311,10 @@ fn a_page_reaching_a_damaged_event_value_is_refused_naming_it() {
     match error {
         PageError::Store { detail } => {
             assert!(detail.contains(DATA_FILE), "{detail}");
-            assert!(detail.contains("event stream 1 seq 77"), "{detail}");
+            assert!(
+                detail.contains(&format!("block of stream 1 from seq {first_seq}")),
+                "{detail}"
+            );
         }
         other => panic!("expected PageError::Store, got {other}"),
     }
@@ -332,35 +340,80 @@ fn a_damaged_stream_record_is_named() {
 }
 
 #[test]
-fn an_event_missing_inside_a_stream_is_reported_not_served_short() {
+fn a_block_missing_inside_a_stream_is_reported_not_served_short() {
     let error = damage_record(|txn| {
-        let mut events = txn.open_table(EVENTS).unwrap();
-        events.remove((OWN.get(), 100)).unwrap();
+        let key = block_key(txn, OWN, 200);
+        let mut blocks = txn.open_table(BLOCKS).unwrap();
+        blocks.remove(key).unwrap();
     });
     match disk_error(&error) {
         DiskError::Corrupt { detail, .. } => {
-            assert!(detail.contains("events table holds"), "{detail}")
+            assert!(detail.contains("the blocks table holds"), "{detail}")
         }
         other => panic!("expected Corrupt, got {other}"),
     }
 }
 
+/// A block missing inside a stream while the table still holds the
+/// recorded number of blocks (a stray block of another stream in its
+/// place) opens, since open checks only each stream's ends; the read that
+/// reaches the hole reports it: `verify` here.
 #[test]
-fn a_missing_head_event_is_reported_not_served_short() {
+fn a_hole_between_blocks_is_reported_by_the_read_that_reaches_it() {
     let error = damage_record(|txn| {
-        let mut events = txn.open_table(EVENTS).unwrap();
-        let last = events.last().unwrap().unwrap().0.value();
-        events.remove(last).unwrap();
+        let key = block_key(txn, OWN, 200);
+        let value = {
+            let blocks = txn.open_table(BLOCKS).unwrap();
+            let value = blocks.get(key).unwrap().unwrap().value().to_vec();
+            value
+        };
+        let mut blocks = txn.open_table(BLOCKS).unwrap();
+        blocks.remove(key).unwrap();
+        blocks.insert((999, 1), value.as_slice()).unwrap();
+    });
+    match disk_error(&error) {
+        DiskError::Corrupt { detail, .. } => assert!(
+            detail.contains("starts at seq") || detail.contains("no block holds"),
+            "{detail}"
+        ),
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}
+
+#[test]
+fn a_missing_last_block_is_reported_not_served_short() {
+    let error = damage_record(|txn| {
+        let key = block_key(txn, OWN, u64::MAX);
+        let mut blocks = txn.open_table(BLOCKS).unwrap();
+        blocks.remove(key).unwrap();
     });
     match disk_error(&error) {
         DiskError::Corrupt { detail, .. } => {
             assert!(
-                detail.contains("but the events table holds seqs"),
+                detail.contains("but the blocks table holds seqs"),
                 "{detail}"
             )
         }
         other => panic!("expected Corrupt, got {other}"),
     }
+}
+
+/// A block of one event as `disk/block.rs` lays it out
+/// (`docs/STORAGE.md`): count, one entry (lamport, time_ms, payload end),
+/// the payload, crc32 over the key and all of that.
+fn one_event_block(stream: StreamId, seq: u64, payload: &[u8]) -> Vec<u8> {
+    let mut value = Vec::new();
+    value.extend_from_slice(&1u32.to_le_bytes());
+    value.extend_from_slice(&seq.to_le_bytes());
+    value.extend_from_slice(&0u64.to_le_bytes());
+    value.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    value.extend_from_slice(payload);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&stream.get().to_le_bytes());
+    hasher.update(&seq.to_le_bytes());
+    hasher.update(&value);
+    value.extend_from_slice(&hasher.finalize().to_le_bytes());
+    value
 }
 
 /// A stream record as `disk.rs` lays it out (`docs/STORAGE.md`): floor,
@@ -411,12 +464,15 @@ fn a_stream_record_with_a_floor_of_u64_max_opens_without_a_panic() {
 fn stream_records_accounting_for_more_than_u64_max_events_are_refused_not_a_panic() {
     let error = damage_record(|txn| {
         let mut streams = txn.open_table(STREAMS).unwrap();
-        let mut events = txn.open_table(EVENTS).unwrap();
+        let mut blocks = txn.open_table(BLOCKS).unwrap();
         for stream in [StreamId::new(7), StreamId::new(8)] {
             let record = stream_record(stream, 0, u64::MAX);
             streams.insert(stream.get(), record.as_slice()).unwrap();
             for seq in [1, u64::MAX] {
-                events.insert((stream.get(), seq), &b"x"[..]).unwrap();
+                let value = one_event_block(stream, seq, b"x");
+                blocks
+                    .insert((stream.get(), seq), value.as_slice())
+                    .unwrap();
             }
         }
     });

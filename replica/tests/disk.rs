@@ -16,8 +16,8 @@ use std::process::Command;
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    Batch, Config, Delta, DiskError, DiskStore, Event, MemStore, Recovery, Replica, SharedReplica,
-    Store,
+    Batch, Config, Delta, DiskError, DiskOptions, DiskStore, Event, MemStore, Recovery, Replica,
+    SharedReplica, Store,
 };
 use meshlog_testkit::{seed, SplitMix64};
 
@@ -58,10 +58,20 @@ fn reopen_recovers_events_floors_and_clock_and_the_next_append_is_fresh() {
         store.recovery(),
         Recovery {
             created: false,
-            rolled_back: false
+            rolled_back: false,
+            pages_checked: false,
         },
-        "a clean close leaves nothing torn"
+        "a clean close leaves nothing torn, and nothing for redb to recover"
     );
+    drop(store);
+    // Asked for, the check of every page runs on a clean open too.
+    let options = DiskOptions {
+        check_pages_on_open: true,
+        ..DiskOptions::default()
+    };
+    let store = DiskStore::open_with(dir.path(), &options).unwrap();
+    assert!(store.recovery().pages_checked);
+    assert!(!store.recovery().rolled_back);
     let mut reopened = Replica::open(Config::new(OWN), store).unwrap();
     assert_eq!(reopened.marks(), marks);
     assert_eq!(reopened.floor(), floor);

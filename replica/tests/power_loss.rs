@@ -138,6 +138,9 @@ fn run_case(seed: u64, tally: &mut Tally) {
         let cut = rng.between(1, 160);
         disk.cut_at(Some(cut));
         let _ = writeln!(story, "life {life}: {options:?}, cut armed at op {cut}");
+        // Every life before this one ended in a power cut, never a clean
+        // close: once a store was opened, every reopen is unclean.
+        let unclean = opened_once;
         let replica = match open(dir.path(), &options, &disk) {
             Ok(replica) => replica,
             Err(error) if disk.is_cut() => {
@@ -164,6 +167,10 @@ fn run_case(seed: u64, tally: &mut Tally) {
             }
         };
         opened_once = true;
+        assert!(
+            !unclean || replica.store().recovery().pages_checked,
+            "seed {seed}: a reopen after a power cut checked no page\n{story}"
+        );
         if replica.store().recovery().rolled_back {
             tally.rolled_back += 1;
             let _ = writeln!(story, "  recovery rolled back a torn commit");

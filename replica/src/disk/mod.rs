@@ -2,11 +2,13 @@
 //!
 //! A data directory holds two files:
 //!
-//! - `meshlog.redb`, the redb database: table `events` maps `(stream, seq)`
-//!   to a value in meshlog's own fixed layout with a crc32; table `streams`
+//! - `meshlog.redb`, the redb database: table `blocks` maps
+//!   `(stream, first_seq)` to a block of up to 128 consecutive events of the
+//!   stream in meshlog's own layout with a crc32 (`block`); table `streams`
 //!   maps a stream to its `(floor, head)`; table `meta` holds the lamport
-//!   clock and the format version. Every record carries a crc32 over its
-//!   key and content, so a damaged value is named, not served.
+//!   clock, the digest, the number of blocks and the format version. Every
+//!   record carries a crc32 over its key and content, so a damaged value is
+//!   named, not served.
 //! - `LOCK`, locked exclusively while a store is open, so that a second
 //!   process (or a second open in this one) is refused with
 //!   [`DiskError::Locked`]. Once the database has been created it also holds
@@ -18,14 +20,22 @@
 //! `commit` returns. Recovery on [`DiskStore::open`] lets redb verify the
 //! checksum of every page (falling back from a torn newest commit, which
 //! [`Recovery::rolled_back`] reports), then checks meshlog's own records:
-//! the format, the clock, every stream's `floor <= head`, and that the
-//! events table holds exactly the events `floor+1 ..= head` of each stream,
-//! counted and bounded, and the recorded digest. The replica's open reads
+//! the format, the clock, every stream's `floor <= head`, that the blocks
+//! of each stream start at `floor+1` and its last block (read and
+//! crc-checked) ends at `head`, the number of blocks, and the recorded
+//! digest. The replica's open reads
 //! no events: it takes the recorded bounds, clock and digest, and reads
 //! events later through the store's view and redb's bounded cache. The
 //! full check of every record (each value's crc32, seqs without a hole,
 //! lamport rising with seq, the digest recounted) is
 //! `Replica::verify`, on demand.
+//!
+//! # Layout
+//!
+//! - `block`: a block's layout, its checks, and the builder.
+//! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
+//!   and its scans.
+//! - `upgrade`: formats 1 and 2 (a value per event), upgraded on open.
 //!
 //! See `docs/STORAGE.md` for the engine choice and its measurements.
 
@@ -37,38 +47,42 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use meshlog_cursor::StreamId;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::mem::{ReadError, Source, StreamScan};
 use crate::store::{StoreView, ViewKind};
 use crate::{Batch, Digest, Event, Store, StoreMeta};
+
+mod block;
+mod upgrade;
+mod view;
+
+use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
+pub(crate) use view::DiskView;
 
 /// The name of the redb database file inside a data directory.
 pub const DATA_FILE: &str = "meshlog.redb";
 /// The name of the lock file inside a data directory.
 pub const LOCK_FILE: &str = "LOCK";
-/// The on-disk format this build writes. It also reads format 1 (no
-/// digest record), which it upgrades on open: it counts the digest once,
-/// then writes it and format 2 in one commit, so that a build that does not
-/// keep the digest refuses the file from then on.
-pub const FORMAT_VERSION: u32 = 2;
+/// The on-disk format this build writes: 3, events in blocks. It also
+/// reads formats 1 (a value per event, no digest record) and 2 (a value per
+/// event), which it upgrades on open: it reads and checks every event once
+/// and writes the blocks, the digest and format 3 in one commit, so that a
+/// build that does not read blocks refuses the file from then on.
+pub const FORMAT_VERSION: u32 = 3;
 /// The default size of the cache of the database's pages: 64 MiB.
 pub const CACHE_BYTES_DEFAULT: usize = 64 << 20;
 
-const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
+const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const META_FORMAT: &str = "format";
 const META_CLOCK: &str = "clock";
 const META_DIGEST: &str = "digest";
+const META_BLOCKS: &str = "blocks";
 /// Written to `LOCK` once the database exists; see the module docs.
 const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
 
-/// The fixed part of an event value: lamport, time_ms, payload length, and
-/// the trailing crc32.
-const EVENT_OVERHEAD: usize = 8 + 8 + 4 + 4;
 const STREAM_RECORD_LEN: usize = 8 + 8 + 4;
 
 /// Why a [`DiskStore`] could not open, read or commit. Each variant names
@@ -106,7 +120,8 @@ pub enum DiskError {
         /// What failed.
         detail: String,
     },
-    /// One stored event fails its crc32 or its layout.
+    /// One stored event of a format-2 file fails its crc32 or its layout
+    /// (read once, by the upgrade to format 3).
     #[error("{} is damaged: event stream {stream} seq {seq}: {detail}", path.display())]
     CorruptEvent {
         /// The damaged file.
@@ -115,6 +130,18 @@ pub enum DiskError {
         stream: StreamId,
         /// The event's seq (from its key).
         seq: u64,
+        /// What failed.
+        detail: String,
+    },
+    /// One stored block fails its crc32 or its layout.
+    #[error("{} is damaged: block of stream {stream} from seq {first_seq}: {detail}", path.display())]
+    CorruptBlock {
+        /// The damaged file.
+        path: PathBuf,
+        /// The block's stream (from its key).
+        stream: StreamId,
+        /// The block's first seq (from its key).
+        first_seq: u64,
         /// What failed.
         detail: String,
     },
@@ -165,6 +192,13 @@ pub struct Recovery {
     /// acknowledged; the log read back is a correct prefix either way, and
     /// this says that the newest commit on disk was dropped.
     pub rolled_back: bool,
+    /// redb's recovery ran on this open and checked the checksum of every
+    /// page of the newest commit (reading the whole file): because the
+    /// store was not closed cleanly (a crash, a kill, a power cut: redb's
+    /// recovery flag was still set), or because
+    /// [`DiskOptions::check_pages_on_open`] asked for it. With the default
+    /// options it is exactly "the last shutdown was unclean".
+    pub pages_checked: bool,
 }
 
 /// How a [`DiskStore`] opens.
@@ -176,11 +210,17 @@ pub struct DiskOptions {
     /// stream, its floor, head and pending buffer. Default
     /// [`CACHE_BYTES_DEFAULT`].
     pub cache_bytes: usize,
-    /// Whether a clean open checks the checksum of every page of the file
-    /// (redb's `set_check_integrity_on_open`), reading the whole file.
-    /// After a crash redb checks every page anyway as it recovers. On by
-    /// default: a damaged page is then reported on open, typed, instead of
-    /// on the read that reaches it (`docs/STORAGE.md`).
+    /// Whether a *clean* open checks the checksum of every page of the
+    /// file (redb's `set_check_integrity_on_open`), reading the whole file.
+    /// Off by default: after an unclean shutdown redb runs that check
+    /// anyway as it recovers (it is how a torn newest commit is found and
+    /// dropped), and a file closed cleanly holds exactly what its last
+    /// commit wrote; damage done to it since (bit rot, another program) is
+    /// caught by the crc32 of the block or record that reads it, typed and
+    /// naming the file, and by [`Replica::verify`](crate::Replica::verify)
+    /// on demand. On: such damage is reported on open instead, at the cost
+    /// of reading the whole file (1.3 s for a million events of 100 bytes
+    /// in format 2; `docs/STORAGE.md`).
     pub check_pages_on_open: bool,
 }
 
@@ -188,7 +228,7 @@ impl Default for DiskOptions {
     fn default() -> Self {
         DiskOptions {
             cache_bytes: CACHE_BYTES_DEFAULT,
-            check_pages_on_open: true,
+            check_pages_on_open: false,
         }
     }
 }
@@ -222,6 +262,10 @@ pub struct DiskStore {
     /// The events as of the last commit, for the replica to read.
     view: Option<StoreView>,
     recovery: Recovery,
+    /// How many blocks the blocks table holds (recorded with every commit,
+    /// checked against the table's length on open).
+    blocks: u64,
+    /// Scratch for laying out a block value.
     value: Vec<u8>,
     // Held for its lock; released when the store is dropped.
     _lock: File,
@@ -320,15 +364,9 @@ impl DiskStore {
             });
         }
 
-        let rolled_back = Arc::new(AtomicBool::new(false));
+        let repair = Arc::new(RepairSeen::default());
         let mut created = !exists;
-        let opened = open_database(
-            &path,
-            exists,
-            options,
-            Arc::clone(&rolled_back),
-            backend.take(),
-        );
+        let opened = open_database(&path, exists, options, Arc::clone(&repair), backend.take());
         let db = match opened {
             Ok(db) => db,
             // No marker: no open of this directory ever returned, so nothing
@@ -347,7 +385,7 @@ impl DiskStore {
                     "set aside a damaged data file no open ever acknowledged; starting over"
                 );
                 created = true;
-                open_database(&path, false, options, Arc::clone(&rolled_back), backend)?
+                open_database(&path, false, options, Arc::clone(&repair), backend)?
             }
             Err(error) => return Err(error),
         };
@@ -364,30 +402,42 @@ impl DiskStore {
             view: None,
             recovery: Recovery {
                 created,
-                rolled_back: rolled_back.load(Ordering::Relaxed),
+                rolled_back: repair.rolled_back.load(Ordering::Relaxed),
+                pages_checked: repair.ran.load(Ordering::Relaxed),
             },
+            blocks: 0,
             value: Vec::new(),
             _lock: lock,
         };
-        store.init_format(!marker.is_empty())?;
-        if marker.is_empty() {
-            // Only after the format commit is durable: a marker promises a
-            // data file worth missing.
-            store
-                ._lock
-                .write_all(LOCK_MARKER)
-                .and_then(|()| store._lock.sync_all())
-                .map_err(io(&lock_path, "write lock file"))?;
-        }
-        store.meta = store.load_meta()?;
-        store.load_digest()?;
-        store.view = Some(store.make_view()?);
+        // A plain open trusts a file redb closed cleanly, and redb may
+        // panic reading one damaged since: every read of the open is
+        // guarded, as the open itself is.
+        let path = store.path.clone();
+        guarded(&path, "reading it on open", || {
+            let found = store.init_format(!marker.is_empty())?;
+            if marker.is_empty() {
+                // Only after the format commit is durable: a marker promises
+                // a data file worth missing.
+                store
+                    ._lock
+                    .write_all(LOCK_MARKER)
+                    .and_then(|()| store._lock.sync_all())
+                    .map_err(io(&lock_path, "write lock file"))?;
+            }
+            if found < FORMAT_VERSION {
+                store.upgrade(found)?;
+            }
+            (store.meta, store.blocks) = store.load_meta()?;
+            store.view = Some(store.make_view()?);
+            Ok(())
+        })?;
         tracing::debug!(
             dir = %store.dir.display(),
             streams = store.meta.heads.len(),
             clock = store.meta.clock,
             created = store.recovery.created,
             rolled_back = store.recovery.rolled_back,
+            pages_checked = store.recovery.pages_checked,
             "disk store opened"
         );
         if store.recovery.rolled_back {
@@ -420,7 +470,8 @@ impl DiskStore {
     /// format record, and one without it in a directory whose lock file
     /// records a store (`marked`): that file was replaced, and writing a
     /// format into it would serve an empty log.
-    fn init_format(&mut self, marked: bool) -> Result<(), DiskError> {
+    /// Answers the format found (this build's for a new file).
+    fn init_format(&mut self, marked: bool) -> Result<u32, DiskError> {
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
         let format = match read.open_table(META) {
             Ok(table) => table
@@ -437,14 +488,14 @@ impl DiskStore {
                     format.len()
                 ))
             })?;
-            if found != FORMAT_VERSION && found != 1 {
+            if !(1..=FORMAT_VERSION).contains(&found) {
                 return Err(DiskError::Format {
                     path: self.path.clone(),
                     found,
                     expected: FORMAT_VERSION,
                 });
             }
-            return Ok(());
+            return Ok(found);
         }
         let tables = read
             .list_tables()
@@ -467,103 +518,82 @@ impl DiskStore {
                 .map_err(self.engine("open meta table"))?;
             meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
                 .map_err(self.engine("write format"))?;
-            txn.open_table(EVENTS)
-                .map_err(self.engine("create events table"))?;
+            meta.insert(META_DIGEST, encode_digest(Digest::default()).as_slice())
+                .map_err(self.engine("write digest"))?;
+            meta.insert(META_BLOCKS, encode_count(META_BLOCKS, 0).as_slice())
+                .map_err(self.engine("write block count"))?;
+            txn.open_table(BLOCKS)
+                .map_err(self.engine("create blocks table"))?;
             txn.open_table(STREAMS)
                 .map_err(self.engine("create streams table"))?;
         }
         txn.commit().map_err(self.engine("commit format"))?;
-        Ok(())
+        Ok(FORMAT_VERSION)
     }
 
-    /// Reads the digest record; a file of format 1 has none: the digest is
-    /// counted from every event once, and written with format 2.
-    fn load_digest(&mut self) -> Result<(), DiskError> {
-        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
-        let meta_table = read
+    /// Reads and checks the stream records: `(floor, head)` per stream.
+    fn stream_records(
+        &self,
+        read: &redb::ReadTransaction,
+    ) -> Result<BTreeMap<StreamId, (u64, u64)>, DiskError> {
+        let streams = read
+            .open_table(STREAMS)
+            .map_err(self.engine("open streams table"))?;
+        let mut records = BTreeMap::new();
+        for entry in streams.iter().map_err(self.engine("read streams"))? {
+            let (key, value) = entry.map_err(self.engine("read streams"))?;
+            let stream = StreamId::new(key.value());
+            let (floor, head) = decode_stream(stream, value.value()).ok_or_else(|| {
+                self.corrupt(format!("the record of stream {stream} fails its checksum"))
+            })?;
+            if head < floor {
+                return Err(self.corrupt(format!(
+                    "stream {stream} records head {head} below floor {floor}"
+                )));
+            }
+            records.insert(stream, (floor, head));
+        }
+        Ok(records)
+    }
+
+    /// Reads the digest record, if there is one.
+    fn digest_record(&self, read: &redb::ReadTransaction) -> Result<Option<Digest>, DiskError> {
+        let meta = read
             .open_table(META)
             .map_err(self.engine("open meta table"))?;
-        let record = meta_table
+        let record = meta
             .get(META_DIGEST)
             .map_err(self.engine("read digest"))?
             .map(|value| value.value().to_vec());
-        drop(meta_table);
-        if let Some(record) = record {
-            let digest = decode_digest(&record)
-                .ok_or_else(|| self.corrupt("the digest record fails its checksum"))?;
-            if digest.events
-                != self
-                    .meta
-                    .heads
-                    .iter()
-                    .map(|(s, h)| h - self.meta.floor.get(s))
-                    .sum::<u64>()
-            {
-                return Err(self.corrupt(format!(
-                    "the digest record counts {} events, but the stream records account for {}",
-                    digest.events,
-                    self.meta
-                        .heads
-                        .iter()
-                        .map(|(s, h)| h - self.meta.floor.get(s))
-                        .sum::<u64>()
-                )));
-            }
-            self.meta.digest = Some(digest);
-            return Ok(());
-        }
-        let events = read
-            .open_table(EVENTS)
-            .map_err(self.engine("open events table"))?;
-        let mut digest = Digest::default();
-        for entry in events.iter().map_err(self.engine("read events"))? {
-            let (key, value) = entry.map_err(self.engine("read events"))?;
-            let (stream, seq) = key.value();
-            let event =
-                decode_event(StreamId::new(stream), seq, value.value()).map_err(|detail| {
-                    DiskError::CorruptEvent {
-                        path: self.path.clone(),
-                        stream: StreamId::new(stream),
-                        seq,
-                        detail,
-                    }
-                })?;
-            digest.add(&event);
-        }
-        drop(events);
-        drop(read);
-        let txn = self.begin_write()?;
-        {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(self.engine("open meta table"))?;
-            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
-                .map_err(self.engine("write digest"))?;
-            meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
-                .map_err(self.engine("write format"))?;
-        }
-        txn.commit().map_err(self.engine("commit digest"))?;
-        self.meta.digest = Some(digest);
-        Ok(())
+        record
+            .map(|record| {
+                decode_digest(&record)
+                    .ok_or_else(|| self.corrupt("the digest record fails its checksum"))
+            })
+            .transpose()
     }
 
-    /// A view of the events as of the last commit.
+    /// A view of the blocks as of the last commit.
     fn make_view(&self) -> Result<StoreView, DiskError> {
-        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
-        let events = read
-            .open_table(EVENTS)
-            .map_err(self.engine("open events table"))?;
         Ok(StoreView {
-            kind: ViewKind::Disk(Arc::new(DiskView {
-                path: self.path.clone(),
-                events,
-            })),
+            kind: ViewKind::Disk(Arc::new(self.disk_view()?)),
             digest: self.meta.digest,
         })
     }
 
-    /// Reads and checks the streams, the clock and the events' extent.
-    fn load_meta(&self) -> Result<StoreMeta, DiskError> {
+    fn disk_view(&self) -> Result<DiskView, DiskError> {
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let blocks = read
+            .open_table(BLOCKS)
+            .map_err(self.engine("open blocks table"))?;
+        Ok(DiskView::new(self.path.clone(), blocks))
+    }
+
+    /// Reads and checks the streams, the clock, the digest and the blocks'
+    /// extent: per stream, the first block starts at `floor + 1` and the
+    /// last block, read and crc-checked, ends at `head`; the table holds
+    /// the number of blocks recorded. O(streams), not O(events).
+    fn load_meta(&self) -> Result<(StoreMeta, u64), DiskError> {
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
         let meta_table = read
             .open_table(META)
@@ -576,44 +606,78 @@ impl DiskStore {
                 .ok_or_else(|| self.corrupt("the clock record fails its checksum"))?,
             None => 0,
         };
-        let streams = read
-            .open_table(STREAMS)
-            .map_err(self.engine("open streams table"))?;
-        let events = read
-            .open_table(EVENTS)
-            .map_err(self.engine("open events table"))?;
+        let recorded_blocks = match meta_table
+            .get(META_BLOCKS)
+            .map_err(self.engine("read block count"))?
+        {
+            Some(value) => decode_count(META_BLOCKS, value.value())
+                .ok_or_else(|| self.corrupt("the block count record fails its checksum"))?,
+            None => return Err(self.corrupt("the block count record is missing")),
+        };
+        drop(meta_table);
+        let digest = self
+            .digest_record(&read)?
+            .ok_or_else(|| self.corrupt("the digest record is missing"))?;
+        let records = self.stream_records(&read)?;
+        let blocks = read
+            .open_table(BLOCKS)
+            .map_err(self.engine("open blocks table"))?;
         let mut meta = StoreMeta {
             clock,
             ..StoreMeta::default()
         };
         let mut expected_len: u64 = 0;
-        for entry in streams.iter().map_err(self.engine("read streams"))? {
-            let (key, value) = entry.map_err(self.engine("read streams"))?;
-            let stream = StreamId::new(key.value());
-            let (floor, head) = decode_stream(stream, value.value()).ok_or_else(|| {
-                self.corrupt(format!("the record of stream {stream} fails its checksum"))
-            })?;
-            if head < floor {
-                return Err(self.corrupt(format!(
-                    "stream {stream} records head {head} below floor {floor}"
-                )));
-            }
+        for (&stream, &(floor, head)) in &records {
             let range = (stream.get(), 0)..=(stream.get(), u64::MAX);
-            let mut held = events.range(range).map_err(self.engine("read events"))?;
+            let mut held = blocks.range(range).map_err(self.engine("read blocks"))?;
             let first = held
                 .next()
                 .transpose()
-                .map_err(self.engine("read events"))?;
-            let last = held
+                .map_err(self.engine("read blocks"))?
+                .map(|(key, _)| key.value().1);
+            let last = match held
                 .next_back()
                 .transpose()
-                .map_err(self.engine("read events"))?;
-            let first_seq = first.as_ref().map(|(key, _)| key.value().1);
-            let last_seq = last.as_ref().map(|(key, _)| key.value().1).or(first_seq);
+                .map_err(self.engine("read blocks"))?
+            {
+                Some((key, value)) => {
+                    let first_seq = key.value().1;
+                    let block =
+                        Block::decode(stream, first_seq, value.value()).map_err(|detail| {
+                            DiskError::CorruptBlock {
+                                path: self.path.clone(),
+                                stream,
+                                first_seq,
+                                detail,
+                            }
+                        })?;
+                    Some(block.last_seq())
+                }
+                // One block: it is the first and the last.
+                None => match first {
+                    Some(first_seq) => {
+                        let value = blocks
+                            .get((stream.get(), first_seq))
+                            .map_err(self.engine("read blocks"))?
+                            .ok_or_else(|| self.corrupt("a block vanished while read"))?;
+                        let block =
+                            Block::decode(stream, first_seq, value.value()).map_err(|detail| {
+                                DiskError::CorruptBlock {
+                                    path: self.path.clone(),
+                                    stream,
+                                    first_seq,
+                                    detail,
+                                }
+                            })?;
+                        Some(block.last_seq())
+                    }
+                    None => None,
+                },
+            };
             // Lazily: `floor + 1` overflows when `floor == head == u64::MAX`.
             let expected = (head > floor).then(|| (floor + 1, head));
-            if first_seq.zip(last_seq) != expected {
-                let found = match first_seq.zip(last_seq) {
+            if first.zip(last) != expected {
+                let found = match first.zip(last) {
                     Some((first, last)) => format!("seqs {first}..={last}"),
                     None => "no events".to_string(),
                 };
@@ -623,7 +687,7 @@ impl DiskStore {
                 };
                 return Err(self.corrupt(format!(
                     "stream {stream} records floor {floor} and head {head} ({wanted}), \
-                     but the events table holds {found}"
+                     but the blocks table holds {found}"
                 )));
             }
             expected_len = expected_len.checked_add(head - floor).ok_or_else(|| {
@@ -635,14 +699,21 @@ impl DiskStore {
             meta.floor.advance(stream, floor);
             meta.heads.advance(stream, head);
         }
-        let len = events.len().map_err(self.engine("count events"))?;
-        if len != expected_len {
+        if digest.events != expected_len {
             return Err(self.corrupt(format!(
-                "the events table holds {len} events, but the stream records account for \
-                 {expected_len}"
+                "the digest record counts {} events, but the stream records account for \
+                 {expected_len}",
+                digest.events
             )));
         }
-        Ok(meta)
+        let len = blocks.len().map_err(self.engine("count blocks"))?;
+        if len != recorded_blocks {
+            return Err(self.corrupt(format!(
+                "the blocks table holds {len} blocks, but the meta record counts {recorded_blocks}"
+            )));
+        }
+        meta.digest = Some(digest);
+        Ok((meta, recorded_blocks))
     }
 
     fn begin_write(&self) -> Result<redb::WriteTransaction, DiskError> {
@@ -700,6 +771,140 @@ impl DiskStore {
     }
 }
 
+impl DiskStore {
+    /// Drops the events of `stream` at or below `floor_seq`: reads each
+    /// block holding any (their hashes leave the digest), deletes them as
+    /// one key range, and writes what is left of the boundary block, if
+    /// any, as a block starting at `floor_seq + 1`.
+    fn drop_through(
+        &mut self,
+        table: &mut redb::Table<(u64, u64), &'static [u8]>,
+        stream: StreamId,
+        floor_seq: u64,
+        digest: &mut Digest,
+    ) -> Result<(), DiskError> {
+        let range = (stream.get(), 0)..=(stream.get(), floor_seq);
+        let mut dropped = 0u64;
+        let mut rest: Option<BlockBuilder> = None;
+        for entry in table
+            .range(range.clone())
+            .map_err(self.engine("read blocks below the floor"))?
+        {
+            let (key, value) = entry.map_err(self.engine("read blocks below the floor"))?;
+            let first_seq = key.value().1;
+            let block = Block::decode(stream, first_seq, value.value())
+                .map_err(|detail| self.damaged(stream, first_seq, detail))?;
+            let kept_from = if block.last_seq() > floor_seq {
+                (floor_seq - first_seq + 1) as usize
+            } else {
+                block.len()
+            };
+            for index in 0..kept_from {
+                digest.remove(&block.event(stream, index));
+            }
+            if kept_from < block.len() {
+                rest = Some(BlockBuilder::from_block(&block, kept_from));
+            }
+            dropped += 1;
+        }
+        table
+            .retain_in(range, |_, _| false)
+            .map_err(self.engine("delete blocks below the floor"))?;
+        self.blocks -= dropped;
+        if let Some(mut rest) = rest {
+            rest.finish(stream, floor_seq + 1, &mut self.value);
+            table
+                .insert((stream.get(), floor_seq + 1), self.value.as_slice())
+                .map_err(self.engine("write block"))?;
+            self.blocks += 1;
+        }
+        Ok(())
+    }
+
+    /// Appends `events`, the next of `stream` in seq order: into its last
+    /// block while that has room (the block is read, checked and written
+    /// again whole), then into new blocks.
+    fn append_run(
+        &mut self,
+        table: &mut redb::Table<(u64, u64), &'static [u8]>,
+        stream: StreamId,
+        events: &[&Event],
+    ) -> Result<(), DiskError> {
+        let Some(first_event) = events.first() else {
+            return Ok(());
+        };
+        let last = {
+            let mut range = table
+                .range((stream.get(), 0)..=(stream.get(), u64::MAX))
+                .map_err(self.engine("read the last block"))?;
+            match range.next_back() {
+                Some(entry) => {
+                    let (key, value) = entry.map_err(self.engine("read the last block"))?;
+                    let first_seq = key.value().1;
+                    Some(
+                        Block::decode(stream, first_seq, value.value())
+                            .map_err(|detail| self.damaged(stream, first_seq, detail))?,
+                    )
+                }
+                None => None,
+            }
+        };
+        let (mut builder, mut first_seq) = match last {
+            Some(block) => {
+                if block.last_seq().checked_add(1) != Some(first_event.seq) {
+                    return Err(self.corrupt(format!(
+                        "stream {stream}: the last block ends at seq {}, but the stream \
+                         record's head is {}",
+                        block.last_seq(),
+                        first_event.seq - 1
+                    )));
+                }
+                // A full block is not copied into a builder only to be
+                // left as it is.
+                let builder = (block.len() < BLOCK_EVENTS_MAX)
+                    .then(|| BlockBuilder::from_block(&block, 0))
+                    .filter(|builder| builder.has_room(first_event.payload.len()));
+                match builder {
+                    Some(builder) => (builder, block.first_seq()),
+                    None => (BlockBuilder::default(), first_event.seq),
+                }
+            }
+            None => (BlockBuilder::default(), first_event.seq),
+        };
+        // The block read back is rewritten under its own key; every other
+        // block is new.
+        let extends = builder.len() > 0;
+        let mut new_blocks = 0u64;
+        for event in events {
+            if !builder.has_room(event.payload.len()) {
+                builder.finish(stream, first_seq, &mut self.value);
+                table
+                    .insert((stream.get(), first_seq), self.value.as_slice())
+                    .map_err(self.engine("write block"))?;
+                new_blocks += 1;
+                first_seq = event.seq;
+            }
+            builder.push_event(event);
+        }
+        builder.finish(stream, first_seq, &mut self.value);
+        table
+            .insert((stream.get(), first_seq), self.value.as_slice())
+            .map_err(self.engine("write block"))?;
+        new_blocks += 1;
+        self.blocks += new_blocks - u64::from(extends);
+        Ok(())
+    }
+
+    fn damaged(&self, stream: StreamId, first_seq: u64, detail: String) -> DiskError {
+        DiskError::CorruptBlock {
+            path: self.path.clone(),
+            stream,
+            first_seq,
+            detail,
+        }
+    }
+}
+
 impl Store for DiskStore {
     type Error = DiskError;
 
@@ -714,30 +919,17 @@ impl Store for DiskStore {
         limit: usize,
         out: &mut Vec<Event>,
     ) -> Result<(), DiskError> {
-        let Some(first) = after_seq.checked_add(1) else {
+        let head = self.meta.heads.get(stream);
+        let Some(first) = after_seq.max(self.meta.floor.get(stream)).checked_add(1) else {
             return Ok(());
         };
-        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
-        let events = read
-            .open_table(EVENTS)
-            .map_err(self.engine("open events table"))?;
-        let range = (stream.get(), first)..=(stream.get(), u64::MAX);
-        for entry in events
-            .range(range)
-            .map_err(self.engine("read events"))?
-            .take(limit)
-        {
-            let (key, value) = entry.map_err(self.engine("read events"))?;
-            let (key_stream, seq) = key.value();
-            let event =
-                decode_event(StreamId::new(key_stream), seq, value.value()).map_err(|detail| {
-                    DiskError::CorruptEvent {
-                        path: self.path.clone(),
-                        stream: StreamId::new(key_stream),
-                        seq,
-                        detail,
-                    }
-                })?;
+        if first > head || limit == 0 {
+            return Ok(());
+        }
+        let last = head.min(first.saturating_add(limit as u64 - 1));
+        let view = self.disk_view()?;
+        let mut scan = view.scan_blocks(stream, first, last)?;
+        while let Some(event) = scan.next_event()? {
             out.push(event);
         }
         Ok(())
@@ -747,44 +939,29 @@ impl Store for DiskStore {
         let touched = self.plan(batch)?;
         let clock = self.meta.clock.max(batch.clock);
         let mut digest = self.meta.digest.unwrap_or_default();
+        let blocks_before = self.blocks;
+        // A batch's events are contiguous per stream but may interleave
+        // streams: gather each stream's run, in seq order.
+        let mut runs: BTreeMap<StreamId, Vec<&Event>> = BTreeMap::new();
+        for event in &batch.events {
+            runs.entry(event.stream).or_default().push(event);
+        }
         let txn = self.begin_write()?;
-        {
-            let mut events = txn
-                .open_table(EVENTS)
-                .map_err(self.engine("open events table"))?;
+        let path = self.path.clone();
+        let written = guarded(&path, "writing it", || {
+            let mut table = txn
+                .open_table(BLOCKS)
+                .map_err(self.engine("open blocks table"))?;
             for &(stream, floor_seq) in &batch.floors {
                 if floor_seq > self.meta.floor.get(stream) {
-                    let range = (stream.get(), 0)..=(stream.get(), floor_seq);
-                    // The dropped events leave the digest: read once, then
-                    // deleted as one range.
-                    for entry in events
-                        .range(range.clone())
-                        .map_err(self.engine("read events below the floor"))?
-                    {
-                        let (key, value) =
-                            entry.map_err(self.engine("read events below the floor"))?;
-                        let (key_stream, seq) = key.value();
-                        let event = decode_event(StreamId::new(key_stream), seq, value.value())
-                            .map_err(|detail| DiskError::CorruptEvent {
-                                path: self.path.clone(),
-                                stream: StreamId::new(key_stream),
-                                seq,
-                                detail,
-                            })?;
-                        digest.remove(&event);
-                    }
-                    events
-                        .retain_in(range, |_, _| false)
-                        .map_err(self.engine("delete events below the floor"))?;
+                    self.drop_through(&mut table, stream, floor_seq, &mut digest)?;
                 }
             }
-            for event in &batch.events {
-                digest.add(event);
-                encode_event(event, &mut self.value);
-                let key = (event.stream.get(), event.seq);
-                events.insert(key, self.value.as_slice()).map_err(|error| {
-                    engine_error(&self.dir, &self.path, "write event", error.into())
-                })?;
+            for (&stream, events) in &runs {
+                for event in events {
+                    digest.add(event);
+                }
+                self.append_run(&mut table, stream, events)?;
             }
             let mut streams = txn
                 .open_table(STREAMS)
@@ -804,8 +981,21 @@ impl Store for DiskStore {
             }
             meta.insert(META_DIGEST, encode_digest(digest).as_slice())
                 .map_err(self.engine("write digest"))?;
+            if self.blocks != blocks_before {
+                meta.insert(
+                    META_BLOCKS,
+                    encode_count(META_BLOCKS, self.blocks).as_slice(),
+                )
+                .map_err(self.engine("write block count"))?;
+            }
+            drop((table, streams, meta));
+            txn.commit().map_err(self.engine("commit"))
+        });
+        if let Err(error) = written {
+            // Nothing was committed: the count is the stored one again.
+            self.blocks = blocks_before;
+            return Err(error);
         }
-        txn.commit().map_err(self.engine("commit"))?;
         self.meta.digest = Some(digest);
         for (stream, (floor, head)) in touched {
             self.meta.floor.advance(stream, floor);
@@ -825,101 +1015,15 @@ impl Store for DiskStore {
     }
 }
 
-/// A snapshot of the events table as of one commit: what a replica on a
-/// [`DiskStore`] reads its events through (via redb's page cache).
-pub(crate) struct DiskView {
-    path: PathBuf,
-    events: redb::ReadOnlyTable<(u64, u64), &'static [u8]>,
-}
-
-impl DiskView {
-    fn decode(&self, stream: u64, seq: u64, value: &[u8]) -> Result<Event, ReadError> {
-        decode_event(StreamId::new(stream), seq, value).map_err(|detail| {
-            Box::new(DiskError::CorruptEvent {
-                path: self.path.clone(),
-                stream: StreamId::new(stream),
-                seq,
-                detail,
-            }) as ReadError
-        })
-    }
-
-    fn engine(&self, op: &'static str) -> impl FnOnce(redb::StorageError) -> ReadError + '_ {
-        move |error| {
-            let dir = self.path.parent().unwrap_or(&self.path);
-            Box::new(engine_error(dir, &self.path, op, error.into())) as ReadError
-        }
-    }
-}
-
-impl Source for DiskView {
-    fn lamport(&self, stream: StreamId, seq: u64) -> Result<Option<u64>, ReadError> {
-        Ok(self.event(stream, seq)?.map(|event| event.lamport))
-    }
-
-    fn event(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReadError> {
-        let value = self
-            .events
-            .get((stream.get(), seq))
-            .map_err(self.engine("read event"))?;
-        value
-            .map(|value| self.decode(stream.get(), seq, value.value()))
-            .transpose()
-    }
-
-    fn scan<'a>(
-        &'a self,
-        stream: StreamId,
-        first: u64,
-        last: u64,
-    ) -> Result<Box<dyn StreamScan + 'a>, ReadError> {
-        let range = self
-            .events
-            .range((stream.get(), first)..=(stream.get(), last))
-            .map_err(self.engine("read events"))?;
-        Ok(Box::new(DiskScan {
-            view: self,
-            range,
-            next: None,
-        }))
-    }
-}
-
-struct DiskScan<'a> {
-    view: &'a DiskView,
-    range: redb::Range<'static, (u64, u64), &'static [u8]>,
-    /// The event peeked.
-    next: Option<Event>,
-}
-
-impl StreamScan for DiskScan<'_> {
-    fn peek(&mut self) -> Result<Option<u64>, ReadError> {
-        if self.next.is_none() {
-            if let Some(entry) = self.range.next() {
-                let (key, value) = entry.map_err(self.view.engine("read events"))?;
-                let (stream, seq) = key.value();
-                self.next = Some(self.view.decode(stream, seq, value.value())?);
-            }
-        }
-        Ok(self.next.as_ref().map(|event| event.lamport))
-    }
-
-    fn take(&mut self) -> Result<Event, ReadError> {
-        self.peek()?;
-        self.next
-            .take()
-            .ok_or_else(|| "take past the end of a scan".into())
-    }
-}
-
 /// Opens the redb file with a full integrity check, turning a panic inside
 /// the engine (which a damaged file can provoke) into [`DiskError::Corrupt`].
-/// Sets `rolled_back` if redb falls back from a torn newest commit.
+/// Records in `repair` whether redb's recovery ran (it checks every page)
+/// and whether it fell back from a torn newest commit.
 fn open_database<B: redb::StorageBackend>(
     path: &Path,
     exists: bool,
     options: &DiskOptions,
-    rolled_back: Arc<AtomicBool>,
+    repair: Arc<RepairSeen>,
     backend: Option<B>,
 ) -> Result<Database, DiskError> {
     let dir = path.parent().unwrap_or(path).to_path_buf();
@@ -929,13 +1033,16 @@ fn open_database<B: redb::StorageBackend>(
     // when the newest commit fails its checksum and it falls back to the
     // one before (redb 4.x `Database::do_repair`), 0.6 and on for the
     // allocator rebuild that every checked open runs. The step between the
-    // first two is the only sign of a fallback redb gives.
+    // first two is the only sign of a fallback redb gives. The callback is
+    // called only when the recovery runs: after an unclean shutdown, or on
+    // every open with `check_pages_on_open`.
     builder
         .set_check_integrity_on_open(options.check_pages_on_open)
         .set_repair_callback(move |session| {
             let progress = session.progress();
+            repair.ran.store(true, Ordering::Relaxed);
             if progress > 0.0 && progress < 0.6 {
-                rolled_back.store(true, Ordering::Relaxed);
+                repair.rolled_back.store(true, Ordering::Relaxed);
             }
         });
     let opened = catch_unwind(AssertUnwindSafe(|| {
@@ -959,6 +1066,34 @@ fn open_database<B: redb::StorageBackend>(
             ),
         }),
     }
+}
+
+/// What redb's repair callback saw during an open.
+#[derive(Default)]
+struct RepairSeen {
+    /// The recovery ran: it checked the checksum of every page.
+    ran: AtomicBool,
+    /// It fell back from a torn newest commit.
+    rolled_back: AtomicBool,
+}
+
+/// Runs `work`, which reads or writes through redb, turning a panic inside
+/// the engine (which a file damaged outside redb can provoke once it is
+/// trusted on open) into [`DiskError::Corrupt`] naming the file.
+fn guarded<T>(
+    path: &Path,
+    doing: &str,
+    work: impl FnOnce() -> Result<T, DiskError>,
+) -> Result<T, DiskError> {
+    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+        Err(DiskError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!(
+                "the storage engine panicked {doing}: {}",
+                panic_message(&*panic)
+            ),
+        })
+    })
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -1052,61 +1187,6 @@ fn sync_dir(dir: &Path) -> Result<(), DiskError> {
         .map_err(io(dir, "sync directory"))
 }
 
-/// Encodes an event's value: lamport, time_ms, payload length (all
-/// little-endian), payload, then a crc32 over the key and all of that.
-fn encode_event(event: &Event, out: &mut Vec<u8>) {
-    out.clear();
-    out.reserve(EVENT_OVERHEAD + event.payload.len());
-    out.extend_from_slice(&event.lamport.to_le_bytes());
-    out.extend_from_slice(&event.time_ms.to_le_bytes());
-    let len = u32::try_from(event.payload.len()).expect("payload length checked by plan");
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&event.payload);
-    let crc = event_crc(event.stream, event.seq, out);
-    out.extend_from_slice(&crc.to_le_bytes());
-}
-
-fn decode_event(stream: StreamId, seq: u64, value: &[u8]) -> Result<Event, String> {
-    if value.len() < EVENT_OVERHEAD {
-        return Err(format!(
-            "value of {} bytes is shorter than the {EVENT_OVERHEAD}-byte header",
-            value.len()
-        ));
-    }
-    let (body, crc) = value.split_at(value.len() - 4);
-    let stored_crc = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
-    let computed_crc = event_crc(stream, seq, body);
-    if stored_crc != computed_crc {
-        return Err(format!(
-            "crc32 mismatch: stored {stored_crc:#010x}, computed {computed_crc:#010x}"
-        ));
-    }
-    let lamport = u64_at(body, 0);
-    let time_ms = u64_at(body, 8);
-    let len = u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")) as usize;
-    if len != body.len() - 20 {
-        return Err(format!(
-            "payload length {len} does not match the value's {} bytes",
-            body.len() - 20
-        ));
-    }
-    Ok(Event {
-        stream,
-        seq,
-        lamport,
-        time_ms,
-        payload: Bytes::copy_from_slice(&body[20..]),
-    })
-}
-
-fn event_crc(stream: StreamId, seq: u64, body: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&stream.get().to_le_bytes());
-    hasher.update(&seq.to_le_bytes());
-    hasher.update(body);
-    hasher.finalize()
-}
-
 fn encode_stream(stream: StreamId, floor: u64, head: u64) -> [u8; STREAM_RECORD_LEN] {
     let mut record = [0u8; STREAM_RECORD_LEN];
     record[0..8].copy_from_slice(&floor.to_le_bytes());
@@ -1139,6 +1219,22 @@ fn decode_clock(record: &[u8]) -> Option<u64> {
     }
     let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
     (crc == record_crc(META_CLOCK.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
+}
+
+fn encode_count(key: &str, count: u64) -> [u8; 12] {
+    let mut record = [0u8; 12];
+    record[0..8].copy_from_slice(&count.to_le_bytes());
+    let crc = record_crc(key.as_bytes(), &record[..8]);
+    record[8..12].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+fn decode_count(key: &str, record: &[u8]) -> Option<u64> {
+    if record.len() != 12 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
+    (crc == record_crc(key.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
 }
 
 fn encode_digest(digest: Digest) -> [u8; 28] {
@@ -1192,34 +1288,6 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn event_value_round_trips_and_catches_every_single_bit_flip() {
-        let event = Event {
-            stream: StreamId::new(7),
-            seq: 42,
-            lamport: 99,
-            time_ms: 1_700_000_000_000,
-            payload: Bytes::from_static(b"payload"),
-        };
-        let mut value = Vec::new();
-        encode_event(&event, &mut value);
-        assert_eq!(
-            decode_event(event.stream, event.seq, &value),
-            Ok(event.clone())
-        );
-        for bit in 0..value.len() * 8 {
-            let mut flipped = value.clone();
-            flipped[bit / 8] ^= 1 << (bit % 8);
-            assert!(
-                decode_event(event.stream, event.seq, &flipped).is_err(),
-                "bit {bit}"
-            );
-        }
-        // A value stored under another key is caught too.
-        assert!(decode_event(event.stream, 43, &value).is_err());
-        assert!(decode_event(event.stream, 42, &value[..value.len() - 1]).is_err());
-    }
 
     #[test]
     fn records_round_trip_and_catch_flips() {

@@ -1,0 +1,400 @@
+//! Formats 1 and 2 (one value per event in table `events`), read once to
+//! upgrade a file to format 3 (blocks).
+//!
+//! The upgrade is one write transaction: every event of the old table is
+//! read and checked (its crc32, seqs `floor+1 ..= head` of its stream
+//! without a hole), laid out in blocks, and the digest counted; a format-2
+//! file's recorded digest must equal that count. The old table is deleted
+//! and format 3 recorded in the same commit, so a crash during the upgrade
+//! leaves the format-2 file as it was, and an older build refuses the file
+//! from then on (it reads format 2 at most).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+#[cfg(test)]
+use redb::Database;
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::block::BlockBuilder;
+use super::{
+    encode_count, encode_digest, encode_format, DiskError, DiskStore, BLOCKS, FORMAT_VERSION, META,
+    META_BLOCKS, META_DIGEST, META_FORMAT,
+};
+use crate::{Digest, Event};
+
+/// Formats 1 and 2: `(stream, seq)` → one event value.
+pub(super) const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
+
+/// The fixed part of a format-2 event value: lamport, time_ms, payload
+/// length, and the trailing crc32.
+const EVENT_OVERHEAD: usize = 8 + 8 + 4 + 4;
+
+impl DiskStore {
+    /// Rewrites a file of format `found` (1 or 2) as format 3, in one
+    /// commit.
+    pub(super) fn upgrade(&mut self, found: u32) -> Result<(), DiskError> {
+        let started = std::time::Instant::now();
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let streams = self.stream_records(&read)?;
+        let recorded = if found >= 2 {
+            Some(
+                self.digest_record(&read)?
+                    .ok_or_else(|| self.corrupt(format!("format {found} records no digest")))?,
+            )
+        } else {
+            None
+        };
+        drop(read);
+        let txn = self.begin_write()?;
+        let mut digest = Digest::default();
+        let mut blocks_written = 0u64;
+        {
+            let events = txn
+                .open_table(EVENTS)
+                .map_err(self.engine("open events table"))?;
+            let mut blocks = txn
+                .open_table(BLOCKS)
+                .map_err(self.engine("create blocks table"))?;
+            let mut builder = BlockBuilder::default();
+            let mut value = Vec::new();
+            // Per stream seen: the first and last seq read.
+            let mut seen: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
+            // The stream being read, and its open block's first seq.
+            let mut current: Option<(StreamId, u64)> = None;
+            for entry in events.iter().map_err(self.engine("read events"))? {
+                let (key, stored) = entry.map_err(self.engine("read events"))?;
+                let (stream, seq) = key.value();
+                let stream = StreamId::new(stream);
+                let event = decode_event(stream, seq, stored.value()).map_err(|detail| {
+                    DiskError::CorruptEvent {
+                        path: self.path.clone(),
+                        stream,
+                        seq,
+                        detail,
+                    }
+                })?;
+                if current.is_none_or(|(open, _)| open != stream) {
+                    if let Some((open, first_seq)) = current.take() {
+                        builder.finish(open, first_seq, &mut value);
+                        blocks
+                            .insert((open.get(), first_seq), value.as_slice())
+                            .map_err(self.engine("write block"))?;
+                        blocks_written += 1;
+                    }
+                    let Some(&(floor, _)) = streams.get(&stream) else {
+                        return Err(self.corrupt(format!(
+                            "the events table holds stream {stream}, which has no stream record"
+                        )));
+                    };
+                    if floor.checked_add(1) != Some(seq) {
+                        return Err(self.corrupt(format!(
+                            "stream {stream} records floor {floor}, but its first event is seq {seq}"
+                        )));
+                    }
+                    seen.insert(stream, (seq, seq));
+                    current = Some((stream, seq));
+                }
+                let (_, last) = seen.get_mut(&stream).expect("inserted above");
+                if seq != *last && last.checked_add(1) != Some(seq) {
+                    return Err(
+                        self.corrupt(format!("stream {stream}: seq {seq} follows seq {last}"))
+                    );
+                }
+                *last = seq;
+                let (_, first_seq) = current.as_mut().expect("set above");
+                if !builder.has_room(event.payload.len()) {
+                    builder.finish(stream, *first_seq, &mut value);
+                    blocks
+                        .insert((stream.get(), *first_seq), value.as_slice())
+                        .map_err(self.engine("write block"))?;
+                    blocks_written += 1;
+                    *first_seq = seq;
+                }
+                builder.push_event(&event);
+                digest.add(&event);
+            }
+            if let Some((open, first_seq)) = current {
+                builder.finish(open, first_seq, &mut value);
+                blocks
+                    .insert((open.get(), first_seq), value.as_slice())
+                    .map_err(self.engine("write block"))?;
+                blocks_written += 1;
+            }
+            for (&stream, &(floor, head)) in &streams {
+                let held = seen.get(&stream).map(|&(first, last)| (first, last));
+                let expected = (head > floor).then(|| (floor + 1, head));
+                if held != expected {
+                    return Err(self.corrupt(format!(
+                        "stream {stream} records floor {floor} and head {head}, but the events \
+                         table holds {}",
+                        held.map_or("no events".to_string(), |(first, last)| format!(
+                            "seqs {first}..={last}"
+                        ))
+                    )));
+                }
+            }
+        }
+        if let Some(recorded) = recorded {
+            if recorded != digest {
+                return Err(self.corrupt(format!(
+                    "upgrading from format {found}: the digest recorded ({} events) differs from \
+                     the events read ({} events)",
+                    recorded.events, digest.events
+                )));
+            }
+        }
+        txn.delete_table(EVENTS)
+            .map_err(self.engine("delete events table"))?;
+        {
+            let mut meta = txn
+                .open_table(META)
+                .map_err(self.engine("open meta table"))?;
+            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+                .map_err(self.engine("write digest"))?;
+            meta.insert(
+                META_BLOCKS,
+                encode_count(META_BLOCKS, blocks_written).as_slice(),
+            )
+            .map_err(self.engine("write block count"))?;
+            meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
+                .map_err(self.engine("write format"))?;
+        }
+        txn.commit().map_err(self.engine("commit upgrade"))?;
+        tracing::info!(
+            path = %self.path.display(),
+            from = found,
+            to = FORMAT_VERSION,
+            events = digest.events,
+            blocks = blocks_written,
+            ms = started.elapsed().as_millis() as u64,
+            "upgraded the data file's format"
+        );
+        Ok(())
+    }
+}
+
+/// Encodes a format-2 event value: lamport, time_ms, payload length (all
+/// little-endian), payload, then a crc32 over the key and all of that.
+/// Only tests write format 2 now (the upgrade test's old files).
+#[cfg(test)]
+pub(super) fn encode_event(event: &Event, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(EVENT_OVERHEAD + event.payload.len());
+    out.extend_from_slice(&event.lamport.to_le_bytes());
+    out.extend_from_slice(&event.time_ms.to_le_bytes());
+    let len = u32::try_from(event.payload.len()).expect("payload length checked by plan");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&event.payload);
+    let crc = event_crc(event.stream, event.seq, out);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// Decodes and checks a format-2 event value. Total.
+pub(super) fn decode_event(stream: StreamId, seq: u64, value: &[u8]) -> Result<Event, String> {
+    if value.len() < EVENT_OVERHEAD {
+        return Err(format!(
+            "value of {} bytes is shorter than the {EVENT_OVERHEAD}-byte header",
+            value.len()
+        ));
+    }
+    let (body, crc) = value.split_at(value.len() - 4);
+    let stored_crc = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
+    let computed_crc = event_crc(stream, seq, body);
+    if stored_crc != computed_crc {
+        return Err(format!(
+            "crc32 mismatch: stored {stored_crc:#010x}, computed {computed_crc:#010x}"
+        ));
+    }
+    let lamport = u64::from_le_bytes(body[0..8].try_into().expect("8 bytes"));
+    let time_ms = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
+    let len = u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")) as usize;
+    if len != body.len() - 20 {
+        return Err(format!(
+            "payload length {len} does not match the value's {} bytes",
+            body.len() - 20
+        ));
+    }
+    Ok(Event {
+        stream,
+        seq,
+        lamport,
+        time_ms,
+        payload: Bytes::copy_from_slice(&body[20..]),
+    })
+}
+
+fn event_crc(stream: StreamId, seq: u64, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&stream.get().to_le_bytes());
+    hasher.update(&seq.to_le_bytes());
+    hasher.update(body);
+    hasher.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{encode_clock, encode_stream, DiskOptions, DATA_FILE, STREAMS};
+    use super::*;
+    use crate::{Config, Replica};
+    use redb::ReadableDatabase;
+
+    /// The events of a format-2 file: stream 1 above floor 5 (some
+    /// payloads over a block's byte target), stream 2 exactly one block of
+    /// 128, stream 3 compacted to its head (no events).
+    fn old_log() -> (Vec<Event>, Vec<(StreamId, u64, u64)>) {
+        let mut events = Vec::new();
+        for seq in 6..=300u64 {
+            let len = if seq % 97 == 0 {
+                40_000
+            } else {
+                (seq % 150) as usize
+            };
+            events.push(Event {
+                stream: StreamId::new(1),
+                seq,
+                lamport: seq * 2,
+                time_ms: seq,
+                payload: Bytes::from(vec![seq as u8; len]),
+            });
+        }
+        for seq in 1..=128u64 {
+            events.push(Event {
+                stream: StreamId::new(2),
+                seq,
+                lamport: seq * 3,
+                time_ms: 0,
+                payload: Bytes::from(format!("two {seq}")),
+            });
+        }
+        let streams = vec![
+            (StreamId::new(1), 5, 300),
+            (StreamId::new(2), 0, 128),
+            (StreamId::new(3), 10, 10),
+        ];
+        (events, streams)
+    }
+
+    /// Writes a format-2 data file (what the previous build wrote) into
+    /// `dir`; `damage` may change one event value first.
+    fn write_format_2(dir: &std::path::Path, damage: Option<(u64, u64)>) -> Digest {
+        let (events, streams) = old_log();
+        let mut digest = Digest::default();
+        let db = Database::create(dir.join(DATA_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(EVENTS).unwrap();
+            let mut value = Vec::new();
+            for event in &events {
+                encode_event(event, &mut value);
+                if damage == Some((event.stream.get(), event.seq)) {
+                    value[10] ^= 0x04;
+                }
+                table
+                    .insert((event.stream.get(), event.seq), value.as_slice())
+                    .unwrap();
+                digest.add(event);
+            }
+            let mut table = txn.open_table(STREAMS).unwrap();
+            for &(stream, floor, head) in &streams {
+                table
+                    .insert(stream.get(), encode_stream(stream, floor, head).as_slice())
+                    .unwrap();
+            }
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert(META_FORMAT, encode_format(2).as_slice())
+                .unwrap();
+            meta.insert(super::super::META_CLOCK, encode_clock(900).as_slice())
+                .unwrap();
+            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+        digest
+    }
+
+    fn format_of(dir: &std::path::Path) -> (u32, bool) {
+        let db = Database::open(dir.join(DATA_FILE)).unwrap();
+        let read = db.begin_read().unwrap();
+        let meta = read.open_table(META).unwrap();
+        let format =
+            super::super::decode_format(meta.get(META_FORMAT).unwrap().unwrap().value()).unwrap();
+        let has_events = read.open_table(EVENTS).is_ok();
+        (format, has_events)
+    }
+
+    #[test]
+    fn a_format_2_file_is_upgraded_to_blocks_once_keeping_every_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let digest = write_format_2(dir.path(), None);
+        let (events, streams) = old_log();
+        for round in 0..2 {
+            let store = DiskStore::open_with(dir.path(), &DiskOptions::default()).unwrap();
+            let replica = Replica::open(Config::new(StreamId::new(1)), store).unwrap();
+            assert_eq!(replica.digest(), digest, "round {round}");
+            assert_eq!(replica.clock(), 900);
+            for &(stream, floor, head) in &streams {
+                assert_eq!(replica.floor().get(stream), floor);
+                assert_eq!(replica.marks().get(stream), head);
+            }
+            for event in &events {
+                assert_eq!(replica.get(event.stream, event.seq).as_ref(), Some(event));
+            }
+            assert_eq!(replica.verify().unwrap().events, events.len() as u64);
+            drop(replica);
+            assert_eq!(
+                format_of(dir.path()),
+                (FORMAT_VERSION, false),
+                "round {round}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_format_2_file_with_a_damaged_event_is_refused_naming_it_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        write_format_2(dir.path(), Some((1, 77)));
+        match DiskStore::open(dir.path()) {
+            Err(DiskError::CorruptEvent {
+                path,
+                stream,
+                seq,
+                detail,
+            }) => {
+                assert_eq!(path, dir.path().join(DATA_FILE));
+                assert_eq!((stream, seq), (StreamId::new(1), 77));
+                assert!(detail.contains("crc32 mismatch"), "{detail}");
+            }
+            other => panic!("expected CorruptEvent, got {other:?}"),
+        }
+        assert_eq!(format_of(dir.path()), (2, true), "nothing was rewritten");
+    }
+
+    #[test]
+    fn a_format_2_event_value_round_trips_and_catches_every_single_bit_flip() {
+        let event = Event {
+            stream: StreamId::new(7),
+            seq: 42,
+            lamport: 99,
+            time_ms: 1_700_000_000_000,
+            payload: Bytes::from_static(b"payload"),
+        };
+        let mut value = Vec::new();
+        encode_event(&event, &mut value);
+        assert_eq!(
+            decode_event(event.stream, event.seq, &value),
+            Ok(event.clone())
+        );
+        for bit in 0..value.len() * 8 {
+            let mut flipped = value.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                decode_event(event.stream, event.seq, &flipped).is_err(),
+                "bit {bit}"
+            );
+        }
+        assert!(decode_event(event.stream, 43, &value).is_err());
+        assert!(decode_event(event.stream, 42, &value[..value.len() - 1]).is_err());
+    }
+}
