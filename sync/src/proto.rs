@@ -157,6 +157,15 @@ pub struct Protocol {
     hello_due: bool,
     heartbeat_due: bool,
     ack_due: bool,
+    /// When a delayed ack is due: set by the first delta applied since the
+    /// last receipt, so a burst is acknowledged once (see
+    /// [`SessionConfig::ack_delay`]).
+    ack_at: Option<Instant>,
+    /// Deltas applied since the last receipt sent.
+    unacked: u32,
+    /// A delta arrived after a gap in the numbers: acknowledge at once, so
+    /// that the sender repairs within a round trip.
+    hole_seen: bool,
     /// Parts of a delta too large for one frame, still to hand out, in
     /// order; the view already counts them as sent.
     parts: VecDeque<Delta>,
@@ -269,6 +278,9 @@ impl Protocol {
             hello_due: true,
             heartbeat_due: false,
             ack_due: false,
+            ack_at: None,
+            unacked: 0,
+            hole_seen: false,
             parts: VecDeque::new(),
             next_delta_number: 1,
             in_flight: VecDeque::new(),
@@ -669,9 +681,11 @@ impl Protocol {
     }
 
     /// When the core next wants [`Protocol::handle_timeout`]: its tick (the
-    /// heartbeat, a hello re-sent, the read timeouts).
+    /// heartbeat, a hello re-sent, the read timeouts), or a delayed ack
+    /// before it.
     pub fn poll_timeout(&self) -> Instant {
-        self.next_tick
+        self.ack_at
+            .map_or(self.next_tick, |at| at.min(self.next_tick))
     }
 
     /// Whether the core has nothing to send right now and no delta out to
@@ -683,6 +697,7 @@ impl Protocol {
             && (self.peer.is_none()
                 || (!self.heartbeat_due
                     && !self.ack_due
+                    && self.ack_at.is_none()
                     && self.routes_due.is_empty()
                     && self.send_view(&local.marks()).dominates(&local.marks())))
     }
@@ -690,6 +705,10 @@ impl Protocol {
     /// Serves the tick if `now` reached it: times out a silent peer, and
     /// makes a hello (until the peer has ours) and a heartbeat due.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        if self.ack_at.is_some_and(|at| at <= now) {
+            self.ack_at = None;
+            self.ack_due = true;
+        }
         if now < self.next_tick {
             return Ok(());
         }
@@ -877,10 +896,14 @@ impl Protocol {
             // A heartbeat is a receipt too: it stands for a due ack.
             self.heartbeat_due = false;
             self.ack_due = false;
+            self.ack_at = None;
+            self.unacked = 0;
             return Some(Frame::Heartbeat(self.receipt(local)));
         }
         if self.ack_due {
             self.ack_due = false;
+            self.ack_at = None;
+            self.unacked = 0;
             return Some(Frame::Ack(self.receipt(local)));
         }
         if let Some(routes) = self.routes_frame() {
@@ -1017,6 +1040,7 @@ impl Protocol {
                 if number > self.received + 1 {
                     // A hole: the deltas between were lost (or are late).
                     // The ack that follows shows it to the sender at once.
+                    self.hole_seen = true;
                     tracing::debug!(
                         number,
                         received = self.received,
@@ -1257,7 +1281,19 @@ impl Protocol {
         // was lost before it).
         if let Some(number) = number {
             self.received = self.received.max(number);
-            self.ack_due = true;
+            self.unacked += 1;
+            // At once when there is something to repair (a gap in the
+            // numbers, events held above a hole or dropped) or a window's
+            // worth to acknowledge; else once per `ack_delay`, for the
+            // whole burst.
+            let repair = self.hole_seen || report.pending > 0 || report.dropped > 0;
+            self.hole_seen = false;
+            if repair || self.unacked >= ACK_EVERY || self.config.ack_delay.is_zero() {
+                self.ack_due = true;
+                self.ack_at = None;
+            } else if self.ack_at.is_none() {
+                self.ack_at = Some(now + self.config.ack_delay);
+            }
         }
         self.state.events_applied += report.applied;
         self.state.events_duplicate += report.duplicates;
@@ -1281,6 +1317,11 @@ fn held_in(vector: &VersionVector, stream: StreamId) -> bool {
 /// it, no new delta is built until a receipt (or the retransmission
 /// timeout) retires some.
 const IN_FLIGHT_MAX: usize = 256;
+
+/// A receiver acknowledges at least every this many deltas, however short
+/// they come: well within [`IN_FLIGHT_MAX`], so a sender never waits on a
+/// delayed ack to send more.
+const ACK_EVERY: u32 = 8;
 
 /// The most numbered marks kept for differences: the latest and those the
 /// peer may still report holding. Past it the oldest goes, and a peer
@@ -1431,8 +1472,13 @@ where
     B: Store + Send + Sync + 'static,
 {
     let now = Instant::now();
+    // No clock runs here, so no ack waits for one.
+    let config = SessionConfig {
+        ack_delay: Duration::ZERO,
+        ..config.clone()
+    };
     let mut a_side = Protocol::new(a.stream(), config.clone(), now);
-    let mut b_side = Protocol::new(b.stream(), config.clone(), now);
+    let mut b_side = Protocol::new(b.stream(), config, now);
     let mut flights = 0;
     let mut a_turn = true;
     let mut idle_turns = 0;

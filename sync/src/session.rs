@@ -50,6 +50,13 @@ pub struct SessionConfig {
     /// of a link to sync larger events (each session may buffer one frame
     /// of this size); at most [`FRAME_BYTES_CEILING`].
     pub frame_bytes_max: usize,
+    /// How long an ack may wait for more deltas to acknowledge with it.
+    /// Default 20 ms: a burst of deltas is acknowledged once (and at
+    /// least every 8 deltas), where each used to get its own receipt
+    /// carrying the marks it changed. A gap in the delta numbers, or events
+    /// held above a hole, is acknowledged at once, so repair is not
+    /// delayed. Zero acknowledges every delta at once.
+    pub ack_delay: Duration,
 }
 
 impl Default for SessionConfig {
@@ -61,18 +68,21 @@ impl Default for SessionConfig {
             delta_bytes_max: 256 * 1024,
             queue_bytes_max: 512 * 1024,
             frame_bytes_max: FRAME_BYTES_MAX,
+            ack_delay: Duration::from_millis(20),
         }
     }
 }
 
 impl SessionConfig {
     /// Defaults scaled to a heartbeat interval: read and write timeouts of
-    /// ten intervals. Tests use short intervals (10 to 50 ms).
+    /// ten intervals, an ack delay of a fiftieth (at most 20 ms). Tests use short intervals (10 to 50 ms).
     pub fn with_heartbeat(heartbeat_interval: Duration) -> Self {
         SessionConfig {
             heartbeat_interval,
             read_timeout: heartbeat_interval * 10,
             write_timeout: heartbeat_interval * 10,
+            // 20 ms at the default 1 s heartbeat, a fiftieth of shorter ones.
+            ack_delay: (heartbeat_interval / 50).min(Duration::from_millis(20)),
             ..SessionConfig::default()
         }
     }

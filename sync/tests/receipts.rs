@@ -7,6 +7,8 @@
 //!   nothing that is still in flight.
 //! - A lost delta is repaired when the ack of the next one comes back, one
 //!   round trip after the loss, not at a later heartbeat.
+//! - A burst of deltas is acknowledged once within the ack delay (at
+//!   least every 8 deltas), and a delta after a gap at once.
 //!
 //! The link is a queue per direction with a fixed one-way delay; frames
 //! are lost by number where a test says so. Everything is deterministic.
@@ -234,4 +236,97 @@ fn a_lost_delta_is_repaired_one_round_trip_after_the_next_is_acked() {
     // 3 comes back (one way), the repair goes out (one way): four delays.
     assert!(converged_at <= 4 * delay + 4 * step, "{converged_at:?}");
     assert!(a.deltas_sent >= 4, "the lost delta was sent again");
+}
+
+/// Counts what `side` sent that arrived at the other side: (acks, the
+/// highest delta number any of them acknowledged).
+fn acks_in(bytes: &[Vec<u8>]) -> (usize, u64) {
+    let mut acks = 0;
+    let mut received = 0;
+    for raw in bytes {
+        if let Ok(Frame::Ack(receipt)) = frame::decode(raw) {
+            acks += 1;
+            received = received.max(receipt.received);
+        }
+    }
+    (acks, received)
+}
+
+/// A burst of small deltas is acknowledged once, within the ack delay,
+/// where each delta used to get its own receipt; at least every 8 deltas;
+/// and a delta arriving after a gap in the numbers is acknowledged at
+/// once, so the delay never holds up a repair.
+#[test]
+fn a_burst_of_deltas_is_acknowledged_once_and_a_gap_at_once() {
+    let start = Instant::now();
+    let a = SharedReplica::in_memory(StreamId::new(1));
+    let b = SharedReplica::in_memory(StreamId::new(2));
+    let mut a = Side::new(a, start);
+    let mut b = Side::new(b, start);
+    let delay = Duration::from_millis(5);
+    let ack_delay = SessionConfig::default().ack_delay;
+    assert_eq!(ack_delay, Duration::from_millis(20));
+    // Hellos cross.
+    run(
+        &mut a,
+        &mut b,
+        start,
+        start + delay * 2,
+        Duration::from_millis(1),
+        delay,
+    );
+    // A appends 5 events one at a time, each sent as its own delta at once.
+    let mut now = start + delay * 3;
+    for i in 0..5u8 {
+        a.replica.append(vec![i]).unwrap();
+        a.send(now, delay);
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(a.deltas_sent, 5);
+    // B takes them as they arrive: no ack yet, one due within the delay.
+    let arrive = now + delay;
+    deliver(arrive, &mut a, &mut b);
+    let mut sent = Vec::new();
+    while let Some(bytes) = b.core.poll_transmit(arrive, &b.replica).unwrap() {
+        sent.push(bytes);
+    }
+    assert_eq!(acks_in(&sent).0, 0, "acked before the delay");
+    let due = b.core.poll_timeout();
+    assert!(due <= arrive + ack_delay, "{:?}", due - arrive);
+    b.core.handle_timeout(due).unwrap();
+    while let Some(bytes) = b.core.poll_transmit(due, &b.replica).unwrap() {
+        sent.push(bytes);
+    }
+    assert_eq!(acks_in(&sent), (1, 5), "one ack for the burst");
+
+    // Eight deltas in a row: acknowledged at once, without waiting.
+    let mut now = due + Duration::from_millis(1);
+    for i in 0..8u8 {
+        a.replica.append(vec![i]).unwrap();
+        a.send(now, delay);
+        now += Duration::from_micros(10);
+    }
+    deliver(now + delay, &mut a, &mut b);
+    let mut sent = Vec::new();
+    while let Some(bytes) = b.core.poll_transmit(now + delay, &b.replica).unwrap() {
+        sent.push(bytes);
+    }
+    assert_eq!(acks_in(&sent), (1, 13), "every 8 deltas at once");
+
+    // Deltas 14, 15 and 16, with 15 lost: 14 waits for the delay, 16
+    // arrives after a gap and is acknowledged at once.
+    a.drop_deltas.push(15);
+    let mut now = now + delay * 2;
+    for i in 0..3u8 {
+        a.replica.append(vec![i]).unwrap();
+        a.send(now, delay);
+        now += Duration::from_micros(10);
+    }
+    assert_eq!(a.deltas_sent, 16);
+    deliver(now + delay, &mut a, &mut b);
+    let mut sent = Vec::new();
+    while let Some(bytes) = b.core.poll_transmit(now + delay, &b.replica).unwrap() {
+        sent.push(bytes);
+    }
+    assert_eq!(acks_in(&sent), (1, 16), "a gap is acknowledged at once");
 }

@@ -173,7 +173,12 @@ impl AsyncWrite for Flood {
 }
 
 fn flood_config() -> SessionConfig {
-    SessionConfig::with_heartbeat(Duration::from_millis(20))
+    // Every delta acknowledged at once, so that the acks written show
+    // whether writing kept its turns (delayed acks are `receipts.rs`'s).
+    SessionConfig {
+        ack_delay: Duration::ZERO,
+        ..SessionConfig::with_heartbeat(Duration::from_millis(20))
+    }
 }
 
 /// Found in review: the session's select polled reading before writing and
