@@ -949,14 +949,13 @@ impl Protocol {
         let part = self.parts.pop_front()?;
         let number = self.next_delta_number;
         self.next_delta_number += 1;
+        let spans = stream_spans(&part.events);
         let mut advance = VersionVector::new();
-        advance_by(&mut advance, &part);
-        let mut first = VersionVector::new();
-        for event in &part.events {
-            if first.get(event.stream) == 0 {
-                first.advance(event.stream, event.seq);
-            }
-        }
+        advance_by_spans(&mut advance, &part.floor, &spans);
+        let first: VersionVector = spans
+            .iter()
+            .map(|&(stream, first, _)| (stream, first))
+            .collect();
         self.in_flight.push_back(InFlight {
             number,
             sent_at: now,
@@ -1412,12 +1411,59 @@ fn split_delta(delta: Delta) -> Vec<Delta> {
 /// Advances `view` by what a delta carries: per stream, its last event and
 /// its floor (a replica holding seq `n` of a stream holds every seq below).
 fn advance_by(view: &mut VersionVector, delta: &Delta) {
-    for (stream, floor_seq) in delta.floor.iter() {
+    advance_by_spans(view, &delta.floor, &stream_spans(&delta.events));
+}
+
+/// [`advance_by`] from a delta's floor and its [`stream_spans`].
+fn advance_by_spans(
+    view: &mut VersionVector,
+    floor: &VersionVector,
+    spans: &[(StreamId, u64, u64)],
+) {
+    for (stream, floor_seq) in floor.iter() {
         view.advance(stream, floor_seq);
     }
-    for event in &delta.events {
-        view.advance(event.stream, event.seq);
+    for &(stream, _, last) in spans {
+        view.advance(stream, last);
     }
+}
+
+/// Per stream of `events`, its lowest and highest seq, streams ascending.
+/// One map step per change of stream, not per event: a decoded delta
+/// comes grouped by stream, and a built one interleaves a few writers.
+fn stream_spans(events: &[Event]) -> Vec<(StreamId, u64, u64)> {
+    let mut spans: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
+    let mut merge = |stream: StreamId, low: u64, high: u64| {
+        spans
+            .entry(stream)
+            .and_modify(|(first, last)| {
+                *first = (*first).min(low);
+                *last = (*last).max(high);
+            })
+            .or_insert((low, high));
+    };
+    let mut current: Option<(StreamId, u64, u64)> = None;
+    for event in events {
+        match &mut current {
+            Some((stream, low, high)) if *stream == event.stream => {
+                *low = (*low).min(event.seq);
+                *high = (*high).max(event.seq);
+            }
+            _ => {
+                if let Some((stream, low, high)) = current.take() {
+                    merge(stream, low, high);
+                }
+                current = Some((event.stream, event.seq, event.seq));
+            }
+        }
+    }
+    if let Some((stream, low, high)) = current {
+        merge(stream, low, high);
+    }
+    spans
+        .into_iter()
+        .map(|(stream, (first, last))| (stream, first, last))
+        .collect()
 }
 
 /// What one [`sync_once`] exchange did.
