@@ -22,6 +22,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
 
+use super::u64_at;
 use crate::Event;
 
 /// The most events a block holds. 128 events of 100 bytes walk at about
@@ -243,10 +244,6 @@ fn block_crc(stream: StreamId, first_seq: u64, body: &[u8]) -> u32 {
     hasher.update(&first_seq.to_le_bytes());
     hasher.update(body);
     hasher.finalize()
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]

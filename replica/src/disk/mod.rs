@@ -642,15 +642,8 @@ impl DiskStore {
             {
                 Some((key, value)) => {
                     let first_seq = key.value().1;
-                    let block =
-                        Block::decode(stream, first_seq, value.value()).map_err(|detail| {
-                            DiskError::CorruptBlock {
-                                path: self.path.clone(),
-                                stream,
-                                first_seq,
-                                detail,
-                            }
-                        })?;
+                    let block = Block::decode(stream, first_seq, value.value())
+                        .map_err(|detail| self.damaged(stream, first_seq, detail))?;
                     Some(block.last_seq())
                 }
                 // One block: it is the first and the last.
@@ -660,15 +653,8 @@ impl DiskStore {
                             .get((stream.get(), first_seq))
                             .map_err(self.engine("read blocks"))?
                             .ok_or_else(|| self.corrupt("a block vanished while read"))?;
-                        let block =
-                            Block::decode(stream, first_seq, value.value()).map_err(|detail| {
-                                DiskError::CorruptBlock {
-                                    path: self.path.clone(),
-                                    stream,
-                                    first_seq,
-                                    detail,
-                                }
-                            })?;
+                        let block = Block::decode(stream, first_seq, value.value())
+                            .map_err(|detail| self.damaged(stream, first_seq, detail))?;
                         Some(block.last_seq())
                     }
                     None => None,
@@ -1206,21 +1192,14 @@ fn decode_stream(stream: StreamId, record: &[u8]) -> Option<(u64, u64)> {
 }
 
 fn encode_clock(clock: u64) -> [u8; 12] {
-    let mut record = [0u8; 12];
-    record[0..8].copy_from_slice(&clock.to_le_bytes());
-    let crc = record_crc(META_CLOCK.as_bytes(), &record[..8]);
-    record[8..12].copy_from_slice(&crc.to_le_bytes());
-    record
+    encode_count(META_CLOCK, clock)
 }
 
 fn decode_clock(record: &[u8]) -> Option<u64> {
-    if record.len() != 12 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
-    (crc == record_crc(META_CLOCK.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
+    decode_count(META_CLOCK, record)
 }
 
+/// A `u64` under a meta key: its value and a crc32 over key and value.
 fn encode_count(key: &str, count: u64) -> [u8; 12] {
     let mut record = [0u8; 12];
     record[0..8].copy_from_slice(&count.to_le_bytes());
