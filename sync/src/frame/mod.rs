@@ -47,9 +47,11 @@
 //! before any of its elements is decoded. Vectors are grown as their entries
 //! are read, never reserved by a count read from the input; a delta's
 //! events are reserved once, by a count already checked against
-//! [`DELTA_EVENTS_MAX`], so a delta decodes into at most 512 KiB of events
-//! besides its payloads, whatever its size (a column's repeat lets a few
-//! bytes stand for many events), and never into more than its limits allow.
+//! [`DELTA_EVENTS_MAX`], and only after the whole delta (run headers,
+//! columns, payloads) is known to be well formed: a delta decodes into at
+//! most 512 KiB of events besides its payloads, whatever its size (a
+//! column's repeat lets a few bytes stand for many events), and a malformed
+//! one into nothing more than its run headers.
 //!
 //! The serde types are private: [`Frame`] carries the domain types of
 //! `meshlog-cursor` and `meshlog-replica` (which are deliberately not
