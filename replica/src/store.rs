@@ -49,6 +49,25 @@ pub struct StoreMeta {
     pub digest: Option<Digest>,
 }
 
+impl StoreMeta {
+    /// The seqs [`Store::read_stream`] returns for `(stream, after_seq,
+    /// limit)`: from above both `after_seq` and the floor, at most `limit`
+    /// of them, up to the head; `None` if there are none.
+    pub(crate) fn read_range(
+        &self,
+        stream: StreamId,
+        after_seq: u64,
+        limit: usize,
+    ) -> Option<(u64, u64)> {
+        let head = self.heads.get(stream);
+        let first = after_seq.max(self.floor.get(stream)).checked_add(1)?;
+        if first > head || limit == 0 {
+            return None;
+        }
+        Some((first, head.min(first.saturating_add(limit as u64 - 1))))
+    }
+}
+
 /// Durable (or, for [`MemStore`], simulated) storage under a replica.
 ///
 /// A replica calls [`Store::commit`] before it exposes anything a batch
@@ -184,14 +203,9 @@ impl Store for MemStore {
         limit: usize,
         out: &mut Vec<Event>,
     ) -> Result<(), Infallible> {
-        let head = self.meta.heads.get(stream);
-        let Some(first) = after_seq.max(self.meta.floor.get(stream)).checked_add(1) else {
+        let Some((first, last)) = self.meta.read_range(stream, after_seq, limit) else {
             return Ok(());
         };
-        if first > head || limit == 0 {
-            return Ok(());
-        }
-        let last = head.min(first.saturating_add(limit as u64 - 1));
         let data = self.data.read().unwrap_or_else(PoisonError::into_inner);
         let mut scan = data.scan(stream, first, last).expect("memory never fails");
         while scan.peek().expect("memory never fails").is_some() {

@@ -405,6 +405,18 @@ impl Protocol {
         }
     }
 
+    /// Asks the peer not to push `stream` (another session brings it).
+    fn ask_quiet(&mut self, stream: StreamId, now: Instant) {
+        self.quiet_asked.insert(
+            stream,
+            QuietAsk {
+                asked_at: now,
+                ahead: None,
+            },
+        );
+        self.routes_due.insert(stream, true);
+    }
+
     /// Events of `streams` arrived in a delta: a stream another session
     /// brings is asked quiet here (again, if asked a while ago and still
     /// pushed: the routes frame may have been lost).
@@ -413,6 +425,7 @@ impl Protocol {
             return;
         };
         let resend_after = self.lag_allowed();
+        let mut asks = Vec::new();
         for &stream in streams {
             if stream == self.local || self.refused.contains(&stream) {
                 continue;
@@ -429,17 +442,11 @@ impl Protocol {
                     ask.asked_at = now;
                     self.routes_due.insert(stream, true);
                 }
-                None => {
-                    self.quiet_asked.insert(
-                        stream,
-                        QuietAsk {
-                            asked_at: now,
-                            ahead: None,
-                        },
-                    );
-                    self.routes_due.insert(stream, true);
-                }
+                None => asks.push(stream),
             }
+        }
+        for stream in asks {
+            self.ask_quiet(stream, now);
         }
     }
 
@@ -870,21 +877,17 @@ impl Protocol {
             // the peer sends a second copy.
             let (claims, seen) = link.claims_since(self.claims_seen);
             self.claims_seen = seen;
-            for stream in claims {
-                if stream != self.local
-                    && !self.refused.contains(&stream)
-                    && link.other_source_since(stream).is_some()
-                    && !self.quiet_asked.contains_key(&stream)
-                {
-                    self.quiet_asked.insert(
-                        stream,
-                        QuietAsk {
-                            asked_at: now,
-                            ahead: None,
-                        },
-                    );
-                    self.routes_due.insert(stream, true);
-                }
+            let asks: Vec<StreamId> = claims
+                .into_iter()
+                .filter(|&stream| {
+                    stream != self.local
+                        && !self.refused.contains(&stream)
+                        && link.other_source_since(stream).is_some()
+                        && !self.quiet_asked.contains_key(&stream)
+                })
+                .collect();
+            for stream in asks {
+                self.ask_quiet(stream, now);
             }
             let link = self.link.as_ref().expect("checked above");
             if self.lag_check_due || link.generation() != self.routes_generation {

@@ -183,14 +183,7 @@ impl RouteLink {
                 return false;
             }
         }
-        table.sources.insert(
-            stream,
-            Source {
-                session: self.id,
-                since: now,
-            },
-        );
-        table.claims.push(stream);
+        table.set_source(stream, self.id, now);
         true
     }
 
@@ -205,14 +198,7 @@ impl RouteLink {
     /// Makes this session the source of `stream` (the source lagged).
     pub(crate) fn take_over(&self, stream: StreamId, now: Instant) {
         let mut table = self.routes.lock();
-        table.sources.insert(
-            stream,
-            Source {
-                session: self.id,
-                since: now,
-            },
-        );
-        table.claims.push(stream);
+        table.set_source(stream, self.id, now);
         table.generation += 1;
     }
 
@@ -230,6 +216,19 @@ impl RouteLink {
 }
 
 impl Table {
+    /// Makes `session` the source of `stream`, and records the claim for
+    /// the other sessions to read.
+    fn set_source(&mut self, stream: StreamId, session: u64, now: Instant) {
+        self.sources.insert(
+            stream,
+            Source {
+                session,
+                since: now,
+            },
+        );
+        self.claims.push(stream);
+    }
+
     fn is_live(&self, session: u64) -> bool {
         self.sessions
             .get(&session)

@@ -905,14 +905,9 @@ impl Store for DiskStore {
         limit: usize,
         out: &mut Vec<Event>,
     ) -> Result<(), DiskError> {
-        let head = self.meta.heads.get(stream);
-        let Some(first) = after_seq.max(self.meta.floor.get(stream)).checked_add(1) else {
+        let Some((first, last)) = self.meta.read_range(stream, after_seq, limit) else {
             return Ok(());
         };
-        if first > head || limit == 0 {
-            return Ok(());
-        }
-        let last = head.min(first.saturating_add(limit as u64 - 1));
         let view = self.disk_view()?;
         let mut scan = view.scan_blocks(stream, first, last)?;
         while let Some(event) = scan.next_event()? {

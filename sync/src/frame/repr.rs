@@ -181,9 +181,10 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
     fn take<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
         postcard::take_from_bytes::<T>(bytes).ok()
     }
-    /// Reads a vector's count, refuses it above the limit, and skips its
-    /// entries; `Ok(None)` if the bytes do not parse.
-    fn skip_vector<'a>(
+    /// Reads a sequence's count, refuses it above `STREAMS_MAX`, and skips
+    /// its elements (`E`: a vector's `(stream, seq)` entries, or a set's
+    /// stream ids); `Ok(None)` if the bytes do not parse.
+    fn skip_seq<'a, E: serde::de::DeserializeOwned>(
         bytes: &'a [u8],
         kind: &'static str,
         field: &'static str,
@@ -199,39 +200,15 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
             });
         }
         for _ in 0..count {
-            let Some((_, after)) = take::<(u64, u64)>(rest) else {
+            let Some((_, after)) = take::<E>(rest) else {
                 return Ok(None);
             };
             rest = after;
         }
         Ok(Some(rest))
     }
-
-    /// Reads a set of streams' count, refuses it above the limit, and
-    /// skips its ids; `Ok(None)` if the bytes do not parse.
-    fn skip_streams<'a>(
-        bytes: &'a [u8],
-        kind: &'static str,
-        field: &'static str,
-    ) -> Result<Option<&'a [u8]>, FrameError> {
-        let Some((count, mut rest)) = take::<u64>(bytes) else {
-            return Ok(None);
-        };
-        if count > STREAMS_MAX as u64 {
-            return Err(FrameError::BadVector {
-                kind,
-                field,
-                detail: format!("{count} streams exceed the limit of {STREAMS_MAX}"),
-            });
-        }
-        for _ in 0..count {
-            let Some((_, after)) = take::<u64>(rest) else {
-                return Ok(None);
-            };
-            rest = after;
-        }
-        Ok(Some(rest))
-    }
+    let skip_vector = skip_seq::<(u64, u64)>;
+    let skip_streams = skip_seq::<u64>;
 
     let Some((_, body)) = take::<u32>(payload) else {
         return Ok(());
