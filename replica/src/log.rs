@@ -53,6 +53,11 @@ impl StreamLog {
         self.pending.get(&seq)
     }
 
+    /// Whether no event of the stream is pending.
+    pub(crate) fn has_no_early(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// How many pending events have a seq in `range`.
     pub(crate) fn early_count_in(&self, range: std::ops::RangeInclusive<u64>) -> usize {
         if range.is_empty() {
@@ -292,20 +297,43 @@ impl Log {
     }
 
     /// Holds `event`, the next of its stream (`seq == head + 1`), and drops
-    /// its pending version, if any: returns whether there was one. (One
-    /// lookup of the stream for both: this is the per-event cost of
-    /// publishing.)
+    /// its pending version, if any: returns whether there was one.
     pub(crate) fn push(&mut self, event: &Event) -> bool {
-        let log = self.streams.entry(event.stream);
+        self.push_run(std::slice::from_ref(event)) == 1
+    }
+
+    /// Holds `events`, consecutive seqs of one stream from its `head + 1`,
+    /// and drops their pending versions: returns how many there were. (One
+    /// lookup of the stream for the whole run: publishing costs O(1) per
+    /// run besides copying the events into the own copy, if any.)
+    pub(crate) fn push_run(&mut self, events: &[Event]) -> usize {
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return 0;
+        };
+        let log = self.streams.entry(first.stream);
         assert_eq!(
-            Some(event.seq),
+            Some(first.seq),
             log.head.checked_add(1),
             "held events stay gap-free"
         );
-        log.head = event.seq;
-        let was_early = !log.pending.is_empty() && log.pending.remove(&event.seq).is_some();
+        assert_eq!(
+            Some(last.seq),
+            first.seq.checked_add(events.len() as u64 - 1),
+            "a run is consecutive seqs"
+        );
+        log.head = last.seq;
+        let mut was_early = 0;
+        if !log.pending.is_empty() {
+            let mut kept = log.pending.split_off(&first.seq);
+            let mut above = match last.seq.checked_add(1) {
+                Some(next) => kept.split_off(&next),
+                None => BTreeMap::new(),
+            };
+            was_early = kept.len();
+            log.pending.append(&mut above);
+        }
         if let Held::Own(own) = &mut self.held {
-            own.push(event);
+            own.push_run(events);
         }
         was_early
     }

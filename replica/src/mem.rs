@@ -124,54 +124,10 @@ impl MemStream {
     fn head(&self) -> u64 {
         self.first + (self.len - 1)
     }
-}
 
-/// Events in memory, per stream. Holds what it is given: a caller that
-/// compacts bounds its reads by its own floor (whole chunks are freed by
-/// [`MemLog::drop_through`], a partial one stays until it empties).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct MemLog {
-    streams: BTreeMap<StreamId, MemStream>,
-    /// Streams' events replaced by a push past a gap (a floor raised above
-    /// the head, then the events after it), kept for readers that may
-    /// still read them until [`MemLog::free_retired`].
-    retired: Vec<(StreamId, MemStream)>,
-}
-
-impl MemLog {
-    /// Holds `event`, the next of its stream after what is held (or any
-    /// seq, for a stream holding nothing).
-    pub(crate) fn push(&mut self, event: &Event) {
-        let stream = self
-            .streams
-            .entry(event.stream)
-            .or_insert_with(|| MemStream {
-                first: event.seq,
-                len: 0,
-                chunks: VecDeque::new(),
-            });
-        if stream.len == 0 {
-            stream.first = event.seq;
-            stream.chunks.clear();
-        } else if event.seq.saturating_sub(stream.first) > stream.len {
-            // (`seq - first` cannot underflow: a push never goes below the
-            // held events; the assertion below says so otherwise.)
-            // Past a floor raised above the head: the old events are
-            // retired, not freed, and the stream starts again here.
-            let fresh = MemStream {
-                first: event.seq,
-                len: 0,
-                chunks: VecDeque::new(),
-            };
-            let old = std::mem::replace(stream, fresh);
-            self.retired.push((event.stream, old));
-        }
-        assert_eq!(
-            event.seq.checked_sub(stream.first),
-            Some(stream.len),
-            "held events stay gap-free"
-        );
-        if stream
+    /// Appends the event after the last held (checked by the caller).
+    fn push(&mut self, event: &Event) {
+        if self
             .chunks
             .back()
             .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
@@ -181,16 +137,16 @@ impl MemLog {
             // (which copies them ~8 times). A stream's first chunk grows, so
             // a stream of few events keeps few bytes.
             // Its payload buffer is sized as the chunk before it.
-            let before = stream
+            let before = self
                 .chunks
                 .back()
                 .and_then(|chunk| chunk.ends.last().copied());
-            stream.chunks.push_back(match before {
+            self.chunks.push_back(match before {
                 Some(bytes) => Chunk::with_capacity(CHUNK_LEN, bytes as usize),
                 None => Chunk::new(),
             });
         }
-        let chunk = stream.chunks.back_mut().expect("a chunk was just ensured");
+        let chunk = self.chunks.back_mut().expect("a chunk was just ensured");
         let Payloads::Open(bytes) = &mut chunk.payloads else {
             unreachable!("only full chunks are sealed");
         };
@@ -211,7 +167,69 @@ impl MemLog {
             }
             chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
         }
-        stream.len += 1;
+        self.len += 1;
+    }
+}
+
+/// Events in memory, per stream. Holds what it is given: a caller that
+/// compacts bounds its reads by its own floor (whole chunks are freed by
+/// [`MemLog::drop_through`], a partial one stays until it empties).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MemLog {
+    streams: BTreeMap<StreamId, MemStream>,
+    /// Streams' events replaced by a push past a gap (a floor raised above
+    /// the head, then the events after it), kept for readers that may
+    /// still read them until [`MemLog::free_retired`].
+    retired: Vec<(StreamId, MemStream)>,
+}
+
+impl MemLog {
+    /// Holds `event`, the next of its stream after what is held (or any
+    /// seq, for a stream holding nothing).
+    #[cfg(test)]
+    pub(crate) fn push(&mut self, event: &Event) {
+        self.push_run(std::slice::from_ref(event));
+    }
+
+    /// Holds `events`, consecutive seqs of one stream, the next after what
+    /// is held (or from any seq, for a stream holding nothing): the stream is
+    /// looked up once per run.
+    pub(crate) fn push_run(&mut self, events: &[Event]) {
+        let Some(first) = events.first() else {
+            return;
+        };
+        let stream = self
+            .streams
+            .entry(first.stream)
+            .or_insert_with(|| MemStream {
+                first: first.seq,
+                len: 0,
+                chunks: VecDeque::new(),
+            });
+        if stream.len == 0 {
+            stream.first = first.seq;
+            stream.chunks.clear();
+        } else if first.seq.saturating_sub(stream.first) > stream.len {
+            // (`seq - first` cannot underflow: a push never goes below the
+            // held events; the assertion below says so otherwise.)
+            // Past a floor raised above the head: the old events are
+            // retired, not freed, and the stream starts again here.
+            let fresh = MemStream {
+                first: first.seq,
+                len: 0,
+                chunks: VecDeque::new(),
+            };
+            let old = std::mem::replace(stream, fresh);
+            self.retired.push((first.stream, old));
+        }
+        for event in events {
+            assert_eq!(
+                (event.stream, event.seq.checked_sub(stream.first)),
+                (first.stream, Some(stream.len)),
+                "held events stay gap-free"
+            );
+            stream.push(event);
+        }
     }
 
     /// Frees the chunks of `stream` whose events are all at or below

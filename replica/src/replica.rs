@@ -375,13 +375,11 @@ impl<S: Store> Replica<S> {
             time_ms,
         };
         let mut plan = self.state.plan_round(&[], &[request]);
-        let range = plan.appended.pop().expect("one request, one outcome")?;
+        let run = plan.appended.pop().expect("one request, one outcome")?;
         // Durable first: nothing is paged or sent that the store could forget.
         self.commit_and_publish(&plan)?;
         // The plan is spent: its events move to the caller, not copied.
-        let mut events = std::mem::take(&mut plan.batch.events);
-        events.truncate(range.end);
-        events.drain(..range.start);
+        let events = plan.take_appended(run);
         tracing::trace!(%stream, len = events.len(), lamport = plan.batch.clock, "append");
         Ok(events)
     }
@@ -429,7 +427,6 @@ impl<S: Store> Replica<S> {
             return Err(error);
         }
         let mut plan = self.state.plan_round(&[delta], &[]);
-        plan.fill_payloads(|_, position| delta.events[position].payload.clone());
         self.commit_and_publish(&plan)?;
         let report = plan.reports.pop().expect("one delta, one report");
         tracing::debug!(
@@ -462,8 +459,7 @@ impl<S: Store> Replica<S> {
         Ok(report)
     }
 
-    fn commit_and_publish(&mut self, plan: &crate::state::Plan) -> Result<(), ReplicaError> {
-        assert!(plan.is_filled(), "every payload is in the batch it commits");
+    fn commit_and_publish(&mut self, plan: &crate::state::Plan<'_>) -> Result<(), ReplicaError> {
         if !plan.batch.is_empty() {
             if let Err(error) = self.store.commit(&plan.batch) {
                 self.failed = true;

@@ -992,24 +992,9 @@ impl<S: Store> Inner<S> {
         let mut plan = state.plan_round(&deltas, &appends);
         plan.refused = refusals.iter().filter(|r| r.is_some()).count() as u64;
         drop(state);
-        // The round owns its deltas: their payloads move into the batch.
-        let request_of: Vec<usize> = delta_of
-            .iter()
-            .enumerate()
-            .filter_map(|(position, slot)| slot.map(|_| position))
-            .collect();
-        plan.fill_payloads(|delta, position| match &mut round[request_of[delta]].work {
-            Work::Apply(delta) => std::mem::take(&mut delta.events[position].payload),
-            _ => unreachable!("a planned delta comes from an apply request"),
-        });
-
         let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
         let mut reports = std::mem::take(&mut plan.reports).into_iter();
-        let mut appended_ranges = std::mem::take(&mut plan.appended).into_iter();
-        // The plan is spent: its events move to their callers, in order
-        // (each append's range follows the one before it).
-        let mut batch_events = std::mem::take(&mut plan.batch.events).into_iter();
-        let mut batch_position = 0usize;
+        let mut appended_runs = std::mem::take(&mut plan.appended).into_iter();
         let mut appended_count = 0u64;
         let mut outcomes = Vec::with_capacity(round.len());
         for position in 0..round.len() {
@@ -1022,17 +1007,18 @@ impl<S: Store> Inner<S> {
                     Err(error) => Err(share(error)),
                 })
             } else if append_of[position].is_some() {
-                let range = appended_ranges
+                let run = appended_runs
                     .next()
                     .expect("one outcome per append request");
-                Outcome::Appended(match (&committed, range) {
+                Outcome::Appended(match (&committed, run) {
                     (_, Err(error)) => Err(error),
                     (Err(error), Ok(_)) => Err(share(error)),
-                    (Ok(()), Ok(range)) => {
-                        appended_count += range.len() as u64;
-                        let skip = range.start - batch_position;
-                        batch_position = range.end;
-                        Ok(batch_events.by_ref().skip(skip).take(range.len()).collect())
+                    (Ok(()), Ok(run)) => {
+                        // The plan is spent: its events move to their
+                        // callers, not copied.
+                        let events = plan.take_appended(run);
+                        appended_count += events.len() as u64;
+                        Ok(events)
                     }
                 })
             } else {
@@ -1051,7 +1037,6 @@ impl<S: Store> Inner<S> {
     /// Commits the plan's batch (if any) with no lock on the state, then
     /// publishes it and notifies; a failed commit publishes nothing.
     fn commit_and_publish(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
-        assert!(plan.is_filled(), "every payload is in the batch it commits");
         if !plan.batch.is_empty() {
             self.commit_count.fetch_add(1, Ordering::Relaxed);
             if let Err(error) = writer.store.commit(&plan.batch) {

@@ -107,37 +107,35 @@ enum Source {
 enum Op {
     /// Raise a floor: `batch.floors[i]`.
     Floor(usize),
-    /// Hold an event: `batch.events[i]`.
-    Event(usize, Source),
+    /// Hold a run of events, consecutive seqs of one stream from its head
+    /// + 1: the batch's run `run`.
+    Events { run: usize, source: Source },
     /// Keep an early event in the pending buffer (memory only).
     Hold(Event),
 }
 
 /// A planned change: what to commit, and what to do to the state once
-/// committed.
+/// committed. It borrows the received events from their deltas.
 #[derive(Debug, Default)]
-pub(crate) struct Plan {
+pub(crate) struct Plan<'d> {
     /// What the store commits (possibly empty: a change of the pending
     /// buffer alone, or counters).
-    pub(crate) batch: Batch,
+    pub(crate) batch: Batch<'d>,
     ops: Vec<Op>,
     /// One report per planned delta, in order.
     pub(crate) reports: Vec<ApplyReport>,
-    /// Per local append request, the range of `batch.events` it got, or
-    /// why it was refused.
-    pub(crate) appended: Vec<Result<std::ops::Range<usize>, ReplicaError>>,
+    /// Per local append request, the batch's run of its events, or why it
+    /// was refused.
+    pub(crate) appended: Vec<Result<usize, ReplicaError>>,
     compacted: Option<CompactReport>,
     /// Deltas refused in the round, for the counters.
     pub(crate) refused: u64,
-    /// Received events whose payload the batch does not hold yet:
-    /// `(delta, position in it, index in the batch)`.
-    received: Vec<(usize, usize, usize)>,
     /// Pair assertions: what publishing must lead to.
     pending_len_after: usize,
     heads_after: Vec<(StreamId, u64)>,
 }
 
-impl Plan {
+impl Plan<'_> {
     /// Whether publishing changes anything the store does not hold (the
     /// pending buffer or counters) or the store must commit.
     pub(crate) fn is_noop(&self) -> bool {
@@ -149,21 +147,10 @@ impl Plan {
                 .all(|report| *report == ApplyReport::default())
     }
 
-    /// Puts the received events' payloads into the batch, before it is
-    /// committed: `payload(delta, position)` gives the payload of that
-    /// event of that delta of the round — cloned from a borrowed delta, or
-    /// moved out of an owned one, so that a received payload is neither
-    /// copied nor shared (sharing a payload decoded into a `Vec` costs an
-    /// allocation: `Bytes` promotes it on the first clone).
-    pub(crate) fn fill_payloads(&mut self, mut payload: impl FnMut(usize, usize) -> Bytes) {
-        for (delta, position, index) in std::mem::take(&mut self.received) {
-            self.batch.events[index].payload = payload(delta, position);
-        }
-    }
-
-    /// Whether every payload is in the batch (asserted before a commit).
-    pub(crate) fn is_filled(&self) -> bool {
-        self.received.is_empty()
+    /// The events of local append request `request`, taken out of the
+    /// plan once it is committed and published (moved, not copied).
+    pub(crate) fn take_appended(&mut self, run: usize) -> Vec<Event> {
+        self.batch.take_run(run)
     }
 
     /// The compaction report of a compaction plan.
@@ -180,12 +167,12 @@ pub(crate) struct AppendRequest<'a> {
 }
 
 /// A stream as a plan sees it: the state's, with the plan's changes so far.
-struct SimStream<'a> {
-    log: Option<&'a StreamLog>,
+struct SimStream<'s, 'd> {
+    log: Option<&'s StreamLog>,
     floor: u64,
     head: u64,
     /// Early events the plan holds back.
-    added: BTreeMap<u64, &'a Event>,
+    added: BTreeMap<u64, &'d Event>,
 }
 
 impl State {
@@ -832,25 +819,17 @@ impl State {
     /// difference: an event a later delta's floor drops is never received,
     /// so it does not move the clock, where one by one it would have. The
     /// clock stays at or above every stamp held, which is all it promises.
-    pub(crate) fn plan_round<'a>(
-        &'a self,
-        deltas: &[&'a Delta],
+    pub(crate) fn plan_round<'d>(
+        &self,
+        deltas: &[&'d Delta],
         appends: &[AppendRequest],
-    ) -> Plan {
+    ) -> Plan<'d> {
         let own = self.config.stream;
         let mut plan = Plan {
             reports: vec![ApplyReport::default(); deltas.len()],
             ..Plan::default()
         };
-        // Sized once: most events of a round are held, each with one op.
-        let events: usize = deltas.iter().map(|delta| delta.events.len()).sum::<usize>()
-            + appends
-                .iter()
-                .map(|request| request.payloads.len())
-                .sum::<usize>();
-        plan.batch.events.reserve(events);
-        plan.ops.reserve(events);
-        let mut sims: BTreeMap<StreamId, SimStream> = BTreeMap::new();
+        let mut sims: BTreeMap<StreamId, SimStream<'_, 'd>> = BTreeMap::new();
         let mut pending_len = self.pending_len;
         let mut clock = self.clock;
 
@@ -898,10 +877,35 @@ impl State {
         }
 
         for (index, delta) in deltas.iter().enumerate() {
-            for (position, event) in delta.events.iter().enumerate() {
+            let mut position = 0;
+            while let Some(event) = delta.events.get(position) {
                 let stream = event.stream;
                 let sim = self.sim(&mut sims, stream);
                 let report = &mut plan.reports[index];
+                let no_early = sim.added.is_empty() && sim.log.is_none_or(StreamLog::has_no_early);
+                if no_early && Some(event.seq) == sim.head.checked_add(1) {
+                    // A run extending the head, with nothing pending to
+                    // release: held as one operation (validated, so its
+                    // stamps rise).
+                    let len = delta.events[position..]
+                        .iter()
+                        .zip(event.seq..)
+                        .take_while(|(next, seq)| next.stream == stream && next.seq == *seq)
+                        .count();
+                    let run = &delta.events[position..position + len];
+                    let last = &run[len - 1];
+                    sim.head = last.seq;
+                    clock = clock.max(last.lamport);
+                    let run = plan.batch.add_events(run);
+                    plan.ops.push(Op::Events {
+                        run,
+                        source: Source::Received,
+                    });
+                    report.applied += len as u64;
+                    position += len;
+                    continue;
+                }
+                position += 1;
                 let pending = sim.added.contains_key(&event.seq)
                     || sim.log.is_some_and(|log| log.early(event.seq).is_some());
                 if event.seq <= sim.floor {
@@ -911,19 +915,11 @@ impl State {
                 } else if Some(event.seq) == sim.head.checked_add(1) {
                     sim.head = event.seq;
                     clock = clock.max(event.lamport);
-                    // The payload is filled in by the caller (moved out of
-                    // a delta it owns): see `Plan::fill_payloads`.
-                    plan.batch.events.push(Event {
-                        stream,
-                        seq: event.seq,
-                        lamport: event.lamport,
-                        time_ms: event.time_ms,
-                        payload: Bytes::new(),
+                    let run = plan.batch.add_events(&delta.events[position - 1..position]);
+                    plan.ops.push(Op::Events {
+                        run,
+                        source: Source::Received,
                     });
-                    plan.received
-                        .push((index, position, plan.batch.events.len() - 1));
-                    plan.ops
-                        .push(Op::Event(plan.batch.events.len() - 1, Source::Received));
                     report.applied += 1;
                     release(
                         stream,
@@ -976,7 +972,7 @@ impl State {
         own_log: Option<&StreamLog>,
         plan: &mut Plan,
         pending_len: &mut usize,
-    ) -> Result<std::ops::Range<usize>, ReplicaError> {
+    ) -> Result<usize, ReplicaError> {
         let stream = self.config.stream;
         if self.recovering {
             return Err(ReplicaError::Recovering {
@@ -997,7 +993,7 @@ impl State {
         let len = u64::try_from(request.payloads.len()).map_err(|_| exhausted())?;
         own_head.checked_add(len).ok_or_else(exhausted)?;
         clock.checked_add(len).ok_or_else(exhausted)?;
-        let start = plan.batch.events.len();
+        let mut events = Vec::with_capacity(request.payloads.len());
         for payload in request.payloads {
             *own_head += 1;
             *clock += 1;
@@ -1006,22 +1002,28 @@ impl State {
             if own_log.is_some_and(|log| log.early(*own_head).is_some()) {
                 *pending_len -= 1;
             }
-            plan.batch.events.push(Event {
+            events.push(Event {
                 stream,
                 seq: *own_head,
                 lamport: *clock,
                 time_ms: request.time_ms,
                 payload: payload.clone(),
             });
-            plan.ops
-                .push(Op::Event(plan.batch.events.len() - 1, Source::Appended));
         }
-        Ok(start..plan.batch.events.len())
+        let len = events.len();
+        let run = plan.batch.add_events(events);
+        if len > 0 {
+            plan.ops.push(Op::Events {
+                run,
+                source: Source::Appended,
+            });
+        }
+        Ok(run)
     }
 
     /// Plans a compaction to `target` (per stream, clamped to the head: a
     /// replica compacts only what it holds). Changes nothing.
-    pub(crate) fn plan_compact(&self, target: &VersionVector) -> Plan {
+    pub(crate) fn plan_compact(&self, target: &VersionVector) -> Plan<'static> {
         let mut plan = Plan {
             pending_len_after: self.pending_len,
             ..Plan::default()
@@ -1048,7 +1050,7 @@ impl State {
     /// Performs a committed plan. Cannot fail: every check was made when
     /// planning; what is asserted here is that planning and publishing
     /// agree, which only a bug breaks.
-    pub(crate) fn publish(&mut self, plan: &Plan, view: Option<StoreView>) {
+    pub(crate) fn publish(&mut self, plan: &Plan<'_>, view: Option<StoreView>) {
         // A store that records the digest hands it over with its view, so
         // the events a compaction drops need not be read to subtract them.
         let recorded = view.as_ref().and_then(|view| view.digest);
@@ -1071,25 +1073,32 @@ impl State {
                     self.floor.advance(stream, floor_seq);
                     touched.push(stream);
                 }
-                Op::Event(index, source) => {
-                    let event = &plan.batch.events[index];
-                    let was_early = self.log.push(event);
+                Op::Events { run, source } => {
+                    let run = plan.batch.run(run);
+                    let len = run.len();
+                    let was_early = self.log.push_run(run);
                     match source {
-                        Source::Released => assert!(was_early, "a released event was pending"),
-                        Source::Received => assert!(!was_early, "a received event was not pending"),
+                        Source::Released => {
+                            assert_eq!(was_early, len, "a released event was pending");
+                        }
+                        Source::Received => {
+                            assert_eq!(was_early, 0, "a received event was not pending");
+                        }
                         Source::Appended => {}
                     }
-                    if was_early {
-                        self.pending_len -= 1;
-                    }
-                    // A store that records the digest has added the event
+                    self.pending_len -= was_early;
+                    // A store that records the digest has added the events
                     // already: its digest replaces this one below.
                     if recorded.is_none() {
-                        self.digest.add(event);
+                        for event in run {
+                            self.digest.add(event);
+                        }
                     }
-                    self.clock = self.clock.max(event.lamport);
-                    if touched.last() != Some(&event.stream) {
-                        touched.push(event.stream);
+                    // Stamps rise with seq: the run's last is its highest.
+                    self.clock = self.clock.max(run[len - 1].lamport);
+                    let stream = run[0].stream;
+                    if touched.last() != Some(&stream) {
+                        touched.push(stream);
                     }
                 }
                 Op::Hold(ref event) => {
@@ -1119,8 +1128,8 @@ impl State {
         self.stats.appended += plan
             .appended
             .iter()
-            .filter_map(|range| range.as_ref().ok())
-            .map(|range| range.len() as u64)
+            .filter_map(|run| run.as_ref().ok())
+            .map(|&run| plan.batch.run(run).len() as u64)
             .sum::<u64>();
         assert_eq!(
             self.pending_len, plan.pending_len_after,
@@ -1135,11 +1144,11 @@ impl State {
         }
     }
 
-    fn sim<'s, 'a>(
-        &'a self,
-        sims: &'s mut BTreeMap<StreamId, SimStream<'a>>,
+    fn sim<'m, 's, 'd>(
+        &'s self,
+        sims: &'m mut BTreeMap<StreamId, SimStream<'s, 'd>>,
         stream: StreamId,
-    ) -> &'s mut SimStream<'a> {
+    ) -> &'m mut SimStream<'s, 'd> {
         sims.entry(stream).or_insert_with(|| {
             let log = self.log.stream(stream);
             SimStream {
@@ -1226,8 +1235,11 @@ fn release(
         *clock = (*clock).max(event.lamport);
         *pending_len -= 1;
         report.applied += 1;
-        batch.events.push(event);
-        ops.push(Op::Event(batch.events.len() - 1, Source::Released));
+        let run = batch.add_events(vec![event]);
+        ops.push(Op::Events {
+            run,
+            source: Source::Released,
+        });
     }
 }
 

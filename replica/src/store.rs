@@ -6,6 +6,7 @@
 //! range reads per stream, and a small metadata record that lets recovery
 //! prove it read back everything (the heads), not a silently shorter log.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::error::Error;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -16,10 +17,15 @@ use crate::mem::{MemLog, Source};
 use crate::{Digest, Event};
 
 /// One atomic write. A store applies all of it or none of it.
+///
+/// Its events are kept as the runs they were planned in, each borrowed
+/// from the delta it arrived in where it can be (so a received event is
+/// neither copied nor shared on its way to the store), or owned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Batch {
-    /// Events to add, each the next of its stream (contiguous per stream).
-    pub events: Vec<Event>,
+pub struct Batch<'a> {
+    /// Events to add, each the next of its stream (contiguous per stream),
+    /// in order across the runs.
+    runs: Vec<Cow<'a, [Event]>>,
     /// Floors to raise: for each `(stream, floor_seq)`, delete every event of
     /// the stream with `seq <= floor_seq` and record the floor.
     pub floors: Vec<(StreamId, u64)>,
@@ -27,10 +33,82 @@ pub struct Batch {
     pub clock: u64,
 }
 
-impl Batch {
+impl<'a> Batch<'a> {
+    /// A batch adding `events` (each the next of its stream, contiguous per
+    /// stream), raising no floor, with clock 0.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use meshlog_cursor::StreamId;
+    /// use meshlog_replica::{Batch, Event, MemStore, Store};
+    /// let event = Event {
+    ///     stream: StreamId::new(1),
+    ///     seq: 1,
+    ///     lamport: 1,
+    ///     time_ms: 0,
+    ///     payload: Bytes::from_static(b"hello"),
+    /// };
+    /// let batch = Batch::from_events(vec![event]).with_clock(1);
+    /// let mut store = MemStore::default();
+    /// store.commit(&batch)?;
+    /// assert_eq!(store.meta()?.heads.get(StreamId::new(1)), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_events(events: Vec<Event>) -> Self {
+        let mut batch = Batch::default();
+        batch.add_events(events);
+        batch
+    }
+
+    /// The batch with its clock set to `clock`.
+    pub fn with_clock(mut self, clock: u64) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The batch with `floors` to raise.
+    pub fn with_floors(mut self, floors: Vec<(StreamId, u64)>) -> Self {
+        self.floors = floors;
+        self
+    }
+
+    /// Adds `events` after those already in the batch; returns the run's
+    /// index.
+    pub(crate) fn add_events(&mut self, events: impl Into<Cow<'a, [Event]>>) -> usize {
+        self.runs.push(events.into());
+        self.runs.len() - 1
+    }
+
+    /// The run at `index`, as added.
+    pub(crate) fn run(&self, index: usize) -> &[Event] {
+        &self.runs[index]
+    }
+
+    /// Takes the events of the run at `index` out of the batch (which keeps
+    /// an empty run there), copying them only if they were borrowed.
+    pub(crate) fn take_run(&mut self, index: usize) -> Vec<Event> {
+        std::mem::take(&mut self.runs[index]).into_owned()
+    }
+
+    /// The events to add, in order.
+    pub fn events(&self) -> impl Iterator<Item = &Event> + '_ {
+        self.runs.iter().flat_map(|run| run.iter())
+    }
+
+    /// The events to add, in order, as slices (each may hold several
+    /// streams; every stream's events are in seq order across them).
+    pub fn runs(&self) -> impl Iterator<Item = &[Event]> + '_ {
+        self.runs.iter().map(|run| &**run)
+    }
+
+    /// How many events the batch adds.
+    pub fn event_count(&self) -> usize {
+        self.runs.iter().map(|run| run.len()).sum()
+    }
+
     /// Whether the batch changes nothing but possibly the clock.
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.floors.is_empty()
+        self.floors.is_empty() && self.runs.iter().all(|run| run.is_empty())
     }
 }
 
@@ -249,27 +327,23 @@ impl Store for MemStore {
             self.freed_late.push((stream, floor_seq));
         }
         // Events come per stream in seq order, usually many of one stream in
-        // a row: move its head once per run.
-        let mut run: Option<(StreamId, u64)> = None;
-        for event in &batch.events {
-            if run.is_none_or(|(stream, _)| stream != event.stream) {
-                if let Some((stream, head)) = run.take() {
-                    self.meta.heads.advance(stream, head);
-                }
-                run = Some((event.stream, self.meta.heads.get(event.stream)));
-            }
-            let (_, head) = run.as_mut().expect("a run was just started");
+        // a row: each run is held, and its stream's head moved, at once.
+        for run in batch
+            .runs()
+            .flat_map(|run| run.chunk_by(|a, b| a.stream == b.stream))
+        {
+            let (first, last) = (&run[0], &run[run.len() - 1]);
             assert_eq!(
-                event.seq,
-                *head + 1,
+                first.seq,
+                self.meta.heads.get(first.stream) + 1,
                 "a batch's events are contiguous per stream"
             );
-            *head = event.seq;
-            data.push(event);
-            digest.add(event);
-        }
-        if let Some((stream, head)) = run {
-            self.meta.heads.advance(stream, head);
+            // (Which checks that the run's seqs are consecutive.)
+            data.push_run(run);
+            for event in run {
+                digest.add(event);
+            }
+            self.meta.heads.advance(first.stream, last.seq);
         }
         self.meta.clock = self.meta.clock.max(batch.clock);
         self.meta.digest = Some(digest);

@@ -147,17 +147,9 @@ fn a_batch_that_would_leave_a_hole_is_refused_and_nothing_is_written() {
         payload: Bytes::from_static(b"x"),
     };
     store
-        .commit(&Batch {
-            events: vec![event(1)],
-            floors: vec![],
-            clock: 1,
-        })
+        .commit(&Batch::from_events(vec![event(1)]).with_clock(1))
         .unwrap();
-    let refused = store.commit(&Batch {
-        events: vec![event(2), event(4)],
-        floors: vec![],
-        clock: 4,
-    });
+    let refused = store.commit(&Batch::from_events(vec![event(2), event(4)]).with_clock(4));
     match refused {
         Err(DiskError::BatchRefused { stream, detail, .. }) => {
             assert_eq!(stream, OWN);
@@ -384,20 +376,12 @@ fn a_batch_above_a_head_of_u64_max_is_refused_not_a_panic() {
     let dir = scratch();
     let mut store = DiskStore::open(dir.path()).unwrap();
     store
-        .commit(&Batch {
-            events: vec![],
-            floors: vec![(PEER, u64::MAX)],
-            clock: 0,
-        })
+        .commit(&Batch::default().with_floors(vec![(PEER, u64::MAX)]))
         .unwrap();
-    let refused = store.commit(&Batch {
-        events: vec![Event {
-            seq: 1,
-            ..peer_event(1)
-        }],
-        floors: vec![],
-        clock: 0,
-    });
+    let refused = store.commit(&Batch::from_events(vec![Event {
+        seq: 1,
+        ..peer_event(1)
+    }]));
     match refused {
         Err(DiskError::BatchRefused { stream, .. }) => assert_eq!(stream, PEER),
         other => panic!("expected BatchRefused, got {other:?}"),

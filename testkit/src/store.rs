@@ -381,7 +381,7 @@ impl CommitGate {
             .unwrap_or_else(PoisonError::into_inner);
         state.holding = false;
         let commit = HeldCommit {
-            events: batch.events.iter().map(|e| (e.stream, e.seq)).collect(),
+            events: batch.events().map(|e| (e.stream, e.seq)).collect(),
             released: state.released,
         };
         state.commits.push(commit);
@@ -416,12 +416,8 @@ mod tests {
         }
     }
 
-    fn batch(seq: u64) -> Batch {
-        Batch {
-            events: vec![event(seq)],
-            floors: Vec::new(),
-            clock: seq,
-        }
+    fn batch(seq: u64) -> Batch<'static> {
+        Batch::from_events(vec![event(seq)]).with_clock(seq)
     }
 
     #[test]

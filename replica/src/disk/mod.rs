@@ -720,7 +720,7 @@ impl DiskStore {
             *floor = (*floor).max(floor_seq);
             *head = (*head).max(floor_seq);
         }
-        for event in &batch.events {
+        for event in batch.events() {
             let (_, head) = touched
                 .entry(event.stream)
                 .or_insert_with(|| stored(event.stream));
@@ -924,7 +924,7 @@ impl Store for DiskStore {
         // A batch's events are contiguous per stream but may interleave
         // streams: gather each stream's run, in seq order.
         let mut runs: BTreeMap<StreamId, Vec<&Event>> = BTreeMap::new();
-        for event in &batch.events {
+        for event in batch.events() {
             runs.entry(event.stream).or_default().push(event);
         }
         let txn = self.begin_write()?;
