@@ -439,6 +439,15 @@ impl Log {
     }
 }
 
+impl Place {
+    /// The stream and seqs `first ..= last` the log holds above the place.
+    pub(crate) fn uncovered(&self) -> Option<(StreamId, u64, u64)> {
+        let head = self.head?;
+        let first = self.covered.checked_add(1)?;
+        (first <= head).then_some((self.stream, first, head))
+    }
+}
+
 /// One stream's place in a walk.
 pub(crate) struct Place {
     stream: StreamId,

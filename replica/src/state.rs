@@ -497,7 +497,24 @@ impl State {
         let mut events = Vec::with_capacity(usize::try_from(missing).map_or(fits, |n| n.min(fits)));
         let mut used = 0usize;
         let source = self.log.source();
-        let mut walk = Walk::new(source.get(), self.log.places(their_marks));
+        let places = self.log.places(their_marks);
+        // When everything missing may fit the budget, it is read stream by
+        // stream (no merge): a delta that carries all of it has no prefix
+        // to keep in order, and a receiver takes it a stream at a time.
+        if missing <= fits as u64 {
+            match self.whole_delta(source.get(), &places, byte_budget, &mut events) {
+                Ok(true) => return Delta { floor, events },
+                Ok(false) => events.clear(),
+                Err(error) => {
+                    tracing::error!(%error, "reading the log for a delta failed");
+                    events.clear();
+                }
+            }
+        }
+        // Otherwise (or if the payloads proved too large after all) in
+        // `(lamport, stream)` order, so that what fits is the oldest: a
+        // prefix that holds every event below its newest stamp.
+        let mut walk = Walk::new(source.get(), places);
         for event in walk.by_ref() {
             let size = event.size_hint();
             if !events.is_empty() && used.saturating_add(size) > byte_budget {
@@ -512,6 +529,43 @@ impl State {
             tracing::error!(%error, "reading the log for a delta failed");
         }
         Delta { floor, events }
+    }
+
+    /// Reads into `events` every event `places` do not cover, stream by
+    /// stream, if their size hints sum within `byte_budget`: `Ok(false)`
+    /// (with `events` partly filled) as soon as one does not fit.
+    fn whole_delta(
+        &self,
+        source: &dyn crate::mem::Source,
+        places: &[crate::log::Place],
+        byte_budget: usize,
+        events: &mut Vec<Event>,
+    ) -> Result<bool, ReadError> {
+        let mut used = 0usize;
+        // Streams ascending, as a frame carries them.
+        let mut uncovered: Vec<(StreamId, u64, u64)> = places
+            .iter()
+            .filter_map(crate::log::Place::uncovered)
+            .collect();
+        uncovered.sort_unstable();
+        for (stream, first, last) in uncovered {
+            let mut scan = source.scan(stream, first, last)?;
+            while scan.peek()?.is_some() {
+                let event = scan.take()?;
+                used = used.saturating_add(event.size_hint());
+                if used > byte_budget {
+                    return Ok(false);
+                }
+                events.push(event);
+            }
+            if events.last().map(|event| (event.stream, event.seq)) != Some((stream, last)) {
+                return Err(format!(
+                    "stream {stream} seqs {first}..={last} are held but could not be read"
+                )
+                .into());
+            }
+        }
+        Ok(true)
     }
 
     /// Checks a delta against this state and the deltas accepted earlier in
@@ -1364,6 +1418,73 @@ mod tests {
 
     /// Grouping by stream sorts by name as a sort does, whatever the
     /// interleaving, repeats and disorder of the events.
+    /// `delta_for` from any marks with any budget: everything missing,
+    /// stream by stream, when it fits; else the oldest missing events in
+    /// `(lamport, stream)` order (every missing event stamped below the
+    /// newest sent is sent), never above the budget but for one event.
+    #[test]
+    fn a_delta_is_everything_stream_by_stream_or_the_oldest_that_fits() {
+        let seed = seed::replay_or(0xde17a);
+        let mut rng = SplitMix64::new(seed);
+        let ids = [9u64, 2, 40, 7];
+        let mut writers: Vec<Replica> = ids
+            .iter()
+            .map(|&id| Replica::new(StreamId::new(id)))
+            .collect();
+        let mut all = Replica::new(StreamId::new(1));
+        for _ in 0..600 {
+            let w = rng.below(ids.len() as u64) as usize;
+            let payload = vec![0u8; rng.below(300) as usize];
+            writers[w].append(Bytes::from(payload)).unwrap();
+            if rng.below(4) == 0 {
+                let target = rng.below(ids.len() as u64) as usize;
+                let delta = writers[w].delta_for(&writers[target].marks(), usize::MAX);
+                writers[target].apply(&delta).unwrap();
+            }
+            let delta = writers[w].delta_for(&all.marks(), usize::MAX);
+            all.apply(&delta).unwrap();
+        }
+        let key = |e: &Event| (e.lamport, e.stream);
+        let everything = all.delta_for(&VersionVector::new(), usize::MAX).events;
+        let mut by_lamport = everything.clone();
+        by_lamport.sort_by_key(key);
+        for _ in 0..200 {
+            // A reader's marks somewhere below the heads, and a budget.
+            let their: VersionVector = ids
+                .iter()
+                .map(|&id| {
+                    let head = all.marks().get(StreamId::new(id));
+                    (StreamId::new(id), rng.below(head + 1))
+                })
+                .collect();
+            let missing: Vec<&Event> = by_lamport
+                .iter()
+                .filter(|e| e.seq > their.get(e.stream))
+                .collect();
+            let budget = rng.below(missing.len() as u64 * 350 + 1) as usize;
+            let delta = all.delta_for(&their, budget);
+            let sizes: usize = delta.events.iter().map(Event::size_hint).sum();
+            assert!(
+                sizes <= budget || delta.events.len() == 1,
+                "within the budget, seed {seed}"
+            );
+            if delta.events.len() == missing.len() {
+                // Everything: stream by stream, streams ascending.
+                let mut names: Vec<(StreamId, u64)> =
+                    missing.iter().map(|e| (e.stream, e.seq)).collect();
+                names.sort_unstable();
+                let got: Vec<(StreamId, u64)> =
+                    delta.events.iter().map(|e| (e.stream, e.seq)).collect();
+                assert_eq!(got, names, "seed {seed}");
+            } else {
+                // Cut: the oldest missing events, in order.
+                let got: Vec<&Event> = delta.events.iter().collect();
+                assert_eq!(got, missing[..got.len()], "seed {seed}");
+                assert!(!got.is_empty() || missing.is_empty(), "seed {seed}");
+            }
+        }
+    }
+
     #[test]
     fn events_are_sorted_by_name() {
         let seed = seed::replay_or(0x50_47ed);

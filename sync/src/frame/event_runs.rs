@@ -863,7 +863,10 @@ mod tests {
             let delta = writers[w].delta_for(&writers[0].marks(), usize::MAX);
             writers[0].apply(&delta).unwrap();
         }
-        let delta = writers[0].delta_for(&VersionVector::new(), usize::MAX);
+        // In `(lamport, stream)` order, as a replica builds a delta its
+        // budget cuts (a whole one comes stream by stream).
+        let mut delta = writers[0].delta_for(&VersionVector::new(), usize::MAX);
+        delta.events.sort_by_key(|e| (e.lamport, e.stream));
         assert_eq!(delta.events.len(), 400);
         let streams_switch = delta
             .events
@@ -892,6 +895,9 @@ mod tests {
         in_order.apply(&delta).unwrap();
         grouped.apply(&arrived).unwrap();
         assert_eq!(grouped.digest(), in_order.digest());
-        assert_eq!(grouped.delta_for(&VersionVector::new(), usize::MAX), delta);
+        assert_eq!(
+            grouped.delta_for(&VersionVector::new(), usize::MAX),
+            in_order.delta_for(&VersionVector::new(), usize::MAX)
+        );
     }
 }
