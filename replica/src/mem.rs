@@ -130,49 +130,55 @@ impl MemStream {
         self.first + (self.len - 1)
     }
 
-    /// Appends the event after the last held (checked by the caller).
-    fn push(&mut self, event: &Event) {
-        if self
-            .chunks
-            .back()
-            .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
-        {
-            // A stream that filled a chunk will likely fill the next: its
-            // columns are made whole at once rather than grown by doubling
-            // (which copies them ~8 times). A stream's first chunk grows, so
-            // a stream of few events keeps few bytes.
-            // Its payload buffer is sized as the chunk before it.
-            let before = self
+    /// Appends `events`, the ones after the last held (checked by the
+    /// caller), a chunk's worth at a time.
+    fn push_all(&mut self, mut events: &[Event]) {
+        while !events.is_empty() {
+            if self
                 .chunks
                 .back()
-                .and_then(|chunk| chunk.ends.last().copied());
-            self.chunks.push_back(match before {
-                Some(bytes) => Chunk::with_capacity(CHUNK_LEN, bytes as usize),
-                None => Chunk::new(),
-            });
-        }
-        let chunk = self.chunks.back_mut().expect("a chunk was just ensured");
-        let Payloads::Open(bytes) = &mut chunk.payloads else {
-            unreachable!("only full chunks are sealed");
-        };
-        bytes.extend_from_slice(&event.payload);
-        let end = bytes.len() as u64;
-        chunk.lamports.push(event.lamport);
-        chunk.times.push(event.time_ms);
-        chunk.ends.push(end);
-        if chunk.lamports.len() == CHUNK_LEN {
-            let Payloads::Open(bytes) = &mut chunk.payloads else {
-                unreachable!("the last chunk is open");
-            };
-            let mut bytes = std::mem::take(bytes);
-            // Sealed at its length: the buffer grew by doubling, and its
-            // slack would stay for as long as the chunk.
-            if bytes.capacity() - bytes.len() > bytes.len() / 16 {
-                bytes.shrink_to_fit();
+                .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
+            {
+                // A stream that filled a chunk will likely fill the next:
+                // its columns are made whole at once rather than grown by
+                // doubling (which copies them ~8 times). A stream's first
+                // chunk grows, so a stream of few events keeps few bytes.
+                // Its payload buffer is sized as the chunk before it.
+                let before = self
+                    .chunks
+                    .back()
+                    .and_then(|chunk| chunk.ends.last().copied());
+                self.chunks.push_back(match before {
+                    Some(bytes) => Chunk::with_capacity(CHUNK_LEN, bytes as usize),
+                    None => Chunk::new(),
+                });
             }
-            chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
+            let chunk = self.chunks.back_mut().expect("a chunk was just ensured");
+            let room = CHUNK_LEN - chunk.lamports.len();
+            let (now, rest) = events.split_at(room.min(events.len()));
+            let Payloads::Open(bytes) = &mut chunk.payloads else {
+                unreachable!("only full chunks are sealed");
+            };
+            bytes.reserve(now.iter().map(|event| event.payload.len()).sum());
+            chunk.lamports.extend(now.iter().map(|event| event.lamport));
+            chunk.times.extend(now.iter().map(|event| event.time_ms));
+            chunk.ends.reserve(now.len());
+            for event in now {
+                bytes.extend_from_slice(&event.payload);
+                chunk.ends.push(bytes.len() as u64);
+            }
+            if chunk.lamports.len() == CHUNK_LEN {
+                let mut bytes = std::mem::take(bytes);
+                // Sealed at its length: the buffer grew by doubling, and its
+                // slack would stay for as long as the chunk.
+                if bytes.capacity() - bytes.len() > bytes.len() / 16 {
+                    bytes.shrink_to_fit();
+                }
+                chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
+            }
+            self.len += now.len() as u64;
+            events = rest;
         }
-        self.len += 1;
     }
 }
 
@@ -227,14 +233,18 @@ impl MemLog {
             let old = std::mem::replace(stream, fresh);
             self.retired.push((first.stream, old));
         }
-        for event in events {
-            assert_eq!(
-                (event.stream, event.seq.checked_sub(stream.first)),
-                (first.stream, Some(stream.len)),
-                "held events stay gap-free"
-            );
-            stream.push(event);
-        }
+        assert_eq!(
+            first.seq.checked_sub(stream.first),
+            Some(stream.len),
+            "held events stay gap-free"
+        );
+        assert!(
+            events.iter().enumerate().all(|(i, event)| {
+                event.stream == first.stream && Some(event.seq) == first.seq.checked_add(i as u64)
+            }),
+            "a run is consecutive seqs of one stream"
+        );
+        stream.push_all(events);
     }
 
     /// Frees the chunks of `stream` whose events are all at or below

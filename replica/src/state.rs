@@ -943,8 +943,11 @@ impl State {
                     // stamps rise).
                     let len = delta.events[position..]
                         .iter()
-                        .zip(event.seq..)
-                        .take_while(|(next, seq)| next.stream == stream && next.seq == *seq)
+                        .enumerate()
+                        .take_while(|(i, next)| {
+                            next.stream == stream
+                                && Some(next.seq) == event.seq.checked_add(*i as u64)
+                        })
                         .count();
                     let run = &delta.events[position..position + len];
                     let last = &run[len - 1];
