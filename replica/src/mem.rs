@@ -39,6 +39,30 @@ pub(crate) trait Source {
         first: u64,
         last: u64,
     ) -> Result<Box<dyn StreamScan + 'a>, ReadError>;
+
+    /// Appends to `out` the events of `stream` with seqs `first ..= last`
+    /// (all held), in seq order, while their size hints keep `used` within
+    /// `budget`: whether all of them did.
+    fn read_into(
+        &self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+        budget: usize,
+        used: &mut usize,
+        out: &mut Vec<Event>,
+    ) -> Result<bool, ReadError> {
+        let mut scan = self.scan(stream, first, last)?;
+        while scan.peek()?.is_some() {
+            let event = scan.take()?;
+            *used = used.saturating_add(event.size_hint());
+            if *used > budget {
+                return Ok(false);
+            }
+            out.push(event);
+        }
+        Ok(true)
+    }
 }
 
 /// One stream's events in seq order, peeked by lamport (for the k-way
@@ -311,6 +335,60 @@ impl Source for MemLog {
         Ok(self.get(stream, seq))
     }
 
+    /// A chunk at a time: each event's fields read from its chunk's
+    /// columns, its payload a slice of the chunk's (of one copy of the open
+    /// chunk's span).
+    fn read_into(
+        &self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+        budget: usize,
+        used: &mut usize,
+        out: &mut Vec<Event>,
+    ) -> Result<bool, ReadError> {
+        let Some(log) = self.holding(stream, first) else {
+            return Ok(true);
+        };
+        let mut seq = first;
+        while seq <= last {
+            let Some((chunk, index)) = log.at(seq) else {
+                return Ok(true);
+            };
+            let end_index = (index as u64)
+                .saturating_add(last - seq)
+                .min(chunk.lamports.len() as u64 - 1) as usize;
+            let (base, _) = chunk.span(index);
+            let (_, base_end) = chunk.span(end_index);
+            let payloads = match &chunk.payloads {
+                Payloads::Sealed(bytes) => bytes.slice(base..base_end),
+                Payloads::Open(bytes) => Bytes::copy_from_slice(&bytes[base..base_end]),
+            };
+            let mut start = base;
+            for i in index..=end_index {
+                let end = chunk.ends[i] as usize;
+                let event = Event {
+                    stream,
+                    seq,
+                    lamport: chunk.lamports[i],
+                    time_ms: chunk.times[i],
+                    payload: payloads.slice(start - base..end - base),
+                };
+                *used = used.saturating_add(event.size_hint());
+                if *used > budget {
+                    return Ok(false);
+                }
+                out.push(event);
+                start = end;
+                match seq.checked_add(1) {
+                    Some(next) => seq = next,
+                    None => return Ok(true),
+                }
+            }
+        }
+        Ok(true)
+    }
+
     fn scan<'a>(
         &'a self,
         stream: StreamId,
@@ -444,6 +522,25 @@ mod tests {
                         assert_eq!(&scan.take().unwrap(), event, "seed {seed}");
                     }
                     assert_eq!(scan.peek().unwrap(), None, "seed {seed}");
+                    // So does a bulk read, up to its budget.
+                    let budget = rng.below(2_000) as usize;
+                    let (mut used, mut out) = (0, Vec::new());
+                    let all = log
+                        .read_into(stream, first, last, budget, &mut used, &mut out)
+                        .unwrap();
+                    let expected: Vec<&Event> = (first..=last)
+                        .map(|seq| &model[&(s as u64, seq)])
+                        .scan(0usize, |sum, event| {
+                            *sum += event.size_hint();
+                            (*sum <= budget).then_some(event)
+                        })
+                        .collect();
+                    assert_eq!(out.iter().collect::<Vec<_>>(), expected, "seed {seed}");
+                    assert_eq!(
+                        all,
+                        expected.len() as u64 == last - first + 1,
+                        "seed {seed}"
+                    );
                 }
             }
         }

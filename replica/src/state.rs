@@ -549,16 +549,11 @@ impl State {
             .collect();
         uncovered.sort_unstable();
         for (stream, first, last) in uncovered {
-            let mut scan = source.scan(stream, first, last)?;
-            while scan.peek()?.is_some() {
-                let event = scan.take()?;
-                used = used.saturating_add(event.size_hint());
-                if used > byte_budget {
-                    return Ok(false);
-                }
-                events.push(event);
+            let before = events.len();
+            if !source.read_into(stream, first, last, byte_budget, &mut used, events)? {
+                return Ok(false);
             }
-            if events.last().map(|event| (event.stream, event.seq)) != Some((stream, last)) {
+            if Some((events.len() - before) as u64) != (last - first).checked_add(1) {
                 return Err(format!(
                     "stream {stream} seqs {first}..={last} are held but could not be read"
                 )
