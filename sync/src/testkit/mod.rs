@@ -22,7 +22,8 @@
 //!   starts paused, and a bounded wait for a condition, so tests need not
 //!   each build their own.
 //! - [`frame_check`]: the checks of the `frame_decode` fuzz target, shared
-//!   with its replay under `cargo test`.
+//!   with its replay under `cargo test`; [`delta_check`], the same for the
+//!   `delta_apply` target (a decoded delta applied to a replica).
 //!
 //! To use it from another crate's tests (the feature turns on tokio's
 //! `test-util`, which is what allows a paused clock):
@@ -35,6 +36,7 @@
 //! With `MESHLOG_SEED` set, every test that draws its seeds from [`seeds`]
 //! runs that one seed: name the failing test on the command line.
 
+pub mod delta_check;
 pub mod frame_check;
 mod mesh;
 mod proxy;
