@@ -324,13 +324,17 @@ impl Log {
         log.head = last.seq;
         let mut was_early = 0;
         if !log.pending.is_empty() {
-            let mut kept = log.pending.split_off(&first.seq);
-            let mut above = match last.seq.checked_add(1) {
-                Some(next) => kept.split_off(&next),
-                None => BTreeMap::new(),
-            };
-            was_early = kept.len();
-            log.pending.append(&mut above);
+            // Only the pending seqs in the run are visited (the buffer may
+            // hold many more above it).
+            let early: Vec<u64> = log
+                .pending
+                .range(first.seq..=last.seq)
+                .map(|(&seq, _)| seq)
+                .collect();
+            for seq in &early {
+                log.pending.remove(seq);
+            }
+            was_early = early.len();
         }
         if let Held::Own(own) = &mut self.held {
             own.push_run(events);

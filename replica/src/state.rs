@@ -147,8 +147,9 @@ impl Plan<'_> {
                 .all(|report| *report == ApplyReport::default())
     }
 
-    /// The events of local append request `request`, taken out of the
-    /// plan once it is committed and published (moved, not copied).
+    /// The events of the local append request whose batch run is `run`
+    /// (from [`Plan::appended`]), taken out of the plan once it is
+    /// committed and published (moved, not copied).
     pub(crate) fn take_appended(&mut self, run: usize) -> Vec<Event> {
         self.batch.take_run(run)
     }
