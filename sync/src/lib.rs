@@ -18,7 +18,7 @@
 //!
 //! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their encoding
 //!   (postcard, but a delta's events written by hand as run headers and
-//!   run-length encoded columns) behind a `u32` length prefix,
+//!   columns in repeat and literal runs) behind a `u32` length prefix,
 //!   [`FRAME_BYTES_MAX`] (the default frame limit, a session setting),
 //!   [`DELTA_EVENTS_MAX`], the
 //!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:

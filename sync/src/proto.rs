@@ -851,32 +851,6 @@ impl Protocol {
         }
     }
 
-    /// Our ack for the peer: a receipt whose marks may lag (the peer counts
-    /// what the deltas it acknowledges carried as held pending until a
-    /// receipt's marks show it). With a routes table, every stream the
-    /// peer does not push to us comes quiet, so the marks changes an ack
-    /// would carry (every stream moving in the mesh) tell the peer nothing
-    /// it sends by: the ack names the marks the peer last reported
-    /// holding, unchanged, and the tick's heartbeat carries the changes.
-    /// Without a table, the current marks, as a heartbeat's.
-    fn ack_receipt<L: LocalReplica>(&mut self, local: &L) -> Receipt {
-        if self.link.is_none() {
-            return self.receipt(local);
-        }
-        // The peer holds our marks `peer_seen` (it said so), or at least
-        // our hello's, number 1 (it sent deltas, so it has our hello).
-        let number = self.peer_seen.max(1);
-        Receipt {
-            received: self.received,
-            seen: self.peer_marks_number,
-            marks: MarksDiff {
-                number,
-                base: number,
-                changes: VersionVector::new(),
-            },
-        }
-    }
-
     /// The next frame to send, encoded with its length prefix, or `None`
     /// if nothing is due. A driver with a bounded output buffer calls it
     /// only while the buffer has room: that is the backpressure a slow peer
@@ -961,7 +935,10 @@ impl Protocol {
             self.ack_due = false;
             self.ack_at = None;
             self.unacked = 0;
-            return Some(Frame::Ack(self.ack_receipt(local)));
+            if self.link.is_some() {
+                return Some(Frame::BareAck(self.received));
+            }
+            return Some(Frame::Ack(self.receipt(local)));
         }
         if let Some(routes) = self.routes_frame() {
             return Some(routes);
@@ -1140,6 +1117,21 @@ impl Protocol {
             }
             Frame::Heartbeat(receipt) => {
                 self.on_receipt(now, receipt, false)?;
+                self.lag_check_due = true;
+            }
+            Frame::BareAck(received) => {
+                // A receipt naming what we and the peer held before: only
+                // the deltas it acknowledges are new.
+                let receipt = Receipt {
+                    received,
+                    seen: self.peer_seen,
+                    marks: MarksDiff {
+                        number: self.peer_marks_number,
+                        base: self.peer_marks_number,
+                        changes: VersionVector::new(),
+                    },
+                };
+                self.on_receipt(now, receipt, true)?;
                 self.lag_check_due = true;
             }
             Frame::Routes(routes) => self.on_routes(routes),
@@ -1404,8 +1396,8 @@ impl Protocol {
 
 /// The most bytes a delta frame takes besides one event's payload and its
 /// floor: the kind, the number, the event count, a run's header and the
-/// event's pair in each column, every varint at its longest (1 + 10 + 2 +
-/// 22 + 27 = 62).
+/// event's literal run of one (a header byte, then the value) in each
+/// column, every varint at its longest (1 + 10 + 2 + 22 + 27 = 62).
 const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
 
 /// Whether `stream` has an entry in `vector`.
