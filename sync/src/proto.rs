@@ -239,6 +239,9 @@ pub struct Protocol {
     next_routes_number: u64,
     /// Streams the peer asked us not to push.
     peer_quiet: BTreeSet<StreamId>,
+    /// Per stream, the last seq (or floor) the peer's deltas carried: what
+    /// it knows we hold without being told.
+    carried: VersionVector,
     /// Per stream, the number of the peer's latest routes frame naming it.
     peer_route_numbers: HashMap<StreamId, u64>,
     /// Another session with the same peer is kept: this one sends nothing
@@ -318,6 +321,7 @@ impl Protocol {
             routes_due: BTreeMap::new(),
             next_routes_number: 1,
             peer_quiet: BTreeSet::new(),
+            carried: VersionVector::new(),
             peer_route_numbers: HashMap::new(),
             duplicate: false,
             lag_check_due: false,
@@ -851,6 +855,22 @@ impl Protocol {
         }
     }
 
+    /// Whether our marks hold news the peer pushes by: a stream it pushes
+    /// to us (not asked quiet) that we hold further than its deltas
+    /// carried and than the marks we last sent, because another session
+    /// brought it first. Then an ack carries our marks, so the peer does
+    /// not push what we hold; otherwise a bare ack tells it as much.
+    fn marks_news_for_peer<L: LocalReplica>(&self, local: &L) -> bool {
+        let sent = self.marks_sent.back().map(|(_, marks)| marks);
+        local.marks().iter().any(|(stream, seq)| {
+            stream != self.local
+                && seq > self.carried.get(stream)
+                && sent.is_none_or(|sent| seq > sent.get(stream))
+                && !self.quiet_asked.contains_key(&stream)
+                && !self.refused.contains(&stream)
+        })
+    }
+
     /// The next frame to send, encoded with its length prefix, or `None`
     /// if nothing is due. A driver with a bounded output buffer calls it
     /// only while the buffer has room: that is the backpressure a slow peer
@@ -935,7 +955,7 @@ impl Protocol {
             self.ack_due = false;
             self.ack_at = None;
             self.unacked = 0;
-            if self.link.is_some() {
+            if self.link.is_some() && !self.marks_news_for_peer(local) {
                 return Some(Frame::BareAck(self.received));
             }
             return Some(Frame::Ack(self.receipt(local)));
@@ -1103,6 +1123,7 @@ impl Protocol {
                 advance_by(&mut advance, &delta);
                 self.view.join(&advance);
                 self.peer_marks.join(&advance);
+                self.carried.join(&advance);
                 if self.link.is_some() {
                     let streams: BTreeSet<StreamId> =
                         delta.events.iter().map(|event| event.stream).collect();

@@ -245,3 +245,61 @@ fn a_delta_after_a_quiet_period_is_not_held_and_an_ack_ends_the_wait() {
     );
     assert_eq!(a.deltas[1].1, 1);
 }
+
+/// On a routed session an ack is bare, unless we hold a stream the peer
+/// pushes to us further than its deltas carried (another session, or
+/// another path, brought it first): then the ack carries our marks, so the
+/// peer does not push what we hold.
+#[test]
+fn an_ack_carries_marks_only_when_they_hold_news_for_the_peer() {
+    let (mut a, mut b, mut now) = connected(true);
+    let third = StreamId::new(3);
+    // A holds three events of a third writer and pushes them to B.
+    let writer = SharedReplica::in_memory(third);
+    for _ in 0..3 {
+        writer.append(&b"w"[..]).unwrap();
+    }
+    let all = writer.delta_for(&meshlog_cursor::VersionVector::new(), usize::MAX);
+    a.replica.apply(all.clone()).unwrap();
+    a.replica.append(&b"a1"[..]).unwrap();
+    while b.acks == 0 {
+        step(&mut a, &mut b, now, DELAY);
+        now += STEP;
+    }
+    assert_eq!(
+        b.acks_with_changes, 0,
+        "a bare ack while B holds nothing new"
+    );
+
+    // The writer goes on; B gets its next events by another path first,
+    // and then a delta from A: its ack carries B's marks.
+    for _ in 0..3 {
+        writer.append(&b"w"[..]).unwrap();
+    }
+    let newer = writer.delta_for(&b.replica.marks(), usize::MAX);
+    b.replica.apply(newer.clone()).unwrap();
+    a.replica.append(&b"a2"[..]).unwrap();
+    let acks_before = b.acks;
+    while b.acks == acks_before {
+        step(&mut a, &mut b, now, DELAY);
+        now += STEP;
+    }
+    assert_eq!(b.acks_with_changes, 1, "the ack told A what B holds");
+    // When A gets those events too, it does not push them to B.
+    for _ in 0..20 {
+        step(&mut a, &mut b, now, DELAY);
+        now += STEP;
+    }
+    let a_events_before: usize = a.deltas.iter().map(|&(_, events)| events).sum();
+    a.replica.apply(newer).unwrap();
+    for _ in 0..200 {
+        step(&mut a, &mut b, now, DELAY);
+        now += STEP;
+    }
+    let a_events: usize = a.deltas.iter().map(|&(_, events)| events).sum();
+    assert_eq!(
+        a_events, a_events_before,
+        "A pushed what B's ack said it holds"
+    );
+    assert_eq!(a.replica.digest(), b.replica.digest());
+}
