@@ -12,7 +12,9 @@
 //! one round trip after the loss shows. Marks travel as a difference from
 //! marks the peer already holds, so an idle heartbeat is a few bytes
 //! whatever the stream count. After a link heals, convergence takes one
-//! round trip.
+//! round trip. A trickle of events goes in few deltas: while a small one is
+//! in flight, new events wait for its ack (at most a send delay), and in a
+//! mesh an ack is the delta number alone.
 //!
 //! # Layout
 //!

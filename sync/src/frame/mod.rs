@@ -163,10 +163,12 @@ mod tag {
 ///
 /// The session protocol (see `docs/PROTOCOL.md`): each side opens with a
 /// [`Hello`]; then sends numbered [`Frame::Delta`]s with what the other
-/// misses, a [`Frame::Ack`] after receiving deltas, and a
-/// [`Frame::Heartbeat`] every tick. Both carry a [`Receipt`]: the last
-/// delta number received and the sender's marks, from which the receiver
-/// learns what arrived and re-sends only what was lost.
+/// misses, a [`Frame::Ack`] (or a [`Frame::BareAck`]) after receiving
+/// deltas, and a [`Frame::Heartbeat`] every tick and for a repair. Acks
+/// and heartbeats carry a [`Receipt`]: the last delta number received and
+/// the sender's marks (current in a heartbeat, possibly behind in an ack),
+/// from which the receiver learns what arrived and re-sends only what was
+/// lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Frame {
@@ -183,10 +185,15 @@ pub enum Frame {
         /// The events and floors.
         delta: Delta,
     },
-    /// Sent after receiving deltas: what arrived, and the sender's marks.
+    /// Sent after receiving deltas, each applied whole: what arrived, and
+    /// the sender's marks, which may lag behind what those deltas carried
+    /// (the receiver counts that as held, pending, until a receipt's marks
+    /// show it).
     Ack(Receipt),
-    /// The periodic re-exchange, every tick: the same as an ack, sent
-    /// whether or not deltas arrived. An idle one is a few bytes.
+    /// The periodic re-exchange, every tick, and the receipt of a repair (a
+    /// delta after a gap, events held above a hole or dropped): the same
+    /// fields as an ack, with the sender's current marks, sent whether or
+    /// not deltas arrived. An idle one is a few bytes.
     Heartbeat(Receipt),
     /// Which streams the sender wants pushed on this session: those it
     /// receives through another session are asked quiet (so an event
