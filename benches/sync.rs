@@ -970,8 +970,12 @@ const MESH_LATENCY: Duration = Duration::from_millis(5);
 struct MeshRow {
     events: u64,
     bytes: u64,
-    /// Bytes sent per frame kind (hello, delta, ack, heartbeat, routes).
+    /// Bytes and frames sent per frame kind (hello, delta, ack, heartbeat,
+    /// routes; a bare ack counts as an ack).
     bytes_by_kind: [u64; 5],
+    frames_by_kind: [u64; 5],
+    /// Events the deltas carried (re-sends counted again).
+    events_sent: u64,
     deliveries: u64,
     duplicates: u64,
 }
@@ -1036,6 +1040,7 @@ fn mesh_cycles(routes: bool, burst: u64, rng: &mut SplitMix64) -> MeshRow {
     let mut payload = [0u8; PAYLOAD_BYTES];
     let mut quiet_since: Option<StdInstant> = None;
     let mut bytes_by_kind = [0u64; 5];
+    let mut frames_by_kind = [0u64; 5];
     loop {
         if rounds < MESH_ROUNDS && now >= next_round {
             for replica in &replicas {
@@ -1058,8 +1063,12 @@ fn mesh_cycles(routes: bool, burst: u64, rng: &mut SplitMix64) -> MeshRow {
                     core.handle_timeout(now).expect("no timeout");
                 }
                 while let Some(bytes) = core.poll_transmit(now, &replicas[*i]).expect("encodes") {
-                    bytes_by_kind[usize::from(bytes[LENGTH_PREFIX_BYTES]).min(4)] +=
-                        bytes.len() as u64;
+                    let kind = match bytes[LENGTH_PREFIX_BYTES] {
+                        5 => 2,
+                        kind => usize::from(kind).min(4),
+                    };
+                    bytes_by_kind[kind] += bytes.len() as u64;
+                    frames_by_kind[kind] += 1;
                     let jitter = Duration::from_micros(rng.below(MESH_LATENCY.as_micros() as u64));
                     let at =
                         (now + MESH_LATENCY + jitter).max(queue.back().map_or(now, |(at, _)| *at));
@@ -1099,6 +1108,10 @@ fn mesh_cycles(routes: bool, burst: u64, rng: &mut SplitMix64) -> MeshRow {
         .iter()
         .flat_map(|link| link.iter().map(|(_, core, _)| core.state().bytes_sent))
         .sum();
+    let events_sent = links
+        .iter()
+        .flat_map(|link| link.iter().map(|(_, core, _)| core.state().events_sent))
+        .sum();
     let (deliveries, duplicates) = replicas.iter().fold((0, 0), |(all, dup), replica| {
         let stats = replica.stats();
         (
@@ -1110,6 +1123,8 @@ fn mesh_cycles(routes: bool, burst: u64, rng: &mut SplitMix64) -> MeshRow {
         events,
         bytes,
         bytes_by_kind,
+        frames_by_kind,
+        events_sent,
         deliveries,
         duplicates,
     }
@@ -1349,6 +1364,14 @@ fn main() {
             "  {:<22} per event delivered: deltas {delta:.1} B (payload {PAYLOAD_BYTES}), acks \
              {ack:.1} B, heartbeats {heartbeat:.2} B, hellos {hello:.2} B, routes {routes_bytes:.2} B",
             ""
+        );
+        let [_, deltas, acks, ..] = row.frames_by_kind;
+        println!(
+            "  {:<22} {} deltas of {:.1} events each, {} acks",
+            "",
+            thousands(deltas as usize),
+            row.events_sent as f64 / deltas as f64,
+            thousands(acks as usize)
         );
         if routes && burst == 1 {
             let bytes_ok = over_payload <= 1.15;

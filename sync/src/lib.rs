@@ -12,13 +12,15 @@
 //! one round trip after the loss shows. Marks travel as a difference from
 //! marks the peer already holds, so an idle heartbeat is a few bytes
 //! whatever the stream count. After a link heals, convergence takes one
-//! round trip.
+//! round trip. A trickle of events goes in few deltas: while a small one is
+//! in flight, new events wait for its ack (at most a send delay), and in a
+//! mesh an ack is the delta number alone.
 //!
 //! # Layout
 //!
 //! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their encoding
 //!   (postcard, but a delta's events written by hand as run headers and
-//!   run-length encoded columns) behind a `u32` length prefix,
+//!   columns in repeat and literal runs) behind a `u32` length prefix,
 //!   [`FRAME_BYTES_MAX`] (the default frame limit, a session setting),
 //!   [`DELTA_EVENTS_MAX`], the
 //!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:

@@ -166,6 +166,14 @@ pub struct Protocol {
     /// A delta arrived after a gap in the numbers: acknowledge at once, so
     /// that the sender repairs within a round trip.
     hole_seen: bool,
+    /// When the last delta frame was sent, and whether it filled half the
+    /// budget: new events wait up to [`SessionConfig::send_delay`] after a
+    /// small one while deltas are in flight.
+    last_delta_at: Option<Instant>,
+    last_delta_full: bool,
+    /// Until when events wait for a fuller delta (see
+    /// [`SessionConfig::send_delay`]), if they do.
+    hold_until: Option<Instant>,
     /// Parts of a delta too large for one frame, still to hand out, in
     /// order; the view already counts them as sent.
     parts: VecDeque<Delta>,
@@ -231,6 +239,9 @@ pub struct Protocol {
     next_routes_number: u64,
     /// Streams the peer asked us not to push.
     peer_quiet: BTreeSet<StreamId>,
+    /// Per stream, the last seq (or floor) the peer's deltas carried: what
+    /// it knows we hold without being told.
+    carried: VersionVector,
     /// Per stream, the number of the peer's latest routes frame naming it.
     peer_route_numbers: HashMap<StreamId, u64>,
     /// Another session with the same peer is kept: this one sends nothing
@@ -281,6 +292,9 @@ impl Protocol {
             ack_at: None,
             unacked: 0,
             hole_seen: false,
+            last_delta_at: None,
+            last_delta_full: false,
+            hold_until: None,
             parts: VecDeque::new(),
             next_delta_number: 1,
             in_flight: VecDeque::new(),
@@ -307,6 +321,7 @@ impl Protocol {
             routes_due: BTreeMap::new(),
             next_routes_number: 1,
             peer_quiet: BTreeSet::new(),
+            carried: VersionVector::new(),
             peer_route_numbers: HashMap::new(),
             duplicate: false,
             lag_check_due: false,
@@ -687,12 +702,15 @@ impl Protocol {
         std::mem::take(&mut self.state_changed)
     }
 
-    /// When the core next wants [`Protocol::handle_timeout`]: its tick (the
-    /// heartbeat, a hello re-sent, the read timeouts), or a delayed ack
-    /// before it.
+    /// When the core next wants [`Protocol::handle_timeout`] (and
+    /// [`Protocol::poll_transmit`] after it): its tick (the heartbeat, a
+    /// hello re-sent, the read timeouts), or before it a delayed ack or the
+    /// end of a send delay.
     pub fn poll_timeout(&self) -> Instant {
-        self.ack_at
-            .map_or(self.next_tick, |at| at.min(self.next_tick))
+        [self.ack_at, self.hold_until]
+            .into_iter()
+            .flatten()
+            .fold(self.next_tick, Instant::min)
     }
 
     /// Whether the core has nothing to send right now and no delta out to
@@ -715,6 +733,9 @@ impl Protocol {
         if self.ack_at.is_some_and(|at| at <= now) {
             self.ack_at = None;
             self.ack_due = true;
+        }
+        if self.hold_until.is_some_and(|at| at <= now) {
+            self.hold_until = None;
         }
         if now < self.next_tick {
             return Ok(());
@@ -759,6 +780,17 @@ impl Protocol {
             self.recompute_view();
         }
         Ok(())
+    }
+
+    /// Until when new events wait for a fuller delta, if they do: while a
+    /// delta is in flight and the last one sent was small, up to the send
+    /// delay after it (see [`SessionConfig::send_delay`]).
+    fn send_held_until(&self, now: Instant) -> Option<Instant> {
+        if self.in_flight.is_empty() || self.last_delta_full {
+            return None;
+        }
+        let until = self.last_delta_at? + self.config.send_delay;
+        (now < until).then_some(until)
     }
 
     /// How long a delta may go unacknowledged before it counts as lost: a
@@ -821,6 +853,22 @@ impl Protocol {
                 changes,
             },
         }
+    }
+
+    /// Whether our marks hold news the peer pushes by: a stream it pushes
+    /// to us (not asked quiet) that we hold further than its deltas
+    /// carried and than the marks we last sent, because another session
+    /// brought it first. Then an ack carries our marks, so the peer does
+    /// not push what we hold; otherwise a bare ack tells it as much.
+    fn marks_news_for_peer<L: LocalReplica>(&self, local: &L) -> bool {
+        let sent = self.marks_sent.back().map(|(_, marks)| marks);
+        local.marks().iter().any(|(stream, seq)| {
+            stream != self.local
+                && seq > self.carried.get(stream)
+                && sent.is_none_or(|sent| seq > sent.get(stream))
+                && !self.quiet_asked.contains_key(&stream)
+                && !self.refused.contains(&stream)
+        })
     }
 
     /// The next frame to send, encoded with its length prefix, or `None`
@@ -907,6 +955,9 @@ impl Protocol {
             self.ack_due = false;
             self.ack_at = None;
             self.unacked = 0;
+            if self.link.is_some() && !self.marks_news_for_peer(local) {
+                return Some(Frame::BareAck(self.received));
+            }
             return Some(Frame::Ack(self.receipt(local)));
         }
         if let Some(routes) = self.routes_frame() {
@@ -921,8 +972,19 @@ impl Protocol {
             skip_pending(&mut self.view, &self.peer_pending);
             let view = self.send_view(&marks);
             if view.dominates(&marks) {
+                self.hold_until = None;
                 return None;
             }
+            drop(view);
+            if let Some(until) = self.send_held_until(now) {
+                // Nagle's rule: a small delta is in flight, so what is new
+                // waits to go with what follows it, for at most the send
+                // delay (the peer's ack, retiring it, ends the wait sooner).
+                self.hold_until = Some(until);
+                return None;
+            }
+            self.hold_until = None;
+            let view = self.send_view(&marks);
             let mut delta = local.delta_for(&view, self.config.delta_budget());
             drop(view);
             if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty()
@@ -947,6 +1009,9 @@ impl Protocol {
                 return None;
             }
             advance_by(&mut self.view, &delta);
+            let bytes: usize = delta.events.iter().map(Event::size_hint).sum();
+            self.last_delta_full = bytes >= self.config.delta_budget() / 2;
+            self.last_delta_at = Some(now);
             self.parts.extend(split_delta(delta));
         }
         let part = self.parts.pop_front()?;
@@ -1058,6 +1123,7 @@ impl Protocol {
                 advance_by(&mut advance, &delta);
                 self.view.join(&advance);
                 self.peer_marks.join(&advance);
+                self.carried.join(&advance);
                 if self.link.is_some() {
                     let streams: BTreeSet<StreamId> =
                         delta.events.iter().map(|event| event.stream).collect();
@@ -1066,8 +1132,27 @@ impl Protocol {
                 self.applying = Some(number);
                 return Ok(Received::Apply(delta));
             }
-            Frame::Ack(receipt) | Frame::Heartbeat(receipt) => {
-                self.on_receipt(now, receipt)?;
+            Frame::Ack(receipt) => {
+                self.on_receipt(now, receipt, true)?;
+                self.lag_check_due = true;
+            }
+            Frame::Heartbeat(receipt) => {
+                self.on_receipt(now, receipt, false)?;
+                self.lag_check_due = true;
+            }
+            Frame::BareAck(received) => {
+                // A receipt naming what we and the peer held before: only
+                // the deltas it acknowledges are new.
+                let receipt = Receipt {
+                    received,
+                    seen: self.peer_seen,
+                    marks: MarksDiff {
+                        number: self.peer_marks_number,
+                        base: self.peer_marks_number,
+                        changes: VersionVector::new(),
+                    },
+                };
+                self.on_receipt(now, receipt, true)?;
                 self.lag_check_due = true;
             }
             Frame::Routes(routes) => self.on_routes(routes),
@@ -1080,7 +1165,18 @@ impl Protocol {
     /// of our deltas arrived; then count as held only what it holds and
     /// what is still in flight, so what was lost is sent again (and what
     /// is in flight is not).
-    fn on_receipt(&mut self, now: Instant, receipt: Receipt) -> Result<(), SessionError> {
+    ///
+    /// An ack's marks may lag behind what the deltas it acknowledges
+    /// carried (`marks_lag`): what they carried and the marks lack counts
+    /// as pending at the peer, every acknowledged delta's, not only the
+    /// last one's. A heartbeat's marks are current: an acknowledged delta
+    /// before the last whose events they lack was lost.
+    fn on_receipt(
+        &mut self,
+        now: Instant,
+        receipt: Receipt,
+        marks_lag: bool,
+    ) -> Result<(), SessionError> {
         let Receipt {
             received,
             seen,
@@ -1150,18 +1246,29 @@ impl Protocol {
                 });
                 self.rtt_from_hello = false;
                 self.rto_backoff = 0;
+            }
+            if sent.number == received || marks_lag {
                 // It arrived: what it carried and the peer's marks lack
-                // waits in its pending buffer, above a hole.
-                let expires = now + self.retransmit_timeout();
+                // waits in its pending buffer, above a hole (or, after an
+                // ack, is held and not reported yet: the peer acks so only
+                // what it applied whole, and its marks come with its next
+                // heartbeat, or the one after if that one is lost).
+                let mut expires = now + self.retransmit_timeout();
+                if marks_lag {
+                    expires += tick_interval(&self.config);
+                }
                 for (stream, to) in sent.advance.iter() {
                     let from = sent.first.get(stream);
                     if from > 0 && self.peer_marks.get(stream) < to {
-                        self.peer_pending.push(PendingRange {
-                            stream,
-                            from,
-                            to,
-                            expires,
-                        });
+                        add_pending(
+                            &mut self.peer_pending,
+                            PendingRange {
+                                stream,
+                                from,
+                                to,
+                                expires,
+                            },
+                        );
                     }
                 }
             }
@@ -1285,12 +1392,16 @@ impl Protocol {
             self.received = self.received.max(number);
             self.unacked += 1;
             // At once when there is something to repair (a gap in the
-            // numbers, events held above a hole or dropped) or a window's
-            // worth to acknowledge; else once per `ack_delay`, for the
-            // whole burst.
+            // numbers, events held above a hole or dropped): a receipt
+            // with our current marks, which shows the sender what is
+            // missing (a heartbeat's kind: an ack's marks may lag). At
+            // once too for a window's worth to acknowledge; else once per
+            // `ack_delay`, for the whole burst.
             let repair = self.hole_seen || report.pending > 0 || report.dropped > 0;
             self.hole_seen = false;
-            if repair || self.unacked >= ACK_EVERY || self.config.ack_delay.is_zero() {
+            if repair {
+                self.heartbeat_due = true;
+            } else if self.unacked >= ACK_EVERY || self.config.ack_delay.is_zero() {
                 self.ack_due = true;
                 self.ack_at = None;
             } else if self.ack_at.is_none() {
@@ -1306,8 +1417,8 @@ impl Protocol {
 
 /// The most bytes a delta frame takes besides one event's payload and its
 /// floor: the kind, the number, the event count, a run's header and the
-/// event's pair in each column, every varint at its longest (1 + 10 + 2 +
-/// 22 + 27 = 62).
+/// event's literal run of one (a header byte, then the value) in each
+/// column, every varint at its longest (1 + 10 + 2 + 22 + 27 = 62).
 const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
 
 /// Whether `stream` has an entry in `vector`.
@@ -1352,6 +1463,26 @@ struct PendingRange {
     from: u64,
     to: u64,
     expires: Instant,
+}
+
+/// Records a range the peer holds pending, joined to the range of the
+/// same stream and expiry that it continues (the deltas one receipt
+/// acknowledges carry a stream's seqs back to back): one entry per stream
+/// and receipt, not per delta.
+fn add_pending(ranges: &mut Vec<PendingRange>, range: PendingRange) {
+    let joined = ranges.iter_mut().rev().find(|known| {
+        known.stream == range.stream
+            && known.expires == range.expires
+            && range.from <= known.to.saturating_add(1)
+            && known.from <= range.to.saturating_add(1)
+    });
+    match joined {
+        Some(known) => {
+            known.from = known.from.min(range.from);
+            known.to = known.to.max(range.to);
+        }
+        None => ranges.push(range),
+    }
 }
 
 /// Advances `view` past every range the peer holds pending that the view
@@ -1521,9 +1652,10 @@ where
     B: Store + Send + Sync + 'static,
 {
     let now = Instant::now();
-    // No clock runs here, so no ack waits for one.
+    // No clock runs here, so no ack or delta waits for one.
     let config = SessionConfig {
         ack_delay: Duration::ZERO,
+        send_delay: Duration::ZERO,
         ..config.clone()
     };
     let mut a_side = Protocol::new(a.stream(), config.clone(), now);

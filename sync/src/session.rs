@@ -57,6 +57,17 @@ pub struct SessionConfig {
     /// held above a hole, is acknowledged at once, so repair is not
     /// delayed. Zero acknowledges every delta at once.
     pub ack_delay: Duration,
+    /// How long new events may wait while a delta to the peer is in
+    /// flight (sent, not yet acknowledged), counted from that delta's
+    /// sending, so that one delta carries what accumulates meanwhile
+    /// instead of one small delta each (Nagle's rule). Default 40 ms. A
+    /// delta goes at once when nothing is in flight (the first after a
+    /// quiet period, a reconnect or a receipt that retired the rest), when
+    /// the delta before it filled half the budget (a backlog drains at the
+    /// link's pace), and when this has passed: so the wait is bounded
+    /// whatever the peer's [`SessionConfig::ack_delay`]. Zero sends every
+    /// change at once.
+    pub send_delay: Duration,
 }
 
 impl Default for SessionConfig {
@@ -69,13 +80,16 @@ impl Default for SessionConfig {
             queue_bytes_max: 512 * 1024,
             frame_bytes_max: FRAME_BYTES_MAX,
             ack_delay: Duration::from_millis(20),
+            send_delay: Duration::from_millis(40),
         }
     }
 }
 
 impl SessionConfig {
     /// Defaults scaled to a heartbeat interval: read and write timeouts of
-    /// ten intervals, an ack delay of a fiftieth (at most 20 ms). Tests use short intervals (10 to 50 ms).
+    /// ten intervals, an ack delay of a fiftieth (at most 20 ms) and a send
+    /// delay of a twenty-fifth (at most 40 ms). Tests use short intervals
+    /// (10 to 50 ms).
     pub fn with_heartbeat(heartbeat_interval: Duration) -> Self {
         SessionConfig {
             heartbeat_interval,
@@ -83,6 +97,7 @@ impl SessionConfig {
             write_timeout: heartbeat_interval * 10,
             // 20 ms at the default 1 s heartbeat, a fiftieth of shorter ones.
             ack_delay: (heartbeat_interval / 50).min(Duration::from_millis(20)),
+            send_delay: (heartbeat_interval / 25).min(Duration::from_millis(40)),
             ..SessionConfig::default()
         }
     }

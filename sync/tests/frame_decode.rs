@@ -126,6 +126,7 @@ fn valid_frames() -> Vec<Frame> {
             quiet: vec![StreamId::new(2), StreamId::new(300)],
             loud: vec![StreamId::new(7)],
         }),
+        Frame::BareAck(300),
     ]
 }
 
@@ -232,22 +233,27 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "delta column whose repeat runs past the count",
-            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 3, 0, 2, 0, 2],
-            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("a repeat of 3 where 2")),
+            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 0],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("a repeat run of 3 where 2")),
         ),
         (
-            "delta column with a repeat of 0",
-            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 1],
-            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("a repeat of 0")),
+            "delta column whose literal run runs past the count",
+            vec![1, 1, 1, 0, 1, 1, 1, 1, 3, 0, 0],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("a literal run of 2 where 1")),
         ),
         (
-            "delta column of two pairs of one value in a row",
-            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 1, 0, 1, 0, 2, 0, 2],
-            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("two pairs")),
+            "delta column of two literal runs in a row",
+            vec![1, 1, 1, 0, 2, 1, 1, 2, 1, 0, 1, 0],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("two literal runs")),
+        ),
+        (
+            "delta column of three equal values in a literal run",
+            vec![1, 1, 1, 0, 3, 1, 1, 3, 5, 0, 0, 0],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }] if detail.contains("three equal values")),
         ),
         (
             "delta payload longer than what is left",
-            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 0, 1, 5, 1, b'a'],
+            vec![1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 0, 1, 5, b'a'],
             |o| {
                 o.errors
                     == [FrameError::CountAboveBytes {
@@ -279,7 +285,7 @@ fn hand_made_inputs_give_their_typed_errors() {
             {
                 let mut input = vec![1, 1, 1, 0, 2, 1, 0xfe];
                 input.extend([0xff; 8]);
-                input.extend([0x01, 2, 0, 2, 0, 2, 0, 2]);
+                input.extend([0x01, 2, 3, 0, 0, 3, 0, 0, 3, 0, 0]);
                 input
             },
             |o| o.decoded == 1 && o.errors.is_empty(),
@@ -287,10 +293,11 @@ fn hand_made_inputs_give_their_typed_errors() {
         (
             "delta event stamped u64::MAX, then one more in its run",
             {
-                // Gap u64::MAX - 1 above 0, plus one: u64::MAX; then gap 0.
-                let mut input = vec![1, 1, 1, 0, 2, 7, 1, 2, 0xfe];
+                // Gap u64::MAX - 1 above 0, plus one: u64::MAX; then gap 0
+                // (a literal run of both).
+                let mut input = vec![1, 1, 1, 0, 2, 7, 1, 2, 3, 0xfe];
                 input.extend([0xff; 8]);
-                input.extend([0x01, 1, 0, 1, 0, 2, 0, 2]);
+                input.extend([0x01, 0, 3, 0, 0, 3, 0, 0]);
                 input
             },
             |o| {
@@ -304,9 +311,9 @@ fn hand_made_inputs_give_their_typed_errors() {
         (
             "delta event whose lamport gap alone overflows",
             {
-                let mut input = vec![1, 1, 1, 0, 1, 7, 1, 1];
+                let mut input = vec![1, 1, 1, 0, 1, 7, 1, 1, 1];
                 input.extend([0xff; 9]);
-                input.extend([0x01, 1, 0, 1, 0, 1]);
+                input.extend([0x01, 1, 0, 1, 0]);
                 input
             },
             |o| {
@@ -319,7 +326,7 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "delta with lamport gaps of 0 (stamps 1 and 2)",
-            vec![1, 1, 1, 0, 2, 1, 1, 2, 0, 2, 0, 2, 0, 2],
+            vec![1, 1, 1, 0, 2, 1, 1, 2, 3, 0, 0, 3, 0, 0, 3, 0, 0],
             |o| o.decoded == 1 && o.errors.is_empty(),
         ),
         (
@@ -354,7 +361,7 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "delta with a byte after its events",
-            vec![1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 0, 1, 0, 1, 9],
+            vec![1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0, 9],
             |o| {
                 o.errors
                     == [FrameError::TrailingBytes {
@@ -464,9 +471,14 @@ fn hand_made_inputs_give_their_typed_errors() {
             vec![1, 0, 0xff, 0xff, 0x7f],
             |o| matches!(o.errors[..], [FrameError::Malformed { kind: "hello", .. }]),
         ),
-        ("unknown kind", vec![1, 5], |o| {
-            matches!(o.errors[..], [FrameError::UnknownKind { tag: 5, .. }])
+        ("unknown kind", vec![1, 6], |o| {
+            matches!(o.errors[..], [FrameError::UnknownKind { tag: 6, .. }])
         }),
+        (
+            "bare ack of delta 0",
+            vec![1, 5, 0],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "bare ack", detail }] if detail.contains("received 0")),
+        ),
         (
             "overlong kind varint",
             vec![1, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
@@ -545,16 +557,17 @@ fn hand_made_inputs_give_their_typed_errors() {
 /// from seq 1, every event a lamport gap of 0, a time of 0 (the first) or
 /// a difference of 0, and an empty payload: 3 bytes each.
 fn minimal_events(head: &[u8], count: usize, payload_len: u8) -> Vec<u8> {
-    // One run (stream 1 from seq 1), each column one pair repeated `count`
-    // times (gaps 0, times 0, lengths `payload_len`), then the payloads.
+    // One run (stream 1 from seq 1), each column one repeat of `count`
+    // values (gaps 0, times 0, lengths `payload_len`), then the payloads.
     let count_bytes = postcard::to_stdvec(&(count as u64)).unwrap();
+    let repeat_bytes = postcard::to_stdvec(&(2 * (count as u64 - 3))).unwrap();
     let mut payload = head.to_vec();
     payload.extend(&count_bytes);
     payload.extend([1, 1]);
     payload.extend(&count_bytes);
     for value in [0, 0, payload_len] {
+        payload.extend(&repeat_bytes);
         payload.push(value);
-        payload.extend(&count_bytes);
     }
     payload.extend(std::iter::repeat_n(0u8, usize::from(payload_len) * count));
     payload
@@ -568,7 +581,7 @@ fn minimal_events(head: &[u8], count: usize, payload_len: u8) -> Vec<u8> {
 /// claims some 1,400,000 events of 3-byte payloads.)
 #[test]
 fn a_frame_full_of_minimal_events_is_refused_by_its_count_in_constant_memory() {
-    let count = (FRAME_BYTES_MAX - 24) / 3;
+    let count = (FRAME_BYTES_MAX - 27) / 3;
     // Kind 1 (delta), number 1, an empty floor, then the events.
     let payload = minimal_events(&[1, 1, 0], count, 3);
     assert!(payload.len() <= FRAME_BYTES_MAX, "{} bytes", payload.len());
@@ -828,7 +841,7 @@ fn any_receipt(g: &mut Gen) -> Receipt {
 
 impl Arbitrary for AnyFrame {
     fn arbitrary(g: &mut Gen) -> Self {
-        let frame = match u8::arbitrary(g) % 5 {
+        let frame = match u8::arbitrary(g) % 6 {
             0 => Frame::Hello(Hello {
                 protocol: PROTOCOL_VERSION,
                 stream: StreamId::new(u64::arbitrary(g)),
@@ -839,7 +852,8 @@ impl Arbitrary for AnyFrame {
             1 => Frame::delta(u64::arbitrary(g).max(1), any_model_delta(g)),
             2 => Frame::Ack(any_receipt(g)),
             3 => Frame::Heartbeat(any_receipt(g)),
-            _ => Frame::Routes(any_routes(g)),
+            4 => Frame::Routes(any_routes(g)),
+            _ => Frame::BareAck(1 + u64::arbitrary(g) / 2),
         };
         let decoded = match &frame {
             Frame::Delta { number, delta } => Frame::delta(*number, in_stream_order(delta)),
@@ -997,6 +1011,9 @@ fn an_event_kept_pending_does_not_keep_its_frame_alive() {
 #[test]
 fn a_malformed_delta_allocates_nothing_for_the_events_it_claims() {
     let count = postcard::to_stdvec(&(DELTA_EVENTS_MAX as u64)).unwrap();
+    // A repeat of the whole count, and one of a value more.
+    let repeat = postcard::to_stdvec(&(2 * (DELTA_EVENTS_MAX as u64 - 3))).unwrap();
+    let past = postcard::to_stdvec(&(2 * (DELTA_EVENTS_MAX as u64 - 2))).unwrap();
     // Kind 1, number 1, no floor, the count, then: nothing; one run and no
     // columns; one run and a gaps column repeating past the count; the
     // columns and a payload length past the end.
@@ -1004,16 +1021,16 @@ fn a_malformed_delta_allocates_nothing_for_the_events_it_claims() {
     for tail in [
         vec![],
         [vec![1, 1], count.clone()].concat(),
-        [vec![1, 1], count.clone(), vec![0, 0x81, 0x40]].concat(),
+        [vec![1, 1], count.clone(), past, vec![0]].concat(),
         [
             vec![1, 1],
             count.clone(),
+            repeat.clone(),
             vec![0],
-            count.clone(),
+            repeat.clone(),
             vec![0],
-            count.clone(),
+            repeat.clone(),
             vec![1],
-            count.clone(),
         ]
         .concat(),
     ] {

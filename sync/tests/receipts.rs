@@ -238,13 +238,14 @@ fn a_lost_delta_is_repaired_one_round_trip_after_the_next_is_acked() {
     assert!(a.deltas_sent >= 4, "the lost delta was sent again");
 }
 
-/// Counts what `side` sent that arrived at the other side: (acks, the
-/// highest delta number any of them acknowledged).
+/// Counts the receipts among frames sent (acks, and heartbeats, which a
+/// repair goes out as): (receipts, the highest delta number any of them
+/// acknowledged).
 fn acks_in(bytes: &[Vec<u8>]) -> (usize, u64) {
     let mut acks = 0;
     let mut received = 0;
     for raw in bytes {
-        if let Ok(Frame::Ack(receipt)) = frame::decode(raw) {
+        if let Ok(Frame::Ack(receipt) | Frame::Heartbeat(receipt)) = frame::decode(raw) {
             acks += 1;
             received = received.max(receipt.received);
         }
@@ -263,6 +264,17 @@ fn a_burst_of_deltas_is_acknowledged_once_and_a_gap_at_once() {
     let b = SharedReplica::in_memory(StreamId::new(2));
     let mut a = Side::new(a, start);
     let mut b = Side::new(b, start);
+    // Each append its own delta: the sender's coalescing is
+    // `coalescing.rs`'s.
+    a.core = Protocol::new(
+        a.replica.stream(),
+        SessionConfig {
+            send_delay: Duration::ZERO,
+            read_timeout: Duration::from_secs(3600),
+            ..SessionConfig::with_heartbeat(TICK)
+        },
+        start,
+    );
     let delay = Duration::from_millis(5);
     let ack_delay = SessionConfig::default().ack_delay;
     assert_eq!(ack_delay, Duration::from_millis(20));

@@ -188,6 +188,16 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), Frame
             put_varint(out, u64::from(tag::HEARTBEAT));
             put_receipt(out, receipt, "heartbeat")?;
         }
+        Frame::BareAck(received) => {
+            if *received == 0 {
+                return Err(FrameError::Encode {
+                    kind: "bare ack",
+                    detail: "received 0: a bare ack follows a delta".into(),
+                });
+            }
+            put_varint(out, u64::from(tag::BARE_ACK));
+            put_varint(out, *received);
+        }
         Frame::Routes(routes) => {
             if let Err(detail) = check_routes(routes) {
                 return Err(FrameError::Encode {
@@ -359,6 +369,7 @@ pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, Frame
         tag::ACK => "ack",
         tag::HEARTBEAT => "heartbeat",
         tag::ROUTES => "routes",
+        tag::BARE_ACK => "bare ack",
         _ => {
             return Err(FrameError::UnknownKind {
                 tag,
@@ -433,6 +444,16 @@ pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, Frame
             }
         }
         tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+        tag::BARE_ACK => {
+            let received: u64 = take_all(body, kind)?;
+            if received == 0 {
+                return Err(FrameError::Malformed {
+                    kind,
+                    detail: "received 0: a bare ack follows a delta".into(),
+                });
+            }
+            Frame::BareAck(received)
+        }
         tag::ROUTES => {
             let repr: RoutesRepr = take_all(body, kind)?;
             let routes = Routes {

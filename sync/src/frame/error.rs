@@ -109,8 +109,9 @@ pub enum FrameError {
         count: u64,
     },
     /// An event's lamport stamp (the previous event's in its run, plus
-    /// one, plus the event's gap) overflows a `u64`.
-    #[error("delta event {stream}:{seq}: lamport stamp overflows a u64")]
+    /// one, plus the event's gap) overflows a `u64`, or a run's first
+    /// stamp (a difference from the previous run's first) comes to 0.
+    #[error("delta event {stream}:{seq}: lamport stamp overflows a u64 or is 0")]
     LamportOverflow {
         /// The event's stream.
         stream: StreamId,

@@ -1,8 +1,9 @@
 //! A delta's events, written by hand: their count, one run header per
-//! stream (streams ascending, each `stream, first seq, event count`), then
-//! three run-length encoded columns over the events in run order (lamport
-//! gaps, times, payload lengths) and the payloads back to back
-//! (`docs/PROTOCOL.md`, "Delta events").
+//! stream (streams ascending, each `stream, first seq, event count`, the
+//! first seq after the first run as a difference from the run's before),
+//! then three columns over the events in run order (lamport gaps, times,
+//! payload lengths), each in repeat and literal runs, and the payloads back
+//! to back (`docs/PROTOCOL.md`, "Delta events").
 //!
 //! Separate from the postcard-mapped fields because it is a codec of its
 //! own: the stream written once per run, seqs implied, lamport stamps and
@@ -45,18 +46,35 @@ fn unzigzag(value: u64) -> i64 {
     ((value >> 1) as i64) ^ -((value & 1) as i64)
 }
 
+/// `value` as a difference from `base`, modulo 2^64, zigzag-encoded: every
+/// pair has exactly one encoding, and [`undiff`] gives `value` back.
+fn diff(value: u64, base: u64) -> u64 {
+    zigzag(value.wrapping_sub(base) as i64)
+}
+
+/// The inverse of [`diff`]: the value `encoded` stands for above `base`.
+fn undiff(encoded: u64, base: u64) -> u64 {
+    base.wrapping_add(unzigzag(encoded) as u64)
+}
+
+/// The fewest equal values in a row a column writes as a repeat; shorter
+/// runs of a value go in literal runs.
+const REPEAT_MIN: u64 = 3;
+
 /// Writes a delta's events after its floor (`docs/PROTOCOL.md`, "Delta
 /// events"): their count; one run header per stream, streams ascending,
-/// each `stream, first seq, event count`; then three columns over the
-/// events in run order, each run-length encoded — lamport gaps, times,
-/// payload lengths — and last the payloads back to back.
+/// each `stream, first seq, event count` (the first seq of every run but
+/// the first as a difference from the run's before); then three columns
+/// over the events in run order, each in repeat and literal runs — lamport
+/// gaps, times, payload lengths — and last the payloads back to back.
 ///
 /// The seqs of a run are implied (`first + i`), so a stream's events must
 /// be contiguous; a lamport stamp is written as its gap above the previous
-/// one in the run less one (above 0 for the first), so it must rise from 1;
-/// a time is the wrapping difference from the previous event's in the
-/// column, zigzag-encoded (the first event's plain). What the layout cannot
-/// carry is refused with [`FrameError::Encode`].
+/// one in the run less one, so it must rise from 1 (a run's first stamp is
+/// a difference from the first stamp of the run before, the delta's first
+/// its gap above 0); a time is the wrapping difference from the previous
+/// event's in the column, zigzag-encoded (the first event's plain). What
+/// the layout cannot carry is refused with [`FrameError::Encode`].
 pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), FrameError> {
     let refuse = |detail: String| FrameError::Encode {
         kind: "delta",
@@ -72,10 +90,15 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
     let mut times = Column::default();
     let mut lens = Column::default();
     let mut time_previous: Option<u64> = None;
+    // The previous run's first seq and first lamport stamp.
+    let mut run_previous: Option<(u64, u64)> = None;
     for run in by_stream.chunk_by(|a, b| a.stream == b.stream) {
         let first = run[0];
         put_varint(out, first.stream.get());
-        put_varint(out, first.seq);
+        put_varint(
+            out,
+            run_previous.map_or(first.seq, |(seq, _)| diff(first.seq, seq)),
+        );
         put_varint(out, run.len() as u64);
         let mut seq_due = Some(first.seq);
         let mut lamport_previous = 0u64;
@@ -96,7 +119,10 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
                     event.stream, event.seq, event.lamport, lamport_previous
                 )));
             }
-            gaps.push(event.lamport - lamport_previous - 1);
+            gaps.push(match run_previous {
+                Some((_, lamport)) if lamport_previous == 0 => diff(event.lamport, lamport),
+                _ => event.lamport - lamport_previous - 1,
+            });
             times.push(match time_previous {
                 None => event.time_ms,
                 Some(previous) => zigzag(event.time_ms.wrapping_sub(previous) as i64),
@@ -106,6 +132,7 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
             lamport_previous = event.lamport;
             time_previous = Some(event.time_ms);
         }
+        run_previous = Some((first.seq, first.lamport));
     }
     gaps.finish(out);
     times.finish(out);
@@ -116,26 +143,48 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
     Ok(())
 }
 
-/// A column being written: `(value, repeat)` pairs, each value differing
-/// from the pair's before it, so every column has one encoding.
+/// A column being written: its values as runs of equal values, each value
+/// differing from the run's before it. A run of [`REPEAT_MIN`] or more is
+/// written as a repeat (`2 × (n − 3)`, then the value); the shorter runs
+/// between two repeats go in one literal run (`2 × (k − 1) + 1`, then the
+/// `k` values). So every column has one encoding.
 #[derive(Default)]
 struct Column {
-    pairs: Vec<(u64, u64)>,
+    runs: Vec<(u64, u64)>,
 }
 
 impl Column {
     fn push(&mut self, value: u64) {
-        match self.pairs.last_mut() {
+        match self.runs.last_mut() {
             Some((last, repeat)) if *last == value => *repeat += 1,
-            _ => self.pairs.push((value, 1)),
+            _ => self.runs.push((value, 1)),
         }
     }
 
     fn finish(self, out: &mut Vec<u8>) {
-        for (value, repeat) in self.pairs {
-            put_varint(out, value);
-            put_varint(out, repeat);
+        // The runs shorter than a repeat since the last repeat, written
+        // as one literal run before the next repeat (or at the end).
+        let flush = |literals: &[(u64, u64)], out: &mut Vec<u8>| {
+            let count: u64 = literals.iter().map(|&(_, repeat)| repeat).sum();
+            if count > 0 {
+                put_varint(out, 2 * (count - 1) + 1);
+                for &(value, repeat) in literals {
+                    for _ in 0..repeat {
+                        put_varint(out, value);
+                    }
+                }
+            }
+        };
+        let mut literals_from = 0;
+        for (i, &(value, repeat)) in self.runs.iter().enumerate() {
+            if repeat >= REPEAT_MIN {
+                flush(&self.runs[literals_from..i], out);
+                literals_from = i + 1;
+                put_varint(out, 2 * (repeat - REPEAT_MIN));
+                put_varint(out, value);
+            }
         }
+        flush(&self.runs[literals_from..], out);
     }
 }
 
@@ -192,6 +241,10 @@ pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
         }
         stream_previous = Some(stream);
         let first_seq = reader.varint("first seq")?;
+        // After the first run, a difference from the run's before.
+        let first_seq = runs
+            .last()
+            .map_or(first_seq, |previous| undiff(first_seq, previous.first_seq));
         let run_len = reader.varint("run event count")?;
         let events_left = count - headed;
         if run_len == 0 {
@@ -265,17 +318,14 @@ fn check_columns<'a>(
 ) -> Result<&'a [u8], FrameError> {
     let mut reader = Reader { bytes: columns };
     let mut gaps = ColumnReader::new("lamport gaps", count);
+    let mut stamps = Stamps::default();
     for run in runs {
-        let mut lamport = 0u64;
         for i in 0..run.len as u64 {
             let gap = gaps.next(&mut reader)?;
-            lamport = lamport
-                .checked_add(gap)
-                .and_then(|sum| sum.checked_add(1))
-                .ok_or(FrameError::LamportOverflow {
-                    stream: run.stream,
-                    seq: run.first_seq + i,
-                })?;
+            stamps.next(gap, i).ok_or(FrameError::LamportOverflow {
+                stream: run.stream,
+                seq: run.first_seq + i,
+            })?;
         }
     }
     ColumnReader::new("times", count).skip_all(&mut reader)?;
@@ -323,11 +373,13 @@ fn read_columns(
     let mut times = ColumnReader::new("times", count);
     let mut lens = ColumnReader::new("payload lengths", count);
     let mut time_previous: Option<u64> = None;
+    let mut stamps = Stamps::default();
     for run in runs {
-        let mut lamport = 0u64;
         for i in 0..run.len as u64 {
-            // Checked by `check_columns`: no overflow.
-            lamport += gaps.next(&mut gaps_reader)? + 1;
+            // Checked by `check_columns`: in range.
+            let lamport = stamps
+                .next(gaps.next(&mut gaps_reader)?, i)
+                .unwrap_or_default();
             let value = times.next(&mut times_reader)?;
             let time_ms = match time_previous {
                 None => value,
@@ -349,16 +401,52 @@ fn read_columns(
     Ok(())
 }
 
-/// Reads one run-length encoded column of `count` values.
+/// The lamport stamps of a delta's events, from their gaps column in run
+/// order: within a run, each the previous plus one plus its gap; a run's
+/// first, a difference from the first of the run before (the delta's
+/// first, its gap above 0).
+#[derive(Default)]
+struct Stamps {
+    /// The previous event's stamp.
+    lamport: u64,
+    /// The first stamp of the current run.
+    run_first: Option<u64>,
+}
+
+impl Stamps {
+    /// The stamp of event `i` of its run from its gap; `None` outside
+    /// `1..=u64::MAX` (an overflow, or a run's first stamp of 0).
+    fn next(&mut self, gap: u64, i: u64) -> Option<u64> {
+        self.lamport = match (i, self.run_first) {
+            (0, Some(first)) => Some(undiff(gap, first)).filter(|&stamp| stamp > 0)?,
+            _ => {
+                let previous = if i == 0 { 0 } else { self.lamport };
+                previous.checked_add(gap)?.checked_add(1)?
+            }
+        };
+        if i == 0 {
+            self.run_first = Some(self.lamport);
+        }
+        Some(self.lamport)
+    }
+}
+
+/// Reads one column of `count` values, written in repeat and literal runs
+/// (see [`Column`]), and refuses any other encoding of the same values.
 struct ColumnReader {
     what: &'static str,
-    /// Values not read yet, the current pair's included.
+    /// Values not read yet.
     left: usize,
-    /// The current pair's value, and how many times it is still to come.
-    value: u64,
+    /// Copies of `value` still to come in the current repeat.
     repeat: u64,
-    /// Whether a pair has been read (the next must differ from it).
-    started: bool,
+    /// Values still to read in the current literal run.
+    literals: u64,
+    /// The last value given, and how many times in a row.
+    value: u64,
+    in_a_row: u64,
+    /// Whether the last run read was a literal one (the next must be a
+    /// repeat).
+    after_literals: bool,
 }
 
 impl ColumnReader {
@@ -366,51 +454,93 @@ impl ColumnReader {
         Self {
             what,
             left: count,
-            value: 0,
             repeat: 0,
-            started: false,
+            literals: 0,
+            value: 0,
+            in_a_row: 0,
+            after_literals: false,
         }
     }
 
-    /// Reads the rest of the column, pair by pair, with the checks of
-    /// [`ColumnReader::next`].
+    /// Reads the rest of the column, a repeat at a time and a literal value
+    /// at a time, with the checks of [`ColumnReader::next`].
     fn skip_all(mut self, reader: &mut Reader<'_>) -> Result<(), FrameError> {
         while self.left > 0 {
             self.next(reader)?;
-            let repeat = self.repeat.min(self.left as u64);
-            self.left -= repeat as usize;
-            self.repeat -= repeat;
+            self.left -= self.repeat as usize;
+            self.in_a_row += self.repeat;
+            self.repeat = 0;
         }
         Ok(())
     }
 
-    /// The column's next value, reading its next pair when the current one
-    /// is used up. Called at most `count` times.
+    /// The column's next value, reading the next run's header when the
+    /// current run is used up. Called at most `count` times.
     fn next(&mut self, reader: &mut Reader<'_>) -> Result<u64, FrameError> {
         debug_assert!(self.left > 0, "read past the column's count");
-        if self.repeat == 0 {
-            let value = reader.varint(self.what)?;
-            let repeat = reader.varint(self.what)?;
-            if repeat == 0 {
-                return Err(Reader::malformed(self.what, "a repeat of 0"));
-            }
-            if repeat > self.left as u64 {
+        if self.repeat == 0 && self.literals == 0 {
+            let header = reader.varint(self.what)?;
+            // Both at most 2^63 + 2: no overflow.
+            let (count, literal) = if header % 2 == 0 {
+                (header / 2 + REPEAT_MIN, false)
+            } else {
+                (header / 2 + 1, true)
+            };
+            if count > self.left as u64 {
+                let kind = if literal { "literal" } else { "repeat" };
                 return Err(Reader::malformed(
                     self.what,
-                    &format!("a repeat of {repeat} where {} events are left", self.left),
+                    &format!(
+                        "a {kind} run of {count} where {} values are left",
+                        self.left
+                    ),
                 ));
             }
-            if self.started && value == self.value {
-                return Err(Reader::malformed(
-                    self.what,
-                    "two pairs of one value in a row, not one pair",
-                ));
+            if literal {
+                if self.after_literals {
+                    return Err(Reader::malformed(
+                        self.what,
+                        "two literal runs in a row, not one",
+                    ));
+                }
+                self.literals = count;
+                self.after_literals = true;
+            } else {
+                let value = reader.varint(self.what)?;
+                if self.in_a_row > 0 && value == self.value {
+                    return Err(Reader::malformed(
+                        self.what,
+                        "a repeat of the value before it, not one longer run",
+                    ));
+                }
+                self.value = value;
+                self.in_a_row = 0;
+                self.repeat = count;
+                self.after_literals = false;
             }
-            self.value = value;
-            self.repeat = repeat;
-            self.started = true;
         }
-        self.repeat -= 1;
+        if self.repeat > 0 {
+            self.repeat -= 1;
+            self.in_a_row += 1;
+        } else {
+            let value = reader.varint(self.what)?;
+            if self.in_a_row > 0 && value == self.value {
+                // A literal equal to the repeat before it, or a third equal
+                // value in a row within a literal run.
+                if self.in_a_row + 1 >= REPEAT_MIN {
+                    return Err(Reader::malformed(
+                        self.what,
+                        "three equal values in a row in a literal run, or a literal equal to \
+                         the repeat before it, not one repeat",
+                    ));
+                }
+                self.in_a_row += 1;
+            } else {
+                self.value = value;
+                self.in_a_row = 1;
+            }
+            self.literals -= 1;
+        }
         self.left -= 1;
         Ok(self.value)
     }
@@ -462,7 +592,7 @@ mod tests {
     use meshlog_replica::Delta;
 
     use super::*;
-    use crate::frame::{decode, decode_payload, encode, Frame};
+    use crate::frame::{decode, decode_payload, encode, Frame, LENGTH_PREFIX_BYTES};
 
     fn tiny_events(count: usize) -> Vec<Event> {
         (1..=count as u64)
@@ -481,17 +611,19 @@ mod tests {
     #[test]
     fn a_delta_of_more_events_than_the_limit_is_refused_before_decoding() {
         // Kind 1, number 1, an empty floor, the count, then a run (stream 1 from
-        // seq 1) of 8193 events and each column one pair (0 repeated 8193
-        // times): 18 bytes that would decode into 8193 empty events.
+        // seq 1) of 8193 events and each column one repeat (0, 8193 times):
+        // 18 bytes that would decode into 8193 empty events.
         let mut payload = vec![1, 1, 0];
         let count = postcard::to_stdvec(&((DELTA_EVENTS_MAX + 1) as u64)).unwrap();
+        let repeat = postcard::to_stdvec(&(2 * (DELTA_EVENTS_MAX as u64 + 1 - 3))).unwrap();
         payload.extend(&count);
         payload.extend([1, 1]);
         payload.extend(&count);
         for _ in 0..3 {
+            payload.extend(&repeat);
             payload.push(0);
-            payload.extend(&count);
         }
+        assert_eq!(payload.len(), 18);
         assert_eq!(
             decode_payload(&payload),
             Err(FrameError::TooManyEvents {
@@ -640,8 +772,9 @@ mod tests {
     #[test]
     fn a_lamport_gap_of_zero_is_the_next_stamp() {
         // Kind 1, number 1, no floor, 3 events: stream 5 from seq 1, gaps 0
-        // twice then 4, times 0 three times, lengths 0 three times.
-        let payload = [1, 1, 0, 3, 5, 1, 3, 0, 2, 4, 1, 0, 3, 0, 3];
+        // twice then 4 (a literal run of 3), times 0 three times, lengths 0
+        // three times (repeats of 3).
+        let payload = [1, 1, 0, 3, 5, 1, 3, 5, 0, 0, 4, 0, 0, 0, 0];
         let Ok(Frame::Delta { delta, .. }) = decode_payload(&payload) else {
             panic!("{:?}", decode_payload(&payload));
         };
@@ -722,19 +855,20 @@ mod tests {
         payload.extend([0xff; 10]);
         payload.extend([0x01, 1, 0, 1, 0, 1, 0, 1]);
         malformed(&payload, "first seq: varint above u64::MAX");
-        // Cut inside the time column's first value, and a repeat in two bytes.
+        // Cut inside the time column's first value, and a run header in two
+        // bytes.
         malformed(
-            &[1, 1, 0, 1, 1, 1, 1, 0, 1, 0x80, 0x80],
+            &[1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 0x80, 0x80],
             "times: the frame ends inside a varint",
         );
         malformed(
-            &[1, 1, 0, 1, 1, 1, 1, 0, 0x81, 0x00],
+            &[1, 1, 0, 1, 1, 1, 1, 0x81, 0x00],
             "lamport gaps: varint not in its shortest form",
         );
         // The shortest forms of 0 and u64::MAX are fine.
         let mut payload = vec![1, 1, 0, 1, 1];
         payload.extend([0xff; 9]);
-        payload.extend([0x01, 1, 0, 1, 0, 1, 0, 1]);
+        payload.extend([0x01, 1, 1, 0, 1, 0, 1, 0]);
         let Ok(Frame::Delta { delta, .. }) = decode_payload(&payload) else {
             panic!("{:?}", decode_payload(&payload));
         };
@@ -747,41 +881,51 @@ mod tests {
         assert_eq!(encode(&Frame::delta(1, delta)), Ok(bytes));
     }
 
-    /// A column has one encoding: every repeat at least 1, none past the
-    /// events left, no two pairs of one value in a row; the payloads fill
-    /// the frame exactly. Anything else is refused, naming the column.
+    /// A column has one encoding: a repeat of at least 3 equal values that
+    /// differ from their neighbours, literal runs between repeats (never
+    /// two in a row, never three equal values in a row), none past the
+    /// values left; the payloads fill the frame exactly. Anything else is
+    /// refused, naming the column.
     #[test]
     fn columns_are_read_in_their_one_encoding_only() {
-        // Kind 1, number 1, no floor, 2 events of stream 4 from seq 1; then
-        // the gaps, times and lengths columns and the payloads vary.
-        let delta = |columns: &[u8]| {
-            let mut payload = vec![1, 1, 0, 2, 4, 1, 2];
+        // Kind 1, number 1, no floor, `count` events of stream 4 from seq 1;
+        // then the gaps, times and lengths columns and the payloads vary.
+        let delta = |count: u8, columns: &[u8]| {
+            let mut payload = vec![1, 1, 0, count, 4, 1, count];
             payload.extend(columns);
             decode_payload(&payload)
         };
-        let malformed = |columns: &[u8], says: &str| match delta(columns) {
+        let malformed = |count: u8, columns: &[u8], says: &str| match delta(count, columns) {
             Err(FrameError::Malformed {
                 kind: "delta",
                 detail,
             }) => assert!(detail.contains(says), "{columns:?}: {detail}"),
             other => panic!("{columns:?}: {other:?}"),
         };
-        malformed(&[0, 0], "lamport gaps: a repeat of 0");
         malformed(
-            &[0, 3],
-            "lamport gaps: a repeat of 3 where 2 events are left",
+            2,
+            &[0, 0],
+            "lamport gaps: a repeat run of 3 where 2 values are left",
         );
         malformed(
-            &[0, 2, 7, 1, 7, 1],
-            "times: two pairs of one value in a row",
+            2,
+            &[5, 0, 0, 0],
+            "lamport gaps: a literal run of 3 where 2 values are left",
         );
+        malformed(2, &[1, 0, 1, 0], "lamport gaps: two literal runs in a row");
+        // Four events: a repeat of the literal value before it, a literal
+        // equal to the repeat before it, three equal literals in a row.
+        malformed(4, &[1, 0, 0, 0], "a repeat of the value before it");
+        malformed(4, &[0, 0, 1, 0], "a literal equal to the repeat before it");
+        malformed(4, &[7, 0, 0, 0, 1], "three equal values in a row");
         malformed(
-            &[0, 2, 7, 1, 8, 1, 1, 1, 1, 2],
-            "payload lengths: a repeat of 2 where 1 events are left",
+            2,
+            &[3, 0, 0, 3, 7, 0, 0, 0],
+            "payload lengths: a repeat run of 3 where 2 values are left",
         );
         // Lengths 1 and 2 where 2 bytes are left, and where 4 are.
         assert_eq!(
-            delta(&[0, 2, 7, 2, 1, 1, 2, 1, b'a', b'b']),
+            delta(2, &[3, 0, 0, 3, 7, 0, 3, 1, 2, b'a', b'b']),
             Err(FrameError::CountAboveBytes {
                 field: "payloads",
                 count: 3,
@@ -789,24 +933,89 @@ mod tests {
             })
         );
         assert_eq!(
-            delta(&[0, 2, 7, 2, 1, 1, 2, 1, b'a', b'b', b'c', b'd']),
+            delta(2, &[3, 0, 0, 3, 7, 0, 3, 1, 2, b'a', b'b', b'c', b'd']),
             Err(FrameError::TrailingBytes {
                 kind: "delta",
                 len: 1
             })
         );
         // The same, well formed: stamps 1 and 2, time 7 twice, "a" and "bc".
-        let Ok(Frame::Delta { delta, .. }) =
-            delta(&[0, 2, 7, 1, 0, 1, 1, 1, 2, 1, b'a', b'b', b'c'])
+        let Ok(Frame::Delta { delta: well, .. }) =
+            delta(2, &[3, 0, 0, 3, 7, 0, 3, 1, 2, b'a', b'b', b'c'])
         else {
             panic!()
         };
-        let fields: Vec<(u64, u64, u64, &[u8])> = delta
+        let fields: Vec<(u64, u64, u64, &[u8])> = well
             .events
             .iter()
             .map(|e| (e.seq, e.lamport, e.time_ms, &e.payload[..]))
             .collect();
         assert_eq!(fields, [(1, 1, 7, &b"a"[..]), (2, 2, 7, &b"bc"[..])]);
+        // Four events of one value: a repeat of 4 (header 2), and no other
+        // way; the same four events re-encode to these bytes.
+        let Ok(frame @ Frame::Delta { .. }) = delta(4, &[2, 0, 2, 7, 2, 0]) else {
+            panic!("{:?}", delta(4, &[2, 0, 2, 7, 2, 0]))
+        };
+        assert_eq!(
+            encode(&frame).unwrap()[LENGTH_PREFIX_BYTES..],
+            [1, 1, 0, 4, 4, 1, 4, 2, 0, 2, 7, 2, 0]
+        );
+    }
+
+    /// Every column value is one varint at most once a run: a run of one
+    /// value costs its header and the value, a value that changes with
+    /// every event one byte more than itself per event, not two.
+    #[test]
+    fn literal_runs_write_changing_values_once_each() {
+        let mut out = Vec::new();
+        let mut column = Column::default();
+        for value in [5, 6, 6, 7, 0, 0, 0, 0, 9, 1] {
+            column.push(value);
+        }
+        column.finish(&mut out);
+        // Literals 5, 6, 6, 7 (header 7); a repeat of four 0s (header 2);
+        // literals 9, 1 (header 3).
+        assert_eq!(out, [7, 5, 6, 6, 7, 2, 0, 3, 9, 1]);
+        let mut reader = Reader { bytes: &out };
+        let mut column = ColumnReader::new("test", 10);
+        let values: Vec<u64> = (0..10).map(|_| column.next(&mut reader).unwrap()).collect();
+        assert_eq!(values, [5, 6, 6, 7, 0, 0, 0, 0, 9, 1]);
+        assert!(reader.bytes.is_empty());
+    }
+
+    /// A run's first seq and first lamport stamp are differences from the
+    /// run's before (modulo 2^64, zigzag): writers at about the same place
+    /// cost a byte each for them, and a difference that comes to a stamp
+    /// of 0 is refused.
+    #[test]
+    fn a_runs_first_seq_and_stamp_are_differences_from_the_run_before() {
+        let frame = delta_of(vec![
+            event(2, 300, 500, 0),
+            event(3, 302, 499, 0),
+            event(9, 1, 1, 0),
+        ]);
+        let bytes = encode(&frame).unwrap();
+        // Count 3; runs (2, 300, 1), (3, +2 = 4, 1), (9, 1 − 302 = −301:
+        // zigzag 601, 1); gaps a literal run of 499, then −1 (zigzag 1),
+        // then −498 (zigzag 995); times a repeat of 0; lengths 5, 5, 3.
+        assert_eq!(
+            bytes[LENGTH_PREFIX_BYTES + 3..][..24],
+            [
+                3, 2, 0xac, 0x02, 1, 3, 4, 1, 9, 0xd9, 0x04, 1, 5, 0xf3, 0x03, 1, 0xe3, 0x07, 0, 0,
+                5, 5, 5, 3
+            ]
+        );
+        assert_eq!(decode(&bytes), Ok(frame));
+        // A second run (stream 2 from seq 1 + 1, zigzag 2) whose first
+        // stamp comes to 0: 1 − 1 (zigzag 1) after a first run at stamp 1.
+        let payload = [1, 1, 0, 2, 1, 1, 1, 2, 2, 1, 3, 0, 1, 0, 0, 0, 0, 0];
+        assert_eq!(
+            decode_payload(&payload),
+            Err(FrameError::LamportOverflow {
+                stream: StreamId::new(2),
+                seq: 2
+            })
+        );
     }
 
     /// What the columns are for: a writer's steady events cost a few bytes
@@ -825,8 +1034,9 @@ mod tests {
         let mut out = Vec::new();
         encode_events(&events, &mut out).unwrap();
         let overhead = out.len() - 32_000;
-        // Count 2, run 5 + 1 + 2, gaps 1 + 2, times 6 + 1 + 1 + 2 (the
-        // first time in full, then the step), lengths 1 + 2.
+        // Count 2, run 5 + 1 + 2, gaps a repeat (2 + 1), times a literal
+        // (1 + 6: the first time in full) and a repeat of the step (2 + 1),
+        // lengths a repeat (2 + 1).
         assert_eq!(overhead, 26, "{out:02x?}");
         assert_eq!(decode_events(&out).unwrap(), events);
     }

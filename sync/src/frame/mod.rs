@@ -5,7 +5,8 @@
 //! the payload: the frame's kind, then its content. Hellos, acks,
 //! heartbeats and a delta's floor are postcard encodings; a delta's events
 //! are written by hand: one run header per stream with seqs implied, then
-//! run-length encoded columns of lamport gaps, times and payload lengths,
+//! columns of lamport gaps, times and payload lengths in repeat and literal
+//! runs,
 //! then the payloads. The byte format is specified in
 //! `docs/PROTOCOL.md`; this module and its submodules are its only
 //! implementation.
@@ -26,7 +27,7 @@
 //!   version vector), converted to and from the domain types here, and the
 //!   check of their vectors' counts that walks their layout before decoding.
 //! - `event_runs`: the hand-written codec of a delta's events (per-stream
-//!   run headers, seqs implied, run-length encoded columns of lamport gaps,
+//!   run headers, seqs implied, columns in repeat and literal runs of lamport gaps,
 //!   times and payload lengths, shortest-form varints), which postcard's layout could not make this compact.
 //! - `reader`: [`FrameReader`], the cancel-safe reader of whole frames from
 //!   a tokio byte stream; the only part that does I/O.
@@ -103,7 +104,7 @@ pub use reader::FrameReader;
 /// ([`FrameError::ProtocolVersion`]); ours reaches them first, so they can
 /// say why too.
 ///
-/// Version 3 writes a delta's event fields as run-length encoded columns
+/// Version 3 writes a delta's event fields as columns in repeat and literal runs
 /// and its payloads back to back; version 2 numbered delta frames,
 /// acknowledged the last one received, and carried marks in acks and
 /// heartbeats as a difference from marks the receiver already holds
@@ -155,16 +156,19 @@ mod tag {
     pub const ACK: u32 = 2;
     pub const HEARTBEAT: u32 = 3;
     pub const ROUTES: u32 = 4;
+    pub const BARE_ACK: u32 = 5;
 }
 
 /// One message between two replicas.
 ///
 /// The session protocol (see `docs/PROTOCOL.md`): each side opens with a
 /// [`Hello`]; then sends numbered [`Frame::Delta`]s with what the other
-/// misses, a [`Frame::Ack`] after receiving deltas, and a
-/// [`Frame::Heartbeat`] every tick. Both carry a [`Receipt`]: the last
-/// delta number received and the sender's marks, from which the receiver
-/// learns what arrived and re-sends only what was lost.
+/// misses, a [`Frame::Ack`] (or a [`Frame::BareAck`]) after receiving
+/// deltas, and a [`Frame::Heartbeat`] every tick and for a repair. Acks
+/// and heartbeats carry a [`Receipt`]: the last delta number received and
+/// the sender's marks (current in a heartbeat, possibly behind in an ack),
+/// from which the receiver learns what arrived and re-sends only what was
+/// lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Frame {
@@ -181,21 +185,32 @@ pub enum Frame {
         /// The events and floors.
         delta: Delta,
     },
-    /// Sent after receiving deltas: what arrived, and the sender's marks.
+    /// Sent after receiving deltas, each applied whole: what arrived, and
+    /// the sender's marks, which may lag behind what those deltas carried
+    /// (the receiver counts that as held, pending, until a receipt's marks
+    /// show it).
     Ack(Receipt),
-    /// The periodic re-exchange, every tick: the same as an ack, sent
-    /// whether or not deltas arrived. An idle one is a few bytes.
+    /// The periodic re-exchange, every tick, and the receipt of a repair (a
+    /// delta after a gap, events held above a hole or dropped): the same
+    /// fields as an ack, with the sender's current marks, sent whether or
+    /// not deltas arrived. An idle one is a few bytes.
     Heartbeat(Receipt),
     /// Which streams the sender wants pushed on this session: those it
     /// receives through another session are asked quiet (so an event
     /// reaches it once in a mesh with cycles), and loud again when that
     /// session ends or lags. Sent only when its routes change.
     Routes(Routes),
+    /// An ack without marks: the highest delta number received (at least
+    /// 1), every delta up to it applied whole. Sent instead of an
+    /// [`Frame::Ack`] on a session that shares a routes table, where the
+    /// marks an ack would carry (every stream moving in the mesh) tell the
+    /// peer nothing it sends by; the tick's heartbeat carries them.
+    BareAck(u64),
 }
 
 impl Frame {
-    /// The frame's kind, for logs and errors: `hello`, `delta`, `ack` or
-    /// `heartbeat`.
+    /// The frame's kind, for logs and errors: `hello`, `delta`, `ack`,
+    /// `heartbeat`, `routes` or `bare ack`.
     pub fn kind(&self) -> &'static str {
         match self {
             Frame::Hello(_) => "hello",
@@ -203,6 +218,7 @@ impl Frame {
             Frame::Ack(_) => "ack",
             Frame::Heartbeat(_) => "heartbeat",
             Frame::Routes(_) => "routes",
+            Frame::BareAck(_) => "bare ack",
         }
     }
 
@@ -476,6 +492,7 @@ mod tests {
                 quiet: Vec::new(),
                 loud: vec![StreamId::new(7)],
             }),
+            Frame::BareAck(4),
         ];
         let blocks = doc_examples();
         assert_eq!(blocks.len(), expected.len(), "{blocks:02x?}");
