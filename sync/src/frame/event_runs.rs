@@ -215,6 +215,15 @@ impl Column {
 /// them back into `(lamport, stream)` order cost a third of a convergence's
 /// time (`docs/BENCHMARKS.md`).
 pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
+    decode_events_checked_by(bytes, check_columns)
+}
+
+/// A check of a delta's columns: [`check_columns`], or (in tests) its
+/// value-by-value reference.
+type ColumnsCheck = for<'a> fn(&'a [u8], &[Run], usize) -> Result<&'a [u8], FrameError>;
+
+/// [`decode_events`], its columns checked by `check`.
+fn decode_events_checked_by(bytes: &[u8], check: ColumnsCheck) -> Result<Vec<Event>, FrameError> {
     let mut reader = Reader { bytes };
     let count = reader.varint("event count")?;
     if count > DELTA_EVENTS_MAX as u64 {
@@ -272,7 +281,7 @@ pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
     // The columns and the payloads are checked whole before anything is
     // allocated for the events: a few bytes may stand for thousands of
     // events, but only in a delta that decodes.
-    let payload_bytes = check_columns(reader.bytes, &runs, count)?;
+    let payload_bytes = check(reader.bytes, &runs, count)?;
     let mut events: Vec<Event> = Vec::with_capacity(count);
     let payloads = Bytes::copy_from_slice(payload_bytes);
     let mut start = 0;
@@ -319,21 +328,46 @@ fn check_columns<'a>(
     let mut reader = Reader { bytes: columns };
     let mut gaps = ColumnReader::new("lamport gaps", count);
     let mut stamps = Stamps::default();
+    // A repeat is checked at once (the values it stands for are known),
+    // with the same outcome, error included, as value by value.
     for run in runs {
-        for i in 0..run.len as u64 {
-            let gap = gaps.next(&mut reader)?;
-            stamps.next(gap, i).ok_or(FrameError::LamportOverflow {
+        let len = run.len as u64;
+        let mut i = 0;
+        while i < len {
+            let overflow = |i: u64| FrameError::LamportOverflow {
                 stream: run.stream,
                 seq: run.first_seq + i,
-            })?;
+            };
+            let gap = gaps.next(&mut reader)?;
+            stamps.next(gap, i).ok_or(overflow(i))?;
+            i += 1;
+            let more = gaps.take_repeat(len - i);
+            if more > 0 {
+                stamps
+                    .rise(gap, more)
+                    .map_err(|within| overflow(i + within))?;
+                i += more;
+            }
         }
     }
     ColumnReader::new("times", count).skip_all(&mut reader)?;
     let mut lens = ColumnReader::new("payload lengths", count);
     let mut total = 0u64;
-    for _ in 0..count {
-        total = total.saturating_add(lens.next(&mut reader)?);
-        if total > reader.bytes.len() as u64 {
+    let mut read = 0;
+    while read < count {
+        let len = lens.next(&mut reader)?;
+        let more = lens.take_repeat((count - read - 1) as u64);
+        read += 1 + more as usize;
+        let bytes_left = reader.bytes.len() as u64;
+        // The sum after each of the 1 + `more` values, up to the first
+        // above the bytes left (what summing them one by one stops at).
+        let room = bytes_left.saturating_sub(total);
+        let values = match len {
+            0 => 1,
+            len => (room / len + 1).min(1 + more),
+        };
+        total = total.saturating_add(len.saturating_mul(values));
+        if total > bytes_left {
             return Err(FrameError::CountAboveBytes {
                 field: "payloads",
                 count: total,
@@ -414,6 +448,23 @@ struct Stamps {
 }
 
 impl Stamps {
+    /// The stamps of `more` events after the previous one in its run (none
+    /// of them a run's first), each its previous plus one plus `gap`; on an
+    /// overflow, `Err` with the index among them (from 0) of the first that
+    /// overflows.
+    fn rise(&mut self, gap: u64, more: u64) -> Result<(), u64> {
+        let Some(step) = gap.checked_add(1) else {
+            return Err(0);
+        };
+        // How many steps fit below u64::MAX.
+        let fit = (u64::MAX - self.lamport) / step;
+        if fit < more {
+            return Err(fit);
+        }
+        self.lamport += step * more;
+        Ok(())
+    }
+
     /// The stamp of event `i` of its run from its gap; `None` outside
     /// `1..=u64::MAX` (an overflow, or a run's first stamp of 0).
     fn next(&mut self, gap: u64, i: u64) -> Option<u64> {
@@ -474,10 +525,35 @@ impl ColumnReader {
         Ok(())
     }
 
+    /// Takes up to `max` more copies of the value [`ColumnReader::next`]
+    /// last gave, if it is inside a repeat: how many it took.
+    fn take_repeat(&mut self, max: u64) -> u64 {
+        let taken = self.repeat.min(max);
+        self.repeat -= taken;
+        self.in_a_row += taken;
+        self.left -= taken as usize;
+        taken
+    }
+
     /// The column's next value, reading the next run's header when the
     /// current run is used up. Called at most `count` times.
+    #[inline(always)]
     fn next(&mut self, reader: &mut Reader<'_>) -> Result<u64, FrameError> {
         debug_assert!(self.left > 0, "read past the column's count");
+        // Inside a repeat (a steady writer's whole column): no byte to read.
+        if self.repeat > 0 {
+            self.repeat -= 1;
+            self.in_a_row += 1;
+            self.left -= 1;
+            return Ok(self.value);
+        }
+        self.next_read(reader)
+    }
+
+    /// [`ColumnReader::next`] where the value is read: a literal, or the
+    /// first of a run whose header is read first.
+    #[inline(never)]
+    fn next_read(&mut self, reader: &mut Reader<'_>) -> Result<u64, FrameError> {
         if self.repeat == 0 && self.literals == 0 {
             let header = reader.varint(self.what)?;
             // Both at most 2^63 + 2: no overflow.
@@ -593,6 +669,99 @@ mod tests {
 
     use super::*;
     use crate::frame::{decode, decode_payload, encode, Frame, LENGTH_PREFIX_BYTES};
+
+    /// [`check_columns`] value by value, as it was before repeats were
+    /// checked at once: the reference it must agree with.
+    fn check_columns_one_by_one<'a>(
+        columns: &'a [u8],
+        runs: &[Run],
+        count: usize,
+    ) -> Result<&'a [u8], FrameError> {
+        let mut reader = Reader { bytes: columns };
+        let mut gaps = ColumnReader::new("lamport gaps", count);
+        let mut stamps = Stamps::default();
+        for run in runs {
+            for i in 0..run.len as u64 {
+                let gap = gaps.next(&mut reader)?;
+                stamps.next(gap, i).ok_or(FrameError::LamportOverflow {
+                    stream: run.stream,
+                    seq: run.first_seq + i,
+                })?;
+            }
+        }
+        ColumnReader::new("times", count).skip_all(&mut reader)?;
+        let mut lens = ColumnReader::new("payload lengths", count);
+        let mut total = 0u64;
+        for _ in 0..count {
+            total = total.saturating_add(lens.next(&mut reader)?);
+            if total > reader.bytes.len() as u64 {
+                return Err(FrameError::CountAboveBytes {
+                    field: "payloads",
+                    count: total,
+                    bytes_left: reader.bytes.len(),
+                });
+            }
+        }
+        let total = total as usize;
+        if reader.bytes.len() > total {
+            return Err(FrameError::TrailingBytes {
+                kind: "delta",
+                len: reader.bytes.len() - total,
+            });
+        }
+        Ok(reader.bytes)
+    }
+
+    /// Repeats checked at once decode, or fail with the very error, as the
+    /// value-by-value check: over seeded deltas of long repeats (stamps
+    /// near `u64::MAX`, payload lengths near the bytes left), each with
+    /// bytes overwritten, cut or added.
+    #[test]
+    fn repeats_are_checked_at_once_as_value_by_value() {
+        let seed = crate::testkit::seeds(0x4e9e47, 1)[0];
+        let mut rng = crate::rng::SplitMix64::new(seed);
+        let mut compared = 0;
+        for _ in 0..20_000 {
+            let mut events = Vec::new();
+            for stream in 1..=1 + rng.below(3) {
+                let len = 1 + rng.below(40);
+                let gap = [0, 1, rng.below(1 << 20), u64::MAX / 64][rng.below(4) as usize];
+                let mut lamport = [1, u64::MAX - 2_000, rng.below(1 << 40)][rng.below(3) as usize];
+                let size = rng.below(6) as usize;
+                for seq in 1..=len {
+                    events.push(Event {
+                        stream: StreamId::new(stream),
+                        seq,
+                        lamport,
+                        time_ms: 7,
+                        payload: Bytes::from(vec![1u8; size]),
+                    });
+                    lamport = match lamport.checked_add(gap + 1) {
+                        Some(next) => next,
+                        None => break,
+                    };
+                }
+            }
+            let mut bytes = Vec::new();
+            if encode_events(&events, &mut bytes).is_err() {
+                continue;
+            }
+            for _ in 0..rng.below(4) {
+                let at = rng.below(bytes.len() as u64) as usize;
+                bytes[at] = [0xff, 0x00, 0x7f, rng.next_u64() as u8][rng.below(4) as usize];
+            }
+            match rng.below(3) {
+                0 => bytes.truncate(rng.below(bytes.len() as u64 + 1) as usize),
+                1 => bytes.extend((0..rng.below(4)).map(|_| 0xffu8)),
+                _ => {}
+            }
+            let at_once = decode_events_checked_by(&bytes, check_columns);
+            let one_by_one = decode_events_checked_by(&bytes, check_columns_one_by_one);
+            assert_eq!(at_once, one_by_one, "seed {seed}, bytes {bytes:02x?}");
+            compared += 1;
+        }
+        assert!(compared > 10_000, "seed {seed}: {compared} compared");
+    }
 
     fn tiny_events(count: usize) -> Vec<Event> {
         (1..=count as u64)
