@@ -619,9 +619,10 @@ impl State {
             .collect();
         // The stream's log, looked up once per run of its events.
         let mut log: Option<&StreamLog> = None;
-        // Entries before this index were checked as one clean run.
-        let mut checked_to = 0;
-        for (index, &event) in by_name.iter().enumerate() {
+        let mut next = 0;
+        while let Some(&event) = by_name.get(next) {
+            let index = next;
+            next += 1;
             let stream = event.stream;
             if index == 0 || by_name[index - 1].stream != stream {
                 log = self.log.stream(stream);
@@ -629,16 +630,14 @@ impl State {
                     new_streams.push(stream);
                 }
             }
-            if index < checked_to {
-                continue;
-            }
             let run = if runs {
                 self.clean_run(&by_name, index, log, delta, round)?
             } else {
                 None
             };
+            // A clean run (of one stream) is checked whole: on past it.
             if let Some(len) = run {
-                checked_to = index + len;
+                next = index + len;
                 continue;
             }
             if event.seq == 0 {
