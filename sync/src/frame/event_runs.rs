@@ -84,7 +84,12 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
     // sort. A replica's delta interleaves streams in `(lamport, stream)`
     // order; the receiver gets them grouped by stream.
     let mut by_stream: Vec<&Event> = events.iter().collect();
-    by_stream.sort_by_key(|event| event.stream);
+    // A whole delta comes grouped already (streams ascending).
+    if !by_stream.is_sorted_by_key(|event| event.stream) {
+        by_stream.sort_by_key(|event| event.stream);
+    }
+    // Sized once: the payloads, and a few bytes an event for the rest.
+    out.reserve(events.iter().map(|event| event.payload.len() + 4).sum::<usize>() + 16);
     put_varint(out, events.len() as u64);
     let mut gaps = Column::default();
     let mut times = Column::default();
