@@ -88,8 +88,9 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
     if !by_stream.is_sorted_by_key(|event| event.stream) {
         by_stream.sort_by_key(|event| event.stream);
     }
-    // Sized once: the payloads, and a few bytes an event for the rest.
-    out.reserve(events.iter().map(|event| event.payload.len() + 4).sum::<usize>() + 16);
+    // Sized once for the payloads (the columns may be a few bytes for
+    // thousands of events: they grow as written).
+    out.reserve(events.iter().map(|event| event.payload.len()).sum::<usize>() + 64);
     put_varint(out, events.len() as u64);
     let mut gaps = Column::default();
     let mut times = Column::default();
