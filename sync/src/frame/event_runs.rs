@@ -90,7 +90,13 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
     }
     // Sized once for the payloads (the columns may be a few bytes for
     // thousands of events: they grow as written).
-    out.reserve(events.iter().map(|event| event.payload.len()).sum::<usize>() + 64);
+    out.reserve(
+        events
+            .iter()
+            .map(|event| event.payload.len())
+            .sum::<usize>()
+            + 64,
+    );
     put_varint(out, events.len() as u64);
     let mut gaps = Column::default();
     let mut times = Column::default();
