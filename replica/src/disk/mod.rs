@@ -882,12 +882,24 @@ impl DiskStore {
     }
 
     fn damaged(&self, stream: StreamId, first_seq: u64, detail: String) -> DiskError {
-        DiskError::CorruptBlock {
-            path: self.path.clone(),
-            stream,
-            first_seq,
-            detail,
-        }
+        corrupt_block(&self.path, stream, first_seq, detail)
+    }
+}
+
+/// [`DiskError::CorruptBlock`] for the block of `stream` from `first_seq`
+/// in the file at `path`: the one place both the store and its views build
+/// it.
+pub(super) fn corrupt_block(
+    path: &Path,
+    stream: StreamId,
+    first_seq: u64,
+    detail: String,
+) -> DiskError {
+    DiskError::CorruptBlock {
+        path: path.to_path_buf(),
+        stream,
+        first_seq,
+        detail,
     }
 }
 

@@ -78,12 +78,7 @@ impl DiskView {
     }
 
     fn damaged(&self, stream: StreamId, first_seq: u64, detail: String) -> DiskError {
-        DiskError::CorruptBlock {
-            path: self.path.clone(),
-            stream,
-            first_seq,
-            detail,
-        }
+        super::corrupt_block(&self.path, stream, first_seq, detail)
     }
 
     /// Runs a read of the engine, turning a panic inside it (which a file
