@@ -63,6 +63,30 @@ pub(crate) trait Source {
         }
         Ok(true)
     }
+
+    /// Of `stream`'s held seqs `first ..= last`, the ones from `first`
+    /// whose lamport is at most `lamport` (lamports rise with seq): `None`
+    /// where the source cannot tell without reading the events (its
+    /// caller walks them instead).
+    fn through(
+        &self,
+        _stream: StreamId,
+        _first: u64,
+        _last: u64,
+        _lamport: u64,
+    ) -> Result<Option<Through>, ReadError> {
+        Ok(None)
+    }
+}
+
+/// Of one stream's held events, the ones from the first asked with
+/// lamports at most a bound: how many, and their payloads' bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Through {
+    /// The events.
+    pub(crate) count: u64,
+    /// Their payloads' bytes.
+    pub(crate) payload_bytes: u64,
 }
 
 /// One stream's events in seq order, peeked by lamport (for the k-way
@@ -152,6 +176,37 @@ impl MemStream {
 
     fn head(&self) -> u64 {
         self.first + (self.len - 1)
+    }
+
+    /// See [`Source::through`]: a chunk at a time, a binary search in the
+    /// chunk where the lamports pass `lamport`.
+    fn through(&self, first: u64, last: u64, lamport: u64) -> Through {
+        let mut through = Through::default();
+        let mut seq = first;
+        while seq <= last {
+            let Some((chunk, index)) = self.at(seq) else {
+                break;
+            };
+            let end_index = (index as u64)
+                .saturating_add(last - seq)
+                .min(chunk.lamports.len() as u64 - 1) as usize;
+            let lamports = &chunk.lamports[index..=end_index];
+            let n = lamports.partition_point(|&stamp| stamp <= lamport);
+            if n > 0 {
+                let (start, _) = chunk.span(index);
+                let (_, end) = chunk.span(index + n - 1);
+                through.count += n as u64;
+                through.payload_bytes += (end - start) as u64;
+            }
+            if n < lamports.len() {
+                break;
+            }
+            match seq.checked_add(n as u64) {
+                Some(next) => seq = next,
+                None => break,
+            }
+        }
+        through
     }
 
     /// Appends `events`, the ones after the last held (checked by the
@@ -387,6 +442,19 @@ impl Source for MemLog {
             }
         }
         Ok(true)
+    }
+
+    fn through(
+        &self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+        lamport: u64,
+    ) -> Result<Option<Through>, ReadError> {
+        Ok(Some(
+            self.holding(stream, first)
+                .map_or_else(Through::default, |log| log.through(first, last, lamport)),
+        ))
     }
 
     fn scan<'a>(

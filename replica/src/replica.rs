@@ -71,9 +71,10 @@ pub struct Delta {
     /// Floors the receiver must record (it cannot get the events below them).
     pub floor: VersionVector,
     /// Per stream in seq order. [`Replica::delta_for`] builds them stream
-    /// by stream, or in `(lamport, stream)` order when its budget cuts
-    /// them; a delta decoded by `meshlog-sync` holds them grouped by
-    /// stream. Applying takes any order across streams.
+    /// by stream, streams ascending (when its budget cuts them, what it
+    /// keeps is the oldest: a prefix in `(lamport, stream)` order); a
+    /// delta decoded by `meshlog-sync` holds them grouped by stream.
+    /// Applying takes any order across streams.
     pub events: Vec<Event>,
 }
 
@@ -402,11 +403,11 @@ impl<S: Store> Replica<S> {
     /// The delta a peer with marks `their_marks` misses: our floor where
     /// their mark is below it, and events per stream contiguous from their
     /// mark, up to `byte_budget` bytes by [`Event::size_hint`] (at least one
-    /// event if any is missing). A delta that holds everything missing
-    /// lists it stream by stream, streams ascending (read without merging
-    /// the streams); one the budget cuts lists it in `(lamport, stream)`
-    /// order, so what fits is the oldest: every missing event stamped below
-    /// its newest.
+    /// event if any is missing), listed stream by stream, streams
+    /// ascending. One the budget cuts holds the oldest missing events: the
+    /// longest prefix of them in `(lamport, stream)` order that fits, so
+    /// every missing event stamped below its newest (in memory it is found
+    /// from the streams' lamports, without merging the streams).
     /// Only committed events are ever sent.
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
         self.state.delta_for(their_marks, byte_budget)

@@ -512,9 +512,19 @@ impl State {
                 }
             }
         }
-        // Otherwise (or if the payloads proved too large after all) in
-        // `(lamport, stream)` order, so that what fits is the oldest: a
-        // prefix that holds every event below its newest stamp.
+        // Otherwise (or if the payloads proved too large after all) the
+        // oldest that fit: a prefix in `(lamport, stream)` order, which
+        // holds every event below its newest stamp. Found from the
+        // streams' lamports where the source can (then read stream by
+        // stream, as above), else by walking in that order.
+        match self.oldest_that_fit(source.get(), &places, byte_budget, &mut events) {
+            Ok(true) => return Delta { floor, events },
+            Ok(false) => events.clear(),
+            Err(error) => {
+                tracing::error!(%error, "reading the log for a delta failed");
+                events.clear();
+            }
+        }
         let mut walk = Walk::new(source.get(), places);
         for event in walk.by_ref() {
             let size = event.size_hint();
@@ -529,6 +539,8 @@ impl State {
         if let Some(error) = walk.error {
             tracing::error!(%error, "reading the log for a delta failed");
         }
+        // Stream by stream, as every delta built is (and a frame carries).
+        events.sort_unstable_by_key(|event| (event.stream, event.seq));
         Delta { floor, events }
     }
 
@@ -555,6 +567,107 @@ impl State {
                 return Ok(false);
             }
             if Some((events.len() - before) as u64) != (last - first).checked_add(1) {
+                return Err(format!(
+                    "stream {stream} seqs {first}..={last} are held but could not be read"
+                )
+                .into());
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads into `events`, stream by stream, the oldest uncovered events
+    /// whose size hints fit `byte_budget` (at least one): the longest
+    /// prefix of them in `(lamport, stream)` order, found by a binary
+    /// search on the lamport where it ends, each step asking every stream
+    /// how many of its events stamp at most there ([`Source::through`]).
+    /// `Ok(false)` (with `events` untouched) where the source cannot
+    /// tell.
+    fn oldest_that_fit(
+        &self,
+        source: &dyn crate::mem::Source,
+        places: &[crate::log::Place],
+        byte_budget: usize,
+        events: &mut Vec<Event>,
+    ) -> Result<bool, ReadError> {
+        let budget = byte_budget as u64;
+        // An event costs at least 50 bytes: no stream gives more than
+        // `fits` (so no step counts past them).
+        let fits = budget / 50 + 1;
+        let mut ranges: Vec<(StreamId, u64, u64)> = places
+            .iter()
+            .filter_map(crate::log::Place::uncovered)
+            .map(|(stream, first, last)| (stream, first, last.min(first.saturating_add(fits - 1))))
+            .collect();
+        ranges.sort_unstable();
+        let Some(&(stream, first, _)) = ranges.first() else {
+            return Ok(true);
+        };
+        if source.through(stream, first, first, 0)?.is_none() {
+            return Ok(false);
+        }
+        let stamp = |stream: StreamId, seq: u64| -> Result<u64, ReadError> {
+            source.lamport(stream, seq)?.ok_or_else(|| {
+                format!("stream {stream} seq {seq} is held but could not be read").into()
+            })
+        };
+        // Below the lowest first stamp nothing fits; at the highest last
+        // one everything does (or the search narrows below it).
+        let (mut low, mut high) = (u64::MAX, 0u64);
+        for &(stream, first, last) in &ranges {
+            low = low.min(stamp(stream, first)?.saturating_sub(1));
+            high = high.max(stamp(stream, last)?);
+        }
+        let counts = |lamport: u64| -> Result<(Vec<crate::mem::Through>, u64), ReadError> {
+            let mut size = 0u64;
+            let mut counts = Vec::with_capacity(ranges.len());
+            for &(stream, first, last) in &ranges {
+                let through = source
+                    .through(stream, first, last, lamport)?
+                    .ok_or("the source stopped counting")?;
+                size = size
+                    .saturating_add(through.payload_bytes)
+                    .saturating_add(through.count.saturating_mul(50));
+                counts.push(through);
+            }
+            Ok((counts, size))
+        };
+        let (mut taken, mut used) = counts(high)?;
+        if used > budget {
+            // Invariant: what stamps at most `low` fits, at `high` not.
+            while high - low > 1 {
+                let middle = low + (high - low) / 2;
+                if counts(middle)?.1 <= budget {
+                    low = middle;
+                } else {
+                    high = middle;
+                }
+            }
+            (taken, used) = counts(low)?;
+            // Then the events stamped `high` (one per stream at most), in
+            // stream order while they fit; the first event always goes.
+            let (next, _) = counts(high)?;
+            for (now, then) in taken.iter_mut().zip(next) {
+                if then.count == now.count {
+                    continue;
+                }
+                let size = (then.payload_bytes - now.payload_bytes) + 50;
+                if used > 0 && used.saturating_add(size) > budget {
+                    break;
+                }
+                used = used.saturating_add(size);
+                *now = then;
+            }
+        }
+        let mut read = 0usize;
+        for (&(stream, first, _), through) in ranges.iter().zip(&taken) {
+            if through.count == 0 {
+                continue;
+            }
+            let last = first + (through.count - 1);
+            let before = events.len();
+            source.read_into(stream, first, last, usize::MAX, &mut read, events)?;
+            if (events.len() - before) as u64 != through.count {
                 return Err(format!(
                     "stream {stream} seqs {first}..={last} are held but could not be read"
                 )
@@ -1475,10 +1588,23 @@ mod tests {
                     delta.events.iter().map(|e| (e.stream, e.seq)).collect();
                 assert_eq!(got, names, "seed {seed}");
             } else {
-                // Cut: the oldest missing events, in order.
-                let got: Vec<&Event> = delta.events.iter().collect();
+                // Cut: the oldest missing events (a prefix in `(lamport,
+                // stream)` order), stream by stream, streams ascending.
+                let mut got: Vec<&Event> = delta.events.iter().collect();
+                assert!(
+                    got.is_sorted_by_key(|e| (e.stream, e.seq)),
+                    "stream by stream, seed {seed}"
+                );
+                got.sort_by_key(|e| key(e));
                 assert_eq!(got, missing[..got.len()], "seed {seed}");
                 assert!(!got.is_empty() || missing.is_empty(), "seed {seed}");
+                // The longest such prefix: the next one would not fit.
+                if let Some(next) = missing.get(got.len()) {
+                    assert!(
+                        sizes + next.size_hint() > budget,
+                        "the next oldest fits too, seed {seed}"
+                    );
+                }
             }
         }
     }

@@ -486,37 +486,43 @@ impl Protocol {
         let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
         let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
         let peer = self.peer.unwrap_or(self.local);
+        // The stream checks run once per change of stream (a delta comes
+        // grouped by stream); the payload check runs per event.
+        let mut checked: Option<StreamId> = None;
         for event in &delta.events {
             let stream = event.stream;
             if cut.get(&stream).is_some_and(|&from| event.seq >= from) {
                 continue;
             }
-            if self.refused.contains(&stream) {
-                cut.insert(stream, 0);
-                continue;
-            }
-            if !held(stream) && !admitted.contains(&stream) {
-                if streams_held >= streams_max {
-                    tracing::warn!(
-                        %peer,
-                        %stream,
-                        limit = streams_max,
-                        "stream refused: this replica already holds streams_max = {streams_max} \
-                         streams; raise streams_max (at most 16,383, what a cursor carries) to \
-                         take it. Its events are not asked of this peer again in this session"
-                    );
-                    self.refuse(
-                        stream,
-                        LimitHit::StreamsMax {
-                            stream,
-                            limit: streams_max,
-                        },
-                    );
+            if checked != Some(stream) {
+                checked = Some(stream);
+                if self.refused.contains(&stream) {
                     cut.insert(stream, 0);
                     continue;
                 }
-                streams_held += 1;
-                admitted.insert(stream);
+                if !admitted.contains(&stream) && !held(stream) {
+                    if streams_held >= streams_max {
+                        tracing::warn!(
+                            %peer,
+                            %stream,
+                            limit = streams_max,
+                            "stream refused: this replica already holds streams_max = {streams_max} \
+                             streams; raise streams_max (at most 16,383, what a cursor carries) to \
+                             take it. Its events are not asked of this peer again in this session"
+                        );
+                        self.refuse(
+                            stream,
+                            LimitHit::StreamsMax {
+                                stream,
+                                limit: streams_max,
+                            },
+                        );
+                        cut.insert(stream, 0);
+                        continue;
+                    }
+                    streams_held += 1;
+                    admitted.insert(stream);
+                }
             }
             if event.payload.len() > payload_bytes_max {
                 tracing::warn!(
