@@ -41,6 +41,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod columns;
 mod disk;
 mod error;
 mod event;
@@ -52,6 +53,7 @@ mod shared;
 mod state;
 mod store;
 
+pub use columns::{ColumnRun, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
     LOCK_FILE,

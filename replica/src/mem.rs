@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
 
-use crate::Event;
+use crate::columns::ColumnSlice;
+use crate::{DeltaColumns, Event};
 
 /// Events per chunk.
 const CHUNK_LEN: usize = 256;
@@ -62,6 +63,24 @@ pub(crate) trait Source {
             out.push(event);
         }
         Ok(true)
+    }
+
+    /// Appends to `out` the events of `stream` with seqs `first ..= last`
+    /// (all held), in seq order.
+    fn read_columns(
+        &self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+        out: &mut DeltaColumns,
+    ) -> Result<(), ReadError> {
+        let mut events = Vec::new();
+        let mut used = 0;
+        self.read_into(stream, first, last, usize::MAX, &mut used, &mut events)?;
+        for event in &events {
+            out.push(event);
+        }
+        Ok(())
     }
 
     /// Of `stream`'s held seqs `first ..= last`, the ones from `first`
@@ -442,6 +461,50 @@ impl Source for MemLog {
             }
         }
         Ok(true)
+    }
+
+    /// A slice of each column of a chunk at a time.
+    fn read_columns(
+        &self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+        out: &mut DeltaColumns,
+    ) -> Result<(), ReadError> {
+        let Some(log) = self.holding(stream, first) else {
+            return Ok(());
+        };
+        let mut seq = first;
+        while seq <= last {
+            let Some((chunk, index)) = log.at(seq) else {
+                return Ok(());
+            };
+            let end_index = (index as u64)
+                .saturating_add(last - seq)
+                .min(chunk.lamports.len() as u64 - 1) as usize;
+            let (base, _) = chunk.span(index);
+            let (_, base_end) = chunk.span(end_index);
+            let payloads: &[u8] = match &chunk.payloads {
+                Payloads::Sealed(bytes) => bytes,
+                Payloads::Open(bytes) => bytes,
+            };
+            out.extend_from_columns(
+                stream,
+                seq,
+                ColumnSlice {
+                    lamports: &chunk.lamports[index..=end_index],
+                    times: &chunk.times[index..=end_index],
+                    ends: &chunk.ends[index..=end_index],
+                    base,
+                    payloads: &payloads[base..base_end],
+                },
+            );
+            match seq.checked_add((end_index - index + 1) as u64) {
+                Some(next) => seq = next,
+                None => return Ok(()),
+            }
+        }
+        Ok(())
     }
 
     fn through(

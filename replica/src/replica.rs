@@ -7,7 +7,7 @@ use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::state::{store_error, AppendRequest, RoundIndex, State};
-use crate::{Event, MemStore, PageError, ReplicaError, Store};
+use crate::{DeltaColumns, Event, MemStore, PageError, ReplicaError, Store};
 
 /// A replica's settings and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -411,6 +411,18 @@ impl<S: Store> Replica<S> {
     /// Only committed events are ever sent.
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
         self.state.delta_for(their_marks, byte_budget)
+    }
+
+    /// [`Replica::delta_for`] as columns: the same events, read a slice of
+    /// the memory log's columns at a time rather than an [`Event`] (and a
+    /// payload handle) each; what a sender that encodes them at once
+    /// reads.
+    pub fn delta_columns_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> DeltaColumns {
+        self.state.delta_columns_for(their_marks, byte_budget)
     }
 
     /// Checks a delta against this replica without changing anything: the

@@ -64,8 +64,8 @@ use meshlog_cursor::{StreamId, VersionVector};
 use crate::replica::now_ms;
 use crate::state::{store_error, AppendRequest, Plan, RoundIndex, State};
 use crate::{
-    ApplyReport, CompactReport, Config, Delta, Digest, Event, MemStore, Page, PageError, Replica,
-    ReplicaError, RetentionPolicy, Stats, Store, Verified,
+    ApplyReport, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore, Page,
+    PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store, Verified,
 };
 
 /// The most events one round commits (a round takes at least one request,
@@ -686,6 +686,17 @@ impl<S: Store> SharedReplica<S> {
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
         self.read()
             .map(|state| state.delta_for(their_marks, byte_budget))
+            .unwrap_or_default()
+    }
+
+    /// See [`Replica::delta_columns_for`].
+    pub fn delta_columns_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> DeltaColumns {
+        self.read()
+            .map(|state| state.delta_columns_for(their_marks, byte_budget))
             .unwrap_or_default()
     }
 

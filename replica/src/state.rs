@@ -23,8 +23,8 @@ use crate::log::{Held, Log, StreamLog, Walk};
 use crate::mem::{MemLog, ReadError};
 use crate::store::StoreView;
 use crate::{
-    ApplyReport, Batch, CompactReport, Config, Delta, DeltaError, Digest, Event, Page, PageError,
-    ReplicaError, Stats, Store,
+    ApplyReport, Batch, CompactReport, Config, Delta, DeltaColumns, DeltaError, Digest, Event,
+    Page, PageError, ReplicaError, Stats, Store,
 };
 
 /// A replica's readable state: the log, its vectors and counters.
@@ -480,11 +480,37 @@ impl State {
     }
 
     pub(crate) fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
-        let floor: VersionVector = self
-            .floor
-            .iter()
-            .filter(|&(stream, floor_seq)| their_marks.get(stream) < floor_seq)
-            .collect();
+        let floor = self.floor_below(their_marks);
+        let source = self.log.source();
+        let places = self.log.places(their_marks);
+        // Where the source counts from its columns: the ranges that fit,
+        // read stream by stream.
+        match self.delta_ranges(source.get(), &places, byte_budget) {
+            Ok(Some(ranges)) => {
+                let mut events = Vec::with_capacity(ranges_len(&ranges));
+                let mut used = 0usize;
+                let read = ranges.iter().try_for_each(|&(stream, first, last)| {
+                    let before = events.len();
+                    source.get().read_into(
+                        stream,
+                        first,
+                        last,
+                        usize::MAX,
+                        &mut used,
+                        &mut events,
+                    )?;
+                    read_whole(stream, first, last, events.len() - before)
+                });
+                match read {
+                    Ok(()) => return Delta { floor, events },
+                    Err(error) => {
+                        tracing::error!(%error, "reading the log for a delta failed");
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::error!(%error, "reading the log for a delta failed"),
+        }
         // Sized once: what they miss, at most what the budget holds (an
         // event's size hint is at least 50 bytes).
         let missing: u64 = self
@@ -497,8 +523,6 @@ impl State {
         let fits = byte_budget / 50 + 1;
         let mut events = Vec::with_capacity(usize::try_from(missing).map_or(fits, |n| n.min(fits)));
         let mut used = 0usize;
-        let source = self.log.source();
-        let places = self.log.places(their_marks);
         // When everything missing may fit the budget, it is read stream by
         // stream (no merge): a delta that carries all of it has no prefix
         // to keep in order, and a receiver takes it a stream at a time.
@@ -513,18 +537,8 @@ impl State {
             }
         }
         // Otherwise (or if the payloads proved too large after all) the
-        // oldest that fit: a prefix in `(lamport, stream)` order, which
-        // holds every event below its newest stamp. Found from the
-        // streams' lamports where the source can (then read stream by
-        // stream, as above), else by walking in that order.
-        match self.oldest_that_fit(source.get(), &places, byte_budget, &mut events) {
-            Ok(true) => return Delta { floor, events },
-            Ok(false) => events.clear(),
-            Err(error) => {
-                tracing::error!(%error, "reading the log for a delta failed");
-                events.clear();
-            }
-        }
+        // oldest that fit, in `(lamport, stream)` order: a prefix that
+        // holds every event below its newest stamp.
         let mut walk = Walk::new(source.get(), places);
         for event in walk.by_ref() {
             let size = event.size_hint();
@@ -542,6 +556,47 @@ impl State {
         // Stream by stream, as every delta built is (and a frame carries).
         events.sort_unstable_by_key(|event| (event.stream, event.seq));
         Delta { floor, events }
+    }
+
+    /// [`State::delta_for`] as columns: read a slice of the memory log's
+    /// columns at a time; from a store on disk, the delta's events put in
+    /// columns.
+    pub(crate) fn delta_columns_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> DeltaColumns {
+        let source = self.log.source();
+        let places = self.log.places(their_marks);
+        match self.delta_ranges(source.get(), &places, byte_budget) {
+            Ok(Some(ranges)) => {
+                let mut columns = DeltaColumns::new(self.floor_below(their_marks));
+                let read = ranges.iter().try_for_each(|&(stream, first, last)| {
+                    let before = columns.len();
+                    source
+                        .get()
+                        .read_columns(stream, first, last, &mut columns)?;
+                    read_whole(stream, first, last, columns.len() - before)
+                });
+                match read {
+                    Ok(()) => return columns,
+                    Err(error) => {
+                        tracing::error!(%error, "reading the log for a delta failed");
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::error!(%error, "reading the log for a delta failed"),
+        }
+        DeltaColumns::from_delta(&self.delta_for(their_marks, byte_budget))
+    }
+
+    /// Our floor where `their_marks` is below it.
+    fn floor_below(&self, their_marks: &VersionVector) -> VersionVector {
+        self.floor
+            .iter()
+            .filter(|&(stream, floor_seq)| their_marks.get(stream) < floor_seq)
+            .collect()
     }
 
     /// Reads into `events` every event `places` do not cover, stream by
@@ -576,20 +631,19 @@ impl State {
         Ok(true)
     }
 
-    /// Reads into `events`, stream by stream, the oldest uncovered events
-    /// whose size hints fit `byte_budget` (at least one): the longest
-    /// prefix of them in `(lamport, stream)` order, found by a binary
-    /// search on the lamport where it ends, each step asking every stream
-    /// how many of its events stamp at most there ([`Source::through`]).
-    /// `Ok(false)` (with `events` untouched) where the source cannot
+    /// Per stream (ascending), the seqs of a delta: every uncovered event
+    /// if their size hints fit `byte_budget`, else the oldest that fit (at
+    /// least one): the longest prefix of them in `(lamport, stream)`
+    /// order, found by a binary search on the lamport where it ends, each
+    /// step asking every stream how many of its events stamp at most
+    /// there ([`Source::through`]). `Ok(None)` where the source cannot
     /// tell.
-    fn oldest_that_fit(
+    fn delta_ranges(
         &self,
         source: &dyn crate::mem::Source,
         places: &[crate::log::Place],
         byte_budget: usize,
-        events: &mut Vec<Event>,
-    ) -> Result<bool, ReadError> {
+    ) -> Result<Option<Vec<SeqRange>>, ReadError> {
         let budget = byte_budget as u64;
         // An event costs at least 50 bytes: no stream gives more than
         // `fits` (so no step counts past them).
@@ -601,10 +655,10 @@ impl State {
             .collect();
         ranges.sort_unstable();
         let Some(&(stream, first, _)) = ranges.first() else {
-            return Ok(true);
+            return Ok(Some(ranges));
         };
         if source.through(stream, first, first, 0)?.is_none() {
-            return Ok(false);
+            return Ok(None);
         }
         let stamp = |stream: StreamId, seq: u64| -> Result<u64, ReadError> {
             source.lamport(stream, seq)?.ok_or_else(|| {
@@ -659,22 +713,14 @@ impl State {
                 *now = then;
             }
         }
-        let mut read = 0usize;
-        for (&(stream, first, _), through) in ranges.iter().zip(&taken) {
-            if through.count == 0 {
-                continue;
-            }
-            let last = first + (through.count - 1);
-            let before = events.len();
-            source.read_into(stream, first, last, usize::MAX, &mut read, events)?;
-            if (events.len() - before) as u64 != through.count {
-                return Err(format!(
-                    "stream {stream} seqs {first}..={last} are held but could not be read"
-                )
-                .into());
-            }
-        }
-        Ok(true)
+        Ok(Some(
+            ranges
+                .iter()
+                .zip(&taken)
+                .filter(|(_, through)| through.count > 0)
+                .map(|(&(stream, first, _), through)| (stream, first, first + (through.count - 1)))
+                .collect(),
+        ))
     }
 
     /// Checks a delta against this state and the deltas accepted earlier in
@@ -1473,6 +1519,26 @@ impl Digest {
     }
 }
 
+/// Seqs `first ..= last` of a stream: `(stream, first, last)`.
+type SeqRange = (StreamId, u64, u64);
+
+/// The events `ranges` name.
+fn ranges_len(ranges: &[SeqRange]) -> usize {
+    ranges
+        .iter()
+        .map(|&(_, first, last)| usize::try_from(last - first).map_or(0, |n| n.saturating_add(1)))
+        .sum()
+}
+
+/// Whether a read of seqs `first ..= last` of `stream` gave all of them.
+fn read_whole(stream: StreamId, first: u64, last: u64, read: usize) -> Result<(), ReadError> {
+    if Some(read as u64) == (last - first).checked_add(1) {
+        Ok(())
+    } else {
+        Err(format!("stream {stream} seqs {first}..={last} are held but could not be read").into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -1574,6 +1640,14 @@ mod tests {
                 .collect();
             let budget = rng.below(missing.len() as u64 * 350 + 1) as usize;
             let delta = all.delta_for(&their, budget);
+            // The same events as columns, read from the chunks' columns.
+            let columns = all.delta_columns_for(&their, budget);
+            assert_eq!(
+                columns,
+                crate::DeltaColumns::from_delta(&delta),
+                "seed {seed}"
+            );
+            assert_eq!(columns.to_delta(), delta, "seed {seed}");
             let sizes: usize = delta.events.iter().map(Event::size_hint).sum();
             assert!(
                 sizes <= budget || delta.events.len() == 1,
