@@ -486,10 +486,10 @@ impl State {
         // Where the source counts from its columns: the ranges that fit,
         // read stream by stream.
         match self.delta_ranges(source.get(), &places, byte_budget) {
-            Ok(Some(ranges)) => {
-                let mut events = Vec::with_capacity(ranges_len(&ranges));
+            Ok(Some(delta)) => {
+                let mut events = Vec::with_capacity(delta.events);
                 let mut used = 0usize;
-                let read = ranges.iter().try_for_each(|&(stream, first, last)| {
+                let read = delta.ranges.iter().try_for_each(|&(stream, first, last)| {
                     let before = events.len();
                     source.get().read_into(
                         stream,
@@ -569,9 +569,10 @@ impl State {
         let source = self.log.source();
         let places = self.log.places(their_marks);
         match self.delta_ranges(source.get(), &places, byte_budget) {
-            Ok(Some(ranges)) => {
+            Ok(Some(delta)) => {
                 let mut columns = DeltaColumns::new(self.floor_below(their_marks));
-                let read = ranges.iter().try_for_each(|&(stream, first, last)| {
+                columns.reserve(delta.events, delta.payload_bytes);
+                let read = delta.ranges.iter().try_for_each(|&(stream, first, last)| {
                     let before = columns.len();
                     source
                         .get()
@@ -643,7 +644,7 @@ impl State {
         source: &dyn crate::mem::Source,
         places: &[crate::log::Place],
         byte_budget: usize,
-    ) -> Result<Option<Vec<SeqRange>>, ReadError> {
+    ) -> Result<Option<DeltaRanges>, ReadError> {
         let budget = byte_budget as u64;
         // An event costs at least 50 bytes: no stream gives more than
         // `fits` (so no step counts past them).
@@ -655,7 +656,7 @@ impl State {
             .collect();
         ranges.sort_unstable();
         let Some(&(stream, first, _)) = ranges.first() else {
-            return Ok(Some(ranges));
+            return Ok(Some(DeltaRanges::default()));
         };
         if source.through(stream, first, first, 0)?.is_none() {
             return Ok(None);
@@ -713,14 +714,19 @@ impl State {
                 *now = then;
             }
         }
-        Ok(Some(
-            ranges
+        Ok(Some(DeltaRanges {
+            events: taken.iter().map(|through| through.count as usize).sum(),
+            payload_bytes: taken
+                .iter()
+                .map(|through| through.payload_bytes as usize)
+                .sum(),
+            ranges: ranges
                 .iter()
                 .zip(&taken)
                 .filter(|(_, through)| through.count > 0)
                 .map(|(&(stream, first, _), through)| (stream, first, first + (through.count - 1)))
                 .collect(),
-        ))
+        }))
     }
 
     /// Checks a delta against this state and the deltas accepted earlier in
@@ -1519,15 +1525,14 @@ impl Digest {
     }
 }
 
-/// Seqs `first ..= last` of a stream: `(stream, first, last)`.
-type SeqRange = (StreamId, u64, u64);
-
-/// The events `ranges` name.
-fn ranges_len(ranges: &[SeqRange]) -> usize {
-    ranges
-        .iter()
-        .map(|&(_, first, last)| usize::try_from(last - first).map_or(0, |n| n.saturating_add(1)))
-        .sum()
+/// What a delta holds, found from the log's columns: per stream
+/// (ascending) its seqs `(stream, first, last)`, and how many events and
+/// payload bytes that is in all.
+#[derive(Debug, Default)]
+struct DeltaRanges {
+    ranges: Vec<(StreamId, u64, u64)>,
+    events: usize,
+    payload_bytes: usize,
 }
 
 /// Whether a read of seqs `first ..= last` of `stream` gave all of them.

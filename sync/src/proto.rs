@@ -67,7 +67,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{ApplyReport, Delta, DeltaError, Event, ReplicaError, Store};
+use meshlog_replica::{ApplyReport, Delta, DeltaColumns, DeltaError, Event, ReplicaError, Store};
 
 use crate::frame::{
     self, Frame, Hello, MarksDiff, Receipt, Routes as RoutesFrame, DELTA_EVENTS_MAX,
@@ -91,6 +91,12 @@ pub trait LocalReplica {
     /// What a peer holding `view` misses, up to `byte_budget` (see
     /// [`meshlog_replica::Replica::delta_for`]).
     fn delta_for(&self, view: &VersionVector, byte_budget: usize) -> Delta;
+    /// [`LocalReplica::delta_for`] in columns, which is what the protocol
+    /// encodes (see [`meshlog_replica::Replica::delta_columns_for`]). By
+    /// default, the events of `delta_for` put in columns.
+    fn delta_columns_for(&self, view: &VersionVector, byte_budget: usize) -> DeltaColumns {
+        DeltaColumns::from_delta(&self.delta_for(view, byte_budget))
+    }
     /// Whether the replica is relearning its own stream from peers
     /// (opened with `recover_own_stream`).
     fn is_recovering(&self) -> bool;
@@ -118,6 +124,10 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn delta_for(&self, view: &VersionVector, byte_budget: usize) -> Delta {
         SharedReplica::delta_for(self, view, byte_budget)
+    }
+
+    fn delta_columns_for(&self, view: &VersionVector, byte_budget: usize) -> DeltaColumns {
+        SharedReplica::delta_columns_for(self, view, byte_budget)
     }
 
     fn is_recovering(&self) -> bool {
@@ -176,7 +186,7 @@ pub struct Protocol {
     hold_until: Option<Instant>,
     /// Parts of a delta too large for one frame, still to hand out, in
     /// order; the view already counts them as sent.
-    parts: VecDeque<Delta>,
+    parts: VecDeque<DeltaColumns>,
     /// The number of the next delta frame we send (from 1).
     next_delta_number: u64,
     /// Delta frames sent and not yet acknowledged, in number order, with
@@ -577,15 +587,22 @@ impl Protocol {
         self.config.frame_limit().min(self.peer_frame_bytes_max)
     }
 
+    /// The largest payload that fits a frame we send with a delta's
+    /// `floor` (whatever else the frame holds).
+    fn frame_payload_max(&self, floor: &VersionVector) -> usize {
+        let floor_bytes = frame::vector_bytes_max(floor);
+        self.send_limit()
+            .saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX)
+    }
+
     /// Cuts from a delta to send every event too large for a frame (with
     /// the delta's floor), and what follows it in its stream: that stream
     /// is not sent to this peer past it in this session, reported
     /// ([`LimitHit::FrameBytesMax`]) and logged once. Whether anything was
     /// cut.
     fn cut_unsendable(&mut self, delta: &mut Delta) -> bool {
-        let floor_bytes = frame::vector_bytes_max(&delta.floor);
         let limit = self.send_limit();
-        let payload_max = limit.saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX);
+        let payload_max = self.frame_payload_max(&delta.floor);
         let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
         for event in &delta.events {
             if event.payload.len() > payload_max && !cut.contains_key(&event.stream) {
@@ -890,21 +907,31 @@ impl Protocol {
         now: Instant,
         local: &L,
     ) -> Result<Option<Vec<u8>>, SessionError> {
-        let Some(frame) = self.next_frame(now, local) else {
+        let Some(outgoing) = self.next_frame(now, local) else {
             return Ok(None);
         };
-        let bytes = frame::encode_limited(&frame, self.send_limit()).map_err(SessionError::Send)?;
-        tracing::trace!(kind = frame.kind(), len = bytes.len(), "frame queued");
+        let (bytes, kind) = match &outgoing {
+            Outgoing::Frame(frame) => (
+                frame::encode_limited(frame, self.send_limit()),
+                frame.kind(),
+            ),
+            Outgoing::Delta { number, columns } => {
+                self.state.events_sent += columns.len() as u64;
+                (
+                    frame::encode_delta_columns_limited(*number, columns, self.send_limit()),
+                    "delta",
+                )
+            }
+        };
+        let bytes = bytes.map_err(SessionError::Send)?;
+        tracing::trace!(kind, len = bytes.len(), "frame queued");
         self.state.frames_sent += 1;
         self.state.bytes_sent += bytes.len() as u64;
-        if let Frame::Delta { delta, .. } = &frame {
-            self.state.events_sent += delta.events.len() as u64;
-        }
         self.state_changed = true;
         Ok(Some(bytes))
     }
 
-    fn next_frame<L: LocalReplica>(&mut self, now: Instant, local: &L) -> Option<Frame> {
+    fn next_frame<L: LocalReplica>(&mut self, now: Instant, local: &L) -> Option<Outgoing> {
         if self.hello_due {
             self.hello_due = false;
             let (marks, floor) = local.marks_and_floor();
@@ -914,13 +941,13 @@ impl Protocol {
             if self.marks_sent.is_empty() {
                 self.marks_sent.push_back((1, marks.clone()));
             }
-            return Some(Frame::Hello(Hello {
+            return Some(Outgoing::Frame(Frame::Hello(Hello {
                 protocol: frame::PROTOCOL_VERSION,
                 stream: self.local,
                 marks,
                 floor,
                 frame_bytes_max: self.config.frame_limit() as u32,
-            }));
+            })));
         }
         self.peer?;
         if self.duplicate_of().is_some() {
@@ -955,19 +982,19 @@ impl Protocol {
             self.ack_due = false;
             self.ack_at = None;
             self.unacked = 0;
-            return Some(Frame::Heartbeat(self.receipt(local)));
+            return Some(Outgoing::Frame(Frame::Heartbeat(self.receipt(local))));
         }
         if self.ack_due {
             self.ack_due = false;
             self.ack_at = None;
             self.unacked = 0;
             if self.link.is_some() && !self.marks_news_for_peer(local) {
-                return Some(Frame::BareAck(self.received));
+                return Some(Outgoing::Frame(Frame::BareAck(self.received)));
             }
-            return Some(Frame::Ack(self.receipt(local)));
+            return Some(Outgoing::Frame(Frame::Ack(self.receipt(local))));
         }
         if let Some(routes) = self.routes_frame() {
-            return Some(routes);
+            return Some(Outgoing::Frame(routes));
         }
         if self.parts.is_empty() {
             if self.in_flight.len() >= IN_FLIGHT_MAX {
@@ -991,39 +1018,71 @@ impl Protocol {
             }
             self.hold_until = None;
             let view = self.send_view(&marks);
-            let mut delta = local.delta_for(&view, self.config.delta_budget());
+            let columns = local.delta_columns_for(&view, self.config.delta_budget());
+            // What is sent as read, in columns, unless an event is too
+            // large for a frame, a stream runs into what the peer holds
+            // pending, or it needs more than one frame: then it is cut and
+            // split as events.
+            let payload_max = self.frame_payload_max(&columns.floor);
+            let as_read = columns.len() <= DELTA_EVENTS_MAX
+                && columns.payload_lens().all(|len| len <= payload_max)
+                && !self.peer_pending.iter().any(|range| {
+                    view.get(range.stream) + 1 < range.from
+                        && columns
+                            .runs()
+                            .iter()
+                            .any(|run| run.stream == range.stream && run.last_seq() >= range.from)
+                });
             drop(view);
-            if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty()
-            {
-                // Only events too large for a frame: build again without
-                // their streams (at the next poll: the state changed).
-                self.state_changed = true;
-                return self.next_frame(now, local);
-            }
-            let view = self.send_view(&marks);
-            // A hole below what the peer holds pending is sent up to the
-            // pending events, not through them.
-            for range in &self.peer_pending {
-                if view.get(range.stream) + 1 < range.from {
-                    delta
-                        .events
-                        .retain(|event| event.stream != range.stream || event.seq < range.from);
+            let parts = if as_read {
+                vec![columns]
+            } else {
+                let mut delta = columns.to_delta();
+                if self.cut_unsendable(&mut delta)
+                    && delta.events.is_empty()
+                    && delta.floor.is_empty()
+                {
+                    // Only events too large for a frame: build again
+                    // without their streams (at the next poll: the state
+                    // changed).
+                    self.state_changed = true;
+                    return self.next_frame(now, local);
                 }
-            }
-            if delta.events.is_empty() && delta.floor.is_empty() {
+                let view = self.send_view(&marks);
+                // A hole below what the peer holds pending is sent up to
+                // the pending events, not through them.
+                for range in &self.peer_pending {
+                    if view.get(range.stream) + 1 < range.from {
+                        delta
+                            .events
+                            .retain(|event| event.stream != range.stream || event.seq < range.from);
+                    }
+                }
+                split_delta(delta)
+                    .iter()
+                    .map(DeltaColumns::from_delta)
+                    .collect()
+            };
+            if parts
+                .iter()
+                .all(|part| part.is_empty() && part.floor.is_empty())
+            {
                 // The marks ran ahead of a compaction; nothing to send.
                 return None;
             }
-            advance_by(&mut self.view, &delta);
-            let bytes: usize = delta.events.iter().map(Event::size_hint).sum();
+            let mut bytes = 0;
+            for part in &parts {
+                advance_by_spans(&mut self.view, &part.floor, &column_spans(part));
+                bytes += part.size_hint();
+            }
             self.last_delta_full = bytes >= self.config.delta_budget() / 2;
             self.last_delta_at = Some(now);
-            self.parts.extend(split_delta(delta));
+            self.parts.extend(parts);
         }
         let part = self.parts.pop_front()?;
         let number = self.next_delta_number;
         self.next_delta_number += 1;
-        let spans = stream_spans(&part.events);
+        let spans = column_spans(&part);
         let mut advance = VersionVector::new();
         advance_by_spans(&mut advance, &part.floor, &spans);
         let first: VersionVector = spans
@@ -1036,9 +1095,9 @@ impl Protocol {
             advance,
             first,
         });
-        Some(Frame::Delta {
+        Some(Outgoing::Delta {
             number,
-            delta: part,
+            columns: part,
         })
     }
 
@@ -1566,6 +1625,30 @@ fn advance_by_spans(
     for &(stream, _, last) in spans {
         view.advance(stream, last);
     }
+}
+
+/// What the protocol sends next: a frame, or a delta held in columns.
+enum Outgoing {
+    Frame(Frame),
+    Delta { number: u64, columns: DeltaColumns },
+}
+
+/// [`stream_spans`] of a delta in columns: one step per run.
+fn column_spans(columns: &DeltaColumns) -> Vec<(StreamId, u64, u64)> {
+    let mut spans: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
+    for run in columns.runs() {
+        spans
+            .entry(run.stream)
+            .and_modify(|(first, last)| {
+                *first = (*first).min(run.first_seq);
+                *last = (*last).max(run.last_seq());
+            })
+            .or_insert((run.first_seq, run.last_seq()));
+    }
+    spans
+        .into_iter()
+        .map(|(stream, (first, last))| (stream, first, last))
+        .collect()
 }
 
 /// Per stream of `events`, its lowest and highest seq, streams ascending.

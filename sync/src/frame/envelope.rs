@@ -14,10 +14,10 @@
 //! codec only knows its own layout.
 
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::Delta;
+use meshlog_replica::{Delta, DeltaColumns};
 use serde::Deserialize;
 
-use super::event_runs::{decode_events, encode_events, put_varint};
+use super::event_runs::{decode_events, encode_columns, encode_events, put_varint};
 use super::repr::{check_counts, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
 use super::{
     tag, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
@@ -163,21 +163,7 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), Frame
             put_varint(out, u64::from(hello.frame_bytes_max));
         }
         Frame::Delta { number, delta } => {
-            if delta.events.len() > DELTA_EVENTS_MAX {
-                return Err(FrameError::TooManyEvents {
-                    count: delta.events.len(),
-                    max: DELTA_EVENTS_MAX,
-                });
-            }
-            if *number == 0 {
-                return Err(FrameError::Encode {
-                    kind: "delta",
-                    detail: "delta number 0: numbers start at 1".into(),
-                });
-            }
-            put_varint(out, u64::from(tag::DELTA));
-            put_varint(out, *number);
-            put_vector(out, &delta.floor);
+            put_delta_head(out, *number, &delta.floor, delta.events.len())?;
             encode_events(&delta.events, out)?;
         }
         Frame::Ack(receipt) => {
@@ -221,6 +207,53 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), Frame
         return Err(FrameError::TooLarge { len, max });
     }
     Ok(())
+}
+
+/// Appends a delta frame's kind, number and floor, refusing number 0 and
+/// more than [`DELTA_EVENTS_MAX`] events.
+fn put_delta_head(
+    out: &mut Vec<u8>,
+    number: u64,
+    floor: &VersionVector,
+    count: usize,
+) -> Result<(), FrameError> {
+    if count > DELTA_EVENTS_MAX {
+        return Err(FrameError::TooManyEvents {
+            count,
+            max: DELTA_EVENTS_MAX,
+        });
+    }
+    if number == 0 {
+        return Err(FrameError::Encode {
+            kind: "delta",
+            detail: "delta number 0: numbers start at 1".into(),
+        });
+    }
+    put_varint(out, u64::from(tag::DELTA));
+    put_varint(out, number);
+    put_vector(out, floor);
+    Ok(())
+}
+
+/// [`encode_limited`] of delta `number` holding `columns`: the bytes of
+/// `Frame::delta(number, columns.to_delta())`, written from the columns
+/// as they are.
+pub(crate) fn encode_delta_columns_limited(
+    number: u64,
+    columns: &DeltaColumns,
+    max: usize,
+) -> Result<Vec<u8>, FrameError> {
+    let max = max.min(FRAME_BYTES_CEILING);
+    let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
+    put_delta_head(&mut out, number, &columns.floor, columns.len())?;
+    encode_columns(columns, &mut out)?;
+    let len = out.len() - LENGTH_PREFIX_BYTES;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    // Cannot truncate: at most FRAME_BYTES_CEILING, which fits a u32.
+    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(out)
 }
 
 /// Appends a receipt: `received`, `seen`, the marks' `number`, `number -

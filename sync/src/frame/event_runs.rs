@@ -17,7 +17,7 @@
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
-use meshlog_replica::Event;
+use meshlog_replica::{ColumnRun, DeltaColumns, Event};
 
 use super::{FrameError, DELTA_EVENTS_MAX};
 
@@ -76,82 +76,108 @@ const REPEAT_MIN: u64 = 3;
 /// event's in the column, zigzag-encoded (the first event's plain). What
 /// the layout cannot carry is refused with [`FrameError::Encode`].
 pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), FrameError> {
+    // Grouped by stream, each stream's events in the order given: a stable
+    // sort (a replica's delta comes grouped already, streams ascending).
+    let mut by_stream: Vec<&Event> = events.iter().collect();
+    if !by_stream.is_sorted_by_key(|event| event.stream) {
+        by_stream.sort_by_key(|event| event.stream);
+    }
+    let mut columns = DeltaColumns::default();
+    columns.reserve(
+        events.len(),
+        events.iter().map(|event| event.payload.len()).sum(),
+    );
+    for event in by_stream {
+        columns.push(event);
+    }
+    encode_columns(&columns, out)
+}
+
+/// [`encode_events`] from the events' columns (their floor aside): the
+/// runs must be one per stream, streams ascending, and each run's stamps
+/// must rise from 1. What a sender reads with
+/// `Replica::delta_columns_for` is written as it is: no event is made,
+/// and the payloads go in with one copy.
+pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Result<(), FrameError> {
     let refuse = |detail: String| FrameError::Encode {
         kind: "delta",
         detail,
     };
-    // Grouped by stream, each stream's events in the order given: a stable
-    // sort. A replica's delta interleaves streams in `(lamport, stream)`
-    // order; the receiver gets them grouped by stream.
-    let mut by_stream: Vec<&Event> = events.iter().collect();
-    // A whole delta comes grouped already (streams ascending).
-    if !by_stream.is_sorted_by_key(|event| event.stream) {
-        by_stream.sort_by_key(|event| event.stream);
-    }
     // Sized once for the payloads (the columns may be a few bytes for
     // thousands of events: they grow as written).
-    out.reserve(
-        events
-            .iter()
-            .map(|event| event.payload.len())
-            .sum::<usize>()
-            + 64,
-    );
-    put_varint(out, events.len() as u64);
+    out.reserve(columns.payloads().len() + 64);
+    put_varint(out, columns.len() as u64);
+    let (lamports, times) = (columns.lamports(), columns.times());
     let mut gaps = Column::default();
-    let mut times = Column::default();
+    let mut time_column = Column::default();
     let mut lens = Column::default();
-    let mut time_previous: Option<u64> = None;
-    // The previous run's first seq and first lamport stamp.
-    let mut run_previous: Option<(u64, u64)> = None;
-    for run in by_stream.chunk_by(|a, b| a.stream == b.stream) {
-        let first = run[0];
-        put_varint(out, first.stream.get());
+    // The previous run: its stream and last seq, its first seq and stamp.
+    let mut run_previous: Option<(ColumnRun, u64)> = None;
+    let mut index = 0;
+    for run in columns.runs() {
+        if let Some((previous, _)) = run_previous {
+            if previous.stream >= run.stream {
+                return Err(refuse(if previous.stream == run.stream {
+                    format!(
+                        "event {}:{} follows seq {} of its stream: a delta carries each \
+                         stream's events contiguous and in seq order",
+                        run.stream,
+                        run.first_seq,
+                        previous.last_seq(),
+                    )
+                } else {
+                    format!(
+                        "stream {} follows stream {}: a delta's runs go streams ascending",
+                        run.stream, previous.stream
+                    )
+                }));
+            }
+        }
+        put_varint(out, run.stream.get());
         put_varint(
             out,
-            run_previous.map_or(first.seq, |(seq, _)| diff(first.seq, seq)),
+            run_previous.map_or(run.first_seq, |(previous, _)| {
+                diff(run.first_seq, previous.first_seq)
+            }),
         );
-        put_varint(out, run.len() as u64);
-        let mut seq_due = Some(first.seq);
+        put_varint(out, run.len as u64);
+        let run_lamports = &lamports[index..index + run.len];
         let mut lamport_previous = 0u64;
-        for event in run {
-            if seq_due != Some(event.seq) {
-                return Err(refuse(format!(
-                    "event {}:{} follows seq {} of its stream: a delta carries each \
-                     stream's events contiguous and in seq order",
-                    event.stream,
-                    event.seq,
-                    seq_due.map_or(u64::MAX, |due| due - 1),
-                )));
-            }
-            if event.lamport <= lamport_previous {
+        for (i, &lamport) in run_lamports.iter().enumerate() {
+            if lamport <= lamport_previous {
                 return Err(refuse(format!(
                     "event {}:{} has lamport stamp {}, not above {}: lamport stamps rise \
                      from 1 with seq",
-                    event.stream, event.seq, event.lamport, lamport_previous
+                    run.stream,
+                    run.first_seq + i as u64,
+                    lamport,
+                    lamport_previous
                 )));
             }
             gaps.push(match run_previous {
-                Some((_, lamport)) if lamport_previous == 0 => diff(event.lamport, lamport),
-                _ => event.lamport - lamport_previous - 1,
+                Some((_, first_lamport)) if i == 0 => diff(lamport, first_lamport),
+                _ => lamport - lamport_previous - 1,
             });
-            times.push(match time_previous {
-                None => event.time_ms,
-                Some(previous) => zigzag(event.time_ms.wrapping_sub(previous) as i64),
-            });
-            lens.push(event.payload.len() as u64);
-            seq_due = event.seq.checked_add(1);
-            lamport_previous = event.lamport;
-            time_previous = Some(event.time_ms);
+            lamport_previous = lamport;
         }
-        run_previous = Some((first.seq, first.lamport));
+        run_previous = Some((*run, run_lamports[0]));
+        index += run.len;
+    }
+    let mut time_previous: Option<u64> = None;
+    for &time in times {
+        time_column.push(match time_previous {
+            None => time,
+            Some(previous) => zigzag(time.wrapping_sub(previous) as i64),
+        });
+        time_previous = Some(time);
+    }
+    for len in columns.payload_lens() {
+        lens.push(len as u64);
     }
     gaps.finish(out);
-    times.finish(out);
+    time_column.finish(out);
     lens.finish(out);
-    for event in &by_stream {
-        out.extend_from_slice(&event.payload);
-    }
+    out.extend_from_slice(columns.payloads());
     Ok(())
 }
 
@@ -1290,5 +1316,57 @@ mod tests {
             grouped.delta_for(&VersionVector::new(), usize::MAX),
             in_order.delta_for(&VersionVector::new(), usize::MAX)
         );
+    }
+
+    /// A sender encodes the delta it reads in columns
+    /// (`delta_columns_for`): the frame is byte for byte the one the same
+    /// delta as events makes, for every marks and budget (whole deltas, cut
+    /// ones, with a floor, across sealed and open chunks).
+    #[test]
+    fn a_delta_read_in_columns_encodes_as_its_events_do() {
+        use crate::frame::{encode_delta_columns_limited, FRAME_BYTES_MAX};
+        use meshlog_replica::Replica;
+
+        let seed = meshlog_testkit::seed::replay_or(0xc0_1a5);
+        let mut rng = crate::rng::SplitMix64::new(seed);
+        let ids = [9u64, 2, 0x7fff_ffff, 40];
+        let mut writers: Vec<Replica> = ids
+            .iter()
+            .map(|&id| Replica::new(StreamId::new(id)))
+            .collect();
+        let mut all = Replica::new(StreamId::new(1));
+        for i in 0..1500u64 {
+            let w = rng.below(ids.len() as u64) as usize;
+            let time_ms = 1_750_000_000_000 + i * 3 - rng.below(2) * 10;
+            let payload = vec![i as u8; rng.below(90) as usize];
+            writers[w].append_at(Bytes::from(payload), time_ms).unwrap();
+            if rng.below(4) == 0 {
+                let target = rng.below(ids.len() as u64) as usize;
+                let delta = writers[w].delta_for(&writers[target].marks(), usize::MAX);
+                writers[target].apply(&delta).unwrap();
+            }
+            let delta = writers[w].delta_for(&all.marks(), usize::MAX);
+            all.apply(&delta).unwrap();
+        }
+        // A floor on one stream, so some deltas carry it.
+        let compact: VersionVector = [(StreamId::new(ids[0]), 20)].into_iter().collect();
+        all.compact(&compact).unwrap();
+        for number in 1..=300u64 {
+            let their: VersionVector = ids
+                .iter()
+                .map(|&id| {
+                    let head = all.marks().get(StreamId::new(id));
+                    (StreamId::new(id), rng.below(head + 1))
+                })
+                .collect();
+            let budget = rng.below(60_000) as usize;
+            let columns = all.delta_columns_for(&their, budget);
+            let events = all.delta_for(&their, budget);
+            assert_eq!(
+                encode_delta_columns_limited(number, &columns, FRAME_BYTES_MAX),
+                encode(&Frame::delta(number, events)),
+                "marks {their:?}, budget {budget}, seed {seed}"
+            );
+        }
     }
 }

@@ -92,6 +92,7 @@ mod event_runs;
 mod reader;
 mod repr;
 
+pub(crate) use envelope::encode_delta_columns_limited;
 pub use envelope::{
     decode, decode_payload, decode_payload_limited, encode, encode_limited, encode_payload,
     split_frame, split_frame_limited,
