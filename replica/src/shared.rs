@@ -43,8 +43,8 @@
 //! readable state half-published. The handle then stops serving it: every
 //! later write answers [`ReplicaError::Failed`], `page` answers
 //! [`PageError::Failed`], `delta_for` answers an empty delta and `get`
-//! `None`; `marks`, `floor` and `digest` keep answering the last values
-//! published before the panic. Reopen the store to recover. A failed store
+//! `None`; `marks` and `floor` keep answering the last values published
+//! before the panic, and `digest` the last one it answered. Reopen the store to recover. A failed store
 //! commit is not a panic: the state is unchanged and keeps being served,
 //! and writes answer `Failed` until reopen (`docs/STORAGE.md`).
 
@@ -233,6 +233,7 @@ struct Writer<S> {
 
 struct Published {
     change: Change,
+    /// The digest last answered (what a poisoned handle answers).
     digest: Digest,
 }
 
@@ -710,9 +711,16 @@ impl<S: Store> SharedReplica<S> {
         lock(&self.inner().published).change.floor.clone()
     }
 
-    /// The digest of the events held, as last published.
+    /// The digest of the events held (as published). It is summed
+    /// when asked: the hashes of the events received since the last call
+    /// are added then (so a replica nobody asks never hashes what it
+    /// receives), under the state's read lock.
     pub fn digest(&self) -> Digest {
-        lock(&self.inner().published).digest
+        let Some(digest) = self.read().map(|state| state.digest()) else {
+            return lock(&self.inner().published).digest;
+        };
+        lock(&self.inner().published).digest = digest;
+        digest
     }
 
     /// The lamport clock.
@@ -1063,22 +1071,21 @@ impl<S: Store> Inner<S> {
         if plan.is_noop() {
             return Ok(());
         }
-        let (marks, floor, digest) = {
+        let (marks, floor) = {
             let mut state = write(&self.state);
             state.publish(plan, writer.store.view());
-            (state.marks().clone(), state.floor().clone(), state.digest())
+            (state.marks().clone(), state.floor().clone())
         };
-        self.notify(marks, floor, digest);
+        self.notify(marks, floor);
         Ok(())
     }
 
-    /// Publishes the marks, floor and digest after a round, waking waiters
+    /// Publishes the marks and floor after a round, waking waiters
     /// and running hooks if the marks or floor moved. Called with the
     /// writer lock held, so changes are seen in commit order.
-    fn notify(&self, marks: VersionVector, floor: VersionVector, digest: Digest) {
+    fn notify(&self, marks: VersionVector, floor: VersionVector) {
         let change = {
             let mut published = lock(&self.published);
-            published.digest = digest;
             if published.change.marks == marks && published.change.floor == floor {
                 return;
             }

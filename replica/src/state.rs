@@ -15,6 +15,7 @@
 //! stops the process rather than serve a state that differs from the store.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
@@ -36,7 +37,9 @@ pub(crate) struct State {
     floor: VersionVector,
     clock: u64,
     pending_len: usize,
-    digest: Digest,
+    /// The digest, summed when asked ([`State::digest`]): a sender or a
+    /// reader that never asks never hashes what it receives.
+    digest: Mutex<LazyDigest>,
     stats: Stats,
     /// Whether peers may still write this replica's own stream (see
     /// [`Config::recover_own_stream`]); appends are refused meanwhile.
@@ -195,7 +198,7 @@ impl State {
             floor: meta.floor.clone(),
             clock: meta.clock,
             pending_len: 0,
-            digest: Digest::default(),
+            digest: Mutex::default(),
             stats: Stats::default(),
             recovering,
         };
@@ -214,7 +217,7 @@ impl State {
         tracing::debug!(
             stream = %state.config.stream,
             streams = state.log.stream_count(),
-            events = state.digest.events,
+            events = state.digest().events,
             clock = state.clock,
             recovering,
             "replica opened"
@@ -266,9 +269,13 @@ impl State {
                 }
             }
         }
-        self.digest = match digest {
+        let sum = match digest {
             Some(digest) => digest,
             None => self.recount()?.1,
+        };
+        *self.lazy_digest() = LazyDigest {
+            sum,
+            unhashed: BTreeMap::new(),
         };
         Ok(())
     }
@@ -304,7 +311,7 @@ impl State {
                 for event in &chunk {
                     check_next(event, stream, self.log.head(stream), previous, self.clock)?;
                     previous = Some(event.lamport);
-                    self.digest.add(event);
+                    self.lazy_digest().sum.add(event);
                     self.log.push(event);
                 }
             }
@@ -359,9 +366,10 @@ impl State {
     /// recomputed with the one recorded.
     pub(crate) fn verify(&self) -> Result<crate::Verified, ReplicaError> {
         let (events, digest) = self.recount()?;
-        if digest != self.digest {
+        let recorded = self.digest();
+        if digest != recorded {
             return Err(ReplicaError::DigestMismatch {
-                recorded: self.digest,
+                recorded,
                 recomputed: digest,
             });
         }
@@ -387,8 +395,50 @@ impl State {
         self.clock
     }
 
+    /// The digest of the events held: the sum kept, plus the hashes of
+    /// the events received since it was last asked for (read back from
+    /// the log, once). A store that records the digest keeps it whole.
     pub(crate) fn digest(&self) -> Digest {
+        let mut lazy = self.digest.lock().unwrap_or_else(PoisonError::into_inner);
+        if lazy.unhashed.is_empty() {
+            return lazy.sum;
+        }
+        let source = self.log.source();
+        let mut events = Vec::new();
+        let unhashed = std::mem::take(&mut lazy.unhashed);
+        for (&stream, &from) in &unhashed {
+            let head = self.log.head(stream);
+            let mut used = 0;
+            events.clear();
+            let read = source
+                .get()
+                .read_into(stream, from, head, usize::MAX, &mut used, &mut events)
+                .map_err(|error| error.to_string())
+                .and_then(|_| {
+                    read_whole(stream, from, head, events.len()).map_err(|e| e.to_string())
+                });
+            match read {
+                Ok(()) => {
+                    for event in &events {
+                        lazy.sum.add(event);
+                    }
+                }
+                Err(error) => {
+                    // Only a store's view on disk fails a read, and a store
+                    // on disk records the digest: asked again, read again.
+                    tracing::error!(%stream, %error, "reading events to sum the digest failed");
+                    lazy.unhashed.insert(stream, from);
+                }
+            }
+        }
+        lazy.sum
+    }
+
+    /// The digest's parts, from `&mut self` (no lock taken).
+    fn lazy_digest(&mut self) -> &mut LazyDigest {
         self.digest
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -1276,8 +1326,19 @@ impl State {
             match *op {
                 Op::Floor(index) => {
                     let (stream, floor_seq) = plan.batch.floors[index];
-                    let digest = &mut self.digest;
-                    let mut remove = |event: Event| digest.remove(&event);
+                    let lazy = self
+                        .digest
+                        .get_mut()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    // Only what was summed is taken out of the sum; the
+                    // events not summed yet that the floor drops are gone.
+                    let unhashed_from = lazy.unhashed.get(&stream).copied();
+                    let sum = &mut lazy.sum;
+                    let mut remove = |event: Event| {
+                        if unhashed_from.is_none_or(|from| event.seq < from) {
+                            sum.remove(&event);
+                        }
+                    };
                     let dropped: Option<&mut dyn FnMut(Event)> = match recorded {
                         Some(_) => None,
                         None => Some(&mut remove),
@@ -1286,6 +1347,14 @@ impl State {
                         .log
                         .raise_floor(stream, floor_seq, dropped)
                         .expect("the own copy of the events never fails a read");
+                    let head = self.log.head(stream);
+                    let lazy = self.lazy_digest();
+                    if let Some(from) = lazy.unhashed.get_mut(&stream) {
+                        *from = (*from).max(floor_seq.saturating_add(1));
+                        if *from > head {
+                            lazy.unhashed.remove(&stream);
+                        }
+                    }
                     self.pending_len -= discarded;
                     self.floor.advance(stream, floor_seq);
                     touched.push(stream);
@@ -1305,11 +1374,13 @@ impl State {
                     }
                     self.pending_len -= was_early;
                     // A store that records the digest has added the events
-                    // already: its digest replaces this one below.
+                    // already: its digest replaces this one below. Else
+                    // they are summed when the digest is asked for.
                     if recorded.is_none() {
-                        for event in run {
-                            self.digest.add(event);
-                        }
+                        self.lazy_digest()
+                            .unhashed
+                            .entry(run[0].stream)
+                            .or_insert(run[0].seq);
                     }
                     // Stamps rise with seq: the run's last is its highest.
                     self.clock = self.clock.max(run[len - 1].lamport);
@@ -1328,8 +1399,11 @@ impl State {
         if let Some(view) = view {
             self.log.set_view(view);
         }
-        if let Some(digest) = recorded {
-            self.digest = digest;
+        if let Some(sum) = recorded {
+            *self.lazy_digest() = LazyDigest {
+                sum,
+                unhashed: BTreeMap::new(),
+            };
         }
         touched.sort_unstable();
         touched.dedup();
@@ -1525,6 +1599,15 @@ impl Digest {
     }
 }
 
+/// The digest of the events held, summed when asked: `sum` holds every
+/// held event's hash but those of `unhashed`, which per stream is the
+/// first held seq not in it (every held seq from it to the head is not).
+#[derive(Debug, Default)]
+struct LazyDigest {
+    sum: Digest,
+    unhashed: BTreeMap<StreamId, u64>,
+}
+
 /// What a delta holds, found from the log's columns: per stream
 /// (ascending) its seqs `(stream, first, last)`, and how many events and
 /// payload bytes that is in all.
@@ -1686,6 +1769,71 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The digest is summed when asked: a replica asked after every step
+    /// and one asked only at the end answer the same, and both the sum of
+    /// the hashes of the events they hold, through appends, deltas (with
+    /// floors, some above the head) and compactions.
+    #[test]
+    fn a_digest_summed_when_asked_is_the_sum_of_what_is_held() {
+        let seed = seed::replay_or(0xd1_6e57);
+        let mut rng = SplitMix64::new(seed);
+        let ids = [4u64, 11, 30];
+        let mut writers: Vec<Replica> = ids
+            .iter()
+            .map(|&id| Replica::new(StreamId::new(id)))
+            .collect();
+        let mut asked = Replica::new(StreamId::new(1));
+        let mut unasked = Replica::new(StreamId::new(1));
+        let held_sum = |replica: &Replica| {
+            let mut digest = crate::Digest::default();
+            for event in replica.delta_for(&VersionVector::new(), usize::MAX).events {
+                digest.add(&event);
+            }
+            digest
+        };
+        for step in 0..600 {
+            let w = rng.below(ids.len() as u64) as usize;
+            match rng.below(10) {
+                0 | 1 => {
+                    // A writer compacts (so its deltas carry floors).
+                    let head = writers[w].marks().get(StreamId::new(ids[w]));
+                    let target: VersionVector = [(StreamId::new(ids[w]), rng.below(head + 1))]
+                        .into_iter()
+                        .collect();
+                    writers[w].compact(&target).unwrap();
+                }
+                2 => {
+                    // The readers compact somewhere below their heads.
+                    let target: VersionVector = ids
+                        .iter()
+                        .map(|&id| {
+                            let head = asked.marks().get(StreamId::new(id));
+                            (StreamId::new(id), rng.below(head + 1))
+                        })
+                        .collect();
+                    asked.compact(&target).unwrap();
+                    unasked.compact(&target).unwrap();
+                }
+                _ => {
+                    for _ in 0..rng.below(5) {
+                        writers[w]
+                            .append(Bytes::from(vec![step as u8; 20]))
+                            .unwrap();
+                    }
+                    let delta = writers[w].delta_for(&asked.marks(), rng.below(3000) as usize);
+                    asked.apply(&delta).unwrap();
+                    unasked.apply(&delta).unwrap();
+                }
+            }
+            assert_eq!(asked.digest(), held_sum(&asked), "step {step}, seed {seed}");
+        }
+        assert_eq!(unasked.marks(), asked.marks(), "seed {seed}");
+        assert_eq!(unasked.digest(), asked.digest(), "seed {seed}");
+        assert_eq!(unasked.digest(), held_sum(&unasked), "seed {seed}");
+        assert!(asked.digest().events > 0, "seed {seed}");
+        unasked.verify().unwrap();
     }
 
     #[test]

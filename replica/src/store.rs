@@ -268,10 +268,11 @@ impl std::fmt::Debug for MemStore {
 impl Store for MemStore {
     type Error = Infallible;
 
+    /// Records no digest: a replica sums it from the events, when asked
+    /// (memory holds them at hand, and a replica never asked never hashes
+    /// what it receives).
     fn meta(&self) -> Result<StoreMeta, Infallible> {
-        let mut meta = self.meta.clone();
-        meta.digest.get_or_insert_with(Digest::default);
-        Ok(meta)
+        Ok(self.meta.clone())
     }
 
     fn read_stream(
@@ -293,29 +294,8 @@ impl Store for MemStore {
     }
 
     fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
-        let mut digest = self.meta.digest.unwrap_or_default();
-        // The dropped events' hashes leave the digest; the events themselves
-        // stay until the next commit (readers of the state published before
-        // this commit may still read them).
-        {
-            let data = self.data.read().unwrap_or_else(PoisonError::into_inner);
-            let mut floors = self.meta.floor.clone();
-            let mut heads = self.meta.heads.clone();
-            for &(stream, floor_seq) in &batch.floors {
-                let (floor, head) = (floors.get(stream), heads.get(stream));
-                let last = floor_seq.min(head);
-                if last > floor {
-                    let mut scan = data
-                        .scan(stream, floor + 1, last)
-                        .expect("memory never fails");
-                    while scan.peek().expect("memory never fails").is_some() {
-                        digest.remove(&scan.take().expect("memory never fails"));
-                    }
-                }
-                floors.advance(stream, floor_seq);
-                heads.advance(stream, floor_seq);
-            }
-        }
+        // The events a floor drops stay until the next commit (readers of
+        // the state published before this commit may still read them).
         let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
         for (stream, floor_seq) in self.freed_late.drain(..) {
             data.drop_through(stream, floor_seq);
@@ -340,20 +320,16 @@ impl Store for MemStore {
             );
             // (Which checks that the run's seqs are consecutive.)
             data.push_run(run);
-            for event in run {
-                digest.add(event);
-            }
             self.meta.heads.advance(first.stream, last.seq);
         }
         self.meta.clock = self.meta.clock.max(batch.clock);
-        self.meta.digest = Some(digest);
         Ok(())
     }
 
     fn view(&self) -> Option<StoreView> {
         Some(StoreView {
             kind: ViewKind::Mem(Arc::clone(&self.data)),
-            digest: self.meta.digest,
+            digest: None,
         })
     }
 }
