@@ -21,7 +21,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::log::{Held, Log, StreamLog, Walk};
-use crate::mem::{MemLog, ReadError};
+use crate::mem::{MemLog, ReadError, Through};
 use crate::store::StoreView;
 use crate::{
     ApplyReport, Batch, CompactReport, Config, Delta, DeltaColumns, DeltaError, Digest, Event,
@@ -723,35 +723,55 @@ impl State {
             low = low.min(stamp(stream, first)?.saturating_sub(1));
             high = high.max(stamp(stream, last)?);
         }
-        let counts = |lamport: u64| -> Result<(Vec<crate::mem::Through>, u64), ReadError> {
-            let mut size = 0u64;
+        // Per stream, what stamps at most `low` (`below`), and how many
+        // stamp at most `high` (`within`): a step counts only the events
+        // between, so the windows narrow with the search.
+        let size = |through: &[Through]| {
+            through.iter().fold(0u64, |size, t| {
+                size.saturating_add(t.payload_bytes)
+                    .saturating_add(t.count.saturating_mul(50))
+            })
+        };
+        let mut below = vec![Through::default(); ranges.len()];
+        let mut within: Vec<u64> = ranges
+            .iter()
+            .map(|&(_, first, last)| last - first + 1)
+            .collect();
+        let count = |below: &[Through], within: &[u64], lamport: u64| {
             let mut counts = Vec::with_capacity(ranges.len());
-            for &(stream, first, last) in &ranges {
-                let through = source
-                    .through(stream, first, last, lamport)?
-                    .ok_or("the source stopped counting")?;
-                size = size
-                    .saturating_add(through.payload_bytes)
-                    .saturating_add(through.count.saturating_mul(50));
+            for ((&(stream, first, _), known), &upto) in ranges.iter().zip(below).zip(within) {
+                let mut through = *known;
+                if upto > known.count {
+                    let more = source
+                        .through(stream, first + known.count, first + (upto - 1), lamport)?
+                        .ok_or("the source stopped counting")?;
+                    through.count += more.count;
+                    through.payload_bytes += more.payload_bytes;
+                }
                 counts.push(through);
             }
-            Ok((counts, size))
+            Ok::<_, ReadError>(counts)
         };
-        let (mut taken, mut used) = counts(high)?;
+        let mut taken = count(&below, &within, high)?;
+        let mut used = size(&taken);
         if used > budget {
             // Invariant: what stamps at most `low` fits, at `high` not.
             while high - low > 1 {
                 let middle = low + (high - low) / 2;
-                if counts(middle)?.1 <= budget {
+                let counts = count(&below, &within, middle)?;
+                if size(&counts) <= budget {
                     low = middle;
+                    below = counts;
                 } else {
                     high = middle;
+                    within = counts.iter().map(|t| t.count).collect();
                 }
             }
-            (taken, used) = counts(low)?;
+            taken = below.clone();
+            used = size(&taken);
             // Then the events stamped `high` (one per stream at most), in
             // stream order while they fit; the first event always goes.
-            let (next, _) = counts(high)?;
+            let next = count(&below, &within, high)?;
             for (now, then) in taken.iter_mut().zip(next) {
                 if then.count == now.count {
                     continue;
