@@ -258,9 +258,19 @@ impl MemStream {
                 unreachable!("only full chunks are sealed");
             };
             bytes.reserve(now.iter().map(|event| event.payload.len()).sum());
+            // A first chunk grows by doubling, but never past a chunk's
+            // worth (a stream that fills it would leave the rest unused).
+            let len = chunk.lamports.len();
+            if chunk.lamports.capacity() < len + now.len() {
+                let target = (len + now.len())
+                    .max(2 * chunk.lamports.capacity())
+                    .min(CHUNK_LEN);
+                for column in [&mut chunk.lamports, &mut chunk.times, &mut chunk.ends] {
+                    column.reserve_exact(target - len);
+                }
+            }
             chunk.lamports.extend(now.iter().map(|event| event.lamport));
             chunk.times.extend(now.iter().map(|event| event.time_ms));
-            chunk.ends.reserve(now.len());
             for event in now {
                 bytes.extend_from_slice(&event.payload);
                 chunk.ends.push(bytes.len() as u64);
