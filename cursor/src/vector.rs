@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use crdts::{CmRDT, CvRDT, Dot, VClock};
+use crdts::VClock;
 
 use crate::StreamId;
 
@@ -88,12 +88,29 @@ impl VersionVector {
 
     /// Raises `stream`'s entry to at least `seq`; never lowers it.
     pub fn advance(&mut self, stream: StreamId, seq: u64) {
-        self.clock.apply(Dot::new(stream, seq));
+        // `VClock::apply`'s rule (an entry only rises, and 0 is no entry),
+        // in one map lookup instead of two.
+        match self.clock.dots.entry(stream) {
+            std::collections::btree_map::Entry::Occupied(mut entry) => {
+                if *entry.get() < seq {
+                    entry.insert(seq);
+                }
+            }
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                if seq > 0 {
+                    entry.insert(seq);
+                }
+            }
+        }
     }
 
     /// Joins `other` into `self`: per stream, the maximum of both.
     pub fn join(&mut self, other: &VersionVector) {
-        self.clock.merge(other.clock.clone());
+        // Entry by entry: the same as merging a clone of `other`, without
+        // the clone (a copy of its whole map per join).
+        for (stream, seq) in other.iter() {
+            self.advance(stream, seq);
+        }
     }
 
     /// The join of `self` and `other`, leaving both unchanged.
