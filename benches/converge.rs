@@ -30,8 +30,18 @@
 //! peak resident memory (`VmHWM`) is its own; the figure reported is
 //! (peak − resident at the child's start) / replica-events, where
 //! replica-events = W × W × E (each of W replicas ends holding W × E
-//! events). Time is the pull pass alone (writes excluded); bytes are every
-//! request and answer; delivered events are W × (W − 1) × E.
+//! events). Time is the pull pass alone (writes excluded), the fastest of
+//! `MESHLOG_CONVERGE_RUNS` children (default 3; the systems' children run
+//! in turn, so a load spike on a shared machine hits one run of one
+//! system; a child that took over 5 s is not repeated); memory is the
+//! largest of those runs; bytes are every request and answer; delivered
+//! events are W × (W − 1) × E. The goal is judged on that first pass of a
+//! fresh process, which pays for first touching the pages its replicas
+//! grow into (a system whose setup left freed memory behind, as yrs's
+//! does, pays less). Each child then runs up to 4 more passes on fresh
+//! replicas while its passes take under 1 s in all, and the fastest is
+//! printed as `warm ms`: the steady-state cost, printed beside the goal,
+//! not judged.
 //!
 //! # Goals (printed, never asserted)
 //!
@@ -44,6 +54,7 @@
 //! `3x1000,3x10000,10x1000,10x10000,100x1000`; `100x10000` holds 100 M
 //! replica-events and needs several GiB for every system: add it by hand),
 //! `MESHLOG_CONVERGE_SYSTEMS` (default `meshlog,yrs,automerge`),
+//! `MESHLOG_CONVERGE_RUNS` (default 3),
 //! `MESHLOG_CONVERGE_TIMEOUT_S` per row (default 300),
 //! `MESHLOG_CONVERGE_AUTOMERGE_MAX` the most replica-events automerge is
 //! asked to hold (default 1,000,000: beyond it the row is skipped and says
@@ -74,6 +85,7 @@ fn main() {
         .unwrap_or_else(|_| "meshlog,yrs,automerge".into());
     let timeout = Duration::from_secs(env_u64("MESHLOG_CONVERGE_TIMEOUT_S", 300));
     let automerge_max = env_u64("MESHLOG_CONVERGE_AUTOMERGE_MAX", 1_000_000);
+    let runs = env_u64("MESHLOG_CONVERGE_RUNS", 3).max(1);
     let rows: Vec<(u64, u64)> = rows
         .split(',')
         .filter_map(|row| {
@@ -84,33 +96,65 @@ fn main() {
     println!("All-to-all convergence: W replicas, each writing E events of {PAYLOAD_BYTES} bytes; pairwise exchanges until all hold everything.");
     println!("(bytes/event: every request and answer over W x (W-1) x E deliveries; the payload alone is {PAYLOAD_BYTES})");
     println!(
-        "{:<10} {:>5} {:>6} {:>10} {:>12} {:>12} {:>10} {:>14} {:>10}",
+        "{:<10} {:>5} {:>6} {:>10} {:>10} {:>12} {:>12} {:>10} {:>14} {:>5} {:>10}",
         "system",
         "W",
         "E",
         "time ms",
+        "warm ms",
         "bytes/event",
         "messages",
         "peak MiB",
         "B/replica-ev",
+        "runs",
         "status"
     );
     let mut results: BTreeMap<(u64, u64), BTreeMap<String, Outcome>> = BTreeMap::new();
     for &(w, e) in &rows {
+        // The systems' children in turn, `runs` rounds: a load spike on a
+        // shared machine lands on one run of one system, and the fastest
+        // run of each is kept.
+        let mut row: BTreeMap<&str, Outcome> = BTreeMap::new();
+        for run in 0..runs {
+            for system in systems.split(',').map(str::trim) {
+                let replica_events = w * w * e;
+                let outcome = match row.get(system) {
+                    Some(Outcome::Done(m)) if m.seconds > REPEAT_SECONDS_MAX => continue,
+                    Some(Outcome::Skipped(_) | Outcome::Failed(_)) => continue,
+                    _ if system == "automerge" && replica_events > automerge_max => {
+                        Outcome::Skipped(format!(
+                            "over MESHLOG_CONVERGE_AUTOMERGE_MAX ({automerge_max})"
+                        ))
+                    }
+                    _ => {
+                        let outcome = run_child(system, w, e, timeout);
+                        if let Outcome::Done(m) = &outcome {
+                            eprintln!(
+                                "converge: {w}x{e} {system}, run {} of {runs}: {:.2} ms",
+                                run + 1,
+                                m.seconds * 1e3
+                            );
+                        }
+                        outcome
+                    }
+                };
+                let kept = match (row.remove(system), outcome) {
+                    (Some(Outcome::Done(before)), Outcome::Done(now)) => {
+                        Outcome::Done(before.fastest(now))
+                    }
+                    (_, outcome) => outcome,
+                };
+                row.insert(system, kept);
+            }
+        }
         for system in systems.split(',').map(str::trim) {
-            let replica_events = w * w * e;
-            let outcome = if system == "automerge" && replica_events > automerge_max {
-                Outcome::Skipped(format!(
-                    "over MESHLOG_CONVERGE_AUTOMERGE_MAX ({automerge_max})"
-                ))
-            } else {
-                run_child(system, w, e, timeout)
-            };
-            print_row(system, w, e, &outcome);
-            results
-                .entry((w, e))
-                .or_default()
-                .insert(system.to_owned(), outcome);
+            if let Some(outcome) = row.remove(system) {
+                print_row(system, w, e, &outcome);
+                results
+                    .entry((w, e))
+                    .or_default()
+                    .insert(system.to_owned(), outcome);
+            }
         }
     }
     println!();
@@ -135,6 +179,13 @@ fn main() {
             verdict(ours.seconds <= yrs.seconds)
         );
         println!(
+            "{w}x{e}: (not a goal) steady state, the fastest pass in one warm process: \
+             {:.2} vs {:.2} ms ({:.2}x)",
+            ours.warm_seconds * 1e3,
+            yrs.warm_seconds * 1e3,
+            ours.warm_seconds / yrs.warm_seconds
+        );
+        println!(
             "{w}x{e}: issue 14 goal, bytes per delivered event <= yrs's ({:.1} vs {:.1}): {}",
             ours.bytes_per_event(*w, *e),
             yrs.bytes_per_event(*w, *e),
@@ -150,7 +201,13 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// What one child measured.
+/// A system's child that took longer than this runs once.
+const REPEAT_SECONDS_MAX: f64 = 5.0;
+
+/// The most passes a child runs for the steady-state time.
+const WARM_PASSES_MAX: u32 = 5;
+
+/// What one child measured (or the runs of one system kept as one).
 #[derive(Debug, Clone)]
 struct Measured {
     seconds: f64,
@@ -158,9 +215,38 @@ struct Measured {
     messages: u64,
     peak_bytes: u64,
     start_bytes: u64,
+    runs: u32,
+    /// The fastest pass in one process, its allocator warm (see `child`).
+    warm_seconds: f64,
 }
 
 impl Measured {
+    /// Two runs as one: the faster's time, the larger peak above start
+    /// (memory is judged at its worst), the bytes and messages of the
+    /// faster (every run sends the same).
+    fn fastest(self, other: Measured) -> Measured {
+        let runs = self.runs + other.runs;
+        let growth = |m: &Measured| m.peak_bytes.saturating_sub(m.start_bytes);
+        let (peak_bytes, start_bytes) = if growth(&self) >= growth(&other) {
+            (self.peak_bytes, self.start_bytes)
+        } else {
+            (other.peak_bytes, other.start_bytes)
+        };
+        let warm_seconds = self.warm_seconds.min(other.warm_seconds);
+        let faster = if other.seconds < self.seconds {
+            other
+        } else {
+            self
+        };
+        Measured {
+            peak_bytes,
+            start_bytes,
+            runs,
+            warm_seconds,
+            ..faster
+        }
+    }
+
     fn delivered(w: u64, e: u64) -> u64 {
         w * (w - 1) * e
     }
@@ -184,15 +270,17 @@ enum Outcome {
 fn print_row(system: &str, w: u64, e: u64, outcome: &Outcome) {
     match outcome {
         Outcome::Done(m) => println!(
-            "{:<10} {:>5} {:>6} {:>10.2} {:>12.1} {:>12} {:>10.1} {:>14.1} {:>10}",
+            "{:<10} {:>5} {:>6} {:>10.2} {:>10.2} {:>12.1} {:>12} {:>10.1} {:>14.1} {:>5} {:>10}",
             system,
             w,
             e,
             m.seconds * 1e3,
+            m.warm_seconds * 1e3,
             m.bytes_per_event(w, e),
             m.messages,
             m.peak_bytes as f64 / (1 << 20) as f64,
             m.rss_per_replica_event(w, e),
+            m.runs,
             "done"
         ),
         Outcome::Skipped(why) => println!("{system:<10} {w:>5} {e:>6} skipped: {why}"),
@@ -239,7 +327,7 @@ fn run_child(system: &str, w: u64, e: u64, timeout: Duration) -> Outcome {
         return Outcome::Failed("no RESULT line".into());
     };
     let fields: Vec<f64> = line.split(' ').filter_map(|f| f.parse().ok()).collect();
-    if fields.len() != 5 {
+    if fields.len() != 6 {
         return Outcome::Failed(format!("bad RESULT line {line:?}"));
     }
     Outcome::Done(Measured {
@@ -248,6 +336,8 @@ fn run_child(system: &str, w: u64, e: u64, timeout: Duration) -> Outcome {
         messages: fields[2] as u64,
         peak_bytes: fields[3] as u64,
         start_bytes: fields[4] as u64,
+        runs: 1,
+        warm_seconds: fields[5],
     })
 }
 
@@ -291,14 +381,26 @@ fn child(spec: &str) {
     let w: u64 = parts.next().and_then(|p| p.parse().ok()).expect("W");
     let e: u64 = parts.next().and_then(|p| p.parse().ok()).expect("E");
     let (_, start) = memory();
-    let (seconds, bytes, messages) = match system.as_str() {
+    let run = || match system.as_str() {
         "meshlog" => meshlog_run(w, e),
         "yrs" => yrs_run(w, e),
         "automerge" => automerge_run(w, e),
         other => panic!("no system {other}"),
     };
+    let (seconds, bytes, messages) = run();
     let (peak, _) = memory();
-    println!("RESULT {seconds} {bytes} {messages} {peak} {start}");
+    // Then the steady state: more passes on fresh replicas in this
+    // process (its allocator warm, the pages it freed at hand), the
+    // fastest kept; only for a pass under half a second, at most 1 s of
+    // passes in all.
+    let (mut warm, mut spent, mut passes) = (seconds, seconds, 1);
+    while seconds < 0.5 && passes < WARM_PASSES_MAX && spent < 1.0 {
+        let (again, _, _) = run();
+        warm = warm.min(again);
+        spent += again;
+        passes += 1;
+    }
+    println!("RESULT {seconds} {bytes} {messages} {peak} {start} {warm}");
 }
 
 // --- meshlog ----------------------------------------------------------
