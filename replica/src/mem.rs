@@ -129,6 +129,16 @@ enum Payloads {
     Sealed(Bytes),
 }
 
+impl Payloads {
+    /// The bytes held (every payload of the chunk, back to back).
+    fn len(&self) -> usize {
+        match self {
+            Payloads::Open(bytes) => bytes.len(),
+            Payloads::Sealed(bytes) => bytes.len(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Chunk {
     lamports: Vec<u64>,
@@ -197,35 +207,57 @@ impl MemStream {
         self.first + (self.len - 1)
     }
 
-    /// See [`Source::through`]: a chunk at a time, a binary search in the
-    /// chunk where the lamports pass `lamport`.
+    /// See [`Source::through`]: stamps rise with seq, so those at most
+    /// `lamport` are a prefix, found by a binary search over the seqs (one
+    /// stamp read per step, wherever it lies); their payload bytes are
+    /// summed a chunk at a time, a whole chunk's from its payload buffer's
+    /// length.
     fn through(&self, first: u64, last: u64, lamport: u64) -> Through {
-        let mut through = Through::default();
+        let stamp = |seq: u64| self.at(seq).map(|(chunk, index)| chunk.lamports[index]);
+        // Seqs `first ..` below `first + low` stamp at most `lamport`;
+        // from `first + high` on, above it (or are not held).
+        let (mut low, mut high) = (0u64, last - first + 1);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            match stamp(first + middle) {
+                Some(stamp) if stamp <= lamport => low = middle + 1,
+                _ => high = middle,
+            }
+        }
+        if low == 0 {
+            return Through::default();
+        }
+        Through {
+            count: low,
+            payload_bytes: self.payload_bytes(first, first + (low - 1)),
+        }
+    }
+
+    /// The payload bytes of held seqs `first ..= last`.
+    fn payload_bytes(&self, first: u64, last: u64) -> u64 {
+        let mut bytes = 0u64;
         let mut seq = first;
         while seq <= last {
             let Some((chunk, index)) = self.at(seq) else {
                 break;
             };
+            let chunk_last = chunk.lamports.len() - 1;
             let end_index = (index as u64)
                 .saturating_add(last - seq)
-                .min(chunk.lamports.len() as u64 - 1) as usize;
-            let lamports = &chunk.lamports[index..=end_index];
-            let n = lamports.partition_point(|&stamp| stamp <= lamport);
-            if n > 0 {
-                let (start, _) = chunk.span(index);
-                let (_, end) = chunk.span(index + n - 1);
-                through.count += n as u64;
-                through.payload_bytes += (end - start) as u64;
-            }
-            if n < lamports.len() {
-                break;
-            }
-            match seq.checked_add(n as u64) {
+                .min(chunk_last as u64) as usize;
+            let (start, _) = chunk.span(index);
+            let end = if end_index == chunk_last {
+                chunk.payloads.len()
+            } else {
+                chunk.span(end_index).1
+            };
+            bytes += (end - start) as u64;
+            match seq.checked_add((end_index - index + 1) as u64) {
                 Some(next) => seq = next,
                 None => break,
             }
         }
-        through
+        bytes
     }
 
     /// Appends `events`, the ones after the last held (checked by the
@@ -680,6 +712,33 @@ mod tests {
                     assert_eq!(
                         all,
                         expected.len() as u64 == last - first + 1,
+                        "seed {seed}"
+                    );
+                    // Counting the events stamped at most a bound, and
+                    // their bytes, is the model's prefix.
+                    let events: Vec<&Event> =
+                        (first..=last).map(|seq| &model[&(s as u64, seq)]).collect();
+                    let bound = events[0].lamport - 1
+                        + rng.below(events[events.len() - 1].lamport - events[0].lamport + 3);
+                    let below: Vec<&&Event> = events
+                        .iter()
+                        .filter(|event| event.lamport <= bound)
+                        .collect();
+                    assert_eq!(
+                        log.through(stream, first, last, bound).unwrap(),
+                        Some(Through {
+                            count: below.len() as u64,
+                            payload_bytes: below.iter().map(|e| e.payload.len() as u64).sum(),
+                        }),
+                        "{first}..={last} at {bound}, seed {seed}"
+                    );
+                    // And a read in columns holds the same events.
+                    let mut columns = DeltaColumns::default();
+                    log.read_columns(stream, first, last, &mut columns).unwrap();
+                    let delta = columns.to_delta();
+                    assert_eq!(
+                        delta.events.iter().collect::<Vec<_>>(),
+                        events,
                         "seed {seed}"
                     );
                 }
