@@ -100,6 +100,8 @@ impl DeltaColumns {
     /// The same events as a [`Delta`], in run order.
     pub fn to_delta(&self) -> Delta {
         let mut events = Vec::with_capacity(self.len());
+        // One copy of the payloads, each event's a slice of it.
+        let payloads = bytes::Bytes::copy_from_slice(&self.payloads);
         let mut index = 0;
         for run in &self.runs {
             for i in 0..run.len {
@@ -108,7 +110,12 @@ impl DeltaColumns {
                     seq: run.first_seq + i as u64,
                     lamport: self.lamports[index],
                     time_ms: self.times[index],
-                    payload: bytes::Bytes::copy_from_slice(self.payload(index)),
+                    payload: if self.payload(index).is_empty() {
+                        bytes::Bytes::new()
+                    } else {
+                        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+                        payloads.slice(start..self.ends[index])
+                    },
                 });
                 index += 1;
             }

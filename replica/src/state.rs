@@ -408,6 +408,9 @@ impl State {
         let unhashed = std::mem::take(&mut lazy.unhashed);
         for (&stream, &from) in &unhashed {
             let head = self.log.head(stream);
+            if from > head {
+                continue;
+            }
             let mut used = 0;
             events.clear();
             let read = source

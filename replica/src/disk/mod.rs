@@ -256,7 +256,7 @@ impl Default for DiskOptions {
 pub struct DiskStore {
     dir: PathBuf,
     path: PathBuf,
-    db: Arc<Database>,
+    db: Arc<Db>,
     /// What the database holds, kept to validate batches without a read.
     meta: StoreMeta,
     /// The events as of the last commit, for the replica to read.
@@ -396,8 +396,11 @@ impl DiskStore {
         }
         let mut store = DiskStore {
             dir,
+            db: Arc::new(Db {
+                db: Some(db),
+                path: path.clone(),
+            }),
             path,
-            db: Arc::new(db),
             meta: StoreMeta::default(),
             view: None,
             recovery: Recovery {
@@ -1058,6 +1061,45 @@ fn open_database<B: redb::StorageBackend>(
                 panic_message(&*panic)
             ),
         }),
+    }
+}
+
+/// The redb database, closed under a guard. redb's close writes its
+/// allocator state back; on a file damaged outside redb that opened without
+/// redb noticing, that can panic (a flipped bit in an allocator page does,
+/// `corruption::a_flipped_bit_in_the_data_file_is_refused_or_repaired_never_a_panic`).
+/// Closing a damaged file must not take the process down: the panic is
+/// caught and logged, naming the file.
+#[derive(Debug)]
+struct Db {
+    /// Taken only when dropped.
+    db: Option<Database>,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        self.db
+            .as_ref()
+            .expect("the database is taken only when dropped")
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let Some(db) = self.db.take() else {
+            return;
+        };
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(db))) {
+            tracing::error!(
+                path = %self.path.display(),
+                panic = %panic_message(&*panic),
+                "the storage engine panicked closing the data file: it is damaged; \
+                 reopen it (redb checks and repairs it) or run Replica::verify"
+            );
+        }
     }
 }
 
