@@ -68,9 +68,11 @@ pub struct ColumnRun {
 }
 
 impl ColumnRun {
-    /// The seq of its last event.
+    /// The seq of its last event (`first_seq` for a run of none, which a
+    /// [`DeltaColumns`] never holds).
     pub fn last_seq(&self) -> u64 {
-        self.first_seq + (self.len as u64 - 1)
+        self.first_seq
+            .saturating_add((self.len as u64).saturating_sub(1))
     }
 }
 
