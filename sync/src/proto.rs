@@ -1800,13 +1800,27 @@ where
         sent.push(bytes);
     }
     for bytes in &sent {
-        let payload = &bytes[frame::LENGTH_PREFIX_BYTES..];
-        if let Received::Apply(delta) = to.handle_payload(now, payload, to_replica)? {
-            let applied = to_replica.apply(delta);
-            to.handle_applied(now, applied)?;
-        }
+        hand_in(now, to, &bytes[frame::LENGTH_PREFIX_BYTES..], to_replica)?;
     }
     Ok(!sent.is_empty())
+}
+
+/// Hands `core` one received payload and, if it carries a delta, applies
+/// it to `replica` at once and reports the outcome: the synchronous step of
+/// a driver whose replica commits on the caller's thread ([`sync_once`],
+/// and tests that drive two cores by hand, through
+/// `meshlog_sync::testkit::hand_in`).
+pub(crate) fn hand_in<S: Store + Send + Sync + 'static>(
+    now: Instant,
+    core: &mut Protocol,
+    payload: &[u8],
+    replica: &SharedReplica<S>,
+) -> Result<(), SessionError> {
+    if let Received::Apply(delta) = core.handle_payload(now, payload, replica)? {
+        let applied = replica.apply(delta);
+        core.handle_applied(now, applied)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

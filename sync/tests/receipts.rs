@@ -20,8 +20,8 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, Event};
 use meshlog_sync::frame::{self, Frame, LENGTH_PREFIX_BYTES};
-use meshlog_sync::proto::{Protocol, Received};
-use meshlog_sync::{SessionConfig, SharedReplica};
+use meshlog_sync::proto::Protocol;
+use meshlog_sync::{testkit, SessionConfig, SharedReplica};
 
 const TICK: Duration = Duration::from_secs(1);
 
@@ -73,11 +73,13 @@ impl Side {
 fn deliver(now: Instant, from: &mut Side, to: &mut Side) {
     while from.in_transit.front().is_some_and(|(at, _)| *at <= now) {
         let (_, bytes) = from.in_transit.pop_front().unwrap();
-        let payload = &bytes[LENGTH_PREFIX_BYTES..];
-        if let Received::Apply(delta) = to.core.handle_payload(now, payload, &to.replica).unwrap() {
-            let applied = to.replica.apply(delta);
-            to.core.handle_applied(now, applied).unwrap();
-        }
+        testkit::hand_in(
+            now,
+            &mut to.core,
+            &bytes[LENGTH_PREFIX_BYTES..],
+            &to.replica,
+        )
+        .unwrap();
     }
 }
 

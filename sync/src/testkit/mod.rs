@@ -21,6 +21,8 @@
 //! - [`run_paused`] and [`wait_for`]: a current-thread runtime whose clock
 //!   starts paused, and a bounded wait for a condition, so tests need not
 //!   each build their own.
+//! - [`hand_in`]: one received payload handed to a protocol core, its
+//!   delta applied at once, for tests that drive two cores by hand.
 //! - [`frame_check`]: the checks of the `frame_decode` fuzz target, shared
 //!   with its replay under `cargo test`; [`delta_check`], the same for the
 //!   `delta_apply` target (a decoded delta applied to a replica).
@@ -42,6 +44,27 @@ mod mesh;
 mod proxy;
 
 pub use mesh::{Divergence, MeshConfig, SimMesh};
+
+/// Hands `core` one received payload (a frame without its length prefix)
+/// and, if it carries a delta, applies it to `replica` at once and reports
+/// the outcome, as [`crate::sync_once`] does: the step of a test that drives
+/// two protocol cores by hand.
+///
+/// # Errors
+///
+/// What [`crate::proto::Protocol::handle_payload`] or
+/// [`crate::proto::Protocol::handle_applied`] answers.
+pub fn hand_in<S>(
+    now: std::time::Instant,
+    core: &mut crate::proto::Protocol,
+    payload: &[u8],
+    replica: &crate::SharedReplica<S>,
+) -> Result<(), crate::SessionError>
+where
+    S: meshlog_replica::Store + Send + Sync + 'static,
+{
+    crate::proto::hand_in(now, core, payload, replica)
+}
 pub use meshlog_testkit::seed::{for_each_seed, seeds, SEED_ENV};
 pub use meshlog_testkit::SplitMix64;
 pub use proxy::{Direction, FaultLink, FaultProxy, Faults, LinkControl, LinkStats};
