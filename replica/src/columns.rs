@@ -3,6 +3,7 @@
 
 use meshlog_cursor::{StreamId, VersionVector};
 
+use crate::narrow::ColumnRange;
 use crate::{Delta, Event};
 
 /// A delta's events as columns: runs of consecutive seqs of one stream,
@@ -48,9 +49,9 @@ pub struct DeltaColumns {
 /// where its payload ends among the chunk's payloads, and those payloads
 /// from `base` on.
 pub(crate) struct ColumnSlice<'a> {
-    pub(crate) lamports: &'a [u64],
-    pub(crate) times: &'a [u64],
-    pub(crate) ends: &'a [u64],
+    pub(crate) lamports: ColumnRange<'a>,
+    pub(crate) times: ColumnRange<'a>,
+    pub(crate) ends: ColumnRange<'a>,
     pub(crate) base: usize,
     pub(crate) payloads: &'a [u8],
 }
@@ -158,15 +159,14 @@ impl DeltaColumns {
             return;
         }
         self.start_run(stream, first_seq, slice.lamports.len());
-        self.lamports.extend_from_slice(slice.lamports);
-        self.times.extend_from_slice(slice.times);
+        slice
+            .lamports
+            .extend_into(&mut self.lamports, |lamport| lamport);
+        slice.times.extend_into(&mut self.times, |time| time);
         let shift = self.payloads.len();
-        self.ends.extend(
-            slice
-                .ends
-                .iter()
-                .map(|&end| end as usize - slice.base + shift),
-        );
+        slice
+            .ends
+            .extend_into(&mut self.ends, |end| end as usize - slice.base + shift);
         self.payloads.extend_from_slice(slice.payloads);
     }
 

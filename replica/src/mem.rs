@@ -7,9 +7,11 @@
 //! buffer of the chunk's payloads back to back, into which each payload is
 //! copied as it arrives, frozen once the chunk is full so that reads hand
 //! out slices of it without a copy (a read from the last, open chunk
-//! copies its payload out). About 24 bytes per
-//! event beyond the payload: chunks fill in seq order, so no column grows
-//! past what it holds except the last chunk's.
+//! copies its payload out). Each column holds 32-bit offsets while its
+//! values lie within 2^31 of its first ([`Column`]), as a chunk's stamps,
+//! times and ends do unless a clock jumps: about 12 bytes per event beyond
+//! the payload. Chunks fill in seq order, so no column grows past what it
+//! holds except the last chunk's.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -17,6 +19,7 @@ use bytes::Bytes;
 use meshlog_cursor::StreamId;
 
 use crate::columns::ColumnSlice;
+use crate::narrow::Column;
 use crate::{DeltaColumns, Event};
 
 /// Events per chunk.
@@ -141,11 +144,11 @@ impl Payloads {
 
 #[derive(Debug, Clone)]
 struct Chunk {
-    lamports: Vec<u64>,
-    times: Vec<u64>,
+    lamports: Column,
+    times: Column,
     /// Per event, where its payload ends in `payloads` (it starts where the
     /// one before ends).
-    ends: Vec<u64>,
+    ends: Column,
     payloads: Payloads,
 }
 
@@ -156,9 +159,9 @@ impl Chunk {
 
     fn with_capacity(len: usize, payload_bytes: usize) -> Self {
         Chunk {
-            lamports: Vec::with_capacity(len),
-            times: Vec::with_capacity(len),
-            ends: Vec::with_capacity(len),
+            lamports: Column::with_capacity(len),
+            times: Column::with_capacity(len),
+            ends: Column::with_capacity(len),
             payloads: Payloads::Open(Vec::with_capacity(payload_bytes)),
         }
     }
@@ -168,9 +171,9 @@ impl Chunk {
         let start = if index == 0 {
             0
         } else {
-            self.ends[index - 1] as usize
+            self.ends.get(index - 1) as usize
         };
-        (start, self.ends[index] as usize)
+        (start, self.ends.get(index) as usize)
     }
 
     fn payload(&self, index: usize) -> Bytes {
@@ -213,7 +216,7 @@ impl MemStream {
     /// summed a chunk at a time, a whole chunk's from its payload buffer's
     /// length.
     fn through(&self, first: u64, last: u64, lamport: u64) -> Through {
-        let stamp = |seq: u64| self.at(seq).map(|(chunk, index)| chunk.lamports[index]);
+        let stamp = |seq: u64| self.at(seq).map(|(chunk, index)| chunk.lamports.get(index));
         // Seqs `first ..` below `first + low` stamp at most `lamport`;
         // from `first + high` on, above it (or are not held).
         let (mut low, mut high) = (0u64, last - first + 1);
@@ -274,10 +277,7 @@ impl MemStream {
                 // doubling (which copies them ~8 times). A stream's first
                 // chunk grows, so a stream of few events keeps few bytes.
                 // Its payload buffer is sized as the chunk before it.
-                let before = self
-                    .chunks
-                    .back()
-                    .and_then(|chunk| chunk.ends.last().copied());
+                let before = self.chunks.back().and_then(|chunk| chunk.ends.last());
                 self.chunks.push_back(match before {
                     Some(bytes) => Chunk::with_capacity(CHUNK_LEN, bytes as usize),
                     None => Chunk::new(),
@@ -303,9 +303,14 @@ impl MemStream {
             }
             chunk.lamports.extend(now.iter().map(|event| event.lamport));
             chunk.times.extend(now.iter().map(|event| event.time_ms));
+            chunk
+                .ends
+                .extend(now.iter().scan(bytes.len() as u64, |end, event| {
+                    *end += event.payload.len() as u64;
+                    Some(*end)
+                }));
             for event in now {
                 bytes.extend_from_slice(&event.payload);
-                chunk.ends.push(bytes.len() as u64);
             }
             if chunk.lamports.len() == CHUNK_LEN {
                 let mut bytes = std::mem::take(bytes);
@@ -432,8 +437,8 @@ impl MemLog {
         Some(Event {
             stream,
             seq,
-            lamport: chunk.lamports[index],
-            time_ms: chunk.times[index],
+            lamport: chunk.lamports.get(index),
+            time_ms: chunk.times.get(index),
             payload: chunk.payload(index),
         })
     }
@@ -444,7 +449,7 @@ impl Source for MemLog {
         Ok(self
             .holding(stream, seq)
             .and_then(|log| log.at(seq))
-            .map(|(chunk, index)| chunk.lamports[index]))
+            .map(|(chunk, index)| chunk.lamports.get(index)))
     }
 
     fn event(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReadError> {
@@ -482,12 +487,12 @@ impl Source for MemLog {
             };
             let mut start = base;
             for i in index..=end_index {
-                let end = chunk.ends[i] as usize;
+                let end = chunk.ends.get(i) as usize;
                 let event = Event {
                     stream,
                     seq,
-                    lamport: chunk.lamports[i],
-                    time_ms: chunk.times[i],
+                    lamport: chunk.lamports.get(i),
+                    time_ms: chunk.times.get(i),
                     payload: payloads.slice(start - base..end - base),
                 };
                 *used = used.saturating_add(event.size_hint());
@@ -534,9 +539,9 @@ impl Source for MemLog {
                 stream,
                 seq,
                 ColumnSlice {
-                    lamports: &chunk.lamports[index..=end_index],
-                    times: &chunk.times[index..=end_index],
-                    ends: &chunk.ends[index..=end_index],
+                    lamports: chunk.lamports.range(index..=end_index),
+                    times: chunk.times.range(index..=end_index),
+                    ends: chunk.ends.range(index..=end_index),
                     base,
                     payloads: &payloads[base..base_end],
                 },
@@ -598,7 +603,7 @@ impl StreamScan for MemScan<'_> {
         Ok(self
             .log
             .and_then(|log| log.at(next))
-            .map(|(chunk, index)| chunk.lamports[index]))
+            .map(|(chunk, index)| chunk.lamports.get(index)))
     }
 
     fn take(&mut self) -> Result<Event, ReadError> {
@@ -627,8 +632,8 @@ impl StreamScan for MemScan<'_> {
         Ok(Event {
             stream: self.stream,
             seq,
-            lamport: chunk.lamports[index],
-            time_ms: chunk.times[index],
+            lamport: chunk.lamports.get(index),
+            time_ms: chunk.times.get(index),
             payload,
         })
     }
@@ -650,6 +655,9 @@ mod tests {
         let mut model: BTreeMap<(u64, u64), Event> = BTreeMap::new();
         let mut floors = [0u64; 3];
         let mut heads = [0u64; 3];
+        // Now and then a stamp jumps, or a time steps back, by more than
+        // a chunk's narrow column holds.
+        let mut jumped = 0u64;
         for step in 0..20_000u64 {
             let s = rng.below(3) as usize;
             let stream = StreamId::new(s as u64);
@@ -661,11 +669,18 @@ mod tests {
                 heads[s] = heads[s].max(floor);
             } else {
                 heads[s] += 1;
+                if rng.below(500) == 0 {
+                    jumped += 1 << 33;
+                }
                 let event = Event {
                     stream,
                     seq: heads[s],
-                    lamport: step + 1,
-                    time_ms: step,
+                    lamport: step + 1 + jumped,
+                    time_ms: if rng.below(300) == 0 {
+                        u64::MAX - step
+                    } else {
+                        step
+                    },
                     payload: Bytes::from(vec![step as u8; rng.below(9) as usize]),
                 };
                 log.push(&event);
