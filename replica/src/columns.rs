@@ -56,6 +56,61 @@ pub(crate) struct ColumnSlice<'a> {
     pub(crate) payloads: &'a [u8],
 }
 
+/// One run of a [`DeltaColumns`] with its columns: what a store holds
+/// without making an [`Event`] of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunColumns<'a> {
+    pub(crate) stream: StreamId,
+    pub(crate) first_seq: u64,
+    pub(crate) lamports: &'a [u64],
+    pub(crate) times: &'a [u64],
+    /// Per event, where its payload ends in `payloads`.
+    pub(crate) ends: &'a [usize],
+    /// Where the run's first payload starts in `payloads`.
+    pub(crate) start: usize,
+    /// Every payload of the delta (the run's are `start ..` its last end).
+    pub(crate) payloads: &'a [u8],
+}
+
+impl RunColumns<'_> {
+    /// Its events (at least one).
+    pub(crate) fn len(&self) -> usize {
+        self.lamports.len()
+    }
+
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.first_seq + (self.len() as u64 - 1)
+    }
+
+    pub(crate) fn last_lamport(&self) -> u64 {
+        self.lamports[self.len() - 1]
+    }
+
+    /// Where the payload of event `index` starts in `payloads`.
+    pub(crate) fn payload_start(&self, index: usize) -> usize {
+        if index == 0 {
+            self.start
+        } else {
+            self.ends[index - 1]
+        }
+    }
+
+    /// The run as events, their payloads slices of one copy.
+    pub(crate) fn to_events(self) -> Vec<Event> {
+        let base = self.start;
+        let copy = bytes::Bytes::copy_from_slice(&self.payloads[base..self.ends[self.len() - 1]]);
+        (0..self.len())
+            .map(|i| Event {
+                stream: self.stream,
+                seq: self.first_seq + i as u64,
+                lamport: self.lamports[i],
+                time_ms: self.times[i],
+                payload: copy.slice(self.payload_start(i) - base..self.ends[i] - base),
+            })
+            .collect()
+    }
+}
+
 /// One run of a [`DeltaColumns`]: `len` events of `stream`, seqs
 /// `first_seq ..`, the next `len` entries of each column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +132,150 @@ impl ColumnRun {
     }
 }
 
+/// Why columns handed to [`DeltaColumns::from_parts`] do not make a
+/// delta.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ColumnsError {
+    /// A run of no events.
+    #[error("run {index} (stream {stream}) holds no events")]
+    EmptyRun {
+        /// The run's position.
+        index: usize,
+        /// Its stream.
+        stream: StreamId,
+    },
+    /// A run whose seqs pass `u64::MAX`.
+    #[error(
+        "run {index} (stream {stream}) of {len} events from seq {first_seq} passes the largest seq"
+    )]
+    SeqOverflow {
+        /// The run's position.
+        index: usize,
+        /// Its stream.
+        stream: StreamId,
+        /// Its first seq.
+        first_seq: u64,
+        /// Its events.
+        len: usize,
+    },
+    /// A column whose length is not the runs' event count.
+    #[error("the {column} column holds {len} values for {events} events")]
+    ColumnLength {
+        /// Which column.
+        column: &'static str,
+        /// Its values.
+        len: usize,
+        /// The events the runs hold.
+        events: usize,
+    },
+    /// Payload ends that fall, or do not end at the payloads' length.
+    #[error("payload end {end} of event {index} is below the one before or past the {payload_bytes} payload bytes")]
+    BadEnd {
+        /// The event's position.
+        index: usize,
+        /// Its end.
+        end: usize,
+        /// The payload bytes given.
+        payload_bytes: usize,
+    },
+}
+
 impl DeltaColumns {
+    /// A delta from its columns, as a decoder reads them: `runs`, then
+    /// per event (in run order) its lamport stamp, time and where its
+    /// payload ends in `payloads`, which holds every payload back to back.
+    /// Checked whole: every run holds events whose seqs fit a `u64`, each
+    /// column holds one value per event, and the ends rise (or stay) up to
+    /// exactly `payloads.len()`. Runs are kept as given (two runs of one
+    /// stream stay two).
+    ///
+    /// ```
+    /// use meshlog_cursor::{StreamId, VersionVector};
+    /// use meshlog_replica::{ColumnRun, DeltaColumns};
+    ///
+    /// let run = ColumnRun { stream: StreamId::new(4), first_seq: 1, len: 2 };
+    /// let columns = DeltaColumns::from_parts(
+    ///     VersionVector::new(),
+    ///     vec![run],
+    ///     vec![1, 2],
+    ///     vec![1_000, 1_000],
+    ///     vec![3, 5],
+    ///     b"onetw".to_vec(),
+    /// )?;
+    /// assert_eq!(columns.payload(1), b"tw");
+    /// assert!(DeltaColumns::from_parts(
+    ///     VersionVector::new(), vec![run], vec![1], vec![1_000], vec![3], b"one".to_vec()
+    /// ).is_err());
+    /// # Ok::<(), meshlog_replica::ColumnsError>(())
+    /// ```
+    pub fn from_parts(
+        floor: VersionVector,
+        runs: Vec<ColumnRun>,
+        lamports: Vec<u64>,
+        times: Vec<u64>,
+        ends: Vec<usize>,
+        payloads: Vec<u8>,
+    ) -> Result<Self, ColumnsError> {
+        let mut events = 0usize;
+        for (index, run) in runs.iter().enumerate() {
+            if run.len == 0 {
+                return Err(ColumnsError::EmptyRun {
+                    index,
+                    stream: run.stream,
+                });
+            }
+            if run.first_seq.checked_add(run.len as u64 - 1).is_none() {
+                return Err(ColumnsError::SeqOverflow {
+                    index,
+                    stream: run.stream,
+                    first_seq: run.first_seq,
+                    len: run.len,
+                });
+            }
+            events = events.saturating_add(run.len);
+        }
+        for (column, len) in [
+            ("lamport", lamports.len()),
+            ("time", times.len()),
+            ("payload end", ends.len()),
+        ] {
+            if len != events {
+                return Err(ColumnsError::ColumnLength {
+                    column,
+                    len,
+                    events,
+                });
+            }
+        }
+        let mut previous = 0;
+        for (index, &end) in ends.iter().enumerate() {
+            if end < previous || end > payloads.len() {
+                return Err(ColumnsError::BadEnd {
+                    index,
+                    end,
+                    payload_bytes: payloads.len(),
+                });
+            }
+            previous = end;
+        }
+        if previous != payloads.len() {
+            return Err(ColumnsError::BadEnd {
+                index: events.saturating_sub(1),
+                end: previous,
+                payload_bytes: payloads.len(),
+            });
+        }
+        Ok(DeltaColumns {
+            floor,
+            runs,
+            lamports,
+            times,
+            ends,
+            payloads,
+        })
+    }
+
     /// No events, and `floor`.
     pub fn new(floor: VersionVector) -> Self {
         DeltaColumns {
@@ -185,6 +383,23 @@ impl DeltaColumns {
         }
     }
 
+    /// Its runs with their columns, in order.
+    pub(crate) fn run_parts(&self) -> impl Iterator<Item = RunColumns<'_>> + '_ {
+        self.runs.iter().scan(0usize, move |next, run| {
+            let first = *next;
+            *next += run.len;
+            Some(RunColumns {
+                stream: run.stream,
+                first_seq: run.first_seq,
+                lamports: &self.lamports[first..*next],
+                times: &self.times[first..*next],
+                ends: &self.ends[first..*next],
+                start: if first == 0 { 0 } else { self.ends[first - 1] },
+                payloads: &self.payloads,
+            })
+        })
+    }
+
     /// How many events.
     pub fn len(&self) -> usize {
         self.lamports.len()
@@ -255,6 +470,72 @@ mod tests {
             time_ms: 1000 + seq,
             payload: Bytes::from_static(payload),
         }
+    }
+
+    /// Columns from their parts are the delta they make, or the reason
+    /// they make none, at each edge.
+    #[test]
+    fn columns_from_parts_are_checked_whole() {
+        let delta = Delta {
+            floor: VersionVector::new(),
+            events: vec![event(3, 4, b"a"), event(3, 5, b""), event(1, 9, b"bcd")],
+        };
+        let columns = DeltaColumns::from_delta(&delta);
+        let parts = |columns: &DeltaColumns| {
+            (
+                columns.runs.clone(),
+                columns.lamports.clone(),
+                columns.times.clone(),
+                columns.ends.clone(),
+                columns.payloads.clone(),
+            )
+        };
+        let from = |(runs, lamports, times, ends, payloads)| {
+            DeltaColumns::from_parts(VersionVector::new(), runs, lamports, times, ends, payloads)
+        };
+        assert_eq!(from(parts(&columns)), Ok(columns.clone()));
+        let stream = StreamId::new(3);
+        let mut bad = parts(&columns);
+        bad.0[0].len = 0;
+        assert_eq!(from(bad), Err(ColumnsError::EmptyRun { index: 0, stream }));
+        let mut bad = parts(&columns);
+        bad.0[0].first_seq = u64::MAX;
+        assert!(matches!(
+            from(bad),
+            Err(ColumnsError::SeqOverflow { index: 0, .. })
+        ));
+        // A run of one event may start at the last seq.
+        let mut edge = parts(&columns);
+        edge.0[1].first_seq = u64::MAX;
+        assert!(from(edge).is_ok());
+        let mut bad = parts(&columns);
+        bad.2.pop();
+        assert_eq!(
+            from(bad),
+            Err(ColumnsError::ColumnLength {
+                column: "time",
+                len: 2,
+                events: 3
+            })
+        );
+        let mut bad = parts(&columns);
+        bad.3[1] = 0;
+        assert!(matches!(
+            from(bad),
+            Err(ColumnsError::BadEnd { index: 1, .. })
+        ));
+        let mut bad = parts(&columns);
+        bad.4.push(b'x');
+        assert!(matches!(
+            from(bad),
+            Err(ColumnsError::BadEnd { end: 4, .. })
+        ));
+        let mut bad = parts(&columns);
+        bad.3[2] = usize::MAX;
+        assert!(matches!(
+            from(bad),
+            Err(ColumnsError::BadEnd { index: 2, .. })
+        ));
     }
 
     #[test]

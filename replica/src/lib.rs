@@ -55,7 +55,7 @@ mod shared;
 mod state;
 mod store;
 
-pub use columns::{ColumnRun, DeltaColumns};
+pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
     LOCK_FILE,

@@ -18,6 +18,7 @@ use std::sync::{PoisonError, RwLockReadGuard};
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
+use crate::columns::RunColumns;
 use crate::mem::{MemLog, ReadError, Source, StreamScan};
 use crate::store::{StoreView, ViewKind};
 use crate::Event;
@@ -310,34 +311,53 @@ impl Log {
         let (Some(first), Some(last)) = (events.first(), events.last()) else {
             return 0;
         };
-        let log = self.streams.entry(first.stream);
-        assert_eq!(
-            Some(first.seq),
-            log.head.checked_add(1),
-            "held events stay gap-free"
-        );
         assert_eq!(
             Some(last.seq),
             first.seq.checked_add(events.len() as u64 - 1),
             "a run is consecutive seqs"
         );
-        log.head = last.seq;
+        let was_early = self.advance_head(first.stream, first.seq, last.seq);
+        if let Held::Own(own) = &mut self.held {
+            own.push_run(events);
+        }
+        was_early
+    }
+
+    /// [`Log::push_run`] for a run of a delta in columns.
+    pub(crate) fn push_columns(&mut self, run: RunColumns<'_>) -> usize {
+        if run.len() == 0 {
+            return 0;
+        }
+        let was_early = self.advance_head(run.stream, run.first_seq, run.last_seq());
+        if let Held::Own(own) = &mut self.held {
+            own.push_columns(run);
+        }
+        was_early
+    }
+
+    /// Moves `stream`'s head from `first - 1` to `last`, dropping the
+    /// pending versions of the seqs between: how many there were.
+    fn advance_head(&mut self, stream: StreamId, first: u64, last: u64) -> usize {
+        let log = self.streams.entry(stream);
+        assert_eq!(
+            Some(first),
+            log.head.checked_add(1),
+            "held events stay gap-free"
+        );
+        log.head = last;
         let mut was_early = 0;
         if !log.pending.is_empty() {
             // Only the pending seqs in the run are visited (the buffer may
             // hold many more above it).
             let early: Vec<u64> = log
                 .pending
-                .range(first.seq..=last.seq)
+                .range(first..=last)
                 .map(|(&seq, _)| seq)
                 .collect();
             for seq in &early {
                 log.pending.remove(seq);
             }
             was_early = early.len();
-        }
-        if let Held::Own(own) = &mut self.held {
-            own.push_run(events);
         }
         was_early
     }

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
 
-use crate::columns::ColumnSlice;
+use crate::columns::{ColumnSlice, RunColumns};
 use crate::narrow::Column;
 use crate::{DeltaColumns, Event};
 
@@ -263,44 +263,71 @@ impl MemStream {
         bytes
     }
 
+    /// The open chunk with room for up to `events` more (at least one),
+    /// and how many it takes, with room for them in its columns.
+    fn open_chunk(&mut self, events: usize) -> (&mut Chunk, usize) {
+        if self
+            .chunks
+            .back()
+            .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
+        {
+            // A stream that filled a chunk will likely fill the next:
+            // its columns are made whole at once rather than grown by
+            // doubling (which copies them ~8 times). A stream's first
+            // chunk grows, so a stream of few events keeps few bytes.
+            // Its payload buffer is sized as the chunk before it.
+            let before = self.chunks.back().and_then(|chunk| chunk.ends.last());
+            self.chunks.push_back(match before {
+                Some(bytes) => Chunk::with_capacity(CHUNK_LEN, bytes as usize),
+                None => Chunk::new(),
+            });
+        }
+        let chunk = self.chunks.back_mut().expect("a chunk was just ensured");
+        let len = chunk.lamports.len();
+        let taken = (CHUNK_LEN - len).min(events);
+        // A first chunk grows by doubling, but never past a chunk's
+        // worth (a stream that fills it would leave the rest unused).
+        if chunk.lamports.capacity() < len + taken {
+            let target = (len + taken)
+                .max(2 * chunk.lamports.capacity())
+                .min(CHUNK_LEN);
+            for column in [&mut chunk.lamports, &mut chunk.times, &mut chunk.ends] {
+                column.reserve_exact(target - len);
+            }
+        }
+        (chunk, taken)
+    }
+
+    /// Counts `taken` events held in the open chunk, and seals it if they
+    /// filled it.
+    fn filled(&mut self, taken: usize) {
+        self.len += taken as u64;
+        let chunk = self.chunks.back_mut().expect("a chunk was filled");
+        if chunk.lamports.len() < CHUNK_LEN {
+            return;
+        }
+        let Payloads::Open(bytes) = &mut chunk.payloads else {
+            unreachable!("only full chunks are sealed");
+        };
+        let mut bytes = std::mem::take(bytes);
+        // Sealed at its length: the buffer grew by doubling, and its
+        // slack would stay for as long as the chunk.
+        if bytes.capacity() - bytes.len() > bytes.len() / 16 {
+            bytes.shrink_to_fit();
+        }
+        chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
+    }
+
     /// Appends `events`, the ones after the last held (checked by the
     /// caller), a chunk's worth at a time.
     fn push_all(&mut self, mut events: &[Event]) {
         while !events.is_empty() {
-            if self
-                .chunks
-                .back()
-                .is_none_or(|chunk| chunk.lamports.len() == CHUNK_LEN)
-            {
-                // A stream that filled a chunk will likely fill the next:
-                // its columns are made whole at once rather than grown by
-                // doubling (which copies them ~8 times). A stream's first
-                // chunk grows, so a stream of few events keeps few bytes.
-                // Its payload buffer is sized as the chunk before it.
-                let before = self.chunks.back().and_then(|chunk| chunk.ends.last());
-                self.chunks.push_back(match before {
-                    Some(bytes) => Chunk::with_capacity(CHUNK_LEN, bytes as usize),
-                    None => Chunk::new(),
-                });
-            }
-            let chunk = self.chunks.back_mut().expect("a chunk was just ensured");
-            let room = CHUNK_LEN - chunk.lamports.len();
-            let (now, rest) = events.split_at(room.min(events.len()));
+            let (chunk, taken) = self.open_chunk(events.len());
+            let (now, rest) = events.split_at(taken);
             let Payloads::Open(bytes) = &mut chunk.payloads else {
                 unreachable!("only full chunks are sealed");
             };
             bytes.reserve(now.iter().map(|event| event.payload.len()).sum());
-            // A first chunk grows by doubling, but never past a chunk's
-            // worth (a stream that fills it would leave the rest unused).
-            let len = chunk.lamports.len();
-            if chunk.lamports.capacity() < len + now.len() {
-                let target = (len + now.len())
-                    .max(2 * chunk.lamports.capacity())
-                    .min(CHUNK_LEN);
-                for column in [&mut chunk.lamports, &mut chunk.times, &mut chunk.ends] {
-                    column.reserve_exact(target - len);
-                }
-            }
             chunk.lamports.extend(now.iter().map(|event| event.lamport));
             chunk.times.extend(now.iter().map(|event| event.time_ms));
             chunk
@@ -312,17 +339,34 @@ impl MemStream {
             for event in now {
                 bytes.extend_from_slice(&event.payload);
             }
-            if chunk.lamports.len() == CHUNK_LEN {
-                let mut bytes = std::mem::take(bytes);
-                // Sealed at its length: the buffer grew by doubling, and its
-                // slack would stay for as long as the chunk.
-                if bytes.capacity() - bytes.len() > bytes.len() / 16 {
-                    bytes.shrink_to_fit();
-                }
-                chunk.payloads = Payloads::Sealed(Bytes::from(bytes));
-            }
-            self.len += now.len() as u64;
+            self.filled(taken);
             events = rest;
+        }
+    }
+
+    /// Appends a run in columns, the events after the last held (checked
+    /// by the caller), a chunk's worth at a time: its columns copied, its
+    /// payloads in one copy per chunk.
+    fn push_columns(&mut self, run: RunColumns<'_>) {
+        let mut at = 0;
+        while at < run.len() {
+            let (chunk, taken) = self.open_chunk(run.len() - at);
+            let Payloads::Open(bytes) = &mut chunk.payloads else {
+                unreachable!("only full chunks are sealed");
+            };
+            let end = at + taken;
+            let (from, to) = (run.payload_start(at), run.ends[end - 1]);
+            chunk.lamports.extend(run.lamports[at..end].iter().copied());
+            chunk.times.extend(run.times[at..end].iter().copied());
+            let shift = bytes.len();
+            chunk.ends.extend(
+                run.ends[at..end]
+                    .iter()
+                    .map(|&end| (end - from + shift) as u64),
+            );
+            bytes.extend_from_slice(&run.payloads[from..to]);
+            self.filled(taken);
+            at = end;
         }
     }
 }
@@ -354,42 +398,53 @@ impl MemLog {
         let Some(first) = events.first() else {
             return;
         };
-        let stream = self
-            .streams
-            .entry(first.stream)
-            .or_insert_with(|| MemStream {
-                first: first.seq,
-                len: 0,
-                chunks: VecDeque::new(),
-            });
-        if stream.len == 0 {
-            stream.first = first.seq;
-            stream.chunks.clear();
-        } else if first.seq.saturating_sub(stream.first) > stream.len {
-            // (`seq - first` cannot underflow: a push never goes below the
-            // held events; the assertion below says so otherwise.)
-            // Past a floor raised above the head: the old events are
-            // retired, not freed, and the stream starts again here.
-            let fresh = MemStream {
-                first: first.seq,
-                len: 0,
-                chunks: VecDeque::new(),
-            };
-            let old = std::mem::replace(stream, fresh);
-            self.retired.push((first.stream, old));
-        }
-        assert_eq!(
-            first.seq.checked_sub(stream.first),
-            Some(stream.len),
-            "held events stay gap-free"
-        );
         assert!(
             events.iter().enumerate().all(|(i, event)| {
                 event.stream == first.stream && Some(event.seq) == first.seq.checked_add(i as u64)
             }),
             "a run is consecutive seqs of one stream"
         );
-        stream.push_all(events);
+        self.stream_at(first.stream, first.seq).push_all(events);
+    }
+
+    /// Holds a run of a delta in columns, the next after what is held (or
+    /// from any seq, for a stream holding nothing).
+    pub(crate) fn push_columns(&mut self, run: RunColumns<'_>) {
+        if run.len() == 0 {
+            return;
+        }
+        self.stream_at(run.stream, run.first_seq).push_columns(run);
+    }
+
+    /// `stream`'s events, ready to take `seq` next.
+    fn stream_at(&mut self, id: StreamId, seq: u64) -> &mut MemStream {
+        let stream = self.streams.entry(id).or_insert_with(|| MemStream {
+            first: seq,
+            len: 0,
+            chunks: VecDeque::new(),
+        });
+        if stream.len == 0 {
+            stream.first = seq;
+            stream.chunks.clear();
+        } else if seq.saturating_sub(stream.first) > stream.len {
+            // (`seq - first` cannot underflow: a push never goes below the
+            // held events; the assertion below says so otherwise.)
+            // Past a floor raised above the head: the old events are
+            // retired, not freed, and the stream starts again here.
+            let fresh = MemStream {
+                first: seq,
+                len: 0,
+                chunks: VecDeque::new(),
+            };
+            let old = std::mem::replace(stream, fresh);
+            self.retired.push((id, old));
+        }
+        assert_eq!(
+            seq.checked_sub(stream.first),
+            Some(stream.len),
+            "held events stay gap-free"
+        );
+        stream
     }
 
     /// Frees the chunks of `stream` whose events are all at or below

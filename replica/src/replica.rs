@@ -458,6 +458,37 @@ impl<S: Store> Replica<S> {
         Ok(report)
     }
 
+    /// [`Replica::apply`] for a delta in columns, as a receiver decodes one:
+    /// the same checks, outcome and state as applying
+    /// [`DeltaColumns::to_delta`]. A delta that only extends other
+    /// streams' heads (one run per stream, no floor, nothing pending in
+    /// them) is checked per run and held as columns, without an [`Event`]
+    /// per event; any other goes the event path.
+    ///
+    /// ```
+    /// use meshlog_cursor::{StreamId, VersionVector};
+    /// use meshlog_replica::Replica;
+    ///
+    /// let mut writer = Replica::new(StreamId::new(1));
+    /// writer.append(&b"hello"[..])?;
+    /// let columns = writer.delta_columns_for(&VersionVector::new(), usize::MAX);
+    /// let mut reader = Replica::new(StreamId::new(2));
+    /// assert_eq!(reader.apply_columns(&columns)?.applied, 1);
+    /// assert_eq!(reader.marks(), writer.marks());
+    /// # Ok::<(), meshlog_replica::ReplicaError>(())
+    /// ```
+    pub fn apply_columns(&mut self, columns: &DeltaColumns) -> Result<ApplyReport, ReplicaError> {
+        self.check_usable()?;
+        let Some(mut plan) = self.state.plan_columns(columns) else {
+            return self.apply(&columns.to_delta());
+        };
+        let _span = tracing::debug_span!("apply", events = columns.len()).entered();
+        self.commit_and_publish(&plan)?;
+        let report = plan.reports.pop().expect("one delta, one report");
+        tracing::debug!(applied = report.applied, "apply");
+        Ok(report)
+    }
+
     /// Raises the floor to `target` (per stream, clamped to the head: a
     /// replica compacts only what it holds) and drops the events below it.
     /// A floor never falls.

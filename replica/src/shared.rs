@@ -252,6 +252,7 @@ struct Queue {
 enum Work {
     Append { payloads: Vec<Bytes>, time_ms: u64 },
     Apply(Delta),
+    ApplyColumns(DeltaColumns),
     Compact(VersionVector),
 }
 
@@ -260,6 +261,7 @@ impl Work {
         match self {
             Work::Append { payloads, .. } => payloads.len(),
             Work::Apply(delta) => delta.events.len(),
+            Work::ApplyColumns(columns) => columns.len(),
             Work::Compact(_) => 0,
         }
     }
@@ -268,6 +270,7 @@ impl Work {
         match self {
             Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
             Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
+            Work::ApplyColumns(columns) => columns.payloads().len(),
             Work::Compact(_) => 0,
         }
     }
@@ -533,6 +536,13 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         self.apply_async(delta).wait()
     }
 
+    /// Validates, then applies a delta in columns from a peer (see
+    /// [`Replica::apply_columns`]), in the next round. Blocks; see
+    /// [`SharedReplica::apply_columns_async`].
+    pub fn apply_columns(&self, columns: DeltaColumns) -> Result<ApplyReport, ReplicaError> {
+        self.apply_columns_async(columns).wait()
+    }
+
     /// Compacts to `target` (see [`Replica::compact`]). Blocks; see
     /// [`SharedReplica::compact_async`].
     pub fn compact(&self, target: &VersionVector) -> Result<CompactReport, ReplicaError> {
@@ -566,6 +576,17 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     /// [`SharedReplica::apply`] as a future.
     pub fn apply_async(&self, delta: Delta) -> Completion<Result<ApplyReport, ReplicaError>> {
         self.submit(Work::Apply(delta), applied)
+    }
+
+    /// [`SharedReplica::apply_columns`] as a future. A delta in columns
+    /// that is its round's only request, and clean (see
+    /// [`Replica::apply_columns`]), is held as columns; else it joins its
+    /// round as events.
+    pub fn apply_columns_async(
+        &self,
+        columns: DeltaColumns,
+    ) -> Completion<Result<ApplyReport, ReplicaError>> {
+        self.submit(Work::ApplyColumns(columns), applied)
     }
 
     /// [`SharedReplica::compact`] as a future.
@@ -959,6 +980,26 @@ impl<S: Store> Inner<S> {
                 return;
             }
         }
+        if let [request] = round {
+            if let Work::ApplyColumns(columns) = &request.work {
+                let plan = read(&self.state).plan_columns(columns);
+                if let Some(mut plan) = plan {
+                    let result = self
+                        .commit_and_publish(writer, &plan)
+                        .map(|()| plan.reports.pop().expect("one delta, one report"))
+                        .map_err(|error| share(&Arc::new(error)));
+                    request.answer(Outcome::Applied(result));
+                    return;
+                }
+            }
+        }
+        // A delta in columns that is not planned as columns above joins the
+        // round as events.
+        for request in round.iter_mut() {
+            if let Work::ApplyColumns(columns) = &request.work {
+                request.work = Work::Apply(columns.to_delta());
+            }
+        }
         let state = read(&self.state);
         // Validate each delta against the state and the deltas accepted
         // before it in this round.
@@ -1003,6 +1044,7 @@ impl<S: Store> Inner<S> {
                     });
                 }
                 Work::Compact(_) => unreachable!("a compaction is a round of its own"),
+                Work::ApplyColumns(_) => unreachable!("made a delta of events above"),
             }
             delta_of.push(delta_slot);
             refusals.push(refusal);

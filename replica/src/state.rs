@@ -22,7 +22,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::log::{Held, Log, StreamLog, Walk};
 use crate::mem::{MemLog, ReadError, Through};
-use crate::store::StoreView;
+use crate::store::{BatchPart, StoreView};
 use crate::{
     ApplyReport, Batch, CompactReport, Config, Delta, DeltaColumns, DeltaError, Digest, Event,
     Page, PageError, ReplicaError, Stats, Store,
@@ -1254,6 +1254,73 @@ impl State {
         plan
     }
 
+    /// Plans a delta in columns as columns, if it is *clean*: no floor,
+    /// one run per stream, streams ascending, none this replica's own, each
+    /// run from its stream's head + 1 with nothing pending in the stream,
+    /// stamps rising above the head's up to `LAMPORT_MAX`, payloads within
+    /// the limit, and room for its new streams. That is a delta the event
+    /// path takes whole, each run as one operation, and plans alike
+    /// ([`State::clean_run`], [`State::plan_round`]). Anything else is
+    /// `None`: the caller plans it as events, which validate it and say
+    /// why it is refused, if it is. Changes nothing.
+    pub(crate) fn plan_columns<'d>(&self, columns: &'d DeltaColumns) -> Option<Plan<'d>> {
+        if !columns.floor.is_empty() {
+            return None;
+        }
+        let mut plan = Plan {
+            reports: vec![ApplyReport::default()],
+            ..Plan::default()
+        };
+        let mut clock = self.clock;
+        let mut new_streams = 0usize;
+        let mut previous: Option<StreamId> = None;
+        for run in columns.run_parts() {
+            let stream = run.stream;
+            if stream == self.config.stream || previous.is_some_and(|before| before >= stream) {
+                return None;
+            }
+            previous = Some(stream);
+            let log = self.log.stream(stream);
+            if log.is_some_and(|log| !log.has_no_early()) {
+                return None;
+            }
+            new_streams += usize::from(log.is_none());
+            let head = log.map_or(0, StreamLog::head);
+            let floor_seq = self.floor.get(stream);
+            if run.len() == 0
+                || head.checked_add(1) != Some(run.first_seq)
+                || run.first_seq <= floor_seq
+                || run.first_seq.checked_add(run.len() as u64 - 1).is_none()
+                || run.last_lamport() > crate::LAMPORT_MAX
+                || run.lamports.windows(2).any(|pair| pair[0] >= pair[1])
+                || (0..run.len())
+                    .any(|i| run.ends[i] - run.payload_start(i) > self.config.payload_bytes_max)
+            {
+                return None;
+            }
+            if head > floor_seq {
+                let known = self.log.known_lamport(log?, head).ok()?;
+                if known.is_some_and(|lamport| lamport >= run.lamports[0]) {
+                    return None;
+                }
+            }
+            clock = clock.max(run.last_lamport());
+            plan.reports[0].applied += run.len() as u64;
+            plan.heads_after.push((stream, run.last_seq()));
+            let index = plan.batch.add_columns(run);
+            plan.ops.push(Op::Events {
+                run: index,
+                source: Source::Received,
+            });
+        }
+        if self.log.stream_count() + new_streams > self.config.streams_max {
+            return None;
+        }
+        plan.batch.clock = clock;
+        plan.pending_len_after = self.pending_len;
+        Some(plan)
+    }
+
     fn plan_append(
         &self,
         request: &AppendRequest,
@@ -1383,9 +1450,22 @@ impl State {
                     touched.push(stream);
                 }
                 Op::Events { run, source } => {
-                    let run = plan.batch.run(run);
-                    let len = run.len();
-                    let was_early = self.log.push_run(run);
+                    let (stream, first_seq, len, last_lamport, was_early) =
+                        match plan.batch.part(run) {
+                            BatchPart::Events(run) => {
+                                let len = run.len();
+                                let was_early = self.log.push_run(run);
+                                // Stamps rise with seq: the run's last is
+                                // its highest.
+                                let last = &run[len - 1];
+                                (run[0].stream, run[0].seq, len, last.lamport, was_early)
+                            }
+                            BatchPart::Columns(run) => {
+                                let was_early = self.log.push_columns(run);
+                                let last = run.last_lamport();
+                                (run.stream, run.first_seq, run.len(), last, was_early)
+                            }
+                        };
                     match source {
                         Source::Released => {
                             assert_eq!(was_early, len, "a released event was pending");
@@ -1402,12 +1482,10 @@ impl State {
                     if recorded.is_none() {
                         self.lazy_digest()
                             .unhashed
-                            .entry(run[0].stream)
-                            .or_insert(run[0].seq);
+                            .entry(stream)
+                            .or_insert(first_seq);
                     }
-                    // Stamps rise with seq: the run's last is its highest.
-                    self.clock = self.clock.max(run[len - 1].lamport);
-                    let stream = run[0].stream;
+                    self.clock = self.clock.max(last_lamport);
                     if touched.last() != Some(&stream) {
                         touched.push(stream);
                     }

@@ -9,10 +9,11 @@
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::error::Error;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use meshlog_cursor::{StreamId, VersionVector};
 
+use crate::columns::RunColumns;
 use crate::mem::{MemLog, Source};
 use crate::{Digest, Event};
 
@@ -20,17 +21,38 @@ use crate::{Digest, Event};
 ///
 /// Its events are kept as the runs they were planned in, each borrowed
 /// from the delta it arrived in where it can be (so a received event is
-/// neither copied nor shared on its way to the store), or owned.
+/// neither copied nor shared on its way to the store), or owned. A run
+/// of a delta received in columns ([`DeltaColumns`](crate::DeltaColumns))
+/// stays in columns: `MemStore` copies them as they are, and the
+/// run's [`Event`]s are made only if a store asks for them
+/// ([`Batch::events`], [`Batch::runs`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch<'a> {
     /// Events to add, each the next of its stream (contiguous per stream),
     /// in order across the runs.
-    runs: Vec<Cow<'a, [Event]>>,
+    runs: Vec<BatchRun<'a>>,
     /// Floors to raise: for each `(stream, floor_seq)`, delete every event of
     /// the stream with `seq <= floor_seq` and record the floor.
     pub floors: Vec<(StreamId, u64)>,
     /// The replica's lamport clock after the batch.
     pub clock: u64,
+}
+
+/// One run of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BatchRun<'a> {
+    Events(Cow<'a, [Event]>),
+    /// A run of a delta in columns, and its events once asked for.
+    Columns {
+        run: RunColumns<'a>,
+        events: OnceLock<Vec<Event>>,
+    },
+}
+
+/// A batch's run as a store reads it.
+pub(crate) enum BatchPart<'b> {
+    Events(&'b [Event]),
+    Columns(RunColumns<'b>),
 }
 
 impl<'a> Batch<'a> {
@@ -75,40 +97,81 @@ impl<'a> Batch<'a> {
     /// Adds `events` after those already in the batch; returns the run's
     /// index.
     pub(crate) fn add_events(&mut self, events: impl Into<Cow<'a, [Event]>>) -> usize {
-        self.runs.push(events.into());
+        self.runs.push(BatchRun::Events(events.into()));
         self.runs.len() - 1
     }
 
-    /// The run at `index`, as added.
+    /// Adds a run of a delta in columns after those already in the batch;
+    /// returns the run's index.
+    pub(crate) fn add_columns(&mut self, run: RunColumns<'a>) -> usize {
+        self.runs.push(BatchRun::Columns {
+            run,
+            events: OnceLock::new(),
+        });
+        self.runs.len() - 1
+    }
+
+    /// The run at `index`, as a store reads it.
+    pub(crate) fn part(&self, index: usize) -> BatchPart<'_> {
+        match &self.runs[index] {
+            BatchRun::Events(events) => BatchPart::Events(events),
+            BatchRun::Columns { run, .. } => BatchPart::Columns(*run),
+        }
+    }
+
+    /// The runs, as a store reads them.
+    pub(crate) fn parts(&self) -> impl Iterator<Item = BatchPart<'_>> + '_ {
+        (0..self.runs.len()).map(|index| self.part(index))
+    }
+
+    /// The events of the run at `index` (made from its columns, once, if
+    /// it is a run in columns).
     pub(crate) fn run(&self, index: usize) -> &[Event] {
-        &self.runs[index]
+        match &self.runs[index] {
+            BatchRun::Events(events) => events,
+            BatchRun::Columns { run, events } => events.get_or_init(|| run.to_events()),
+        }
     }
 
     /// Takes the events of the run at `index` out of the batch (which keeps
     /// an empty run there), copying them only if they were borrowed.
     pub(crate) fn take_run(&mut self, index: usize) -> Vec<Event> {
-        std::mem::take(&mut self.runs[index]).into_owned()
+        match std::mem::replace(&mut self.runs[index], BatchRun::Events(Cow::Borrowed(&[]))) {
+            BatchRun::Events(events) => events.into_owned(),
+            BatchRun::Columns { run, events } => {
+                events.into_inner().unwrap_or_else(|| run.to_events())
+            }
+        }
     }
 
     /// The events to add, in order.
     pub fn events(&self) -> impl Iterator<Item = &Event> + '_ {
-        self.runs.iter().flat_map(|run| run.iter())
+        self.runs().flatten()
     }
 
     /// The events to add, in order, as slices (each may hold several
     /// streams; every stream's events are in seq order across them).
     pub fn runs(&self) -> impl Iterator<Item = &[Event]> + '_ {
-        self.runs.iter().map(|run| &**run)
+        (0..self.runs.len()).map(|index| self.run(index))
     }
 
     /// How many events the batch adds.
     pub fn event_count(&self) -> usize {
-        self.runs.iter().map(|run| run.len()).sum()
+        self.runs.iter().map(BatchRun::len).sum()
     }
 
     /// Whether the batch changes nothing but possibly the clock.
     pub fn is_empty(&self) -> bool {
-        self.floors.is_empty() && self.runs.iter().all(|run| run.is_empty())
+        self.floors.is_empty() && self.runs.iter().all(|run| run.len() == 0)
+    }
+}
+
+impl BatchRun<'_> {
+    fn len(&self) -> usize {
+        match self {
+            BatchRun::Events(events) => events.len(),
+            BatchRun::Columns { run, .. } => run.len(),
+        }
     }
 }
 
@@ -307,20 +370,33 @@ impl Store for MemStore {
             self.freed_late.push((stream, floor_seq));
         }
         // Events come per stream in seq order, usually many of one stream in
-        // a row: each run is held, and its stream's head moved, at once.
-        for run in batch
-            .runs()
-            .flat_map(|run| run.chunk_by(|a, b| a.stream == b.stream))
-        {
-            let (first, last) = (&run[0], &run[run.len() - 1]);
-            assert_eq!(
-                first.seq,
-                self.meta.heads.get(first.stream) + 1,
-                "a batch's events are contiguous per stream"
-            );
-            // (Which checks that the run's seqs are consecutive.)
-            data.push_run(run);
-            self.meta.heads.advance(first.stream, last.seq);
+        // a row: each run is held, and its stream's head moved, at once (a
+        // run in columns copied as columns).
+        for part in batch.parts() {
+            match part {
+                BatchPart::Events(events) => {
+                    for run in events.chunk_by(|a, b| a.stream == b.stream) {
+                        let (first, last) = (&run[0], &run[run.len() - 1]);
+                        assert_eq!(
+                            first.seq,
+                            self.meta.heads.get(first.stream) + 1,
+                            "a batch's events are contiguous per stream"
+                        );
+                        // (Which checks that the run's seqs are consecutive.)
+                        data.push_run(run);
+                        self.meta.heads.advance(first.stream, last.seq);
+                    }
+                }
+                BatchPart::Columns(run) => {
+                    assert_eq!(
+                        run.first_seq,
+                        self.meta.heads.get(run.stream) + 1,
+                        "a batch's events are contiguous per stream"
+                    );
+                    data.push_columns(run);
+                    self.meta.heads.advance(run.stream, run.last_seq());
+                }
+            }
         }
         self.meta.clock = self.meta.clock.max(batch.clock);
         Ok(())

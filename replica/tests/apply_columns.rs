@@ -1,0 +1,261 @@
+//! A delta applied in columns (`Replica::apply_columns`,
+//! `SharedReplica::apply_columns`) leaves exactly what the same delta
+//! applied as events leaves: the same outcome (report, or refusal and its
+//! error), marks, floor, clock, digest, pending buffer, counters and
+//! pages, whether its runs are held as columns (a clean delta) or go the
+//! event path, on a store with a view (`MemStore`), on one without (the
+//! replica keeps its own copy), and on one that reads the batch as events.
+//! Seeded: `MESHLOG_SEED` replays a run.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{
+    Batch, Config, Delta, DeltaColumns, Event, MemStore, Replica, SharedReplica, Store, StoreMeta,
+};
+use meshlog_testkit::{seed, SplitMix64};
+
+/// The replicas' own stream: deltas claim it too.
+const OWN: u64 = 1;
+
+/// A store without a view: the replica keeps its own copy of the events.
+#[derive(Default)]
+struct NoView(MemStore);
+
+impl Store for NoView {
+    type Error = Infallible;
+
+    fn meta(&self) -> Result<StoreMeta, Infallible> {
+        self.0.meta()
+    }
+
+    fn read_stream(
+        &self,
+        stream: StreamId,
+        after_seq: u64,
+        limit: usize,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Infallible> {
+        self.0.read_stream(stream, after_seq, limit, out)
+    }
+
+    fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
+        self.0.commit(batch)
+    }
+}
+
+/// A store that reads a batch as events (as a store outside this crate
+/// does), then commits them to a `MemStore` it offers the view of.
+#[derive(Default)]
+struct ByEvents(MemStore);
+
+impl Store for ByEvents {
+    type Error = Infallible;
+
+    fn meta(&self) -> Result<StoreMeta, Infallible> {
+        self.0.meta()
+    }
+
+    fn read_stream(
+        &self,
+        stream: StreamId,
+        after_seq: u64,
+        limit: usize,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Infallible> {
+        self.0.read_stream(stream, after_seq, limit, out)
+    }
+
+    fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
+        let runs: usize = batch.runs().map(<[Event]>::len).sum();
+        assert_eq!(runs, batch.event_count(), "runs and count agree");
+        let events: Vec<Event> = batch.events().cloned().collect();
+        let copy = Batch::from_events(events)
+            .with_floors(batch.floors.clone())
+            .with_clock(batch.clock);
+        self.0.commit(&copy)
+    }
+
+    fn view(&self) -> Option<meshlog_replica::StoreView> {
+        self.0.view()
+    }
+}
+
+/// A delta a peer may send: mostly a clean one (runs from each stream's
+/// head + 1, stamps rising, across chunk boundaries now and then), else
+/// one with a flaw a receiver must catch or sort out: a gap, a repeat, a
+/// stamp that does not rise, a claim on the receiver's own stream, a
+/// floor, two runs of a stream, streams out of order.
+fn delta(rng: &mut SplitMix64, marks: &VersionVector, clock: u64) -> Delta {
+    let mut events = Vec::new();
+    let mut streams: Vec<u64> = (1..=5).filter(|_| rng.chance(0.5)).collect();
+    if streams.is_empty() {
+        streams.push(rng.between(2, 6));
+    }
+    let flawed = rng.chance(0.3);
+    for &id in &streams {
+        let stream = StreamId::new(id);
+        let mut seq = marks.get(stream) + 1;
+        if flawed && rng.chance(0.3) {
+            seq = (seq + rng.below(4)).saturating_sub(2).max(1);
+        }
+        let len = if rng.chance(0.1) {
+            rng.between(200, 700)
+        } else {
+            rng.between(1, 20)
+        };
+        // Flawed: perhaps stamped at or below what the stream holds.
+        let mut lamport = if flawed && rng.chance(0.3) {
+            rng.below(clock + 1)
+        } else {
+            clock + rng.between(1, 5)
+        };
+        for _ in 0..len {
+            let payload_len = rng.below(40) as usize;
+            events.push(Event {
+                stream,
+                seq,
+                lamport,
+                time_ms: rng.below(3) * (1 << 40),
+                payload: Bytes::from(vec![(seq % 251) as u8; payload_len]),
+            });
+            seq += 1;
+            lamport += if flawed && rng.chance(0.02) {
+                0
+            } else {
+                rng.between(1, 1 << 33)
+            };
+        }
+    }
+    if flawed && rng.chance(0.3) {
+        rng.shuffle(&mut events);
+    }
+    let mut floor = VersionVector::new();
+    if flawed && rng.chance(0.3) {
+        let stream = StreamId::new(rng.between(1, 6));
+        floor.advance(stream, marks.get(stream) + rng.below(3));
+    }
+    Delta { floor, events }
+}
+
+/// Every event a walk from the floor pages through.
+fn walk<S: Store>(replica: &Replica<S>) -> Vec<Event> {
+    let (mut cursor, mut events) = (replica.floor().clone(), Vec::new());
+    loop {
+        let page = replica.page(&cursor, 1_000).unwrap();
+        events.extend(page.events);
+        cursor = page.next;
+        if page.at_head {
+            return events;
+        }
+    }
+}
+
+/// Applies seeded deltas to two replicas on stores made by `store`, one
+/// as events and one in columns, and compares them after every step.
+fn compare<S: Store>(name: &str, store: impl Fn() -> S) {
+    let seed = seed::replay_or(0xc01a_5eed);
+    let mut rng = SplitMix64::new(seed);
+    let (mut clean, mut refused) = (0, 0);
+    for round in 0..20 {
+        let config = Config::new(StreamId::new(OWN));
+        let mut by_events = Replica::open(config.clone(), store()).unwrap();
+        let mut by_columns = Replica::open(config, store()).unwrap();
+        for step in 0..40 {
+            let at = format!("{name}, round {round}, step {step}, seed {seed}");
+            if rng.chance(0.1) {
+                let payload = Bytes::from(vec![7u8; rng.below(9) as usize]);
+                let time_ms = 1_000 + step;
+                by_events.append_at(payload.clone(), time_ms).unwrap();
+                by_columns.append_at(payload, time_ms).unwrap();
+            }
+            if rng.chance(0.05) {
+                let target: VersionVector = by_events
+                    .marks()
+                    .iter()
+                    .map(|(stream, seq)| (stream, seq.saturating_sub(rng.below(30))))
+                    .collect();
+                assert_eq!(
+                    by_events.compact(&target).unwrap(),
+                    by_columns.compact(&target).unwrap(),
+                    "{at}"
+                );
+            }
+            let delta = delta(&mut rng, &by_events.marks(), by_events.clock());
+            let columns = DeltaColumns::from_delta(&delta);
+            assert_eq!(columns.to_delta(), delta, "{at}");
+            let applied = by_events.apply(&delta);
+            let applied_in_columns = by_columns.apply_columns(&columns);
+            assert_eq!(
+                format!("{applied:?}"),
+                format!("{applied_in_columns:?}"),
+                "{at}"
+            );
+            match &applied {
+                Ok(report) if report.applied as usize == delta.events.len() => clean += 1,
+                Ok(_) => {}
+                Err(_) => refused += 1,
+            }
+            assert_eq!(by_events.marks(), by_columns.marks(), "{at}");
+            assert_eq!(by_events.floor(), by_columns.floor(), "{at}");
+            assert_eq!(by_events.clock(), by_columns.clock(), "{at}");
+            assert_eq!(by_events.digest(), by_columns.digest(), "{at}");
+            assert_eq!(by_events.pending_len(), by_columns.pending_len(), "{at}");
+            assert_eq!(by_events.stats(), by_columns.stats(), "{at}");
+            assert_eq!(walk(&by_events), walk(&by_columns), "{at}");
+        }
+        assert_eq!(
+            by_events.verify().unwrap(),
+            by_columns.verify().unwrap(),
+            "{name}, round {round}, seed {seed}"
+        );
+    }
+    // Both kinds of delta were met, many times.
+    assert!(
+        clean > 100 && refused > 20,
+        "{name}: {clean} applied whole, {refused} refused, seed {seed}"
+    );
+}
+
+#[test]
+fn on_a_store_with_a_view() {
+    compare("MemStore", MemStore::default);
+}
+
+#[test]
+fn on_a_store_without_a_view() {
+    compare("no view", NoView::default);
+}
+
+#[test]
+fn on_a_store_that_reads_events() {
+    compare("by events", ByEvents::default);
+}
+
+/// The shared handle takes a delta in columns as `Replica` does: a clean
+/// one alone in its round, or any one, ends as the same state.
+#[test]
+fn the_shared_handle_applies_columns_as_events() {
+    let seed = seed::replay_or(0x054a_5eed);
+    let mut rng = SplitMix64::new(seed);
+    let by_events = SharedReplica::new(Replica::new(StreamId::new(OWN)));
+    let by_columns = SharedReplica::new(Replica::new(StreamId::new(OWN)));
+    for step in 0..300 {
+        let at = format!("step {step}, seed {seed}");
+        let delta = delta(&mut rng, &by_events.marks(), by_events.clock());
+        let columns = DeltaColumns::from_delta(&delta);
+        let applied = by_events.apply(delta);
+        let applied_in_columns = by_columns.apply_columns(columns);
+        assert_eq!(
+            format!("{applied:?}"),
+            format!("{applied_in_columns:?}"),
+            "{at}"
+        );
+        assert_eq!(by_events.marks(), by_columns.marks(), "{at}");
+        assert_eq!(by_events.digest(), by_columns.digest(), "{at}");
+        assert_eq!(by_events.stats(), by_columns.stats(), "{at}");
+        assert_eq!(by_events.pending_len(), by_columns.pending_len(), "{at}");
+    }
+    assert_eq!(by_events.verify().unwrap(), by_columns.verify().unwrap());
+}
