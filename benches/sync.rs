@@ -937,11 +937,11 @@ fn idle_heartbeat_bytes_per_minute(streams: u64) -> u64 {
                 while queue.front().is_some_and(|(at, _)| *at <= now) {
                     let (_, bytes) = queue.pop_front().expect("a frame");
                     let payload = &bytes[LENGTH_PREFIX_BYTES..];
-                    if let Received::Apply(delta) = cores[other]
+                    if let Received::Apply(columns) = cores[other]
                         .handle_payload(now, payload, &replicas[other])
                         .expect("valid")
                     {
-                        let applied = replicas[other].apply(delta);
+                        let applied = replicas[other].apply_columns(columns);
                         cores[other].handle_applied(now, applied).expect("applies");
                     }
                 }
@@ -1081,11 +1081,11 @@ fn mesh_cycles(routes: bool, burst: u64, rng: &mut SplitMix64) -> MeshRow {
                     let (_, bytes) = link[side].2.pop_front().expect("a frame");
                     let (i, core, _) = &mut link[other];
                     let payload = &bytes[LENGTH_PREFIX_BYTES..];
-                    if let Received::Apply(delta) = core
+                    if let Received::Apply(columns) = core
                         .handle_payload(now, payload, &replicas[*i])
                         .expect("valid")
                     {
-                        let applied = replicas[*i].apply(delta);
+                        let applied = replicas[*i].apply_columns(columns);
                         core.handle_applied(now, applied).expect("applies");
                     }
                 }

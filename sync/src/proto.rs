@@ -44,8 +44,8 @@
 //!     while let Some(bytes) = from.poll_transmit(now, from_replica)? {
 //!         moved = true;
 //!         let payload = &bytes[meshlog_sync::frame::LENGTH_PREFIX_BYTES..];
-//!         if let Received::Apply(delta) = to.handle_payload(now, payload, to_replica)? {
-//!             let applied = to_replica.apply(delta);
+//!         if let Received::Apply(columns) = to.handle_payload(now, payload, to_replica)? {
+//!             let applied = to_replica.apply_columns(columns);
 //!             to.handle_applied(now, applied)?;
 //!         }
 //!     }
@@ -70,7 +70,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{ApplyReport, Delta, DeltaColumns, DeltaError, Event, ReplicaError, Store};
 
 use crate::frame::{
-    self, Frame, Hello, MarksDiff, Receipt, Routes as RoutesFrame, DELTA_EVENTS_MAX,
+    self, Frame, Hello, Incoming, MarksDiff, Receipt, Routes as RoutesFrame, DELTA_EVENTS_MAX,
     FRAME_BYTES_MAX,
 };
 use crate::manager::PeerDirection;
@@ -146,10 +146,12 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 pub enum Received {
     /// Nothing: the frame was taken into the core's state.
     Nothing,
-    /// A delta from the peer, to apply to the local replica (validate, then
-    /// apply; in the order received), then report with
+    /// A delta from the peer, in columns as it was written, to apply to the
+    /// local replica (validate, then apply; in the order received: with
+    /// [`SharedReplica::apply_columns`], or as
+    /// [`DeltaColumns::to_delta`]), then report with
     /// [`Protocol::handle_applied`] before the next frame is handled.
-    Apply(Delta),
+    Apply(DeltaColumns),
 }
 
 /// One peer's side of the sync protocol, without I/O (see the module docs).
@@ -484,7 +486,7 @@ impl Protocol {
     /// delta is applied as usual. The replica's apply still checks both
     /// limits: a delta that slips past this (a stream count that changed
     /// meanwhile) ends the session with [`SessionError::Limit`] as before.
-    fn admit<L: LocalReplica>(&mut self, delta: &mut Delta, local: &L) {
+    fn admit<L: LocalReplica>(&mut self, columns: &mut DeltaColumns, local: &L) {
         let (streams_max, payload_bytes_max) = local.limits();
         if streams_max == usize::MAX && payload_bytes_max == usize::MAX {
             return;
@@ -497,11 +499,15 @@ impl Protocol {
         let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
         let peer = self.peer.unwrap_or(self.local);
         // The stream checks run once per change of stream (a delta comes
-        // grouped by stream); the payload check runs per event.
+        // grouped by stream); the payload check per event, up to a cut.
         let mut checked: Option<StreamId> = None;
-        for event in &delta.events {
-            let stream = event.stream;
-            if cut.get(&stream).is_some_and(|&from| event.seq >= from) {
+        let mut index = 0;
+        for run in columns.runs() {
+            let stream = run.stream;
+            let first_index = index;
+            index += run.len;
+            let cut_from = cut.get(&stream).copied();
+            if cut_from.is_some_and(|from| run.first_seq >= from) {
                 continue;
             }
             if checked != Some(stream) {
@@ -534,31 +540,44 @@ impl Protocol {
                     admitted.insert(stream);
                 }
             }
-            if event.payload.len() > payload_bytes_max {
-                tracing::warn!(
-                    %peer,
-                    %stream,
-                    seq = event.seq,
-                    len = event.payload.len(),
-                    limit = payload_bytes_max,
-                    "event refused: its payload exceeds payload_bytes_max = {payload_bytes_max}; \
-                     the stream stops below it here until payload_bytes_max is raised"
-                );
-                self.refuse(
-                    stream,
-                    LimitHit::PayloadBytesMax {
-                        stream,
-                        seq: event.seq,
-                        len: event.payload.len(),
-                        limit: payload_bytes_max,
-                    },
-                );
-                cut.insert(stream, event.seq);
+            let below = cut_from.unwrap_or(u64::MAX);
+            let over = (0..run.len).find(|&i| {
+                run.first_seq + i as u64 >= below
+                    || columns.payload(first_index + i).len() > payload_bytes_max
+            });
+            let Some(i) = over else {
+                continue;
+            };
+            let seq = run.first_seq + i as u64;
+            if seq >= below {
+                continue;
             }
+            let len = columns.payload(first_index + i).len();
+            tracing::warn!(
+                %peer,
+                %stream,
+                seq,
+                len,
+                limit = payload_bytes_max,
+                "event refused: its payload exceeds payload_bytes_max = {payload_bytes_max}; \
+                 the stream stops below it here until payload_bytes_max is raised"
+            );
+            self.refuse(
+                stream,
+                LimitHit::PayloadBytesMax {
+                    stream,
+                    seq,
+                    len,
+                    limit: payload_bytes_max,
+                },
+            );
+            cut.insert(stream, seq);
         }
         if cut.is_empty() {
             return;
         }
+        // Rare: the delta is made again without what was cut.
+        let mut delta = columns.to_delta();
         let before = delta.events.len();
         delta
             .events
@@ -570,6 +589,7 @@ impl Protocol {
             .collect();
         self.state.events_over_limit += (before - delta.events.len()) as u64;
         self.state_changed = true;
+        *columns = DeltaColumns::from_delta(&delta);
     }
 
     /// Records a stream this side cannot take: asked quiet, reported.
@@ -1114,10 +1134,10 @@ impl Protocol {
         self.state.bytes_received += len as u64;
         self.state_changed = true;
         self.last_frame_at = now;
-        let frame = frame::decode_payload_limited(payload, self.config.frame_limit())
+        let incoming = frame::decode_incoming(payload, self.config.frame_limit())
             .map_err(SessionError::Frame)?;
-        tracing::trace!(kind = frame.kind(), len, "frame received");
-        self.on_frame(now, frame, local)
+        tracing::trace!(kind = incoming.kind(), len, "frame received");
+        self.on_frame(now, incoming, local)
     }
 
     /// Takes in one received frame, already decoded (its bytes are not
@@ -1133,20 +1153,27 @@ impl Protocol {
         self.state.frames_received += 1;
         self.state_changed = true;
         self.last_frame_at = now;
-        self.on_frame(now, frame, local)
+        let incoming = match frame {
+            Frame::Delta { number, delta } => Incoming::Delta {
+                number,
+                columns: DeltaColumns::from_delta(&delta),
+            },
+            frame => Incoming::Frame(frame),
+        };
+        self.on_frame(now, incoming, local)
     }
 
     fn on_frame<L: LocalReplica>(
         &mut self,
         now: Instant,
-        frame: Frame,
+        incoming: Incoming,
         local: &L,
     ) -> Result<Received, SessionError> {
         debug_assert!(
             self.applying.is_none(),
             "a frame handed in before the delta was reported"
         );
-        if let Frame::Hello(hello) = frame {
+        if let Incoming::Frame(Frame::Hello(hello)) = incoming {
             self.on_hello(hello, local)?;
             return Ok(Received::Nothing);
         }
@@ -1164,11 +1191,15 @@ impl Protocol {
         }
         if self.peer.is_none() {
             // Its hello was lost on the way; it re-sends it every tick.
-            tracing::debug!(kind = frame.kind(), "frame before the peer's hello ignored");
+            tracing::debug!(
+                kind = incoming.kind(),
+                "frame before the peer's hello ignored"
+            );
             return Ok(Received::Nothing);
         }
-        match frame {
-            Frame::Delta { number, delta } => {
+        let frame = match incoming {
+            Incoming::Frame(frame) => frame,
+            Incoming::Delta { number, columns } => {
                 if number > self.received + 1 {
                     // A hole: the deltas between were lost (or are late).
                     // The ack that follows shows it to the sender at once.
@@ -1182,21 +1213,24 @@ impl Protocol {
                 // The peer holds what it sent (each stream is a prefix):
                 // never echo it back. Advanced before the apply: if the
                 // apply fails, the session ends and the view with it.
-                let mut delta = delta;
-                self.admit(&mut delta, local);
+                let mut columns = columns;
+                self.admit(&mut columns, local);
                 let mut advance = VersionVector::new();
-                advance_by(&mut advance, &delta);
+                advance_by_spans(&mut advance, &columns.floor, &column_spans(&columns));
                 self.view.join(&advance);
                 self.peer_marks.join(&advance);
                 self.carried.join(&advance);
                 if self.link.is_some() {
                     let streams: BTreeSet<StreamId> =
-                        delta.events.iter().map(|event| event.stream).collect();
+                        columns.runs().iter().map(|run| run.stream).collect();
                     self.route_received(now, &streams);
                 }
                 self.applying = Some(number);
-                return Ok(Received::Apply(delta));
+                return Ok(Received::Apply(columns));
             }
+        };
+        match frame {
+            Frame::Delta { .. } => unreachable!("a delta is handed in as columns"),
             Frame::Ack(receipt) => {
                 self.on_receipt(now, receipt, true)?;
                 self.lag_check_due = true;
@@ -1607,13 +1641,9 @@ fn split_delta(delta: Delta) -> Vec<Delta> {
     }
 }
 
-/// Advances `view` by what a delta carries: per stream, its last event and
-/// its floor (a replica holding seq `n` of a stream holds every seq below).
-fn advance_by(view: &mut VersionVector, delta: &Delta) {
-    advance_by_spans(view, &delta.floor, &stream_spans(&delta.events));
-}
-
-/// [`advance_by`] from a delta's floor and its [`stream_spans`].
+/// Advances `view` by what a delta carries, from its floor and its
+/// [`column_spans`]: per stream, its last event and its floor (a replica
+/// holding seq `n` of a stream holds every seq below).
 fn advance_by_spans(
     view: &mut VersionVector,
     floor: &VersionVector,
@@ -1633,7 +1663,8 @@ enum Outgoing {
     Delta { number: u64, columns: DeltaColumns },
 }
 
-/// [`stream_spans`] of a delta in columns: one step per run.
+/// Per stream of a delta in columns, its lowest and highest seq, streams
+/// ascending: one step per run.
 fn column_spans(columns: &DeltaColumns) -> Vec<(StreamId, u64, u64)> {
     let mut spans: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
     for run in columns.runs() {
@@ -1644,44 +1675,6 @@ fn column_spans(columns: &DeltaColumns) -> Vec<(StreamId, u64, u64)> {
                 *last = (*last).max(run.last_seq());
             })
             .or_insert((run.first_seq, run.last_seq()));
-    }
-    spans
-        .into_iter()
-        .map(|(stream, (first, last))| (stream, first, last))
-        .collect()
-}
-
-/// Per stream of `events`, its lowest and highest seq, streams ascending.
-/// One map step per change of stream, not per event: a decoded delta
-/// comes grouped by stream, and a built one interleaves a few writers.
-fn stream_spans(events: &[Event]) -> Vec<(StreamId, u64, u64)> {
-    let mut spans: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
-    let mut merge = |stream: StreamId, low: u64, high: u64| {
-        spans
-            .entry(stream)
-            .and_modify(|(first, last)| {
-                *first = (*first).min(low);
-                *last = (*last).max(high);
-            })
-            .or_insert((low, high));
-    };
-    let mut current: Option<(StreamId, u64, u64)> = None;
-    for event in events {
-        match &mut current {
-            Some((stream, low, high)) if *stream == event.stream => {
-                *low = (*low).min(event.seq);
-                *high = (*high).max(event.seq);
-            }
-            _ => {
-                if let Some((stream, low, high)) = current.take() {
-                    merge(stream, low, high);
-                }
-                current = Some((event.stream, event.seq, event.seq));
-            }
-        }
-    }
-    if let Some((stream, low, high)) = current {
-        merge(stream, low, high);
     }
     spans
         .into_iter()
@@ -1816,8 +1809,8 @@ pub(crate) fn hand_in<S: Store + Send + Sync + 'static>(
     payload: &[u8],
     replica: &SharedReplica<S>,
 ) -> Result<(), SessionError> {
-    if let Received::Apply(delta) = core.handle_payload(now, payload, replica)? {
-        let applied = replica.apply(delta);
+    if let Received::Apply(columns) = core.handle_payload(now, payload, replica)? {
+        let applied = replica.apply_columns(columns);
         core.handle_applied(now, applied)?;
     }
     Ok(())

@@ -644,13 +644,13 @@ where
         let received =
             self.protocol
                 .handle_payload(Instant::now().into_std(), &payload, &self.shared)?;
-        if let Received::Apply(delta) = received {
+        if let Received::Apply(columns) = received {
             // Awaited before the next frame is read: one session's applies
             // run in the order its frames arrived. With a durable store the
             // commit runs on the handle's committer thread, grouped with
             // other sessions' deltas and local appends (see
             // `SharedReplica`).
-            let applied = self.shared.apply_async(delta).await;
+            let applied = self.shared.apply_columns_async(columns).await;
             self.protocol
                 .handle_applied(Instant::now().into_std(), applied)?;
         }

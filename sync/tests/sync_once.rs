@@ -111,11 +111,11 @@ fn a_hostile_delta_is_refused_by_the_core_with_the_replicas_reason() {
             payload: Bytes::from_static(b"forged"),
         }],
     };
-    let Received::Apply(delta) = core.handle_frame(now, Frame::delta(1, forged), &a).unwrap()
+    let Received::Apply(columns) = core.handle_frame(now, Frame::delta(1, forged), &a).unwrap()
     else {
         panic!("a delta is handed back to apply");
     };
-    let applied = a.apply(delta);
+    let applied = a.apply_columns(columns);
     let error = core.handle_applied(now, applied).unwrap_err();
     assert!(
         matches!(error, SessionError::Refused { peer, .. } if peer == StreamId::new(66)),

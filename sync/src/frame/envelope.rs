@@ -17,7 +17,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, DeltaColumns};
 use serde::Deserialize;
 
-use super::event_runs::{decode_events, encode_columns, encode_events, put_varint};
+use super::event_runs::{decode_columns, decode_events, encode_columns, encode_events, put_varint};
 use super::repr::{check_counts, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
 use super::{
     tag, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
@@ -380,6 +380,42 @@ pub fn decode_payload(payload: &[u8]) -> Result<Frame, FrameError> {
 /// [`FRAME_BYTES_MAX`]: what a side whose `frame_bytes_max` is raised
 /// decodes with.
 pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, FrameError> {
+    Ok(match decode_any(payload, max, false)? {
+        Incoming::Frame(frame) => frame,
+        // (Not made when asked for events.)
+        Incoming::Delta { number, columns } => Frame::Delta {
+            number,
+            delta: columns.to_delta(),
+        },
+    })
+}
+
+/// A received frame as the protocol takes it: a delta in columns, as it
+/// was written (no [`meshlog_replica::Event`] per event), any other as a
+/// [`Frame`].
+pub(crate) enum Incoming {
+    Frame(Frame),
+    Delta { number: u64, columns: DeltaColumns },
+}
+
+impl Incoming {
+    /// The frame's kind, as [`Frame::kind`] names it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Incoming::Frame(frame) => frame.kind(),
+            Incoming::Delta { .. } => "delta",
+        }
+    }
+}
+
+/// [`decode_payload_limited`], a delta left in columns.
+pub(crate) fn decode_incoming(payload: &[u8], max: usize) -> Result<Incoming, FrameError> {
+    decode_any(payload, max, true)
+}
+
+/// [`decode_payload_limited`], a delta's events decoded in `columns` or as
+/// events.
+fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
     }
@@ -438,7 +474,7 @@ pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, Frame
         }
         Ok(value)
     }
-    Ok(match tag {
+    Ok(Incoming::Frame(match tag {
         tag::HELLO => {
             let hello: HelloRepr = take_all(body, kind)?;
             if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
@@ -468,13 +504,19 @@ pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, Frame
             }
             let (floor, events) =
                 postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
-            Frame::Delta {
-                number,
-                delta: Delta {
-                    floor: floor.into_vector(kind, "floor")?,
-                    events: decode_events(events)?,
-                },
+            let floor = floor.into_vector(kind, "floor")?;
+            if !columns {
+                return Ok(Incoming::Frame(Frame::Delta {
+                    number,
+                    delta: Delta {
+                        floor,
+                        events: decode_events(events)?,
+                    },
+                }));
             }
+            let mut columns = decode_columns(events)?;
+            columns.floor = floor;
+            return Ok(Incoming::Delta { number, columns });
         }
         tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
         tag::BARE_ACK => {
@@ -498,7 +540,7 @@ pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, Frame
             Frame::Routes(routes)
         }
         _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
-    })
+    }))
 }
 
 impl ReceiptRepr {

@@ -16,7 +16,7 @@
 //! it came from.
 
 use bytes::Bytes;
-use meshlog_cursor::StreamId;
+use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{ColumnRun, DeltaColumns, Event};
 
 use super::{FrameError, DELTA_EVENTS_MAX};
@@ -227,7 +227,9 @@ impl Column {
 }
 
 /// Reads a delta's events, written by [`encode_events`], to the end of the
-/// payload.
+/// payload, into columns as they were written: no [`Event`] and no payload
+/// handle per event (what a receiver applies; a [`Frame`](super::Frame)
+/// makes events of them).
 ///
 /// Every count is checked before anything is decoded or allocated for what
 /// it counts: the delta's against [`DELTA_EVENTS_MAX`] (so a delta decodes
@@ -243,25 +245,60 @@ impl Column {
 /// Nothing is allocated for the events until the whole delta is known to
 /// be well formed (the run headers read, the columns and payloads checked
 /// in a first pass that allocates nothing): a malformed delta costs only
-/// its run headers, however many events it claims. Then the events are
-/// reserved once and the columns read again, and the payloads are copied
-/// once, into one buffer that every event's payload is a slice of.
+/// its run headers, however many events it claims. Then the columns are
+/// reserved once and read again, and the payloads are copied once, into
+/// one buffer.
 ///
 /// The events come out in run order: by stream, ascending, each stream's in
 /// seq order (and so with rising lamport stamps). Receipt is order-free
 /// across streams, and a receiver takes a stream's events as a run; putting
 /// them back into `(lamport, stream)` order cost a third of a convergence's
 /// time (`docs/BENCHMARKS.md`).
-pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
-    decode_events_checked_by(bytes, check_columns)
+pub(super) fn decode_columns(bytes: &[u8]) -> Result<DeltaColumns, FrameError> {
+    decode_columns_checked_by(bytes, check_columns)
 }
 
 /// A check of a delta's columns: [`check_columns`], or (in tests) its
 /// value-by-value reference.
 type ColumnsCheck = for<'a> fn(&'a [u8], &[Run], usize) -> Result<&'a [u8], FrameError>;
 
+/// [`decode_columns`], as events (a [`Frame`](super::Frame)'s): reserved
+/// once, the payloads copied once into one buffer that every event's
+/// payload is a slice of.
+pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
+    decode_events_checked_by(bytes, check_columns)
+}
+
 /// [`decode_events`], its columns checked by `check`.
 fn decode_events_checked_by(bytes: &[u8], check: ColumnsCheck) -> Result<Vec<Event>, FrameError> {
+    let (runs, count, columns) = read_runs(bytes)?;
+    // As in `decode_columns_checked_by`: checked whole first.
+    let payload_bytes = check(columns, &runs, count)?;
+    let mut events: Vec<Event> = Vec::with_capacity(count);
+    let payloads = Bytes::copy_from_slice(payload_bytes);
+    let mut start = 0;
+    read_columns(columns, &runs, count, |run, i, fields| {
+        let payload = if fields.len > 0 {
+            payloads.slice(start..start + fields.len)
+        } else {
+            Bytes::new()
+        };
+        start += fields.len;
+        events.push(Event {
+            stream: run.stream,
+            seq: run.first_seq + i,
+            lamport: fields.lamport,
+            time_ms: fields.time_ms,
+            payload,
+        });
+    })?;
+    Ok(events)
+}
+
+/// A delta's event count and run headers, checked (every run's count
+/// against what the delta's count leaves, its seqs against overflow), and
+/// the bytes after them: the columns and the payloads.
+fn read_runs(bytes: &[u8]) -> Result<(Vec<Run>, usize, &[u8]), FrameError> {
     let mut reader = Reader { bytes };
     let count = reader.varint("event count")?;
     if count > DELTA_EVENTS_MAX as u64 {
@@ -316,29 +353,51 @@ fn decode_events_checked_by(bytes: &[u8], check: ColumnsCheck) -> Result<Vec<Eve
         });
         headed += run_len as usize;
     }
+    Ok((runs, count, reader.bytes))
+}
+
+/// [`decode_columns`], its columns checked by `check`.
+fn decode_columns_checked_by(
+    bytes: &[u8],
+    check: ColumnsCheck,
+) -> Result<DeltaColumns, FrameError> {
+    let (runs, count, columns) = read_runs(bytes)?;
     // The columns and the payloads are checked whole before anything is
     // allocated for the events: a few bytes may stand for thousands of
     // events, but only in a delta that decodes.
-    let payload_bytes = check(reader.bytes, &runs, count)?;
-    let mut events: Vec<Event> = Vec::with_capacity(count);
-    let payloads = Bytes::copy_from_slice(payload_bytes);
-    let mut start = 0;
-    read_columns(reader.bytes, &runs, count, |run, i, fields| {
-        let payload = if fields.len > 0 {
-            payloads.slice(start..start + fields.len)
-        } else {
-            Bytes::new()
-        };
-        start += fields.len;
-        events.push(Event {
-            stream: run.stream,
-            seq: run.first_seq + i,
-            lamport: fields.lamport,
-            time_ms: fields.time_ms,
-            payload,
-        });
+    let payload_bytes = check(columns, &runs, count)?;
+    let mut lamports = Vec::with_capacity(count);
+    let mut times = Vec::with_capacity(count);
+    let mut ends = Vec::with_capacity(count);
+    let mut end = 0;
+    read_columns(columns, &runs, count, |_, _, fields| {
+        lamports.push(fields.lamport);
+        times.push(fields.time_ms);
+        end += fields.len;
+        ends.push(end);
     })?;
-    Ok(events)
+    let runs = runs
+        .iter()
+        .map(|run| ColumnRun {
+            stream: run.stream,
+            first_seq: run.first_seq,
+            len: run.len,
+        })
+        .collect();
+    // Checked above as a frame: columns that fail here are a bug of this
+    // decoder, reported as malformed input rather than a panic.
+    DeltaColumns::from_parts(
+        VersionVector::new(),
+        runs,
+        lamports,
+        times,
+        ends,
+        payload_bytes.to_vec(),
+    )
+    .map_err(|error| FrameError::Malformed {
+        kind: "delta",
+        detail: error.to_string(),
+    })
 }
 
 /// A run's header: its stream, first seq and number of events.
@@ -796,6 +855,9 @@ mod tests {
             let at_once = decode_events_checked_by(&bytes, check_columns);
             let one_by_one = decode_events_checked_by(&bytes, check_columns_one_by_one);
             assert_eq!(at_once, one_by_one, "seed {seed}, bytes {bytes:02x?}");
+            // Decoded into columns, the same events or the same error.
+            let in_columns = decode_columns(&bytes).map(|columns| columns.to_delta().events);
+            assert_eq!(in_columns, at_once, "seed {seed}, bytes {bytes:02x?}");
             compared += 1;
         }
         assert!(compared > 10_000, "seed {seed}: {compared} compared");

@@ -92,11 +92,11 @@ mod event_runs;
 mod reader;
 mod repr;
 
-pub(crate) use envelope::encode_delta_columns_limited;
 pub use envelope::{
     decode, decode_payload, decode_payload_limited, encode, encode_limited, encode_payload,
     split_frame, split_frame_limited,
 };
+pub(crate) use envelope::{decode_incoming, encode_delta_columns_limited, Incoming};
 pub use error::FrameError;
 pub use reader::FrameReader;
 

@@ -12,7 +12,9 @@
 //! floor, digest, pending buffer); the state verifies after every apply;
 //! and a delta accepted whole leaves the state that applying it floor
 //! first, then event by event (each a delta of its own), leaves: the runs
-//! a replica applies at once agree with the events one at a time.
+//! a replica applies at once agree with the events one at a time. The
+//! protocol's own path, the payload decoded in columns and applied with
+//! `apply_columns`, ends with the same outcome and state as the events.
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
@@ -91,6 +93,29 @@ pub fn check_input(data: &[u8]) -> Outcome {
     let digest_before = whole.digest();
     let result = whole.apply(&delta);
     whole.verify().expect("the state verifies after an apply");
+    // The protocol's path: the same bytes decoded in columns and applied
+    // as columns, with the same outcome and the same state.
+    let Ok(frame::Incoming::Delta { columns, .. }) =
+        frame::decode_incoming(data, frame::FRAME_BYTES_MAX)
+    else {
+        panic!("a payload that decodes to a delta decodes to one in columns");
+    };
+    let mut in_columns = receiver();
+    let result_in_columns = in_columns.apply_columns(&columns);
+    in_columns
+        .verify()
+        .expect("the state verifies after an apply in columns");
+    assert_eq!(
+        format!("{result_in_columns:?}"),
+        format!("{result:?}"),
+        "in columns or as events"
+    );
+    assert_eq!(state(&in_columns), state(&whole), "in columns or as events");
+    assert_eq!(
+        in_columns.digest(),
+        whole.digest(),
+        "in columns or as events"
+    );
     let own_after: Vec<Option<Event>> = (1..=3).map(|seq| whole.get(OWN, seq)).collect();
     assert_eq!(
         own_after,
