@@ -356,10 +356,14 @@ impl MemStream {
             };
             let end = at + taken;
             let (from, to) = (run.payload_start(at), run.ends[end - 1]);
-            chunk.lamports.extend(run.lamports[at..end].iter().copied());
+            // (Only a plan makes a run in columns, and it checked that the
+            // stamps rise; ends never fall.)
+            chunk
+                .lamports
+                .extend_rising(run.lamports[at..end].iter().copied());
             chunk.times.extend(run.times[at..end].iter().copied());
             let shift = bytes.len();
-            chunk.ends.extend(
+            chunk.ends.extend_rising(
                 run.ends[at..end]
                     .iter()
                     .map(|&end| (end - from + shift) as u64),

@@ -138,6 +138,31 @@ impl Column {
         }
     }
 
+    /// [`Column::extend`] for `values` that never fall (a planned run's
+    /// stamps, payload ends): whether they fit is read from the first and
+    /// the last alone. The caller has checked that they never fall.
+    pub(crate) fn extend_rising<I>(&mut self, values: I)
+    where
+        I: DoubleEndedIterator<Item = u64> + Clone,
+    {
+        if let Column::Narrow { base, offsets } = self {
+            let (Some(first), Some(last)) = (values.clone().next(), values.clone().next_back())
+            else {
+                return;
+            };
+            debug_assert!(first <= last, "rising values");
+            if offsets.is_empty() {
+                *base = first.saturating_sub(HALF);
+            }
+            let base = *base;
+            if first >= base && last - base <= u64::from(u32::MAX) {
+                offsets.extend(values.map(|value| (value - base) as u32));
+                return;
+            }
+        }
+        self.extend(values);
+    }
+
     /// Turns into plain values, keeping the capacity.
     #[cold]
     fn widen(&mut self) {
@@ -208,7 +233,7 @@ mod tests {
             for _ in 0..rng.below(12) {
                 // Mostly values close to the first, now and then one far;
                 // pushed one at a time or a few at once.
-                let values: Vec<u64> = (0..1 + rng.below(4))
+                let mut values: Vec<u64> = (0..1 + rng.below(4))
                     .map(|_| {
                         if rng.below(10) == 0 {
                             value(&mut rng, first)
@@ -217,10 +242,16 @@ mod tests {
                         }
                     })
                     .collect();
-                if rng.below(2) == 0 {
-                    values.iter().for_each(|&next| column.push(next));
-                } else {
-                    column.extend(values.iter().copied());
+                match rng.below(3) {
+                    0 => values.iter().for_each(|&next| column.push(next)),
+                    1 => column.extend(values.iter().copied()),
+                    _ => {
+                        // Rising values, as a planned run's stamps.
+                        let mut rising = values.clone();
+                        rising.sort_unstable();
+                        values = rising;
+                        column.extend_rising(values.iter().copied());
+                    }
                 }
                 model.extend(&values);
                 assert_eq!(
