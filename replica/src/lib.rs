@@ -19,7 +19,8 @@
 //!   (a k-way merge of the streams in page order).
 //! - `mem`: events in memory in chunked columns (`MemStore`'s data, or a
 //!   replica's own copy), and the `Source` the walk reads through;
-//!   `narrow`: a column of 32-bit offsets from a base while its values fit.
+//!   `narrow`: a column of 16- or 32-bit offsets from a base while its
+//!   values fit.
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait, its [`StoreView`], and [`MemStore`].
 //! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`];

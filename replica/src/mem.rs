@@ -7,10 +7,10 @@
 //! buffer of the chunk's payloads back to back, into which each payload is
 //! copied as it arrives, frozen once the chunk is full so that reads hand
 //! out slices of it without a copy (a read from the last, open chunk
-//! copies its payload out). Each column holds 32-bit offsets while its
-//! values lie within 2^31 of its first ([`Column`]), as a chunk's stamps,
-//! times and ends do unless a clock jumps: about 12 bytes per event beyond
-//! the payload. Chunks fill in seq order, so no column grows past what it
+//! copies its payload out). Each column holds 16-bit offsets while its
+//! values lie within 2^15 of its first, then 32-bit ones within 2^31
+//! ([`Column`]), as a chunk's stamps, times and ends mostly do: about 6
+//! bytes per event beyond the payload. Chunks fill in seq order, so no column grows past what it
 //! holds except the last chunk's.
 
 use std::collections::{BTreeMap, VecDeque};

@@ -1,53 +1,177 @@
-//! `Column`: a column of `u64`s held in 4 bytes a value where it can be.
+//! `Column`: a column of `u64`s held in 2 or 4 bytes a value where it can
+//! be.
 //!
 //! A memory log chunk's columns (stamps, times, payload ends) hold values
 //! that lie close together: 256 consecutive events of one stream. Each is
-//! kept as a 32-bit offset from a base picked at the first value (2^31
-//! below it, so values on either side of the first fit), and the column
-//! turns into plain `u64`s, once, at the first value that does not fit:
-//! a stamp jump or a clock step of over 2^31 within a chunk, or a chunk's
-//! payloads past 2 GiB. Half the bytes of plain `u64`s for every chunk
-//! that never turns, and the same values either way.
+//! kept as an offset from a base picked at the first value (half the
+//! offsets' range below it, so values on either side of the first fit):
+//! 16-bit offsets while every value lies within 2^15 of the first (a
+//! writer's stamps that rise by a few, times within half a minute, payloads
+//! of up to 32 KiB in all), then 32-bit ones within 2^31, then plain `u64`s.
+//! A column turns at most twice, at the first value that does not fit, and
+//! holds the same values whatever its shape.
 
-/// Offsets reach this far on either side of a column's first value.
-const HALF: u64 = 1 << 31;
+/// The offsets a narrow column holds.
+pub(crate) trait Offset: Copy {
+    /// Offsets reach this far on either side of a column's first value.
+    const HALF: u64;
+    fn from_u64(value: u64) -> Option<Self>;
+    fn to_u64(self) -> u64;
+}
 
-/// A column of `u64`s: 32-bit offsets from a base while every value fits,
-/// plain values after one that did not.
+impl Offset for u16 {
+    const HALF: u64 = 1 << 15;
+    fn from_u64(value: u64) -> Option<Self> {
+        u16::try_from(value).ok()
+    }
+    fn to_u64(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Offset for u32 {
+    const HALF: u64 = 1 << 31;
+    fn from_u64(value: u64) -> Option<Self> {
+        u32::try_from(value).ok()
+    }
+    fn to_u64(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+/// Values as offsets from `base` (set by the first value pushed).
+#[derive(Debug, Clone)]
+pub(crate) struct Narrow<T> {
+    base: u64,
+    offsets: Vec<T>,
+}
+
+impl<T: Offset> Narrow<T> {
+    fn with_capacity(capacity: usize) -> Self {
+        Narrow {
+            base: 0,
+            offsets: Vec::with_capacity(capacity),
+        }
+    }
+
+    #[inline]
+    fn get(&self, index: usize) -> u64 {
+        self.base + self.offsets[index].to_u64()
+    }
+
+    /// Sets the base if nothing is held yet, from the first value to come.
+    #[inline]
+    fn base_from(&mut self, first: u64) -> u64 {
+        if self.offsets.is_empty() {
+            self.base = first.saturating_sub(T::HALF);
+        }
+        self.base
+    }
+
+    /// Pushes `value` if it fits.
+    #[cfg(test)]
+    fn try_push(&mut self, value: u64) -> bool {
+        let base = self.base_from(value);
+        match value.checked_sub(base).and_then(T::from_u64) {
+            Some(offset) => {
+                self.offsets.push(offset);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Pushes `values` if they all fit (checked in one pass, written in a
+    /// second, each a tight loop); else pushes none.
+    fn try_extend<I: Iterator<Item = u64> + Clone>(&mut self, values: I) -> bool {
+        let Some(first) = values.clone().next() else {
+            return true;
+        };
+        let base = self.base_from(first);
+        let max = T::HALF * 2 - 1;
+        if !values
+            .clone()
+            .all(|value| value >= base && value - base <= max)
+        {
+            return false;
+        }
+        self.offsets
+            .extend(values.map(|value| T::from_u64(value - base).expect("checked to fit")));
+        true
+    }
+
+    /// [`Narrow::try_extend`] for values that never fall: checked from the
+    /// first and the last alone.
+    fn try_extend_rising<I>(&mut self, values: I) -> bool
+    where
+        I: DoubleEndedIterator<Item = u64> + Clone,
+    {
+        let (Some(first), Some(last)) = (values.clone().next(), values.clone().next_back()) else {
+            return true;
+        };
+        debug_assert!(first <= last, "rising values");
+        let base = self.base_from(first);
+        if first < base || last - base > T::HALF * 2 - 1 {
+            return false;
+        }
+        self.offsets.extend(values.map(|value| {
+            T::from_u64(value - base).unwrap_or_else(|| {
+                unreachable!("values that never fall fit between the first and the last")
+            })
+        }));
+        true
+    }
+
+    /// The same values as offsets of `U`, with the same room.
+    fn widen<U: Offset>(&self) -> Narrow<U> {
+        let mut wider = Narrow::with_capacity(self.offsets.capacity().max(self.offsets.len() + 1));
+        if let Some(first) = self.offsets.first() {
+            // The wider base sits below this one, and reaches past its top.
+            wider.base = (self.base + first.to_u64()).saturating_sub(U::HALF);
+            let shift = self.base - wider.base;
+            wider.offsets.extend(self.offsets.iter().map(|&offset| {
+                U::from_u64(offset.to_u64() + shift).expect("a wider offset holds a narrower one")
+            }));
+        }
+        wider
+    }
+}
+
+/// A column of `u64`s: 16-bit, then 32-bit offsets from a base while every
+/// value fits, plain values after one that does not.
 #[derive(Debug, Clone)]
 pub(crate) enum Column {
-    /// Every value is `base + offset` (`base` is set by the first push).
-    Narrow { base: u64, offsets: Vec<u32> },
-    /// Every value as it is.
+    N16(Narrow<u16>),
+    N32(Narrow<u32>),
     Wide(Vec<u64>),
 }
 
 /// A borrowed range of a [`Column`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ColumnRange<'a> {
-    Narrow { base: u64, offsets: &'a [u32] },
+    N16 { base: u64, offsets: &'a [u16] },
+    N32 { base: u64, offsets: &'a [u32] },
     Wide(&'a [u64]),
 }
 
 impl Column {
     /// An empty column with room for `capacity` values.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        Column::Narrow {
-            base: 0,
-            offsets: Vec::with_capacity(capacity),
-        }
+        Column::N16(Narrow::with_capacity(capacity))
     }
 
     pub(crate) fn len(&self) -> usize {
         match self {
-            Column::Narrow { offsets, .. } => offsets.len(),
+            Column::N16(narrow) => narrow.offsets.len(),
+            Column::N32(narrow) => narrow.offsets.len(),
             Column::Wide(values) => values.len(),
         }
     }
 
     pub(crate) fn capacity(&self) -> usize {
         match self {
-            Column::Narrow { offsets, .. } => offsets.capacity(),
+            Column::N16(narrow) => narrow.offsets.capacity(),
+            Column::N32(narrow) => narrow.offsets.capacity(),
             Column::Wide(values) => values.capacity(),
         }
     }
@@ -55,7 +179,8 @@ impl Column {
     /// Room for `additional` more values, exactly.
     pub(crate) fn reserve_exact(&mut self, additional: usize) {
         match self {
-            Column::Narrow { offsets, .. } => offsets.reserve_exact(additional),
+            Column::N16(narrow) => narrow.offsets.reserve_exact(additional),
+            Column::N32(narrow) => narrow.offsets.reserve_exact(additional),
             Column::Wide(values) => values.reserve_exact(additional),
         }
     }
@@ -64,7 +189,8 @@ impl Column {
     #[inline]
     pub(crate) fn get(&self, index: usize) -> u64 {
         match self {
-            Column::Narrow { base, offsets } => base + u64::from(offsets[index]),
+            Column::N16(narrow) => narrow.get(index),
+            Column::N32(narrow) => narrow.get(index),
             Column::Wide(values) => values[index],
         }
     }
@@ -73,68 +199,42 @@ impl Column {
         self.len().checked_sub(1).map(|index| self.get(index))
     }
 
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn push(&mut self, value: u64) {
-        match self {
-            Column::Narrow { base, offsets } => {
-                if offsets.is_empty() {
-                    *base = value.saturating_sub(HALF);
+        loop {
+            let pushed = match self {
+                Column::N16(narrow) => narrow.try_push(value),
+                Column::N32(narrow) => narrow.try_push(value),
+                Column::Wide(values) => {
+                    values.push(value);
+                    true
                 }
-                match value
-                    .checked_sub(*base)
-                    .and_then(|offset| u32::try_from(offset).ok())
-                {
-                    Some(offset) => offsets.push(offset),
-                    None => {
-                        self.widen();
-                        self.push(value);
-                    }
-                }
+            };
+            if pushed {
+                return;
             }
-            Column::Wide(values) => values.push(value),
+            self.widen();
         }
     }
 
-    /// Pushes `values`: when they all fit, checked in one pass and
-    /// written in another (each a tight loop), else one by one.
+    /// Pushes `values`, turning the column as few times as they need.
     pub(crate) fn extend<I>(&mut self, values: I)
     where
         I: Iterator<Item = u64> + Clone,
     {
-        match self {
-            Column::Narrow { base, offsets } => {
-                let mut probe = values.clone();
-                let Some(first) = probe.next() else {
-                    return;
-                };
-                if offsets.is_empty() {
-                    *base = first.saturating_sub(HALF);
+        loop {
+            let pushed = match self {
+                Column::N16(narrow) => narrow.try_extend(values.clone()),
+                Column::N32(narrow) => narrow.try_extend(values.clone()),
+                Column::Wide(held) => {
+                    held.extend(values.clone());
+                    true
                 }
-                let base = *base;
-                let fits = |value: u64| value >= base && value - base <= u64::from(u32::MAX);
-                if fits(first) && probe.all(fits) {
-                    offsets.extend(values.map(|value| (value - base) as u32));
-                    return;
-                }
-            }
-            Column::Wide(held) => {
-                held.extend(values);
+            };
+            if pushed {
                 return;
             }
-        }
-        for value in values {
-            self.push(value);
-        }
-    }
-
-    /// The values `range`, borrowed.
-    pub(crate) fn range(&self, range: std::ops::RangeInclusive<usize>) -> ColumnRange<'_> {
-        match self {
-            Column::Narrow { base, offsets } => ColumnRange::Narrow {
-                base: *base,
-                offsets: &offsets[range],
-            },
-            Column::Wide(values) => ColumnRange::Wide(&values[range]),
+            self.widen();
         }
     }
 
@@ -145,39 +245,58 @@ impl Column {
     where
         I: DoubleEndedIterator<Item = u64> + Clone,
     {
-        if let Column::Narrow { base, offsets } = self {
-            let (Some(first), Some(last)) = (values.clone().next(), values.clone().next_back())
-            else {
-                return;
+        loop {
+            let pushed = match self {
+                Column::N16(narrow) => narrow.try_extend_rising(values.clone()),
+                Column::N32(narrow) => narrow.try_extend_rising(values.clone()),
+                Column::Wide(held) => {
+                    held.extend(values.clone());
+                    true
+                }
             };
-            debug_assert!(first <= last, "rising values");
-            if offsets.is_empty() {
-                *base = first.saturating_sub(HALF);
-            }
-            let base = *base;
-            if first >= base && last - base <= u64::from(u32::MAX) {
-                offsets.extend(values.map(|value| (value - base) as u32));
+            if pushed {
                 return;
             }
+            self.widen();
         }
-        self.extend(values);
     }
 
-    /// Turns into plain values, keeping the capacity.
+    /// The values `range`, borrowed.
+    pub(crate) fn range(&self, range: std::ops::RangeInclusive<usize>) -> ColumnRange<'_> {
+        match self {
+            Column::N16(narrow) => ColumnRange::N16 {
+                base: narrow.base,
+                offsets: &narrow.offsets[range],
+            },
+            Column::N32(narrow) => ColumnRange::N32 {
+                base: narrow.base,
+                offsets: &narrow.offsets[range],
+            },
+            Column::Wide(values) => ColumnRange::Wide(&values[range]),
+        }
+    }
+
+    /// Turns into the next wider shape, keeping the values and the room.
     #[cold]
     fn widen(&mut self) {
-        if let Column::Narrow { base, offsets } = self {
-            let mut values = Vec::with_capacity(offsets.capacity().max(offsets.len() + 1));
-            values.extend(offsets.iter().map(|&offset| *base + u64::from(offset)));
-            *self = Column::Wide(values);
-        }
+        *self = match self {
+            Column::N16(narrow) => Column::N32(narrow.widen()),
+            Column::N32(narrow) => {
+                let mut values =
+                    Vec::with_capacity(narrow.offsets.capacity().max(narrow.offsets.len() + 1));
+                values.extend((0..narrow.offsets.len()).map(|index| narrow.get(index)));
+                Column::Wide(values)
+            }
+            Column::Wide(_) => unreachable!("a wide column holds every value"),
+        };
     }
 }
 
 impl ColumnRange<'_> {
     pub(crate) fn len(&self) -> usize {
         match self {
-            ColumnRange::Narrow { offsets, .. } => offsets.len(),
+            ColumnRange::N16 { offsets, .. } => offsets.len(),
+            ColumnRange::N32 { offsets, .. } => offsets.len(),
             ColumnRange::Wide(values) => values.len(),
         }
     }
@@ -190,7 +309,10 @@ impl ColumnRange<'_> {
     #[inline]
     pub(crate) fn extend_into<T>(&self, out: &mut Vec<T>, map: impl Fn(u64) -> T) {
         match self {
-            ColumnRange::Narrow { base, offsets } => {
+            ColumnRange::N16 { base, offsets } => {
+                out.extend(offsets.iter().map(|&offset| map(base + u64::from(offset))));
+            }
+            ColumnRange::N32 { base, offsets } => {
                 out.extend(offsets.iter().map(|&offset| map(base + u64::from(offset))));
             }
             ColumnRange::Wide(values) => out.extend(values.iter().map(|&value| map(value))),
@@ -204,31 +326,40 @@ mod tests {
 
     use super::*;
 
+    const HALF16: u64 = <u16 as Offset>::HALF;
+    const HALF32: u64 = <u32 as Offset>::HALF;
+
     /// A value near one of the edges a column turns at, or anywhere.
     fn value(rng: &mut SplitMix64, first: u64) -> u64 {
+        let half = [HALF16, HALF32][rng.below(2) as usize];
         match rng.below(8) {
             0 => 0,
             1 => u64::MAX,
-            2 => first.saturating_sub(HALF) + rng.below(3),
+            2 => first.saturating_sub(half) + rng.below(3),
             3 => first
-                .saturating_sub(HALF)
-                .saturating_add(u64::from(u32::MAX) - 1 + rng.below(3)),
+                .saturating_sub(half)
+                .saturating_add(2 * half - 2 + rng.below(3)),
             4 => rng.next_u64(),
             _ => first.saturating_add(rng.below(1 << 20)),
         }
     }
 
-    /// Pushed values read back as they were, narrow or turned wide, at the
-    /// edges of what fits (0, `u64::MAX`, the base and 2^32 above it).
+    /// Pushed values read back as they were, whatever shape the column
+    /// took, at the edges of what fits (0, `u64::MAX`, the base and 2^16
+    /// and 2^32 above it).
     #[test]
     fn a_column_holds_every_value_it_was_given() {
         let seed = seed::replay_or(0xc01_5eed);
         let mut rng = SplitMix64::new(seed);
-        let (mut narrow, mut wide) = (0, 0);
-        for round in 0..2_000 {
+        let mut shapes = [0; 3];
+        for round in 0..3_000 {
             let mut column = Column::with_capacity(rng.below(4) as usize);
             let mut model = Vec::new();
-            let anywhere = rng.next_u64();
+            let anywhere = match rng.below(3) {
+                0 => rng.next_u64(),
+                1 => rng.below(1 << 20),
+                _ => rng.below(1 << 34),
+            };
             let first = value(&mut rng, anywhere);
             for _ in 0..rng.below(12) {
                 // Mostly values close to the first, now and then one far;
@@ -247,9 +378,7 @@ mod tests {
                     1 => column.extend(values.iter().copied()),
                     _ => {
                         // Rising values, as a planned run's stamps.
-                        let mut rising = values.clone();
-                        rising.sort_unstable();
-                        values = rising;
+                        values.sort_unstable();
                         column.extend_rising(values.iter().copied());
                     }
                 }
@@ -273,34 +402,66 @@ mod tests {
                 range.extend_into(&mut out, |v| v);
                 assert_eq!(out, model[low..=high], "round {round}, seed {seed}");
             }
-            match column {
-                Column::Narrow { .. } => narrow += 1,
-                Column::Wide(_) => wide += 1,
-            }
+            shapes[match column {
+                Column::N16(_) => 0,
+                Column::N32(_) => 1,
+                Column::Wide(_) => 2,
+            }] += 1;
         }
-        // Both shapes were read back.
-        assert!(narrow > 100 && wide > 100, "{narrow} narrow, {wide} wide");
+        // Every shape was read back.
+        assert!(shapes.iter().all(|&n| n > 100), "{shapes:?}");
     }
 
-    /// Values within 2^31 of the first on either side stay narrow.
+    /// Values within 2^15 of the first on either side stay in 16 bits,
+    /// within 2^31 in 32; the column turns once per shape.
     #[test]
     fn close_values_stay_narrow() {
         let mut column = Column::with_capacity(0);
-        for value in [1 << 40, (1 << 40) - HALF, (1 << 40) + HALF - 1, 0] {
+        let first = 1 << 40;
+        for value in [first, first - HALF16, first + HALF16 - 1] {
             column.push(value);
-            if value != 0 {
-                assert!(matches!(column, Column::Narrow { .. }), "{value}");
-            }
+            assert!(matches!(column, Column::N16(_)), "{value}");
         }
+        for value in [first + HALF16, first - HALF32, first + HALF32 - 1] {
+            column.push(value);
+            assert!(matches!(column, Column::N32(_)), "{value}");
+        }
+        column.push(0);
         assert!(matches!(column, Column::Wide(_)));
-        assert_eq!(column.get(3), 0);
-        assert_eq!(column.get(0), 1 << 40);
-        // A column whose first value is small keeps everything from 0.
+        let held: Vec<u64> = (0..column.len()).map(|i| column.get(i)).collect();
+        assert_eq!(
+            held,
+            [
+                first,
+                first - HALF16,
+                first + HALF16 - 1,
+                first + HALF16,
+                first - HALF32,
+                first + HALF32 - 1,
+                0
+            ]
+        );
+        // A column whose first value is small keeps everything from 0, and
+        // a batch that does not fit 16 bits turns it once.
         let mut column = Column::with_capacity(0);
-        column.extend([5, 0, u64::from(u32::MAX)].into_iter());
-        assert!(matches!(column, Column::Narrow { base: 0, .. }));
-        column.push(u64::from(u32::MAX) + 1);
+        column.extend([5, 0, u64::from(u16::MAX)].into_iter());
+        assert!(matches!(column, Column::N16(Narrow { base: 0, .. })));
+        column.extend([1, u64::from(u32::MAX)].into_iter());
+        assert!(matches!(column, Column::N32(Narrow { base: 0, .. })));
+        column.extend_rising([7, u64::from(u32::MAX) + 1].into_iter());
         assert!(matches!(column, Column::Wide(_)));
-        assert_eq!(column.get(3), u64::from(u32::MAX) + 1);
+        let held: Vec<u64> = (0..column.len()).map(|i| column.get(i)).collect();
+        assert_eq!(
+            held,
+            [
+                5,
+                0,
+                u64::from(u16::MAX),
+                1,
+                u64::from(u32::MAX),
+                7,
+                u64::from(u32::MAX) + 1
+            ]
+        );
     }
 }

@@ -280,7 +280,7 @@ impl std::fmt::Debug for StoreView {
 /// tests use to simulate a restart.
 ///
 /// It holds the one copy of each event: a replica on it reads events
-/// through its [view](Store::view), in chunked columns of about 13 bytes
+/// through its [view](Store::view), in chunked columns of about 7 bytes
 /// per event beyond the payload (`docs/STORAGE.md`). A clone is a copy of
 /// what was committed, independent of the original.
 ///
