@@ -219,10 +219,15 @@ impl FromIterator<(StreamId, u64)> for VersionVector {
     /// Builds a vector from entries; repeated streams keep the maximum and
     /// zero entries are ignored.
     fn from_iter<I: IntoIterator<Item = (StreamId, u64)>>(entries: I) -> Self {
+        // Sorted by stream, each stream's highest first, then built at once
+        // (a map from sorted entries is built in one pass, where inserting
+        // them one by one walks the tree for each).
+        let mut entries: Vec<(StreamId, u64)> =
+            entries.into_iter().filter(|&(_, seq)| seq > 0).collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        entries.dedup_by_key(|entry| entry.0);
         let mut out = VersionVector::new();
-        for (stream, seq) in entries {
-            out.advance(stream, seq);
-        }
+        out.clock.dots = entries.into_iter().collect();
         out
     }
 }
