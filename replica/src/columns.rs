@@ -401,27 +401,32 @@ impl DeltaColumns {
     }
 
     /// How many events.
+    #[inline]
     pub fn len(&self) -> usize {
         self.lamports.len()
     }
 
     /// Whether it holds no events (its floor may still say something).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.lamports.is_empty()
     }
 
     /// The runs, in order; the columns list their events in the same
     /// order.
+    #[inline]
     pub fn runs(&self) -> &[ColumnRun] {
         &self.runs
     }
 
     /// Per event, its lamport stamp.
+    #[inline]
     pub fn lamports(&self) -> &[u64] {
         &self.lamports
     }
 
     /// Per event, its time in milliseconds.
+    #[inline]
     pub fn times(&self) -> &[u64] {
         &self.times
     }
@@ -431,6 +436,7 @@ impl DeltaColumns {
     /// # Panics
     ///
     /// If `index` is not below [`DeltaColumns::len`].
+    #[inline]
     pub fn payload(&self, index: usize) -> &[u8] {
         let start = if index == 0 { 0 } else { self.ends[index - 1] };
         &self.payloads[start..self.ends[index]]
@@ -446,6 +452,7 @@ impl DeltaColumns {
     }
 
     /// Every payload, back to back in run order.
+    #[inline]
     pub fn payloads(&self) -> &[u8] {
         &self.payloads
     }

@@ -501,6 +501,8 @@ impl Protocol {
         // The stream checks run once per change of stream (a delta comes
         // grouped by stream); the payload check per event, up to a cut.
         let mut checked: Option<StreamId> = None;
+        // No payload can pass the limit when all of them together do not.
+        let payloads_fit = columns.payloads().len() <= payload_bytes_max;
         let mut index = 0;
         for run in columns.runs() {
             let stream = run.stream;
@@ -539,6 +541,9 @@ impl Protocol {
                     streams_held += 1;
                     admitted.insert(stream);
                 }
+            }
+            if payloads_fit {
+                continue;
             }
             let below = cut_from.unwrap_or(u64::MAX);
             let over = (0..run.len).find(|&i| {
