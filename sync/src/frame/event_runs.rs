@@ -366,16 +366,7 @@ fn decode_columns_checked_by(
     // allocated for the events: a few bytes may stand for thousands of
     // events, but only in a delta that decodes.
     let payload_bytes = check(columns, &runs, count)?;
-    let mut lamports = Vec::with_capacity(count);
-    let mut times = Vec::with_capacity(count);
-    let mut ends = Vec::with_capacity(count);
-    let mut end = 0;
-    read_columns(columns, &runs, count, |_, _, fields| {
-        lamports.push(fields.lamport);
-        times.push(fields.time_ms);
-        end += fields.len;
-        ends.push(end);
-    })?;
+    let (lamports, times, ends) = read_columns_whole(columns, &runs, count)?;
     let runs = runs
         .iter()
         .map(|run| ColumnRun {
@@ -530,6 +521,68 @@ fn read_columns(
         }
     }
     Ok(())
+}
+
+/// A delta's stamps, times and payload ends, as [`read_columns_whole`]
+/// reads them.
+type ReadColumns = (Vec<u64>, Vec<u64>, Vec<usize>);
+
+/// The columns of a delta checked by [`check_columns`], each read whole
+/// in turn (a repeat filled at once): the stamps, the times and the
+/// payload ends (sums of the lengths). Reads what [`read_columns`] reads.
+fn read_columns_whole(
+    columns: &[u8],
+    runs: &[Run],
+    count: usize,
+) -> Result<ReadColumns, FrameError> {
+    let mut reader = Reader { bytes: columns };
+    let mut lamports = Vec::with_capacity(count);
+    let mut gaps = ColumnReader::new("lamport gaps", count);
+    let mut stamps = Stamps::default();
+    for run in runs {
+        let len = run.len as u64;
+        let mut i = 0;
+        while i < len {
+            // Checked by `check_columns`: in range.
+            let gap = gaps.next(&mut reader)?;
+            let lamport = stamps.next(gap, i).unwrap_or_default();
+            lamports.push(lamport);
+            i += 1;
+            let more = gaps.take_repeat(len - i);
+            if more > 0 {
+                let step = gap.wrapping_add(1);
+                lamports.extend((1..=more).map(|j| lamport.wrapping_add(j.wrapping_mul(step))));
+                stamps.lamport = lamport.wrapping_add(more.wrapping_mul(step));
+                i += more;
+            }
+        }
+    }
+    let mut times = Vec::with_capacity(count);
+    let mut column = ColumnReader::new("times", count);
+    let mut time: Option<u64> = None;
+    while times.len() < count {
+        let value = column.next(&mut reader)?;
+        let now = match time {
+            None => value,
+            Some(previous) => previous.wrapping_add(unzigzag(value) as u64),
+        };
+        times.push(now);
+        let more = column.take_repeat((count - times.len()) as u64);
+        let step = unzigzag(value) as u64;
+        times.extend((1..=more).map(|j| now.wrapping_add(j.wrapping_mul(step))));
+        time = Some(now.wrapping_add(more.wrapping_mul(step)));
+    }
+    let mut ends = Vec::with_capacity(count);
+    let mut column = ColumnReader::new("payload lengths", count);
+    let mut end = 0usize;
+    while ends.len() < count {
+        // Checked by `check_columns`: the lengths sum to the bytes left.
+        let len = column.next(&mut reader)? as usize;
+        let more = column.take_repeat((count - ends.len() - 1) as u64) as usize;
+        ends.extend((1..=1 + more).map(|j| end + j * len));
+        end += (1 + more) * len;
+    }
+    Ok((lamports, times, ends))
 }
 
 /// The lamport stamps of a delta's events, from their gaps column in run
