@@ -443,6 +443,7 @@ impl DeltaColumns {
     }
 
     /// Per event, its payload's length.
+    #[inline]
     pub fn payload_lens(&self) -> impl Iterator<Item = usize> + '_ {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         self.ends
