@@ -222,20 +222,11 @@ impl Column {
     where
         I: Iterator<Item = u64> + Clone,
     {
-        loop {
-            let pushed = match self {
-                Column::N16(narrow) => narrow.try_extend(values.clone()),
-                Column::N32(narrow) => narrow.try_extend(values.clone()),
-                Column::Wide(held) => {
-                    held.extend(values.clone());
-                    true
-                }
-            };
-            if pushed {
-                return;
-            }
-            self.widen();
-        }
+        self.grow(
+            |narrow| narrow.try_extend(values.clone()),
+            |narrow| narrow.try_extend(values.clone()),
+            |held| held.extend(values.clone()),
+        );
     }
 
     /// [`Column::extend`] for `values` that never fall (a planned run's
@@ -245,16 +236,31 @@ impl Column {
     where
         I: DoubleEndedIterator<Item = u64> + Clone,
     {
+        self.grow(
+            |narrow| narrow.try_extend_rising(values.clone()),
+            |narrow| narrow.try_extend_rising(values.clone()),
+            |held| held.extend(values.clone()),
+        );
+    }
+
+    /// Adds values the way the column's shape takes them (each narrow way
+    /// adds all or none), turning it until one does.
+    fn grow(
+        &mut self,
+        mut narrow16: impl FnMut(&mut Narrow<u16>) -> bool,
+        mut narrow32: impl FnMut(&mut Narrow<u32>) -> bool,
+        wide: impl FnOnce(&mut Vec<u64>),
+    ) {
         loop {
-            let pushed = match self {
-                Column::N16(narrow) => narrow.try_extend_rising(values.clone()),
-                Column::N32(narrow) => narrow.try_extend_rising(values.clone()),
+            let added = match self {
+                Column::N16(narrow) => narrow16(narrow),
+                Column::N32(narrow) => narrow32(narrow),
                 Column::Wide(held) => {
-                    held.extend(values.clone());
-                    true
+                    wide(held);
+                    return;
                 }
             };
-            if pushed {
+            if added {
                 return;
             }
             self.widen();

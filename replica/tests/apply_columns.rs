@@ -21,11 +21,16 @@ use meshlog_testkit::{seed, SplitMix64};
 /// The replicas' own stream: deltas claim it too.
 const OWN: u64 = 1;
 
-/// A store without a view: the replica keeps its own copy of the events.
+/// A `MemStore` as another store may be: `view: false`, it offers no view
+/// (the replica keeps its own copy of the events); `by_events: true`, it
+/// reads a batch as events, as a store outside this crate does.
 #[derive(Default)]
-struct NoView(MemStore);
+struct Wrapped<const VIEW: bool, const BY_EVENTS: bool>(MemStore);
 
-impl Store for NoView {
+type NoView = Wrapped<false, false>;
+type ByEvents = Wrapped<true, true>;
+
+impl<const VIEW: bool, const BY_EVENTS: bool> Store for Wrapped<VIEW, BY_EVENTS> {
     type Error = Infallible;
 
     fn meta(&self) -> Result<StoreMeta, Infallible> {
@@ -43,44 +48,25 @@ impl Store for NoView {
     }
 
     fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
-        self.0.commit(batch)
-    }
-}
-
-/// A store that reads a batch as events (as a store outside this crate
-/// does), then commits them to a `MemStore` it offers the view of.
-#[derive(Default)]
-struct ByEvents(MemStore);
-
-impl Store for ByEvents {
-    type Error = Infallible;
-
-    fn meta(&self) -> Result<StoreMeta, Infallible> {
-        self.0.meta()
-    }
-
-    fn read_stream(
-        &self,
-        stream: StreamId,
-        after_seq: u64,
-        limit: usize,
-        out: &mut Vec<Event>,
-    ) -> Result<(), Infallible> {
-        self.0.read_stream(stream, after_seq, limit, out)
-    }
-
-    fn commit(&mut self, batch: &Batch) -> Result<(), Infallible> {
+        if !BY_EVENTS {
+            return self.0.commit(batch);
+        }
         let runs: usize = batch.runs().map(<[Event]>::len).sum();
         assert_eq!(runs, batch.event_count(), "runs and count agree");
         let events: Vec<Event> = batch.events().cloned().collect();
         let copy = Batch::from_events(events)
             .with_floors(batch.floors.clone())
             .with_clock(batch.clock);
+        assert_eq!(&copy, batch, "a batch equals the batch of its events");
         self.0.commit(&copy)
     }
 
     fn view(&self) -> Option<meshlog_replica::StoreView> {
-        self.0.view()
+        if VIEW {
+            self.0.view()
+        } else {
+            None
+        }
     }
 }
 
