@@ -300,31 +300,63 @@ impl DeltaColumns {
 
     /// The same events as a [`Delta`], in run order.
     pub fn to_delta(&self) -> Delta {
-        let mut events = Vec::with_capacity(self.len());
         // One copy of the payloads, each event's a slice of it.
-        let payloads = bytes::Bytes::copy_from_slice(&self.payloads);
+        self.events_over(
+            bytes::Bytes::copy_from_slice(&self.payloads),
+            self.floor.clone(),
+        )
+    }
+
+    /// [`DeltaColumns::to_delta`], the payloads kept where they are (each
+    /// event's a slice of them) rather than copied.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use meshlog_cursor::{StreamId, VersionVector};
+    /// use meshlog_replica::{Delta, DeltaColumns, Event};
+    ///
+    /// let event = Event {
+    ///     stream: StreamId::new(3),
+    ///     seq: 1,
+    ///     lamport: 1,
+    ///     time_ms: 0,
+    ///     payload: Bytes::from_static(b"kept"),
+    /// };
+    /// let delta = Delta { floor: VersionVector::new(), events: vec![event] };
+    /// let columns = DeltaColumns::from_delta(&delta);
+    /// assert_eq!(columns.to_delta(), delta);
+    /// assert_eq!(columns.into_delta(), delta);
+    /// ```
+    pub fn into_delta(mut self) -> Delta {
+        let payloads = bytes::Bytes::from(std::mem::take(&mut self.payloads));
+        let floor = std::mem::take(&mut self.floor);
+        self.events_over(payloads, floor)
+    }
+
+    /// The events, their payloads slices of `payloads` (this delta's).
+    fn events_over(&self, payloads: bytes::Bytes, floor: VersionVector) -> Delta {
+        let mut events = Vec::with_capacity(self.len());
+        let mut start = 0;
         let mut index = 0;
         for run in &self.runs {
             for i in 0..run.len {
+                let end = self.ends[index];
                 events.push(Event {
                     stream: run.stream,
                     seq: run.first_seq + i as u64,
                     lamport: self.lamports[index],
                     time_ms: self.times[index],
-                    payload: if self.payload(index).is_empty() {
+                    payload: if end == start {
                         bytes::Bytes::new()
                     } else {
-                        let start = if index == 0 { 0 } else { self.ends[index - 1] };
-                        payloads.slice(start..self.ends[index])
+                        payloads.slice(start..end)
                     },
                 });
+                start = end;
                 index += 1;
             }
         }
-        Delta {
-            floor: self.floor.clone(),
-            events,
-        }
+        Delta { floor, events }
     }
 
     /// Makes room for `events` more events of `payload_bytes` in all.

@@ -994,10 +994,11 @@ impl<S: Store> Inner<S> {
             }
         }
         // A delta in columns that is not planned as columns above joins the
-        // round as events.
+        // round as events (its payloads kept, not copied).
         for request in round.iter_mut() {
-            if let Work::ApplyColumns(columns) = &request.work {
-                request.work = Work::Apply(columns.to_delta());
+            if let Work::ApplyColumns(columns) = &mut request.work {
+                let columns = std::mem::take(columns);
+                request.work = Work::Apply(columns.into_delta());
             }
         }
         let state = read(&self.state);

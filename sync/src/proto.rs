@@ -582,7 +582,7 @@ impl Protocol {
             return;
         }
         // Rare: the delta is made again without what was cut.
-        let mut delta = columns.to_delta();
+        let mut delta = std::mem::take(columns).into_delta();
         let before = delta.events.len();
         delta
             .events
