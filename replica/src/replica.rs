@@ -479,7 +479,7 @@ impl<S: Store> Replica<S> {
     /// ```
     pub fn apply_columns(&mut self, columns: &DeltaColumns) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
-        let Some(mut plan) = self.state.plan_columns(columns) else {
+        let Some(mut plan) = self.state.plan_columns(&[columns], &[]) else {
             return self.apply(&columns.to_delta());
         };
         let _span = tracing::debug_span!("apply", events = columns.len()).entered();

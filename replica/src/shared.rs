@@ -980,21 +980,11 @@ impl<S: Store> Inner<S> {
                 return;
             }
         }
-        if let [request] = round {
-            if let Work::ApplyColumns(columns) = &request.work {
-                let plan = read(&self.state).plan_columns(columns);
-                if let Some(mut plan) = plan {
-                    let result = self
-                        .commit_and_publish(writer, &plan)
-                        .map(|()| plan.reports.pop().expect("one delta, one report"))
-                        .map_err(|error| share(&Arc::new(error)));
-                    request.answer(Outcome::Applied(result));
-                    return;
-                }
-            }
+        if self.run_round_in_columns(writer, round) {
+            return;
         }
-        // A delta in columns that is not planned as columns above joins the
-        // round as events (its payloads kept, not copied).
+        // A delta in columns that is not planned as columns joins the round
+        // as events (its payloads kept, not copied).
         for request in round.iter_mut() {
             if let Work::ApplyColumns(columns) = &mut request.work {
                 let columns = std::mem::take(columns);
@@ -1054,12 +1044,76 @@ impl<S: Store> Inner<S> {
         let mut plan = state.plan_round(&deltas, &appends);
         plan.refused = refusals.iter().filter(|r| r.is_some()).count() as u64;
         drop(state);
+        let outcomes = self.commit_round_plan(writer, plan, refusals, &delta_of, &append_of);
+        for (request, outcome) in round.iter_mut().zip(outcomes) {
+            request.answer(outcome);
+        }
+    }
+
+    /// Runs a round whose deltas all came in columns and are all clean (see
+    /// [`State::plan_columns`]), with its appends, as columns: whether it
+    /// did (else nothing was done).
+    fn run_round_in_columns(&self, writer: &mut Writer<S>, round: &mut [Request]) -> bool {
+        let any_columns = round
+            .iter()
+            .any(|request| matches!(request.work, Work::ApplyColumns(_)));
+        let only_columns_and_appends = round
+            .iter()
+            .all(|request| matches!(request.work, Work::ApplyColumns(_) | Work::Append { .. }));
+        if !any_columns || !only_columns_and_appends {
+            return false;
+        }
+        let mut deltas: Vec<&DeltaColumns> = Vec::new();
+        let mut appends: Vec<AppendRequest> = Vec::new();
+        let mut delta_of = Vec::with_capacity(round.len());
+        let mut append_of = Vec::with_capacity(round.len());
+        for request in round.iter() {
+            let (delta_slot, append_slot) = match &request.work {
+                Work::ApplyColumns(columns) => {
+                    deltas.push(columns);
+                    (Some(deltas.len() - 1), None)
+                }
+                Work::Append { payloads, time_ms } => {
+                    appends.push(AppendRequest {
+                        payloads,
+                        time_ms: *time_ms,
+                    });
+                    (None, Some(appends.len() - 1))
+                }
+                Work::Apply(_) | Work::Compact(_) => unreachable!("only checked kinds"),
+            };
+            delta_of.push(delta_slot);
+            append_of.push(append_slot);
+        }
+        let Some(plan) = read(&self.state).plan_columns(&deltas, &appends) else {
+            return false;
+        };
+        let refusals = (0..round.len()).map(|_| None).collect();
+        let outcomes = self.commit_round_plan(writer, plan, refusals, &delta_of, &append_of);
+        for (request, outcome) in round.iter_mut().zip(outcomes) {
+            request.answer(outcome);
+        }
+        true
+    }
+
+    /// Commits and publishes a round's plan, and says what each request of
+    /// the round gets, in order: its refusal, its delta's report
+    /// (`delta_of`, the request's delta among the plan's), or its
+    /// appended events (`append_of`).
+    fn commit_round_plan(
+        &self,
+        writer: &mut Writer<S>,
+        mut plan: Plan<'_>,
+        mut refusals: Vec<Option<ReplicaError>>,
+        delta_of: &[Option<usize>],
+        append_of: &[Option<usize>],
+    ) -> Vec<Outcome> {
         let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
         let mut reports = std::mem::take(&mut plan.reports).into_iter();
         let mut appended_runs = std::mem::take(&mut plan.appended).into_iter();
         let mut appended_count = 0u64;
-        let mut outcomes = Vec::with_capacity(round.len());
-        for position in 0..round.len() {
+        let mut outcomes = Vec::with_capacity(refusals.len());
+        for position in 0..refusals.len() {
             let outcome = if let Some(error) = refusals[position].take() {
                 Outcome::Applied(Err(error))
             } else if delta_of[position].is_some() {
@@ -1091,9 +1145,7 @@ impl<S: Store> Inner<S> {
         // Counted before anyone is answered, so a caller that reads the
         // counters after its append returned sees its own events counted.
         self.appended.fetch_add(appended_count, Ordering::Relaxed);
-        for (request, outcome) in round.iter_mut().zip(outcomes) {
-            request.answer(outcome);
-        }
+        outcomes
     }
 
     /// Commits the plan's batch (if any) with no lock on the state, then

@@ -1254,70 +1254,110 @@ impl State {
         plan
     }
 
-    /// Plans a delta in columns as columns, if it is *clean*: no floor,
-    /// one run per stream, streams ascending, none this replica's own, each
-    /// run from its stream's head + 1 with nothing pending in the stream,
-    /// stamps rising above the head's up to `LAMPORT_MAX`, payloads within
-    /// the limit, and room for its new streams. That is a delta the event
+    /// Plans a round of deltas in columns as columns, then `appends` (as
+    /// [`State::plan_round`] plans them), if every delta is *clean*: no
+    /// floor, one run per stream, streams ascending, none this replica's
+    /// own, each run from its stream's head + 1 (as the deltas before it
+    /// in the round leave it) with nothing pending in the stream, stamps
+    /// rising above the head's up to `LAMPORT_MAX`, payloads within the
+    /// limit, and room for the new streams. Those are deltas the event
     /// path takes whole, each run as one operation, and plans alike
     /// ([`State::clean_run`], [`State::plan_round`]). Anything else is
-    /// `None`: the caller plans it as events, which validate it and say
-    /// why it is refused, if it is. Changes nothing.
-    pub(crate) fn plan_columns<'d>(&self, columns: &'d DeltaColumns) -> Option<Plan<'d>> {
-        if !columns.floor.is_empty() {
-            return None;
-        }
+    /// `None`: the caller plans the round as events, which validate each
+    /// delta and say why it is refused, if it is. Changes nothing.
+    pub(crate) fn plan_columns<'d>(
+        &self,
+        deltas: &[&'d DeltaColumns],
+        appends: &[AppendRequest],
+    ) -> Option<Plan<'d>> {
         let mut plan = Plan {
-            reports: vec![ApplyReport::default()],
+            reports: vec![ApplyReport::default(); deltas.len()],
             ..Plan::default()
         };
         let mut clock = self.clock;
+        // Per stream the round touched: its head and the head's stamp, as
+        // the round's runs so far leave them.
+        let mut heads: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
         let mut new_streams = 0usize;
-        let mut previous: Option<StreamId> = None;
-        for run in columns.run_parts() {
-            let stream = run.stream;
-            if stream == self.config.stream || previous.is_some_and(|before| before >= stream) {
+        for (index, columns) in deltas.iter().enumerate() {
+            if !columns.floor.is_empty() {
                 return None;
             }
-            previous = Some(stream);
-            let log = self.log.stream(stream);
-            if log.is_some_and(|log| !log.has_no_early()) {
-                return None;
-            }
-            new_streams += usize::from(log.is_none());
-            let head = log.map_or(0, StreamLog::head);
-            let floor_seq = self.floor.get(stream);
-            if run.len() == 0
-                || head.checked_add(1) != Some(run.first_seq)
-                || run.first_seq <= floor_seq
-                || run.first_seq.checked_add(run.len() as u64 - 1).is_none()
-                || run.last_lamport() > crate::LAMPORT_MAX
-                || run.lamports.windows(2).any(|pair| pair[0] >= pair[1])
-                || (0..run.len())
-                    .any(|i| run.ends[i] - run.payload_start(i) > self.config.payload_bytes_max)
-            {
-                return None;
-            }
-            if head > floor_seq {
-                let known = self.log.known_lamport(log?, head).ok()?;
-                if known.is_some_and(|lamport| lamport >= run.lamports[0]) {
+            let mut previous: Option<StreamId> = None;
+            for run in columns.run_parts() {
+                let stream = run.stream;
+                if stream == self.config.stream || previous.is_some_and(|before| before >= stream) {
                     return None;
                 }
+                previous = Some(stream);
+                let log = self.log.stream(stream);
+                if log.is_some_and(|log| !log.has_no_early()) {
+                    return None;
+                }
+                let floor_seq = self.floor.get(stream);
+                let (head, head_lamport) = match heads.get(&stream) {
+                    Some(&planned) => planned,
+                    None => {
+                        new_streams += usize::from(log.is_none());
+                        let head = log.map_or(0, StreamLog::head);
+                        let lamport = if head > floor_seq {
+                            self.log.known_lamport(log?, head).ok()?.unwrap_or(0)
+                        } else {
+                            0
+                        };
+                        (head, lamport)
+                    }
+                };
+                if run.len() == 0
+                    || head.checked_add(1) != Some(run.first_seq)
+                    || run.first_seq <= floor_seq
+                    || run.first_seq.checked_add(run.len() as u64 - 1).is_none()
+                    || run.lamports[0] <= head_lamport
+                    || run.last_lamport() > crate::LAMPORT_MAX
+                    || run.lamports.windows(2).any(|pair| pair[0] >= pair[1])
+                    || (0..run.len())
+                        .any(|i| run.ends[i] - run.payload_start(i) > self.config.payload_bytes_max)
+                {
+                    return None;
+                }
+                heads.insert(stream, (run.last_seq(), run.last_lamport()));
+                clock = clock.max(run.last_lamport());
+                plan.reports[index].applied += run.len() as u64;
+                let run = plan.batch.add_columns(run);
+                plan.ops.push(Op::Events {
+                    run,
+                    source: Source::Received,
+                });
             }
-            clock = clock.max(run.last_lamport());
-            plan.reports[0].applied += run.len() as u64;
-            plan.heads_after.push((stream, run.last_seq()));
-            let index = plan.batch.add_columns(run);
-            plan.ops.push(Op::Events {
-                run: index,
-                source: Source::Received,
-            });
         }
         if self.log.stream_count() + new_streams > self.config.streams_max {
             return None;
         }
+        // Then the appends, stamped above everything the deltas hold.
+        let mut pending_len = self.pending_len;
+        let own = self.config.stream;
+        let own_log = self.log.stream(own);
+        let mut own_head = self.log.head(own);
+        for request in appends {
+            let result = self.plan_append(
+                request,
+                &mut own_head,
+                &mut clock,
+                own_log,
+                &mut plan,
+                &mut pending_len,
+            );
+            plan.appended.push(result);
+        }
+        if !appends.is_empty() {
+            heads.insert(own, (own_head, 0));
+        }
         plan.batch.clock = clock;
-        plan.pending_len_after = self.pending_len;
+        plan.pending_len_after = pending_len;
+        plan.heads_after = heads
+            .into_iter()
+            .map(|(stream, (head, _))| (stream, head))
+            .collect();
         Some(plan)
     }
 

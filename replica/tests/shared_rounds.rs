@@ -8,13 +8,18 @@
 //! count and every held event — all but the stamps of their own appends,
 //! which a round may give lower (see the comment at the check).
 //!
+//! Half the rounds hand every delta in columns (`apply_columns_async`),
+//! the others some of them: a round whose deltas are all in columns and
+//! clean (catch-ups of distinct writers, each from the receiver's mark) is
+//! planned as columns, any other as events.
+//!
 //! Seeded: a failing schedule prints its seed; `MESHLOG_SEED` replays it.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Config, Delta, Event, MemStore, Replica, SharedReplica};
+use meshlog_replica::{Config, Delta, DeltaColumns, Event, MemStore, Replica, SharedReplica};
 use meshlog_testkit::seed;
 use meshlog_testkit::store::HeldStore;
 use meshlog_testkit::SplitMix64;
@@ -83,6 +88,15 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], own_head: u64) -> Delta
     delta
 }
 
+/// A clean delta: everything a writer holds past the receiver's mark of
+/// its stream.
+fn catch_up(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) -> Delta {
+    let writer = &writers[rng.below(writers.len() as u64) as usize];
+    let stream = writer.stream();
+    let since: VersionVector = [(stream, marks.get(stream))].into_iter().collect();
+    writer.delta_for(&since, usize::MAX)
+}
+
 enum Request {
     Apply(Delta),
     Append(Vec<Bytes>),
@@ -100,6 +114,8 @@ fn schedule(seed: u64) {
     let shared = SharedReplica::new(Replica::open(config.clone(), store).unwrap());
     let mut reference = Replica::open(config, MemStore::default()).unwrap();
 
+    // The events held before each round, by name.
+    let mut held_before: std::collections::BTreeSet<(StreamId, u64)> = Default::default();
     for round in 0..12 {
         for writer in &mut writers {
             for _ in 0..rng.below(4) {
@@ -110,6 +126,7 @@ fn schedule(seed: u64) {
             }
         }
         let own_head = reference.marks().get(OWN);
+        let marks = reference.marks().clone();
         let requests: Vec<Request> = (0..1 + rng.below(8))
             .map(|i| {
                 if rng.chance(0.3) {
@@ -118,6 +135,8 @@ fn schedule(seed: u64) {
                             .map(|j| Bytes::from(format!("own r{round} q{i} #{j}")))
                             .collect(),
                     )
+                } else if rng.chance(0.4) {
+                    Request::Apply(catch_up(&mut rng, &writers, &marks))
                 } else {
                     Request::Apply(draw_delta(&mut rng, &writers, own_head))
                 }
@@ -131,8 +150,12 @@ fn schedule(seed: u64) {
         assert!(gate.wait_holding(HOLD_MAX), "round {round}: never held");
         let mut applies = Vec::new();
         let mut appends = Vec::new();
+        let all_in_columns = rng.chance(0.5);
         for request in &requests {
             match request {
+                Request::Apply(delta) if all_in_columns || rng.chance(0.3) => {
+                    applies.push(shared.apply_columns_async(DeltaColumns::from_delta(delta)))
+                }
                 Request::Apply(delta) => applies.push(shared.apply_async(delta.clone())),
                 Request::Append(payloads) => {
                     appends.push(shared.append_batch_async(payloads.clone()))
@@ -195,7 +218,33 @@ fn schedule(seed: u64) {
             events.sort();
             events
         };
-        let ours = unstamped(walk(|c| shared.page(c, 7).unwrap(), shared.floor()));
+        let held = walk(|c| shared.page(c, 7).unwrap(), shared.floor());
+        // The round's own appends are stamped above every event its deltas
+        // added.
+        let new =
+            |&&(s, seq, _, _): &&(StreamId, u64, u64, Bytes)| !held_before.contains(&(s, seq));
+        let received = held
+            .iter()
+            .filter(new)
+            .filter(|e| e.0 != OWN)
+            .map(|e| e.2)
+            .max()
+            .unwrap_or(0);
+        // (The blocker went in a round of its own, before.)
+        let blocker = Bytes::from_static(b"blocker");
+        for appended in held
+            .iter()
+            .filter(new)
+            .filter(|e| e.0 == OWN && e.3 != blocker)
+        {
+            assert!(
+                appended.2 > received,
+                "round {round}: own {:?} stamped at or below {received}",
+                (appended.1, appended.2)
+            );
+        }
+        held_before = held.iter().map(|e| (e.0, e.1)).collect();
+        let ours = unstamped(held);
         let theirs = unstamped(walk(|c| reference.page(c, 7).unwrap(), reference.floor()));
         assert_eq!(ours, theirs, "round {round}: the held events");
     }
