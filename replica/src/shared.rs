@@ -578,10 +578,10 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         self.submit(Work::Apply(delta), applied)
     }
 
-    /// [`SharedReplica::apply_columns`] as a future. A delta in columns
-    /// that is its round's only request, and clean (see
-    /// [`Replica::apply_columns`]), is held as columns; else it joins its
-    /// round as events.
+    /// [`SharedReplica::apply_columns`] as a future. A round whose deltas
+    /// all came in columns and are all clean (see
+    /// [`Replica::apply_columns`]) is planned and held as columns, with
+    /// its appends; in any other round the delta joins as events.
     pub fn apply_columns_async(
         &self,
         columns: DeltaColumns,
