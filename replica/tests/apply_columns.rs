@@ -264,3 +264,94 @@ fn the_shared_handle_applies_columns_as_events() {
     }
     assert_eq!(by_events.verify().unwrap(), by_columns.verify().unwrap());
 }
+
+/// Columns built by hand at the edges of their types (seqs and stamps 0,
+/// 1 and `u64::MAX`, the largest stamp a replica takes and one above it,
+/// streams 0 and `u64::MAX`, the receiver's own stream, empty and
+/// over-the-limit payloads, times at both ends) are taken or refused in
+/// columns exactly as their events are.
+#[test]
+fn columns_at_the_edges_are_taken_as_their_events() {
+    let seed = seed::replay_or(0xed6e_5eed);
+    let mut rng = SplitMix64::new(seed);
+    let edges = [
+        0,
+        1,
+        2,
+        meshlog_replica::LAMPORT_MAX,
+        meshlog_replica::LAMPORT_MAX + 1,
+        u64::MAX - 1,
+        u64::MAX,
+    ];
+    let mut config = Config::new(StreamId::new(OWN));
+    config.payload_bytes_max = 4;
+    let mut outcomes = std::collections::BTreeSet::new();
+    for step in 0..2_000 {
+        let mut by_events = Replica::open(config.clone(), MemStore::default()).unwrap();
+        by_events.append_at(&b"own"[..], 5).unwrap();
+        let mut by_columns = Replica::open(config.clone(), MemStore::default()).unwrap();
+        by_columns.append_at(&b"own"[..], 5).unwrap();
+        let pick = |rng: &mut SplitMix64| edges[rng.below(edges.len() as u64) as usize];
+        let mut runs = Vec::new();
+        let (mut lamports, mut times, mut ends, mut payloads) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..1 + rng.below(3) {
+            let stream = match rng.below(4) {
+                0 => StreamId::new(OWN),
+                1 => StreamId::new(pick(&mut rng)),
+                _ => StreamId::new(2 + rng.below(3)),
+            };
+            let first_seq = if rng.chance(0.5) { 1 } else { pick(&mut rng) };
+            let len = 1 + rng.below(3) as usize;
+            let len = if first_seq.checked_add(len as u64 - 1).is_none() {
+                1
+            } else {
+                len
+            };
+            runs.push(meshlog_replica::ColumnRun {
+                stream,
+                first_seq,
+                len,
+            });
+            let mut lamport = if rng.chance(0.5) {
+                1 + rng.below(5)
+            } else {
+                pick(&mut rng)
+            };
+            for _ in 0..len {
+                lamports.push(lamport);
+                lamport = lamport.saturating_add(if rng.chance(0.9) { 1 } else { 0 });
+                times.push(pick(&mut rng));
+                payloads.extend(std::iter::repeat_n(7u8, rng.below(6) as usize));
+                ends.push(payloads.len());
+            }
+        }
+        let columns =
+            DeltaColumns::from_parts(VersionVector::new(), runs, lamports, times, ends, payloads)
+                .unwrap();
+        let applied = by_events.apply(&columns.to_delta());
+        let applied_in_columns = by_columns.apply_columns(&columns);
+        let at = format!("step {step}, seed {seed}: {columns:?}");
+        assert_eq!(
+            format!("{applied:?}"),
+            format!("{applied_in_columns:?}"),
+            "{at}"
+        );
+        assert_eq!(by_events.marks(), by_columns.marks(), "{at}");
+        assert_eq!(by_events.clock(), by_columns.clock(), "{at}");
+        assert_eq!(by_events.digest(), by_columns.digest(), "{at}");
+        assert_eq!(by_events.pending_len(), by_columns.pending_len(), "{at}");
+        by_columns.verify().unwrap();
+        outcomes.insert(match &applied {
+            Ok(report) if report.applied > 0 => "applied".to_string(),
+            Ok(_) => "nothing applied".to_string(),
+            Err(error) => format!("{error:?}")
+                .split([' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+    // Taken, and refused for several reasons.
+    println!("outcomes: {outcomes:?}");
+    assert!(outcomes.len() >= 6, "{outcomes:?}");
+}
