@@ -10,8 +10,8 @@
 //! copies its payload out). Each column holds 16-bit offsets while its
 //! values lie within 2^15 of its first, then 32-bit ones within 2^31
 //! ([`Column`]), as a chunk's stamps, times and ends mostly do: about 6
-//! bytes per event beyond the payload. Chunks fill in seq order, so no column grows past what it
-//! holds except the last chunk's.
+//! bytes per event beyond the payload. Chunks fill in seq order, so no
+//! column grows past what it holds except the last chunk's.
 
 use std::collections::{BTreeMap, VecDeque};
 
