@@ -1231,19 +1231,14 @@ impl State {
             }
         }
 
-        let own_log = self.log.stream(own);
         let mut own_head = self.sim(&mut sims, own).head;
-        for request in appends {
-            let result = self.plan_append(
-                request,
-                &mut own_head,
-                &mut clock,
-                own_log,
-                &mut plan,
-                &mut pending_len,
-            );
-            plan.appended.push(result);
-        }
+        self.plan_appends(
+            appends,
+            &mut own_head,
+            &mut clock,
+            &mut plan,
+            &mut pending_len,
+        );
         self.sim(&mut sims, own).head = own_head;
         plan.batch.clock = clock;
         plan.pending_len_after = pending_len;
@@ -1336,19 +1331,14 @@ impl State {
         // Then the appends, stamped above everything the deltas hold.
         let mut pending_len = self.pending_len;
         let own = self.config.stream;
-        let own_log = self.log.stream(own);
         let mut own_head = self.log.head(own);
-        for request in appends {
-            let result = self.plan_append(
-                request,
-                &mut own_head,
-                &mut clock,
-                own_log,
-                &mut plan,
-                &mut pending_len,
-            );
-            plan.appended.push(result);
-        }
+        self.plan_appends(
+            appends,
+            &mut own_head,
+            &mut clock,
+            &mut plan,
+            &mut pending_len,
+        );
         if !appends.is_empty() {
             heads.insert(own, (own_head, 0));
         }
@@ -1359,6 +1349,23 @@ impl State {
             .map(|(stream, (head, _))| (stream, head))
             .collect();
         Some(plan)
+    }
+
+    /// Plans each of `appends` in turn ([`State::plan_append`]), its
+    /// outcome pushed to the plan's `appended`.
+    fn plan_appends(
+        &self,
+        appends: &[AppendRequest],
+        own_head: &mut u64,
+        clock: &mut u64,
+        plan: &mut Plan,
+        pending_len: &mut usize,
+    ) {
+        let own_log = self.log.stream(self.config.stream);
+        for request in appends {
+            let result = self.plan_append(request, own_head, clock, own_log, plan, pending_len);
+            plan.appended.push(result);
+        }
     }
 
     fn plan_append(
