@@ -163,6 +163,15 @@ impl Log {
         matches!(self.held, Held::Own(_))
     }
 
+    /// Whether the events are held in memory: the own copy, or a
+    /// `MemStore`'s (not a store's view on disk).
+    pub(crate) fn is_in_memory(&self) -> bool {
+        match &self.held {
+            Held::Own(_) => true,
+            Held::View(view) => matches!(view.kind, ViewKind::Mem(_)),
+        }
+    }
+
     /// Replaces the store's view with the one of the commit being
     /// published.
     pub(crate) fn set_view(&mut self, view: StoreView) {

@@ -460,10 +460,11 @@ impl<S: Store> Replica<S> {
 
     /// [`Replica::apply`] for a delta in columns, as a receiver decodes one:
     /// the same checks, outcome and state as applying
-    /// [`DeltaColumns::to_delta`]. A delta that only extends other
-    /// streams' heads (one run per stream, no floor, nothing pending in
-    /// them) is checked per run and held as columns, without an [`Event`]
-    /// per event; any other goes the event path.
+    /// [`DeltaColumns::to_delta`]. On a replica whose events are in memory,
+    /// a delta that only extends other streams' heads (one run per stream,
+    /// no floor, nothing pending in them) is checked per run and held as
+    /// columns, without an [`Event`] per event; any other, and any on a
+    /// store on disk (which commits events), goes the event path.
     ///
     /// ```
     /// use meshlog_cursor::{StreamId, VersionVector};

@@ -1259,12 +1259,18 @@ impl State {
     /// path takes whole, each run as one operation, and plans alike
     /// ([`State::clean_run`], [`State::plan_round`]). Anything else is
     /// `None`: the caller plans the round as events, which validate each
-    /// delta and say why it is refused, if it is. Changes nothing.
+    /// delta and say why it is refused, if it is. So is every round on a
+    /// store on disk, which commits events (it would make them from the
+    /// columns, a copy more than making them over a delta's own payloads).
+    /// Changes nothing.
     pub(crate) fn plan_columns<'d>(
         &self,
         deltas: &[&'d DeltaColumns],
         appends: &[AppendRequest],
     ) -> Option<Plan<'d>> {
+        if !self.log.is_in_memory() {
+            return None;
+        }
         let mut plan = Plan {
             reports: vec![ApplyReport::default(); deltas.len()],
             ..Plan::default()
