@@ -169,8 +169,11 @@ pub enum ColumnsError {
         /// The events the runs hold.
         events: usize,
     },
-    /// Payload ends that fall, or do not end at the payloads' length.
-    #[error("payload end {end} of event {index} is below the one before or past the {payload_bytes} payload bytes")]
+    /// Payload ends that fall, pass the payloads, or stop short of them.
+    #[error(
+        "payload end {end} of event {index}: the ends must rise (or stay) up to exactly the \
+         {payload_bytes} payload bytes"
+    )]
     BadEnd {
         /// The event's position.
         index: usize,
