@@ -95,6 +95,13 @@ impl RunColumns<'_> {
         }
     }
 
+    /// Whether a payload of the run is over `max` bytes (none can be when
+    /// all of them together are not).
+    pub(crate) fn has_payload_over(&self, max: usize) -> bool {
+        self.ends[self.len() - 1] - self.start > max
+            && (0..self.len()).any(|i| self.ends[i] - self.payload_start(i) > max)
+    }
+
     /// The run as events, their payloads slices of one copy.
     pub(crate) fn to_events(self) -> Vec<Event> {
         let base = self.start;

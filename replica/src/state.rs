@@ -1316,8 +1316,7 @@ impl State {
                     || run.lamports[0] <= head_lamport
                     || run.last_lamport() > crate::LAMPORT_MAX
                     || run.lamports.windows(2).any(|pair| pair[0] >= pair[1])
-                    || (0..run.len())
-                        .any(|i| run.ends[i] - run.payload_start(i) > self.config.payload_bytes_max)
+                    || run.has_payload_over(self.config.payload_bytes_max)
                 {
                     return None;
                 }
