@@ -1,15 +1,18 @@
-//! `Column`: a column of `u64`s held in 2 or 4 bytes a value where it can
-//! be.
+//! `Column`: a column of `u64`s held in no bytes a value where it can be,
+//! else in 2 or 4.
 //!
 //! A memory log chunk's columns (stamps, times, payload ends) hold values
-//! that lie close together: 256 consecutive events of one stream. Each is
-//! kept as an offset from a base picked at the first value (half the
-//! offsets' range below it, so values on either side of the first fit):
-//! 16-bit offsets while every value lies within 2^15 of the first (a
-//! writer's stamps that rise by a few, times within half a minute, payloads
-//! of up to 32 KiB in all), then 32-bit ones within 2^31, then plain `u64`s.
-//! A column turns at most twice, at the first value that does not fit, and
-//! holds the same values whatever its shape.
+//! that lie close together: 256 consecutive events of one stream. While
+//! they rise by one fixed step (a writer's batch: stamps one apart, one
+//! time, payloads of one size) a column is that step and its first value,
+//! in no memory a value. Otherwise each value is kept as an offset from a
+//! base picked at the first value (half the offsets' range below it, so
+//! values on either side of the first fit): 16-bit offsets while every
+//! value lies within 2^15 of the first (a writer's stamps that rise by a
+//! few, times within half a minute, payloads of up to 32 KiB in all), then
+//! 32-bit ones within 2^31, then plain `u64`s. A column turns at most three
+//! times, at the first value that does not fit, into the narrowest shape
+//! that holds what it had, and holds the same values whatever its shape.
 
 /// The offsets a narrow column holds.
 pub(crate) trait Offset: Copy {
@@ -137,10 +140,68 @@ impl<T: Offset> Narrow<T> {
     }
 }
 
-/// A column of `u64`s: 16-bit, then 32-bit offsets from a base while every
-/// value fits, plain values after one that does not.
+/// Values that rise by one fixed step (or stay the same): `first + index *
+/// step` for `len` values, held in no memory. `room` is the capacity the
+/// column was asked for, which it gives its offsets if it turns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Steady {
+    first: u64,
+    step: u64,
+    len: usize,
+    room: usize,
+}
+
+impl Steady {
+    #[inline]
+    fn get(&self, index: usize) -> u64 {
+        debug_assert!(index < self.len);
+        // No overflow: every value held was checked when it was added.
+        self.first + index as u64 * self.step
+    }
+
+    /// Adds `values` if they go on with the step (the first two set it);
+    /// else adds none. One pass, that stops at the first value off it.
+    fn try_extend<I: Iterator<Item = u64>>(&mut self, values: I) -> bool {
+        let mut next = *self;
+        // The value a held one more would have to be.
+        let mut want = match next.len {
+            0 | 1 => None,
+            len => Some(next.get(len - 1).checked_add(next.step)),
+        };
+        for value in values {
+            match next.len {
+                0 => next.first = value,
+                1 => {
+                    let Some(step) = value.checked_sub(next.first) else {
+                        return false;
+                    };
+                    next.step = step;
+                }
+                _ => {
+                    if want != Some(Some(value)) {
+                        return false;
+                    }
+                }
+            }
+            next.len += 1;
+            want = if next.len >= 2 {
+                Some(value.checked_add(next.step))
+            } else {
+                None
+            };
+        }
+        next.room = next.room.max(next.len);
+        *self = next;
+        true
+    }
+}
+
+/// A column of `u64`s: a first value and a step while the values rise by
+/// it, then 16-bit, then 32-bit offsets from a base while every value
+/// fits, plain values after one that does not.
 #[derive(Debug, Clone)]
 pub(crate) enum Column {
+    Steady(Steady),
     N16(Narrow<u16>),
     N32(Narrow<u32>),
     Wide(Vec<u64>),
@@ -149,6 +210,7 @@ pub(crate) enum Column {
 /// A borrowed range of a [`Column`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ColumnRange<'a> {
+    Steady { first: u64, step: u64, len: usize },
     N16 { base: u64, offsets: &'a [u16] },
     N32 { base: u64, offsets: &'a [u32] },
     Wide(&'a [u64]),
@@ -157,11 +219,17 @@ pub(crate) enum ColumnRange<'a> {
 impl Column {
     /// An empty column with room for `capacity` values.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        Column::N16(Narrow::with_capacity(capacity))
+        Column::Steady(Steady {
+            first: 0,
+            step: 0,
+            len: 0,
+            room: capacity,
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
         match self {
+            Column::Steady(steady) => steady.len,
             Column::N16(narrow) => narrow.offsets.len(),
             Column::N32(narrow) => narrow.offsets.len(),
             Column::Wide(values) => values.len(),
@@ -170,6 +238,7 @@ impl Column {
 
     pub(crate) fn capacity(&self) -> usize {
         match self {
+            Column::Steady(steady) => steady.room,
             Column::N16(narrow) => narrow.offsets.capacity(),
             Column::N32(narrow) => narrow.offsets.capacity(),
             Column::Wide(values) => values.capacity(),
@@ -179,6 +248,7 @@ impl Column {
     /// Room for `additional` more values, exactly.
     pub(crate) fn reserve_exact(&mut self, additional: usize) {
         match self {
+            Column::Steady(steady) => steady.room = steady.room.max(steady.len + additional),
             Column::N16(narrow) => narrow.offsets.reserve_exact(additional),
             Column::N32(narrow) => narrow.offsets.reserve_exact(additional),
             Column::Wide(values) => values.reserve_exact(additional),
@@ -189,6 +259,10 @@ impl Column {
     #[inline]
     pub(crate) fn get(&self, index: usize) -> u64 {
         match self {
+            Column::Steady(steady) => {
+                assert!(index < steady.len, "index {index} of {}", steady.len);
+                steady.get(index)
+            }
             Column::N16(narrow) => narrow.get(index),
             Column::N32(narrow) => narrow.get(index),
             Column::Wide(values) => values[index],
@@ -203,6 +277,7 @@ impl Column {
     pub(crate) fn push(&mut self, value: u64) {
         loop {
             let pushed = match self {
+                Column::Steady(steady) => steady.try_extend(std::iter::once(value)),
                 Column::N16(narrow) => narrow.try_push(value),
                 Column::N32(narrow) => narrow.try_push(value),
                 Column::Wide(values) => {
@@ -223,6 +298,7 @@ impl Column {
         I: Iterator<Item = u64> + Clone,
     {
         self.grow(
+            |steady| steady.try_extend(values.clone()),
             |narrow| narrow.try_extend(values.clone()),
             |narrow| narrow.try_extend(values.clone()),
             |held| held.extend(values.clone()),
@@ -237,6 +313,7 @@ impl Column {
         I: DoubleEndedIterator<Item = u64> + Clone,
     {
         self.grow(
+            |steady| steady.try_extend(values.clone()),
             |narrow| narrow.try_extend_rising(values.clone()),
             |narrow| narrow.try_extend_rising(values.clone()),
             |held| held.extend(values.clone()),
@@ -247,12 +324,14 @@ impl Column {
     /// adds all or none), turning it until one does.
     fn grow(
         &mut self,
+        mut steady: impl FnMut(&mut Steady) -> bool,
         mut narrow16: impl FnMut(&mut Narrow<u16>) -> bool,
         mut narrow32: impl FnMut(&mut Narrow<u32>) -> bool,
         wide: impl FnOnce(&mut Vec<u64>),
     ) {
         loop {
             let added = match self {
+                Column::Steady(held) => steady(held),
                 Column::N16(narrow) => narrow16(narrow),
                 Column::N32(narrow) => narrow32(narrow),
                 Column::Wide(held) => {
@@ -270,6 +349,19 @@ impl Column {
     /// The values `range`, borrowed.
     pub(crate) fn range(&self, range: std::ops::RangeInclusive<usize>) -> ColumnRange<'_> {
         match self {
+            Column::Steady(steady) => {
+                let (start, end) = (*range.start(), *range.end());
+                assert!(
+                    start <= end && end < steady.len,
+                    "range {start}..={end} of {}",
+                    steady.len
+                );
+                ColumnRange::Steady {
+                    first: steady.get(start),
+                    step: steady.step,
+                    len: end - start + 1,
+                }
+            }
             Column::N16(narrow) => ColumnRange::N16 {
                 base: narrow.base,
                 offsets: &narrow.offsets[range],
@@ -286,6 +378,24 @@ impl Column {
     #[cold]
     fn widen(&mut self) {
         *self = match self {
+            Column::Steady(steady) => {
+                // Into the narrowest shape that holds the values so far.
+                let held = (0..steady.len).map(|index| steady.get(index));
+                let room = steady.room.max(steady.len + 1);
+                let mut n16 = Narrow::with_capacity(room);
+                if n16.try_extend(held.clone()) {
+                    Column::N16(n16)
+                } else {
+                    let mut n32 = Narrow::with_capacity(room);
+                    if n32.try_extend(held.clone()) {
+                        Column::N32(n32)
+                    } else {
+                        let mut values = Vec::with_capacity(room);
+                        values.extend(held);
+                        Column::Wide(values)
+                    }
+                }
+            }
             Column::N16(narrow) => Column::N32(narrow.widen()),
             Column::N32(narrow) => {
                 let mut values =
@@ -301,6 +411,7 @@ impl Column {
 impl ColumnRange<'_> {
     pub(crate) fn len(&self) -> usize {
         match self {
+            ColumnRange::Steady { len, .. } => *len,
             ColumnRange::N16 { offsets, .. } => offsets.len(),
             ColumnRange::N32 { offsets, .. } => offsets.len(),
             ColumnRange::Wide(values) => values.len(),
@@ -314,7 +425,10 @@ impl ColumnRange<'_> {
     /// Appends the values to `out`, each through `map`.
     #[inline]
     pub(crate) fn extend_into<T>(&self, out: &mut Vec<T>, map: impl Fn(u64) -> T) {
-        match self {
+        match *self {
+            ColumnRange::Steady { first, step, len } => {
+                out.extend((0..len as u64).map(|index| map(first + index * step)));
+            }
             ColumnRange::N16 { base, offsets } => {
                 out.extend(offsets.iter().map(|&offset| map(base + u64::from(offset))));
             }
@@ -357,7 +471,7 @@ mod tests {
     fn a_column_holds_every_value_it_was_given() {
         let seed = seed::replay_or(0xc01_5eed);
         let mut rng = SplitMix64::new(seed);
-        let mut shapes = [0; 3];
+        let mut shapes = [0; 5];
         for round in 0..3_000 {
             let mut column = Column::with_capacity(rng.below(4) as usize);
             let mut model = Vec::new();
@@ -367,12 +481,26 @@ mod tests {
                 _ => rng.below(1 << 34),
             };
             let first = value(&mut rng, anywhere);
+            // Now and then a steady column: values one step apart (the
+            // step 0, small, or near the top of `u64`), with a value off
+            // the step now and then.
+            let step = match rng.below(4) {
+                0 => 0,
+                1 => 1 + rng.below(64),
+                2 => u64::MAX / (2 + rng.below(8)),
+                _ => rng.next_u64(),
+            };
+            let steady = rng.below(3) == 0;
+            let mut at = 0u64;
             for _ in 0..rng.below(12) {
                 // Mostly values close to the first, now and then one far;
                 // pushed one at a time or a few at once.
                 let mut values: Vec<u64> = (0..1 + rng.below(4))
                     .map(|_| {
-                        if rng.below(10) == 0 {
+                        at += 1;
+                        if steady && rng.below(40) != 0 {
+                            first.saturating_add((at - 1).saturating_mul(step))
+                        } else if rng.below(10) == 0 {
                             value(&mut rng, first)
                         } else {
                             first.saturating_add(rng.below(1000))
@@ -412,9 +540,11 @@ mod tests {
                 Column::N16(_) => 0,
                 Column::N32(_) => 1,
                 Column::Wide(_) => 2,
+                Column::Steady(Steady { len, .. }) => 3 + usize::from(len > 2),
             }] += 1;
         }
-        // Every shape was read back.
+        // Every shape was read back, steady ones of more than two values
+        // among them.
         assert!(shapes.iter().all(|&n| n > 100), "{shapes:?}");
     }
 
@@ -424,7 +554,9 @@ mod tests {
     fn close_values_stay_narrow() {
         let mut column = Column::with_capacity(0);
         let first = 1 << 40;
-        for value in [first, first - HALF16, first + HALF16 - 1] {
+        column.push(first);
+        assert!(matches!(column, Column::Steady(_)));
+        for value in [first - HALF16, first + HALF16 - 1] {
             column.push(value);
             assert!(matches!(column, Column::N16(_)), "{value}");
         }
@@ -451,6 +583,7 @@ mod tests {
         // a batch that does not fit 16 bits turns it once.
         let mut column = Column::with_capacity(0);
         column.extend([5, 0, u64::from(u16::MAX)].into_iter());
+        // (Falling at the second value: not steady.)
         assert!(matches!(column, Column::N16(Narrow { base: 0, .. })));
         column.extend([1, u64::from(u32::MAX)].into_iter());
         assert!(matches!(column, Column::N32(Narrow { base: 0, .. })));
@@ -469,5 +602,59 @@ mod tests {
                 u64::from(u32::MAX) + 1
             ]
         );
+    }
+
+    /// Values one step apart stay steady, in no memory, whatever the step
+    /// (0, 1, one that ends at `u64::MAX`); the first value off the step
+    /// turns the column into the narrowest shape that holds them all.
+    #[test]
+    fn steady_values_hold_no_memory_until_one_is_off_the_step() {
+        for (first, step, off, shape) in [
+            (7, 0, 8, "N16"),
+            (1 << 40, 1, 0, "Wide"),
+            (100, 32, 100 + 32 * 300 + 1, "N16"),
+            // A wide step turns straight into plain values.
+            (0, u64::MAX / 4, 1, "Wide"),
+            (u64::MAX - 2, 1, u64::MAX - 3, "N16"),
+        ] {
+            // 300 values, or as many as fit below u64::MAX.
+            let len = (u64::MAX - first)
+                .checked_div(step)
+                .map_or(300, |most| most.saturating_add(1).min(300));
+            let values: Vec<u64> = (0..len).map(|i| first + i * step).collect();
+            let mut column = Column::with_capacity(256);
+            // In pieces, as chunks are filled.
+            for piece in values.chunks(7) {
+                column.extend_rising(piece.iter().copied());
+            }
+            assert!(
+                matches!(column, Column::Steady(Steady { room, .. }) if room == 256.max(values.len())),
+                "{first} {step}: {column:?}"
+            );
+            let mut out = Vec::new();
+            column
+                .range(1..=values.len() - 1)
+                .extend_into(&mut out, |v| v);
+            assert_eq!(out, values[1..], "{first} {step}");
+            column.push(off);
+            let turned = match column {
+                Column::Steady(_) => "Steady",
+                Column::N16(_) => "N16",
+                Column::N32(_) => "N32",
+                Column::Wide(_) => "Wide",
+            };
+            assert_eq!(turned, shape, "{first} {step}");
+            assert!(column.capacity() > values.len(), "{first} {step}");
+            let held: Vec<u64> = (0..column.len()).map(|i| column.get(i)).collect();
+            assert_eq!(held[..values.len()], values[..], "{first} {step}");
+            assert_eq!(held[values.len()], off);
+        }
+        // A step that would pass u64::MAX is off it.
+        let mut column = Column::with_capacity(0);
+        column.extend([u64::MAX - 1, u64::MAX].into_iter());
+        assert!(matches!(column, Column::Steady(_)));
+        column.push(u64::MAX);
+        assert!(matches!(column, Column::N16(_)));
+        assert_eq!(column.last(), Some(u64::MAX));
     }
 }
