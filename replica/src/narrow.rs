@@ -161,34 +161,33 @@ impl Steady {
 
     /// Adds `values` if they go on with the step (the first two set it);
     /// else adds none. One pass, that stops at the first value off it.
-    fn try_extend<I: Iterator<Item = u64>>(&mut self, values: I) -> bool {
+    fn try_extend<I: Iterator<Item = u64>>(&mut self, mut values: I) -> bool {
         let mut next = *self;
-        // The value a held one more would have to be.
-        let mut want = match next.len {
-            0 | 1 => None,
-            len => Some(next.get(len - 1).checked_add(next.step)),
-        };
-        for value in values {
-            match next.len {
-                0 => next.first = value,
-                1 => {
-                    let Some(step) = value.checked_sub(next.first) else {
-                        return false;
-                    };
-                    next.step = step;
-                }
-                _ => {
-                    if want != Some(Some(value)) {
-                        return false;
-                    }
-                }
-            }
-            next.len += 1;
-            want = if next.len >= 2 {
-                Some(value.checked_add(next.step))
-            } else {
-                None
+        if next.len == 0 {
+            let Some(first) = values.next() else {
+                return true;
             };
+            next.first = first;
+            next.len = 1;
+        }
+        if next.len == 1 {
+            if let Some(second) = values.next() {
+                let Some(step) = second.checked_sub(next.first) else {
+                    return false;
+                };
+                next.step = step;
+                next.len = 2;
+            }
+        }
+        // Each value one step above the one before (a step past u64::MAX
+        // is off it).
+        let (mut last, step) = (next.get(next.len - 1), next.step);
+        for value in values {
+            if last.checked_add(step) != Some(value) {
+                return false;
+            }
+            last = value;
+            next.len += 1;
         }
         next.room = next.room.max(next.len);
         *self = next;
