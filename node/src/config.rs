@@ -318,7 +318,17 @@ impl NodeConfig {
     /// Resolves the command line, reading the `--config` file if given.
     pub fn from_args(args: ServeArgs) -> Result<NodeConfig, ConfigError> {
         let file = match &args.config {
-            Some(path) => read_file(path)?,
+            Some(path) => {
+                let file = read_file(path)?;
+                file.check()
+                    .map_err(|(setting, value, range)| ConfigError::OutOfRange {
+                        path: path.clone(),
+                        setting,
+                        value,
+                        range,
+                    })?;
+                file
+            }
             None => FileSettings::default(),
         };
         let mut config = NodeConfig::new(args.data, args.listen);
@@ -347,6 +357,7 @@ impl NodeConfig {
         Ok(config)
     }
 
+    /// Takes the file's settings (checked by [`FileSettings::check`]).
     fn apply(&mut self, file: &FileSettings) {
         let ms = Duration::from_millis;
         let limits = &mut self.limits;
@@ -361,20 +372,15 @@ impl NodeConfig {
         }
         limits.connections_per_ip_max = file
             .connections_per_ip_max
-            .unwrap_or(limits.connections_per_ip_max)
-            .max(1);
-        // hyper's smallest read buffer.
-        limits.header_bytes_max = file
-            .header_bytes_max
-            .unwrap_or(limits.header_bytes_max)
-            .max(8192);
-        limits.headers_max = file.headers_max.unwrap_or(limits.headers_max).max(1);
+            .unwrap_or(limits.connections_per_ip_max);
+        limits.header_bytes_max = file.header_bytes_max.unwrap_or(limits.header_bytes_max);
+        limits.headers_max = file.headers_max.unwrap_or(limits.headers_max);
         limits.inbound_sessions_max = file
             .inbound_sessions_max
             .unwrap_or(limits.inbound_sessions_max);
         let sync = &mut self.sync;
         if let Some(v) = file.heartbeat_ms {
-            sync.heartbeat = ms(v.max(1));
+            sync.heartbeat = ms(v);
         }
         if let Some(v) = file.backoff_min_ms {
             sync.backoff_min = ms(v);
@@ -385,23 +391,107 @@ impl NodeConfig {
         if let Some(v) = file.connect_timeout_ms {
             sync.connect_timeout = ms(v);
         }
-        sync.frame_bytes_max = file.frame_bytes_max.unwrap_or(sync.frame_bytes_max).clamp(
-            meshlog_sync::FRAME_BYTES_MAX,
-            meshlog_sync::FRAME_BYTES_CEILING,
-        );
+        sync.frame_bytes_max = file.frame_bytes_max.unwrap_or(sync.frame_bytes_max);
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file
             .connection_followers_max
-            .unwrap_or(follow.connection_followers_max)
-            .max(1);
+            .unwrap_or(follow.connection_followers_max);
         follow.queue_frames = file.follow_queue_frames.unwrap_or(follow.queue_frames);
         follow.frame_events_max = file
             .follow_frame_events_max
-            .unwrap_or(follow.frame_events_max)
-            .max(1);
+            .unwrap_or(follow.frame_events_max);
         if let Some(v) = file.follow_heartbeat_ms {
-            follow.heartbeat = ms(v.max(1));
+            follow.heartbeat = ms(v);
+        }
+    }
+}
+
+impl FileSettings {
+    /// Each setting given within the range it takes, or the first that is
+    /// not: its name, its value and the range. A node refuses to start on
+    /// one out of range rather than run on another value than it was told.
+    fn check(&self) -> Result<(), (&'static str, u64, SettingRange)> {
+        let at_least = |min: u64| SettingRange { min, max: u64::MAX };
+        let bounds = [
+            (
+                "connections_per_ip_max",
+                self.connections_per_ip_max.map(as_u64),
+                at_least(1),
+            ),
+            // hyper's smallest read buffer.
+            (
+                "header_bytes_max",
+                self.header_bytes_max.map(as_u64),
+                at_least(8192),
+            ),
+            ("headers_max", self.headers_max.map(as_u64), at_least(1)),
+            ("heartbeat_ms", self.heartbeat_ms, at_least(1)),
+            (
+                "frame_bytes_max",
+                self.frame_bytes_max.map(as_u64),
+                SettingRange {
+                    min: as_u64(meshlog_sync::FRAME_BYTES_MAX),
+                    max: as_u64(meshlog_sync::FRAME_BYTES_CEILING),
+                },
+            ),
+            (
+                "connection_followers_max",
+                self.connection_followers_max.map(as_u64),
+                at_least(1),
+            ),
+            (
+                "follow_frame_events_max",
+                self.follow_frame_events_max.map(as_u64),
+                at_least(1),
+            ),
+            ("follow_heartbeat_ms", self.follow_heartbeat_ms, at_least(1)),
+        ];
+        for (setting, value, range) in bounds {
+            if let Some(value) = value.filter(|&value| value < range.min || value > range.max) {
+                return Err((setting, value, range));
+            }
+        }
+        // The redial delay doubles from the least to the most.
+        if let Some(min) = self.backoff_min_ms {
+            let max = self
+                .backoff_max_ms
+                .unwrap_or(SyncSettings::default().backoff_max.as_millis() as u64);
+            if min > max {
+                return Err(("backoff_min_ms", min, SettingRange { min: 0, max }));
+            }
+        }
+        if let Some(max) = self.backoff_max_ms {
+            let min = self
+                .backoff_min_ms
+                .unwrap_or(SyncSettings::default().backoff_min.as_millis() as u64);
+            if max < min {
+                return Err(("backoff_max_ms", max, at_least(min)));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn as_u64(value: usize) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+/// The values a setting takes, both ends included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettingRange {
+    /// The least.
+    pub min: u64,
+    /// The most (`u64::MAX`: no upper bound).
+    pub max: u64,
+}
+
+impl std::fmt::Display for SettingRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.max == u64::MAX {
+            write!(f, "at least {}", self.min)
+        } else {
+            write!(f, "from {} to {}", self.min, self.max)
         }
     }
 }
@@ -436,6 +526,18 @@ pub enum ConfigError {
         path: PathBuf,
         /// The parser's reason.
         message: String,
+    },
+    /// A setting of the `--config` file is out of the range it takes.
+    #[error("{path}: {setting} = {value} is out of range: it takes {range}")]
+    OutOfRange {
+        /// The file.
+        path: PathBuf,
+        /// The setting, as the file names it.
+        setting: &'static str,
+        /// Its value in the file.
+        value: u64,
+        /// The values it takes.
+        range: SettingRange,
     },
 }
 
@@ -497,24 +599,137 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The sync frame limit is a file setting, kept within what the
-    /// protocol allows: at least the 4 MiB every peer takes, at most 1 GiB.
+    /// A bounded setting is taken as given at either edge of its range
+    /// (the sync frame limit: at least the 4 MiB every peer takes, at most
+    /// 1 GiB) and refused one past it, with an error that names the
+    /// setting, the value and the range: never quietly raised or lowered.
     #[test]
-    fn the_frame_limit_is_a_setting_within_its_bounds() {
-        let dir = std::env::temp_dir().join(format!("meshlog-frame-{}", std::process::id()));
+    fn settings_out_of_their_range_are_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("meshlog-range-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("node.toml");
-        for (value, expected) in [
-            (16usize << 20, 16usize << 20),
-            (1024, meshlog_sync::FRAME_BYTES_MAX),
-            (8usize << 30, meshlog_sync::FRAME_BYTES_CEILING),
-        ] {
-            std::fs::write(&file, format!("frame_bytes_max = {value}\n")).unwrap();
+        let resolve = |text: &str| {
+            std::fs::write(&file, text).unwrap();
             let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])
                 .unwrap()
                 .args;
-            let config = NodeConfig::from_args(args).unwrap();
-            assert_eq!(config.sync.frame_bytes_max, expected, "{value}");
+            NodeConfig::from_args(args)
+        };
+        let (frame_min, frame_max) = (
+            meshlog_sync::FRAME_BYTES_MAX,
+            meshlog_sync::FRAME_BYTES_CEILING,
+        );
+        // At the edges of each range: taken as given.
+        for text in [
+            format!("frame_bytes_max = {frame_min}\n"),
+            format!("frame_bytes_max = {frame_max}\n"),
+            "header_bytes_max = 8192\nheaders_max = 1\nheartbeat_ms = 1\n".into(),
+            "connections_per_ip_max = 1\nconnection_followers_max = 1\n".into(),
+            "follow_frame_events_max = 1\nfollow_heartbeat_ms = 1\n".into(),
+            "backoff_min_ms = 5\nbackoff_max_ms = 5\n".into(),
+        ] {
+            let config = resolve(&text).unwrap_or_else(|error| panic!("{text}: {error}"));
+            if text.starts_with("frame") {
+                assert!([frame_min, frame_max].contains(&config.sync.frame_bytes_max));
+            }
+        }
+        let config = resolve("frame_bytes_max = 16777216\nheader_bytes_max = 9000\n").unwrap();
+        assert_eq!(config.sync.frame_bytes_max, 16 << 20);
+        assert_eq!(config.limits.header_bytes_max, 9000);
+        // One past an edge: refused, the setting named with its range.
+        for (text, setting, value, range) in [
+            (
+                format!("frame_bytes_max = {}\n", frame_min - 1),
+                "frame_bytes_max",
+                frame_min - 1,
+                format!("from {frame_min} to {frame_max}"),
+            ),
+            (
+                format!("frame_bytes_max = {}\n", frame_max + 1),
+                "frame_bytes_max",
+                frame_max + 1,
+                format!("from {frame_min} to {frame_max}"),
+            ),
+            (
+                "header_bytes_max = 8191\n".into(),
+                "header_bytes_max",
+                8191,
+                "at least 8192".into(),
+            ),
+            (
+                "headers_max = 0\n".into(),
+                "headers_max",
+                0,
+                "at least 1".into(),
+            ),
+            (
+                "heartbeat_ms = 0\n".into(),
+                "heartbeat_ms",
+                0,
+                "at least 1".into(),
+            ),
+            (
+                "connections_per_ip_max = 0\n".into(),
+                "connections_per_ip_max",
+                0,
+                "at least 1".into(),
+            ),
+            (
+                "connection_followers_max = 0\n".into(),
+                "connection_followers_max",
+                0,
+                "at least 1".into(),
+            ),
+            (
+                "follow_frame_events_max = 0\n".into(),
+                "follow_frame_events_max",
+                0,
+                "at least 1".into(),
+            ),
+            (
+                "follow_heartbeat_ms = 0\n".into(),
+                "follow_heartbeat_ms",
+                0,
+                "at least 1".into(),
+            ),
+            (
+                "backoff_min_ms = 6\nbackoff_max_ms = 5\n".into(),
+                "backoff_min_ms",
+                6,
+                "from 0 to 5".into(),
+            ),
+            // Against the other's default (100 ms and 10 s).
+            (
+                "backoff_max_ms = 99\n".into(),
+                "backoff_max_ms",
+                99,
+                "at least 100".into(),
+            ),
+            (
+                "backoff_min_ms = 10001\n".into(),
+                "backoff_min_ms",
+                10_001,
+                "from 0 to 10000".into(),
+            ),
+        ] {
+            let error = resolve(&text).expect_err(&text);
+            let message = error.to_string();
+            match error {
+                ConfigError::OutOfRange {
+                    setting: named,
+                    value: held,
+                    ..
+                } => {
+                    assert_eq!((named, held), (setting, value as u64), "{text}");
+                }
+                other => panic!("{text}: {other}"),
+            }
+            assert!(
+                message.contains(&format!(
+                    "{setting} = {value} is out of range: it takes {range}"
+                )),
+                "{text}: {message}"
+            );
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
