@@ -59,6 +59,22 @@ pub struct PeerStatus {
     pub last_error: Option<String>,
 }
 
+/// One inbound session (a peer that dialed this node) as the node sees it
+/// now.
+#[derive(Debug, Clone)]
+pub struct InboundStatus {
+    /// The address the session's connection came from.
+    pub remote: std::net::SocketAddr,
+    /// Whether the peer's hello has arrived.
+    pub connected: bool,
+    /// The peer's stream, from its hello.
+    pub stream: Option<StreamId>,
+    /// The marks the peer has acknowledged.
+    pub marks: VersionVector,
+    /// Events this node holds that the peer has not acknowledged.
+    pub lag_events: u64,
+}
+
 /// A peer URL this node cannot dial.
 #[derive(Debug, thiserror::Error)]
 #[error("bad peer URL {url:?}: {reason}")]
@@ -84,7 +100,9 @@ struct Inner {
     stop: CancellationToken,
     tasks: TaskTracker,
     dialed: Mutex<Vec<Arc<Slot>>>,
-    inbound: Mutex<Vec<watch::Receiver<SessionState>>>,
+    /// The running inbound sessions, by the address they came from, in
+    /// the order they started.
+    inbound: Mutex<Vec<(std::net::SocketAddr, watch::Receiver<SessionState>)>>,
     inbound_permits: Arc<Semaphore>,
     /// Counts peers ever added, to seed each one's jitter differently.
     added: Mutex<u64>,
@@ -236,13 +254,32 @@ impl Peers {
             .map(|peer| peer.marks)
             .collect();
         let inbound = lock(&self.inner.inbound);
-        for receiver in inbound.iter() {
+        for (_, receiver) in inbound.iter() {
             let state = receiver.borrow();
             if state.peer.is_some() {
                 marks.push(state.peer_marks.clone());
             }
         }
         marks
+    }
+
+    /// The inbound sessions running now (peers that dialed this node), in
+    /// the order they started; one that ended is no longer listed.
+    pub fn inbound(&self) -> Vec<InboundStatus> {
+        let marks = self.inner.replica.marks();
+        lock(&self.inner.inbound)
+            .iter()
+            .map(|(remote, receiver)| {
+                let session = receiver.borrow();
+                InboundStatus {
+                    remote: *remote,
+                    connected: session.peer.is_some(),
+                    stream: session.peer,
+                    lag_events: marks.events_beyond(&session.peer_marks),
+                    marks: session.peer_marks.clone(),
+                }
+            })
+            .collect()
     }
 
     /// A place for one more inbound session, if there is room.
@@ -252,14 +289,16 @@ impl Peers {
             .ok()
     }
 
-    /// Runs an inbound session over `io` (an upgraded `GET /sync`) until the
-    /// peer closes it, it fails, or the node shuts down. With `handshake`,
-    /// the dialer's proof must come first, within `proof_timeout`.
+    /// Runs an inbound session over `io` (an upgraded `GET /sync` from
+    /// `remote`) until the peer closes it, it fails, or the node shuts
+    /// down. With `handshake`, the dialer's proof must come first, within
+    /// `proof_timeout`.
     pub fn run_inbound<IO>(
         &self,
         mut io: IO,
+        remote: std::net::SocketAddr,
         permit: OwnedSemaphorePermit,
-        handshake: Option<(peer_auth::Acceptor, std::net::SocketAddr)>,
+        handshake: Option<peer_auth::Acceptor>,
         proof_timeout: std::time::Duration,
     ) where
         IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -267,7 +306,7 @@ impl Peers {
         let peers = self.clone();
         self.inner.tasks.spawn(async move {
             let _permit = permit;
-            if let Some((acceptor, remote)) = handshake {
+            if let Some(acceptor) = handshake {
                 let mut proof = [0u8; peer_auth::LEN];
                 let read = tokio::time::timeout(proof_timeout, io.read_exact(&mut proof)).await;
                 let passed = matches!(read, Ok(Ok(_))) && acceptor.finish(&proof);
@@ -282,11 +321,13 @@ impl Peers {
             let session = Session::new(peers.inner.replica.sync_handle(), peers.session_config())
                 .with_routes(peers.inner.routes.clone(), PeerDirection::Inbound);
             let state = session.state();
-            lock(&peers.inner.inbound).push(state.clone());
+            lock(&peers.inner.inbound).push((remote, state.clone()));
             peers.inner.metrics.sessions_running.inc();
             let _ = session.run_until(io, peers.inner.stop.cancelled()).await;
+            // Off the list before the count drops: what reads 0 sessions
+            // then lists none.
+            lock(&peers.inner.inbound).retain(|(_, other)| !other.same_channel(&state));
             peers.inner.metrics.sessions_running.dec();
-            lock(&peers.inner.inbound).retain(|other| !other.same_channel(&state));
         });
     }
 

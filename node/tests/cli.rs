@@ -187,6 +187,16 @@ async fn peers_are_added_listed_and_removed() {
         run.stdout.contains(&format!("{ub}  connected, stream 2"))
     })
     .await;
+    // b lists a's session under inbound, a lists none there.
+    wait_until("b lists a's inbound session", || async {
+        let run = cli(&["peers", "--node", &ub, "list"], "").await;
+        run.stdout.contains("peers:  none")
+            && run.stdout.contains("inbound:\n  from 127.0.0.1:")
+            && run.stdout.contains("  connected, stream 1, lag 0 event(s)")
+    })
+    .await;
+    let run = cli(&["peers", "--node", &ua, "list"], "").await;
+    assert!(run.stdout.contains("inbound: none"), "{}", run.stdout);
     let run = cli(&["marks", "--node", &ua], "").await;
     assert!(run.stdout.contains("(stream 1)"), "{}", run.stdout);
     assert!(

@@ -150,6 +150,28 @@ async fn a_peer_added_at_run_time_syncs_and_a_removed_one_stops() {
             && peers["peers"][0]["stream"] == "4"
     })
     .await;
+    // d lists a's session as inbound: from a's loopback address, a's
+    // stream, nothing a lacks; d dials no one.
+    wait_until("d lists a's inbound session", || async {
+        let peers = get(d.addr, "/peers").await.json();
+        peers["inbound"].as_array().unwrap().len() == 1
+            && peers["inbound"][0]["connected"] == true
+            && peers["inbound"][0]["stream"] == "1"
+            && peers["inbound"][0]["lag_events"] == 0
+    })
+    .await;
+    let peers = get(d.addr, "/peers").await.json();
+    assert_eq!(peers["peers"], json!([]));
+    let inbound = &peers["inbound"][0];
+    assert!(
+        inbound["remote"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{peers}"
+    );
+    assert_eq!(inbound["marks"], json!({"1": 1, "4": 1}), "{peers}");
+    assert_eq!(get(a.addr, "/peers").await.json()["inbound"], json!([]));
 
     let removed = request(
         a.addr,
@@ -160,7 +182,10 @@ async fn a_peer_added_at_run_time_syncs_and_a_removed_one_stops() {
     )
     .await;
     assert_eq!(removed.status, 200);
-    assert_eq!(get(a.addr, "/peers").await.json(), json!({"peers": []}));
+    assert_eq!(
+        get(a.addr, "/peers").await.json(),
+        json!({"peers": [], "inbound": []})
+    );
     let removed_again = request(
         a.addr,
         "DELETE",
@@ -173,7 +198,7 @@ async fn a_peer_added_at_run_time_syncs_and_a_removed_one_stops() {
         (removed_again.status, removed_again.error()),
         (404, "unknown_peer".into())
     );
-    // The session is gone on both sides.
+    // The session is gone on both sides, and from d's inbound list.
     for node in [&a, &d] {
         wait_until("the removed peer's session ends", || async {
             let metrics = String::from_utf8(get(node.addr, "/metrics").await.body).unwrap();
@@ -181,6 +206,10 @@ async fn a_peer_added_at_run_time_syncs_and_a_removed_one_stops() {
         })
         .await;
     }
+    assert_eq!(
+        get(d.addr, "/peers").await.json(),
+        json!({"peers": [], "inbound": []})
+    );
     // d's next event stays on d: wait ten heartbeats, a bounded wait.
     append(d.addr, b"after removal").await;
     tokio::time::sleep(Duration::from_millis(500)).await;

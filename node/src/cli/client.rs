@@ -10,8 +10,9 @@ use std::time::Duration;
 use serde_json::json;
 
 pub use crate::http::json::{
-    AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, LostJson, MarksJson, PageJson,
-    PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson, VerifiedJson,
+    AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, InboundJson, LostJson,
+    MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson,
+    VerifiedJson,
 };
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather

@@ -17,7 +17,9 @@ use meshlog_cursor::{token, StreamId, VersionVector};
 
 pub mod client;
 
-use client::{Client, ClientError, EventJson, PageOutcome, PeerJson, Stale, VectorJson};
+use client::{
+    Client, ClientError, EventJson, InboundJson, PageOutcome, PeerJson, Stale, VectorJson,
+};
 
 /// The exit code of `meshlog events` when the cursor is stale: distinct
 /// from a failure, so a script can accept the gap and resume.
@@ -600,6 +602,7 @@ async fn peers(args: PeersArgs) -> Result<ExitCode, ClientError> {
         PeersAction::List => {
             let answer = client.peers().await?;
             print_peers(&answer.peers);
+            print_inbound(&answer.inbound);
         }
         PeersAction::Add { url } => {
             let answer = client.add_peer(&url).await?;
@@ -639,6 +642,28 @@ fn print_peers(peers: &[PeerJson]) {
             line.push_str(&format!(", last error: {error}"));
         }
         println!("{line}");
+    }
+}
+
+/// The inbound sessions, a line each: where from, stream and lag.
+fn print_inbound(sessions: &[InboundJson]) {
+    if sessions.is_empty() {
+        println!("inbound: none");
+        return;
+    }
+    println!("inbound:");
+    for session in sessions {
+        let state = if session.connected {
+            "connected"
+        } else {
+            "not connected"
+        };
+        println!(
+            "  from {}  {state}, stream {}, lag {} event(s)",
+            session.remote,
+            session.stream.as_deref().unwrap_or("-"),
+            session.lag_events
+        );
     }
 }
 

@@ -20,8 +20,8 @@ use super::error::ApiError;
 use super::json::{
     decimal, json_batch, ndjson_batch, object_body, vector_json, AppendBatchJson, AppendJson,
     AppendedJson, CompactBody, CompactedJson, DigestJson, ErrorJson, EventJson, HealthJson,
-    LostJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson,
-    QueryBody, RawPayload, VerifiedJson,
+    InboundJson, LostJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson,
+    PeersJson, QueryBody, RawPayload, VerifiedJson,
 };
 use super::AppState;
 use crate::peers::{PeerStatus, SYNC_PROTOCOL};
@@ -550,11 +550,24 @@ pub async fn verify(State(state): Shared) -> Result<Json<VerifiedJson>, ApiError
     path = "/peers",
     tag = "peers",
     summary = "The peers this node dials, with their state",
-    responses((status = 200, description = "In the order they were added.", body = PeersJson)),
+    responses((status = 200, description = "The dialed peers in the order they were added, \
+        and the inbound sessions running now.", body = PeersJson)),
 )]
 pub async fn list_peers(State(state): Shared) -> Json<PeersJson> {
     let peers: Vec<PeerJson> = state.peers.list().iter().map(peer_json).collect();
-    Json(PeersJson { peers })
+    let inbound = state
+        .peers
+        .inbound()
+        .into_iter()
+        .map(|session| InboundJson {
+            remote: session.remote.to_string(),
+            connected: session.connected,
+            stream: session.stream.map(decimal),
+            marks: vector_json(&session.marks),
+            lag_events: session.lag_events,
+        })
+        .collect();
+    Json(PeersJson { peers, inbound })
 }
 
 fn peer_body(body: &[u8]) -> Result<PeerBody, ApiError> {
@@ -742,8 +755,9 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
         match on_upgrade.await {
             Ok(upgraded) => peers.run_inbound(
                 TokioIo::new(upgraded),
+                remote,
                 permit,
-                handshake.map(|acceptor| (acceptor, remote)),
+                handshake,
                 proof_timeout,
             ),
             Err(error) => tracing::debug!(%error, "sync upgrade failed"),

@@ -206,11 +206,33 @@ pub struct PeerJson {
     pub last_error: Option<String>,
 }
 
+/// One inbound session: a peer that dialed this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct InboundJson {
+    /// The address its connection came from, `host:port`.
+    #[schema(example = "127.0.0.1:50412")]
+    pub remote: String,
+    /// Whether its hello has arrived.
+    pub connected: bool,
+    /// Its stream id, once its hello arrived.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$")]
+    pub stream: Option<String>,
+    /// The marks it has acknowledged.
+    #[schema(value_type = VectorSchema)]
+    pub marks: VectorJson,
+    /// Events this node holds that it has not acknowledged.
+    pub lag_events: u64,
+}
+
 /// `GET /peers`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeersJson {
-    /// In the order they were added.
+    /// The peers this node dials, in the order they were added.
     pub peers: Vec<PeerJson>,
+    /// The inbound sessions running now, in the order they started (an
+    /// older node's answer has none).
+    #[serde(default)]
+    pub inbound: Vec<InboundJson>,
 }
 
 /// `GET /marks`.
