@@ -199,8 +199,10 @@ pub enum LimitHit {
     },
 }
 
-/// How a session ended when nothing went wrong.
+/// How a session ended when nothing went wrong. New ways may be added (as
+/// `Duplicate` was), so a match needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SessionEnd {
     /// The peer closed the stream between frames.
     PeerClosed,
