@@ -2,8 +2,9 @@
 //! agent pages, follows and appends to a node's log with the same cursor as
 //! every other surface (the text token of `GET /events`).
 //!
-//! It is a client of the node's HTTP API, like the CLI: it never opens a
-//! data directory. Tools:
+//! It is a client of the node's HTTP API through the CLI's HTTP client
+//! (`http://`, or `https://` with `--ca`): it never opens a data
+//! directory. Tools:
 //!
 //! - `page_events {after?, limit?}`: one page (`POST /events/query`), with
 //!   the token to pass as the next `after`;
@@ -24,18 +25,15 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{CONTENT_TYPE, HOST};
-use hyper::{Method, Request, Uri};
-use hyper_util::rt::TokioIo;
+use reqwest::Method;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::net::TcpStream;
+
+use crate::cli::client::{describe, http_client, ClientError, ClientOptions};
 
 /// The longest a `follow_events` call waits for new events.
 pub const FOLLOW_WAIT_MS_MAX: u32 = 30_000;
@@ -43,8 +41,6 @@ pub const FOLLOW_WAIT_MS_MAX: u32 = 30_000;
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 /// The largest response body the client reads from the node.
 const RESPONSE_BYTES_MAX: usize = 64 << 20;
-/// How long one request to the node may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Arguments of `meshlog mcp`.
 #[derive(Debug, clap::Args)]
@@ -56,12 +52,19 @@ pub struct McpArgs {
     /// follow, `write` to append (`docs/SECURITY.md`).
     #[arg(long, env = "MESHLOG_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// The CA (PEM) an `https://` node's certificate chains to.
+    #[arg(long, env = "MESHLOG_CA")]
+    pub ca: Option<std::path::PathBuf>,
 }
 
 /// Serves MCP on stdin/stdout until the client closes it.
 pub fn run(args: McpArgs) -> ExitCode {
-    let node = match NodeClient::new(&args.node) {
-        Ok(node) => node.with_token(args.token),
+    let options = ClientOptions {
+        token: args.token,
+        ca: args.ca,
+    };
+    let node = match NodeClient::new(&args.node, &options) {
+        Ok(node) => node,
         Err(error) => {
             eprintln!("meshlog mcp: {error}");
             return ExitCode::from(2);
@@ -235,41 +238,20 @@ pub enum NodeError {
     Unreachable(String),
 }
 
-/// A small HTTP/1 client of one node.
+/// A client of one node's HTTP API (`http://`, or `https://` with a CA),
+/// that hands back its JSON bodies as they are.
 #[derive(Debug, Clone)]
 pub struct NodeClient {
-    host: String,
-    port: u16,
-    token: Option<String>,
+    base: String,
+    http: reqwest::Client,
 }
 
 impl NodeClient {
-    /// A client of the node at `url` (`http://host:port`).
-    pub fn new(url: &str) -> Result<NodeClient, String> {
-        let uri: Uri = url
-            .trim()
-            .parse()
-            .map_err(|_| format!("{url:?} is not a URL"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(format!("{url:?}: the scheme must be http"));
-        }
-        let host = uri
-            .host()
-            .filter(|host| !host.is_empty())
-            .ok_or_else(|| format!("{url:?} has no host"))?
-            .trim_matches(['[', ']'])
-            .to_owned();
-        Ok(NodeClient {
-            host,
-            port: uri.port_u16().unwrap_or(80),
-            token: None,
-        })
-    }
-
-    /// Sends `Authorization: Bearer TOKEN` with every request.
-    pub fn with_token(mut self, token: Option<String>) -> NodeClient {
-        self.token = token.filter(|token| !token.is_empty());
-        self
+    /// A client of the node at `url` (`http://host:port` or
+    /// `https://host:port`), with the secret and the CA of `options`.
+    pub fn new(url: &str, options: &ClientOptions) -> Result<NodeClient, ClientError> {
+        let (base, http) = http_client(url, options)?;
+        Ok(NodeClient { base, http })
     }
 
     async fn page(&self, after: Option<String>, limit: Option<u32>) -> Result<Value, NodeError> {
@@ -295,64 +277,34 @@ impl NodeClient {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value, NodeError> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
-            .await
-            .unwrap_or_else(|_| {
-                Err(NodeError::Unreachable(format!(
-                    "no answer from {}:{} within {REQUEST_TIMEOUT:?}",
-                    self.host, self.port
-                )))
-            })
-    }
-
-    async fn exchange(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, NodeError> {
         let unreachable = |what: &str, error: &dyn std::fmt::Display| {
-            NodeError::Unreachable(format!("{what} {}:{}: {error}", self.host, self.port))
+            NodeError::Unreachable(format!("{what} {}: {error}", self.base))
         };
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|error| unreachable("cannot connect to", &error))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|error| unreachable("HTTP handshake failed with", &error))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        let mut request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(HOST, format!("{}:{}", self.host, self.port));
-        if let Some(token) = &self.token {
-            let value = crate::auth::bearer_header(token)
-                .ok_or_else(|| unreachable("a bad --token for", &"not a header value"))?;
-            request = request.header(hyper::header::AUTHORIZATION, value);
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
         }
-        let bytes = match body {
-            Some(body) => {
-                request = request.header(CONTENT_TYPE, "application/json");
-                Bytes::from(body.to_string())
-            }
-            None => Bytes::new(),
-        };
-        let request = request
-            .body(Full::new(bytes))
-            .map_err(|error| unreachable("cannot build a request to", &error))?;
-        let response = sender
-            .send_request(request)
+        // (The client's own timeout bounds the whole exchange.)
+        let mut response = request
+            .send()
             .await
-            .map_err(|error| unreachable("request failed to", &error))?;
+            .map_err(|error| unreachable("request failed to", &describe(&error)))?;
         let status = response.status();
-        let body = Limited::new(response.into_body(), RESPONSE_BYTES_MAX)
-            .collect()
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|error| unreachable("cannot read the answer of", &error))?
-            .to_bytes();
-        let body: Value = serde_json::from_slice(&body)
+            .map_err(|error| unreachable("cannot read the answer of", &describe(&error)))?
+        {
+            if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
+                return Err(unreachable(
+                    "an answer over the limit from",
+                    &format!("more than {RESPONSE_BYTES_MAX} bytes"),
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let body: Value = serde_json::from_slice(&bytes)
             .map_err(|error| unreachable("unreadable JSON from", &error))?;
         if status.is_success() {
             Ok(body)

@@ -2,8 +2,8 @@
 //! peer secrets converges; a node whose certificate comes from another CA
 //! is refused both ways; a sync upgrade without a client certificate is
 //! refused; plaintext to the TLS port gets a clean answer and the node
-//! goes on serving; the CLI's client and the Follower reach a TLS node
-//! with `--ca` and a secret. Every certificate is made at run time.
+//! goes on serving; the CLI's client, the Follower and `meshlog mcp`
+//! reach a TLS node with `--ca` and a secret. Every certificate is made at run time.
 
 mod support;
 
@@ -253,4 +253,71 @@ async fn a_follower_follows_a_tls_node_with_a_secret() {
         !matches!(item, Ok(Some(FollowItem::Event(_)))),
         "a follower without a secret got an event: {item:?}"
     );
+}
+
+/// `meshlog mcp --node https://... --ca FILE --token SECRET` reaches a TLS
+/// node: an agent reads its marks and appends. Without `--ca` it does not
+/// start, and says what it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mcp_server_reaches_a_tls_node_with_its_ca_and_a_secret() {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    use rmcp::ServiceExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "one");
+    let node = tls_node(&ca, 1, Vec::new()).await;
+    let url = https(&node);
+    let ca_file = ca.ca_file();
+    let command = tokio::process::Command::new(env!("CARGO_BIN_EXE_meshlog")).configure(|cmd| {
+        cmd.args(["mcp", "--node", &url, "--ca"])
+            .arg(&ca_file)
+            .args(["--token", ADMIN])
+            .env_remove("MESHLOG_NODE")
+            .env_remove("MESHLOG_CA")
+            .env_remove("MESHLOG_TOKEN");
+    });
+    let agent = tokio::time::timeout(
+        DEADLINE,
+        ().serve(TokioChildProcess::new(command).expect("meshlog mcp starts")),
+    )
+    .await
+    .expect("the MCP handshake within the deadline")
+    .expect("the MCP handshake");
+    let call = |tool: &str, arguments: serde_json::Value| {
+        let params = CallToolRequestParams::new(tool.to_owned())
+            .with_arguments(arguments.as_object().unwrap().clone());
+        let agent = &agent;
+        async move {
+            let result = tokio::time::timeout(DEADLINE, agent.call_tool(params))
+                .await
+                .expect("an answer within the deadline")
+                .expect("a tool result");
+            let text = result.content[0].as_text().unwrap().text.clone();
+            (result.is_error == Some(true), text)
+        }
+    };
+    let (failed, text) = call(
+        "append_events",
+        serde_json::json!({"payloads": ["over tls"]}),
+    )
+    .await;
+    assert!(!failed, "{text}");
+    let (failed, text) = call("read_marks", serde_json::json!({})).await;
+    assert!(!failed, "{text}");
+    let marks: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(marks["marks"]["1"], 1, "{text}");
+    agent.cancel().await.unwrap();
+
+    // No CA for an https:// node: refused at start, exit 2, the reason named.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_meshlog"))
+        .args(["mcp", "--node", &url])
+        .env_remove("MESHLOG_CA")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("needs --ca FILE"), "{stderr}");
 }

@@ -121,58 +121,7 @@ impl Client {
 
     /// A client of the node at `url` with a secret and a CA.
     pub fn with_options(url: &str, options: &ClientOptions) -> Result<Client, ClientError> {
-        let base = url.trim().trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://"))
-            || base.len() <= "https://".len()
-        {
-            return Err(ClientError::BadUrl {
-                url: url.to_owned(),
-            });
-        }
-        let cannot = |reason: String| ClientError::Unreachable {
-            url: base.clone(),
-            reason,
-        };
-        // Always a rustls configuration of our own (ring, no platform
-        // roots): the node's CA if given, else no roots at all, so an
-        // `https://` node without `--ca` fails with a clear reason.
-        let tls = match &options.ca {
-            Some(path) => crate::tls::client_trusting(path)
-                .map_err(|error| cannot(error.to_string()))?
-                .as_ref()
-                .clone(),
-            None => {
-                if base.starts_with("https://") {
-                    return Err(cannot(
-                        "an https:// node needs --ca FILE (MESHLOG_CA), the CA its certificate chains to"
-                            .into(),
-                    ));
-                }
-                rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .map_err(|error| cannot(error.to_string()))?
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-            }
-        };
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = options.token.as_deref().filter(|t| !t.is_empty()) {
-            let value = crate::auth::bearer_header(token)
-                .ok_or_else(|| cannot("the token is not a valid header value".into()))?;
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .connect_timeout(Duration::from_secs(5))
-            .default_headers(headers)
-            .tls_backend_preconfigured(tls)
-            .build()
-            .map_err(|error| ClientError::Unreachable {
-                url: base.clone(),
-                reason: format!("cannot build an HTTP client: {error}"),
-            })?;
+        let (base, http) = http_client(url, options)?;
         Ok(Client { base, http })
     }
 
@@ -377,7 +326,7 @@ impl Client {
 
 /// reqwest's error with its sources, which hold the useful part
 /// ("Connection refused").
-fn describe(error: &reqwest::Error) -> String {
+pub(crate) fn describe(error: &reqwest::Error) -> String {
     let mut text = if error.is_connect() {
         "connection failed".to_owned()
     } else if error.is_timeout() {
@@ -396,4 +345,66 @@ fn describe(error: &reqwest::Error) -> String {
         text.push_str(&last);
     }
     text
+}
+
+/// The base URL (without a trailing `/`) and an HTTP client for the node
+/// at `url`, `http://` or `https://` (with `options.ca`): what the CLI and
+/// `meshlog mcp` both talk through.
+pub(crate) fn http_client(
+    url: &str,
+    options: &ClientOptions,
+) -> Result<(String, reqwest::Client), ClientError> {
+    let base = url.trim().trim_end_matches('/').to_owned();
+    if !(base.starts_with("http://") || base.starts_with("https://"))
+        || base.len() <= "https://".len()
+    {
+        return Err(ClientError::BadUrl {
+            url: url.to_owned(),
+        });
+    }
+    let cannot = |reason: String| ClientError::Unreachable {
+        url: base.clone(),
+        reason,
+    };
+    // Always a rustls configuration of our own (ring, no platform
+    // roots): the node's CA if given, else no roots at all, so an
+    // `https://` node without `--ca` fails with a clear reason.
+    let tls = match &options.ca {
+        Some(path) => crate::tls::client_trusting(path)
+            .map_err(|error| cannot(error.to_string()))?
+            .as_ref()
+            .clone(),
+        None => {
+            if base.starts_with("https://") {
+                return Err(cannot(
+                    "an https:// node needs --ca FILE (MESHLOG_CA), the CA its certificate chains to"
+                        .into(),
+                ));
+            }
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|error| cannot(error.to_string()))?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth()
+        }
+    };
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = options.token.as_deref().filter(|t| !t.is_empty()) {
+        let value = crate::auth::bearer_header(token)
+            .ok_or_else(|| cannot("the token is not a valid header value".into()))?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    let http = reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .connect_timeout(Duration::from_secs(5))
+        .default_headers(headers)
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|error| ClientError::Unreachable {
+            url: base.clone(),
+            reason: format!("cannot build an HTTP client: {error}"),
+        })?;
+    Ok((base, http))
 }
