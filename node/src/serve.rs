@@ -76,6 +76,7 @@ pub struct Node {
     done: JoinHandle<()>,
     auth: Auth,
     allow_unauthenticated: bool,
+    tls: Tls,
 }
 
 impl Node {
@@ -158,6 +159,7 @@ impl Node {
             done,
             auth,
             allow_unauthenticated: config.security.allow_unauthenticated,
+            tls,
         })
     }
 
@@ -168,6 +170,14 @@ impl Node {
     pub fn reload_secrets(&self) -> Result<(), SecretsError> {
         self.auth
             .reload(self.local_addr, self.allow_unauthenticated)
+    }
+
+    /// Rereads the node's TLS certificate and key from their files (what
+    /// `SIGHUP` does, with the secrets): new handshakes, served and dialed,
+    /// present the new pair; links already up keep theirs. `Ok(false)` for
+    /// a node without a certificate. On an error the old pair stays.
+    pub fn reload_tls(&self) -> Result<bool, TlsError> {
+        self.tls.reload()
     }
 
     /// The address the node listens on.
@@ -477,7 +487,8 @@ pub fn run(args: ServeArgs) -> ExitCode {
     })
 }
 
-/// Waits for SIGINT or SIGTERM; rereads the secrets on each SIGHUP.
+/// Waits for SIGINT or SIGTERM; rereads the secrets and the TLS
+/// certificate and key on each SIGHUP.
 async fn wait_for_signal(node: &Node) {
     #[cfg(unix)]
     {
@@ -496,10 +507,17 @@ async fn wait_for_signal(node: &Node) {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return,
                 _ = term.recv() => return,
-                _ = hup.recv() => match node.reload_secrets() {
-                    Ok(()) => tracing::info!("SIGHUP: secrets reread"),
-                    Err(error) => tracing::error!(%error, "SIGHUP: secrets not reread; the old ones stay in force"),
-                },
+                _ = hup.recv() => {
+                    match node.reload_secrets() {
+                        Ok(()) => tracing::info!("SIGHUP: secrets reread"),
+                        Err(error) => tracing::error!(%error, "SIGHUP: secrets not reread; the old ones stay in force"),
+                    }
+                    match node.reload_tls() {
+                        Ok(true) => tracing::info!("SIGHUP: TLS certificate and key reread"),
+                        Ok(false) => {}
+                        Err(error) => tracing::error!(%error, "SIGHUP: TLS certificate not reread; the old one stays in force"),
+                    }
+                }
             }
         }
     }

@@ -10,14 +10,21 @@
 //!   every client for a certificate: HTTP clients may send none (they
 //!   authenticate with bearer secrets), but `GET /sync` is refused to a
 //!   connection without one that chains to the CA.
+//!
+//! The node's own certificate and key are reread on `SIGHUP`
+//! ([`Tls::reload`]): handshakes from then on present the new pair, the
+//! links already up keep theirs. The CA is read at start only.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
+use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 
 /// The TLS files, as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +71,53 @@ pub struct Tls {
     /// Whether `GET /sync` needs a client certificate (a CA is set and the
     /// node serves TLS).
     pub peers_need_certificate: bool,
+    /// The node's own certificate and key, which both configurations
+    /// present and [`Tls::reload`] replaces.
+    own: Option<Arc<OwnCert>>,
+}
+
+/// The node's certificate chain and key, as read from their files last:
+/// what every handshake presents, server side and client side.
+#[derive(Debug)]
+struct OwnCert {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl OwnCert {
+    fn read(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
+        let chain = certificates("certificate", cert)?;
+        let der = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error("key", key, e))?;
+        // Checks that the key is the certificate's.
+        let pair = CertifiedKey::from_der(chain, der, &provider())
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        Ok(Arc::new(pair))
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl ResolvesServerCert for OwnCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+impl ResolvesClientCert for OwnCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _schemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 impl std::fmt::Debug for Tls {
@@ -116,6 +170,7 @@ impl Tls {
             server: None,
             client: None,
             peers_need_certificate: false,
+            own: None,
         }
     }
 
@@ -128,12 +183,11 @@ impl Tls {
         ca: Option<&Path>,
     ) -> Result<Tls, TlsError> {
         let own = match (cert, key) {
-            (Some(cert), Some(key)) => {
-                let chain = certificates("certificate", cert)?;
-                let key =
-                    PrivateKeyDer::from_pem_file(key).map_err(|e| file_error("key", key, e))?;
-                Some((chain, key))
-            }
+            (Some(cert), Some(key)) => Some(Arc::new(OwnCert {
+                current: RwLock::new(OwnCert::read(cert, key)?),
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+            })),
             (None, None) => None,
             _ => return Err(TlsError::Incomplete),
         };
@@ -141,7 +195,7 @@ impl Tls {
         let config = |e: rustls::Error| TlsError::Config(e.to_string());
         let server = match &own {
             None => None,
-            Some((chain, key)) => {
+            Some(own) => {
                 let builder = ServerConfig::builder_with_provider(provider())
                     .with_safe_default_protocol_versions()
                     .map_err(config)?;
@@ -158,9 +212,7 @@ impl Tls {
                     }
                     None => builder.with_no_client_auth(),
                 };
-                let mut server = builder
-                    .with_single_cert(chain.clone(), key.clone_key())
-                    .map_err(config)?;
+                let mut server = builder.with_cert_resolver(Arc::clone(own) as _);
                 server.alpn_protocols = vec![b"http/1.1".to_vec()];
                 Some(Arc::new(server))
             }
@@ -173,9 +225,7 @@ impl Tls {
                     .map_err(config)?
                     .with_root_certificates(Arc::clone(roots));
                 let client = match &own {
-                    Some((chain, key)) => builder
-                        .with_client_auth_cert(chain.clone(), key.clone_key())
-                        .map_err(config)?,
+                    Some(own) => builder.with_client_cert_resolver(Arc::clone(own) as _),
                     None => builder.with_no_client_auth(),
                 };
                 Some(Arc::new(client))
@@ -185,7 +235,22 @@ impl Tls {
             peers_need_certificate: server.is_some() && roots.is_some(),
             server,
             client,
+            own,
         })
+    }
+
+    /// Rereads the node's certificate and key from their files (what
+    /// `SIGHUP` does): handshakes from then on present the new pair, the
+    /// connections already up keep theirs. `Ok(false)` when the node has no
+    /// certificate of its own. On an error (a file missing or unreadable, a
+    /// key that is not the certificate's) the old pair stays in force.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let Some(own) = &self.own else {
+            return Ok(false);
+        };
+        let pair = OwnCert::read(&own.cert, &own.key)?;
+        *own.current.write().unwrap_or_else(PoisonError::into_inner) = pair;
+        Ok(true)
     }
 }
 

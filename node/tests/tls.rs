@@ -321,3 +321,62 @@ async fn the_mcp_server_reaches_a_tls_node_with_its_ca_and_a_secret() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("needs --ca FILE"), "{stderr}");
 }
+
+/// `Node::reload_tls` (what SIGHUP does) swaps the node's certificate and
+/// key for what their files hold now: a client trusting only the new CA
+/// gets in, one trusting only the old one no longer does. Files that do not load
+/// (a key that is not the certificate's, a key file that is not PEM)
+/// leave the pair in force as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reload_presents_the_new_certificate_and_a_bad_one_keeps_the_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (Ca::new(dir.path(), "one"), Ca::new(dir.path(), "two"));
+    let node = tls_node(&one, 1, Vec::new()).await;
+    let trusting = |ca: &Ca| {
+        Client::with_options(
+            &https(&node),
+            &ClientOptions {
+                token: Some(ADMIN.into()),
+                ca: Some(ca.ca_file()),
+            },
+        )
+        .unwrap()
+    };
+    let reaches = |client: Client| async move { client.marks().await.is_ok() };
+    assert!(reaches(trusting(&one)).await);
+    assert!(!reaches(trusting(&two)).await);
+
+    // The node's files now hold a pair from CA two (where tls_node put
+    // them: one's directory, node1.pem and node1.key).
+    let (cert, key) = two.node("node1");
+    let (live_cert, live_key) = (one.dir.join("node1.pem"), one.dir.join("node1.key"));
+    let (old_cert, old_key) = (
+        std::fs::read(&live_cert).unwrap(),
+        std::fs::read(&live_key).unwrap(),
+    );
+    std::fs::copy(&cert, &live_cert).unwrap();
+    std::fs::copy(&key, &live_key).unwrap();
+    assert!(node.node.reload_tls().unwrap());
+    assert!(reaches(trusting(&two)).await);
+    assert!(!reaches(trusting(&one)).await);
+
+    // A key that is not the certificate's: refused, CA two's pair stays.
+    std::fs::write(&live_key, &old_key).unwrap();
+    let error = node.node.reload_tls().unwrap_err();
+    assert!(error.to_string().contains("TLS configuration"), "{error}");
+    assert!(reaches(trusting(&two)).await);
+    // A key file that is not PEM: refused, named.
+    std::fs::write(&live_key, b"not a key").unwrap();
+    let error = node.node.reload_tls().unwrap_err();
+    assert!(error.to_string().contains("node1.key"), "{error}");
+    assert!(reaches(trusting(&two)).await);
+    // The old pair back: CA one again.
+    std::fs::write(&live_cert, &old_cert).unwrap();
+    std::fs::write(&live_key, &old_key).unwrap();
+    assert!(node.node.reload_tls().unwrap());
+    assert!(reaches(trusting(&one)).await);
+
+    // A node without a certificate has nothing to reload.
+    let plain = start(2).await;
+    assert!(!plain.node.reload_tls().unwrap());
+}
