@@ -380,3 +380,91 @@ async fn a_reload_presents_the_new_certificate_and_a_bad_one_keeps_the_old() {
     let plain = start(2).await;
     assert!(!plain.node.reload_tls().unwrap());
 }
+
+/// The same through the binary: `meshlog serve` with a certificate, the
+/// files replaced, `kill -HUP`: a client trusting only the new CA gets in
+/// (the old pair stays until then), and the node still exits 0 on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_makes_a_serving_process_present_the_new_certificate() {
+    use std::io::BufRead;
+
+    /// Kills the child if the test fails before it exits.
+    struct Serve(std::process::Child);
+    impl Drop for Serve {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (Ca::new(dir.path(), "one"), Ca::new(dir.path(), "two"));
+    let (cert, key) = one.node("served");
+    let mut serve = Serve(
+        std::process::Command::new(env!("CARGO_BIN_EXE_meshlog"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the meshlog binary runs"),
+    );
+    let mut stdout = std::io::BufReader::new(serve.0.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let url = format!("https://{addr}");
+    let trusting = |ca: &Ca| {
+        Client::with_options(
+            &url,
+            &ClientOptions {
+                token: None,
+                ca: Some(ca.ca_file()),
+            },
+        )
+        .unwrap()
+    };
+    assert!(trusting(&one).marks().await.is_ok());
+
+    let (new_cert, new_key) = two.node("renewed");
+    std::fs::copy(&new_cert, &cert).unwrap();
+    std::fs::copy(&new_key, &key).unwrap();
+    // Not before the signal.
+    assert!(trusting(&one).marks().await.is_ok());
+    let pid = serve.0.id().to_string();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_until("the new certificate is presented", || async {
+        trusting(&two).marks().await.is_ok()
+    })
+    .await;
+    assert!(trusting(&one).marks().await.is_err());
+
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = serve.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+}
