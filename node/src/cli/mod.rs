@@ -627,16 +627,10 @@ fn print_peers(peers: &[PeerJson]) {
     }
     println!("peers:");
     for peer in peers {
-        let state = if peer.connected {
-            "connected"
-        } else {
-            "not connected"
-        };
         let mut line = format!(
-            "  {}  {state}, stream {}, lag {} event(s)",
+            "  {}  {}",
             peer.url,
-            peer.stream.as_deref().unwrap_or("-"),
-            peer.lag_events
+            link_state(peer.connected, peer.stream.as_deref(), peer.lag_events)
         );
         if let Some(error) = &peer.last_error {
             line.push_str(&format!(", last error: {error}"));
@@ -653,18 +647,29 @@ fn print_inbound(sessions: &[InboundJson]) {
     }
     println!("inbound:");
     for session in sessions {
-        let state = if session.connected {
-            "connected"
-        } else {
-            "not connected"
-        };
         println!(
-            "  from {}  {state}, stream {}, lag {} event(s)",
+            "  from {}  {}",
             session.remote,
-            session.stream.as_deref().unwrap_or("-"),
-            session.lag_events
+            link_state(
+                session.connected,
+                session.stream.as_deref(),
+                session.lag_events
+            )
         );
     }
+}
+
+/// `connected, stream 2, lag 0 event(s)`: a link's state on one line.
+fn link_state(connected: bool, stream: Option<&str>, lag_events: u64) -> String {
+    let state = if connected {
+        "connected"
+    } else {
+        "not connected"
+    };
+    format!(
+        "{state}, stream {}, lag {lag_events} event(s)",
+        stream.unwrap_or("-")
+    )
 }
 
 /// `{"1": 3, "2": 5}` as `1:3 2:5` (`-` when empty).
