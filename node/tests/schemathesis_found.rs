@@ -88,3 +88,30 @@ async fn an_after_longer_than_a_token_can_be_is_a_bad_token() {
     .await;
     assert_eq!(response.status, 200);
 }
+
+/// `POST /compact` with a body of whitespace alone (`\t`, as JSON) was
+/// taken as no body, the defaults, and answered 200; whitespace is not a
+/// JSON object. An empty body still means the defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_body_of_whitespace_alone_is_refused_and_an_empty_one_is_the_defaults() {
+    let node = start(1).await;
+    append(node.addr, b"a").await;
+    for body in [&b"\t"[..], b" ", b"\r\n"] {
+        let response = request(
+            node.addr,
+            "POST",
+            "/compact",
+            &[("content-type", "application/json")],
+            body,
+        )
+        .await;
+        assert_eq!(
+            (response.status, response.error()),
+            (400, "bad_body".into()),
+            "{body:?}"
+        );
+    }
+    let response = request(node.addr, "POST", "/compact", &[], b"").await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.json()["dropped"], 0);
+}

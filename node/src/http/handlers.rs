@@ -476,7 +476,9 @@ pub async fn metrics(State(state): Shared) -> Response {
     )
 )]
 pub async fn compact(State(state): Shared, body: Bytes) -> Result<Json<CompactedJson>, ApiError> {
-    let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
+    // No body: the defaults. Anything else is a JSON object, or refused
+    // (whitespace alone is not JSON).
+    let body: CompactBody = if body.is_empty() {
         CompactBody::default()
     } else {
         object_body(
