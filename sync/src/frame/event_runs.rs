@@ -142,23 +142,33 @@ pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Resul
         );
         put_varint(out, run.len as u64);
         let run_lamports = &lamports[index..index + run.len];
-        let mut lamport_previous = 0u64;
-        for (i, &lamport) in run_lamports.iter().enumerate() {
-            if lamport <= lamport_previous {
-                return Err(refuse(format!(
-                    "event {}:{} has lamport stamp {}, not above {}: lamport stamps rise \
-                     from 1 with seq",
-                    run.stream,
-                    run.first_seq + i as u64,
-                    lamport,
-                    lamport_previous
-                )));
+        // Stamps rise from 1 with seq: the first above 0, each above the
+        // one before.
+        let falls = |i: usize, previous: u64| {
+            refuse(format!(
+                "event {}:{} has lamport stamp {}, not above {previous}: lamport stamps rise \
+                 from 1 with seq",
+                run.stream,
+                run.first_seq + i as u64,
+                run_lamports[i],
+            ))
+        };
+        let first = run_lamports[0];
+        if first == 0 {
+            return Err(falls(0, 0));
+        }
+        // The first as a difference from the run before's first (or
+        // itself less one); then each gap above the one before.
+        gaps.push(match run_previous {
+            Some((_, first_lamport)) => diff(first, first_lamport),
+            None => first - 1,
+        });
+        for (i, pair) in run_lamports.windows(2).enumerate() {
+            let (previous, lamport) = (pair[0], pair[1]);
+            if lamport <= previous {
+                return Err(falls(i + 1, previous));
             }
-            gaps.push(match run_previous {
-                Some((_, first_lamport)) if i == 0 => diff(lamport, first_lamport),
-                _ => lamport - lamport_previous - 1,
-            });
-            lamport_previous = lamport;
+            gaps.push(lamport - previous - 1);
         }
         run_previous = Some((*run, run_lamports[0]));
         index += run.len;
@@ -189,17 +199,30 @@ pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Resul
 #[derive(Default)]
 struct Column {
     runs: Vec<(u64, u64)>,
+    /// The run being counted (its value and how many): kept out of `runs`
+    /// until a different value ends it, so that a value equal to the last
+    /// costs a compare and an add.
+    open: (u64, u64),
 }
 
 impl Column {
+    #[inline]
     fn push(&mut self, value: u64) {
-        match self.runs.last_mut() {
-            Some((last, repeat)) if *last == value => *repeat += 1,
-            _ => self.runs.push((value, 1)),
+        let (last, repeat) = &mut self.open;
+        if *last == value && *repeat > 0 {
+            *repeat += 1;
+        } else {
+            if *repeat > 0 {
+                self.runs.push(self.open);
+            }
+            self.open = (value, 1);
         }
     }
 
-    fn finish(self, out: &mut Vec<u8>) {
+    fn finish(mut self, out: &mut Vec<u8>) {
+        if self.open.1 > 0 {
+            self.runs.push(self.open);
+        }
         // The runs shorter than a repeat since the last repeat, written
         // as one literal run before the next repeat (or at the end).
         let flush = |literals: &[(u64, u64)], out: &mut Vec<u8>| {
