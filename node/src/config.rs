@@ -318,17 +318,7 @@ impl NodeConfig {
     /// Resolves the command line, reading the `--config` file if given.
     pub fn from_args(args: ServeArgs) -> Result<NodeConfig, ConfigError> {
         let file = match &args.config {
-            Some(path) => {
-                let file = read_file(path)?;
-                file.check()
-                    .map_err(|(setting, value, range)| ConfigError::OutOfRange {
-                        path: path.clone(),
-                        setting,
-                        value,
-                        range,
-                    })?;
-                file
-            }
+            Some(path) => read_file(path)?,
             None => FileSettings::default(),
         };
         let mut config = NodeConfig::new(args.data, args.listen);
@@ -354,10 +344,91 @@ impl NodeConfig {
             tls_ca: args.tls_ca,
         };
         config.apply(&file);
+        // Only the file sets what has a range; the defaults are within.
+        if let Some(path) = &args.config {
+            config.check().map_err(|error| ConfigError::OutOfRange {
+                path: path.clone(),
+                setting: error.setting,
+                value: error.value,
+                range: error.range,
+            })?;
+        }
         Ok(config)
     }
 
-    /// Takes the file's settings (checked by [`FileSettings::check`]).
+    /// Each bounded setting within the range it takes, or the first that is
+    /// not, named as the `--config` file names it. [`crate::Node::start`]
+    /// checks it too, so a node built in code is held to the same ranges
+    /// as one configured by file: it refuses to start rather than run on
+    /// another value than it was given.
+    pub fn check(&self) -> Result<(), OutOfRange> {
+        let at_least = |min: u64| SettingRange { min, max: u64::MAX };
+        let ms = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        // A duration is refused at zero (less than a millisecond but more
+        // than nothing is taken).
+        let nonzero = |duration: Duration| u64::from(!duration.is_zero()).max(ms(duration));
+        let (limits, sync, follow) = (&self.limits, &self.sync, &self.follow);
+        let bounds = [
+            (
+                "connections_per_ip_max",
+                as_u64(limits.connections_per_ip_max),
+                at_least(1),
+            ),
+            // hyper's smallest read buffer.
+            (
+                "header_bytes_max",
+                as_u64(limits.header_bytes_max),
+                at_least(8192),
+            ),
+            ("headers_max", as_u64(limits.headers_max), at_least(1)),
+            ("heartbeat_ms", nonzero(sync.heartbeat), at_least(1)),
+            (
+                "frame_bytes_max",
+                as_u64(sync.frame_bytes_max),
+                SettingRange {
+                    min: as_u64(meshlog_sync::FRAME_BYTES_MAX),
+                    max: as_u64(meshlog_sync::FRAME_BYTES_CEILING),
+                },
+            ),
+            (
+                "connection_followers_max",
+                as_u64(follow.connection_followers_max),
+                at_least(1),
+            ),
+            (
+                "follow_frame_events_max",
+                as_u64(follow.frame_events_max),
+                at_least(1),
+            ),
+            (
+                "follow_heartbeat_ms",
+                nonzero(follow.heartbeat),
+                at_least(1),
+            ),
+            // The redial delay doubles from the least to the most.
+            (
+                "backoff_min_ms",
+                ms(sync.backoff_min),
+                SettingRange {
+                    min: 0,
+                    max: ms(sync.backoff_max),
+                },
+            ),
+        ];
+        match bounds
+            .into_iter()
+            .find(|&(_, value, range)| value < range.min || value > range.max)
+        {
+            Some((setting, value, range)) => Err(OutOfRange {
+                setting,
+                value,
+                range,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the file's settings (then checked by [`NodeConfig::check`]).
     fn apply(&mut self, file: &FileSettings) {
         let ms = Duration::from_millis;
         let limits = &mut self.limits;
@@ -407,74 +478,20 @@ impl NodeConfig {
     }
 }
 
-impl FileSettings {
-    /// Each setting given within the range it takes, or the first that is
-    /// not: its name, its value and the range. A node refuses to start on
-    /// one out of range rather than run on another value than it was told.
-    fn check(&self) -> Result<(), (&'static str, u64, SettingRange)> {
-        let at_least = |min: u64| SettingRange { min, max: u64::MAX };
-        let bounds = [
-            (
-                "connections_per_ip_max",
-                self.connections_per_ip_max.map(as_u64),
-                at_least(1),
-            ),
-            // hyper's smallest read buffer.
-            (
-                "header_bytes_max",
-                self.header_bytes_max.map(as_u64),
-                at_least(8192),
-            ),
-            ("headers_max", self.headers_max.map(as_u64), at_least(1)),
-            ("heartbeat_ms", self.heartbeat_ms, at_least(1)),
-            (
-                "frame_bytes_max",
-                self.frame_bytes_max.map(as_u64),
-                SettingRange {
-                    min: as_u64(meshlog_sync::FRAME_BYTES_MAX),
-                    max: as_u64(meshlog_sync::FRAME_BYTES_CEILING),
-                },
-            ),
-            (
-                "connection_followers_max",
-                self.connection_followers_max.map(as_u64),
-                at_least(1),
-            ),
-            (
-                "follow_frame_events_max",
-                self.follow_frame_events_max.map(as_u64),
-                at_least(1),
-            ),
-            ("follow_heartbeat_ms", self.follow_heartbeat_ms, at_least(1)),
-        ];
-        for (setting, value, range) in bounds {
-            if let Some(value) = value.filter(|&value| value < range.min || value > range.max) {
-                return Err((setting, value, range));
-            }
-        }
-        // The redial delay doubles from the least to the most.
-        if let Some(min) = self.backoff_min_ms {
-            let max = self
-                .backoff_max_ms
-                .unwrap_or(SyncSettings::default().backoff_max.as_millis() as u64);
-            if min > max {
-                return Err(("backoff_min_ms", min, SettingRange { min: 0, max }));
-            }
-        }
-        if let Some(max) = self.backoff_max_ms {
-            let min = self
-                .backoff_min_ms
-                .unwrap_or(SyncSettings::default().backoff_min.as_millis() as u64);
-            if max < min {
-                return Err(("backoff_max_ms", max, at_least(min)));
-            }
-        }
-        Ok(())
-    }
-}
-
 fn as_u64(value: usize) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+/// A setting out of the range it takes (see [`NodeConfig::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} = {value} is out of range: it takes {range}")]
+pub struct OutOfRange {
+    /// The setting, as the `--config` file names it.
+    pub setting: &'static str,
+    /// Its value (durations in milliseconds).
+    pub value: u64,
+    /// The values it takes.
+    pub range: SettingRange,
 }
 
 /// The values a setting takes, both ends included.
@@ -698,12 +715,13 @@ mod tests {
                 6,
                 "from 0 to 5".into(),
             ),
-            // Against the other's default (100 ms and 10 s).
+            // Against the other's default (100 ms and 10 s): the least
+            // is named, above the most.
             (
                 "backoff_max_ms = 99\n".into(),
-                "backoff_max_ms",
-                99,
-                "at least 100".into(),
+                "backoff_min_ms",
+                100,
+                "from 0 to 99".into(),
             ),
             (
                 "backoff_min_ms = 10001\n".into(),
@@ -732,5 +750,37 @@ mod tests {
             );
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A node built in code is held to the same ranges: `Node::start`
+    /// refuses a setting out of its range, named, before it opens or binds
+    /// anything.
+    #[tokio::test]
+    async fn a_node_built_in_code_with_a_setting_out_of_range_does_not_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        type Set = fn(&mut NodeConfig);
+        let cases: [(&str, Set); 3] = [
+            ("frame_bytes_max = 1024", |c| c.sync.frame_bytes_max = 1024),
+            ("heartbeat_ms = 0", |c| c.sync.heartbeat = Duration::ZERO),
+            ("backoff_min_ms = 2000", |c| {
+                c.sync.backoff_min = Duration::from_secs(2);
+                c.sync.backoff_max = Duration::from_secs(1);
+            }),
+        ];
+        for (says, set) in cases {
+            let mut config = NodeConfig::new(&data, "127.0.0.1:0");
+            set(&mut config);
+            let error = match crate::Node::start(config).await {
+                Err(error) => error.to_string(),
+                Ok(_) => panic!("{says}: the node started"),
+            };
+            assert!(error.starts_with(says), "{says}: {error}");
+            assert!(!data.exists(), "{says}: the data directory was made");
+        }
+        // Less than a millisecond, but more than nothing, is taken.
+        let mut config = NodeConfig::new(&data, "127.0.0.1:0");
+        config.sync.heartbeat = Duration::from_micros(500);
+        assert_eq!(config.check(), Ok(()));
     }
 }

@@ -43,6 +43,9 @@ pub enum ServeError {
     /// The settings are wrong.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// A setting is out of the range it takes.
+    #[error(transparent)]
+    Setting(#[from] crate::config::OutOfRange),
     /// The data directory could not be opened.
     #[error("cannot open the data directory: {0}")]
     Open(#[from] OpenError),
@@ -83,6 +86,7 @@ impl Node {
     /// Opens the data directory, binds the listener, starts dialing the
     /// configured peers and serving. Must be called within a tokio runtime.
     pub async fn start(config: NodeConfig) -> Result<Node, ServeError> {
+        config.check()?;
         let security = &config.security;
         let auth = Auth::load(security.secrets.clone())?;
         let tls = Tls::load(
