@@ -348,9 +348,7 @@ impl NodeConfig {
         if let Some(path) = &args.config {
             config.check().map_err(|error| ConfigError::OutOfRange {
                 path: path.clone(),
-                setting: error.setting,
-                value: error.value,
-                range: error.range,
+                error,
             })?;
         }
         Ok(config)
@@ -545,16 +543,12 @@ pub enum ConfigError {
         message: String,
     },
     /// A setting of the `--config` file is out of the range it takes.
-    #[error("{path}: {setting} = {value} is out of range: it takes {range}")]
+    #[error("{path}: {error}")]
     OutOfRange {
         /// The file.
         path: PathBuf,
-        /// The setting, as the file names it.
-        setting: &'static str,
-        /// Its value in the file.
-        value: u64,
-        /// The values it takes.
-        range: SettingRange,
+        /// Which setting, its value in the file, and its range.
+        error: OutOfRange,
     },
 }
 
@@ -733,12 +727,12 @@ mod tests {
             let error = resolve(&text).expect_err(&text);
             let message = error.to_string();
             match error {
-                ConfigError::OutOfRange {
-                    setting: named,
-                    value: held,
-                    ..
-                } => {
-                    assert_eq!((named, held), (setting, value as u64), "{text}");
+                ConfigError::OutOfRange { error, .. } => {
+                    assert_eq!(
+                        (error.setting, error.value),
+                        (setting, value as u64),
+                        "{text}"
+                    );
                 }
                 other => panic!("{text}: {other}"),
             }
