@@ -4,6 +4,7 @@
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::narrow::ColumnRange;
+use crate::values::{Piece, Values, ValuesRef};
 use crate::{Delta, Event};
 
 /// A delta's events as columns: runs of consecutive seqs of one stream,
@@ -38,10 +39,10 @@ pub struct DeltaColumns {
     /// Floors the receiver must record (as [`Delta::floor`]).
     pub floor: VersionVector,
     runs: Vec<ColumnRun>,
-    lamports: Vec<u64>,
-    times: Vec<u64>,
+    lamports: Values,
+    times: Values,
     /// Per event, where its payload ends in `payloads`.
-    ends: Vec<usize>,
+    ends: Values,
     payloads: Vec<u8>,
 }
 
@@ -62,10 +63,10 @@ pub(crate) struct ColumnSlice<'a> {
 pub(crate) struct RunColumns<'a> {
     pub(crate) stream: StreamId,
     pub(crate) first_seq: u64,
-    pub(crate) lamports: &'a [u64],
-    pub(crate) times: &'a [u64],
+    pub(crate) lamports: ValuesRef<'a>,
+    pub(crate) times: ValuesRef<'a>,
     /// Per event, where its payload ends in `payloads`.
-    pub(crate) ends: &'a [usize],
+    pub(crate) ends: ValuesRef<'a>,
     /// Where the run's first payload starts in `payloads`.
     pub(crate) start: usize,
     /// Every payload of the delta (the run's are `start ..` its last end).
@@ -83,7 +84,7 @@ impl RunColumns<'_> {
     }
 
     pub(crate) fn last_lamport(&self) -> u64 {
-        self.lamports[self.len() - 1]
+        self.lamports.get(self.len() - 1)
     }
 
     /// Where the payload of event `index` starts in `payloads`.
@@ -91,28 +92,57 @@ impl RunColumns<'_> {
         if index == 0 {
             self.start
         } else {
-            self.ends[index - 1]
+            self.end(index - 1)
         }
     }
 
+    /// Where the payload of event `index` ends in `payloads`.
+    pub(crate) fn end(&self, index: usize) -> usize {
+        // Checked to lie within the payloads when the columns were made.
+        self.ends.get(index) as usize
+    }
+
     /// Whether a payload of the run is over `max` bytes (none can be when
-    /// all of them together are not).
+    /// all of them together are not; one steady piece's are all its step
+    /// but the first).
     pub(crate) fn has_payload_over(&self, max: usize) -> bool {
-        self.ends[self.len() - 1] - self.start > max
-            && (0..self.len()).any(|i| self.ends[i] - self.payload_start(i) > max)
+        if self.end(self.len() - 1) - self.start <= max {
+            return false;
+        }
+        let mut start = self.start as u64;
+        self.ends.pieces().any(|piece| {
+            let over = match piece {
+                Piece::Steady { first, step, len } => {
+                    first - start > max as u64 || (len > 1 && step > max as u64)
+                }
+                Piece::Listed(ends) => {
+                    let starts = std::iter::once(start).chain(ends.iter().copied());
+                    ends.iter()
+                        .zip(starts)
+                        .any(|(&end, start)| end - start > max as u64)
+                }
+            };
+            start = piece.last().unwrap_or(start);
+            over
+        })
     }
 
     /// The run as events, their payloads slices of one copy.
     pub(crate) fn to_events(self) -> Vec<Event> {
         let base = self.start;
-        let copy = bytes::Bytes::copy_from_slice(&self.payloads[base..self.ends[self.len() - 1]]);
-        (0..self.len())
-            .map(|i| Event {
+        let copy = bytes::Bytes::copy_from_slice(&self.payloads[base..self.end(self.len() - 1)]);
+        let starts = std::iter::once(base as u64).chain(self.ends.iter());
+        self.lamports
+            .iter()
+            .zip(self.times.iter())
+            .zip(self.ends.iter().zip(starts))
+            .enumerate()
+            .map(|(i, ((lamport, time_ms), (end, start)))| Event {
                 stream: self.stream,
                 seq: self.first_seq + i as u64,
-                lamport: self.lamports[i],
-                time_ms: self.times[i],
-                payload: copy.slice(self.payload_start(i) - base..self.ends[i] - base),
+                lamport,
+                time_ms,
+                payload: copy.slice(start as usize - base..end as usize - base),
             })
             .collect()
     }
@@ -202,29 +232,30 @@ impl DeltaColumns {
     ///
     /// ```
     /// use meshlog_cursor::{StreamId, VersionVector};
-    /// use meshlog_replica::{ColumnRun, DeltaColumns};
+    /// use meshlog_replica::{ColumnRun, DeltaColumns, Values};
     ///
     /// let run = ColumnRun { stream: StreamId::new(4), first_seq: 1, len: 2 };
     /// let columns = DeltaColumns::from_parts(
     ///     VersionVector::new(),
     ///     vec![run],
-    ///     vec![1, 2],
-    ///     vec![1_000, 1_000],
-    ///     vec![3, 5],
+    ///     Values::from(vec![1, 2]),
+    ///     Values::from(vec![1_000, 1_000]),
+    ///     Values::from(vec![3, 5]),
     ///     b"onetw".to_vec(),
     /// )?;
     /// assert_eq!(columns.payload(1), b"tw");
+    /// let one = |value| Values::from(vec![value]);
     /// assert!(DeltaColumns::from_parts(
-    ///     VersionVector::new(), vec![run], vec![1], vec![1_000], vec![3], b"one".to_vec()
+    ///     VersionVector::new(), vec![run], one(1), one(1_000), one(3), b"one".to_vec()
     /// ).is_err());
     /// # Ok::<(), meshlog_replica::ColumnsError>(())
     /// ```
     pub fn from_parts(
         floor: VersionVector,
         runs: Vec<ColumnRun>,
-        lamports: Vec<u64>,
-        times: Vec<u64>,
-        ends: Vec<usize>,
+        lamports: Values,
+        times: Values,
+        ends: Values,
         payloads: Vec<u8>,
     ) -> Result<Self, ColumnsError> {
         let mut events = 0usize;
@@ -258,21 +289,25 @@ impl DeltaColumns {
                 });
             }
         }
-        let mut previous = 0;
-        for (index, &end) in ends.iter().enumerate() {
-            if end < previous || end > payloads.len() {
-                return Err(ColumnsError::BadEnd {
-                    index,
-                    end,
-                    payload_bytes: payloads.len(),
-                });
+        // Rising (or staying) to exactly the payloads' length: a steady
+        // piece is checked at once; value by value only to say where not.
+        let bytes = payloads.len() as u64;
+        if !(ends.as_ref().rises(false) && ends.as_ref().last().unwrap_or(0) == bytes) {
+            let clamp = |end: u64| usize::try_from(end).unwrap_or(usize::MAX);
+            let mut previous = 0;
+            for (index, end) in ends.iter().enumerate() {
+                if end < previous || end > bytes {
+                    return Err(ColumnsError::BadEnd {
+                        index,
+                        end: clamp(end),
+                        payload_bytes: payloads.len(),
+                    });
+                }
+                previous = end;
             }
-            previous = end;
-        }
-        if previous != payloads.len() {
             return Err(ColumnsError::BadEnd {
                 index: events.saturating_sub(1),
-                end: previous,
+                end: clamp(previous),
                 payload_bytes: payloads.len(),
             });
         }
@@ -347,15 +382,20 @@ impl DeltaColumns {
     fn events_over(&self, payloads: bytes::Bytes, floor: VersionVector) -> Delta {
         let mut events = Vec::with_capacity(self.len());
         let mut start = 0;
-        let mut index = 0;
+        let mut columns = self
+            .lamports
+            .iter()
+            .zip(self.times.iter())
+            .zip(self.ends.iter());
         for run in &self.runs {
             for i in 0..run.len {
-                let end = self.ends[index];
+                let ((lamport, time_ms), end) = columns.next().expect("a value per event");
+                let end = end as usize;
                 events.push(Event {
                     stream: run.stream,
                     seq: run.first_seq + i as u64,
-                    lamport: self.lamports[index],
-                    time_ms: self.times[index],
+                    lamport,
+                    time_ms,
                     payload: if end == start {
                         bytes::Bytes::new()
                     } else {
@@ -363,7 +403,6 @@ impl DeltaColumns {
                     },
                 });
                 start = end;
-                index += 1;
             }
         }
         Delta { floor, events }
@@ -384,7 +423,7 @@ impl DeltaColumns {
         self.lamports.push(event.lamport);
         self.times.push(event.time_ms);
         self.payloads.extend_from_slice(&event.payload);
-        self.ends.push(self.payloads.len());
+        self.ends.push(self.payloads.len() as u64);
     }
 
     /// Appends the columns of consecutive events of `stream` from
@@ -399,14 +438,13 @@ impl DeltaColumns {
             return;
         }
         self.start_run(stream, first_seq, slice.lamports.len());
-        slice
-            .lamports
-            .extend_into(&mut self.lamports, |lamport| lamport);
-        slice.times.extend_into(&mut self.times, |time| time);
-        let shift = self.payloads.len();
+        slice.lamports.push_onto(&mut self.lamports, 0);
+        slice.times.push_onto(&mut self.times, 0);
+        // The chunk's ends, from `base` on, as ends in these payloads.
+        let shift = self.payloads.len() as u64;
         slice
             .ends
-            .extend_into(&mut self.ends, |end| end as usize - slice.base + shift);
+            .push_onto(&mut self.ends, shift.wrapping_sub(slice.base as u64));
         self.payloads.extend_from_slice(slice.payloads);
     }
 
@@ -433,10 +471,14 @@ impl DeltaColumns {
             Some(RunColumns {
                 stream: run.stream,
                 first_seq: run.first_seq,
-                lamports: &self.lamports[first..*next],
-                times: &self.times[first..*next],
-                ends: &self.ends[first..*next],
-                start: if first == 0 { 0 } else { self.ends[first - 1] },
+                lamports: self.lamports.slice(first..*next),
+                times: self.times.slice(first..*next),
+                ends: self.ends.slice(first..*next),
+                start: if first == 0 {
+                    0
+                } else {
+                    self.ends.get(first - 1) as usize
+                },
                 payloads: &self.payloads,
             })
         })
@@ -463,14 +505,21 @@ impl DeltaColumns {
 
     /// Per event, its lamport stamp.
     #[inline]
-    pub fn lamports(&self) -> &[u64] {
-        &self.lamports
+    pub fn lamports(&self) -> ValuesRef<'_> {
+        self.lamports.as_ref()
     }
 
     /// Per event, its time in milliseconds.
     #[inline]
-    pub fn times(&self) -> &[u64] {
-        &self.times
+    pub fn times(&self) -> ValuesRef<'_> {
+        self.times.as_ref()
+    }
+
+    /// Per event, where its payload ends in [`DeltaColumns::payloads`]
+    /// (it starts where the one before ends).
+    #[inline]
+    pub fn ends(&self) -> ValuesRef<'_> {
+        self.ends.as_ref()
     }
 
     /// The payload of event `index` (in run order).
@@ -480,18 +529,43 @@ impl DeltaColumns {
     /// If `index` is not below [`DeltaColumns::len`].
     #[inline]
     pub fn payload(&self, index: usize) -> &[u8] {
-        let start = if index == 0 { 0 } else { self.ends[index - 1] };
-        &self.payloads[start..self.ends[index]]
+        let start = if index == 0 {
+            0
+        } else {
+            self.ends.get(index - 1) as usize
+        };
+        &self.payloads[start..self.ends.get(index) as usize]
     }
 
     /// Per event, its payload's length.
     #[inline]
     pub fn payload_lens(&self) -> impl Iterator<Item = usize> + '_ {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        let starts = std::iter::once(0).chain(self.ends.iter());
         self.ends
             .iter()
             .zip(starts)
-            .map(|(&end, start)| end - start)
+            .map(|(end, start)| (end - start) as usize)
+    }
+
+    /// The longest payload's length (0 for none): a steady piece of the
+    /// ends is read at once.
+    pub fn payload_len_max(&self) -> usize {
+        let (mut max, mut start) = (0, 0);
+        for piece in self.ends.as_ref().pieces() {
+            let first = piece.first().unwrap_or(start);
+            max = max.max(first - start);
+            match piece {
+                Piece::Steady { step, len, .. } if len > 1 => max = max.max(step),
+                Piece::Steady { .. } => {}
+                Piece::Listed(ends) => {
+                    for pair in ends.windows(2) {
+                        max = max.max(pair[1] - pair[0]);
+                    }
+                }
+            }
+            start = piece.last().unwrap_or(start);
+        }
+        max as usize
     }
 
     /// Every payload, back to back in run order.
@@ -534,15 +608,23 @@ mod tests {
         let parts = |columns: &DeltaColumns| {
             (
                 columns.runs.clone(),
-                columns.lamports.clone(),
-                columns.times.clone(),
-                columns.ends.clone(),
+                columns.lamports.iter().collect::<Vec<u64>>(),
+                columns.times.iter().collect::<Vec<u64>>(),
+                columns.ends.iter().collect::<Vec<u64>>(),
                 columns.payloads.clone(),
             )
         };
-        let from = |(runs, lamports, times, ends, payloads)| {
-            DeltaColumns::from_parts(VersionVector::new(), runs, lamports, times, ends, payloads)
-        };
+        let from =
+            |(runs, lamports, times, ends, payloads): (_, Vec<u64>, Vec<u64>, Vec<u64>, _)| {
+                DeltaColumns::from_parts(
+                    VersionVector::new(),
+                    runs,
+                    Values::from(lamports),
+                    Values::from(times),
+                    Values::from(ends),
+                    payloads,
+                )
+            };
         assert_eq!(from(parts(&columns)), Ok(columns.clone()));
         let stream = StreamId::new(3);
         let mut bad = parts(&columns);
@@ -581,7 +663,7 @@ mod tests {
             Err(ColumnsError::BadEnd { end: 4, .. })
         ));
         let mut bad = parts(&columns);
-        bad.3[2] = usize::MAX;
+        bad.3[2] = u64::MAX;
         assert!(matches!(
             from(bad),
             Err(ColumnsError::BadEnd { index: 2, .. })

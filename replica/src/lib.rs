@@ -55,6 +55,7 @@ mod replica;
 mod shared;
 mod state;
 mod store;
+mod values;
 
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
@@ -62,6 +63,7 @@ pub use disk::{
     LOCK_FILE,
 };
 pub use error::{DeltaError, PageError, ReplicaError};
+pub use values::{Piece, Values, ValuesRef};
 
 /// The largest lamport stamp a replica accepts from a peer: `2^62`. A
 /// clock advances by one per append, so no honest writer gets near it,

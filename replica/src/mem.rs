@@ -355,19 +355,21 @@ impl MemStream {
                 unreachable!("only full chunks are sealed");
             };
             let end = at + taken;
-            let (from, to) = (run.payload_start(at), run.ends[end - 1]);
+            let (from, to) = (run.payload_start(at), run.end(end - 1));
             // (Only a plan makes a run in columns, and it checked that the
-            // stamps rise; ends never fall.)
-            chunk
-                .lamports
-                .extend_rising(run.lamports[at..end].iter().copied());
-            chunk.times.extend(run.times[at..end].iter().copied());
-            let shift = bytes.len();
-            chunk.ends.extend_rising(
-                run.ends[at..end]
-                    .iter()
-                    .map(|&end| (end - from + shift) as u64),
-            );
+            // stamps rise; ends never fall.) A steady piece is added at
+            // once.
+            for piece in run.lamports.slice(at..end).pieces() {
+                chunk.lamports.extend_piece(piece, 0, true);
+            }
+            for piece in run.times.slice(at..end).pieces() {
+                chunk.times.extend_piece(piece, 0, false);
+            }
+            // The delta's ends as ends in this chunk's payloads.
+            let shift = (bytes.len() as u64).wrapping_sub(from as u64);
+            for piece in run.ends.slice(at..end).pieces() {
+                chunk.ends.extend_piece(piece, shift, true);
+            }
             bytes.extend_from_slice(&run.payloads[from..to]);
             self.filled(taken);
             at = end;

@@ -14,6 +14,8 @@
 //! times, at the first value that does not fit, into the narrowest shape
 //! that holds what it had, and holds the same values whatever its shape.
 
+use crate::values::Piece;
+
 /// The offsets a narrow column holds.
 pub(crate) trait Offset: Copy {
     /// Offsets reach this far on either side of a column's first value.
@@ -157,6 +159,50 @@ impl Steady {
         debug_assert!(index < self.len);
         // No overflow: every value held was checked when it was added.
         self.first + index as u64 * self.step
+    }
+
+    /// Adds the `len` values `first + i × step` if they go on with this
+    /// column's step (or set it) and stay within `u64::MAX`; else adds
+    /// none. O(1).
+    fn try_extend_steady(&mut self, first: u64, step: u64, len: usize) -> bool {
+        if len == 0 {
+            return true;
+        }
+        // The piece's last value, with no wrap past u64::MAX.
+        let Some(_) = step
+            .checked_mul(len as u64 - 1)
+            .and_then(|span| first.checked_add(span))
+        else {
+            return false;
+        };
+        let mut next = *self;
+        match next.len {
+            0 => {
+                next.first = first;
+                next.step = if len > 1 { step } else { 0 };
+            }
+            1 => {
+                let Some(gap) = first.checked_sub(next.first) else {
+                    return false;
+                };
+                if len > 1 && gap != step {
+                    return false;
+                }
+                next.step = gap;
+            }
+            held => {
+                if len > 1 && step != next.step {
+                    return false;
+                }
+                if next.get(held - 1).checked_add(next.step) != Some(first) {
+                    return false;
+                }
+            }
+        }
+        next.len += len;
+        next.room = next.room.max(next.len);
+        *self = next;
+        true
     }
 
     /// Adds `values` if they go on with the step (the first two set it);
@@ -319,6 +365,38 @@ impl Column {
         );
     }
 
+    /// Appends a piece of a delta's column, each value plus `shift`
+    /// (wrapping): a steady piece at once where this column is steady and
+    /// the piece goes on with its step; else value by value, as
+    /// [`Column::extend_rising`] where the caller checked that the values
+    /// never fall (`rising`), else as [`Column::extend`].
+    pub(crate) fn extend_piece(&mut self, piece: Piece<'_>, shift: u64, rising: bool) {
+        match piece {
+            Piece::Steady { first, step, len } => {
+                let first = first.wrapping_add(shift);
+                if let Column::Steady(steady) = self {
+                    if steady.try_extend_steady(first, step, len) {
+                        return;
+                    }
+                }
+                let values = (0..len as u64).map(move |i| first.wrapping_add(step.wrapping_mul(i)));
+                if rising {
+                    self.extend_rising(values);
+                } else {
+                    self.extend(values);
+                }
+            }
+            Piece::Listed(values) => {
+                let values = values.iter().map(move |value| value.wrapping_add(shift));
+                if rising {
+                    self.extend_rising(values);
+                } else {
+                    self.extend(values);
+                }
+            }
+        }
+    }
+
     /// Adds values the way the column's shape takes them (each narrow way
     /// adds all or none), turning it until one does.
     fn grow(
@@ -421,20 +499,33 @@ impl ColumnRange<'_> {
         self.len() == 0
     }
 
-    /// Appends the values to `out`, each through `map`.
-    #[inline]
-    pub(crate) fn extend_into<T>(&self, out: &mut Vec<T>, map: impl Fn(u64) -> T) {
+    /// Appends the values to `out`, each plus `shift` (wrapping): a steady
+    /// range as one steady piece.
+    pub(crate) fn push_onto(&self, out: &mut crate::values::Values, shift: u64) {
         match *self {
             ColumnRange::Steady { first, step, len } => {
-                out.extend((0..len as u64).map(|index| map(first + index * step)));
+                out.push_steady(first.wrapping_add(shift), step, len);
             }
             ColumnRange::N16 { base, offsets } => {
-                out.extend(offsets.iter().map(|&offset| map(base + u64::from(offset))));
+                let base = base.wrapping_add(shift);
+                out.reserve(offsets.len());
+                for &offset in offsets {
+                    out.push(base.wrapping_add(u64::from(offset)));
+                }
             }
             ColumnRange::N32 { base, offsets } => {
-                out.extend(offsets.iter().map(|&offset| map(base + u64::from(offset))));
+                let base = base.wrapping_add(shift);
+                out.reserve(offsets.len());
+                for &offset in offsets {
+                    out.push(base.wrapping_add(u64::from(offset)));
+                }
             }
-            ColumnRange::Wide(values) => out.extend(values.iter().map(|&value| map(value))),
+            ColumnRange::Wide(values) => {
+                out.reserve(values.len());
+                for &value in values {
+                    out.push(value.wrapping_add(shift));
+                }
+            }
         }
     }
 }
@@ -444,6 +535,7 @@ mod tests {
     use meshlog_testkit::{seed, SplitMix64};
 
     use super::*;
+    use crate::values::Values;
 
     const HALF16: u64 = <u16 as Offset>::HALF;
     const HALF32: u64 = <u32 as Offset>::HALF;
@@ -506,13 +598,32 @@ mod tests {
                         }
                     })
                     .collect();
-                match rng.below(3) {
+                match rng.below(5) {
                     0 => values.iter().for_each(|&next| column.push(next)),
                     1 => column.extend(values.iter().copied()),
-                    _ => {
+                    2 => {
                         // Rising values, as a planned run's stamps.
                         values.sort_unstable();
                         column.extend_rising(values.iter().copied());
+                    }
+                    _ => {
+                        // A delta's pieces (steady ones where the values
+                        // go on with a step), held less a shift that each
+                        // value gets back, as a delta's payload ends.
+                        let rising = rng.below(2) == 0;
+                        if rising {
+                            values.sort_unstable();
+                        }
+                        let shift = [0, 1, u64::MAX, rng.next_u64()][rng.below(4) as usize];
+                        let pieces = Values::from(
+                            values
+                                .iter()
+                                .map(|v| v.wrapping_sub(shift))
+                                .collect::<Vec<_>>(),
+                        );
+                        for piece in pieces.as_ref().pieces() {
+                            column.extend_piece(piece, shift, rising);
+                        }
                     }
                 }
                 model.extend(&values);
@@ -529,11 +640,15 @@ mod tests {
             if !model.is_empty() {
                 let low = rng.below(model.len() as u64) as usize;
                 let high = low + rng.below((model.len() - low) as u64) as usize;
-                let mut out = Vec::new();
+                let mut out = Values::new();
                 let range = column.range(low..=high);
                 assert_eq!(range.len(), high - low + 1);
-                range.extend_into(&mut out, |v| v);
-                assert_eq!(out, model[low..=high], "round {round}, seed {seed}");
+                range.push_onto(&mut out, 0);
+                assert_eq!(
+                    out.iter().collect::<Vec<_>>(),
+                    model[low..=high],
+                    "round {round}, seed {seed}"
+                );
             }
             shapes[match column {
                 Column::N16(_) => 0,
@@ -630,11 +745,13 @@ mod tests {
                 matches!(column, Column::Steady(Steady { room, .. }) if room == 256.max(values.len())),
                 "{first} {step}: {column:?}"
             );
-            let mut out = Vec::new();
-            column
-                .range(1..=values.len() - 1)
-                .extend_into(&mut out, |v| v);
-            assert_eq!(out, values[1..], "{first} {step}");
+            let mut out = Values::new();
+            column.range(1..=values.len() - 1).push_onto(&mut out, 0);
+            assert_eq!(
+                out.iter().collect::<Vec<_>>(),
+                values[1..],
+                "{first} {step}"
+            );
             column.push(off);
             let turned = match column {
                 Column::Steady(_) => "Steady",

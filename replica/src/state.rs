@@ -1313,9 +1313,9 @@ impl State {
                     || head.checked_add(1) != Some(run.first_seq)
                     || run.first_seq <= floor_seq
                     || run.first_seq.checked_add(run.len() as u64 - 1).is_none()
-                    || run.lamports[0] <= head_lamport
+                    || run.lamports.get(0) <= head_lamport
                     || run.last_lamport() > crate::LAMPORT_MAX
-                    || run.lamports.windows(2).any(|pair| pair[0] >= pair[1])
+                    || !run.lamports.rises(true)
                     || run.has_payload_over(self.config.payload_bytes_max)
                 {
                     return None;

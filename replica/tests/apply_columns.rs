@@ -14,7 +14,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     Batch, Config, Delta, DeltaColumns, DiskStore, Event, MemStore, Replica, SharedReplica, Store,
-    StoreMeta,
+    StoreMeta, Values,
 };
 use meshlog_testkit::{seed, SplitMix64};
 
@@ -322,12 +322,18 @@ fn columns_at_the_edges_are_taken_as_their_events() {
                 lamport = lamport.saturating_add(if rng.chance(0.9) { 1 } else { 0 });
                 times.push(pick(&mut rng));
                 payloads.extend(std::iter::repeat_n(7u8, rng.below(6) as usize));
-                ends.push(payloads.len());
+                ends.push(payloads.len() as u64);
             }
         }
-        let columns =
-            DeltaColumns::from_parts(VersionVector::new(), runs, lamports, times, ends, payloads)
-                .unwrap();
+        let columns = DeltaColumns::from_parts(
+            VersionVector::new(),
+            runs,
+            Values::from(lamports),
+            Values::from(times),
+            Values::from(ends),
+            payloads,
+        )
+        .unwrap();
         let applied = by_events.apply(&columns.to_delta());
         let applied_in_columns = by_columns.apply_columns(&columns);
         let at = format!("step {step}, seed {seed}: {columns:?}");

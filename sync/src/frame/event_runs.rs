@@ -17,7 +17,7 @@
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{ColumnRun, DeltaColumns, Event};
+use meshlog_replica::{ColumnRun, DeltaColumns, Event, Piece, Values};
 
 use super::{FrameError, DELTA_EVENTS_MAX};
 
@@ -107,7 +107,6 @@ pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Resul
     // thousands of events: they grow as written).
     out.reserve(columns.payloads().len() + 64);
     put_varint(out, columns.len() as u64);
-    let (lamports, times) = (columns.lamports(), columns.times());
     let mut gaps = Column::default();
     let mut time_column = Column::default();
     let mut lens = Column::default();
@@ -141,7 +140,7 @@ pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Resul
             }),
         );
         put_varint(out, run.len as u64);
-        let run_lamports = &lamports[index..index + run.len];
+        let run_lamports = columns.lamports().slice(index..index + run.len);
         // Stamps rise from 1 with seq: the first above 0, each above the
         // one before.
         let falls = |i: usize, previous: u64| {
@@ -150,39 +149,84 @@ pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Resul
                  from 1 with seq",
                 run.stream,
                 run.first_seq + i as u64,
-                run_lamports[i],
+                run_lamports.get(i),
             ))
         };
-        let first = run_lamports[0];
-        if first == 0 {
-            return Err(falls(0, 0));
-        }
-        // The first as a difference from the run before's first (or
-        // itself less one); then each gap above the one before.
-        gaps.push(match run_previous {
-            Some((_, first_lamport)) => diff(first, first_lamport),
-            None => first - 1,
-        });
-        for (i, pair) in run_lamports.windows(2).enumerate() {
-            let (previous, lamport) = (pair[0], pair[1]);
-            if lamport <= previous {
-                return Err(falls(i + 1, previous));
+        // Piece by piece: a steady one's gaps are one repeat, written at
+        // once.
+        let (mut previous, mut i) = (None::<u64>, 0usize);
+        for piece in run_lamports.pieces() {
+            let first = piece.first().unwrap_or_default();
+            // The first as a difference from the run before's first (or
+            // itself less one); then each gap above the one before.
+            gaps.push(match (previous, run_previous) {
+                (None, _) if first == 0 => return Err(falls(0, 0)),
+                (None, Some((_, first_lamport))) => diff(first, first_lamport),
+                (None, None) => first - 1,
+                (Some(before), _) if first <= before => return Err(falls(i, before)),
+                (Some(before), _) => first - before - 1,
+            });
+            match piece {
+                Piece::Steady { first, step, len } if len > 1 => {
+                    if step == 0 {
+                        return Err(falls(i + 1, first));
+                    }
+                    // The steps that fit below u64::MAX.
+                    let fit = (u64::MAX - first) / step;
+                    if fit < len as u64 - 1 {
+                        return Err(falls(i + fit as usize + 1, first + fit * step));
+                    }
+                    gaps.push_n(step - 1, len as u64 - 1);
+                }
+                Piece::Steady { .. } => {}
+                Piece::Listed(values) => {
+                    for (k, pair) in values.windows(2).enumerate() {
+                        if pair[1] <= pair[0] {
+                            return Err(falls(i + k + 1, pair[0]));
+                        }
+                        gaps.push(pair[1] - pair[0] - 1);
+                    }
+                }
             }
-            gaps.push(lamport - previous - 1);
+            previous = piece.last();
+            i += piece.len();
         }
-        run_previous = Some((*run, run_lamports[0]));
+        run_previous = Some((*run, run_lamports.get(0)));
         index += run.len;
     }
+    // The times as differences from the one before (the first as it is),
+    // and the payloads' lengths: a steady piece's all one step.
     let mut time_previous: Option<u64> = None;
-    for &time in times {
+    for piece in columns.times().pieces() {
+        let first = piece.first().unwrap_or_default();
         time_column.push(match time_previous {
-            None => time,
-            Some(previous) => zigzag(time.wrapping_sub(previous) as i64),
+            None => first,
+            Some(previous) => zigzag(first.wrapping_sub(previous) as i64),
         });
-        time_previous = Some(time);
+        match piece {
+            Piece::Steady { step, len, .. } => {
+                time_column.push_n(zigzag(step as i64), len as u64 - 1);
+            }
+            Piece::Listed(values) => {
+                for pair in values.windows(2) {
+                    time_column.push(zigzag(pair[1].wrapping_sub(pair[0]) as i64));
+                }
+            }
+        }
+        time_previous = piece.last();
     }
-    for len in columns.payload_lens() {
-        lens.push(len as u64);
+    let mut end_previous = 0;
+    for piece in columns.ends().pieces() {
+        lens.push(piece.first().unwrap_or_default() - end_previous);
+        match piece {
+            Piece::Steady { step, len, .. } => lens.push_n(step, len as u64 - 1),
+            Piece::Listed(values) => {
+                for pair in values.windows(2) {
+                    lens.push(pair[1] - pair[0]);
+                }
+            }
+        }
+        end_previous = piece.last().unwrap_or_default();
     }
     gaps.finish(out);
     time_column.finish(out);
@@ -216,6 +260,23 @@ impl Column {
                 self.runs.push(self.open);
             }
             self.open = (value, 1);
+        }
+    }
+
+    /// [`Column::push`] of `value`, `n` times.
+    #[inline]
+    fn push_n(&mut self, value: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let (last, repeat) = &mut self.open;
+        if *last == value && *repeat > 0 {
+            *repeat += n;
+        } else {
+            if *repeat > 0 {
+                self.runs.push(self.open);
+            }
+            self.open = (value, n);
         }
     }
 
@@ -548,18 +609,19 @@ fn read_columns(
 
 /// A delta's stamps, times and payload ends, as [`read_columns_whole`]
 /// reads them.
-type ReadColumns = (Vec<u64>, Vec<u64>, Vec<usize>);
+type ReadColumns = (Values, Values, Values);
 
 /// The columns of a delta checked by [`check_columns`], each read whole
-/// in turn (a repeat filled at once): the stamps, the times and the
-/// payload ends (sums of the lengths). Reads what [`read_columns`] reads.
+/// in turn: the stamps, the times and the payload ends (sums of the
+/// lengths), a repeat as one steady piece (held in no memory a value).
+/// Reads what [`read_columns`] reads.
 fn read_columns_whole(
     columns: &[u8],
     runs: &[Run],
     count: usize,
 ) -> Result<ReadColumns, FrameError> {
     let mut reader = Reader { bytes: columns };
-    let mut lamports = Vec::with_capacity(count);
+    let mut lamports = Values::new();
     let mut gaps = ColumnReader::new("lamport gaps", count);
     let mut stamps = Stamps::default();
     for run in runs {
@@ -574,13 +636,13 @@ fn read_columns_whole(
             let more = gaps.take_repeat(len - i);
             if more > 0 {
                 let step = gap.wrapping_add(1);
-                lamports.extend((1..=more).map(|j| lamport.wrapping_add(j.wrapping_mul(step))));
+                lamports.push_steady(lamport.wrapping_add(step), step, more as usize);
                 stamps.lamport = lamport.wrapping_add(more.wrapping_mul(step));
                 i += more;
             }
         }
     }
-    let mut times = Vec::with_capacity(count);
+    let mut times = Values::new();
     let mut column = ColumnReader::new("times", count);
     let mut time: Option<u64> = None;
     while times.len() < count {
@@ -592,17 +654,17 @@ fn read_columns_whole(
         times.push(now);
         let more = column.take_repeat((count - times.len()) as u64);
         let step = unzigzag(value) as u64;
-        times.extend((1..=more).map(|j| now.wrapping_add(j.wrapping_mul(step))));
+        times.push_steady(now.wrapping_add(step), step, more as usize);
         time = Some(now.wrapping_add(more.wrapping_mul(step)));
     }
-    let mut ends = Vec::with_capacity(count);
+    let mut ends = Values::new();
     let mut column = ColumnReader::new("payload lengths", count);
-    let mut end = 0usize;
+    let mut end = 0u64;
     while ends.len() < count {
         // Checked by `check_columns`: the lengths sum to the bytes left.
-        let len = column.next(&mut reader)? as usize;
-        let more = column.take_repeat((count - ends.len() - 1) as u64) as usize;
-        ends.extend((1..=1 + more).map(|j| end + j * len));
+        let len = column.next(&mut reader)?;
+        let more = column.take_repeat((count - ends.len() - 1) as u64);
+        ends.push_steady(end + len, len, 1 + more as usize);
         end += (1 + more) * len;
     }
     Ok((lamports, times, ends))
