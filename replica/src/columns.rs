@@ -8,10 +8,12 @@ use crate::values::{Piece, Values, ValuesRef};
 use crate::{Delta, Event};
 
 /// A delta's events as columns: runs of consecutive seqs of one stream,
-/// then per event its lamport stamp, time and payload length, and every
-/// payload back to back. What [`Replica::delta_columns_for`] reads from
-/// the log for a sender to encode, without an [`Event`] and a payload
-/// handle per event.
+/// then per event its lamport stamp, time and where its payload ends, and
+/// every payload back to back. What [`Replica::delta_columns_for`] reads
+/// from the log for a sender to encode, without an [`Event`] and a
+/// payload handle per event. Each of the three per-event columns is a
+/// [`Values`]: a steady writer's stamps, times and ends are one piece
+/// each (a first value and a step), whatever the run's length.
 ///
 /// The same events as a [`Delta`] (in run order):
 ///

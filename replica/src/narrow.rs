@@ -506,20 +506,8 @@ impl ColumnRange<'_> {
             ColumnRange::Steady { first, step, len } => {
                 out.push_steady(first.wrapping_add(shift), step, len);
             }
-            ColumnRange::N16 { base, offsets } => {
-                let base = base.wrapping_add(shift);
-                out.reserve(offsets.len());
-                for &offset in offsets {
-                    out.push(base.wrapping_add(u64::from(offset)));
-                }
-            }
-            ColumnRange::N32 { base, offsets } => {
-                let base = base.wrapping_add(shift);
-                out.reserve(offsets.len());
-                for &offset in offsets {
-                    out.push(base.wrapping_add(u64::from(offset)));
-                }
-            }
+            ColumnRange::N16 { base, offsets } => push_offsets(out, base, shift, offsets),
+            ColumnRange::N32 { base, offsets } => push_offsets(out, base, shift, offsets),
             ColumnRange::Wide(values) => {
                 out.reserve(values.len());
                 for &value in values {
@@ -527,6 +515,15 @@ impl ColumnRange<'_> {
                 }
             }
         }
+    }
+}
+
+/// Pushes `base + offset + shift` for each of `offsets` onto `out`.
+fn push_offsets<O: Offset>(out: &mut crate::values::Values, base: u64, shift: u64, offsets: &[O]) {
+    let base = base.wrapping_add(shift);
+    out.reserve(offsets.len());
+    for &offset in offsets {
+        out.push(base.wrapping_add(offset.to_u64()));
     }
 }
 
