@@ -467,23 +467,35 @@ impl DeltaColumns {
 
     /// Its runs with their columns, in order.
     pub(crate) fn run_parts(&self) -> impl Iterator<Item = RunColumns<'_>> + '_ {
-        self.runs.iter().scan(0usize, move |next, run| {
-            let first = *next;
-            *next += run.len;
-            Some(RunColumns {
-                stream: run.stream,
-                first_seq: run.first_seq,
-                lamports: self.lamports.slice(first..*next),
-                times: self.times.slice(first..*next),
-                ends: self.ends.slice(first..*next),
-                start: if first == 0 {
-                    0
-                } else {
-                    self.ends.get(first - 1) as usize
-                },
-                payloads: &self.payloads,
+        // Each column cut run by run from what is left of it: a cut walks
+        // on over the pieces it passes, no search of the whole column.
+        let rest = (
+            self.lamports.as_ref(),
+            self.times.as_ref(),
+            self.ends.as_ref(),
+            0usize,
+        );
+        self.runs
+            .iter()
+            .scan(rest, move |(lamports, times, ends, start), run| {
+                let (run_lamports, lamports_rest) = lamports.split_at(run.len);
+                let (run_times, times_rest) = times.split_at(run.len);
+                let (run_ends, ends_rest) = ends.split_at(run.len);
+                (*lamports, *times, *ends) = (lamports_rest, times_rest, ends_rest);
+                let run_start = *start;
+                if let Some(end) = run_ends.last() {
+                    *start = end as usize;
+                }
+                Some(RunColumns {
+                    stream: run.stream,
+                    first_seq: run.first_seq,
+                    lamports: run_lamports,
+                    times: run_times,
+                    ends: run_ends,
+                    start: run_start,
+                    payloads: &self.payloads,
+                })
             })
-        })
     }
 
     /// How many events.

@@ -1309,19 +1309,22 @@ impl State {
                         (head, lamport)
                     }
                 };
-                if run.len() == 0
-                    || head.checked_add(1) != Some(run.first_seq)
+                if run.len() == 0 {
+                    return None;
+                }
+                let last_lamport = run.last_lamport();
+                if head.checked_add(1) != Some(run.first_seq)
                     || run.first_seq <= floor_seq
                     || run.first_seq.checked_add(run.len() as u64 - 1).is_none()
                     || run.lamports.get(0) <= head_lamport
-                    || run.last_lamport() > crate::LAMPORT_MAX
+                    || last_lamport > crate::LAMPORT_MAX
                     || !run.lamports.rises(true)
                     || run.has_payload_over(self.config.payload_bytes_max)
                 {
                     return None;
                 }
-                heads.insert(stream, (run.last_seq(), run.last_lamport()));
-                clock = clock.max(run.last_lamport());
+                heads.insert(stream, (run.last_seq(), last_lamport));
+                clock = clock.max(last_lamport);
                 plan.reports[index].applied += run.len() as u64;
                 let run = plan.batch.add_columns(run);
                 plan.ops.push(Op::Events {

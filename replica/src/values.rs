@@ -161,6 +161,12 @@ impl Values {
         } else {
             self.pieces.partition_point(|piece| piece.end <= index)
         };
+        self.value_in(at, index)
+    }
+
+    /// The value at `index`, which piece `at` holds.
+    #[inline]
+    fn value_in(&self, at: usize, index: usize) -> u64 {
         let start = self.piece_start(at);
         match self.pieces[at].kind {
             Kind::Steady { first, step } => {
@@ -182,6 +188,8 @@ impl Values {
             values: self,
             start: 0,
             len: self.len(),
+            first_piece: 0,
+            end_piece: self.pieces.len(),
         }
     }
 
@@ -380,6 +388,11 @@ pub struct ValuesRef<'a> {
     values: &'a Values,
     start: usize,
     len: usize,
+    /// The pieces the range touches: `values.pieces[first_piece ..
+    /// end_piece]`, found once when the range is cut, so that a value or
+    /// the pieces of a short range cost no search of the whole column.
+    first_piece: usize,
+    end_piece: usize,
 }
 
 impl<'a> ValuesRef<'a> {
@@ -403,7 +416,20 @@ impl<'a> ValuesRef<'a> {
     #[inline]
     pub fn get(&self, index: usize) -> u64 {
         assert!(index < self.len, "value {index} of {}", self.len);
-        self.values.get(self.start + index)
+        let index = self.start + index;
+        let at = self.first_piece
+            + if self.end_piece - self.first_piece == 1 {
+                0
+            } else {
+                self.touched().partition_point(|piece| piece.end <= index)
+            };
+        self.values.value_in(at, index)
+    }
+
+    /// The pieces the range touches, whole.
+    #[inline]
+    fn touched(&self) -> &'a [Stored] {
+        &self.values.pieces[self.first_piece..self.end_piece]
     }
 
     /// Its last value.
@@ -425,11 +451,66 @@ impl<'a> ValuesRef<'a> {
             range.end,
             self.len
         );
+        let (start, len) = (self.start + range.start, range.end - range.start);
+        let touched = self.touched();
+        // The first piece ending past `start`, and the first ending at or
+        // past the range's end (the one holding its last value).
+        let first_piece = self.first_piece + touched.partition_point(|piece| piece.end <= start);
+        let end_piece = if len == 0 {
+            first_piece
+        } else {
+            self.first_piece + touched.partition_point(|piece| piece.end < start + len) + 1
+        };
         ValuesRef {
             values: self.values,
-            start: self.start + range.start,
-            len: range.end - range.start,
+            start,
+            len,
+            first_piece,
+            end_piece,
         }
+    }
+
+    /// The first `len` values, and the rest: what walking a column run by
+    /// run takes, each cut costing the pieces it passes rather than a
+    /// search of the whole column.
+    ///
+    /// # Panics
+    ///
+    /// If `len` is above [`ValuesRef::len`].
+    pub fn split_at(&self, len: usize) -> (ValuesRef<'a>, ValuesRef<'a>) {
+        assert!(len <= self.len, "split at {len} of {}", self.len);
+        let pieces = &self.values.pieces;
+        let split = self.start + len;
+        // The piece holding the front's last value, found by walking on.
+        let mut last = self.first_piece;
+        while last < self.end_piece && pieces[last].end < split {
+            last += 1;
+        }
+        let front = ValuesRef {
+            values: self.values,
+            start: self.start,
+            len,
+            first_piece: self.first_piece,
+            end_piece: if len == 0 { self.first_piece } else { last + 1 },
+        };
+        // The rest starts in that piece, or the next where it ends there.
+        let rest_first = if last < self.end_piece && pieces[last].end == split {
+            last + 1
+        } else {
+            last
+        };
+        let rest = ValuesRef {
+            values: self.values,
+            start: split,
+            len: self.len - len,
+            first_piece: rest_first,
+            end_piece: if self.len == len {
+                rest_first
+            } else {
+                self.end_piece
+            },
+        };
+        (front, rest)
     }
 
     /// Its pieces, in order, cut to the range: a steady piece as its first
@@ -437,21 +518,14 @@ impl<'a> ValuesRef<'a> {
     pub fn pieces(&self) -> impl Iterator<Item = Piece<'a>> + 'a {
         let values = self.values;
         let (start, end) = (self.start, self.start + self.len);
-        let first_piece = if self.len == 0 {
-            values.pieces.len()
-        } else {
-            values.pieces.partition_point(|piece| piece.end <= start)
-        };
-        values.pieces[first_piece..]
+        let first_piece = self.first_piece;
+        self.touched()
             .iter()
             .enumerate()
-            .map_while(move |(offset, piece)| {
+            .map(move |(offset, piece)| {
                 let piece_start = values.piece_start(first_piece + offset);
-                if piece_start >= end {
-                    return None;
-                }
                 let (from, to) = (start.max(piece_start), end.min(piece.end));
-                Some(match piece.kind {
+                match piece.kind {
                     Kind::Steady { first, step } => Piece::Steady {
                         first: first.wrapping_add(step.wrapping_mul((from - piece_start) as u64)),
                         step,
@@ -460,7 +534,7 @@ impl<'a> ValuesRef<'a> {
                     Kind::Listed { at } => Piece::Listed(
                         &values.listed[at + (from - piece_start)..at + (to - piece_start)],
                     ),
-                })
+                }
             })
     }
 
@@ -621,6 +695,42 @@ mod tests {
                 "{context}"
             );
             assert!(slice.pieces().all(|piece| !piece.is_empty()), "{context}");
+            for (index, &value) in plain[from..to].iter().enumerate() {
+                assert_eq!(slice.get(index), value, "{context}: slice value {index}");
+            }
+            // A slice of the slice, and the slice walked in cuts as a
+            // delta's runs are, hold the same values and no empty piece.
+            let inner_from = rng.below(slice.len() as u64 + 1) as usize;
+            let inner_to = inner_from + rng.below((slice.len() - inner_from) as u64 + 1) as usize;
+            let inner = slice.slice(inner_from..inner_to);
+            assert_eq!(
+                inner.iter().collect::<Vec<_>>(),
+                &plain[from + inner_from..from + inner_to],
+                "{context}: inner {inner_from}..{inner_to}"
+            );
+            assert!(inner.pieces().all(|piece| !piece.is_empty()), "{context}");
+            let mut rest = slice;
+            let mut walked = 0;
+            while walked < slice.len() || rng.below(4) == 0 {
+                let cut = rng.below((rest.len() as u64).min(4) + 1) as usize;
+                let (front, after) = rest.split_at(cut);
+                let expected = &plain[from + walked..from + walked + cut];
+                assert_eq!(
+                    front.iter().collect::<Vec<_>>(),
+                    expected,
+                    "{context}: cut {walked}+{cut}"
+                );
+                assert!(front.pieces().all(|piece| !piece.is_empty()), "{context}");
+                assert_eq!(front.pieces().map(|piece| piece.len()).sum::<usize>(), cut);
+                for (index, &value) in expected.iter().enumerate() {
+                    assert_eq!(front.get(index), value, "{context}: cut value {index}");
+                }
+                assert_eq!(front.last(), expected.last().copied(), "{context}");
+                walked += cut;
+                rest = after;
+                assert_eq!(rest.len(), slice.len() - walked, "{context}");
+            }
+            assert_eq!(rest.pieces().count(), 0, "{context}");
             for strictly in [false, true] {
                 let rises = plain[from..to]
                     .windows(2)
