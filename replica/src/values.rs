@@ -154,14 +154,7 @@ impl Values {
     /// If `index` is not below [`Values::len`].
     #[inline]
     pub fn get(&self, index: usize) -> u64 {
-        let len = self.len();
-        assert!(index < len, "value {index} of {len}");
-        let at = if self.pieces.len() == 1 {
-            0
-        } else {
-            self.pieces.partition_point(|piece| piece.end <= index)
-        };
-        self.value_in(at, index)
+        self.as_ref().get(index)
     }
 
     /// The value at `index`, which piece `at` holds.
