@@ -155,13 +155,13 @@ def skip_char(text: str, i: int, wipe) -> int | None:
     return None
 
 
-def matching_brace(code: str, open_at: int) -> int:
-    """The index of the `}` closing the `{` at `open_at` (or the end of the text)."""
+def matching_brace(code: str, open_at: int, pair: str = "{}") -> int:
+    """The index of the bracket closing the one at `open_at` (or the text's last index)."""
     depth = 0
     for k in range(open_at, len(code)):
-        if code[k] == "{":
+        if code[k] == pair[0]:
             depth += 1
-        elif code[k] == "}":
+        elif code[k] == pair[1]:
             depth -= 1
             if depth == 0:
                 return k
@@ -208,19 +208,6 @@ TEST_CFG = re.compile(r"\btest\b")
 NOT_TEST = re.compile(r"\bnot\s*\(\s*test\s*\)")
 
 
-def attribute_end(code: str, open_at: int) -> int:
-    """The index after the `]` closing the attribute whose `[` is at `open_at`."""
-    depth = 0
-    for k in range(open_at, len(code)):
-        if code[k] == "[":
-            depth += 1
-        elif code[k] == "]":
-            depth -= 1
-            if depth == 0:
-                return k + 1
-    return len(code)
-
-
 @dataclass
 class Source:
     """One file: its blanked code, line index, test ranges and inline modules."""
@@ -251,7 +238,7 @@ def read_source(path: str, rel: str, module: tuple[str, ...]) -> Source:
     src = Source(rel=rel, module=module, code=code, lines=Lines(code))
     for m in ATTR.finditer(code):
         open_at = code.index("[", m.start())
-        end = attribute_end(code, open_at)
+        end = matching_brace(code, open_at, "[]") + 1
         attr = code[open_at + 1 : end - 1].strip()
         is_test = attr == "test" or (
             attr.startswith("cfg") and not attr.startswith("cfg_attr")
