@@ -578,6 +578,8 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         main()
+    except SystemExit:  # argparse's --help or a bad flag: still a report
+        pass
     except Exception as error:  # a report, not a gate
         print(f"structure.py: {error}", file=sys.stderr)
     sys.exit(0)
