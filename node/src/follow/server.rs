@@ -567,24 +567,22 @@ impl Connection {
         }))
     }
 
+    /// Queues a heartbeat for every subscription (a status frame for the
+    /// status stream). Called on the tick right after a pump.
     fn heartbeats(&self) {
         let marks = self.state.replica.marks();
         for sub in &self.subscriptions {
             if !self.has_room() {
                 return;
             }
-            let head = match sub.stream {
-                FollowStream::All => marks.clone(),
-                FollowStream::Writer(stream) => [(stream, marks.get(stream))].into_iter().collect(),
-                FollowStream::Status => {
-                    self.send(&ServerFrame::Status(status(&self.state)));
-                    continue;
-                }
+            let frame = match sub.stream {
+                FollowStream::Status => ServerFrame::Status(status(&self.state)),
+                stream => ServerFrame::Heartbeat {
+                    stream: sub.name.clone(),
+                    head: encode(&heartbeat_head(stream, &sub.cursor, &marks)),
+                },
             };
-            self.send(&ServerFrame::Heartbeat {
-                stream: sub.name.clone(),
-                head: encode(&head),
-            });
+            self.send(&frame);
         }
     }
 
@@ -659,6 +657,27 @@ impl Connection {
     }
 }
 
+/// The head a heartbeat names for a subscription: the node's `marks` (for
+/// a writer, that writer's entry alone), each entry no further than the
+/// subscription's `cursor`, the `next` of the last `events` frame queued for
+/// it. The committer runs on its own thread: a commit that lands after the
+/// pump paged is in the marks but in no frame yet, and a heartbeat naming
+/// it would tell the follower it lost events that are still to come (an
+/// independent follower saw exactly that, issue 25). Its frame follows on
+/// the change notification, and the next heartbeat names it.
+fn heartbeat_head(
+    stream: FollowStream,
+    cursor: &VersionVector,
+    marks: &VersionVector,
+) -> VersionVector {
+    let queued =
+        |(writer, seq): (meshlog_cursor::StreamId, u64)| (writer, seq.min(cursor.get(writer)));
+    match stream {
+        FollowStream::Writer(writer) => [queued((writer, marks.get(writer)))].into_iter().collect(),
+        _ => marks.iter().map(queued).collect(),
+    }
+}
+
 fn encode(vector: &VersionVector) -> String {
     // A vector built from the replica's own marks and a decoded token is
     // within the token's bounds.
@@ -686,5 +705,52 @@ pub(crate) fn status(state: &AppState) -> StatusJson {
             .iter()
             .map(crate::http::peer_json)
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The heartbeat's head against the frames queued before it, without a
+    //! node: the pump's cursor stands for the frames queued, the marks for
+    //! the replica after a commit that landed since.
+
+    use meshlog_cursor::{StreamId, VersionVector};
+
+    use super::heartbeat_head;
+    use crate::follow::FollowStream;
+
+    fn vector(entries: &[(u64, u64)]) -> VersionVector {
+        entries
+            .iter()
+            .map(|&(stream, seq)| (StreamId::new(stream), seq))
+            .collect()
+    }
+
+    /// Regression (issue 25): an independent WebSocket follower saw
+    /// heartbeats 1–2 events past the last `events` frame sent, because the
+    /// tick read the marks again after the pump had paged and a commit
+    /// landed in between.
+    #[test]
+    fn heartbeat_head_never_passes_the_frames_queued_before_it() {
+        // Queued up to {1:3, 2:5}; since then stream 1 reached 4 and a
+        // new stream 3 appeared.
+        let cursor = vector(&[(1, 3), (2, 5)]);
+        let marks = vector(&[(1, 4), (2, 5), (3, 1)]);
+        let all = heartbeat_head(FollowStream::All, &cursor, &marks);
+        assert_eq!(all, vector(&[(1, 3), (2, 5)]));
+        assert!(cursor.dominates(&all));
+        let one = StreamId::new(1);
+        let writer = heartbeat_head(FollowStream::Writer(one), &cursor, &marks);
+        assert_eq!(writer, vector(&[(1, 3)]));
+    }
+
+    /// A cursor past the node (a follower that came from a node further
+    /// on) is not a head: the heartbeat names only what the node holds.
+    #[test]
+    fn heartbeat_head_never_passes_the_nodes_marks() {
+        let cursor = vector(&[(1, 9), (2, 5)]);
+        let marks = vector(&[(1, 4), (2, 5)]);
+        let head = heartbeat_head(FollowStream::All, &cursor, &marks);
+        assert_eq!(head, marks);
     }
 }
