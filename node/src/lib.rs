@@ -18,6 +18,9 @@
 //! - `peers`: the links to peers by URL: dial, upgrade, run a sync session,
 //!   redial with jittered exponential backoff, report each peer's state;
 //!   peers added and removed at run time.
+//! - `read`: the one read behind `GET /events`, `POST /events/query` and
+//!   follow: a cursor's text, a limit and a stream filter to a page or a
+//!   stale answer.
 //! - `replica`: `NodeReplica`, the one place the node touches its replica,
 //!   and the data directory's `stream-id` file.
 //! - `metrics`: the Prometheus counters behind `GET /metrics`.
@@ -49,6 +52,7 @@ pub mod mcp;
 mod metrics;
 pub mod peer_auth;
 mod peers;
+mod read;
 mod replica;
 pub mod serve;
 pub mod tls;

@@ -11,8 +11,8 @@ use serde_json::json;
 
 pub use crate::http::json::{
     AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, InboundJson, LostJson,
-    MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson,
-    VerifiedJson,
+    MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, StaleJson,
+    VectorJson, VerifiedJson,
 };
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather
@@ -73,25 +73,7 @@ pub enum ClientError {
 
 /// A `410 stale_cursor` answer: the cursor is below the node's compaction
 /// floor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stale {
-    /// The node's explanation.
-    pub message: String,
-    /// Every stream and range lost.
-    pub lost: Vec<LostJson>,
-    /// The token that accepts exactly that loss.
-    pub resume: String,
-}
-
-impl Stale {
-    /// How many events were lost, over every stream.
-    pub fn lost_count(&self) -> u64 {
-        self.lost
-            .iter()
-            .map(|range| range.last + 1 - range.first)
-            .sum()
-    }
-}
+pub type Stale = StaleJson;
 
 /// What a page request answers: a page, or the expected outcome of a stale
 /// cursor.
@@ -170,12 +152,8 @@ impl Client {
         let (status, body) = self.send_raw(request).await?;
         if status == 410 {
             let error: ErrorJson = self.parse(status, &body)?;
-            if let (Some(lost), Some(resume)) = (error.lost, error.resume) {
-                return Ok(PageOutcome::Stale(Stale {
-                    message: error.message,
-                    lost,
-                    resume,
-                }));
+            if let Some(stale) = error.stale() {
+                return Ok(PageOutcome::Stale(stale));
             }
             return Err(ClientError::BadResponse {
                 url: self.base.clone(),

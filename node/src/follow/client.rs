@@ -488,10 +488,14 @@ impl Task {
                     .map_err(|_| End::Failed("refetch timed out".into()))?
                     .map_err(End::Failed)?;
             if status == 410 {
-                let error: ErrorJson = serde_json::from_slice(&body)
-                    .map_err(|error| End::Failed(format!("bad 410 body: {error}")))?;
-                let resume = decode(error.resume.as_deref().unwrap_or(""))?;
-                return Err(self.stale(error.lost.unwrap_or_default(), resume).await);
+                let stale = serde_json::from_slice::<ErrorJson>(&body)
+                    .map_err(|error| End::Failed(format!("bad 410 body: {error}")))?
+                    .stale()
+                    .ok_or_else(|| {
+                        End::Failed("a 410 answer without `lost` and `resume`".into())
+                    })?;
+                let resume = decode(&stale.resume)?;
+                return Err(self.stale(stale.lost, resume).await);
             }
             if status != 200 {
                 return Err(End::Failed(format!(

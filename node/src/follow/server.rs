@@ -29,15 +29,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use meshlog_cursor::{token, VersionVector};
-use meshlog_replica::{Change, PageError};
+use meshlog_replica::Change;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
 use crate::config::FollowSettings;
-use crate::http::json::{decimal, vector_json, DigestJson, EventJson, LostJson};
+use crate::http::json::{decimal, vector_json, DigestJson, EventJson, StaleJson};
 use crate::http::{ApiError, AppState};
 use crate::metrics::Metrics;
+use crate::read::{self, Answer};
 use crate::replica::NodeReplica;
 
 /// The largest message a follower may send (a subscribe request).
@@ -219,10 +220,9 @@ pub(crate) async fn follow_upgrade(
     let Some(stream) = FollowStream::parse(text) else {
         return bad_stream(text).into_response();
     };
-    let cursor = match crate::http::cursor_from_text(&state, query.get("after").map(String::as_str))
-    {
+    let cursor = match read::cursor(&state.replica, query.get("after").map(String::as_str)) {
         Ok(cursor) => cursor,
-        Err(error) => return error.into_response(),
+        Err(error) => return ApiError::from(error).into_response(),
     };
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
@@ -498,46 +498,29 @@ impl Connection {
         let hub = &self.state.follow;
         let sub = &self.subscriptions[index];
         let (floor, version) = hub.floor_and_version();
-        let page = match sub.stream {
-            FollowStream::Writer(stream) => replica.page_stream(stream, &sub.cursor, limit),
-            _ => replica
-                .page(&sub.cursor, limit)
-                .map(|page| crate::replica::StreamPage {
-                    events: page.events,
-                    next: page.next,
-                    at_head: page.at_head,
-                }),
+        let writer = match sub.stream {
+            FollowStream::Writer(stream) => Some(stream),
+            _ => None,
         };
-        let page = match page {
-            Ok(page) => page,
-            Err(PageError::Stale(stale)) => {
-                let lost = stale
-                    .lost()
-                    .iter()
-                    .map(|range| LostJson {
-                        stream: decimal(range.stream),
-                        first: range.first_seq,
-                        last: range.last_seq,
-                    })
-                    .collect();
-                let frame = ServerFrame::Stale {
-                    stream: sub.name.clone(),
-                    error: "stale_cursor".into(),
-                    message: stale.to_string(),
-                    lost,
-                    resume: encode(stale.resume()),
+        let page = match read::read(replica, &sub.cursor, limit, writer) {
+            Ok(Answer::Page(page)) => page,
+            Ok(Answer::Stale(stale)) => {
+                let frame = match StaleJson::try_from(&stale) {
+                    Ok(answer) => ServerFrame::Stale {
+                        stream: sub.name.clone(),
+                        error: "stale_cursor".into(),
+                        message: answer.message,
+                        lost: answer.lost,
+                        resume: answer.resume,
+                    },
+                    Err(error) => internal(sub, error.to_string()),
                 };
                 self.send(&frame);
                 self.state.metrics.follow_stale.inc();
                 return Err(());
             }
             Err(error) => {
-                let frame = ServerFrame::Error {
-                    stream: Some(sub.name.clone()),
-                    error: "internal".into(),
-                    message: error.to_string(),
-                };
-                self.send(&frame);
+                self.send(&internal(sub, error.to_string()));
                 return Err(());
             }
         };
@@ -615,9 +598,11 @@ impl Connection {
                     let error = bad_stream(&stream);
                     return refuse(self, Some(stream), "bad_stream", error.message());
                 };
-                let cursor = match crate::http::cursor_from_text(&self.state, after.as_deref()) {
+                let cursor = match read::cursor(&self.state.replica, after.as_deref()) {
                     Ok(cursor) => cursor,
-                    Err(error) => return refuse(self, Some(stream), "bad_token", error.message()),
+                    Err(error) => {
+                        return refuse(self, Some(stream), "bad_token", error.to_string())
+                    }
                 };
                 let name = parsed.to_string();
                 // A subscribe replaces the same stream's subscription.
@@ -675,6 +660,15 @@ fn heartbeat_head(
     match stream {
         FollowStream::Writer(writer) => [queued((writer, marks.get(writer)))].into_iter().collect(),
         _ => marks.iter().map(queued).collect(),
+    }
+}
+
+/// The `error` frame of a read the node failed.
+fn internal(sub: &Subscription, message: String) -> ServerFrame {
+    ServerFrame::Error {
+        stream: Some(sub.name.clone()),
+        error: "internal".into(),
+        message,
     }
 }
 

@@ -26,7 +26,7 @@ pub mod json;
 pub mod openapi;
 
 pub(crate) use error::ApiError;
-pub(crate) use handlers::{cursor_from_text, peer_json};
+pub(crate) use handlers::peer_json;
 
 /// What every handler shares.
 pub(crate) struct AppState {
