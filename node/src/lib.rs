@@ -30,6 +30,9 @@
 //!   `https://` peers (`docs/SECURITY.md`).
 //! - [`follow`]: live follow over WebSocket (`GET /follow`), its frames,
 //!   the [`follow::Follower`] client, and the browser page (`GET /`).
+//! - [`client`]: the node's one HTTP client (reqwest), which the CLI, the
+//!   follower's refetch and MCP talk through; [`url`]: the one parser of a
+//!   node's URL, which they and the peers use.
 //! - [`cli`], [`demo`]: the client subcommands and the local demo mesh.
 //! - [`mcp`]: `meshlog mcp`, the Model Context Protocol on stdio, as a client
 //!   of a node's HTTP API.
@@ -44,6 +47,7 @@ use std::process::ExitCode;
 
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod demo;
 pub mod follow;
@@ -56,6 +60,7 @@ mod read;
 mod replica;
 pub mod serve;
 pub mod tls;
+pub mod url;
 
 pub use config::{NodeConfig, ServeArgs};
 pub use serve::{Node, ServeError};

@@ -15,7 +15,9 @@ use std::process::ExitCode;
 
 use meshlog_cursor::{token, StreamId, VersionVector};
 
-pub mod client;
+/// The HTTP client the subcommands talk through (the node's one client,
+/// `crate::client`, kept at this path too).
+pub use crate::client;
 
 use client::{
     Client, ClientError, EventJson, InboundJson, PageOutcome, PeerJson, Stale, VectorJson,

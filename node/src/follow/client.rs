@@ -28,7 +28,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, Empty};
 use meshlog_cursor::{token, StreamId, VersionVector};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -36,7 +35,9 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::frame::{FollowStream, ServerFrame, StatusJson};
-use crate::http::json::{ErrorJson, EventJson, LostJson, PageJson};
+use crate::client::{Client, PageOutcome};
+use crate::http::json::{EventJson, LostJson};
+use crate::url::NodeUrl;
 
 /// How a [`Follower`] follows.
 #[derive(Debug, Clone)]
@@ -183,15 +184,21 @@ impl Follower {
         if config.nodes.is_empty() {
             return Err(FollowError::NoNodes);
         }
-        let nodes: Vec<NodeUrl> = config
+        let nodes: Vec<Node> = config
             .nodes
             .iter()
             .map(|url| {
-                let node = NodeUrl::parse(url).ok_or_else(|| FollowError::BadUrl(url.clone()))?;
-                if node.secure && config.tls.is_none() {
+                let parsed = NodeUrl::parse(url).map_err(|_| FollowError::BadUrl(url.clone()))?;
+                if parsed.secure && config.tls.is_none() {
                     return Err(FollowError::NoTls(url.clone()));
                 }
-                Ok(node)
+                // Refetches go through the node's one HTTP client.
+                let client = Client::with_tls(url, config.token.as_deref(), config.tls.clone())
+                    .map_err(|_| FollowError::BadUrl(url.clone()))?;
+                Ok(Node {
+                    url: parsed,
+                    client,
+                })
             })
             .collect::<Result<_, FollowError>>()?;
         let (sender, items) = mpsc::channel(256);
@@ -249,8 +256,8 @@ impl futures_util::Stream for Follower {
 
 struct Task {
     config: FollowerConfig,
-    /// The nodes, parsed.
-    nodes: Vec<NodeUrl>,
+    /// The nodes, parsed, each with its HTTP client.
+    nodes: Vec<Node>,
     items: mpsc::Sender<FollowItem>,
     /// The cursor of what was handed to `items` (the consumer's runs
     /// behind it by what the channel holds).
@@ -280,7 +287,7 @@ async fn run(mut task: Task, mut rng: u64) {
             End::Resubscribe => continue,
             End::Stop => return,
             End::Failed(reason) => {
-                tracing::debug!(node = %task.nodes[index].base, %reason, "follow: session ended");
+                tracing::debug!(node = %task.nodes[index].url.base, %reason, "follow: session ended");
                 index = (index + 1) % task.nodes.len();
                 rng = splitmix(rng);
                 let half = backoff.as_millis() as u64 / 2;
@@ -336,12 +343,12 @@ impl Task {
 
     async fn session_inner(&mut self, index: usize, delivered: &mut bool) -> Result<(), End> {
         let node = self.nodes[index].clone();
-        let base = node.base.clone();
+        let base = node.url.base.clone();
         let after = encode(&self.cursor);
         let url = format!(
             "{}://{}/follow?stream={}&after={after}",
-            if node.secure { "wss" } else { "ws" },
-            node.authority,
+            if node.url.secure { "wss" } else { "ws" },
+            node.url.authority(),
             self.config.stream
         );
         let connect = async {
@@ -352,7 +359,7 @@ impl Task {
                     .headers_mut()
                     .insert(hyper::header::AUTHORIZATION, value);
             }
-            let io = node.connect(self.config.tls.as_ref()).await?;
+            let io = connect(&node.url, self.config.tls.as_ref()).await?;
             tokio_tungstenite::client_async(request, io)
                 .await
                 .map_err(|e| e.to_string())
@@ -468,43 +475,29 @@ impl Task {
     }
 
     /// Pages from the cursor to the node's head over `GET /events`.
-    async fn refetch(&mut self, node: &NodeUrl) -> Result<(), End> {
-        if self.config.stream == FollowStream::Status {
-            return Ok(());
-        }
+    async fn refetch(&mut self, node: &Node) -> Result<(), End> {
+        let stream = match self.config.stream {
+            FollowStream::Status => return Ok(()),
+            FollowStream::All => None,
+            FollowStream::Writer(stream) => Some(stream),
+        };
         let mut count = 0;
         loop {
-            let mut path = format!(
-                "/events?after={}&limit={}",
-                encode(&self.cursor),
-                self.config.page_limit
-            );
-            if let FollowStream::Writer(stream) = self.config.stream {
-                path.push_str(&format!("&stream={}", stream.get()));
-            }
-            let (status, body) =
-                tokio::time::timeout(self.config.request_timeout, self.get(node, &path))
-                    .await
-                    .map_err(|_| End::Failed("refetch timed out".into()))?
-                    .map_err(End::Failed)?;
-            if status == 410 {
-                let stale = serde_json::from_slice::<ErrorJson>(&body)
-                    .map_err(|error| End::Failed(format!("bad 410 body: {error}")))?
-                    .stale()
-                    .ok_or_else(|| {
-                        End::Failed("a 410 answer without `lost` and `resume`".into())
-                    })?;
-                let resume = decode(&stale.resume)?;
-                return Err(self.stale(stale.lost, resume).await);
-            }
-            if status != 200 {
-                return Err(End::Failed(format!(
-                    "GET /events answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                )));
-            }
-            let page: PageJson = serde_json::from_slice(&body)
-                .map_err(|error| End::Failed(format!("bad page: {error}")))?;
+            let after = encode(&self.cursor);
+            let page = node
+                .client
+                .page_of(Some(&after), Some(self.config.page_limit), stream);
+            let page = match tokio::time::timeout(self.config.request_timeout, page)
+                .await
+                .map_err(|_| End::Failed("refetch timed out".into()))?
+                .map_err(|error| End::Failed(error.to_string()))?
+            {
+                PageOutcome::Page(page) => page,
+                PageOutcome::Stale(stale) => {
+                    let resume = decode(&stale.resume)?;
+                    return Err(self.stale(stale.lost, resume).await);
+                }
+            };
             count += self.deliver(page.events).await?;
             self.cursor.join(&decode(&page.next)?);
             if page.at_head {
@@ -533,110 +526,38 @@ fn decode(text: &str) -> Result<VersionVector, End> {
         .map_err(|error| End::Failed(format!("bad token from the node: {error}")))
 }
 
-/// A node's URL, parsed.
+/// A node to follow: its URL, parsed, and the HTTP client its refetches
+/// go through.
 #[derive(Debug, Clone)]
-struct NodeUrl {
-    /// `http[s]://host:port`, without a trailing `/`.
-    base: String,
-    /// `host:port`.
-    authority: String,
-    /// The host alone (the TLS server name).
-    host: String,
-    /// `https://`.
-    secure: bool,
+struct Node {
+    url: NodeUrl,
+    client: Client,
 }
 
 /// What a node connection is: TCP, or TLS over it.
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
 
-impl NodeUrl {
-    fn parse(url: &str) -> Option<NodeUrl> {
-        let base = url.trim().trim_end_matches('/');
-        let (secure, authority) = match base.strip_prefix("https://") {
-            Some(rest) => (true, rest),
-            None => (false, base.strip_prefix("http://")?),
-        };
-        if authority.is_empty() || authority.contains('/') {
-            return None;
-        }
-        let host = match authority.rsplit_once(':') {
-            Some((host, port)) if port.parse::<u16>().is_ok() => host,
-            _ => authority,
-        };
-        Some(NodeUrl {
-            base: base.to_owned(),
-            authority: authority.to_owned(),
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned(),
-            secure,
-        })
+/// A fresh connection to the node, for the WebSocket upgrade.
+async fn connect(
+    node: &NodeUrl,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<Box<dyn Io>, String> {
+    let tcp = TcpStream::connect((node.host.as_str(), node.port))
+        .await
+        .map_err(|error| format!("connect {}: {error}", node.authority()))?;
+    let _ = tcp.set_nodelay(true);
+    if !node.secure {
+        return Ok(Box::new(tcp));
     }
-
-    /// A fresh connection to the node.
-    async fn connect(
-        &self,
-        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
-    ) -> Result<Box<dyn Io>, String> {
-        let address = if self
-            .authority
-            .rsplit_once(':')
-            .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
-        {
-            self.authority.clone()
-        } else {
-            format!("{}:{}", self.authority, if self.secure { 443 } else { 80 })
-        };
-        let tcp = TcpStream::connect(&address)
-            .await
-            .map_err(|error| format!("connect {address}: {error}"))?;
-        let _ = tcp.set_nodelay(true);
-        if !self.secure {
-            return Ok(Box::new(tcp));
-        }
-        let tls = tls.ok_or("no TLS configuration for an https:// node")?;
-        let stream = crate::tls::connect(std::sync::Arc::clone(tls), &self.host, tcp).await?;
-        Ok(Box::new(stream))
-    }
+    let tls = tls.ok_or("no TLS configuration for an https:// node")?;
+    let stream = crate::tls::connect(std::sync::Arc::clone(tls), &node.host, tcp).await?;
+    Ok(Box::new(stream))
 }
 
 /// `Authorization: Bearer TOKEN`, marked sensitive (never logged).
 fn bearer(token: Option<&str>) -> Option<hyper::header::HeaderValue> {
     crate::auth::bearer_header(token?)
-}
-
-impl Task {
-    /// One `GET` on a fresh connection: the status and the whole body.
-    async fn get(&self, node: &NodeUrl, path: &str) -> Result<(u16, bytes::Bytes), String> {
-        let io = node.connect(self.config.tls.as_ref()).await?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
-                .await
-                .map_err(|error| error.to_string())?;
-        let driver = tokio::spawn(connection);
-        let mut request = hyper::Request::get(path).header(hyper::header::HOST, &node.authority);
-        if let Some(value) = bearer(self.config.token.as_deref()) {
-            request = request.header(hyper::header::AUTHORIZATION, value);
-        }
-        let request = request
-            .body(Empty::<bytes::Bytes>::new())
-            .map_err(|error| error.to_string())?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|error| error.to_string())?;
-        let status = response.status().as_u16();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|error| error.to_string())?
-            .to_bytes();
-        driver.abort();
-        Ok((status, body))
-    }
 }
 
 fn seed() -> u64 {
