@@ -205,11 +205,7 @@ impl Metrics {
 
     /// The metrics in Prometheus text format, after copying in the
     /// replica's own counters.
-    pub fn render(
-        &self,
-        stats: meshlog_replica::Stats,
-        peers: &[crate::peers::PeerStatus],
-    ) -> String {
+    pub fn render(&self, stats: meshlog_replica::Stats, peers: &[PeerGauge<'_>]) -> String {
         let _one_at_a_time = self
             .render_lock
             .lock()
@@ -223,7 +219,7 @@ impl Metrics {
         self.peer_connected.clear();
         self.peer_lag_events.clear();
         for peer in peers {
-            let labels = vec![("peer".to_owned(), peer.url.clone())];
+            let labels = vec![("peer".to_owned(), peer.url.to_owned())];
             self.peer_connected
                 .get_or_create(&labels)
                 .set(i64::from(peer.connected));
@@ -236,6 +232,18 @@ impl Metrics {
         let _ = encode(&mut text, &self.registry);
         text
     }
+}
+
+/// What the metrics show of one dialed peer: its gauges, labelled by URL.
+/// The caller reads them off the peer links, so this file does not know
+/// them.
+pub struct PeerGauge<'a> {
+    /// The peer's URL (the label).
+    pub url: &'a str,
+    /// A session is running.
+    pub connected: bool,
+    /// Events this node holds that the peer has not acknowledged.
+    pub lag_events: u64,
 }
 
 /// Moves a counter up to a total counted elsewhere (never down).

@@ -63,20 +63,6 @@ impl ApiError {
         .with("limit", limit.into())
     }
 
-    /// `410 stale_cursor`: the cursor is below the floor; `lost` names
-    /// every stream and range lost, `resume` the token to go on from.
-    pub fn stale(stale: &meshlog_cursor::StaleCursor) -> ApiError {
-        match super::json::StaleJson::try_from(stale) {
-            Ok(answer) => ApiError::new(StatusCode::GONE, "stale_cursor", answer.message)
-                .with(
-                    "lost",
-                    serde_json::to_value(answer.lost).expect("lost ranges are JSON"),
-                )
-                .with("resume", answer.resume.into()),
-            Err(error) => ApiError::internal(format!("cannot encode the resume token: {error}")),
-        }
-    }
-
     /// `500 internal`: the replica failed (its store); the node needs a
     /// restart to recover its durable state.
     pub fn internal(message: impl Into<String>) -> ApiError {

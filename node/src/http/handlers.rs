@@ -23,7 +23,8 @@ use super::json::{
     InboundJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson,
     PeersJson, QueryBody, RawPayload, VerifiedJson,
 };
-use super::AppState;
+use super::state::AppState;
+use crate::metrics::PeerGauge;
 use crate::peers::{PeerStatus, SYNC_PROTOCOL};
 use crate::read::{self, Answer};
 
@@ -130,7 +131,7 @@ fn page(
         Answer::Page(page) => page,
         Answer::Stale(stale) => {
             state.metrics.pages_stale.inc();
-            return Err(ApiError::stale(&stale));
+            return Err(super::json::stale_error(&stale));
         }
     };
     let marks = state.replica.marks();
@@ -332,7 +333,15 @@ pub async fn health() -> Json<HealthJson> {
 )]
 pub async fn metrics(State(state): Shared) -> Response {
     let peers = state.peers.list();
-    let text = state.metrics.render(state.replica.stats(), &peers);
+    let gauges: Vec<PeerGauge<'_>> = peers
+        .iter()
+        .map(|peer| PeerGauge {
+            url: &peer.url,
+            connected: peer.connected,
+            lag_events: peer.lag_events,
+        })
+        .collect();
+    let text = state.metrics.render(state.replica.stats(), &gauges);
     (
         [(
             CONTENT_TYPE,
@@ -589,7 +598,10 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
     else {
         return ApiError::internal("this connection cannot be upgraded").into_response();
     };
-    let info = request.extensions().get::<super::ConnInfo>().cloned();
+    let info = request
+        .extensions()
+        .get::<super::state::ConnInfo>()
+        .cloned();
     let remote = info
         .as_ref()
         .map(|info| info.remote)

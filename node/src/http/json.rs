@@ -10,6 +10,7 @@
 //! the contract (a stream id is decimal text, a limit a number or decimal
 //! text), its schema says the rest.
 
+use axum::http::StatusCode;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::Bytes;
@@ -171,6 +172,20 @@ impl TryFrom<&meshlog_cursor::StaleCursor> for StaleJson {
                 .collect(),
             resume: meshlog_cursor::token::encode_text(stale.resume())?,
         })
+    }
+}
+
+/// `410 stale_cursor`: the cursor is below the floor; `lost` names every
+/// stream and range lost, `resume` the token to go on from.
+pub(crate) fn stale_error(stale: &meshlog_cursor::StaleCursor) -> ApiError {
+    match StaleJson::try_from(stale) {
+        Ok(answer) => ApiError::new(StatusCode::GONE, "stale_cursor", answer.message)
+            .with(
+                "lost",
+                serde_json::to_value(answer.lost).expect("lost ranges are JSON"),
+            )
+            .with("resume", answer.resume.into()),
+        Err(error) => ApiError::internal(format!("cannot encode the resume token: {error}")),
     }
 }
 
