@@ -573,18 +573,7 @@ pub async fn remove_peer(
     )
 )]
 pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Response {
-    let headers = request.headers();
-    let connection_upgrade = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
-    let protocol_ok = headers
-        .get(UPGRADE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.trim().eq_ignore_ascii_case(SYNC_PROTOCOL));
-    if !connection_upgrade || !protocol_ok {
+    if !asks_sync_upgrade(request.headers()) {
         return ApiError::new(
             StatusCode::UPGRADE_REQUIRED,
             "upgrade_required",
@@ -606,38 +595,9 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
         .as_ref()
         .map(|info| info.remote)
         .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-    if state.tls.peers_need_certificate && !info.as_ref().is_some_and(|i| i.client_certificate) {
-        state.metrics.peer_auth_refused.inc();
-        tracing::warn!(%remote, "sync upgrade refused: no client certificate chaining to the CA");
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "peer_certificate_required",
-            "a sync link needs a client certificate that chains to this node's CA",
-        )
-        .into_response();
-    }
-    let keys = state.auth.peer_keys();
-    let handshake = if keys.is_empty() {
-        None
-    } else {
-        match crate::peer_auth::Acceptor::start(&keys, request.headers()) {
-            Ok(acceptor) => Some(acceptor),
-            Err(reason) => {
-                state.metrics.peer_auth_refused.inc();
-                tracing::warn!(%remote, %reason, "sync upgrade refused");
-                let mut response = ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "peer_unauthorized",
-                    format!("the sync link is not authenticated: {reason}"),
-                )
-                .into_response();
-                response.headers_mut().insert(
-                    axum::http::header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("MeshlogPeer"),
-                );
-                return response;
-            }
-        }
+    let handshake = match admit_peer(&state, request.headers(), info.as_ref(), remote) {
+        Ok(handshake) => handshake,
+        Err(refused) => return *refused,
     };
     let Some(permit) = state.peers.inbound_permit() else {
         return ApiError::new(
@@ -672,4 +632,66 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
         }
     }
     response
+}
+
+/// Whether a request asks for the sync upgrade: `Connection: Upgrade` and
+/// `Upgrade: meshlog-sync`.
+fn asks_sync_upgrade(headers: &HeaderMap) -> bool {
+    let connection_upgrade = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    let protocol_ok = headers
+        .get(UPGRADE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim().eq_ignore_ascii_case(SYNC_PROTOCOL));
+    connection_upgrade && protocol_ok
+}
+
+/// Whether a sync upgrade from `remote` may proceed: its client
+/// certificate where the node needs one, and the start of the peers'
+/// challenge-response where the node has peer secrets (`None`: it has
+/// none). `Err`: the refusal to answer.
+fn admit_peer(
+    state: &AppState,
+    headers: &HeaderMap,
+    info: Option<&super::state::ConnInfo>,
+    remote: std::net::SocketAddr,
+) -> Result<Option<crate::peer_auth::Acceptor>, Box<Response>> {
+    if state.tls.peers_need_certificate && !info.is_some_and(|i| i.client_certificate) {
+        state.metrics.peer_auth_refused.inc();
+        tracing::warn!(%remote, "sync upgrade refused: no client certificate chaining to the CA");
+        return Err(Box::new(
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "peer_certificate_required",
+                "a sync link needs a client certificate that chains to this node's CA",
+            )
+            .into_response(),
+        ));
+    }
+    let keys = state.auth.peer_keys();
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    match crate::peer_auth::Acceptor::start(&keys, headers) {
+        Ok(acceptor) => Ok(Some(acceptor)),
+        Err(reason) => {
+            state.metrics.peer_auth_refused.inc();
+            tracing::warn!(%remote, %reason, "sync upgrade refused");
+            let mut response = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "peer_unauthorized",
+                format!("the sync link is not authenticated: {reason}"),
+            )
+            .into_response();
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("MeshlogPeer"),
+            );
+            Err(Box::new(response))
+        }
+    }
 }
