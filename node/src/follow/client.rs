@@ -264,6 +264,19 @@ struct Task {
     cursor: VersionVector,
 }
 
+/// The frames of one follow connection.
+type Frames = futures_util::stream::SplitStream<tokio_tungstenite::WebSocketStream<Box<dyn Io>>>;
+
+/// What one session knows as it reads frames: the node, the subscription's
+/// name, whether anything was delivered (the backoff resets), and since
+/// when a heartbeat's head has been ahead of the cursor.
+struct Seen<'a> {
+    node: &'a Node,
+    name: &'a str,
+    delivered: &'a mut bool,
+    behind_since: &'a mut Option<Instant>,
+}
+
 /// How a session ended.
 enum End {
     /// Subscribe again on the same node at once (after lagged, or an
@@ -343,7 +356,48 @@ impl Task {
 
     async fn session_inner(&mut self, index: usize, delivered: &mut bool) -> Result<(), End> {
         let node = self.nodes[index].clone();
-        let base = node.url.base.clone();
+        let mut source = self.open(&node).await?;
+        self.yield_item(FollowItem::Connected {
+            node: node.url.base.clone(),
+        })
+        .await?;
+        let name = self.config.stream.to_string();
+        let mut behind_since: Option<Instant> = None;
+        loop {
+            let gap_deadline = behind_since.map(|since| since + self.config.gap_timeout);
+            let message = tokio::select! {
+                message = tokio::time::timeout(self.config.idle_timeout, source.next()) => message,
+                _ = sleep_until(gap_deadline), if gap_deadline.is_some() => {
+                    behind_since = None;
+                    self.refetch(&node).await?;
+                    continue;
+                }
+            };
+            let text = match message {
+                Err(_) => return Err(End::Failed("no frame within the idle timeout".into())),
+                Ok(None) => return Err(End::Failed("the node closed the connection".into())),
+                Ok(Some(Err(error))) => return Err(End::Failed(error.to_string())),
+                Ok(Some(Ok(Message::Text(text)))) => text,
+                Ok(Some(Ok(Message::Close(_)))) => {
+                    return Err(End::Failed("the node closed the connection".into()))
+                }
+                Ok(Some(Ok(_))) => continue,
+            };
+            let frame: ServerFrame = serde_json::from_str(text.as_str())
+                .map_err(|error| End::Failed(format!("bad frame: {error}")))?;
+            let seen = Seen {
+                node: &node,
+                name: &name,
+                delivered: &mut *delivered,
+                behind_since: &mut behind_since,
+            };
+            self.on_frame(frame, seen).await?;
+        }
+    }
+
+    /// Connects to `node` and upgrades to `GET /follow` from the cursor:
+    /// the frames the node sends.
+    async fn open(&self, node: &Node) -> Result<Frames, End> {
         let after = encode(&self.cursor);
         let url = format!(
             "{}://{}/follow?stream={}&after={after}",
@@ -369,93 +423,74 @@ impl Task {
             Ok(Err(error)) => return Err(End::Failed(format!("connect: {error}"))),
             Ok(Ok(connected)) => connected,
         };
-        let (_sink, mut source) = socket.split();
-        self.yield_item(FollowItem::Connected { node: base.clone() })
-            .await?;
-        let name = self.config.stream.to_string();
-        let mut behind_since: Option<Instant> = None;
-        loop {
-            let gap_deadline = behind_since.map(|since| since + self.config.gap_timeout);
-            let message = tokio::select! {
-                message = tokio::time::timeout(self.config.idle_timeout, source.next()) => message,
-                _ = sleep_until(gap_deadline), if gap_deadline.is_some() => {
-                    behind_since = None;
-                    self.refetch(&node).await?;
-                    continue;
+        let (_sink, source) = socket.split();
+        Ok(source)
+    }
+
+    /// Applies one frame of the subscription `seen.name` by the rules of
+    /// the module's docs; `Err` ends the session.
+    async fn on_frame(&mut self, frame: ServerFrame, seen: Seen<'_>) -> Result<(), End> {
+        let name = seen.name;
+        match frame {
+            ServerFrame::Events {
+                stream,
+                extends,
+                next,
+                events,
+            } if stream == name => {
+                let extends = decode(&extends)?;
+                let next = decode(&next)?;
+                if self.cursor.dominates(&next) {
+                    // A duplicate, or already refetched.
+                    return Ok(());
                 }
-            };
-            let text = match message {
-                Err(_) => return Err(End::Failed("no frame within the idle timeout".into())),
-                Ok(None) => return Err(End::Failed("the node closed the connection".into())),
-                Ok(Some(Err(error))) => return Err(End::Failed(error.to_string())),
-                Ok(Some(Ok(Message::Text(text)))) => text,
-                Ok(Some(Ok(Message::Close(_)))) => {
-                    return Err(End::Failed("the node closed the connection".into()))
-                }
-                Ok(Some(Ok(_))) => continue,
-            };
-            let frame: ServerFrame = serde_json::from_str(text.as_str())
-                .map_err(|error| End::Failed(format!("bad frame: {error}")))?;
-            match frame {
-                ServerFrame::Events {
-                    stream,
-                    extends,
-                    next,
-                    events,
-                } if stream == name => {
-                    let extends = decode(&extends)?;
-                    let next = decode(&next)?;
-                    if self.cursor.dominates(&next) {
-                        // A duplicate, or already refetched.
-                        continue;
+                if self.cursor.dominates(&extends) {
+                    if self.deliver(events).await? > 0 {
+                        *seen.delivered = true;
+                        *seen.behind_since = None;
                     }
-                    if self.cursor.dominates(&extends) {
-                        if self.deliver(events).await? > 0 {
-                            *delivered = true;
-                            behind_since = None;
-                        }
-                        self.cursor.join(&next);
-                    } else {
-                        // A hole between the cursor and this frame.
-                        behind_since = None;
-                        self.refetch(&node).await?;
-                        *delivered = true;
-                    }
+                    self.cursor.join(&next);
+                } else {
+                    // A hole between the cursor and this frame.
+                    *seen.behind_since = None;
+                    self.refetch(seen.node).await?;
+                    *seen.delivered = true;
                 }
-                ServerFrame::Heartbeat { stream, head } if stream == name => {
-                    let head = decode(&head)?;
-                    if self.cursor.dominates(&head) {
-                        behind_since = None;
-                    } else if behind_since.is_none() {
-                        behind_since = Some(Instant::now());
-                    }
-                }
-                ServerFrame::Status(status) if status.stream == name => {
-                    *delivered = true;
-                    self.yield_item(FollowItem::Status(status)).await?;
-                }
-                ServerFrame::Lagged { stream, cursor } if stream == name => {
-                    let cursor = decode(&cursor)?;
-                    self.yield_item(FollowItem::Lagged { cursor }).await?;
-                    self.refetch(&node).await?;
-                    return Err(End::Resubscribe);
-                }
-                ServerFrame::Stale {
-                    stream,
-                    lost,
-                    resume,
-                    ..
-                } if stream == name => {
-                    return Err(self.stale(lost, decode(&resume)?).await);
-                }
-                ServerFrame::Error {
-                    stream, message, ..
-                } if stream.as_deref().is_none_or(|stream| stream == name) => {
-                    return Err(End::Failed(message));
-                }
-                _ => {}
             }
+            ServerFrame::Heartbeat { stream, head } if stream == name => {
+                let head = decode(&head)?;
+                if self.cursor.dominates(&head) {
+                    *seen.behind_since = None;
+                } else if seen.behind_since.is_none() {
+                    *seen.behind_since = Some(Instant::now());
+                }
+            }
+            ServerFrame::Status(status) if status.stream == name => {
+                *seen.delivered = true;
+                self.yield_item(FollowItem::Status(status)).await?;
+            }
+            ServerFrame::Lagged { stream, cursor } if stream == name => {
+                let cursor = decode(&cursor)?;
+                self.yield_item(FollowItem::Lagged { cursor }).await?;
+                self.refetch(seen.node).await?;
+                return Err(End::Resubscribe);
+            }
+            ServerFrame::Stale {
+                stream,
+                lost,
+                resume,
+                ..
+            } if stream == name => {
+                return Err(self.stale(lost, decode(&resume)?).await);
+            }
+            ServerFrame::Error {
+                stream, message, ..
+            } if stream.as_deref().is_none_or(|stream| stream == name) => {
+                return Err(End::Failed(message));
+            }
+            _ => {}
         }
+        Ok(())
     }
 
     async fn stale(&mut self, lost: Vec<LostJson>, resume: VersionVector) -> End {

@@ -27,6 +27,7 @@ use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use meshlog_cursor::{token, VersionVector};
 use meshlog_replica::Change;
@@ -281,71 +282,20 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
     let hub = &state.follow;
     let settings = hub.settings.clone();
     let reserve = settings.connection_followers_max + 2;
-    let (queue, mut outgoing) = mpsc::channel::<Out>(settings.queue_frames.max(1) + reserve);
+    let (queue, outgoing) = mpsc::channel::<Out>(settings.queue_frames.max(1) + reserve);
     let room = Arc::new(Notify::new());
     let stop = hub.stop.child_token();
-    let (mut sink, mut source) = socket.split();
+    let (sink, source) = socket.split();
 
-    // The socket is read by a task of its own: polled from the pump's
-    // loop, it was readied (a buffer filled with zeros, the split lock
-    // taken) on every change for a request that rarely comes. The reader
-    // ends the channel when the follower closes or the socket fails.
     let (requests_in, mut requests) = mpsc::channel::<Utf8Bytes>(REQUESTS_QUEUED_MAX);
-    let reader = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    message = source.next() => message,
-                };
-                match message {
-                    Some(Ok(Message::Text(text))) => {
-                        if requests_in.send(text).await.is_err() {
-                            break;
-                        }
-                    }
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                    Some(Ok(_)) => {}
-                }
-            }
-        })
-    };
-
-    let writer = {
-        let room = Arc::clone(&room);
-        let stop = stop.clone();
-        let write_timeout = settings.write_timeout;
-        tokio::spawn(async move {
-            loop {
-                let out = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    out = outgoing.recv() => out,
-                };
-                let (message, last) = match out {
-                    Some(Out::Text(text)) => (Message::Text(text), false),
-                    Some(Out::Close) => (Message::Close(None), true),
-                    None => break,
-                };
-                match tokio::time::timeout(write_timeout, sink.send(message)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => {
-                        tracing::debug!(%error, "follow connection: write failed");
-                        break;
-                    }
-                    Err(_) => {
-                        tracing::debug!("follow connection: write timed out");
-                        break;
-                    }
-                }
-                room.notify_one();
-                if last {
-                    break;
-                }
-            }
-            stop.cancel();
-        })
-    };
+    let reader = tokio::spawn(read_requests(source, requests_in, stop.clone()));
+    let writer = tokio::spawn(write_frames(
+        sink,
+        outgoing,
+        Arc::clone(&room),
+        stop.clone(),
+        settings.write_timeout,
+    ));
 
     let mut connection = Connection {
         state: Arc::clone(&state),
@@ -393,6 +343,71 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
     let _ = writer.await;
     stop.cancel();
     let _ = reader.await;
+}
+
+/// The socket's reader: a task of its own. Polled from the pump's loop,
+/// the socket was readied (a buffer filled with zeros, the split lock
+/// taken) on every change for a request that rarely comes. It ends the
+/// channel when the follower closes or the socket fails.
+async fn read_requests(
+    mut source: SplitStream<WebSocket>,
+    requests: mpsc::Sender<Utf8Bytes>,
+    stop: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            _ = stop.cancelled() => break,
+            message = source.next() => message,
+        };
+        match message {
+            Some(Ok(Message::Text(text))) => {
+                if requests.send(text).await.is_err() {
+                    break;
+                }
+            }
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// The socket's writer: writes the queue, each frame within
+/// `write_timeout`, signals `room` after each, and stops the connection
+/// when it ends (closed, failed or too slow).
+async fn write_frames(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut outgoing: mpsc::Receiver<Out>,
+    room: Arc<Notify>,
+    stop: CancellationToken,
+    write_timeout: std::time::Duration,
+) {
+    loop {
+        let out = tokio::select! {
+            _ = stop.cancelled() => break,
+            out = outgoing.recv() => out,
+        };
+        let (message, last) = match out {
+            Some(Out::Text(text)) => (Message::Text(text), false),
+            Some(Out::Close) => (Message::Close(None), true),
+            None => break,
+        };
+        match tokio::time::timeout(write_timeout, sink.send(message)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "follow connection: write failed");
+                break;
+            }
+            Err(_) => {
+                tracing::debug!("follow connection: write timed out");
+                break;
+            }
+        }
+        room.notify_one();
+        if last {
+            break;
+        }
+    }
+    stop.cancel();
 }
 
 impl Connection {
