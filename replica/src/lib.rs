@@ -55,6 +55,7 @@ mod replica;
 mod shared;
 mod state;
 mod store;
+mod stream_page;
 mod values;
 
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};

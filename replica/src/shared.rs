@@ -702,6 +702,18 @@ impl<S: Store> SharedReplica<S> {
         state.page(after, limit)
     }
 
+    /// One writer's page after `after` (see [`Replica::page_stream`]).
+    /// Never waits for a commit in progress.
+    pub fn page_stream(
+        &self,
+        stream: StreamId,
+        after: &VersionVector,
+        limit: usize,
+    ) -> Result<Page, PageError> {
+        let state = self.read().ok_or(PageError::Failed)?;
+        state.page_stream(stream, after, limit)
+    }
+
     /// What a peer with marks `their_marks` misses, up to `byte_budget`
     /// (see [`Replica::delta_for`]): committed events only. Empty once the
     /// handle is poisoned.
