@@ -61,7 +61,7 @@ mod values;
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
-    LOCK_FILE,
+    LOCK_FILE, LOCK_WAIT_DEFAULT,
 };
 pub use error::{DeltaError, PageError, ReplicaError};
 pub use values::{Piece, Values, ValuesRef};

@@ -131,6 +131,7 @@ fn run_case(seed: u64, tally: &mut Tally) {
             // Sometimes far smaller than the log, so reads cross the cache.
             cache_bytes: if rng.chance(0.5) { 1 << 20 } else { 16 << 10 },
             check_pages_on_open: rng.chance(0.5),
+            ..DiskOptions::default()
         };
         // A new store's open creates the file and commits its format: a cut
         // there loses nothing acknowledged, and has no marker to refuse

@@ -11,7 +11,8 @@
 //!   named, not served.
 //! - `LOCK`, locked exclusively while a store is open, so that a second
 //!   process (or a second open in this one) is refused with
-//!   [`DiskError::Locked`]. Once the database has been created it also holds
+//!   [`DiskError::Locked`], after waiting up to [`DiskOptions::lock_wait`]
+//!   for a lock held only for a moment (`lock`). Once the database has been created it also holds
 //!   a marker line, so that a data file deleted from under the directory is
 //!   reported rather than silently replaced by an empty log.
 //!
@@ -33,6 +34,8 @@
 //! # Layout
 //!
 //! - `block`: a block's layout, its checks, and the builder.
+//! - `lock`: the directory's lock, its bounded wait, and why it is
+//!   released explicitly.
 //! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
 //!   and its scans.
 //! - `upgrade`: formats 1 and 2 (a value per event), upgraded on open.
@@ -40,12 +43,13 @@
 //! See `docs/STORAGE.md` for the engine choice and its measurements.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use meshlog_cursor::StreamId;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -54,10 +58,12 @@ use crate::store::{StoreView, ViewKind};
 use crate::{Batch, Digest, Event, Store, StoreMeta};
 
 mod block;
+mod lock;
 mod upgrade;
 mod view;
 
 use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
+use lock::{DirLock, Waiting};
 pub(crate) use view::DiskView;
 
 /// The name of the redb database file inside a data directory.
@@ -72,6 +78,13 @@ pub const LOCK_FILE: &str = "LOCK";
 pub const FORMAT_VERSION: u32 = 3;
 /// The default size of the cache of the database's pages: 64 MiB.
 pub const CACHE_BYTES_DEFAULT: usize = 64 << 20;
+/// How long an open waits by default for a data directory locked by
+/// another holder before answering [`DiskError::Locked`]: 2 s. A lock held
+/// only for a moment (a child process forked while the lock file was open,
+/// until it execs; a store another process is closing) is gone well within
+/// it; a supervisor's restart may overlap the old process's exit by about
+/// that much.
+pub const LOCK_WAIT_DEFAULT: Duration = Duration::from_secs(2);
 
 const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
@@ -91,13 +104,22 @@ const STREAM_RECORD_LEN: usize = 8 + 8 + 4;
 #[non_exhaustive]
 pub enum DiskError {
     /// Another process (or another open store in this one) holds the data
-    /// directory.
-    #[error("data directory {} is locked by another process (lock file {})", dir.display(), lock.display())]
+    /// directory, and still held it after the open waited
+    /// [`DiskOptions::lock_wait`] for it.
+    #[error(
+        "data directory {} is locked by another process or another open store \
+         (lock file {}); waited {} ms for it",
+        dir.display(),
+        lock.display(),
+        waited.as_millis()
+    )]
     Locked {
         /// The data directory.
         dir: PathBuf,
         /// The lock file held.
         lock: PathBuf,
+        /// How long the open waited for the lock before answering this.
+        waited: Duration,
     },
     /// An operating-system call on a file failed.
     #[error("{}: {op} failed: {source}", path.display())]
@@ -222,6 +244,15 @@ pub struct DiskOptions {
     /// of reading the whole file (1.3 s for a million events of 100 bytes
     /// in format 2; `docs/STORAGE.md`).
     pub check_pages_on_open: bool,
+    /// How long an open waits for a data directory locked by another
+    /// holder before answering [`DiskError::Locked`], trying again with
+    /// pauses of 1 ms growing to 50 ms: SQLite's busy timeout, for the
+    /// directory. A lock held only for a moment (a child process forked by
+    /// any thread while a store's lock file was open keeps the lock until it
+    /// execs; a store another process is closing) does not refuse the open;
+    /// a store that stays open does, once this has passed. Zero refuses at
+    /// once. Default [`LOCK_WAIT_DEFAULT`].
+    pub lock_wait: Duration,
 }
 
 impl Default for DiskOptions {
@@ -229,6 +260,7 @@ impl Default for DiskOptions {
         DiskOptions {
             cache_bytes: CACHE_BYTES_DEFAULT,
             check_pages_on_open: false,
+            lock_wait: LOCK_WAIT_DEFAULT,
         }
     }
 }
@@ -267,8 +299,9 @@ pub struct DiskStore {
     blocks: u64,
     /// Scratch for laying out a block value.
     value: Vec<u8>,
-    // Held for its lock; released when the store is dropped.
-    _lock: File,
+    /// Held for its lock; released when the store is dropped, after the
+    /// database closed (fields drop in order).
+    lock: DirLock,
 }
 
 impl DiskStore {
@@ -318,32 +351,10 @@ impl DiskStore {
             sync_dir(parent_dir(new_dir))?;
         }
         let lock_path = dir.join(LOCK_FILE);
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(io(&lock_path, "open lock file"))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(DiskError::Locked {
-                    dir,
-                    lock: lock_path,
-                })
-            }
-            Err(TryLockError::Error(source)) => {
-                return Err(DiskError::Io {
-                    path: lock_path,
-                    op: "lock",
-                    source,
-                })
-            }
-        }
+        let mut lock = DirLock::acquire(&dir, &lock_path, options.lock_wait)?;
         // Bounded: the lock file is read from disk like any other input.
         let mut marker = Vec::new();
-        (&mut lock)
+        lock.file()
             .take(LOCK_MARKER.len() as u64 + 1)
             .read_to_end(&mut marker)
             .map_err(io(&lock_path, "read lock file"))?;
@@ -366,7 +377,7 @@ impl DiskStore {
 
         let repair = Arc::new(RepairSeen::default());
         let mut created = !exists;
-        let opened = open_database(&path, exists, options, Arc::clone(&repair), backend.take());
+        let opened = open_database_waiting(&path, exists, options, &repair, backend.take());
         let db = match opened {
             Ok(db) => db,
             // No marker: no open of this directory ever returned, so nothing
@@ -410,7 +421,7 @@ impl DiskStore {
             },
             blocks: 0,
             value: Vec::new(),
-            _lock: lock,
+            lock,
         };
         // A plain open trusts a file redb closed cleanly, and redb may
         // panic reading one damaged since: every read of the open is
@@ -421,10 +432,9 @@ impl DiskStore {
             if marker.is_empty() {
                 // Only after the format commit is durable: a marker promises
                 // a data file worth missing.
-                store
-                    ._lock
-                    .write_all(LOCK_MARKER)
-                    .and_then(|()| store._lock.sync_all())
+                let lock = store.lock.file();
+                lock.write_all(LOCK_MARKER)
+                    .and_then(|()| lock.sync_all())
                     .map_err(io(&lock_path, "write lock file"))?;
             }
             if found < FORMAT_VERSION {
@@ -1015,6 +1025,35 @@ impl Store for DiskStore {
 /// the engine (which a damaged file can provoke) into [`DiskError::Corrupt`].
 /// Records in `repair` whether redb's recovery ran (it checks every page)
 /// and whether it fell back from a torn newest commit.
+/// [`open_database`], waiting up to [`DiskOptions::lock_wait`] while redb
+/// finds its file locked (for the same moments as `LOCK`: redb locks its
+/// file's open description too). A backend given by the caller is tried
+/// once: it cannot be handed to redb again.
+fn open_database_waiting<B: redb::StorageBackend>(
+    path: &Path,
+    exists: bool,
+    options: &DiskOptions,
+    repair: &Arc<RepairSeen>,
+    mut backend: Option<B>,
+) -> Result<Database, DiskError> {
+    let dir = path.parent().unwrap_or(path);
+    let mut waiting = Waiting::new(dir, path, options.lock_wait);
+    loop {
+        let from_file = backend.is_none();
+        match open_database(path, exists, options, Arc::clone(repair), backend.take()) {
+            Err(DiskError::Locked { dir, lock, .. }) if !from_file => {
+                return Err(DiskError::Locked {
+                    dir,
+                    lock,
+                    waited: waiting.waited(),
+                })
+            }
+            Err(DiskError::Locked { .. }) => waiting.pause_or_refuse()?,
+            opened => return opened,
+        }
+    }
+}
+
 fn open_database<B: redb::StorageBackend>(
     path: &Path,
     exists: bool,
@@ -1169,6 +1208,7 @@ fn engine_error(dir: &Path, path: &Path, op: &'static str, error: redb::Error) -
         redb::Error::DatabaseAlreadyOpen => DiskError::Locked {
             dir: dir.to_path_buf(),
             lock: path.to_path_buf(),
+            waited: Duration::ZERO,
         },
         other => DiskError::Engine {
             path: path.to_path_buf(),
