@@ -6,7 +6,7 @@ use bytes::Bytes;
 use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
-use crate::state::{store_error, AppendRequest, RoundIndex, State};
+use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
 use crate::{DeltaColumns, Event, MemStore, PageError, ReplicaError, Store};
 
 /// A replica's settings and limits.
@@ -376,8 +376,11 @@ impl<S: Store> Replica<S> {
             payloads: &payloads,
             time_ms,
         };
-        let mut plan = self.state.plan_round(&[], &[request]);
-        let run = plan.appended.pop().expect("one request, one outcome")?;
+        let mut plan = self.state.plan_round(&[RoundItem::Append(request)]);
+        let Some(Planned::Appended(run)) = plan.planned.pop() else {
+            unreachable!("one append request, one outcome");
+        };
+        let run = run?;
         // Durable first: nothing is paged or sent that the store could forget.
         self.commit_and_publish(&plan)?;
         // The plan is spent: its events move to the caller, not copied.
@@ -439,23 +442,26 @@ impl<S: Store> Replica<S> {
     pub fn apply(&mut self, delta: &Delta) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
         let _span = tracing::debug_span!("apply", events = delta.events.len()).entered();
-        if let Err(error) = self.validate(delta) {
-            self.state.count_refused(1);
-            tracing::warn!(%error, "delta refused");
-            return Err(error);
-        }
-        let mut plan = self.state.plan_round(&[delta], &[]);
+        let mut plan = self.state.plan_round(&[RoundItem::Delta(delta)]);
         self.commit_and_publish(&plan)?;
-        let report = plan.reports.pop().expect("one delta, one report");
-        tracing::debug!(
-            applied = report.applied,
-            duplicates = report.duplicates,
-            pending = report.pending,
-            dropped = report.dropped,
-            floors_raised = report.floors_raised,
-            "apply"
-        );
-        Ok(report)
+        match plan.planned.pop() {
+            Some(Planned::Applied(report)) => {
+                tracing::debug!(
+                    applied = report.applied,
+                    duplicates = report.duplicates,
+                    pending = report.pending,
+                    dropped = report.dropped,
+                    floors_raised = report.floors_raised,
+                    "apply"
+                );
+                Ok(report)
+            }
+            Some(Planned::Refused(error)) => {
+                tracing::warn!(%error, "delta refused");
+                Err(error)
+            }
+            _ => unreachable!("one delta, one outcome"),
+        }
     }
 
     /// [`Replica::apply`] for a delta in columns, as a receiver decodes one:
@@ -480,12 +486,14 @@ impl<S: Store> Replica<S> {
     /// ```
     pub fn apply_columns(&mut self, columns: &DeltaColumns) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
-        let Some(mut plan) = self.state.plan_columns(&[columns], &[]) else {
+        let Some(mut plan) = self.state.plan_columns(&[RoundItem::Columns(columns)]) else {
             return self.apply(&columns.to_delta());
         };
         let _span = tracing::debug_span!("apply", events = columns.len()).entered();
         self.commit_and_publish(&plan)?;
-        let report = plan.reports.pop().expect("one delta, one report");
+        let Some(Planned::Applied(report)) = plan.planned.pop() else {
+            unreachable!("a clean delta in columns is applied");
+        };
         tracing::debug!(applied = report.applied, "apply");
         Ok(report)
     }

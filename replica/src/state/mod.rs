@@ -19,7 +19,7 @@ mod plan;
 mod publish;
 mod validate;
 
-pub(crate) use plan::{AppendRequest, Plan};
+pub(crate) use plan::{AppendRequest, Plan, Planned, RoundItem};
 pub(crate) use validate::RoundIndex;
 
 use std::collections::BTreeMap;
@@ -341,10 +341,6 @@ impl State {
         let dropped = self.log.drop_early(stream);
         self.pending_len -= dropped;
         tracing::info!(%stream, head, dropped, "recovery of the own stream ended");
-    }
-
-    pub(crate) fn count_refused(&mut self, refused: u64) {
-        self.stats.deltas_refused += refused;
     }
 
     pub(crate) fn get(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReplicaError> {
@@ -728,10 +724,13 @@ mod tests {
             for step in 0..300 {
                 let delta = hostile_delta(&mut rng, &replica);
                 let earlier = hostile_delta(&mut rng, &replica);
-                let mut round = RoundIndex::default();
-                if rng.chance(0.3) && replica.state.validate(&earlier, &round).is_ok() {
-                    round.add(&replica.state, &earlier);
-                }
+                let round = if rng.chance(0.3) {
+                    replica
+                        .state
+                        .index_after(&[super::RoundItem::Delta(&earlier)])
+                } else {
+                    RoundIndex::default()
+                };
                 let runs = replica.state.validate_with(&delta, &round, true);
                 let events = replica.state.validate_with(&delta, &round, false);
                 assert_eq!(

@@ -5,7 +5,7 @@ use std::sync::PoisonError;
 
 use meshlog_cursor::StreamId;
 
-use super::plan::{Op, Plan, Source};
+use super::plan::{Op, Plan, Planned, Source};
 use super::{LazyDigest, State};
 use crate::store::{BatchPart, StoreView};
 use crate::Event;
@@ -21,8 +21,7 @@ impl State {
         let mut touched: Vec<StreamId> = Vec::new();
         for op in &plan.ops {
             match *op {
-                Op::Floor(index) => {
-                    let (stream, floor_seq) = plan.batch.floors[index];
+                Op::Floor { stream, floor_seq } => {
                     let lazy = self
                         .digest
                         .get_mut()
@@ -56,7 +55,7 @@ impl State {
                     self.floor.advance(stream, floor_seq);
                     touched.push(stream);
                 }
-                Op::Events { run, source } => {
+                Op::Events { run, source, .. } => {
                     let (stream, first_seq, len, last_lamport, was_early) =
                         match plan.batch.part(run) {
                             BatchPart::Events(run) => {
@@ -80,7 +79,7 @@ impl State {
                         Source::Received => {
                             assert_eq!(was_early, 0, "a received event was not pending");
                         }
-                        Source::Appended => {}
+                        Source::Appended => self.stats.appended += len as u64,
                     }
                     self.pending_len -= was_early;
                     // A store that records the digest has added the events
@@ -118,18 +117,17 @@ impl State {
         for stream in touched {
             self.marks.advance(stream, self.log.head(stream));
         }
-        for report in &plan.reports {
-            self.stats.applied += report.applied;
-            self.stats.duplicates += report.duplicates;
-            self.stats.pending_dropped += report.dropped;
+        for planned in &plan.planned {
+            match planned {
+                Planned::Applied(report) => {
+                    self.stats.applied += report.applied;
+                    self.stats.duplicates += report.duplicates;
+                    self.stats.pending_dropped += report.dropped;
+                }
+                Planned::Refused(_) => self.stats.deltas_refused += 1,
+                Planned::Appended(_) => {}
+            }
         }
-        self.stats.deltas_refused += plan.refused;
-        self.stats.appended += plan
-            .appended
-            .iter()
-            .filter_map(|run| run.as_ref().ok())
-            .map(|&run| plan.batch.run(run).len() as u64)
-            .sum::<u64>();
         assert_eq!(
             self.pending_len, plan.pending_len_after,
             "publishing agrees with the plan on the pending buffer"

@@ -9,45 +9,24 @@ use super::{read_error, State};
 use crate::log::StreamLog;
 use crate::{Delta, DeltaError, Event, ReplicaError};
 
-/// Events accepted earlier in the same round (group commit), by name:
-/// a later delta of the round is checked against them as against held
-/// events, so two peers' deltas that equivocate are caught even when they
-/// arrive in one round.
-///
-/// It also keeps the floors those deltas raise, so that a later delta is
-/// judged against them as if the earlier ones were already applied: a round
-/// behaves as its deltas applied one by one (`replica/tests/shared_rounds.rs`).
+/// What the requests planned earlier in a round (group commit) changed,
+/// as a later delta of the round must see it: with the state, what
+/// applying them one by one would have left (`replica/tests/round_fold.rs`).
+/// Filled by the planner as it folds the round.
 #[derive(Debug, Default)]
-pub(crate) struct RoundIndex<'a> {
-    events: BTreeMap<(StreamId, u64), &'a Event>,
-    new_streams: BTreeSet<StreamId>,
-    floors: BTreeMap<StreamId, u64>,
+pub(crate) struct RoundIndex {
+    /// Events the round holds or keeps pending, by name (kept only while a
+    /// later delta of the round may be checked against them).
+    pub(super) events: BTreeMap<(StreamId, u64), Event>,
+    /// Streams the round adds to the log.
+    pub(super) new_streams: BTreeSet<StreamId>,
+    /// Floors the round raises.
+    pub(super) floors: BTreeMap<StreamId, u64>,
+    /// The own stream's head, once the round moved it.
+    pub(super) own_head: Option<u64>,
 }
 
-impl<'a> RoundIndex<'a> {
-    /// Adds an accepted delta.
-    pub(crate) fn add(&mut self, state: &State, delta: &'a Delta) {
-        for event in &delta.events {
-            self.events
-                .entry((event.stream, event.seq))
-                .or_insert(event);
-            if !state.log.has_stream(event.stream) {
-                self.new_streams.insert(event.stream);
-            }
-        }
-        for (stream, floor_seq) in delta.floor.iter() {
-            if !state.log.has_stream(stream) {
-                self.new_streams.insert(stream);
-            }
-            // As planning does: a peer's floor for our own stream is not
-            // applied (outside recovery).
-            if stream != state.config.stream || state.recovering {
-                let floor = self.floors.entry(stream).or_insert(0);
-                *floor = (*floor).max(floor_seq);
-            }
-        }
-    }
-
+impl RoundIndex {
     fn floor(&self, stream: StreamId) -> u64 {
         self.floors.get(&stream).copied().unwrap_or(0)
     }
@@ -73,7 +52,7 @@ impl State {
         runs: bool,
     ) -> Result<(), ReplicaError> {
         let own = self.config.stream;
-        let own_head = self.log.head(own);
+        let own_head = round.own_head.unwrap_or_else(|| self.log.head(own));
         if !self.recovering {
             let own_floor = delta.floor.get(own);
             if own_floor > own_head {
@@ -146,13 +125,7 @@ impl State {
                 }
                 .into());
             }
-            if event.payload.len() > self.config.payload_bytes_max {
-                return Err(ReplicaError::PayloadTooLarge {
-                    stream,
-                    len: event.payload.len(),
-                    limit: self.config.payload_bytes_max,
-                });
-            }
+            self.check_payload(stream, event.payload.len())?;
             if stream == own && !self.recovering && event.seq > own_head {
                 return Err(DeltaError::OwnStreamAhead {
                     stream,
@@ -181,7 +154,7 @@ impl State {
             let same_as_round = round
                 .events
                 .get(&(stream, event.seq))
-                .is_none_or(|other| *other == event);
+                .is_none_or(|other| other == event);
             let previous = index.checked_sub(1).map(|i| by_name[i]);
             let same_as_offered = previous
                 .filter(|other| other.stream == stream && other.seq == event.seq)
@@ -233,10 +206,42 @@ impl State {
                 }
             }
         }
-        new_streams.retain(|stream| !round.new_streams.contains(stream));
+        new_streams.retain(|&stream| stream != own && !round.new_streams.contains(&stream));
         new_streams.sort_unstable();
         new_streams.dedup();
-        let streams = self.log.stream_count() + round.new_streams.len() + new_streams.len();
+        self.check_streams(round, new_streams.len())
+    }
+
+    /// The payload limit, for appends and received events alike.
+    pub(super) fn check_payload(&self, stream: StreamId, len: usize) -> Result<(), ReplicaError> {
+        if len > self.config.payload_bytes_max {
+            return Err(ReplicaError::PayloadTooLarge {
+                stream,
+                len,
+                limit: self.config.payload_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// How many streams count toward `streams_max`: every stream held,
+    /// those the round adds, and the own stream, whose slot is always
+    /// reserved (see [`Config::streams_max`](crate::Config::streams_max)).
+    pub(crate) fn streams_counted(&self, round: &RoundIndex) -> usize {
+        let own = self.config.stream;
+        let own_reserved = !self.log.has_stream(own) && !round.new_streams.contains(&own);
+        self.log.stream_count() + round.new_streams.len() + usize::from(own_reserved)
+    }
+
+    /// The stream limit, for `new` streams a change would add (none held,
+    /// none the round adds, not the own): refused beyond `streams_max`. A
+    /// replica already beyond it (an operator lowered the limit) keeps
+    /// what it holds and refuses only more.
+    pub(super) fn check_streams(&self, round: &RoundIndex, new: usize) -> Result<(), ReplicaError> {
+        if new == 0 {
+            return Ok(());
+        }
+        let streams = self.streams_counted(round) + new;
         if streams > self.config.streams_max {
             return Err(ReplicaError::TooManyStreams {
                 streams,
