@@ -33,8 +33,8 @@
 //!   that never wait on a commit, group commit (a committer thread or the
 //!   caller), runtime-agnostic async writes ([`Completion`]) and change
 //!   notification ([`Change`]).
-//! - `error`: [`ReplicaError`], [`DeltaError`] (what a peer's delta breaks)
-//!   and [`PageError`].
+//! - `error`: [`ReplicaError`], [`DeltaError`] (what a peer's delta breaks),
+//!   [`OpenWarning`] (what `open` accepted but reports) and [`PageError`].
 //!
 //! **Architecture invariant:** this crate never touches the network; its only
 //! I/O is the durable store (`disk`, files in one data directory). It knows
@@ -62,7 +62,7 @@ pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
     LOCK_FILE,
 };
-pub use error::{DeltaError, PageError, ReplicaError};
+pub use error::{DeltaError, OpenWarning, PageError, ReplicaError};
 pub use values::{Piece, Values, ValuesRef};
 
 /// The largest lamport stamp a replica accepts from a peer: `2^62`. A

@@ -7,7 +7,7 @@ use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
-use crate::{DeltaColumns, Event, MemStore, PageError, ReplicaError, Store};
+use crate::{DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, Store};
 
 /// A replica's settings and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +22,15 @@ pub struct Config {
     pub payload_bytes_max: usize,
     /// The longest page a reader may ask for.
     pub page_len_max: usize,
-    /// The most streams a replica holds.
+    /// The most streams a replica holds, its own stream included: the own
+    /// stream's slot is always reserved (counted whether or not it has
+    /// appended yet), so a replica takes at most `streams_max - 1` other
+    /// writers' streams and its own appends are never refused for this
+    /// limit. A delta that would add a stream beyond it is refused
+    /// ([`ReplicaError::TooManyStreams`]); a store that already holds more
+    /// (the limit was lowered) opens all the same, with
+    /// [`OpenWarning::StreamsOverLimit`](crate::OpenWarning::StreamsOverLimit),
+    /// and takes no new stream. So whatever a replica accepts, it reopens.
     pub streams_max: usize,
     /// Open to relearn this replica's own stream from its peers: a writer
     /// that lost its store and restarts under its old stream id must not
@@ -138,6 +146,8 @@ pub struct Stats {
     pub pending_dropped: u64,
     /// Deltas refused (equivocation, bad lamport, limits).
     pub deltas_refused: u64,
+    /// Warnings found by `open` ([`Replica::open_warnings`]).
+    pub open_warnings: u64,
 }
 
 /// One runtime's replica of the log: its own stream, which it appends to, and
@@ -266,6 +276,33 @@ impl<S: Store> Replica<S> {
     /// How many early events wait in the pending buffer.
     pub fn pending_len(&self) -> usize {
         self.state.pending_len()
+    }
+
+    /// What `open` accepted but reports (also logged, and counted in
+    /// [`Stats::open_warnings`]).
+    ///
+    /// ```
+    /// use meshlog_cursor::StreamId;
+    /// use meshlog_replica::{Config, MemStore, OpenWarning, Replica};
+    ///
+    /// let mut wide = Replica::open(Config::new(StreamId::new(1)), MemStore::default())?;
+    /// wide.append(&b"own"[..])?;
+    /// let mut peer = Replica::new(StreamId::new(2));
+    /// peer.append(&b"peer"[..])?;
+    /// wide.apply(&peer.delta_for(&wide.marks(), usize::MAX))?;
+    /// // Reopened with a lower limit: it opens, and says so.
+    /// let mut config = Config::new(StreamId::new(1));
+    /// config.streams_max = 1;
+    /// let narrow = Replica::open(config, wide.into_store())?;
+    /// assert_eq!(
+    ///     narrow.open_warnings(),
+    ///     [OpenWarning::StreamsOverLimit { streams: 2, limit: 1 }]
+    /// );
+    /// assert_eq!(narrow.stats().open_warnings, 1);
+    /// # Ok::<(), meshlog_replica::ReplicaError>(())
+    /// ```
+    pub fn open_warnings(&self) -> &[OpenWarning] {
+        self.state.open_warnings()
     }
 
     /// Whether the replica is still relearning its own stream (see

@@ -64,8 +64,8 @@ use meshlog_cursor::{StreamId, VersionVector};
 use crate::replica::now_ms;
 use crate::state::{store_error, AppendRequest, Plan, Planned, RoundItem, State};
 use crate::{
-    ApplyReport, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore, Page,
-    PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store, Verified,
+    ApplyReport, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore, OpenWarning,
+    Page, PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store, Verified,
 };
 
 /// The most events one round commits (a round takes at least one request,
@@ -773,6 +773,13 @@ impl<S: Store> SharedReplica<S> {
     /// How many early events wait in the pending buffer.
     pub fn pending_len(&self) -> usize {
         self.read().map_or(0, |state| state.pending_len())
+    }
+
+    /// What `open` accepted but reports (see [`Replica::open_warnings`]).
+    pub fn open_warnings(&self) -> Vec<OpenWarning> {
+        self.read()
+            .map(|state| state.open_warnings().to_vec())
+            .unwrap_or_default()
     }
 
     /// Whether the replica still relearns its own stream.

@@ -29,7 +29,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::log::{Held, Log, Walk};
 use crate::mem::{MemLog, ReadError};
-use crate::{Config, Digest, Event, Page, PageError, ReplicaError, Stats, Store};
+use crate::{Config, Digest, Event, OpenWarning, Page, PageError, ReplicaError, Stats, Store};
 use delta::read_whole;
 
 /// A replica's readable state: the log, its vectors and counters.
@@ -48,6 +48,8 @@ pub(crate) struct State {
     /// Whether peers may still write this replica's own stream (see
     /// [`Config::recover_own_stream`]); appends are refused meanwhile.
     recovering: bool,
+    /// What opening accepted but reports.
+    open_warnings: Vec<OpenWarning>,
 }
 
 impl State {
@@ -72,19 +74,15 @@ impl State {
             digest: Mutex::default(),
             stats: Stats::default(),
             recovering,
+            open_warnings: Vec::new(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
-        if streams.len() > state.config.streams_max {
-            return Err(ReplicaError::TooManyStreams {
-                streams: streams.len(),
-                limit: state.config.streams_max,
-            });
-        }
         if state.log.is_own() {
             state.load_every_event(store, &streams, &meta.floor)?;
         } else {
             state.load_recorded(&streams, &meta.floor, meta.digest)?;
         }
+        state.check_open_limits();
         tracing::debug!(
             stream = %state.config.stream,
             streams = state.log.stream_count(),
@@ -317,6 +315,26 @@ impl State {
 
     pub(crate) fn stats(&self) -> Stats {
         self.stats
+    }
+
+    pub(crate) fn open_warnings(&self) -> &[OpenWarning] {
+        &self.open_warnings
+    }
+
+    /// What opening found beyond the configured limits: kept, served, and
+    /// reported (a limit lowered since the store was written must not make
+    /// it unopenable).
+    fn check_open_limits(&mut self) {
+        let streams = self.streams_counted(&RoundIndex::default());
+        if streams > self.config.streams_max {
+            let warning = OpenWarning::StreamsOverLimit {
+                streams,
+                limit: self.config.streams_max,
+            };
+            tracing::warn!(stream = %self.config.stream, %warning, "replica opened over a limit");
+            self.open_warnings.push(warning);
+        }
+        self.stats.open_warnings = self.open_warnings.len() as u64;
     }
 
     pub(crate) fn pending_len(&self) -> usize {
