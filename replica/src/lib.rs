@@ -11,6 +11,8 @@
 //!
 //! # Layout
 //!
+//! - `admission`: [`Admission`], how much of a received delta the
+//!   replica's limits take (asked before applying it).
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash.
 //! - `replica`: [`Replica`], one owner's replica — append, validate/apply,
 //!   page, delta, compact, digest — and its [`Config`].
@@ -43,6 +45,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod admission;
 mod columns;
 mod disk;
 mod error;
@@ -57,6 +60,7 @@ mod state;
 mod store;
 mod values;
 
+pub use admission::{Admission, Cut, Limit};
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,

@@ -465,6 +465,13 @@ impl<S: Store> Replica<S> {
         self.state.delta_columns_for(their_marks, byte_budget)
     }
 
+    /// How much of a received delta this replica's limits take (see
+    /// [`Admission`](crate::Admission)): what a session cuts a delta to
+    /// before applying it, rather than checking the limits itself.
+    pub fn admission(&self, columns: &DeltaColumns) -> crate::Admission {
+        self.state.admission(columns)
+    }
+
     /// Checks a delta against this replica without changing anything: the
     /// first step of [`Replica::apply`].
     pub fn validate(&self, delta: &Delta) -> Result<(), ReplicaError> {

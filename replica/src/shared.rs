@@ -775,6 +775,15 @@ impl<S: Store> SharedReplica<S> {
         self.read().map_or(0, |state| state.pending_len())
     }
 
+    /// How much of a received delta this replica's limits take now (see
+    /// [`Replica::admission`]). A round committed meanwhile may change it;
+    /// apply still checks the limits.
+    pub fn admission(&self, columns: &DeltaColumns) -> crate::Admission {
+        self.read()
+            .map(|state| state.admission(columns))
+            .unwrap_or_default()
+    }
+
     /// What `open` accepted but reports (see [`Replica::open_warnings`]).
     pub fn open_warnings(&self) -> Vec<OpenWarning> {
         self.read()

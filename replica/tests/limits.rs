@@ -255,3 +255,54 @@ fn whatever_a_disk_replica_accepts_at_its_limits_it_reopens() {
         });
     });
 }
+
+/// `Replica::admission` answers what apply's limits take: a delta cut to
+/// it is never refused for a limit, and a delta it takes whole is refused
+/// for a limit only if apply would refuse it anyway for something else
+/// first. Seeded deltas of several streams, payloads around the limit,
+/// floors of new streams, at small limits.
+#[test]
+fn a_delta_cut_to_the_admission_is_never_refused_for_a_limit() {
+    seed::for_each_seed("admission", 0xad_3155, 200, |seed| {
+        let mut rng = SplitMix64::new(seed);
+        let writers = writers(&mut rng);
+        let mut config = Config::new(OWN);
+        config.streams_max = rng.between(1, 4) as usize;
+        config.payload_bytes_max = rng.between(8, 40) as usize;
+        let mut replica = Replica::open(config, MemStore::default()).unwrap();
+        if rng.chance(0.5) {
+            replica.append_at("own", 0).unwrap();
+        }
+        for step in 0..20 {
+            let mut delta = Delta::default();
+            for _ in 0..rng.between(1, 3) {
+                let part = draw_delta(&mut rng, &writers, &replica.marks());
+                delta.floor.join(&part.floor);
+                delta.events.extend(part.events);
+            }
+            delta.events.sort_by_key(|e| (e.stream, e.seq));
+            delta.events.dedup_by_key(|e| (e.stream, e.seq));
+            let columns = meshlog_replica::DeltaColumns::from_delta(&delta);
+            let admission = replica.admission(&columns);
+            let limit_error = |result: &Result<_, ReplicaError>| {
+                matches!(
+                    result,
+                    Err(ReplicaError::PayloadTooLarge { .. } | ReplicaError::TooManyStreams { .. })
+                )
+            };
+            let whole = replica.validate(&delta);
+            if limit_error(&whole) {
+                assert!(
+                    !admission.is_whole(),
+                    "step {step}: {whole:?} {admission:?}"
+                );
+            }
+            let cut = admission.cut_columns(&columns);
+            let result = replica.apply_columns(&cut).map(|_| ());
+            assert!(
+                !limit_error(&result),
+                "step {step}: {result:?} {admission:?}"
+            );
+        }
+    });
+}

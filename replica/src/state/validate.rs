@@ -7,7 +7,7 @@ use meshlog_cursor::StreamId;
 
 use super::{read_error, State};
 use crate::log::StreamLog;
-use crate::{Delta, DeltaError, Event, ReplicaError};
+use crate::{Admission, Cut, Delta, DeltaColumns, DeltaError, Event, Limit, ReplicaError};
 
 /// What the requests planned earlier in a round (group commit) changed,
 /// as a later delta of the round must see it: with the state, what
@@ -238,17 +238,83 @@ impl State {
     /// replica already beyond it (an operator lowered the limit) keeps
     /// what it holds and refuses only more.
     pub(super) fn check_streams(&self, round: &RoundIndex, new: usize) -> Result<(), ReplicaError> {
-        if new == 0 {
-            return Ok(());
-        }
-        let streams = self.streams_counted(round) + new;
-        if streams > self.config.streams_max {
+        self.check_streams_from(self.streams_counted(round), new)
+    }
+
+    /// [`State::check_streams`] from `counted` streams.
+    fn check_streams_from(&self, counted: usize, new: usize) -> Result<(), ReplicaError> {
+        let streams = counted + new;
+        if new > 0 && streams > self.config.streams_max {
             return Err(ReplicaError::TooManyStreams {
                 streams,
                 limit: self.config.streams_max,
             });
         }
         Ok(())
+    }
+
+    /// How much of `columns` the limits take: the streams that fit (as
+    /// [`State::check_streams`] counts them, in the delta's order) and,
+    /// per stream, the events up to the first payload over the limit (as
+    /// [`State::check_payload`] judges it). What apply would refuse for a
+    /// limit is cut; nothing else is judged.
+    pub(crate) fn admission(&self, columns: &DeltaColumns) -> Admission {
+        let own = self.config.stream;
+        let mut counted = self.streams_counted(&RoundIndex::default());
+        let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
+        let mut cuts: BTreeMap<StreamId, Cut> = BTreeMap::new();
+        let mut admit = |stream: StreamId, from_seq: u64, cuts: &mut BTreeMap<StreamId, Cut>| {
+            let new = stream != own && !self.log.has_stream(stream) && admitted.insert(stream);
+            if new && self.check_streams_from(counted, 1).is_err() {
+                let limit = Limit::StreamsMax {
+                    limit: self.config.streams_max,
+                };
+                cuts.insert(
+                    stream,
+                    Cut {
+                        stream,
+                        from_seq,
+                        limit,
+                    },
+                );
+                return false;
+            }
+            counted += usize::from(new);
+            true
+        };
+        for (stream, _) in columns.floor.iter() {
+            admit(stream, 0, &mut cuts);
+        }
+        let mut index = 0;
+        for run in columns.runs() {
+            let (stream, first_index) = (run.stream, index);
+            index += run.len;
+            if cuts.contains_key(&stream) || !admit(stream, run.first_seq, &mut cuts) {
+                continue;
+            }
+            let over = (0..run.len).find_map(|i| {
+                let len = columns.payload(first_index + i).len();
+                self.check_payload(stream, len).err().map(|_| (i, len))
+            });
+            if let Some((i, len)) = over {
+                let limit = Limit::PayloadBytesMax {
+                    len,
+                    limit: self.config.payload_bytes_max,
+                };
+                let from_seq = run.first_seq + i as u64;
+                cuts.insert(
+                    stream,
+                    Cut {
+                        stream,
+                        from_seq,
+                        limit,
+                    },
+                );
+            }
+        }
+        Admission {
+            cuts: cuts.into_values().collect(),
+        }
     }
 
     /// Checks, in O(1) reads of the log, the run of `by_name` (a delta's
