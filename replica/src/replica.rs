@@ -475,7 +475,9 @@ impl<S: Store> Replica<S> {
     /// Checks a delta against this replica without changing anything: the
     /// first step of [`Replica::apply`].
     pub fn validate(&self, delta: &Delta) -> Result<(), ReplicaError> {
-        self.state.validate(delta, &RoundIndex::default())
+        self.state
+            .validate(delta, &RoundIndex::default())
+            .map_err(ReplicaError::from)
     }
 
     /// Validates, plans, commits, then publishes a delta from a peer.
@@ -500,8 +502,9 @@ impl<S: Store> Replica<S> {
                 );
                 Ok(report)
             }
-            Some(Planned::Refused(error)) => {
-                tracing::warn!(%error, "delta refused");
+            Some(Planned::Refused(rejection)) => {
+                let (stream, seqs, error) = (rejection.stream, rejection.seqs, rejection.rule);
+                tracing::warn!(%stream, ?seqs, %error, "delta refused");
                 Err(error)
             }
             _ => unreachable!("one delta, one outcome"),

@@ -1036,8 +1036,9 @@ impl<S: Store> Inner<S> {
         let outcomes = planned
             .into_iter()
             .map(|planned| match planned {
-                Planned::Refused(error) => {
-                    tracing::warn!(stream = %self.stream, %error, "delta refused");
+                Planned::Refused(rejection) => {
+                    let (stream, seqs, error) = (rejection.stream, rejection.seqs, rejection.rule);
+                    tracing::warn!(own = %self.stream, %stream, ?seqs, %error, "delta refused");
                     Outcome::Applied(Err(error))
                 }
                 Planned::Applied(report) => {

@@ -436,7 +436,7 @@ fn check_next(
         )));
     }
     if let Some(previous) = previous {
-        if previous >= event.lamport {
+        if validate::check_rising(event, event.seq - 1, previous).is_err() {
             return Err(corrupt(format!(
                 "seq {} has lamport {} after lamport {previous}",
                 event.seq, event.lamport

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
+use super::validate::Rejection;
 use super::{RoundIndex, State};
 use crate::log::StreamLog;
 use crate::{ApplyReport, Batch, CompactReport, Delta, DeltaColumns, Event, ReplicaError};
@@ -63,7 +64,7 @@ pub(crate) enum Planned {
     /// A delta accepted, and what applying it does.
     Applied(ApplyReport),
     /// A delta refused, and why.
-    Refused(ReplicaError),
+    Refused(Rejection),
     /// Local appends: the batch's run of their events, or why they were
     /// refused.
     Appended(Result<usize, ReplicaError>),
@@ -528,16 +529,7 @@ impl<'s, 'd> Round<'s, 'd> {
         let stream = state.config.stream;
         let sim = state.sim(&mut self.sims, stream);
         let mut head = sim.head;
-        if state.recovering {
-            return Err(ReplicaError::Recovering { stream, head });
-        }
-        for payload in request.payloads {
-            state.check_payload(stream, payload.len())?;
-        }
-        let exhausted = || ReplicaError::ClockExhausted { stream };
-        let len = u64::try_from(request.payloads.len()).map_err(|_| exhausted())?;
-        head.checked_add(len).ok_or_else(exhausted)?;
-        self.clock.checked_add(len).ok_or_else(exhausted)?;
+        state.check_append(request.payloads, head, self.clock)?;
         let mut events = Vec::with_capacity(request.payloads.len());
         for payload in request.payloads {
             head += 1;

@@ -2,6 +2,7 @@
 //! requests planned before it in its round. Changes nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
 
 use meshlog_cursor::StreamId;
 
@@ -36,10 +37,56 @@ impl RoundIndex {
     }
 }
 
+/// Why a change is refused: the stream and the seqs it concerns, and the
+/// rule broken (as the caller is told it). What every validation path
+/// answers: a delta's floors and runs, and local appends.
+#[derive(Debug)]
+pub(crate) struct Rejection {
+    /// The stream concerned.
+    pub(crate) stream: StreamId,
+    /// The seqs concerned (a floor's seq, for a floor).
+    pub(crate) seqs: RangeInclusive<u64>,
+    /// The rule broken.
+    pub(crate) rule: ReplicaError,
+}
+
+impl Rejection {
+    fn at(stream: StreamId, seqs: RangeInclusive<u64>) -> impl FnOnce(ReplicaError) -> Self {
+        move |rule| Rejection { stream, seqs, rule }
+    }
+
+    fn of(event: &Event) -> impl FnOnce(ReplicaError) -> Self {
+        Rejection::at(event.stream, event.seq..=event.seq)
+    }
+}
+
+impl From<Rejection> for ReplicaError {
+    fn from(rejection: Rejection) -> Self {
+        rejection.rule
+    }
+}
+
+/// One delta being validated: against the state, and what the round
+/// planned before it; its events by name.
+struct Check<'a> {
+    state: &'a State,
+    round: &'a RoundIndex,
+    delta: &'a Delta,
+    /// The delta's events by name: two versions of one name sit side by
+    /// side, and so do an event and its neighbours in the same delta, so
+    /// every check is against the log, the round, or an adjacent entry,
+    /// whatever order the events came in.
+    by_name: Vec<&'a Event>,
+    own: StreamId,
+    own_head: u64,
+}
+
 impl State {
-    /// Checks a delta against this state and the deltas accepted earlier in
-    /// the same round, changing nothing.
-    pub(crate) fn validate(&self, delta: &Delta, round: &RoundIndex) -> Result<(), ReplicaError> {
+    /// Checks a delta against this state and the requests planned earlier
+    /// in the same round, changing nothing: its floors, then each run of
+    /// its events (one stream, consecutive seqs; an event alone is a run
+    /// of one), then the streams it adds.
+    pub(crate) fn validate(&self, delta: &Delta, round: &RoundIndex) -> Result<(), Rejection> {
         self.validate_with(delta, round, true)
     }
 
@@ -50,166 +97,59 @@ impl State {
         delta: &Delta,
         round: &RoundIndex,
         runs: bool,
-    ) -> Result<(), ReplicaError> {
+    ) -> Result<(), Rejection> {
         let own = self.config.stream;
-        let own_head = round.own_head.unwrap_or_else(|| self.log.head(own));
-        if !self.recovering {
-            let own_floor = delta.floor.get(own);
-            if own_floor > own_head {
-                return Err(DeltaError::OwnFloorAboveHead {
-                    stream: own,
-                    floor: own_floor,
-                    head: own_head,
-                }
-                .into());
-            }
+        let check = Check {
+            state: self,
+            round,
+            delta,
+            by_name: sorted_by_name(&delta.events),
+            own,
+            own_head: round.own_head.unwrap_or_else(|| self.log.head(own)),
+        };
+        check.floors()?;
+        let mut start = 0;
+        while start < check.by_name.len() {
+            let end = check.run_end(start);
+            check.run(start, end, runs)?;
+            start = end;
         }
-        // Lamports rise with seq from at least 1, so no stream can hold a
-        // seq above LAMPORT_MAX: a floor above it would only erase a
-        // stream's future (every event at or below a floor is ignored).
-        if let Some((stream, floor)) = delta
-            .floor
-            .iter()
-            .find(|&(_, floor)| floor > crate::LAMPORT_MAX)
-        {
-            return Err(DeltaError::FloorTooLarge {
+        check.streams()
+    }
+
+    /// A local append request of `len` events after `own_head`, at
+    /// `clock`: refused while recovering, for a payload above the limit,
+    /// or when the seqs or the clock would pass `u64::MAX`.
+    pub(super) fn check_append(
+        &self,
+        payloads: &[bytes::Bytes],
+        own_head: u64,
+        clock: u64,
+    ) -> Result<(), Rejection> {
+        let stream = self.config.stream;
+        let len = payloads.len() as u64;
+        let reject = Rejection::at(
+            stream,
+            own_head.saturating_add(1)..=own_head.saturating_add(len),
+        );
+        if self.recovering {
+            return Err(reject(ReplicaError::Recovering {
                 stream,
-                floor,
-                max: crate::LAMPORT_MAX,
-            }
-            .into());
+                head: own_head,
+            }));
         }
-        // The delta's events by name: two versions of one name sit side by
-        // side, and so do an event and its neighbours in the same delta, so
-        // every check is against the log, the round, or an adjacent entry —
-        // whatever order the events came in.
-        let by_name = sorted_by_name(&delta.events);
-        let mut new_streams: Vec<StreamId> = delta
-            .floor
+        if let Some(payload) = payloads
             .iter()
-            .map(|(stream, _)| stream)
-            .filter(|&stream| !self.log.has_stream(stream))
-            .collect();
-        // The stream's log, looked up once per run of its events.
-        let mut log: Option<&StreamLog> = None;
-        let mut next = 0;
-        while let Some(&event) = by_name.get(next) {
-            let index = next;
-            next += 1;
-            let stream = event.stream;
-            if index == 0 || by_name[index - 1].stream != stream {
-                log = self.log.stream(stream);
-                if log.is_none() {
-                    new_streams.push(stream);
-                }
-            }
-            let run = if runs {
-                self.clean_run(&by_name, index, log, delta, round)?
-            } else {
-                None
-            };
-            // A clean run (of one stream) is checked whole: on past it.
-            if let Some(len) = run {
-                next = index + len;
-                continue;
-            }
-            if event.seq == 0 {
-                return Err(DeltaError::ZeroSeq { stream }.into());
-            }
-            if event.lamport > crate::LAMPORT_MAX {
-                return Err(DeltaError::LamportTooLarge {
-                    stream,
-                    seq: event.seq,
-                    lamport: event.lamport,
-                    max: crate::LAMPORT_MAX,
-                }
-                .into());
-            }
-            self.check_payload(stream, event.payload.len())?;
-            if stream == own && !self.recovering && event.seq > own_head {
-                return Err(DeltaError::OwnStreamAhead {
-                    stream,
-                    seq: event.seq,
-                    head: own_head,
-                }
-                .into());
-            }
-            let floor_seq = self.floor.get(stream).max(round.floor(stream)).max(
-                if stream == own && !self.recovering {
-                    0
-                } else {
-                    delta.floor.get(stream)
-                },
-            );
-            if event.seq <= floor_seq {
-                continue;
-            }
-            // Any other version of this name, held, pending, accepted
-            // earlier in this round, or in this delta (the entry before,
-            // once sorted), must be this very event.
-            let same_as_held = match log {
-                Some(log) => self.log.known_is(log, event).map_err(read_error)?,
-                None => true,
-            };
-            let same_as_round = round
-                .events
-                .get(&(stream, event.seq))
-                .is_none_or(|other| other == event);
-            let previous = index.checked_sub(1).map(|i| by_name[i]);
-            let same_as_offered = previous
-                .filter(|other| other.stream == stream && other.seq == event.seq)
-                .is_none_or(|other| other == event);
-            if !(same_as_held && same_as_round && same_as_offered) {
-                return Err(DeltaError::Equivocation {
-                    stream,
-                    seq: event.seq,
-                }
-                .into());
-            }
-            // Lamport rises with seq against every neighbour known: held,
-            // pending, in the round, or the nearest entries of this delta
-            // either side (past repeats of this very name).
-            let in_delta = |seq: u64, entries: &mut dyn Iterator<Item = &&Event>| {
-                entries
-                    .take_while(|other| other.stream == stream)
-                    .find(|other| other.seq != event.seq)
-                    .filter(|other| other.seq == seq)
-                    .map(|other| other.lamport)
-            };
-            let below = event.seq - 1;
-            if below > floor_seq {
-                let known = match log {
-                    Some(log) => self.log.known_lamport(log, below).map_err(read_error)?,
-                    None => None,
-                };
-                let lamport = known
-                    .or_else(|| round.lamport(stream, below))
-                    .or_else(|| in_delta(below, &mut by_name[..index].iter().rev()));
-                if let Some(lamport) = lamport {
-                    if lamport >= event.lamport {
-                        return Err(lamport_error(event, below, lamport));
-                    }
-                }
-            }
-            if let Some(above) = event.seq.checked_add(1) {
-                let known = match log {
-                    Some(log) => self.log.known_lamport(log, above).map_err(read_error)?,
-                    None => None,
-                };
-                let lamport = known
-                    .or_else(|| round.lamport(stream, above))
-                    .or_else(|| in_delta(above, &mut by_name[index + 1..].iter()));
-                if let Some(lamport) = lamport {
-                    if lamport <= event.lamport {
-                        return Err(lamport_error(event, above, lamport));
-                    }
-                }
-            }
+            .find(|payload| self.check_payload(stream, payload.len()).is_err())
+        {
+            return Err(reject(
+                self.check_payload(stream, payload.len()).unwrap_err(),
+            ));
         }
-        new_streams.retain(|&stream| stream != own && !round.new_streams.contains(&stream));
-        new_streams.sort_unstable();
-        new_streams.dedup();
-        self.check_streams(round, new_streams.len())
+        if own_head.checked_add(len).is_none() || clock.checked_add(len).is_none() {
+            return Err(reject(ReplicaError::ClockExhausted { stream }));
+        }
+        Ok(())
     }
 
     /// The payload limit, for appends and received events alike.
@@ -316,113 +256,333 @@ impl State {
             cuts: cuts.into_values().collect(),
         }
     }
+}
 
-    /// Checks, in O(1) reads of the log, the run of `by_name` (a delta's
-    /// events sorted by name) that starts at `start`, if it is *clean*:
-    /// consecutive seqs of one stream from its head + 1, above every
-    /// floor, lamports rising, no other version of any of its seqs pending
-    /// or in the round, not this replica's own stream (outside recovery),
-    /// and nothing in the delta right after it that another check would
-    /// compare with it. Answers how many entries it covers, having made
-    /// every check the per-event path makes on them (and refused the delta
-    /// with the same error, if one fails at the run's ends), or `None` for
-    /// the per-event path to take the entry at `start`: anything unusual,
-    /// including every failure inside the run, goes there, so that what is
-    /// refused, and the error it is refused with, do not change.
-    fn clean_run(
-        &self,
-        by_name: &[&Event],
-        start: usize,
-        log: Option<&StreamLog>,
-        delta: &Delta,
-        round: &RoundIndex,
-    ) -> Result<Option<usize>, ReplicaError> {
-        let first = by_name[start];
-        let stream = first.stream;
-        if stream == self.config.stream && !self.recovering {
-            return Ok(None);
+impl Check<'_> {
+    /// The delta's floors: none above `LAMPORT_MAX`, none for the own
+    /// stream above its head (outside recovery).
+    fn floors(&self) -> Result<(), Rejection> {
+        let own = self.own;
+        let own_floor = self.delta.floor.get(own);
+        if !self.state.recovering && own_floor > self.own_head {
+            let rule = DeltaError::OwnFloorAboveHead {
+                stream: own,
+                floor: own_floor,
+                head: self.own_head,
+            };
+            return Err(Rejection::at(own, own_floor..=own_floor)(rule.into()));
         }
-        let head = log.map_or(0, StreamLog::head);
-        let floor_seq = self
+        // Lamports rise with seq from at least 1, so no stream can hold a
+        // seq above LAMPORT_MAX: a floor above it would only erase a
+        // stream's future (every event at or below a floor is ignored).
+        let too_large = self
+            .delta
             .floor
-            .get(stream)
-            .max(round.floor(stream))
-            .max(delta.floor.get(stream));
-        if head.checked_add(1) != Some(first.seq) || first.seq <= floor_seq {
-            return Ok(None);
+            .iter()
+            .find(|&(_, floor)| floor > crate::LAMPORT_MAX);
+        if let Some((stream, floor)) = too_large {
+            let rule = DeltaError::FloorTooLarge {
+                stream,
+                floor,
+                max: crate::LAMPORT_MAX,
+            };
+            return Err(Rejection::at(stream, floor..=floor)(rule.into()));
         }
-        let before = start.checked_sub(1).map(|i| by_name[i]);
-        if before.is_some_and(|other| other.stream == stream && other.seq == first.seq) {
-            return Ok(None);
-        }
-        let mut end = start;
-        let mut previous: Option<u64> = None;
-        while let Some(&event) = by_name.get(end) {
+        Ok(())
+    }
+
+    /// Where the run of `by_name` that starts at `start` ends: one stream,
+    /// consecutive seqs (another version of a seq starts the next run).
+    fn run_end(&self, start: usize) -> usize {
+        let first = self.by_name[start];
+        let mut end = start + 1;
+        while let Some(event) = self.by_name.get(end) {
             let expected = first.seq.checked_add((end - start) as u64);
-            if event.stream != stream || Some(event.seq) != expected {
+            if event.stream != first.stream || Some(event.seq) != expected {
                 break;
             }
-            if event.lamport > crate::LAMPORT_MAX
-                || event.payload.len() > self.config.payload_bytes_max
-                || previous.is_some_and(|lamport| lamport >= event.lamport)
-            {
-                return Ok(None);
-            }
-            previous = Some(event.lamport);
             end += 1;
         }
-        let last = by_name[end - 1];
-        // Another version of the last seq right after the run: the
-        // per-event path compares them.
-        if by_name
-            .get(end)
-            .is_some_and(|other| other.stream == stream && other.seq == last.seq)
-        {
-            return Ok(None);
+        end
+    }
+
+    /// The run `by_name[start..end]`: whole if it is clean
+    /// ([`Check::clean`]), else event by event.
+    fn run(&self, start: usize, end: usize, runs: bool) -> Result<(), Rejection> {
+        let log = self.state.log.stream(self.by_name[start].stream);
+        if runs && self.clean(start, end, log)? {
+            return Ok(());
         }
-        if log.is_some_and(|log| log.early_count_in(first.seq..=last.seq) > 0)
-            || round
-                .events
+        for index in start..end {
+            self.event(index, log)?;
+        }
+        Ok(())
+    }
+
+    /// The seq at or below which `stream`'s events are ignored: the
+    /// state's floor, the round's, the delta's (but a peer's floor for
+    /// the own stream, outside recovery).
+    fn floor_seq(&self, stream: StreamId) -> u64 {
+        let delta_floor = if stream == self.own && !self.state.recovering {
+            0
+        } else {
+            self.delta.floor.get(stream)
+        };
+        let floor = self.state.floor.get(stream).max(self.round.floor(stream));
+        floor.max(delta_floor)
+    }
+
+    /// The lamport of `seq` of `stream` held or pending in the log, or
+    /// planned earlier in the round.
+    fn known_lamport(
+        &self,
+        log: Option<&StreamLog>,
+        stream: StreamId,
+        seq: u64,
+    ) -> Result<Option<u64>, ReplicaError> {
+        let known = match log {
+            Some(log) => self.state.log.known_lamport(log, seq).map_err(read_error)?,
+            None => None,
+        };
+        Ok(known.or_else(|| self.round.lamport(stream, seq)))
+    }
+
+    /// One event: its limits, then (above the floor) its name and its
+    /// neighbours.
+    fn event(&self, index: usize, log: Option<&StreamLog>) -> Result<(), Rejection> {
+        let event = self.by_name[index];
+        self.event_limits(event).map_err(Rejection::of(event))?;
+        if event.seq <= self.floor_seq(event.stream) {
+            return Ok(());
+        }
+        self.same_name(index, log).map_err(Rejection::of(event))?;
+        self.neighbours(index, log).map_err(Rejection::of(event))
+    }
+
+    /// What an event may be at all: a seq from 1, a stamp and a payload
+    /// within the limits, not the own stream beyond its head (outside
+    /// recovery).
+    fn event_limits(&self, event: &Event) -> Result<(), ReplicaError> {
+        let stream = event.stream;
+        if event.seq == 0 {
+            return Err(DeltaError::ZeroSeq { stream }.into());
+        }
+        check_lamport_max(event)?;
+        self.state.check_payload(stream, event.payload.len())?;
+        if stream == self.own && !self.state.recovering && event.seq > self.own_head {
+            let rule = DeltaError::OwnStreamAhead {
+                stream,
+                seq: event.seq,
+                head: self.own_head,
+            };
+            return Err(rule.into());
+        }
+        Ok(())
+    }
+
+    /// Any other version of the event's name, held, pending, planned
+    /// earlier in the round, or in this delta (the entry before, once
+    /// sorted), must be this very event.
+    fn same_name(&self, index: usize, log: Option<&StreamLog>) -> Result<(), ReplicaError> {
+        let event = self.by_name[index];
+        let (stream, seq) = (event.stream, event.seq);
+        let same_as_held = match log {
+            Some(log) => self.state.log.known_is(log, event).map_err(read_error)?,
+            None => true,
+        };
+        let same_as_round = self
+            .round
+            .events
+            .get(&(stream, seq))
+            .is_none_or(|other| other == event);
+        let previous = index.checked_sub(1).map(|i| self.by_name[i]);
+        let same_as_offered = previous
+            .filter(|other| other.stream == stream && other.seq == seq)
+            .is_none_or(|other| other == event);
+        if same_as_held && same_as_round && same_as_offered {
+            return Ok(());
+        }
+        Err(DeltaError::Equivocation { stream, seq }.into())
+    }
+
+    /// Lamport rises with seq against every neighbour known: held,
+    /// pending, planned in the round, or the nearest entries of this delta
+    /// either side (past repeats of this very name).
+    fn neighbours(&self, index: usize, log: Option<&StreamLog>) -> Result<(), ReplicaError> {
+        let event = self.by_name[index];
+        let stream = event.stream;
+        let in_delta = |seq: u64, entries: &mut dyn Iterator<Item = &&Event>| {
+            entries
+                .take_while(|other| other.stream == stream)
+                .find(|other| other.seq != event.seq)
+                .filter(|other| other.seq == seq)
+                .map(|other| other.lamport)
+        };
+        let below = event.seq - 1;
+        if below > self.floor_seq(stream) {
+            let known = self.known_lamport(log, stream, below)?;
+            let lamport =
+                known.or_else(|| in_delta(below, &mut self.by_name[..index].iter().rev()));
+            if let Some(lamport) = lamport {
+                check_rising(event, below, lamport)?;
+            }
+        }
+        if let Some(above) = event.seq.checked_add(1) {
+            let known = self.known_lamport(log, stream, above)?;
+            let lamport = known.or_else(|| in_delta(above, &mut self.by_name[index + 1..].iter()));
+            if let Some(lamport) = lamport {
+                check_rising(event, above, lamport)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks, in O(1) reads of the log, the run `by_name[start..end]` if
+    /// it is *clean*: from its stream's head + 1, above every floor, every
+    /// event within the limits and stamped above the one before, no other
+    /// version of any of its seqs pending or in the round, not this
+    /// replica's own stream (outside recovery), and no other version of
+    /// its ends next to it in the delta. Answers whether it was, having
+    /// made every check the per-event path makes on it (and refused the
+    /// delta with the same rejection, if one fails at the run's ends); a
+    /// run that is not goes event by event, so that what is refused, and
+    /// why, do not change.
+    fn clean(&self, start: usize, end: usize, log: Option<&StreamLog>) -> Result<bool, Rejection> {
+        let (first, last) = (self.by_name[start], self.by_name[end - 1]);
+        let stream = first.stream;
+        let head = log.map_or(0, StreamLog::head);
+        let floor_seq = self.floor_seq(stream);
+        let before = start.checked_sub(1).map(|i| self.by_name[i]);
+        let same_name = |other: &&Event, seq: u64| other.stream == stream && other.seq == seq;
+        if (stream == self.own && !self.state.recovering)
+            || head.checked_add(1) != Some(first.seq)
+            || first.seq <= floor_seq
+            || before.is_some_and(|other| same_name(&other, first.seq))
+            || self
+                .by_name
+                .get(end)
+                .is_some_and(|other| same_name(other, last.seq))
+            || !self.within_limits_and_rising(&self.by_name[start..end])
+            || log.is_some_and(|log| log.early_count_in(first.seq..=last.seq) > 0)
+            || (self.round.events)
                 .range((stream, first.seq)..=(stream, last.seq))
                 .next()
                 .is_some()
         {
-            return Ok(None);
+            return Ok(false);
         }
         // The neighbours outside the run, as the per-event path finds them:
-        // held (or pending), in the round, or in the delta next to it.
+        // held (or pending), in the round, or in the delta next to it (the
+        // entry after the run is not `last + 1`: the run would hold it).
         let below = first.seq - 1;
         if below > floor_seq {
-            let known = match log {
-                Some(log) => self.log.known_lamport(log, below).map_err(read_error)?,
-                None => None,
-            };
-            let lamport = known.or_else(|| round.lamport(stream, below)).or_else(|| {
+            let known = self.known_lamport(log, stream, below);
+            let known = known.map_err(Rejection::of(first))?;
+            let lamport = known.or_else(|| {
                 before
-                    .filter(|other| other.stream == stream && other.seq == below)
+                    .filter(|other| same_name(other, below))
                     .map(|other| other.lamport)
             });
             if let Some(lamport) = lamport {
-                if lamport >= first.lamport {
-                    return Err(lamport_error(first, below, lamport));
-                }
+                check_rising(first, below, lamport).map_err(Rejection::of(first))?;
             }
         }
         if let Some(above) = last.seq.checked_add(1) {
-            // The delta's next entry is not `above`: the run would have
-            // taken it, or left it all to the per-event path.
-            let known = match log {
-                Some(log) => self.log.known_lamport(log, above).map_err(read_error)?,
-                None => None,
-            };
-            if let Some(lamport) = known.or_else(|| round.lamport(stream, above)) {
-                if lamport <= last.lamport {
-                    return Err(lamport_error(last, above, lamport));
-                }
+            let known = self.known_lamport(log, stream, above);
+            if let Some(lamport) = known.map_err(Rejection::of(last))? {
+                check_rising(last, above, lamport).map_err(Rejection::of(last))?;
             }
         }
-        Ok(Some(end - start))
+        Ok(true)
     }
+
+    /// Whether every event of a run is within the stamp and payload limits
+    /// and stamped above the one before.
+    fn within_limits_and_rising(&self, run: &[&Event]) -> bool {
+        let mut previous: Option<&Event> = None;
+        run.iter().all(|&event| {
+            let fits = check_lamport_max(event).is_ok()
+                && self
+                    .state
+                    .check_payload(event.stream, event.payload.len())
+                    .is_ok()
+                && previous.is_none_or(|p| check_rising(event, p.seq, p.lamport).is_ok());
+            previous = Some(event);
+            fits
+        })
+    }
+
+    /// The streams the delta adds (named by its floor or its events; not
+    /// held, not added earlier in the round, not the own): within the
+    /// limit, or the delta is refused naming the last that does not fit.
+    fn streams(&self) -> Result<(), Rejection> {
+        let state = self.state;
+        let mut new: Vec<StreamId> = self.delta.floor.iter().map(|(stream, _)| stream).collect();
+        let mut previous = None;
+        for event in &self.by_name {
+            if previous != Some(event.stream) {
+                previous = Some(event.stream);
+                new.push(event.stream);
+            }
+        }
+        new.retain(|&stream| {
+            stream != self.own
+                && !state.log.has_stream(stream)
+                && !self.round.new_streams.contains(&stream)
+        });
+        new.sort_unstable();
+        new.dedup();
+        state.check_streams(self.round, new.len()).map_err(|rule| {
+            let stream = *new.last().expect("only new streams are refused");
+            Rejection::at(stream, self.seqs_of(stream))(rule)
+        })
+    }
+
+    /// The seqs the delta carries of `stream` (its floor, if none).
+    fn seqs_of(&self, stream: StreamId) -> RangeInclusive<u64> {
+        let mut seqs = self
+            .by_name
+            .iter()
+            .filter(|e| e.stream == stream)
+            .map(|e| e.seq);
+        let floor = self.delta.floor.get(stream);
+        let first = seqs.next().unwrap_or(floor);
+        first..=seqs.next_back().unwrap_or(first)
+    }
+}
+
+/// The one lamport-order rule: within a stream, lamport rises with seq.
+/// Judges `event` against a neighbour of its stream, below or above it.
+pub(super) fn check_rising(
+    event: &Event,
+    neighbour_seq: u64,
+    neighbour_lamport: u64,
+) -> Result<(), ReplicaError> {
+    let rises = if neighbour_seq < event.seq {
+        neighbour_lamport < event.lamport
+    } else {
+        event.lamport < neighbour_lamport
+    };
+    if rises {
+        Ok(())
+    } else {
+        Err(lamport_error(event, neighbour_seq, neighbour_lamport))
+    }
+}
+
+/// The stamp limit: no received event above
+/// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
+fn check_lamport_max(event: &Event) -> Result<(), ReplicaError> {
+    if event.lamport > crate::LAMPORT_MAX {
+        let rule = DeltaError::LamportTooLarge {
+            stream: event.stream,
+            seq: event.seq,
+            lamport: event.lamport,
+            max: crate::LAMPORT_MAX,
+        };
+        return Err(rule.into());
+    }
+    Ok(())
 }
 
 /// A delta's events sorted by name, `(stream, seq)`.
