@@ -29,8 +29,10 @@
 //!   its events in blocks per stream (`disk::block`), read through a
 //!   snapshot per commit (`disk::view`); formats 1 and 2 upgraded on open
 //!   (`disk::upgrade`).
-//! - `state`: the readable state, and every change split into plan →
-//!   commit → publish (crate-private).
+//! - `state`: the readable state, and every change split into validate →
+//!   plan → commit → publish (crate-private): `state/validate.rs` decides
+//!   what is accepted, `state/plan.rs` folds a round in submission order,
+//!   `state/publish.rs` performs it, `state/delta.rs` builds deltas.
 //! - `shared`: [`SharedReplica`], the one handle every task shares: reads
 //!   that never wait on a commit, group commit (a committer thread or the
 //!   caller), runtime-agnostic async writes ([`Completion`]) and change

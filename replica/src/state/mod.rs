@@ -13,6 +13,17 @@
 //! floor, head, early events added), and publishing re-checks the outcome
 //! (heads, pending count) against the plan: a disagreement is a bug and
 //! stops the process rather than serve a state that differs from the store.
+//!
+//! # Layout
+//!
+//! - this module: the `State`, opening (`load`, the checks of what a store
+//!   holds), `verify`, the digest, and reads (`page`, `get`);
+//! - `validate`: the one validator: what a replica accepts, for a run of
+//!   events (a delta's floors and runs, local appends), and its limits;
+//! - `plan`: a round (one request, or a group commit's queue) folded in
+//!   submission order into a `Plan`, on an overlay of the state;
+//! - `publish`: performing a committed plan;
+//! - `delta`: building what a peer misses, as events or as columns.
 
 mod delta;
 mod plan;
