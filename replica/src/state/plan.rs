@@ -9,7 +9,7 @@
 //! clock as it stands at its position.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
@@ -138,11 +138,9 @@ struct Round<'s, 'd> {
     plan: Plan<'d>,
     /// What a later delta of the round is validated against.
     index: RoundIndex,
-    /// Whether a delta follows in the round: only then are the events
-    /// planned kept in the index.
+    /// Whether a delta follows in the round: only then is the index kept
+    /// (the events planned, the streams added).
     indexing: bool,
-    /// Streams with events in the plan (a floor on them may erase some).
-    with_events: BTreeSet<StreamId>,
 }
 
 impl State {
@@ -303,7 +301,6 @@ impl<'s, 'd> Round<'s, 'd> {
             plan: Plan::default(),
             index: RoundIndex::default(),
             indexing: false,
-            with_events: BTreeSet::new(),
         }
     }
 
@@ -383,8 +380,8 @@ impl<'s, 'd> Round<'s, 'd> {
             self.plan.ops.push(Op::Hold(event.clone()));
             self.pending_len += 1;
             report.pending += 1;
-            self.note_stream(stream);
             if self.indexing {
+                self.note_stream(stream);
                 self.index.events.insert((stream, event.seq), event.clone());
             }
         } else {
@@ -404,9 +401,8 @@ impl<'s, 'd> Round<'s, 'd> {
             run,
             source,
         });
-        self.with_events.insert(stream);
-        self.note_stream(stream);
         if self.indexing {
+            self.note_stream(stream);
             for event in self.plan.batch.run(run) {
                 self.index
                     .events
@@ -458,7 +454,9 @@ impl<'s, 'd> Round<'s, 'd> {
         }
         let erased = self.take_events_of(stream);
         self.plan.ops.push(Op::Floor { stream, floor_seq });
-        self.note_stream(stream);
+        if self.indexing {
+            self.note_stream(stream);
+        }
         for (run, source) in erased {
             self.plan.batch.trim_run(run, floor_seq);
             if self.plan.batch.run_len(run) > 0 {
@@ -477,7 +475,8 @@ impl<'s, 'd> Round<'s, 'd> {
     /// order (the batch keeps their runs).
     fn take_events_of(&mut self, stream: StreamId) -> Vec<(usize, Source)> {
         let mut taken = Vec::new();
-        if !self.with_events.contains(&stream) {
+        let holds = |op: &Op| matches!(*op, Op::Events { stream: of, .. } if of == stream);
+        if !self.plan.ops.iter().any(holds) {
             return taken;
         }
         self.plan.ops.retain(|op| match *op {
