@@ -298,7 +298,7 @@ pub(crate) enum ViewKind {
     /// published.
     Mem(Arc<RwLock<MemLog>>),
     /// A snapshot of a [`DiskStore`](crate::DiskStore)'s events.
-    Disk(Arc<crate::disk::DiskView>),
+    Disk(Arc<crate::disk::view::DiskView>),
 }
 
 impl std::fmt::Debug for StoreView {

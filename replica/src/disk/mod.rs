@@ -34,6 +34,8 @@
 //! # Layout
 //!
 //! - `block`: a block's layout, its checks, and the builder.
+//! - `codec`: the records of the `streams` and `meta` tables.
+//! - `error`: [`DiskError`] and the helpers that build it.
 //! - `lock`: the directory's lock, its bounded wait, and why it is
 //!   released explicitly.
 //! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
@@ -58,11 +60,20 @@ use crate::store::{StoreView, ViewKind};
 use crate::{Batch, Digest, Event, Store, StoreMeta};
 
 mod block;
+mod codec;
+mod error;
 mod lock;
 mod upgrade;
-mod view;
+pub(crate) mod view;
 
 use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
+use codec::{
+    decode_clock, decode_count, decode_digest, decode_format, decode_stream, encode_clock,
+    encode_count, encode_digest, encode_format, encode_stream, META_BLOCKS, META_CLOCK,
+    META_DIGEST, META_FORMAT,
+};
+pub use error::DiskError;
+use error::{corrupt_block, engine_error, guarded, io, panic_message};
 use lock::{DirLock, Waiting};
 pub(crate) use view::DiskView;
 
@@ -89,117 +100,8 @@ pub const LOCK_WAIT_DEFAULT: Duration = Duration::from_secs(2);
 const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const META_FORMAT: &str = "format";
-const META_CLOCK: &str = "clock";
-const META_DIGEST: &str = "digest";
-const META_BLOCKS: &str = "blocks";
 /// Written to `LOCK` once the database exists; see the module docs.
 const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
-
-const STREAM_RECORD_LEN: usize = 8 + 8 + 4;
-
-/// Why a [`DiskStore`] could not open, read or commit. Each variant names
-/// the file, and what failed in it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DiskError {
-    /// Another process (or another open store in this one) holds the data
-    /// directory, and still held it after the open waited
-    /// [`DiskOptions::lock_wait`] for it.
-    #[error(
-        "data directory {} is locked by another process or another open store \
-         (lock file {}); waited {} ms for it",
-        dir.display(),
-        lock.display(),
-        waited.as_millis()
-    )]
-    Locked {
-        /// The data directory.
-        dir: PathBuf,
-        /// The lock file held.
-        lock: PathBuf,
-        /// How long the open waited for the lock before answering this.
-        waited: Duration,
-    },
-    /// An operating-system call on a file failed.
-    #[error("{}: {op} failed: {source}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The error from the operating system.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is damaged: the engine's page checksums, its structure, or
-    /// one of meshlog's records (streams, clock, format, counts) fails a
-    /// check. Nothing was repaired silently.
-    #[error("{} is damaged: {detail}", path.display())]
-    Corrupt {
-        /// The damaged file.
-        path: PathBuf,
-        /// What failed.
-        detail: String,
-    },
-    /// One stored event of a format-2 file fails its crc32 or its layout
-    /// (read once, by the upgrade to format 3).
-    #[error("{} is damaged: event stream {stream} seq {seq}: {detail}", path.display())]
-    CorruptEvent {
-        /// The damaged file.
-        path: PathBuf,
-        /// The event's stream (from its key).
-        stream: StreamId,
-        /// The event's seq (from its key).
-        seq: u64,
-        /// What failed.
-        detail: String,
-    },
-    /// One stored block fails its crc32 or its layout.
-    #[error("{} is damaged: block of stream {stream} from seq {first_seq}: {detail}", path.display())]
-    CorruptBlock {
-        /// The damaged file.
-        path: PathBuf,
-        /// The block's stream (from its key).
-        stream: StreamId,
-        /// The block's first seq (from its key).
-        first_seq: u64,
-        /// What failed.
-        detail: String,
-    },
-    /// The file was written in a format this build does not read.
-    #[error("{} has format version {found}; this build reads version {expected}", path.display())]
-    Format {
-        /// The file.
-        path: PathBuf,
-        /// The version found.
-        found: u32,
-        /// [`FORMAT_VERSION`].
-        expected: u32,
-    },
-    /// The storage engine failed in a way that is not damage or I/O.
-    #[error("{}: storage engine failed while {op}: {source}", path.display())]
-    Engine {
-        /// The database file.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The engine's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A batch would leave a hole in a stream (its events do not follow the
-    /// stored head). Nothing was written.
-    #[error("{}: batch refused, nothing written: stream {stream}: {detail}", path.display())]
-    BatchRefused {
-        /// The database file.
-        path: PathBuf,
-        /// The stream.
-        stream: StreamId,
-        /// What does not follow.
-        detail: String,
-    },
-}
 
 /// What recovery found on open, beyond the log itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -899,23 +801,6 @@ impl DiskStore {
     }
 }
 
-/// [`DiskError::CorruptBlock`] for the block of `stream` from `first_seq`
-/// in the file at `path`: the one place both the store and its views build
-/// it.
-pub(super) fn corrupt_block(
-    path: &Path,
-    stream: StreamId,
-    first_seq: u64,
-    detail: String,
-) -> DiskError {
-    DiskError::CorruptBlock {
-        path: path.to_path_buf(),
-        stream,
-        first_seq,
-        detail,
-    }
-}
-
 impl Store for DiskStore {
     type Error = DiskError;
 
@@ -1151,78 +1036,6 @@ struct RepairSeen {
     rolled_back: AtomicBool,
 }
 
-/// Runs `work`, which reads or writes through redb, turning a panic inside
-/// the engine (which a file damaged outside redb can provoke once it is
-/// trusted on open) into [`DiskError::Corrupt`] naming the file.
-fn guarded<T>(
-    path: &Path,
-    doing: &str,
-    work: impl FnOnce() -> Result<T, DiskError>,
-) -> Result<T, DiskError> {
-    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        Err(DiskError::Corrupt {
-            path: path.to_path_buf(),
-            detail: format!(
-                "the storage engine panicked {doing}: {}",
-                panic_message(&*panic)
-            ),
-        })
-    })
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = panic.downcast_ref::<&str>() {
-        (*message).to_string()
-    } else if let Some(message) = panic.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "(no message)".to_string()
-    }
-}
-
-fn engine_error(dir: &Path, path: &Path, op: &'static str, error: redb::Error) -> DiskError {
-    match error {
-        redb::Error::Corrupted(detail) => DiskError::Corrupt {
-            path: path.to_path_buf(),
-            detail: format!("{op}: {detail}"),
-        },
-        // redb reports a file that is not (or no longer) a database, or ends
-        // early, as I/O errors of these kinds: that is damage, not a failing
-        // disk.
-        redb::Error::Io(source)
-            if matches!(
-                source.kind(),
-                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
-            ) =>
-        {
-            DiskError::Corrupt {
-                path: path.to_path_buf(),
-                detail: format!("{op}: {source}"),
-            }
-        }
-        redb::Error::Io(source) => DiskError::Io {
-            path: path.to_path_buf(),
-            op,
-            source,
-        },
-        redb::Error::DatabaseAlreadyOpen => DiskError::Locked {
-            dir: dir.to_path_buf(),
-            lock: path.to_path_buf(),
-            waited: Duration::ZERO,
-        },
-        other => DiskError::Engine {
-            path: path.to_path_buf(),
-            op,
-            source: Box::new(other),
-        },
-    }
-}
-
-fn io(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> DiskError {
-    let path = path.to_path_buf();
-    move |source| DiskError::Io { path, op, source }
-}
-
 /// The directories of `dir`'s path, innermost first, that do not exist yet.
 fn missing_dirs(dir: &Path) -> Result<Vec<PathBuf>, DiskError> {
     let mut missing = Vec::new();
@@ -1260,114 +1073,4 @@ fn sync_dir(dir: &Path) -> Result<(), DiskError> {
     File::open(dir)
         .and_then(|dir| dir.sync_all())
         .map_err(io(dir, "sync directory"))
-}
-
-fn encode_stream(stream: StreamId, floor: u64, head: u64) -> [u8; STREAM_RECORD_LEN] {
-    let mut record = [0u8; STREAM_RECORD_LEN];
-    record[0..8].copy_from_slice(&floor.to_le_bytes());
-    record[8..16].copy_from_slice(&head.to_le_bytes());
-    let crc = record_crc(&stream.get().to_le_bytes(), &record[..16]);
-    record[16..20].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_stream(stream: StreamId, record: &[u8]) -> Option<(u64, u64)> {
-    if record.len() != STREAM_RECORD_LEN {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[16..20].try_into().expect("4 bytes"));
-    (crc == record_crc(&stream.get().to_le_bytes(), &record[..16]))
-        .then(|| (u64_at(record, 0), u64_at(record, 8)))
-}
-
-fn encode_clock(clock: u64) -> [u8; 12] {
-    encode_count(META_CLOCK, clock)
-}
-
-fn decode_clock(record: &[u8]) -> Option<u64> {
-    decode_count(META_CLOCK, record)
-}
-
-/// A `u64` under a meta key: its value and a crc32 over key and value.
-fn encode_count(key: &str, count: u64) -> [u8; 12] {
-    let mut record = [0u8; 12];
-    record[0..8].copy_from_slice(&count.to_le_bytes());
-    let crc = record_crc(key.as_bytes(), &record[..8]);
-    record[8..12].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_count(key: &str, record: &[u8]) -> Option<u64> {
-    if record.len() != 12 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
-    (crc == record_crc(key.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
-}
-
-fn encode_digest(digest: Digest) -> [u8; 28] {
-    let mut record = [0u8; 28];
-    record[0..8].copy_from_slice(&digest.events.to_le_bytes());
-    record[8..24].copy_from_slice(&digest.sum.to_le_bytes());
-    let crc = record_crc(META_DIGEST.as_bytes(), &record[..24]);
-    record[24..28].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_digest(record: &[u8]) -> Option<Digest> {
-    if record.len() != 28 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[24..28].try_into().expect("4 bytes"));
-    (crc == record_crc(META_DIGEST.as_bytes(), &record[..24])).then(|| Digest {
-        events: u64_at(record, 0),
-        sum: u128::from_le_bytes(record[8..24].try_into().expect("16 bytes")),
-    })
-}
-
-fn encode_format(version: u32) -> [u8; 8] {
-    let mut record = [0u8; 8];
-    record[0..4].copy_from_slice(&version.to_le_bytes());
-    let crc = record_crc(META_FORMAT.as_bytes(), &record[..4]);
-    record[4..8].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_format(record: &[u8]) -> Option<u32> {
-    if record.len() != 8 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
-    (crc == record_crc(META_FORMAT.as_bytes(), &record[..4]))
-        .then(|| u32::from_le_bytes(record[0..4].try_into().expect("4 bytes")))
-}
-
-fn record_crc(key: &[u8], body: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(key);
-    hasher.update(body);
-    hasher.finalize()
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_round_trip_and_catch_flips() {
-        let stream = StreamId::new(3);
-        let record = encode_stream(stream, 5, 9);
-        assert_eq!(decode_stream(stream, &record), Some((5, 9)));
-        assert_eq!(decode_stream(StreamId::new(4), &record), None);
-        let clock = encode_clock(77);
-        assert_eq!(decode_clock(&clock), Some(77));
-        let mut flipped = clock;
-        flipped[0] ^= 1;
-        assert_eq!(decode_clock(&flipped), None);
-        assert_eq!(decode_format(&encode_format(1)), Some(1));
-    }
 }

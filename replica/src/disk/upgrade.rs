@@ -18,10 +18,11 @@ use redb::Database;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::block::BlockBuilder;
-use super::{
-    encode_count, encode_digest, encode_format, DiskError, DiskStore, BLOCKS, FORMAT_VERSION, META,
-    META_BLOCKS, META_DIGEST, META_FORMAT,
+use super::codec::{
+    encode_count, encode_digest, encode_format, META_BLOCKS, META_DIGEST, META_FORMAT,
 };
+use super::error::DiskError;
+use super::{DiskStore, BLOCKS, FORMAT_VERSION, META};
 use crate::{Digest, Event};
 
 /// Formats 1 and 2: `(stream, seq)` → one event value.
@@ -235,7 +236,8 @@ fn event_crc(stream: StreamId, seq: u64, body: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{encode_clock, encode_stream, DiskOptions, DATA_FILE, STREAMS};
+    use super::super::codec::{decode_format, encode_clock, encode_stream, META_CLOCK};
+    use super::super::{DiskOptions, DATA_FILE, STREAMS};
     use super::*;
     use crate::{Config, Replica};
     use redb::ReadableDatabase;
@@ -305,7 +307,7 @@ mod tests {
             let mut meta = txn.open_table(META).unwrap();
             meta.insert(META_FORMAT, encode_format(2).as_slice())
                 .unwrap();
-            meta.insert(super::super::META_CLOCK, encode_clock(900).as_slice())
+            meta.insert(META_CLOCK, encode_clock(900).as_slice())
                 .unwrap();
             meta.insert(META_DIGEST, encode_digest(digest).as_slice())
                 .unwrap();
@@ -318,8 +320,7 @@ mod tests {
         let db = Database::open(dir.join(DATA_FILE)).unwrap();
         let read = db.begin_read().unwrap();
         let meta = read.open_table(META).unwrap();
-        let format =
-            super::super::decode_format(meta.get(META_FORMAT).unwrap().unwrap().value()).unwrap();
+        let format = decode_format(meta.get(META_FORMAT).unwrap().unwrap().value()).unwrap();
         let has_events = read.open_table(EVENTS).is_ok();
         (format, has_events)
     }
