@@ -75,6 +75,7 @@ use codec::{
 pub use error::DiskError;
 use error::{corrupt_block, engine_error, guarded, io, panic_message};
 use lock::{DirLock, Waiting};
+use view::BlocksTable;
 pub(crate) use view::DiskView;
 
 /// The name of the redb database file inside a data directory.
@@ -242,32 +243,20 @@ impl DiskStore {
     fn open_inner<B: redb::StorageBackend>(
         dir: &Path,
         options: &DiskOptions,
-        mut backend: Option<B>,
+        backend: Option<B>,
     ) -> Result<DiskStore, DiskError> {
         let dir = dir.to_path_buf();
-        let new_dirs = missing_dirs(&dir)?;
-        std::fs::create_dir_all(&dir).map_err(io(&dir, "create directory"))?;
-        // A directory created here must itself survive a power cut, or the
-        // files acknowledged in it go with it: sync each new one's parent.
-        for new_dir in &new_dirs {
-            sync_dir(parent_dir(new_dir))?;
-        }
+        create_dir_durably(&dir)?;
         let lock_path = dir.join(LOCK_FILE);
         let mut lock = DirLock::acquire(&dir, &lock_path, options.lock_wait)?;
-        // Bounded: the lock file is read from disk like any other input.
-        let mut marker = Vec::new();
-        lock.file()
-            .take(LOCK_MARKER.len() as u64 + 1)
-            .read_to_end(&mut marker)
-            .map_err(io(&lock_path, "read lock file"))?;
+        let marked = read_marker(&mut lock, &lock_path)?;
         let path = dir.join(DATA_FILE);
         let exists = match &backend {
             // An empty backend is what a missing (or empty) file is.
             Some(backend) => backend.len().map_err(io(&path, "stat"))? > 0,
             None => path.try_exists().map_err(io(&path, "stat"))?,
         };
-        let from_backend = backend.is_some();
-        if !exists && !marker.is_empty() {
+        if !exists && marked {
             return Err(DiskError::Corrupt {
                 path,
                 detail: format!(
@@ -276,32 +265,8 @@ impl DiskStore {
                 ),
             });
         }
-
         let repair = Arc::new(RepairSeen::default());
-        let mut created = !exists;
-        let opened = open_database_waiting(&path, exists, options, &repair, backend.take());
-        let db = match opened {
-            Ok(db) => db,
-            // No marker: no open of this directory ever returned, so nothing
-            // in the file was acknowledged. A file left damaged by a crash
-            // during the first open is set aside, not deleted, and started
-            // over: the marker is also missing if `LOCK` itself was deleted,
-            // and then the file may hold a log. Only damage qualifies, never
-            // a lock (another process holding the file) or an I/O error.
-            Err(error @ DiskError::Corrupt { .. })
-                if exists && marker.is_empty() && !from_backend =>
-            {
-                let aside = set_aside(&path)?;
-                tracing::warn!(
-                    %error,
-                    aside = %aside.display(),
-                    "set aside a damaged data file no open ever acknowledged; starting over"
-                );
-                created = true;
-                open_database(&path, false, options, Arc::clone(&repair), backend)?
-            }
-            Err(error) => return Err(error),
-        };
+        let (db, created) = open_or_start_over(&path, exists, marked, options, &repair, backend)?;
         if created {
             // The new file's directory entry must be durable before the
             // first commit is acknowledged.
@@ -325,43 +290,54 @@ impl DiskStore {
             value: Vec::new(),
             lock,
         };
-        // A plain open trusts a file redb closed cleanly, and redb may
-        // panic reading one damaged since: every read of the open is
-        // guarded, as the open itself is.
-        let path = store.path.clone();
+        store.load_on_open(marked, &lock_path)?;
+        store.log_opened();
+        Ok(store)
+    }
+
+    /// The reads (and the first writes) of an open, once the database is
+    /// open: the format record (written into a new file, then the lock
+    /// file's marker), the upgrade of an older format, the meta records
+    /// and the first view. A plain open trusts a file redb closed cleanly,
+    /// and redb may panic reading one damaged since: every read of the open
+    /// is guarded, as the open itself is.
+    fn load_on_open(&mut self, marked: bool, lock_path: &Path) -> Result<(), DiskError> {
+        let path = self.path.clone();
         guarded(&path, "reading it on open", || {
-            let found = store.init_format(!marker.is_empty())?;
-            if marker.is_empty() {
+            let found = self.init_format(marked)?;
+            if !marked {
                 // Only after the format commit is durable: a marker promises
                 // a data file worth missing.
-                let lock = store.lock.file();
+                let lock = self.lock.file();
                 lock.write_all(LOCK_MARKER)
                     .and_then(|()| lock.sync_all())
-                    .map_err(io(&lock_path, "write lock file"))?;
+                    .map_err(io(lock_path, "write lock file"))?;
             }
             if found < FORMAT_VERSION {
-                store.upgrade(found)?;
+                self.upgrade(found)?;
             }
-            (store.meta, store.blocks) = store.load_meta()?;
-            store.view = Some(store.make_view()?);
+            (self.meta, self.blocks) = self.load_meta()?;
+            self.view = Some(self.make_view()?);
             Ok(())
-        })?;
+        })
+    }
+
+    fn log_opened(&self) {
         tracing::debug!(
-            dir = %store.dir.display(),
-            streams = store.meta.heads.len(),
-            clock = store.meta.clock,
-            created = store.recovery.created,
-            rolled_back = store.recovery.rolled_back,
-            pages_checked = store.recovery.pages_checked,
+            dir = %self.dir.display(),
+            streams = self.meta.heads.len(),
+            clock = self.meta.clock,
+            created = self.recovery.created,
+            rolled_back = self.recovery.rolled_back,
+            pages_checked = self.recovery.pages_checked,
             "disk store opened"
         );
-        if store.recovery.rolled_back {
+        if self.recovery.rolled_back {
             tracing::warn!(
-                path = %store.path.display(),
+                path = %self.path.display(),
                 "the newest commit was torn; recovered the commit before it"
             );
         }
-        Ok(store)
     }
 
     /// The data directory.
@@ -510,26 +486,7 @@ impl DiskStore {
     /// the number of blocks recorded. O(streams), not O(events).
     fn load_meta(&self) -> Result<(StoreMeta, u64), DiskError> {
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
-        let meta_table = read
-            .open_table(META)
-            .map_err(self.engine("open meta table"))?;
-        let clock = match meta_table
-            .get(META_CLOCK)
-            .map_err(self.engine("read clock"))?
-        {
-            Some(value) => decode_clock(value.value())
-                .ok_or_else(|| self.corrupt("the clock record fails its checksum"))?,
-            None => 0,
-        };
-        let recorded_blocks = match meta_table
-            .get(META_BLOCKS)
-            .map_err(self.engine("read block count"))?
-        {
-            Some(value) => decode_count(META_BLOCKS, value.value())
-                .ok_or_else(|| self.corrupt("the block count record fails its checksum"))?,
-            None => return Err(self.corrupt("the block count record is missing")),
-        };
-        drop(meta_table);
+        let (clock, recorded_blocks) = self.clock_and_block_count(&read)?;
         let digest = self
             .digest_record(&read)?
             .ok_or_else(|| self.corrupt("the digest record is missing"))?;
@@ -543,54 +500,8 @@ impl DiskStore {
         };
         let mut expected_len: u64 = 0;
         for (&stream, &(floor, head)) in &records {
-            let range = (stream.get(), 0)..=(stream.get(), u64::MAX);
-            let mut held = blocks.range(range).map_err(self.engine("read blocks"))?;
-            let first = held
-                .next()
-                .transpose()
-                .map_err(self.engine("read blocks"))?
-                .map(|(key, _)| key.value().1);
-            let last = match held
-                .next_back()
-                .transpose()
-                .map_err(self.engine("read blocks"))?
-            {
-                Some((key, value)) => {
-                    let first_seq = key.value().1;
-                    let block = Block::decode(stream, first_seq, value.value())
-                        .map_err(|detail| self.damaged(stream, first_seq, detail))?;
-                    Some(block.last_seq())
-                }
-                // One block: it is the first and the last.
-                None => match first {
-                    Some(first_seq) => {
-                        let value = blocks
-                            .get((stream.get(), first_seq))
-                            .map_err(self.engine("read blocks"))?
-                            .ok_or_else(|| self.corrupt("a block vanished while read"))?;
-                        let block = Block::decode(stream, first_seq, value.value())
-                            .map_err(|detail| self.damaged(stream, first_seq, detail))?;
-                        Some(block.last_seq())
-                    }
-                    None => None,
-                },
-            };
-            // Lazily: `floor + 1` overflows when `floor == head == u64::MAX`.
-            let expected = (head > floor).then(|| (floor + 1, head));
-            if first.zip(last) != expected {
-                let found = match first.zip(last) {
-                    Some((first, last)) => format!("seqs {first}..={last}"),
-                    None => "no events".to_string(),
-                };
-                let wanted = match expected {
-                    Some((first, last)) => format!("seqs {first}..={last}"),
-                    None => "no events".to_string(),
-                };
-                return Err(self.corrupt(format!(
-                    "stream {stream} records floor {floor} and head {head} ({wanted}), \
-                     but the blocks table holds {found}"
-                )));
-            }
+            let held = self.held_extent(&blocks, stream)?;
+            self.check_extent(stream, floor, head, held)?;
             expected_len = expected_len.checked_add(head - floor).ok_or_else(|| {
                 self.corrupt(format!(
                     "the stream records account for more than {} events",
@@ -615,6 +526,106 @@ impl DiskStore {
         }
         meta.digest = Some(digest);
         Ok((meta, recorded_blocks))
+    }
+
+    /// Reads the clock record (0 when there is none yet) and the block
+    /// count record (which every format-3 file has).
+    fn clock_and_block_count(&self, read: &redb::ReadTransaction) -> Result<(u64, u64), DiskError> {
+        let meta_table = read
+            .open_table(META)
+            .map_err(self.engine("open meta table"))?;
+        let clock = match meta_table
+            .get(META_CLOCK)
+            .map_err(self.engine("read clock"))?
+        {
+            Some(value) => decode_clock(value.value())
+                .ok_or_else(|| self.corrupt("the clock record fails its checksum"))?,
+            None => 0,
+        };
+        let recorded_blocks = match meta_table
+            .get(META_BLOCKS)
+            .map_err(self.engine("read block count"))?
+        {
+            Some(value) => decode_count(META_BLOCKS, value.value())
+                .ok_or_else(|| self.corrupt("the block count record fails its checksum"))?,
+            None => return Err(self.corrupt("the block count record is missing")),
+        };
+        Ok((clock, recorded_blocks))
+    }
+
+    /// The seqs the blocks of `stream` hold, from the first block's key to
+    /// the last block's last seq (that block read and crc-checked); `None`
+    /// when it has no block.
+    fn held_extent(
+        &self,
+        blocks: &BlocksTable,
+        stream: StreamId,
+    ) -> Result<Option<(u64, u64)>, DiskError> {
+        let range = (stream.get(), 0)..=(stream.get(), u64::MAX);
+        let mut held = blocks.range(range).map_err(self.engine("read blocks"))?;
+        let first = held
+            .next()
+            .transpose()
+            .map_err(self.engine("read blocks"))?
+            .map(|(key, _)| key.value().1);
+        let last = match held
+            .next_back()
+            .transpose()
+            .map_err(self.engine("read blocks"))?
+        {
+            Some((key, value)) => Some(self.last_seq_of(stream, key.value().1, value.value())?),
+            // One block: it is the first and the last.
+            None => match first {
+                Some(first_seq) => {
+                    let value = blocks
+                        .get((stream.get(), first_seq))
+                        .map_err(self.engine("read blocks"))?
+                        .ok_or_else(|| self.corrupt("a block vanished while read"))?;
+                    Some(self.last_seq_of(stream, first_seq, value.value())?)
+                }
+                None => None,
+            },
+        };
+        Ok(first.zip(last))
+    }
+
+    /// The last seq of the block of `stream` from `first_seq`, decoded
+    /// (and crc-checked) from its stored `value`.
+    fn last_seq_of(
+        &self,
+        stream: StreamId,
+        first_seq: u64,
+        value: &[u8],
+    ) -> Result<u64, DiskError> {
+        let block = Block::decode(stream, first_seq, value)
+            .map_err(|detail| self.damaged(stream, first_seq, detail))?;
+        Ok(block.last_seq())
+    }
+
+    /// Checks that the blocks of `stream` hold exactly `floor + 1 ..= head`
+    /// (nothing when `head == floor`).
+    fn check_extent(
+        &self,
+        stream: StreamId,
+        floor: u64,
+        head: u64,
+        held: Option<(u64, u64)>,
+    ) -> Result<(), DiskError> {
+        // Lazily: `floor + 1` overflows when `floor == head == u64::MAX`.
+        let expected = (head > floor).then(|| (floor + 1, head));
+        if held == expected {
+            return Ok(());
+        }
+        let describe = |seqs: Option<(u64, u64)>| match seqs {
+            Some((first, last)) => format!("seqs {first}..={last}"),
+            None => "no events".to_string(),
+        };
+        Err(self.corrupt(format!(
+            "stream {stream} records floor {floor} and head {head} ({}), \
+             but the blocks table holds {}",
+            describe(expected),
+            describe(held)
+        )))
     }
 
     fn begin_write(&self) -> Result<redb::WriteTransaction, DiskError> {
@@ -673,6 +684,77 @@ impl DiskStore {
 }
 
 impl DiskStore {
+    /// Writes the blocks of a batch, in `txn`: first its floors (dropping
+    /// what they cover), then each stream's run of events, counting both
+    /// into `digest`.
+    fn write_blocks(
+        &mut self,
+        txn: &redb::WriteTransaction,
+        batch: &Batch,
+        digest: &mut Digest,
+    ) -> Result<(), DiskError> {
+        // A batch's events are contiguous per stream but may interleave
+        // streams: gather each stream's run, in seq order.
+        let mut runs: BTreeMap<StreamId, Vec<&Event>> = BTreeMap::new();
+        for event in batch.events() {
+            runs.entry(event.stream).or_default().push(event);
+        }
+        let mut table = txn
+            .open_table(BLOCKS)
+            .map_err(self.engine("open blocks table"))?;
+        for &(stream, floor_seq) in &batch.floors {
+            if floor_seq > self.meta.floor.get(stream) {
+                self.drop_through(&mut table, stream, floor_seq, digest)?;
+            }
+        }
+        for (&stream, events) in &runs {
+            for event in events {
+                digest.add(event);
+            }
+            self.append_run(&mut table, stream, events)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the records a commit changes, in `txn`: each touched stream's
+    /// `(floor, head)`, the clock if it moved, the digest, and the block
+    /// count if it moved from `blocks_before`.
+    fn write_records(
+        &self,
+        txn: &redb::WriteTransaction,
+        touched: &BTreeMap<StreamId, (u64, u64)>,
+        clock: u64,
+        digest: Digest,
+        blocks_before: u64,
+    ) -> Result<(), DiskError> {
+        let mut streams = txn
+            .open_table(STREAMS)
+            .map_err(self.engine("open streams table"))?;
+        for (&stream, &(floor, head)) in touched {
+            let record = encode_stream(stream, floor, head);
+            streams
+                .insert(stream.get(), record.as_slice())
+                .map_err(self.engine("write stream record"))?;
+        }
+        let mut meta = txn
+            .open_table(META)
+            .map_err(self.engine("open meta table"))?;
+        if clock != self.meta.clock {
+            meta.insert(META_CLOCK, encode_clock(clock).as_slice())
+                .map_err(self.engine("write clock"))?;
+        }
+        meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+            .map_err(self.engine("write digest"))?;
+        if self.blocks != blocks_before {
+            meta.insert(
+                META_BLOCKS,
+                encode_count(META_BLOCKS, self.blocks).as_slice(),
+            )
+            .map_err(self.engine("write block count"))?;
+        }
+        Ok(())
+    }
+
     /// Drops the events of `stream` at or below `floor_seq`: reads each
     /// block holding any (their hashes leave the digest), deletes them as
     /// one key range, and writes what is left of the boundary block, if
@@ -831,55 +913,11 @@ impl Store for DiskStore {
         let clock = self.meta.clock.max(batch.clock);
         let mut digest = self.meta.digest.unwrap_or_default();
         let blocks_before = self.blocks;
-        // A batch's events are contiguous per stream but may interleave
-        // streams: gather each stream's run, in seq order.
-        let mut runs: BTreeMap<StreamId, Vec<&Event>> = BTreeMap::new();
-        for event in batch.events() {
-            runs.entry(event.stream).or_default().push(event);
-        }
         let txn = self.begin_write()?;
         let path = self.path.clone();
         let written = guarded(&path, "writing it", || {
-            let mut table = txn
-                .open_table(BLOCKS)
-                .map_err(self.engine("open blocks table"))?;
-            for &(stream, floor_seq) in &batch.floors {
-                if floor_seq > self.meta.floor.get(stream) {
-                    self.drop_through(&mut table, stream, floor_seq, &mut digest)?;
-                }
-            }
-            for (&stream, events) in &runs {
-                for event in events {
-                    digest.add(event);
-                }
-                self.append_run(&mut table, stream, events)?;
-            }
-            let mut streams = txn
-                .open_table(STREAMS)
-                .map_err(self.engine("open streams table"))?;
-            for (&stream, &(floor, head)) in &touched {
-                let record = encode_stream(stream, floor, head);
-                streams
-                    .insert(stream.get(), record.as_slice())
-                    .map_err(self.engine("write stream record"))?;
-            }
-            let mut meta = txn
-                .open_table(META)
-                .map_err(self.engine("open meta table"))?;
-            if clock != self.meta.clock {
-                meta.insert(META_CLOCK, encode_clock(clock).as_slice())
-                    .map_err(self.engine("write clock"))?;
-            }
-            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
-                .map_err(self.engine("write digest"))?;
-            if self.blocks != blocks_before {
-                meta.insert(
-                    META_BLOCKS,
-                    encode_count(META_BLOCKS, self.blocks).as_slice(),
-                )
-                .map_err(self.engine("write block count"))?;
-            }
-            drop((table, streams, meta));
+            self.write_blocks(&txn, batch, &mut digest)?;
+            self.write_records(&txn, &touched, clock, digest, blocks_before)?;
             txn.commit().map_err(self.engine("commit"))
         });
         if let Err(error) = written {
@@ -903,6 +941,62 @@ impl Store for DiskStore {
 
     fn view(&self) -> Option<StoreView> {
         self.view.clone()
+    }
+}
+
+/// Creates `dir` and any missing parent. A directory created here must
+/// itself survive a power cut, or the files acknowledged in it go with it:
+/// each new one's parent is synced.
+fn create_dir_durably(dir: &Path) -> Result<(), DiskError> {
+    let new_dirs = missing_dirs(dir)?;
+    std::fs::create_dir_all(dir).map_err(io(dir, "create directory"))?;
+    for new_dir in &new_dirs {
+        sync_dir(parent_dir(new_dir))?;
+    }
+    Ok(())
+}
+
+/// Whether the lock file holds the marker line (any bytes at all count:
+/// see the module docs), that is whether an open of this directory ever
+/// returned. Bounded: the lock file is read from disk like any other input.
+fn read_marker(lock: &mut DirLock, lock_path: &Path) -> Result<bool, DiskError> {
+    let mut marker = Vec::new();
+    lock.file()
+        .take(LOCK_MARKER.len() as u64 + 1)
+        .read_to_end(&mut marker)
+        .map_err(io(lock_path, "read lock file"))?;
+    Ok(!marker.is_empty())
+}
+
+/// Opens the database, answering it and whether it was created. No marker
+/// (`marked` false): no open of this directory ever returned, so nothing
+/// in the file was acknowledged. A file left damaged by a crash during the
+/// first open is set aside, not deleted, and started over: the marker is
+/// also missing if `LOCK` itself was deleted, and then the file may hold a
+/// log. Only damage qualifies, never a lock (another process holding the
+/// file) or an I/O error, and never a backend given by the caller.
+fn open_or_start_over<B: redb::StorageBackend>(
+    path: &Path,
+    exists: bool,
+    marked: bool,
+    options: &DiskOptions,
+    repair: &Arc<RepairSeen>,
+    mut backend: Option<B>,
+) -> Result<(Database, bool), DiskError> {
+    let from_backend = backend.is_some();
+    match open_database_waiting(path, exists, options, repair, backend.take()) {
+        Ok(db) => Ok((db, !exists)),
+        Err(error @ DiskError::Corrupt { .. }) if exists && !marked && !from_backend => {
+            let aside = set_aside(path)?;
+            tracing::warn!(
+                %error,
+                aside = %aside.display(),
+                "set aside a damaged data file no open ever acknowledged; starting over"
+            );
+            let db = open_database(path, false, options, Arc::clone(repair), backend)?;
+            Ok((db, true))
+        }
+        Err(error) => Err(error),
     }
 }
 
