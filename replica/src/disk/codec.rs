@@ -1,10 +1,10 @@
 //! The records of the `streams` and `meta` tables, each with a crc32 over
 //! its key and content (`docs/STORAGE.md`), and the little-endian reads
-//! that blocks share. A leaf: it imports nothing of the store.
+//! that blocks share. A leaf: it imports nothing of the crate, so the
+//! digest record is coded from and to its two numbers (the store converts
+//! them to and from [`Digest`](crate::Digest)).
 
 use meshlog_cursor::StreamId;
-
-use crate::Digest;
 
 /// The `meta` table's keys.
 pub(super) const META_FORMAT: &str = "format";
@@ -57,23 +57,28 @@ pub(super) fn decode_count(key: &str, record: &[u8]) -> Option<u64> {
     (crc == record_crc(key.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
 }
 
-pub(super) fn encode_digest(digest: Digest) -> [u8; 28] {
+/// The digest record: the number of events and their sum, as in
+/// [`Digest`](crate::Digest).
+pub(super) fn encode_digest(events: u64, sum: u128) -> [u8; 28] {
     let mut record = [0u8; 28];
-    record[0..8].copy_from_slice(&digest.events.to_le_bytes());
-    record[8..24].copy_from_slice(&digest.sum.to_le_bytes());
+    record[0..8].copy_from_slice(&events.to_le_bytes());
+    record[8..24].copy_from_slice(&sum.to_le_bytes());
     let crc = record_crc(META_DIGEST.as_bytes(), &record[..24]);
     record[24..28].copy_from_slice(&crc.to_le_bytes());
     record
 }
 
-pub(super) fn decode_digest(record: &[u8]) -> Option<Digest> {
+/// The number of events and their sum, from a digest record.
+pub(super) fn decode_digest(record: &[u8]) -> Option<(u64, u128)> {
     if record.len() != 28 {
         return None;
     }
     let crc = u32::from_le_bytes(record[24..28].try_into().expect("4 bytes"));
-    (crc == record_crc(META_DIGEST.as_bytes(), &record[..24])).then(|| Digest {
-        events: u64_at(record, 0),
-        sum: u128::from_le_bytes(record[8..24].try_into().expect("16 bytes")),
+    (crc == record_crc(META_DIGEST.as_bytes(), &record[..24])).then(|| {
+        (
+            u64_at(record, 0),
+            u128::from_le_bytes(record[8..24].try_into().expect("16 bytes")),
+        )
     })
 }
 

@@ -409,7 +409,7 @@ impl DiskStore {
                 .map_err(self.engine("open meta table"))?;
             meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
                 .map_err(self.engine("write format"))?;
-            meta.insert(META_DIGEST, encode_digest(Digest::default()).as_slice())
+            meta.insert(META_DIGEST, digest_record(Digest::default()).as_slice())
                 .map_err(self.engine("write digest"))?;
             meta.insert(META_BLOCKS, encode_count(META_BLOCKS, 0).as_slice())
                 .map_err(self.engine("write block count"))?;
@@ -459,6 +459,7 @@ impl DiskStore {
         record
             .map(|record| {
                 decode_digest(&record)
+                    .map(|(events, sum)| Digest { events, sum })
                     .ok_or_else(|| self.corrupt("the digest record fails its checksum"))
             })
             .transpose()
@@ -743,7 +744,7 @@ impl DiskStore {
             meta.insert(META_CLOCK, encode_clock(clock).as_slice())
                 .map_err(self.engine("write clock"))?;
         }
-        meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+        meta.insert(META_DIGEST, digest_record(digest).as_slice())
             .map_err(self.engine("write digest"))?;
         if self.blocks != blocks_before {
             meta.insert(
@@ -998,6 +999,11 @@ fn open_or_start_over<B: redb::StorageBackend>(
         }
         Err(error) => Err(error),
     }
+}
+
+/// The digest record of `digest` (`codec` knows no [`Digest`]).
+fn digest_record(digest: Digest) -> [u8; 28] {
+    encode_digest(digest.events, digest.sum)
 }
 
 /// Opens the redb file with a full integrity check, turning a panic inside

@@ -18,11 +18,9 @@ use redb::Database;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::block::BlockBuilder;
-use super::codec::{
-    encode_count, encode_digest, encode_format, META_BLOCKS, META_DIGEST, META_FORMAT,
-};
+use super::codec::{encode_count, encode_format, META_BLOCKS, META_DIGEST, META_FORMAT};
 use super::error::DiskError;
-use super::{DiskStore, BLOCKS, FORMAT_VERSION, META};
+use super::{digest_record, DiskStore, BLOCKS, FORMAT_VERSION, META};
 use crate::{Digest, Event};
 
 /// Formats 1 and 2: `(stream, seq)` → one event value.
@@ -218,7 +216,7 @@ impl DiskStore {
         let mut meta = txn
             .open_table(META)
             .map_err(self.engine("open meta table"))?;
-        meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+        meta.insert(META_DIGEST, digest_record(digest).as_slice())
             .map_err(self.engine("write digest"))?;
         meta.insert(
             META_BLOCKS,
@@ -382,7 +380,7 @@ mod tests {
                 .unwrap();
             meta.insert(META_CLOCK, encode_clock(900).as_slice())
                 .unwrap();
-            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+            meta.insert(META_DIGEST, digest_record(digest).as_slice())
                 .unwrap();
         }
         txn.commit().unwrap();
