@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::rng::SplitMix64;
-use crate::{Backoff, Routes};
+use crate::{Backoff, PeerDirection, Routes};
 use crate::{Session, SessionConfig, SessionError, SessionState, SharedReplica};
 
 /// Where to listen, whom to dial, and how.
@@ -52,15 +52,6 @@ impl Default for ManagerConfig {
             jitter_seed: 0,
         }
     }
-}
-
-/// Whether we dialed the peer or it dialed us.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PeerDirection {
-    /// A configured peer we dial (and redial).
-    Outbound,
-    /// A peer that connected to our listener.
-    Inbound,
 }
 
 /// One peer as the manager sees it now.

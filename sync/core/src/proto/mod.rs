@@ -12,7 +12,7 @@
 //!
 //! Drivers:
 //!
-//! - [`Session`](crate::Session): a tokio task over one byte stream;
+//! - `meshlog_sync::Session`: a tokio task over one byte stream;
 //! - [`sync_once`]: one exchange between two replicas in memory, to
 //!   quiescence (tests, benchmarks, request/response transports);
 //! - a runtime's own transport (a message bus, a WebSocket it owns): call
@@ -26,8 +26,9 @@
 //! ```
 //! use std::time::Instant;
 //! use meshlog_cursor::StreamId;
-//! use meshlog_sync::proto::{Protocol, Received};
-//! use meshlog_sync::{SessionConfig, SharedReplica};
+//! use meshlog_replica::SharedReplica;
+//! use meshlog_sync_core::proto::{Protocol, Received};
+//! use meshlog_sync_core::SessionConfig;
 //!
 //! let a = SharedReplica::in_memory(StreamId::new(1));
 //! let b = SharedReplica::in_memory(StreamId::new(2));
@@ -43,7 +44,7 @@
 //!     let mut moved = false;
 //!     while let Some(bytes) = from.poll_transmit(now, from_replica)? {
 //!         moved = true;
-//!         let payload = &bytes[meshlog_sync::frame::LENGTH_PREFIX_BYTES..];
+//!         let payload = &bytes[meshlog_sync_core::frame::LENGTH_PREFIX_BYTES..];
 //!         if let Received::Apply(columns) = to.handle_payload(now, payload, to_replica)? {
 //!             let applied = to_replica.apply_columns(columns);
 //!             to.handle_applied(now, applied)?;
@@ -73,10 +74,10 @@ use crate::frame::{
     self, Frame, Hello, Incoming, MarksDiff, Receipt, Routes as RoutesFrame, DELTA_EVENTS_MAX,
     FRAME_BYTES_MAX,
 };
-use crate::manager::PeerDirection;
-use crate::routes::{RouteLink, Routes};
-use crate::session::{LimitHit, SessionConfig, SessionError, SessionState};
-use crate::SharedReplica;
+use meshlog_replica::SharedReplica;
+
+use crate::routes::{PeerDirection, RouteLink, Routes};
+use crate::{LimitHit, ProtocolError, SessionConfig, SessionState};
 
 /// What the protocol core reads of the local replica: its identity, its
 /// marks and floor, and the deltas it builds. Implemented for
@@ -358,7 +359,7 @@ impl Protocol {
     }
 
     /// The peer, if another session with it is kept instead of this one:
-    /// the driver ends this session ([`SessionEnd::Duplicate`](crate::SessionEnd)).
+    /// the driver ends this session (`meshlog_sync::SessionEnd::Duplicate`).
     pub fn duplicate_of(&self) -> Option<StreamId> {
         let duplicate = self.duplicate || self.link.as_ref().is_some_and(RouteLink::is_duplicate);
         self.peer.filter(|_| duplicate)
@@ -488,7 +489,7 @@ impl Protocol {
     /// ([`SessionState::limits`]) and logged once each; the rest of the
     /// delta is applied as usual. The replica's apply still checks both
     /// limits: a delta that slips past this (a stream count that changed
-    /// meanwhile) ends the session with [`SessionError::Limit`] as before.
+    /// meanwhile) ends the session with [`ProtocolError::Limit`] as before.
     fn admit<L: LocalReplica>(&mut self, columns: &mut DeltaColumns, local: &L) {
         let (streams_max, payload_bytes_max) = local.limits();
         if streams_max == usize::MAX && payload_bytes_max == usize::MAX {
@@ -780,7 +781,7 @@ impl Protocol {
 
     /// Serves the tick if `now` reached it: times out a silent peer, and
     /// makes a hello (until the peer has ours) and a heartbeat due.
-    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ProtocolError> {
         if self.ack_at.is_some_and(|at| at <= now) {
             self.ack_at = None;
             self.ack_due = true;
@@ -793,13 +794,13 @@ impl Protocol {
         }
         self.next_tick = now + tick_interval(&self.config);
         if self.peer.is_none() && now - self.started_at > self.config.read_timeout {
-            return Err(SessionError::ReadTimeout {
+            return Err(ProtocolError::ReadTimeout {
                 what: "hello",
                 idle: now - self.started_at,
             });
         }
         if now - self.last_frame_at > self.config.read_timeout {
-            return Err(SessionError::ReadTimeout {
+            return Err(ProtocolError::ReadTimeout {
                 what: "frame",
                 idle: now - self.last_frame_at,
             });
@@ -934,7 +935,7 @@ impl Protocol {
         &mut self,
         now: Instant,
         local: &L,
-    ) -> Result<Option<Vec<u8>>, SessionError> {
+    ) -> Result<Option<Vec<u8>>, ProtocolError> {
         let Some(outgoing) = self.next_frame(now, local) else {
             return Ok(None);
         };
@@ -951,7 +952,7 @@ impl Protocol {
                 )
             }
         };
-        let bytes = bytes.map_err(SessionError::Send)?;
+        let bytes = bytes.map_err(ProtocolError::Send)?;
         tracing::trace!(kind, len = bytes.len(), "frame queued");
         self.state.frames_sent += 1;
         self.state.bytes_sent += bytes.len() as u64;
@@ -1136,14 +1137,14 @@ impl Protocol {
         now: Instant,
         payload: &[u8],
         local: &L,
-    ) -> Result<Received, SessionError> {
+    ) -> Result<Received, ProtocolError> {
         let len = payload.len() + frame::LENGTH_PREFIX_BYTES;
         self.state.frames_received += 1;
         self.state.bytes_received += len as u64;
         self.state_changed = true;
         self.last_frame_at = now;
         let incoming = frame::decode_incoming(payload, self.config.frame_limit())
-            .map_err(SessionError::Frame)?;
+            .map_err(ProtocolError::Frame)?;
         tracing::trace!(kind = incoming.kind(), len, "frame received");
         self.on_frame(now, incoming, local)
     }
@@ -1157,7 +1158,7 @@ impl Protocol {
         now: Instant,
         frame: Frame,
         local: &L,
-    ) -> Result<Received, SessionError> {
+    ) -> Result<Received, ProtocolError> {
         self.state.frames_received += 1;
         self.state_changed = true;
         self.last_frame_at = now;
@@ -1176,7 +1177,7 @@ impl Protocol {
         now: Instant,
         incoming: Incoming,
         local: &L,
-    ) -> Result<Received, SessionError> {
+    ) -> Result<Received, ProtocolError> {
         debug_assert!(
             self.applying.is_none(),
             "a frame handed in before the delta was reported"
@@ -1283,14 +1284,14 @@ impl Protocol {
         now: Instant,
         receipt: Receipt,
         marks_lag: bool,
-    ) -> Result<(), SessionError> {
+    ) -> Result<(), ProtocolError> {
         let Receipt {
             received,
             seen,
             marks,
         } = receipt;
         if marks.base > self.peer_marks_number {
-            return Err(SessionError::Protocol {
+            return Err(ProtocolError::Protocol {
                 detail: format!(
                     "marks {} sent as a difference from marks {} this side never reported \
                      holding (it holds marks {})",
@@ -1300,12 +1301,12 @@ impl Protocol {
         }
         let latest_ours = self.marks_sent.back().map_or(0, |(number, _)| *number);
         if seen > latest_ours {
-            return Err(SessionError::Protocol {
+            return Err(ProtocolError::Protocol {
                 detail: format!("peer holds our marks {seen}; we sent up to {latest_ours}"),
             });
         }
         if received >= self.next_delta_number {
-            return Err(SessionError::Protocol {
+            return Err(ProtocolError::Protocol {
                 detail: format!(
                     "peer received delta {received}; we sent up to {}",
                     self.next_delta_number - 1
@@ -1399,15 +1400,15 @@ impl Protocol {
         Ok(())
     }
 
-    fn on_hello<L: LocalReplica>(&mut self, hello: Hello, local: &L) -> Result<(), SessionError> {
+    fn on_hello<L: LocalReplica>(&mut self, hello: Hello, local: &L) -> Result<(), ProtocolError> {
         if hello.stream == self.local {
-            return Err(SessionError::SelfConnection {
+            return Err(ProtocolError::SelfConnection {
                 stream: hello.stream,
             });
         }
         match self.peer {
             Some(was) if was != hello.stream => {
-                return Err(SessionError::IdentityChanged {
+                return Err(ProtocolError::IdentityChanged {
                     was,
                     now: hello.stream,
                 });
@@ -1460,15 +1461,15 @@ impl Protocol {
     }
 
     /// Reports how applying the delta last handed back went. A refused
-    /// delta ends the session ([`SessionError::Refused`] for what the peer
-    /// did wrong, [`SessionError::Limit`] for a local limit it exceeds,
-    /// [`SessionError::Replica`] for our own store failing); one that
+    /// delta ends the session ([`ProtocolError::Refused`] for what the peer
+    /// did wrong, [`ProtocolError::Limit`] for a local limit it exceeds,
+    /// [`ProtocolError::Replica`] for our own store failing); one that
     /// changed our log makes an ack due.
     pub fn handle_applied(
         &mut self,
         now: Instant,
         applied: Result<ApplyReport, ReplicaError>,
-    ) -> Result<(), SessionError> {
+    ) -> Result<(), ProtocolError> {
         let number = self.applying.take();
         let peer = self.peer.unwrap_or(self.local);
         let report = applied.map_err(|source| match source {
@@ -1483,12 +1484,12 @@ impl Protocol {
                     | DeltaError::LamportTooLarge { .. }
                     | DeltaError::FloorTooLarge { .. } => {}
                 }
-                SessionError::Refused { peer, source }
+                ProtocolError::Refused { peer, source }
             }
             ReplicaError::PayloadTooLarge { .. } | ReplicaError::TooManyStreams { .. } => {
-                SessionError::Limit { peer, source }
+                ProtocolError::Limit { peer, source }
             }
-            source => SessionError::Replica(source),
+            source => ProtocolError::Replica(source),
         })?;
         // Time spent committing what the peer sent is not its silence.
         self.last_frame_at = now;
@@ -1712,36 +1713,40 @@ const SYNC_ONCE_FLIGHTS_MAX: u32 = 100_000;
 /// Runs one exchange between two replicas in memory, to quiescence: each
 /// side sends its hello, then each sends the other what it misses and acks
 /// what it applied, turn by turn, until neither has anything left to send.
-/// Frames go through the codec (so bytes are counted as on a wire); no
-/// clock runs, so no heartbeat is sent.
+/// Frames go through the codec (so bytes are counted as on a wire); the
+/// whole exchange happens at `now` (no clock runs), so no heartbeat is
+/// sent. `meshlog_sync::sync_once` is this at the time of the call.
 ///
 /// For tests, benchmarks and request/response transports: the rules are
-/// those of a [`Session`](crate::Session), without a task or a stream.
+/// those of a session (`meshlog_sync::Session`), without a task or a
+/// stream.
 ///
 /// ```
+/// use std::time::Instant;
 /// use meshlog_cursor::StreamId;
-/// use meshlog_sync::{sync_once, SessionConfig, SharedReplica};
+/// use meshlog_replica::SharedReplica;
+/// use meshlog_sync_core::{sync_once, SessionConfig};
 ///
 /// let a = SharedReplica::in_memory(StreamId::new(1));
 /// let b = SharedReplica::in_memory(StreamId::new(2));
 /// a.append(&b"from a"[..])?;
 /// b.append(&b"from b"[..])?;
-/// let report = sync_once(&a, &b, &SessionConfig::default())?;
+/// let report = sync_once(Instant::now(), &a, &b, &SessionConfig::default())?;
 /// assert!(report.quiescent);
 /// assert_eq!(a.digest(), b.digest());
 /// assert_eq!(report.a.events_sent, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn sync_once<A, B>(
+    now: Instant,
     a: &SharedReplica<A>,
     b: &SharedReplica<B>,
     config: &SessionConfig,
-) -> Result<SyncReport, SessionError>
+) -> Result<SyncReport, ProtocolError>
 where
     A: Store + Send + Sync + 'static,
     B: Store + Send + Sync + 'static,
 {
-    let now = Instant::now();
     // No clock runs here, so no ack or delta waits for one.
     let config = SessionConfig {
         ack_delay: Duration::ZERO,
@@ -1791,7 +1796,7 @@ fn flight<F, T>(
     from_replica: &SharedReplica<F>,
     to: &mut Protocol,
     to_replica: &SharedReplica<T>,
-) -> Result<bool, SessionError>
+) -> Result<bool, ProtocolError>
 where
     F: Store + Send + Sync + 'static,
     T: Store + Send + Sync + 'static,
@@ -1811,12 +1816,12 @@ where
 /// a driver whose replica commits on the caller's thread ([`sync_once`],
 /// and tests that drive two cores by hand, through
 /// `meshlog_sync::testkit::hand_in`).
-pub(crate) fn hand_in<S: Store + Send + Sync + 'static>(
+pub fn hand_in<S: Store + Send + Sync + 'static>(
     now: Instant,
     core: &mut Protocol,
     payload: &[u8],
     replica: &SharedReplica<S>,
-) -> Result<(), SessionError> {
+) -> Result<(), ProtocolError> {
     if let Received::Apply(columns) = core.handle_payload(now, payload, replica)? {
         let applied = replica.apply_columns(columns);
         core.handle_applied(now, applied)?;

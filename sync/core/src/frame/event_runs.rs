@@ -953,8 +953,8 @@ mod tests {
     /// bytes overwritten, cut or added.
     #[test]
     fn repeats_are_checked_at_once_as_value_by_value() {
-        let seed = crate::testkit::seeds(0x4e9e47, 1)[0];
-        let mut rng = crate::rng::SplitMix64::new(seed);
+        let seed = meshlog_testkit::seed::seeds(0x4e9e47, 1)[0];
+        let mut rng = meshlog_testkit::SplitMix64::new(seed);
         let mut compared = 0;
         for _ in 0..20_000 {
             let mut events = Vec::new();
@@ -1461,7 +1461,7 @@ mod tests {
             .iter()
             .map(|&id| meshlog_replica::Replica::new(StreamId::new(id)))
             .collect();
-        let mut rng = crate::rng::SplitMix64::new(0xf4a3e);
+        let mut rng = meshlog_testkit::SplitMix64::new(0xf4a3e);
         for i in 0..400u64 {
             let w = rng.below(ids.len() as u64) as usize;
             // Wall clocks that step back now and then.
@@ -1528,7 +1528,7 @@ mod tests {
         use meshlog_replica::Replica;
 
         let seed = meshlog_testkit::seed::replay_or(0xc0_1a5);
-        let mut rng = crate::rng::SplitMix64::new(seed);
+        let mut rng = meshlog_testkit::SplitMix64::new(seed);
         let ids = [9u64, 2, 0x7fff_ffff, 40];
         let mut writers: Vec<Replica> = ids
             .iter()

@@ -5,7 +5,7 @@
 //! [`decode`] take and give a whole frame, length prefix included (what a
 //! byte stream carries), [`encode_payload`] and [`decode_payload`] the
 //! payload alone (what a transport that frames messages itself carries, and
-//! what [`FrameReader`](super::FrameReader) hands out). They write and read
+//! what `meshlog_sync::frame::FrameReader` hands out). They write and read
 //! the kind, check a hello's protocol version before
 //! anything else of it, check the vectors' counts before decoding, and hand
 //! the content to the postcard-mapped types of `repr` or to the delta
@@ -52,8 +52,14 @@ pub fn split_frame_limited(buf: &[u8], max: usize) -> Result<Option<(&[u8], usiz
 }
 
 /// The payload length announced by the prefix at the start of `buf`, checked
-/// against the limit; `None` if the prefix is incomplete.
-pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
+/// against the limit; `None` if the prefix is incomplete: what a reader of
+/// a byte stream checks before it buffers a payload.
+///
+/// # Errors
+///
+/// [`FrameError::TooLarge`] for a length above `max`, before anything is
+/// allocated for it.
+pub fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
     let Some(prefix) = buf.get(..LENGTH_PREFIX_BYTES) else {
         return Ok(None);
     };
@@ -85,7 +91,7 @@ pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameErr
 /// use bytes::Bytes;
 /// use meshlog_cursor::{StreamId, VersionVector};
 /// use meshlog_replica::{Delta, Event};
-/// use meshlog_sync::frame::{self, Frame, LENGTH_PREFIX_BYTES};
+/// use meshlog_sync_core::frame::{self, Frame, LENGTH_PREFIX_BYTES};
 ///
 /// let event = |stream, seq, lamport| Event {
 ///     stream: StreamId::new(stream),
@@ -110,7 +116,7 @@ pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameErr
 /// let payload = frame::encode_payload(&Frame::delta(1, delta))?;
 /// assert_eq!(payload, bytes[LENGTH_PREFIX_BYTES..]);
 /// assert_eq!(frame::decode_payload(&payload)?, Frame::delta(1, grouped));
-/// # Ok::<(), meshlog_sync::FrameError>(())
+/// # Ok::<(), meshlog_sync_core::FrameError>(())
 /// ```
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
     encode_limited(frame, FRAME_BYTES_MAX)
@@ -336,7 +342,7 @@ fn put_vector(out: &mut Vec<u8>, vector: &VersionVector) {
 /// and bytes after the payload [`FrameError::TrailingBytes`]; the payload
 /// is then decoded as [`decode_payload`] does. A byte stream of frames back
 /// to back is cut with [`split_frame`] (or read with
-/// [`FrameReader`](super::FrameReader)) instead.
+/// `meshlog_sync::frame::FrameReader`) instead.
 pub fn decode(bytes: &[u8]) -> Result<Frame, FrameError> {
     match split_frame(bytes)? {
         Some((payload, used)) => {
@@ -393,14 +399,25 @@ pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, Frame
 /// A received frame as the protocol takes it: a delta in columns, as it
 /// was written (no [`meshlog_replica::Event`] per event), any other as a
 /// [`Frame`].
-pub(crate) enum Incoming {
+#[derive(Debug)]
+// One per received frame, handed straight on: boxing the delta would cost
+// an allocation a frame for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Incoming {
+    /// Any frame but a delta.
     Frame(Frame),
-    Delta { number: u64, columns: DeltaColumns },
+    /// A delta, its events left in columns.
+    Delta {
+        /// The delta's number.
+        number: u64,
+        /// Its floor and events, as written.
+        columns: DeltaColumns,
+    },
 }
 
 impl Incoming {
     /// The frame's kind, as [`Frame::kind`] names it.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Incoming::Frame(frame) => frame.kind(),
             Incoming::Delta { .. } => "delta",
@@ -408,8 +425,13 @@ impl Incoming {
     }
 }
 
-/// [`decode_payload_limited`], a delta left in columns.
-pub(crate) fn decode_incoming(payload: &[u8], max: usize) -> Result<Incoming, FrameError> {
+/// [`decode_payload_limited`], a delta left in columns: what the protocol
+/// core decodes a received payload with.
+///
+/// # Errors
+///
+/// As [`decode_payload_limited`].
+pub fn decode_incoming(payload: &[u8], max: usize) -> Result<Incoming, FrameError> {
     decode_any(payload, max, true)
 }
 
