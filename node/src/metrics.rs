@@ -208,7 +208,7 @@ impl Metrics {
     pub fn render(
         &self,
         stats: meshlog_replica::Stats,
-        peers: &[crate::peers::PeerStatus],
+        peers: &[meshlog_sync::PeerStatus<String>],
     ) -> String {
         let _one_at_a_time = self
             .render_lock
@@ -223,7 +223,7 @@ impl Metrics {
         self.peer_connected.clear();
         self.peer_lag_events.clear();
         for peer in peers {
-            let labels = vec![("peer".to_owned(), peer.url.clone())];
+            let labels = vec![("peer".to_owned(), peer.addr.clone())];
             self.peer_connected
                 .get_or_create(&labels)
                 .set(i64::from(peer.connected));

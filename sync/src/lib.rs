@@ -43,7 +43,8 @@
 //!   of the call.
 //! - `link`: [`PeerLink`], one dialed or accepted peer as its driver keeps
 //!   it (status, the session running, the last error, the redial loop with
-//!   [`Backoff`]), with the dial step injected ([`Dial`]); used by
+//!   [`Backoff`], [`Redial`]), with the dial step injected ([`Dial`]) and
+//!   the sessions' settings shared ([`LinkSessions`]); used by
 //!   [`PeerManager`] (TCP) and by the node (HTTP upgrade, TLS, peer
 //!   authentication). [`PeerStatus`] is its one status type.
 //! - `backoff`: [`Backoff`], the jittered exponential redial policy of a
@@ -103,6 +104,7 @@
 #![forbid(unsafe_code)]
 
 mod backoff;
+mod link;
 mod manager;
 mod once;
 mod reader;
@@ -126,7 +128,8 @@ pub use frame::{
     Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_CEILING, FRAME_BYTES_MAX,
     PROTOCOL_VERSION,
 };
-pub use manager::{BindError, ManagerConfig, PeerManager, PeerStatus};
+pub use link::{Dial, LinkSessions, PeerLink, PeerStatus, Redial};
+pub use manager::{BindError, ManagerConfig, PeerManager};
 pub use meshlog_replica::{Commits, SharedReplica};
 pub use meshlog_sync_core::{
     LimitHit, PeerDirection, ProtocolError, Routes, SessionConfig, SessionState, SyncReport,
