@@ -343,25 +343,31 @@ type PeerIo = Box<dyn PeerStream>;
 trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerStream for T {}
 
-/// Connects to the peer (over TLS for `https://`), upgrades `GET /sync`
-/// to the sync protocol, and passes the peer handshake if this node has
-/// peer secrets.
-async fn dial(peers: &Peers, slot: &HttpDial) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+/// Connects to the peer: TCP, and TLS over it for `https://`.
+async fn connect(peers: &Peers, slot: &HttpDial) -> Result<PeerIo, String> {
     let tcp = TcpStream::connect((slot.host.as_str(), slot.port))
         .await
         .map_err(|error| format!("dial failed: {error}"))?;
     let _ = tcp.set_nodelay(true);
-    let io: PeerIo = if slot.tls {
-        let client = peers
-            .inner
-            .tls
-            .client
-            .clone()
-            .ok_or("an https:// peer needs --tls-ca")?;
-        Box::new(crate::tls::connect(client, &slot.host, tcp).await?)
-    } else {
-        Box::new(tcp)
-    };
+    if !slot.tls {
+        return Ok(Box::new(tcp));
+    }
+    let client = peers
+        .inner
+        .tls
+        .client
+        .clone()
+        .ok_or("an https:// peer needs --tls-ca")?;
+    Ok(Box::new(
+        crate::tls::connect(client, &slot.host, tcp).await?,
+    ))
+}
+
+/// Connects to the peer (over TLS for `https://`), upgrades `GET /sync`
+/// to the sync protocol, and passes the peer handshake if this node has
+/// peer secrets.
+async fn dial(peers: &Peers, slot: &HttpDial) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+    let io = connect(peers, slot).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|error| format!("HTTP handshake failed: {error}"))?;

@@ -438,6 +438,39 @@ pub fn decode_incoming(payload: &[u8], max: usize) -> Result<Incoming, FrameErro
 /// [`decode_payload_limited`], a delta's events decoded in `columns` or as
 /// events.
 fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, FrameError> {
+    let (tag, kind, body) = decode_header(payload, max)?;
+    Ok(Incoming::Frame(match tag {
+        tag::HELLO => decode_hello(body, kind)?,
+        tag::DELTA => return decode_delta(body, kind, columns),
+        tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+        tag::BARE_ACK => {
+            let received: u64 = take_all(body, kind)?;
+            if received == 0 {
+                return Err(FrameError::Malformed {
+                    kind,
+                    detail: "received 0: a bare ack follows a delta".into(),
+                });
+            }
+            Frame::BareAck(received)
+        }
+        tag::ROUTES => {
+            let repr: RoutesRepr = take_all(body, kind)?;
+            let routes = Routes {
+                number: repr.number,
+                quiet: repr.quiet.into_streams(kind, "quiet")?,
+                loud: repr.loud.into_streams(kind, "loud")?,
+            };
+            check_routes(&routes).map_err(|detail| FrameError::Malformed { kind, detail })?;
+            Frame::Routes(routes)
+        }
+        _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+    }))
+}
+
+/// A payload's kind, checked before its body is decoded: not empty, within
+/// `max`, a known kind, a hello of our version, and every count it
+/// announces within its limit. The tag, the kind's name and the body.
+fn decode_header(payload: &[u8], max: usize) -> Result<(u32, &'static str, &[u8]), FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
     }
@@ -447,12 +480,6 @@ fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, Fra
             max,
         });
     }
-    let malformed = |kind: &'static str| {
-        move |error: postcard::Error| FrameError::Malformed {
-            kind,
-            detail: error.to_string(),
-        }
-    };
     let (tag, body) = postcard::take_from_bytes::<u32>(payload).map_err(malformed("frame"))?;
     let kind = match tag {
         tag::HELLO => "hello",
@@ -478,91 +505,74 @@ fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, Fra
         }
     }
     check_counts(tag, kind, payload)?;
-    /// The whole of `bytes` as one `T`.
-    fn take_all<'a, T: Deserialize<'a>>(
-        bytes: &'a [u8],
-        kind: &'static str,
-    ) -> Result<T, FrameError> {
-        let (value, rest) =
-            postcard::take_from_bytes::<T>(bytes).map_err(|error| FrameError::Malformed {
-                kind,
-                detail: error.to_string(),
-            })?;
-        if !rest.is_empty() {
-            return Err(FrameError::TrailingBytes {
-                kind,
-                len: rest.len(),
-            });
-        }
-        Ok(value)
+    Ok((tag, kind, body))
+}
+
+/// A postcard error in a frame of `kind`, as a [`FrameError::Malformed`].
+fn malformed(kind: &'static str) -> impl Fn(postcard::Error) -> FrameError {
+    move |error: postcard::Error| FrameError::Malformed {
+        kind,
+        detail: error.to_string(),
     }
-    Ok(Incoming::Frame(match tag {
-        tag::HELLO => {
-            let hello: HelloRepr = take_all(body, kind)?;
-            if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
-                return Err(FrameError::Malformed {
-                    kind,
-                    detail: format!(
-                        "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
-                        hello.frame_bytes_max
-                    ),
-                });
-            }
-            Frame::Hello(Hello {
-                protocol: hello.protocol,
-                stream: StreamId::new(hello.stream),
-                marks: hello.marks.into_vector(kind, "marks")?,
-                floor: hello.floor.into_vector(kind, "floor")?,
-                frame_bytes_max: hello.frame_bytes_max,
-            })
-        }
-        tag::DELTA => {
-            let (number, rest) = postcard::take_from_bytes::<u64>(body).map_err(malformed(kind))?;
-            if number == 0 {
-                return Err(FrameError::Malformed {
-                    kind,
-                    detail: "delta number 0: numbers start at 1".into(),
-                });
-            }
-            let (floor, events) =
-                postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
-            let floor = floor.into_vector(kind, "floor")?;
-            if !columns {
-                return Ok(Incoming::Frame(Frame::Delta {
-                    number,
-                    delta: Delta {
-                        floor,
-                        events: decode_events(events)?,
-                    },
-                }));
-            }
-            let mut columns = decode_columns(events)?;
-            columns.floor = floor;
-            return Ok(Incoming::Delta { number, columns });
-        }
-        tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
-        tag::BARE_ACK => {
-            let received: u64 = take_all(body, kind)?;
-            if received == 0 {
-                return Err(FrameError::Malformed {
-                    kind,
-                    detail: "received 0: a bare ack follows a delta".into(),
-                });
-            }
-            Frame::BareAck(received)
-        }
-        tag::ROUTES => {
-            let repr: RoutesRepr = take_all(body, kind)?;
-            let routes = Routes {
-                number: repr.number,
-                quiet: repr.quiet.into_streams(kind, "quiet")?,
-                loud: repr.loud.into_streams(kind, "loud")?,
-            };
-            check_routes(&routes).map_err(|detail| FrameError::Malformed { kind, detail })?;
-            Frame::Routes(routes)
-        }
-        _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+}
+
+/// The whole of `bytes` as one `T`.
+fn take_all<'a, T: Deserialize<'a>>(bytes: &'a [u8], kind: &'static str) -> Result<T, FrameError> {
+    let (value, rest) = postcard::take_from_bytes::<T>(bytes).map_err(malformed(kind))?;
+    if !rest.is_empty() {
+        return Err(FrameError::TrailingBytes {
+            kind,
+            len: rest.len(),
+        });
+    }
+    Ok(value)
+}
+
+/// A hello's body, its frame limit at least the one every peer takes.
+fn decode_hello(body: &[u8], kind: &'static str) -> Result<Frame, FrameError> {
+    let hello: HelloRepr = take_all(body, kind)?;
+    if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
+        return Err(FrameError::Malformed {
+            kind,
+            detail: format!(
+                "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
+                hello.frame_bytes_max
+            ),
+        });
+    }
+    Ok(Frame::Hello(Hello {
+        protocol: hello.protocol,
+        stream: StreamId::new(hello.stream),
+        marks: hello.marks.into_vector(kind, "marks")?,
+        floor: hello.floor.into_vector(kind, "floor")?,
+        frame_bytes_max: hello.frame_bytes_max,
     }))
+}
+
+/// A delta's body: its number, its floor, and its events in `columns` or
+/// as events.
+fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incoming, FrameError> {
+    let (number, rest) = postcard::take_from_bytes::<u64>(body).map_err(malformed(kind))?;
+    if number == 0 {
+        return Err(FrameError::Malformed {
+            kind,
+            detail: "delta number 0: numbers start at 1".into(),
+        });
+    }
+    let (floor, events) = postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
+    let floor = floor.into_vector(kind, "floor")?;
+    if !columns {
+        return Ok(Incoming::Frame(Frame::Delta {
+            number,
+            delta: Delta {
+                floor,
+                events: decode_events(events)?,
+            },
+        }));
+    }
+    let mut columns = decode_columns(events)?;
+    columns.floor = floor;
+    Ok(Incoming::Delta { number, columns })
 }
 
 impl ReceiptRepr {
