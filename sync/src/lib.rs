@@ -64,7 +64,7 @@
 //! **Architecture invariant:** only this crate and its core know frames,
 //! and only this crate (not the core) knows sockets, tasks and the clock.
 //! The replica and the cursor are used through their public API; their types
-//! are converted to this crate's private serde types at the frame boundary.
+//! are converted to the core's private serde types at the frame boundary.
 //!
 //! # Example
 //!
