@@ -9,11 +9,11 @@
 //! handshake (`peer_auth`): a peer that does not hold the secret never
 //! reaches a sync session.
 //!
-//! The redial policy is `meshlog_sync::PeerManager`'s (which dials raw TCP,
-//! not an HTTP upgrade, so it is re-implemented here): the delay doubles
-//! from `backoff_min` to `backoff_max` per failure, drawn from the upper
-//! half of that range, and starts over only after a session that was
-//! established and lasted at least `backoff_max`.
+//! The link itself (status, the session running, the last error, the
+//! redial loop and its jittered backoff) is `meshlog_sync::PeerLink`, the
+//! one `meshlog_sync::PeerManager` keeps too; this module injects the dial
+//! step (`HttpDial`: TCP, TLS for `https://`, the `GET /sync` upgrade and
+//! the peer proof) and counts the sessions in the node's metrics.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -22,13 +22,14 @@ use http_body_util::Empty;
 use hyper::header::{CONNECTION, HOST, UPGRADE};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::VersionVector;
+use meshlog_replica::DiskStore;
 use meshlog_sync::{
-    Backoff, PeerDirection, Routes, Session, SessionConfig, SessionEnd, SessionError, SessionState,
+    Backoff, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes, SessionConfig,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -42,38 +43,14 @@ use crate::tls::Tls;
 /// The protocol named in the `Upgrade` header of `GET /sync`.
 pub const SYNC_PROTOCOL: &str = "meshlog-sync";
 
-/// One dialed peer as the node sees it now.
-#[derive(Debug, Clone)]
-pub struct PeerStatus {
-    /// The peer's URL, normalized (`http://host:port`).
-    pub url: String,
-    /// Whether a session is running and the peer's hello has arrived.
-    pub connected: bool,
-    /// The peer's stream, from its last hello.
-    pub stream: Option<StreamId>,
-    /// The marks the peer has acknowledged (current or last session).
-    pub marks: VersionVector,
-    /// Events this node holds that the peer has not acknowledged.
-    pub lag_events: u64,
-    /// Why the last session or dial that ended badly did.
-    pub last_error: Option<String>,
-}
+/// One dialed peer as the node sees it now: the link's status, the peer
+/// named by its normalized URL (`http://host:port`).
+pub type PeerStatus = meshlog_sync::PeerStatus<String>;
 
 /// One inbound session (a peer that dialed this node) as the node sees it
-/// now.
-#[derive(Debug, Clone)]
-pub struct InboundStatus {
-    /// The address the session's connection came from.
-    pub remote: std::net::SocketAddr,
-    /// Whether the peer's hello has arrived.
-    pub connected: bool,
-    /// The peer's stream, from its hello.
-    pub stream: Option<StreamId>,
-    /// The marks the peer has acknowledged.
-    pub marks: VersionVector,
-    /// Events this node holds that the peer has not acknowledged.
-    pub lag_events: u64,
-}
+/// now: the link's status, the peer named by the address its connection
+/// came from.
+pub type InboundStatus = meshlog_sync::PeerStatus<std::net::SocketAddr>;
 
 /// A peer URL this node cannot dial.
 #[derive(Debug, thiserror::Error)]
@@ -99,10 +76,9 @@ struct Inner {
     /// Cancelled on shutdown: every dial loop and session stops.
     stop: CancellationToken,
     tasks: TaskTracker,
-    dialed: Mutex<Vec<Arc<Slot>>>,
-    /// The running inbound sessions, by the address they came from, in
-    /// the order they started.
-    inbound: Mutex<Vec<(std::net::SocketAddr, watch::Receiver<SessionState>)>>,
+    dialed: Mutex<Vec<Dialed>>,
+    /// The running inbound sessions, in the order they started.
+    inbound: Mutex<Vec<Arc<PeerLink<std::net::SocketAddr>>>>,
     inbound_permits: Arc<Semaphore>,
     /// Counts peers ever added, to seed each one's jitter differently.
     added: Mutex<u64>,
@@ -116,20 +92,11 @@ struct Inner {
     routes: Routes,
 }
 
-struct Slot {
-    url: String,
-    tls: bool,
-    host: String,
-    port: u16,
+/// A dialed peer: its link, and the token that stops its dial loop.
+#[derive(Clone)]
+struct Dialed {
+    link: Arc<PeerLink<String>>,
     stop: CancellationToken,
-    state: Mutex<SlotState>,
-}
-
-#[derive(Default)]
-struct SlotState {
-    running: Option<watch::Receiver<SessionState>>,
-    last: SessionState,
-    last_error: Option<String>,
 }
 
 impl Peers {
@@ -160,10 +127,16 @@ impl Peers {
         }
     }
 
-    fn session_config(&self) -> SessionConfig {
-        SessionConfig {
-            frame_bytes_max: self.inner.settings.frame_bytes_max,
-            ..SessionConfig::with_heartbeat(self.inner.settings.heartbeat)
+    /// What every session of this node runs with.
+    fn sessions(&self) -> LinkSessions<DiskStore> {
+        let settings = &self.inner.settings;
+        LinkSessions {
+            shared: self.inner.replica.sync_handle(),
+            config: SessionConfig {
+                frame_bytes_max: settings.frame_bytes_max,
+                ..SessionConfig::with_heartbeat(settings.heartbeat)
+            },
+            routes: self.inner.routes.clone(),
         }
     }
 
@@ -178,35 +151,49 @@ impl Peers {
                 reason: "an https:// peer needs --tls-ca, the CA its certificate chains to",
             });
         }
-        let slot = {
+        let dialed = {
             let mut dialed = lock(&self.inner.dialed);
-            if dialed.iter().any(|slot| slot.url == normalized) {
+            if dialed.iter().any(|peer| *peer.link.addr() == normalized) {
                 return Ok((normalized, false));
             }
-            let slot = Arc::new(Slot {
-                url: normalized.clone(),
-                tls,
-                host,
-                port,
+            let peer = Dialed {
+                link: Arc::new(PeerLink::new(normalized.clone(), PeerDirection::Outbound)),
                 stop: self.inner.stop.child_token(),
-                state: Mutex::default(),
-            });
-            dialed.push(Arc::clone(&slot));
-            slot
+            };
+            dialed.push(peer.clone());
+            peer
         };
         let index = {
             let mut added = lock(&self.inner.added);
             *added += 1;
             *added
         };
-        // Each peer's jitter differs from the others' and from other nodes'.
-        let seed = self.inner.replica.stream().get() ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let settings = &self.inner.settings;
-        let backoff = Backoff::new(settings.backoff_min, settings.backoff_max, seed);
+        let redial = Redial {
+            backoff: Backoff::for_link(
+                settings.backoff_min,
+                settings.backoff_max,
+                0,
+                self.inner.replica.stream(),
+                index,
+            ),
+            connect_timeout: settings.connect_timeout,
+        };
+        let dial = HttpDial {
+            peers: self.clone(),
+            tls,
+            host,
+            port,
+        };
+        let sessions = self.sessions();
         tracing::info!(peer = %normalized, "peer added");
-        self.inner
-            .tasks
-            .spawn(dial_loop(self.clone(), slot, backoff));
+        self.inner.tasks.spawn(async move {
+            let stop = dialed.stop;
+            dialed
+                .link
+                .dial_loop(sessions, dial, redial, || stop.clone().cancelled_owned())
+                .await;
+        });
         Ok((normalized, true))
     }
 
@@ -217,22 +204,17 @@ impl Peers {
             Ok((normalized, _, _)) => normalized,
             Err(_) => url.to_owned(),
         };
-        let removed = {
+        let removed: Vec<Dialed> = {
             let mut dialed = lock(&self.inner.dialed);
-            let mut removed = Vec::new();
-            dialed.retain(|slot| {
-                if slot.url == normalized {
-                    removed.push(Arc::clone(slot));
-                    false
-                } else {
-                    true
-                }
-            });
+            let (removed, kept) = std::mem::take(&mut *dialed)
+                .into_iter()
+                .partition(|peer| *peer.link.addr() == normalized);
+            *dialed = kept;
             removed
         };
-        for slot in &removed {
-            slot.stop.cancel();
-            tracing::info!(peer = %slot.url, "peer removed");
+        for peer in &removed {
+            peer.stop.cancel();
+            tracing::info!(peer = %peer.link.addr(), "peer removed");
         }
         !removed.is_empty()
     }
@@ -240,46 +222,34 @@ impl Peers {
     /// Every dialed peer's state, in the order they were added.
     pub fn list(&self) -> Vec<PeerStatus> {
         let marks = self.inner.replica.marks();
-        let dialed: Vec<Arc<Slot>> = lock(&self.inner.dialed).clone();
-        dialed.iter().map(|slot| slot.status(&marks)).collect()
+        let dialed: Vec<Dialed> = lock(&self.inner.dialed).clone();
+        dialed.iter().map(|peer| peer.link.status(&marks)).collect()
     }
 
     /// The marks every known peer (dialed, or inbound now) has
     /// acknowledged: what compaction must not pass.
     pub fn acknowledged(&self) -> Vec<VersionVector> {
-        let mut marks: Vec<VersionVector> = self
+        let dialed = self
             .list()
             .into_iter()
-            .filter(|peer| peer.stream.is_some())
-            .map(|peer| peer.marks)
-            .collect();
-        let inbound = lock(&self.inner.inbound);
-        for (_, receiver) in inbound.iter() {
-            let state = receiver.borrow();
-            if state.peer.is_some() {
-                marks.push(state.peer_marks.clone());
-            }
-        }
-        marks
+            .map(|peer| (peer.stream, peer.marks));
+        let inbound = self
+            .inbound()
+            .into_iter()
+            .map(|peer| (peer.stream, peer.marks));
+        dialed
+            .chain(inbound)
+            .filter(|(stream, _)| stream.is_some())
+            .map(|(_, marks)| marks)
+            .collect()
     }
 
     /// The inbound sessions running now (peers that dialed this node), in
     /// the order they started; one that ended is no longer listed.
     pub fn inbound(&self) -> Vec<InboundStatus> {
         let marks = self.inner.replica.marks();
-        lock(&self.inner.inbound)
-            .iter()
-            .map(|(remote, receiver)| {
-                let session = receiver.borrow();
-                InboundStatus {
-                    remote: *remote,
-                    connected: session.peer.is_some(),
-                    stream: session.peer,
-                    lag_events: marks.events_beyond(&session.peer_marks),
-                    marks: session.peer_marks.clone(),
-                }
-            })
-            .collect()
+        let inbound: Vec<Arc<PeerLink<std::net::SocketAddr>>> = lock(&self.inner.inbound).clone();
+        inbound.iter().map(|link| link.status(&marks)).collect()
     }
 
     /// A place for one more inbound session, if there is room.
@@ -318,15 +288,15 @@ impl Peers {
                 }
                 tracing::debug!(%remote, key = %acceptor.key_id, "inbound peer authenticated");
             }
-            let session = Session::new(peers.inner.replica.sync_handle(), peers.session_config())
-                .with_routes(peers.inner.routes.clone(), PeerDirection::Inbound);
-            let state = session.state();
-            lock(&peers.inner.inbound).push((remote, state.clone()));
+            let link = Arc::new(PeerLink::new(remote, PeerDirection::Inbound));
+            lock(&peers.inner.inbound).push(Arc::clone(&link));
             peers.inner.metrics.sessions_running.inc();
-            let _ = session.run_until(io, peers.inner.stop.cancelled()).await;
+            let session = peers.sessions().session(PeerDirection::Inbound);
+            link.run_session(session, io, peers.inner.stop.cancelled())
+                .await;
             // Off the list before the count drops: what reads 0 sessions
             // then lists none.
-            lock(&peers.inner.inbound).retain(|(_, other)| !other.same_channel(&state));
+            lock(&peers.inner.inbound).retain(|other| !Arc::ptr_eq(other, &link));
             peers.inner.metrics.sessions_running.dec();
         });
     }
@@ -339,87 +309,30 @@ impl Peers {
     }
 }
 
-impl Slot {
-    fn status(&self, our_marks: &VersionVector) -> PeerStatus {
-        let state = lock(&self.state);
-        let (running, session) = match &state.running {
-            Some(receiver) => (true, receiver.borrow().clone()),
-            None => (false, state.last.clone()),
-        };
-        PeerStatus {
-            url: self.url.clone(),
-            connected: running && session.peer.is_some(),
-            stream: session.peer,
-            lag_events: our_marks.events_beyond(&session.peer_marks),
-            marks: session.peer_marks,
-            last_error: state.last_error.clone(),
-        }
-    }
-
-    fn started(&self, receiver: watch::Receiver<SessionState>) {
-        lock(&self.state).running = Some(receiver);
-    }
-
-    /// Records a session's end; returns whether it was established.
-    fn ended(&self, result: Result<meshlog_sync::SessionEnd, SessionError>) -> bool {
-        let mut state = lock(&self.state);
-        if let Some(receiver) = state.running.take() {
-            state.last = receiver.borrow().clone();
-        }
-        match result {
-            Err(error) => state.last_error = Some(error.to_string()),
-            Ok(SessionEnd::Duplicate { peer }) => {
-                state.last_error = Some(format!(
-                    "the link to stream {peer} runs on the session it dialed to this node; this one was closed as a duplicate"
-                ))
-            }
-            Ok(_) => {}
-        }
-        state.last.peer.is_some()
-    }
-
-    fn failed(&self, reason: String) {
-        lock(&self.state).last_error = Some(reason);
-    }
+/// The node's dial step: TCP (and TLS for `https://`), the `GET /sync`
+/// upgrade and the peer proof; each session on it counted in the metrics.
+struct HttpDial {
+    peers: Peers,
+    tls: bool,
+    host: String,
+    port: u16,
 }
 
-async fn dial_loop(peers: Peers, slot: Arc<Slot>, mut backoff: Backoff) {
-    let settings = peers.inner.settings.clone();
-    loop {
-        let dialed = tokio::select! {
-            _ = slot.stop.cancelled() => return,
-            dialed = tokio::time::timeout(settings.connect_timeout, dial(&peers, &slot)) => dialed,
-        };
-        match dialed {
-            Ok(Ok(io)) => {
-                tracing::debug!(peer = %slot.url, "sync upgrade accepted");
-                let session =
-                    Session::new(peers.inner.replica.sync_handle(), peers.session_config())
-                        .with_routes(peers.inner.routes.clone(), PeerDirection::Outbound);
-                slot.started(session.state());
-                peers.inner.metrics.sessions_running.inc();
-                let started_at = tokio::time::Instant::now();
-                let result = session.run_until(io, slot.stop.cancelled()).await;
-                peers.inner.metrics.sessions_running.dec();
-                let established = slot.ended(result);
-                backoff.session_ended(established, started_at.elapsed());
-            }
-            Ok(Err(reason)) => {
-                tracing::debug!(peer = %slot.url, %reason, "dial failed");
-                slot.failed(reason);
-            }
-            Err(_) => {
-                slot.failed(format!(
-                    "dial timed out after {:?}",
-                    settings.connect_timeout
-                ));
-            }
-        }
-        let delay = backoff.next_delay();
-        tokio::select! {
-            _ = slot.stop.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
+impl Dial for HttpDial {
+    type Io = TokioIo<hyper::upgrade::Upgraded>;
+
+    async fn dial(&self) -> Result<Self::Io, String> {
+        let io = dial(&self.peers, self).await?;
+        tracing::debug!(host = %self.host, port = self.port, "sync upgrade accepted");
+        Ok(io)
+    }
+
+    fn session_started(&self) {
+        self.peers.inner.metrics.sessions_running.inc();
+    }
+
+    fn session_ended(&self) {
+        self.peers.inner.metrics.sessions_running.dec();
     }
 }
 
@@ -430,25 +343,31 @@ type PeerIo = Box<dyn PeerStream>;
 trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerStream for T {}
 
-/// Connects to the peer (over TLS for `https://`), upgrades `GET /sync`
-/// to the sync protocol, and passes the peer handshake if this node has
-/// peer secrets.
-async fn dial(peers: &Peers, slot: &Slot) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+/// Connects to the peer: TCP, and TLS over it for `https://`.
+async fn connect(peers: &Peers, slot: &HttpDial) -> Result<PeerIo, String> {
     let tcp = TcpStream::connect((slot.host.as_str(), slot.port))
         .await
         .map_err(|error| format!("dial failed: {error}"))?;
     let _ = tcp.set_nodelay(true);
-    let io: PeerIo = if slot.tls {
-        let client = peers
-            .inner
-            .tls
-            .client
-            .clone()
-            .ok_or("an https:// peer needs --tls-ca")?;
-        Box::new(crate::tls::connect(client, &slot.host, tcp).await?)
-    } else {
-        Box::new(tcp)
-    };
+    if !slot.tls {
+        return Ok(Box::new(tcp));
+    }
+    let client = peers
+        .inner
+        .tls
+        .client
+        .clone()
+        .ok_or("an https:// peer needs --tls-ca")?;
+    Ok(Box::new(
+        crate::tls::connect(client, &slot.host, tcp).await?,
+    ))
+}
+
+/// Connects to the peer (over TLS for `https://`), upgrades `GET /sync`
+/// to the sync protocol, and passes the peer handshake if this node has
+/// peer secrets.
+async fn dial(peers: &Peers, slot: &HttpDial) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+    let io = connect(peers, slot).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|error| format!("HTTP handshake failed: {error}"))?;

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use meshlog_cursor::StreamId;
+
 use crate::rng::SplitMix64;
 
 /// Jittered exponential backoff between redials of one peer: the delay
@@ -40,6 +42,26 @@ impl Backoff {
             attempt: 0,
             rng: SplitMix64::new(seed),
         }
+    }
+
+    /// The backoff of one link of a replica: its jitter seeded from
+    /// `jitter_seed` (0 unless a test sets it), the replica's own stream and
+    /// the peer's `index` among the links it dials, so that the links of
+    /// one replica, and those of replicas restarted together, draw
+    /// different delays, and a test's schedule replays. The one seed every
+    /// driver uses (the manager, the node).
+    pub fn for_link(
+        min: Duration,
+        max: Duration,
+        jitter_seed: u64,
+        local: StreamId,
+        index: u64,
+    ) -> Self {
+        Backoff::new(
+            min,
+            max,
+            SplitMix64::derive(jitter_seed ^ local.get(), index),
+        )
     }
 
     /// The delay before the next attempt; the one after is twice as long

@@ -18,40 +18,40 @@
 //!
 //! # Layout
 //!
-//! - [`frame`]: the wire frames ([`Frame`], [`Hello`]), their encoding
-//!   (postcard, but a delta's events written by hand as run headers and
-//!   columns in repeat and literal runs) behind a `u32` length prefix,
-//!   [`FRAME_BYTES_MAX`] (the default frame limit, a session setting),
-//!   [`DELTA_EVENTS_MAX`], the
-//!   cancel-safe [`FrameReader`] and [`FrameError`]. Byte format:
-//!   `docs/PROTOCOL.md`.
+//! The protocol itself, without I/O, is the core crate,
+//! `meshlog-sync-core` (no tokio in its dependency tree); this crate drives
+//! it over tokio and re-exports its public items at the same paths:
+//!
+//! - [`frame`]: the core's wire frames ([`Frame`], [`Hello`], the codec,
+//!   [`FRAME_BYTES_MAX`], [`DELTA_EVENTS_MAX`], [`FrameError`]), and, from
+//!   this crate (`reader`), the cancel-safe [`FrameReader`] of whole frames
+//!   from a tokio byte stream. Byte format: `docs/PROTOCOL.md`.
+//! - [`proto`]: the core's sans-I/O state machine, [`proto::Protocol`], with
+//!   its [`SessionConfig`], [`SessionState`], [`LimitHit`], [`Routes`] and
+//!   [`PeerDirection`].
 //! - [`SharedReplica`] and [`Commits`] are the replica crate's one handle,
 //!   re-exported: sessions read it without waiting on commits, apply
 //!   through its group commit (a committer thread for a durable store, so a
 //!   commit never stalls the runtime), and turn its change notification
-//!   into a `tokio::sync::watch` ([`ChangeWatch`]) that wakes them on new
-//!   events.
-//! - [`proto`]: the sans-I/O protocol core, [`proto::Protocol`]: one
-//!   peer's side of the protocol as a state machine fed received frames and
-//!   the time, handing back frames to send and when to wake next (every rule
-//!   of a session: hello, view, delta sizing and splitting, acks,
-//!   heartbeats, refusals, read timeouts); and [`sync_once`], one exchange
-//!   between two replicas in memory, to quiescence.
+//!   into a `tokio::sync::watch` ([`ChangeWatch`], `watch`) that wakes them
+//!   on new events.
 //! - `session`: [`Session`], the tokio driver of a [`proto::Protocol`] over
 //!   one byte stream (timers, output buffer, write timeout, commits),
-//!   [`SessionConfig`], [`SessionState`], [`SessionError`].
-//! - `routes`: [`Routes`], the table a replica's sessions share so that in
-//!   a mesh with cycles an event reaches it about once: per stream, the
-//!   session that brings it (the others ask their peers quiet for it in a
-//!   `Routes` frame), and per peer, the one session kept when two replicas
-//!   dial each other.
+//!   [`SessionEnd`], and [`SessionError`]: the core's [`ProtocolError`]
+//!   plus the stream's failures.
+//! - `once`: [`sync_once`], the core's one in-memory exchange at the time
+//!   of the call.
+//! - `link`: [`PeerLink`], one dialed or accepted peer as its driver keeps
+//!   it (status, the session running, the last error, the redial loop with
+//!   [`Backoff`], [`Redial`]), with the dial step injected ([`Dial`]) and
+//!   the sessions' settings shared ([`LinkSessions`]); used by
+//!   [`PeerManager`] (TCP) and by the node (HTTP upgrade, TLS, peer
+//!   authentication). [`PeerStatus`] is its one status type.
 //! - `backoff`: [`Backoff`], the jittered exponential redial policy of a
-//!   link, used by the manager and by drivers of sessions elsewhere (the
-//!   node dials over HTTP).
+//!   link.
 //! - `manager`: [`PeerManager`], which dials configured peers over TCP,
-//!   reconnects with jittered backoff, accepts inbound peers and reports
-//!   [`PeerStatus`] (connected, marks, lag in events).
-//! - `rng`: `SplitMix64`, the seeded generator behind the manager's jitter
+//!   accepts inbound peers and reports their [`PeerStatus`].
+//! - `rng`: `SplitMix64`, the seeded generator behind the links' jitter
 //!   (crate-private; the same algorithm as `meshlog_testkit::SplitMix64`,
 //!   which the testkit draws its faults from).
 //! - `testkit` (feature `testkit`): the frame-level fault proxy
@@ -61,9 +61,10 @@
 //!   fuzz target, and, re-exported from the dev-only `meshlog-testkit`,
 //!   seeds from `MESHLOG_SEED` and `SplitMix64`.
 //!
-//! **Architecture invariant:** only this crate knows frames and sockets.
+//! **Architecture invariant:** only this crate and its core know frames,
+//! and only this crate (not the core) knows sockets, tasks and the clock.
 //! The replica and the cursor are used through their public API; their types
-//! are converted to this crate's private serde types at the frame boundary.
+//! are converted to the core's private serde types at the frame boundary.
 //!
 //! # Example
 //!
@@ -103,24 +104,36 @@
 #![forbid(unsafe_code)]
 
 mod backoff;
-pub mod frame;
+mod link;
 mod manager;
-pub mod proto;
+mod once;
+mod reader;
 mod rng;
-mod routes;
 mod session;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod watch;
+
+/// The wire frames: the core's (`meshlog_sync_core::frame`, re-exported
+/// whole), and [`FrameReader`], which reads them from a tokio byte stream.
+pub mod frame {
+    pub use crate::reader::FrameReader;
+    pub use meshlog_sync_core::frame::*;
+}
+
+pub use meshlog_sync_core::proto;
 
 pub use backoff::Backoff;
 pub use frame::{
     Frame, FrameError, FrameReader, Hello, DELTA_EVENTS_MAX, FRAME_BYTES_CEILING, FRAME_BYTES_MAX,
     PROTOCOL_VERSION,
 };
-pub use manager::{BindError, ManagerConfig, PeerDirection, PeerManager, PeerStatus};
+pub use link::{Dial, LinkSessions, PeerLink, PeerStatus, Redial};
+pub use manager::{BindError, ManagerConfig, PeerManager};
 pub use meshlog_replica::{Commits, SharedReplica};
-pub use proto::{sync_once, SyncReport};
-pub use routes::Routes;
-pub use session::{LimitHit, Session, SessionConfig, SessionEnd, SessionError, SessionState};
+pub use meshlog_sync_core::{
+    LimitHit, PeerDirection, ProtocolError, Routes, SessionConfig, SessionState, SyncReport,
+};
+pub use once::sync_once;
+pub use session::{Session, SessionEnd, SessionError};
 pub use watch::ChangeWatch;

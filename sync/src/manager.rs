@@ -4,15 +4,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{MemStore, Store};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::rng::SplitMix64;
-use crate::{Backoff, Routes};
-use crate::{Session, SessionConfig, SessionError, SessionState, SharedReplica};
+use crate::link::{Dial, LinkSessions, PeerLink, Redial};
+use crate::{Backoff, PeerDirection, PeerStatus, Routes, SessionConfig, SharedReplica};
 
 /// Where to listen, whom to dial, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,40 +51,6 @@ impl Default for ManagerConfig {
     }
 }
 
-/// Whether we dialed the peer or it dialed us.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PeerDirection {
-    /// A configured peer we dial (and redial).
-    Outbound,
-    /// A peer that connected to our listener.
-    Inbound,
-}
-
-/// One peer as the manager sees it now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerStatus {
-    /// The address dialed, or the inbound peer's address.
-    pub addr: SocketAddr,
-    /// Who dialed.
-    pub direction: PeerDirection,
-    /// Whether a session is running and the peer's hello has arrived.
-    pub connected: bool,
-    /// The peer's stream, from its last hello.
-    pub stream: Option<StreamId>,
-    /// The marks the peer has acknowledged (last session).
-    pub marks: VersionVector,
-    /// How many events this replica holds that the peer has not
-    /// acknowledged: per stream, our mark minus its mark, summed.
-    pub lag_events: u64,
-    /// Sessions started with this peer (connections made).
-    pub connects: u64,
-    /// Why the most recent session or dial that ended badly did; kept
-    /// while later sessions run.
-    pub last_error: Option<String>,
-    /// The current (or last) session's state and counters.
-    pub session: SessionState,
-}
-
 /// Why the manager could not start.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {source}")]
@@ -113,26 +76,12 @@ pub struct PeerManager<S: Store = MemStore> {
     shared: SharedReplica<S>,
     config: ManagerConfig,
     local_addr: Option<SocketAddr>,
-    slots: Arc<Mutex<Vec<Arc<Slot>>>>,
+    links: Arc<Mutex<Vec<Arc<PeerLink>>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Shared by every session of this manager: a stream that arrives
     /// through one session is asked quiet on the others, and of two
     /// sessions with one peer only one is kept.
     routes: Routes,
-}
-
-struct Slot {
-    addr: SocketAddr,
-    direction: PeerDirection,
-    state: Mutex<SlotState>,
-}
-
-#[derive(Default)]
-struct SlotState {
-    running: Option<watch::Receiver<SessionState>>,
-    last: SessionState,
-    connects: u64,
-    last_error: Option<String>,
 }
 
 impl<S: Store + Send + Sync + 'static> PeerManager<S> {
@@ -158,7 +107,7 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
             shared,
             config,
             local_addr,
-            slots: Arc::default(),
+            links: Arc::default(),
             tasks: Mutex::default(),
             routes: Routes::new(),
         };
@@ -166,10 +115,9 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
             tracing::info!(local = %manager.shared.stream(), addr = ?local_addr, "sync listening");
             let task = tokio::spawn(accept_loop(
                 listener,
-                manager.shared.clone(),
-                manager.config.clone(),
-                Arc::clone(&manager.slots),
-                manager.routes.clone(),
+                manager.sessions(),
+                manager.config.inbound_max,
+                Arc::clone(&manager.links),
             ));
             lock(&manager.tasks).push(task);
         }
@@ -184,33 +132,44 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
         self.local_addr
     }
 
+    /// What every session of this manager runs with.
+    fn sessions(&self) -> LinkSessions<S> {
+        LinkSessions {
+            shared: self.shared.clone(),
+            config: self.config.session.clone(),
+            routes: self.routes.clone(),
+        }
+    }
+
     /// Starts dialing `addr` (and redialing it) from now on. Must be called
     /// within a tokio runtime.
     pub fn connect(&self, addr: SocketAddr) {
-        let slot = Arc::new(Slot {
-            addr,
-            direction: PeerDirection::Outbound,
-            state: Mutex::default(),
-        });
+        let link = Arc::new(PeerLink::new(addr, PeerDirection::Outbound));
         let index = {
-            let mut slots = lock(&self.slots);
-            slots.push(Arc::clone(&slot));
+            let mut links = lock(&self.links);
+            links.push(Arc::clone(&link));
             // The peer's index among dialed peers: inbound peers come and go
             // and must not change a dialed peer's jitter.
-            slots
+            links
                 .iter()
-                .filter(|slot| slot.direction == PeerDirection::Outbound)
+                .filter(|link| link.direction() == PeerDirection::Outbound)
                 .count() as u64
         };
-        let seed = SplitMix64::derive(self.config.jitter_seed ^ self.shared.stream().get(), index);
-        let backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max, seed);
-        let task = tokio::spawn(dial_loop(
-            self.shared.clone(),
-            self.config.clone(),
-            slot,
-            backoff,
-            self.routes.clone(),
-        ));
+        let redial = Redial {
+            backoff: Backoff::for_link(
+                self.config.backoff_min,
+                self.config.backoff_max,
+                self.config.jitter_seed,
+                self.shared.stream(),
+                index,
+            ),
+            connect_timeout: self.config.connect_timeout,
+        };
+        let sessions = self.sessions();
+        let task = tokio::spawn(async move {
+            link.dial_loop(sessions, TcpDial(addr), redial, std::future::pending::<()>)
+                .await;
+        });
         lock(&self.tasks).push(task);
     }
 
@@ -218,8 +177,8 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
     /// peers first); an inbound peer is listed while its session runs.
     pub fn peers(&self) -> Vec<PeerStatus> {
         let marks = self.shared.marks();
-        let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
-        slots.iter().map(|slot| slot.status(&marks)).collect()
+        let links: Vec<Arc<PeerLink>> = lock(&self.links).clone();
+        links.iter().map(|link| link.status(&marks)).collect()
     }
 
     /// Ends every session and stops dialing and accepting.
@@ -242,95 +201,31 @@ impl<S: Store> Drop for PeerManager<S> {
     }
 }
 
-impl Slot {
-    fn status(&self, our_marks: &VersionVector) -> PeerStatus {
-        let state = lock(&self.state);
-        let (running, session) = match &state.running {
-            Some(receiver) => (true, receiver.borrow().clone()),
-            None => (false, state.last.clone()),
-        };
-        PeerStatus {
-            addr: self.addr,
-            direction: self.direction,
-            connected: running && session.peer.is_some(),
-            stream: session.peer,
-            marks: session.peer_marks.clone(),
-            lag_events: our_marks.events_beyond(&session.peer_marks),
-            connects: state.connects,
-            last_error: state.last_error.clone(),
-            session,
-        }
-    }
+/// The manager's dial step: a TCP connection, no delay.
+struct TcpDial(SocketAddr);
 
-    fn started(&self, receiver: watch::Receiver<SessionState>) {
-        let mut state = lock(&self.state);
-        state.running = Some(receiver);
-        state.connects += 1;
-    }
+impl Dial for TcpDial {
+    type Io = TcpStream;
 
-    /// Records a session's end; returns whether the peer's hello had
-    /// arrived (the session was established).
-    fn ended(&self, result: Result<crate::SessionEnd, SessionError>) -> bool {
-        let mut state = lock(&self.state);
-        if let Some(receiver) = state.running.take() {
-            state.last = receiver.borrow().clone();
-        }
-        if let Err(error) = result {
-            state.last_error = Some(error.to_string());
-        }
-        state.last.peer.is_some()
-    }
-
-    fn failed(&self, reason: String) {
-        lock(&self.state).last_error = Some(reason);
-    }
-}
-
-async fn dial_loop<S: Store + Send + Sync + 'static>(
-    shared: SharedReplica<S>,
-    config: ManagerConfig,
-    slot: Arc<Slot>,
-    mut backoff: Backoff,
-    routes: Routes,
-) {
-    let local = shared.stream();
-    loop {
-        match tokio::time::timeout(config.connect_timeout, TcpStream::connect(slot.addr)).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                tracing::debug!(%local, peer_addr = %slot.addr, "dialed peer");
-                let session = Session::new(shared.clone(), config.session.clone())
-                    .with_routes(routes.clone(), PeerDirection::Outbound);
-                slot.started(session.state());
-                let started_at = tokio::time::Instant::now();
-                let result = session.run(stream).await;
-                let established = slot.ended(result);
-                backoff.session_ended(established, started_at.elapsed());
-            }
-            Ok(Err(error)) => {
-                tracing::debug!(%local, peer_addr = %slot.addr, %error, "dial failed");
-                slot.failed(format!("dial failed: {error}"));
-            }
-            Err(_) => {
-                tracing::debug!(%local, peer_addr = %slot.addr, "dial timed out");
-                slot.failed(format!("dial timed out after {:?}", config.connect_timeout));
-            }
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
+    async fn dial(&self) -> Result<TcpStream, String> {
+        let stream = TcpStream::connect(self.0)
+            .await
+            .map_err(|error| format!("dial failed: {error}"))?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
     }
 }
 
 async fn accept_loop<S: Store + Send + Sync + 'static>(
     listener: TcpListener,
-    shared: SharedReplica<S>,
-    config: ManagerConfig,
-    slots: Arc<Mutex<Vec<Arc<Slot>>>>,
-    routes: Routes,
+    sessions: LinkSessions<S>,
+    inbound_max: usize,
+    links: Arc<Mutex<Vec<Arc<PeerLink>>>>,
 ) {
-    let local = shared.stream();
+    let local = sessions.shared.stream();
     // Owned here: aborting this task drops the set, which aborts every
     // inbound session.
-    let mut sessions = JoinSet::new();
+    let mut running = JoinSet::new();
     loop {
         let (stream, addr) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -341,28 +236,22 @@ async fn accept_loop<S: Store + Send + Sync + 'static>(
                 continue;
             }
         };
-        while sessions.try_join_next().is_some() {}
-        if sessions.len() >= config.inbound_max {
-            tracing::warn!(%local, peer_addr = %addr, limit = config.inbound_max, "inbound peer refused: too many inbound sessions");
+        while running.try_join_next().is_some() {}
+        if running.len() >= inbound_max {
+            tracing::warn!(%local, peer_addr = %addr, limit = inbound_max, "inbound peer refused: too many inbound sessions");
             continue;
         }
         let _ = stream.set_nodelay(true);
         tracing::debug!(%local, peer_addr = %addr, "accepted peer");
-        let slot = Arc::new(Slot {
-            addr,
-            direction: PeerDirection::Inbound,
-            state: Mutex::default(),
-        });
-        lock(&slots).push(Arc::clone(&slot));
-        let session = Session::new(shared.clone(), config.session.clone())
-            .with_routes(routes.clone(), PeerDirection::Inbound);
-        slot.started(session.state());
-        let slots = Arc::clone(&slots);
-        sessions.spawn(async move {
-            let result = session.run(stream).await;
-            slot.ended(result);
+        let link = Arc::new(PeerLink::new(addr, PeerDirection::Inbound));
+        lock(&links).push(Arc::clone(&link));
+        let session = sessions.session(PeerDirection::Inbound);
+        let links = Arc::clone(&links);
+        running.spawn(async move {
+            link.run_session(session, stream, std::future::pending::<()>())
+                .await;
             // An inbound peer that left is forgotten: it dials again.
-            lock(&slots).retain(|other| !Arc::ptr_eq(other, &slot));
+            lock(&links).retain(|other| !Arc::ptr_eq(other, &link));
         });
     }
 }
@@ -377,7 +266,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use meshlog_cursor::{StreamId, VersionVector};
 
     #[test]
     fn lag_counts_what_the_peer_misses() {

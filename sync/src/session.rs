@@ -6,198 +6,19 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{DeltaError, MemStore, ReplicaError, Store};
+use meshlog_cursor::StreamId;
+use meshlog_replica::{MemStore, Store};
+use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::{PeerDirection, ProtocolError, Routes, SessionConfig, SessionState};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
-use crate::frame::{FrameError, FrameReader, FRAME_BYTES_CEILING, FRAME_BYTES_MAX};
+use crate::frame::{FrameError, FrameReader};
 // Named by the docs only.
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
-use crate::proto::{Protocol, Received};
-use crate::{ChangeWatch, PeerDirection, Routes, SharedReplica};
-
-/// A session's timing and limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionConfig {
-    /// How often a session sends a heartbeat with its marks (the periodic
-    /// re-exchange that repairs lost frames), re-sends an unanswered hello,
-    /// and checks its timeouts. Default 1 s.
-    pub heartbeat_interval: Duration,
-    /// A session that receives no frame for this long (or no hello) ends
-    /// with [`SessionError::ReadTimeout`]. Default 10 s; keep it several
-    /// heartbeat intervals long so a few lost heartbeats are survived.
-    pub read_timeout: Duration,
-    /// A session whose queued output (or a flush) makes no progress for
-    /// this long ends with [`SessionError::WriteTimeout`]. Default 10 s.
-    pub write_timeout: Duration,
-    /// The byte budget of one delta, by [`meshlog_replica::Event::size_hint`]
-    /// (a delta holds at least one event whatever its size). Default 256 KiB;
-    /// capped so that a frame stays below [`FRAME_BYTES_MAX`]. A delta of
-    /// more than [`DELTA_EVENTS_MAX`] events (small events under a budget
-    /// above 400 KiB) is sent as several frames.
-    pub delta_bytes_max: usize,
-    /// No new delta, ack or heartbeat is queued while this many bytes wait to
-    /// be written: the bound on a session's output buffer (plus one frame and
-    /// a hello), and the backpressure a slow peer exerts. Default 512 KiB.
-    pub queue_bytes_max: usize,
-    /// The largest frame payload this side takes, in bytes, announced in
-    /// its hello; each side sends frames up to the smaller of both sides'
-    /// limits. Default (and floor) [`FRAME_BYTES_MAX`], 4 MiB: events of
-    /// payloads up to 3,866,582 bytes always fit. Raise it on both sides
-    /// of a link to sync larger events (each session may buffer one frame
-    /// of this size); at most [`FRAME_BYTES_CEILING`].
-    pub frame_bytes_max: usize,
-    /// How long an ack may wait for more deltas to acknowledge with it.
-    /// Default 20 ms: a burst of deltas is acknowledged once (and at
-    /// least every 8 deltas), where each used to get its own receipt
-    /// carrying the marks it changed. A gap in the delta numbers, or events
-    /// held above a hole, is acknowledged at once, so repair is not
-    /// delayed. Zero acknowledges every delta at once.
-    pub ack_delay: Duration,
-    /// How long new events may wait while a delta to the peer is in
-    /// flight (sent, not yet acknowledged), counted from that delta's
-    /// sending, so that one delta carries what accumulates meanwhile
-    /// instead of one small delta each (Nagle's rule). Default 40 ms. A
-    /// delta goes at once when nothing is in flight (the first after a
-    /// quiet period, a reconnect or a receipt that retired the rest), when
-    /// the delta before it filled half the budget (a backlog drains at the
-    /// link's pace), and when this has passed: so the wait is bounded
-    /// whatever the peer's [`SessionConfig::ack_delay`]. Zero sends every
-    /// change at once.
-    pub send_delay: Duration,
-}
-
-impl Default for SessionConfig {
-    fn default() -> Self {
-        SessionConfig {
-            heartbeat_interval: Duration::from_secs(1),
-            read_timeout: Duration::from_secs(10),
-            write_timeout: Duration::from_secs(10),
-            delta_bytes_max: 256 * 1024,
-            queue_bytes_max: 512 * 1024,
-            frame_bytes_max: FRAME_BYTES_MAX,
-            ack_delay: Duration::from_millis(20),
-            send_delay: Duration::from_millis(40),
-        }
-    }
-}
-
-impl SessionConfig {
-    /// Defaults scaled to a heartbeat interval: read and write timeouts of
-    /// ten intervals, an ack delay of a fiftieth (at most 20 ms) and a send
-    /// delay of a twenty-fifth (at most 40 ms). Tests use short intervals
-    /// (10 to 50 ms).
-    pub fn with_heartbeat(heartbeat_interval: Duration) -> Self {
-        SessionConfig {
-            heartbeat_interval,
-            read_timeout: heartbeat_interval * 10,
-            write_timeout: heartbeat_interval * 10,
-            // 20 ms at the default 1 s heartbeat, a fiftieth of shorter ones.
-            ack_delay: (heartbeat_interval / 50).min(Duration::from_millis(20)),
-            send_delay: (heartbeat_interval / 25).min(Duration::from_millis(40)),
-            ..SessionConfig::default()
-        }
-    }
-
-    /// The largest delta budget that keeps every frame below the limit:
-    /// room is left for a floor vector of the most streams a vector holds
-    /// and for one event of the largest payload a replica accepts.
-    pub(crate) fn delta_budget(&self) -> usize {
-        self.delta_bytes_max.clamp(1, FRAME_BYTES_MAX / 2)
-    }
-
-    /// [`SessionConfig::frame_bytes_max`] within its bounds.
-    pub(crate) fn frame_limit(&self) -> usize {
-        self.frame_bytes_max
-            .clamp(FRAME_BYTES_MAX, FRAME_BYTES_CEILING)
-    }
-}
-
-/// What a session knows about its peer, published as it changes (see
-/// [`Session::state`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionState {
-    /// The peer's stream, once its hello arrived.
-    pub peer: Option<StreamId>,
-    /// The marks the peer reported (hello, acks, heartbeats), joined: what it
-    /// has acknowledged holding.
-    pub peer_marks: VersionVector,
-    /// The floor in the peer's hello.
-    pub peer_floor: VersionVector,
-    /// Frames sent (queued for writing).
-    pub frames_sent: u64,
-    /// Frames received.
-    pub frames_received: u64,
-    /// Bytes sent, prefixes included.
-    pub bytes_sent: u64,
-    /// Bytes received, prefixes included.
-    pub bytes_received: u64,
-    /// Events sent in deltas (re-sends counted again).
-    pub events_sent: u64,
-    /// Received events that became visible here.
-    pub events_applied: u64,
-    /// Received events this replica already held.
-    pub events_duplicate: u64,
-    /// Routes frames sent: streams asked quiet (another session brings
-    /// them) or loud again.
-    pub routes_sent: u64,
-    /// Streams the peer asked us not to push, now.
-    pub peer_quiet_streams: usize,
-    /// Events not exchanged because of a limit (received and cut before
-    /// the apply, or not sent): the metric of [`SessionState::limits`].
-    pub events_over_limit: u64,
-    /// Every limit the session ran into, one entry per stream affected:
-    /// what it cannot exchange and which setting says so. The session
-    /// keeps exchanging everything else.
-    pub limits: Vec<LimitHit>,
-}
-
-/// A limit a session ran into, and what it cannot exchange because of it.
-/// The session keeps exchanging what fits; each is logged once, at `warn`,
-/// naming the setting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LimitHit {
-    /// The peer sent a stream this replica cannot hold: it already holds
-    /// `streams_max` streams (`meshlog_replica::Config::streams_max`, at
-    /// most 16,383, what a cursor carries). The stream is asked quiet.
-    StreamsMax {
-        /// The stream refused.
-        stream: StreamId,
-        /// `streams_max`.
-        limit: usize,
-    },
-    /// The peer sent an event whose payload exceeds this replica's
-    /// `payload_bytes_max`: its stream stops below it here, and is asked
-    /// quiet.
-    PayloadBytesMax {
-        /// The event's stream.
-        stream: StreamId,
-        /// The event's seq.
-        seq: u64,
-        /// Its payload's length.
-        len: usize,
-        /// `payload_bytes_max`.
-        limit: usize,
-    },
-    /// One of our events is too large for a frame (our
-    /// `payload_bytes_max` is above what a frame between us and this peer
-    /// carries): its stream is not sent to this peer past it.
-    FrameBytesMax {
-        /// The event's stream.
-        stream: StreamId,
-        /// The event's seq.
-        seq: u64,
-        /// Its payload's length.
-        len: usize,
-        /// The frame limit it exceeds: the smaller of this side's
-        /// [`SessionConfig::frame_bytes_max`] and the peer's.
-        limit: usize,
-    },
-}
+use crate::{ChangeWatch, SharedReplica};
 
 /// How a session ended when nothing went wrong. New ways may be added (as
 /// `Duplicate` was), so a match needs a wildcard arm.
@@ -217,66 +38,21 @@ pub enum SessionEnd {
     },
 }
 
-/// Why a session ended badly. Each variant is logged (`tracing::warn!`) with
-/// its reason when the session ends; the replica's log is unchanged by the
-/// frame that caused it.
+/// Why a session ended badly: the protocol core's reason
+/// ([`ProtocolError`]: a bad frame, a refused delta, a read timeout...), or
+/// the stream's, which only a driver meets. Each is logged
+/// (`tracing::warn!`) with its reason when the session ends; the replica's
+/// log is unchanged by the frame that caused it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
+    /// The protocol core ended the session: what the peer sent or did, a
+    /// local limit, the local replica failing, or a read timeout.
+    #[error(transparent)]
+    Core(#[from] ProtocolError),
     /// The byte stream failed, or ended inside a frame.
     #[error("link failed: {0}")]
     Io(#[source] io::Error),
-    /// The peer sent bytes that are not a valid frame: garbage, an oversized
-    /// length prefix, another protocol version, a non-canonical vector.
-    #[error("bad frame from peer: {0}")]
-    Frame(#[source] FrameError),
-    /// The peer's delta was refused by the replica (an equivocation, a
-    /// lamport stamp not rising, too many streams...). Nothing was applied.
-    #[error("delta from peer {peer} refused: {source}")]
-    Refused {
-        /// The peer's stream.
-        peer: StreamId,
-        /// What the delta breaks.
-        #[source]
-        source: DeltaError,
-    },
-    /// The peer's delta exceeds a limit of this replica (a payload larger
-    /// than `payload_bytes_max`, more streams than `streams_max`): a
-    /// configuration mismatch rather than misbehaviour. Nothing was applied.
-    #[error("delta from peer {peer} exceeds a local limit: {source}")]
-    Limit {
-        /// The peer's stream.
-        peer: StreamId,
-        /// The limit exceeded.
-        #[source]
-        source: ReplicaError,
-    },
-    /// The local replica failed (its store) while applying a delta.
-    #[error("local replica failed: {0}")]
-    Replica(#[source] ReplicaError),
-    /// The peer's hello names this replica's own stream: a connection to
-    /// itself, or two replicas configured with one id.
-    #[error("peer claims this replica's own stream {stream}: a self-connection or a duplicate id")]
-    SelfConnection {
-        /// The stream claimed.
-        stream: StreamId,
-    },
-    /// A second hello named another stream than the first.
-    #[error("peer changed identity from stream {was} to stream {now} within one session")]
-    IdentityChanged {
-        /// The stream of the first hello.
-        was: StreamId,
-        /// The stream of the later hello.
-        now: StreamId,
-    },
-    /// No frame (or no hello) arrived for the read timeout.
-    #[error("no {what} from the peer for {idle:?} (read timeout)")]
-    ReadTimeout {
-        /// `frame`, or `hello` if the peer never said who it is.
-        what: &'static str,
-        /// How long the session waited.
-        idle: Duration,
-    },
     /// Queued output, or a flush, made no progress for the write timeout:
     /// the peer is not reading.
     #[error("{queued_bytes} queued bytes made no progress for {stalled:?} (write timeout)")]
@@ -286,24 +62,12 @@ pub enum SessionError {
         /// Bytes waiting to be written.
         queued_bytes: usize,
     },
-    /// The peer broke the session's rules in a frame that decoded: it
-    /// acknowledged a delta or marks this side never sent, or sent marks as
-    /// a difference from marks this side never reported holding.
-    #[error("peer broke the sync protocol: {detail}")]
-    Protocol {
-        /// What it did.
-        detail: String,
-    },
-    /// A frame of ours could not be encoded (an event too large for a frame:
-    /// the replica's `payload_bytes_max` is set above what a frame carries).
-    #[error("cannot send a frame: {0}")]
-    Send(#[source] FrameError),
 }
 
 impl From<io::Error> for SessionError {
     fn from(error: io::Error) -> Self {
         match FrameError::of_io(&error) {
-            Some(frame_error) => SessionError::Frame(frame_error.clone()),
+            Some(frame_error) => ProtocolError::Frame(frame_error.clone()).into(),
             None => SessionError::Io(error),
         }
     }
@@ -313,7 +77,7 @@ impl From<io::Error> for SessionError {
 /// in-memory duplex, a fault proxy's end).
 ///
 /// The protocol's rules are those of the sans-I/O core,
-/// [`Protocol`](crate::proto::Protocol) (see `docs/PROTOCOL.md`); the
+/// [`Protocol`] (see `docs/PROTOCOL.md`); the
 /// session drives it over the stream. From each side:
 ///
 /// 1. Send a hello with our stream, protocol version, marks and floor, and
@@ -442,7 +206,11 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         };
         let result = driver.run(stop).await;
         driver.publish();
-        if let Err(SessionError::Frame(FrameError::ProtocolVersion { theirs, ours })) = &result {
+        if let Err(SessionError::Core(ProtocolError::Frame(FrameError::ProtocolVersion {
+            theirs,
+            ours,
+        }))) = &result
+        {
             // Our hello says which version we speak: make sure it reaches
             // a peer of another version before we close, so it can say why
             // too (an older peer logs that we speak version 3).

@@ -27,8 +27,8 @@ use meshlog_replica::{Delta, DeltaError, Digest, Event};
 use meshlog_sync::frame::{self, Frame, Hello, MarksDiff, Receipt};
 use meshlog_sync::testkit;
 use meshlog_sync::{
-    FrameError, ManagerConfig, PeerManager, Session, SessionConfig, SessionEnd, SessionError,
-    SharedReplica, FRAME_BYTES_MAX, PROTOCOL_VERSION,
+    FrameError, ManagerConfig, PeerManager, ProtocolError, Session, SessionConfig, SessionEnd,
+    SessionError, SharedReplica, FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
@@ -163,7 +163,9 @@ fn garbage_is_disconnected() {
         |e| {
             matches!(
                 e,
-                SessionError::Frame(FrameError::UnknownKind { .. } | FrameError::Malformed { .. })
+                SessionError::Core(ProtocolError::Frame(
+                    FrameError::UnknownKind { .. } | FrameError::Malformed { .. }
+                ))
             )
         },
     );
@@ -177,7 +179,7 @@ fn an_oversized_frame_is_refused_by_its_prefix_alone() {
         prefix,
         false,
         "exceeds the maximum",
-        |e| matches!(e, SessionError::Frame(FrameError::TooLarge { len, .. }) if *len == FRAME_BYTES_MAX + 1),
+        |e| matches!(e, SessionError::Core(ProtocolError::Frame(FrameError::TooLarge { len, .. })) if *len == FRAME_BYTES_MAX + 1),
     );
 }
 
@@ -190,7 +192,10 @@ fn a_wrong_protocol_version_is_named() {
         |e| {
             matches!(
                 e,
-                SessionError::Frame(FrameError::ProtocolVersion { theirs: 4, ours: 3 })
+                SessionError::Core(ProtocolError::Frame(FrameError::ProtocolVersion {
+                    theirs: 4,
+                    ours: 3
+                }))
             )
         },
     );
@@ -225,7 +230,7 @@ fn older_peers_are_refused_with_a_logged_reason_and_hear_our_version() {
         assert!(
             matches!(
                 error,
-                SessionError::Frame(FrameError::ProtocolVersion { theirs: t, ours: 3 })
+                SessionError::Core(ProtocolError::Frame(FrameError::ProtocolVersion { theirs: t, ours: 3 }))
                     if t == u16::from(theirs)
             ),
             "{error:?}"
@@ -272,10 +277,10 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
     assert!(
         matches!(
             &error,
-            SessionError::Refused {
+            SessionError::Core(ProtocolError::Refused {
                 peer,
                 source: DeltaError::OwnStreamAhead { stream, seq: 2, head: 1 }
-            } if *peer == B && *stream == A
+            }) if *peer == B && *stream == A
         ),
         "unexpected error: {error:?}"
     );
@@ -298,10 +303,10 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
     refused(bytes, false, "own stream", |e| {
         matches!(
             e,
-            SessionError::Refused {
+            SessionError::Core(ProtocolError::Refused {
                 source: DeltaError::OwnFloorAboveHead { floor: 9, .. },
                 ..
-            }
+            })
         )
     });
 }
@@ -319,7 +324,7 @@ fn an_equivocating_event_is_refused_whole() {
     refused(bytes, false, "equivocation", |e| {
         matches!(
             e,
-            SessionError::Refused { peer, source: DeltaError::Equivocation { stream, seq: 1 } }
+            SessionError::Core(ProtocolError::Refused { peer, source: DeltaError::Equivocation { stream, seq: 1 } })
                 if *peer == B && *stream == B
         )
     });
@@ -334,10 +339,10 @@ fn a_non_canonical_vector_is_refused() {
     refused(bytes, false, "strictly ascending", |e| {
         matches!(
             e,
-            SessionError::Frame(FrameError::BadVector {
+            SessionError::Core(ProtocolError::Frame(FrameError::BadVector {
                 field: "changes",
                 ..
-            })
+            }))
         )
     });
 }
@@ -348,7 +353,7 @@ fn a_hello_naming_ourselves_is_refused() {
         hello(A, PROTOCOL_VERSION),
         false,
         "own stream",
-        |e| matches!(e, SessionError::SelfConnection { stream } if *stream == A),
+        |e| matches!(e, SessionError::Core(ProtocolError::SelfConnection { stream }) if *stream == A),
     );
 }
 
@@ -367,7 +372,10 @@ fn a_silent_peer_times_out() {
     // A peer that says hello, then nothing: the read timeout (10 heartbeats
     // of 20 ms) ends the session.
     refused(hello(B, PROTOCOL_VERSION), false, "read timeout", |e| {
-        matches!(e, SessionError::ReadTimeout { what: "frame", .. })
+        matches!(
+            e,
+            SessionError::Core(ProtocolError::ReadTimeout { what: "frame", .. })
+        )
     });
 }
 

@@ -19,7 +19,8 @@ use std::time::Duration;
 use meshlog_cursor::StreamId;
 use meshlog_sync::testkit::{run_paused, wait_for, Direction, FaultLink, Faults};
 use meshlog_sync::{
-    Session, SessionConfig, SessionError, SessionState, SharedReplica, DELTA_EVENTS_MAX,
+    ProtocolError, Session, SessionConfig, SessionError, SessionState, SharedReplica,
+    DELTA_EVENTS_MAX,
 };
 use tokio::sync::watch;
 
@@ -127,7 +128,13 @@ fn a_dead_peer_blocks_neither_appends_nor_other_peers() {
         .await;
         let result = dead.await.unwrap();
         assert!(
-            matches!(result, Err(SessionError::ReadTimeout { what: "hello", .. })),
+            matches!(
+                result,
+                Err(SessionError::Core(ProtocolError::ReadTimeout {
+                    what: "hello",
+                    ..
+                }))
+            ),
             "{result:?}"
         );
     });

@@ -264,7 +264,7 @@ fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {
 
 pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
     PeerJson {
-        url: peer.url.clone(),
+        url: peer.addr.clone(),
         connected: peer.connected,
         stream: peer.stream.map(decimal),
         marks: vector_json(&peer.marks),
@@ -336,7 +336,7 @@ pub async fn metrics(State(state): Shared) -> Response {
     let gauges: Vec<PeerGauge<'_>> = peers
         .iter()
         .map(|peer| PeerGauge {
-            url: &peer.url,
+            url: &peer.addr,
             connected: peer.connected,
             lag_events: peer.lag_events,
         })
@@ -456,7 +456,7 @@ pub async fn list_peers(State(state): Shared) -> Json<PeersJson> {
         .inbound()
         .into_iter()
         .map(|session| InboundJson {
-            remote: session.remote.to_string(),
+            remote: session.addr.to_string(),
             connected: session.connected,
             stream: session.stream.map(decimal),
             marks: vector_json(&session.marks),

@@ -63,7 +63,7 @@ pub fn hand_in<S>(
 where
     S: meshlog_replica::Store + Send + Sync + 'static,
 {
-    crate::proto::hand_in(now, core, payload, replica)
+    Ok(crate::proto::hand_in(now, core, payload, replica)?)
 }
 pub use meshlog_testkit::seed::{for_each_seed, seeds, SEED_ENV};
 pub use meshlog_testkit::SplitMix64;

@@ -300,46 +300,60 @@ async fn pump(
                     Ok(None) | Err(_) => break,
                 };
                 let draws = [(); 7].map(|_| rng.next_u64());
-                let unit = |draw: u64| (draw >> 11) as f64 / (1u64 << 53) as f64;
-                let now = Instant::now();
-                let mut state = control.lock();
-                let faults = state.faults;
-                let cut = state.cut[index];
-                let stats = &mut state.stats[index];
-                stats.frames += 1;
-                if cut {
-                    stats.cut += 1;
-                    continue;
-                }
-                if unit(draws[0]) < faults.drop {
-                    stats.dropped += 1;
-                    continue;
-                }
-                let hold_ms = |draw: u64| draw % (faults.delay_ms_max + 1);
-                let at = if unit(draws[2]) < faults.reorder {
-                    stats.reordered += 1;
-                    now + Duration::from_millis(1 + hold_ms(draws[3]))
-                } else {
-                    let mut at = now;
-                    if unit(draws[4]) < faults.delay {
-                        stats.delayed += 1;
-                        at += Duration::from_millis(hold_ms(draws[5]));
-                    }
-                    in_order_at = in_order_at.max(at);
-                    in_order_at
-                };
-                order += 1;
-                held.push(Reverse(Held { at, order, frame: frame.clone() }));
-                if unit(draws[1]) < faults.duplicate {
-                    stats.duplicated += 1;
+                for at in fates(&control, index, draws, Instant::now(), &mut in_order_at) {
                     order += 1;
-                    let at = now + Duration::from_millis(hold_ms(draws[6]));
-                    held.push(Reverse(Held { at, order, frame }));
+                    held.push(Reverse(Held { at, order, frame: frame.clone() }));
                 }
             }
         }
     }
     let _ = target.shutdown().await;
+}
+
+/// A frame's fate, from its seven draws: when to deliver it (none: cut or
+/// dropped; two times: duplicated), counted in the link's stats. A frame
+/// neither reordered nor duplicated is delivered no earlier than the one
+/// before (`in_order_at`).
+fn fates(
+    control: &LinkControl,
+    index: usize,
+    draws: [u64; 7],
+    now: Instant,
+    in_order_at: &mut Instant,
+) -> Vec<Instant> {
+    let unit = |draw: u64| (draw >> 11) as f64 / (1u64 << 53) as f64;
+    let mut state = control.lock();
+    let faults = state.faults;
+    let cut = state.cut[index];
+    let stats = &mut state.stats[index];
+    stats.frames += 1;
+    if cut {
+        stats.cut += 1;
+        return Vec::new();
+    }
+    if unit(draws[0]) < faults.drop {
+        stats.dropped += 1;
+        return Vec::new();
+    }
+    let hold_ms = |draw: u64| draw % (faults.delay_ms_max + 1);
+    let at = if unit(draws[2]) < faults.reorder {
+        stats.reordered += 1;
+        now + Duration::from_millis(1 + hold_ms(draws[3]))
+    } else {
+        let mut at = now;
+        if unit(draws[4]) < faults.delay {
+            stats.delayed += 1;
+            at += Duration::from_millis(hold_ms(draws[5]));
+        }
+        *in_order_at = (*in_order_at).max(at);
+        *in_order_at
+    };
+    let mut fates = vec![at];
+    if unit(draws[1]) < faults.duplicate {
+        stats.duplicated += 1;
+        fates.push(now + Duration::from_millis(hold_ms(draws[6])));
+    }
+    fates
 }
 
 /// A fault link in memory: each [`FaultLink::connect`] gives a pair of

@@ -17,7 +17,7 @@
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{ColumnRun, DeltaColumns, Event, Piece, Values};
+use meshlog_replica::{ColumnRun, DeltaColumns, Event, Piece, Values, ValuesRef};
 
 use super::{FrameError, DELTA_EVENTS_MAX};
 
@@ -99,38 +99,17 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
 /// `Replica::delta_columns_for` is written as it is: no event is made,
 /// and the payloads go in with one copy.
 pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Result<(), FrameError> {
-    let refuse = |detail: String| FrameError::Encode {
-        kind: "delta",
-        detail,
-    };
     // Sized once for the payloads (the columns may be a few bytes for
     // thousands of events: they grow as written).
     out.reserve(columns.payloads().len() + 64);
     put_varint(out, columns.len() as u64);
     let mut gaps = Column::default();
-    let mut time_column = Column::default();
-    let mut lens = Column::default();
     // The previous run: its stream and last seq, its first seq and stamp.
     let mut run_previous: Option<(ColumnRun, u64)> = None;
     let mut index = 0;
     for run in columns.runs() {
         if let Some((previous, _)) = run_previous {
-            if previous.stream >= run.stream {
-                return Err(refuse(if previous.stream == run.stream {
-                    format!(
-                        "event {}:{} follows seq {} of its stream: a delta carries each \
-                         stream's events contiguous and in seq order",
-                        run.stream,
-                        run.first_seq,
-                        previous.last_seq(),
-                    )
-                } else {
-                    format!(
-                        "stream {} follows stream {}: a delta's runs go streams ascending",
-                        run.stream, previous.stream
-                    )
-                }));
-            }
+            check_run_order(&previous, run)?;
         }
         put_varint(out, run.stream.get());
         put_varint(
@@ -141,98 +120,150 @@ pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Resul
         );
         put_varint(out, run.len as u64);
         let run_lamports = columns.lamports().slice(index..index + run.len);
-        // Stamps rise from 1 with seq: the first above 0, each above the
-        // one before.
-        let falls = |i: usize, previous: u64| {
-            refuse(format!(
-                "event {}:{} has lamport stamp {}, not above {previous}: lamport stamps rise \
-                 from 1 with seq",
-                run.stream,
-                run.first_seq + i as u64,
-                run_lamports.get(i),
-            ))
-        };
-        // Piece by piece: a steady one's gaps are one repeat, written at
-        // once.
-        let (mut previous, mut i) = (None::<u64>, 0usize);
-        for piece in run_lamports.pieces() {
-            let first = piece.first().unwrap_or_default();
-            // The first as a difference from the run before's first (or
-            // itself less one); then each gap above the one before.
-            gaps.push(match (previous, run_previous) {
-                (None, _) if first == 0 => return Err(falls(0, 0)),
-                (None, Some((_, first_lamport))) => diff(first, first_lamport),
-                (None, None) => first - 1,
-                (Some(before), _) if first <= before => return Err(falls(i, before)),
-                (Some(before), _) => first - before - 1,
-            });
-            match piece {
-                Piece::Steady { first, step, len } if len > 1 => {
-                    if step == 0 {
-                        return Err(falls(i + 1, first));
-                    }
-                    // The steps that fit below u64::MAX.
-                    let fit = (u64::MAX - first) / step;
-                    if fit < len as u64 - 1 {
-                        return Err(falls(i + fit as usize + 1, first + fit * step));
-                    }
-                    gaps.push_n(step - 1, len as u64 - 1);
-                }
-                Piece::Steady { .. } => {}
-                Piece::Listed(values) => {
-                    for (k, pair) in values.windows(2).enumerate() {
-                        if pair[1] <= pair[0] {
-                            return Err(falls(i + k + 1, pair[0]));
-                        }
-                        gaps.push(pair[1] - pair[0] - 1);
-                    }
-                }
-            }
-            previous = piece.last();
-            i += piece.len();
-        }
+        push_lamport_gaps(&mut gaps, run, &run_lamports, run_previous)?;
         run_previous = Some((*run, run_lamports.get(0)));
         index += run.len;
     }
-    // The times as differences from the one before (the first as it is),
-    // and the payloads' lengths: a steady piece's all one step.
-    let mut time_previous: Option<u64> = None;
-    for piece in columns.times().pieces() {
+    gaps.finish(out);
+    time_column(columns.times()).finish(out);
+    len_column(columns.ends()).finish(out);
+    out.extend_from_slice(columns.payloads());
+    Ok(())
+}
+
+/// An encoding refused: what the delta breaks.
+fn refuse(detail: String) -> FrameError {
+    FrameError::Encode {
+        kind: "delta",
+        detail,
+    }
+}
+
+/// Refuses a run that does not follow `previous` in a delta's order: one
+/// run per stream, streams ascending.
+fn check_run_order(previous: &ColumnRun, run: &ColumnRun) -> Result<(), FrameError> {
+    if previous.stream < run.stream {
+        return Ok(());
+    }
+    Err(refuse(if previous.stream == run.stream {
+        format!(
+            "event {}:{} follows seq {} of its stream: a delta carries each \
+             stream's events contiguous and in seq order",
+            run.stream,
+            run.first_seq,
+            previous.last_seq(),
+        )
+    } else {
+        format!(
+            "stream {} follows stream {}: a delta's runs go streams ascending",
+            run.stream, previous.stream
+        )
+    }))
+}
+
+/// Pushes a run's lamport stamps as gaps: the first as a difference from
+/// the run before's first (or itself less one), then each gap above the
+/// one before. Refuses stamps that do not rise from 1 with seq.
+fn push_lamport_gaps(
+    gaps: &mut Column,
+    run: &ColumnRun,
+    run_lamports: &ValuesRef<'_>,
+    run_previous: Option<(ColumnRun, u64)>,
+) -> Result<(), FrameError> {
+    // Stamps rise from 1 with seq: the first above 0, each above the
+    // one before.
+    let falls = |i: usize, previous: u64| {
+        refuse(format!(
+            "event {}:{} has lamport stamp {}, not above {previous}: lamport stamps rise \
+             from 1 with seq",
+            run.stream,
+            run.first_seq + i as u64,
+            run_lamports.get(i),
+        ))
+    };
+    // Piece by piece: a steady one's gaps are one repeat, written at
+    // once.
+    let (mut previous, mut i) = (None::<u64>, 0usize);
+    for piece in run_lamports.pieces() {
         let first = piece.first().unwrap_or_default();
-        time_column.push(match time_previous {
+        gaps.push(match (previous, run_previous) {
+            (None, _) if first == 0 => return Err(falls(0, 0)),
+            (None, Some((_, first_lamport))) => diff(first, first_lamport),
+            (None, None) => first - 1,
+            (Some(before), _) if first <= before => return Err(falls(i, before)),
+            (Some(before), _) => first - before - 1,
+        });
+        match piece {
+            Piece::Steady { first, step, len } if len > 1 => {
+                if step == 0 {
+                    return Err(falls(i + 1, first));
+                }
+                // The steps that fit below u64::MAX.
+                let fit = (u64::MAX - first) / step;
+                if fit < len as u64 - 1 {
+                    return Err(falls(i + fit as usize + 1, first + fit * step));
+                }
+                gaps.push_n(step - 1, len as u64 - 1);
+            }
+            Piece::Steady { .. } => {}
+            Piece::Listed(values) => {
+                for (k, pair) in values.windows(2).enumerate() {
+                    if pair[1] <= pair[0] {
+                        return Err(falls(i + k + 1, pair[0]));
+                    }
+                    gaps.push(pair[1] - pair[0] - 1);
+                }
+            }
+        }
+        previous = piece.last();
+        i += piece.len();
+    }
+    Ok(())
+}
+
+/// The times as differences from the one before (the first as it is): a
+/// steady piece's all one step.
+fn time_column(times: ValuesRef<'_>) -> Column {
+    let mut column = Column::default();
+    let mut time_previous: Option<u64> = None;
+    for piece in times.pieces() {
+        let first = piece.first().unwrap_or_default();
+        column.push(match time_previous {
             None => first,
             Some(previous) => zigzag(first.wrapping_sub(previous) as i64),
         });
         match piece {
             Piece::Steady { step, len, .. } => {
-                time_column.push_n(zigzag(step as i64), len as u64 - 1);
+                column.push_n(zigzag(step as i64), len as u64 - 1);
             }
             Piece::Listed(values) => {
                 for pair in values.windows(2) {
-                    time_column.push(zigzag(pair[1].wrapping_sub(pair[0]) as i64));
+                    column.push(zigzag(pair[1].wrapping_sub(pair[0]) as i64));
                 }
             }
         }
         time_previous = piece.last();
     }
+    column
+}
+
+/// The payloads' lengths, from their ends: a steady piece's all one step.
+fn len_column(ends: ValuesRef<'_>) -> Column {
+    let mut column = Column::default();
     let mut end_previous = 0;
-    for piece in columns.ends().pieces() {
-        lens.push(piece.first().unwrap_or_default() - end_previous);
+    for piece in ends.pieces() {
+        column.push(piece.first().unwrap_or_default() - end_previous);
         match piece {
-            Piece::Steady { step, len, .. } => lens.push_n(step, len as u64 - 1),
+            Piece::Steady { step, len, .. } => column.push_n(step, len as u64 - 1),
             Piece::Listed(values) => {
                 for pair in values.windows(2) {
-                    lens.push(pair[1] - pair[0]);
+                    column.push(pair[1] - pair[0]);
                 }
             }
         }
         end_previous = piece.last().unwrap_or_default();
     }
-    gaps.finish(out);
-    time_column.finish(out);
-    lens.finish(out);
-    out.extend_from_slice(columns.payloads());
-    Ok(())
+    column
 }
 
 /// A column being written: its values as runs of equal values, each value
@@ -953,8 +984,8 @@ mod tests {
     /// bytes overwritten, cut or added.
     #[test]
     fn repeats_are_checked_at_once_as_value_by_value() {
-        let seed = crate::testkit::seeds(0x4e9e47, 1)[0];
-        let mut rng = crate::rng::SplitMix64::new(seed);
+        let seed = meshlog_testkit::seed::seeds(0x4e9e47, 1)[0];
+        let mut rng = meshlog_testkit::SplitMix64::new(seed);
         let mut compared = 0;
         for _ in 0..20_000 {
             let mut events = Vec::new();
@@ -1461,7 +1492,7 @@ mod tests {
             .iter()
             .map(|&id| meshlog_replica::Replica::new(StreamId::new(id)))
             .collect();
-        let mut rng = crate::rng::SplitMix64::new(0xf4a3e);
+        let mut rng = meshlog_testkit::SplitMix64::new(0xf4a3e);
         for i in 0..400u64 {
             let w = rng.below(ids.len() as u64) as usize;
             // Wall clocks that step back now and then.
@@ -1528,7 +1559,7 @@ mod tests {
         use meshlog_replica::Replica;
 
         let seed = meshlog_testkit::seed::replay_or(0xc0_1a5);
-        let mut rng = crate::rng::SplitMix64::new(seed);
+        let mut rng = meshlog_testkit::SplitMix64::new(seed);
         let ids = [9u64, 2, 0x7fff_ffff, 40];
         let mut writers: Vec<Replica> = ids
             .iter()

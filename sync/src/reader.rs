@@ -1,18 +1,20 @@
 //! [`FrameReader`]: whole frames from a tokio byte stream.
 //!
-//! The only part of `frame` that does I/O, kept apart so the codec stays
-//! synchronous and total on byte slices (what the fuzz target drives),
+//! The only part of `frame` that does I/O, kept out of the core crate
+//! (`meshlog-sync-core`) so the codec stays synchronous, free of tokio and
+//! total on byte slices (what the fuzz target drives),
 //! while the reader owns what reading a socket adds: a buffer that survives
 //! a cancelled read, and a prefix refused before its payload is buffered.
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::envelope::peek_len;
-use super::{FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES};
+use meshlog_sync_core::frame::{
+    peek_len, FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES,
+};
 // Named by the reader's docs only.
 #[cfg(doc)]
-use super::FrameError;
+use meshlog_sync_core::frame::FrameError;
 
 /// Reads length-prefixed frames from a byte stream, one whole frame at a
 /// time.

@@ -5,7 +5,7 @@
 //! [`decode`] take and give a whole frame, length prefix included (what a
 //! byte stream carries), [`encode_payload`] and [`decode_payload`] the
 //! payload alone (what a transport that frames messages itself carries, and
-//! what [`FrameReader`](super::FrameReader) hands out). They write and read
+//! what `meshlog_sync::frame::FrameReader` hands out). They write and read
 //! the kind, check a hello's protocol version before
 //! anything else of it, check the vectors' counts before decoding, and hand
 //! the content to the postcard-mapped types of `repr` or to the delta
@@ -52,8 +52,14 @@ pub fn split_frame_limited(buf: &[u8], max: usize) -> Result<Option<(&[u8], usiz
 }
 
 /// The payload length announced by the prefix at the start of `buf`, checked
-/// against the limit; `None` if the prefix is incomplete.
-pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
+/// against the limit; `None` if the prefix is incomplete: what a reader of
+/// a byte stream checks before it buffers a payload.
+///
+/// # Errors
+///
+/// [`FrameError::TooLarge`] for a length above `max`, before anything is
+/// allocated for it.
+pub fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
     let Some(prefix) = buf.get(..LENGTH_PREFIX_BYTES) else {
         return Ok(None);
     };
@@ -85,7 +91,7 @@ pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameErr
 /// use bytes::Bytes;
 /// use meshlog_cursor::{StreamId, VersionVector};
 /// use meshlog_replica::{Delta, Event};
-/// use meshlog_sync::frame::{self, Frame, LENGTH_PREFIX_BYTES};
+/// use meshlog_sync_core::frame::{self, Frame, LENGTH_PREFIX_BYTES};
 ///
 /// let event = |stream, seq, lamport| Event {
 ///     stream: StreamId::new(stream),
@@ -110,7 +116,7 @@ pub(super) fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameErr
 /// let payload = frame::encode_payload(&Frame::delta(1, delta))?;
 /// assert_eq!(payload, bytes[LENGTH_PREFIX_BYTES..]);
 /// assert_eq!(frame::decode_payload(&payload)?, Frame::delta(1, grouped));
-/// # Ok::<(), meshlog_sync::FrameError>(())
+/// # Ok::<(), meshlog_sync_core::FrameError>(())
 /// ```
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
     encode_limited(frame, FRAME_BYTES_MAX)
@@ -336,7 +342,7 @@ fn put_vector(out: &mut Vec<u8>, vector: &VersionVector) {
 /// and bytes after the payload [`FrameError::TrailingBytes`]; the payload
 /// is then decoded as [`decode_payload`] does. A byte stream of frames back
 /// to back is cut with [`split_frame`] (or read with
-/// [`FrameReader`](super::FrameReader)) instead.
+/// `meshlog_sync::frame::FrameReader`) instead.
 pub fn decode(bytes: &[u8]) -> Result<Frame, FrameError> {
     match split_frame(bytes)? {
         Some((payload, used)) => {
@@ -393,14 +399,25 @@ pub fn decode_payload_limited(payload: &[u8], max: usize) -> Result<Frame, Frame
 /// A received frame as the protocol takes it: a delta in columns, as it
 /// was written (no [`meshlog_replica::Event`] per event), any other as a
 /// [`Frame`].
-pub(crate) enum Incoming {
+#[derive(Debug)]
+// One per received frame, handed straight on: boxing the delta would cost
+// an allocation a frame for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Incoming {
+    /// Any frame but a delta.
     Frame(Frame),
-    Delta { number: u64, columns: DeltaColumns },
+    /// A delta, its events left in columns.
+    Delta {
+        /// The delta's number.
+        number: u64,
+        /// Its floor and events, as written.
+        columns: DeltaColumns,
+    },
 }
 
 impl Incoming {
     /// The frame's kind, as [`Frame::kind`] names it.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Incoming::Frame(frame) => frame.kind(),
             Incoming::Delta { .. } => "delta",
@@ -408,14 +425,52 @@ impl Incoming {
     }
 }
 
-/// [`decode_payload_limited`], a delta left in columns.
-pub(crate) fn decode_incoming(payload: &[u8], max: usize) -> Result<Incoming, FrameError> {
+/// [`decode_payload_limited`], a delta left in columns: what the protocol
+/// core decodes a received payload with.
+///
+/// # Errors
+///
+/// As [`decode_payload_limited`].
+pub fn decode_incoming(payload: &[u8], max: usize) -> Result<Incoming, FrameError> {
     decode_any(payload, max, true)
 }
 
 /// [`decode_payload_limited`], a delta's events decoded in `columns` or as
 /// events.
 fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, FrameError> {
+    let (tag, kind, body) = decode_header(payload, max)?;
+    Ok(Incoming::Frame(match tag {
+        tag::HELLO => decode_hello(body, kind)?,
+        tag::DELTA => return decode_delta(body, kind, columns),
+        tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+        tag::BARE_ACK => {
+            let received: u64 = take_all(body, kind)?;
+            if received == 0 {
+                return Err(FrameError::Malformed {
+                    kind,
+                    detail: "received 0: a bare ack follows a delta".into(),
+                });
+            }
+            Frame::BareAck(received)
+        }
+        tag::ROUTES => {
+            let repr: RoutesRepr = take_all(body, kind)?;
+            let routes = Routes {
+                number: repr.number,
+                quiet: repr.quiet.into_streams(kind, "quiet")?,
+                loud: repr.loud.into_streams(kind, "loud")?,
+            };
+            check_routes(&routes).map_err(|detail| FrameError::Malformed { kind, detail })?;
+            Frame::Routes(routes)
+        }
+        _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+    }))
+}
+
+/// A payload's kind, checked before its body is decoded: not empty, within
+/// `max`, a known kind, a hello of our version, and every count it
+/// announces within its limit. The tag, the kind's name and the body.
+fn decode_header(payload: &[u8], max: usize) -> Result<(u32, &'static str, &[u8]), FrameError> {
     if payload.is_empty() {
         return Err(FrameError::Empty);
     }
@@ -425,12 +480,6 @@ fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, Fra
             max,
         });
     }
-    let malformed = |kind: &'static str| {
-        move |error: postcard::Error| FrameError::Malformed {
-            kind,
-            detail: error.to_string(),
-        }
-    };
     let (tag, body) = postcard::take_from_bytes::<u32>(payload).map_err(malformed("frame"))?;
     let kind = match tag {
         tag::HELLO => "hello",
@@ -456,91 +505,74 @@ fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, Fra
         }
     }
     check_counts(tag, kind, payload)?;
-    /// The whole of `bytes` as one `T`.
-    fn take_all<'a, T: Deserialize<'a>>(
-        bytes: &'a [u8],
-        kind: &'static str,
-    ) -> Result<T, FrameError> {
-        let (value, rest) =
-            postcard::take_from_bytes::<T>(bytes).map_err(|error| FrameError::Malformed {
-                kind,
-                detail: error.to_string(),
-            })?;
-        if !rest.is_empty() {
-            return Err(FrameError::TrailingBytes {
-                kind,
-                len: rest.len(),
-            });
-        }
-        Ok(value)
+    Ok((tag, kind, body))
+}
+
+/// A postcard error in a frame of `kind`, as a [`FrameError::Malformed`].
+fn malformed(kind: &'static str) -> impl Fn(postcard::Error) -> FrameError {
+    move |error: postcard::Error| FrameError::Malformed {
+        kind,
+        detail: error.to_string(),
     }
-    Ok(Incoming::Frame(match tag {
-        tag::HELLO => {
-            let hello: HelloRepr = take_all(body, kind)?;
-            if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
-                return Err(FrameError::Malformed {
-                    kind,
-                    detail: format!(
-                        "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
-                        hello.frame_bytes_max
-                    ),
-                });
-            }
-            Frame::Hello(Hello {
-                protocol: hello.protocol,
-                stream: StreamId::new(hello.stream),
-                marks: hello.marks.into_vector(kind, "marks")?,
-                floor: hello.floor.into_vector(kind, "floor")?,
-                frame_bytes_max: hello.frame_bytes_max,
-            })
-        }
-        tag::DELTA => {
-            let (number, rest) = postcard::take_from_bytes::<u64>(body).map_err(malformed(kind))?;
-            if number == 0 {
-                return Err(FrameError::Malformed {
-                    kind,
-                    detail: "delta number 0: numbers start at 1".into(),
-                });
-            }
-            let (floor, events) =
-                postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
-            let floor = floor.into_vector(kind, "floor")?;
-            if !columns {
-                return Ok(Incoming::Frame(Frame::Delta {
-                    number,
-                    delta: Delta {
-                        floor,
-                        events: decode_events(events)?,
-                    },
-                }));
-            }
-            let mut columns = decode_columns(events)?;
-            columns.floor = floor;
-            return Ok(Incoming::Delta { number, columns });
-        }
-        tag::ACK => Frame::Ack(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
-        tag::BARE_ACK => {
-            let received: u64 = take_all(body, kind)?;
-            if received == 0 {
-                return Err(FrameError::Malformed {
-                    kind,
-                    detail: "received 0: a bare ack follows a delta".into(),
-                });
-            }
-            Frame::BareAck(received)
-        }
-        tag::ROUTES => {
-            let repr: RoutesRepr = take_all(body, kind)?;
-            let routes = Routes {
-                number: repr.number,
-                quiet: repr.quiet.into_streams(kind, "quiet")?,
-                loud: repr.loud.into_streams(kind, "loud")?,
-            };
-            check_routes(&routes).map_err(|detail| FrameError::Malformed { kind, detail })?;
-            Frame::Routes(routes)
-        }
-        _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
+}
+
+/// The whole of `bytes` as one `T`.
+fn take_all<'a, T: Deserialize<'a>>(bytes: &'a [u8], kind: &'static str) -> Result<T, FrameError> {
+    let (value, rest) = postcard::take_from_bytes::<T>(bytes).map_err(malformed(kind))?;
+    if !rest.is_empty() {
+        return Err(FrameError::TrailingBytes {
+            kind,
+            len: rest.len(),
+        });
+    }
+    Ok(value)
+}
+
+/// A hello's body, its frame limit at least the one every peer takes.
+fn decode_hello(body: &[u8], kind: &'static str) -> Result<Frame, FrameError> {
+    let hello: HelloRepr = take_all(body, kind)?;
+    if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
+        return Err(FrameError::Malformed {
+            kind,
+            detail: format!(
+                "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
+                hello.frame_bytes_max
+            ),
+        });
+    }
+    Ok(Frame::Hello(Hello {
+        protocol: hello.protocol,
+        stream: StreamId::new(hello.stream),
+        marks: hello.marks.into_vector(kind, "marks")?,
+        floor: hello.floor.into_vector(kind, "floor")?,
+        frame_bytes_max: hello.frame_bytes_max,
     }))
+}
+
+/// A delta's body: its number, its floor, and its events in `columns` or
+/// as events.
+fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incoming, FrameError> {
+    let (number, rest) = postcard::take_from_bytes::<u64>(body).map_err(malformed(kind))?;
+    if number == 0 {
+        return Err(FrameError::Malformed {
+            kind,
+            detail: "delta number 0: numbers start at 1".into(),
+        });
+    }
+    let (floor, events) = postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
+    let floor = floor.into_vector(kind, "floor")?;
+    if !columns {
+        return Ok(Incoming::Frame(Frame::Delta {
+            number,
+            delta: Delta {
+                floor,
+                events: decode_events(events)?,
+            },
+        }));
+    }
+    let mut columns = decode_columns(events)?;
+    columns.floor = floor;
+    Ok(Incoming::Delta { number, columns })
 }
 
 impl ReceiptRepr {

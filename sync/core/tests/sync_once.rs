@@ -1,6 +1,6 @@
 //! `sync_once`: one exchange between two replicas in memory, run to
 //! quiescence through the sans-I/O protocol core, with no task, stream or
-//! clock.
+//! clock: the time is an argument.
 //!
 //! - Two replicas that each wrote converge in one round trip after the
 //!   hellos, and a second exchange sends no event.
@@ -17,10 +17,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, Event};
-use meshlog_sync::frame::{Frame, Hello, PROTOCOL_VERSION};
-use meshlog_sync::proto::{Protocol, Received};
-use meshlog_sync::{sync_once, SessionConfig, SessionError, SharedReplica, DELTA_EVENTS_MAX};
+use meshlog_replica::{Delta, Event, SharedReplica};
+use meshlog_sync_core::frame::{Frame, Hello, PROTOCOL_VERSION};
+use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::{sync_once, ProtocolError, SessionConfig, DELTA_EVENTS_MAX};
 
 #[test]
 fn two_writers_converge_in_one_exchange_and_a_second_sends_nothing() {
@@ -30,7 +30,7 @@ fn two_writers_converge_in_one_exchange_and_a_second_sends_nothing() {
         a.append(vec![i; 32]).unwrap();
         b.append(vec![i; 16]).unwrap();
     }
-    let report = sync_once(&a, &b, &SessionConfig::default()).unwrap();
+    let report = sync_once(Instant::now(), &a, &b, &SessionConfig::default()).unwrap();
     assert!(report.quiescent);
     assert_eq!(a.digest(), b.digest());
     assert_eq!(a.marks(), b.marks());
@@ -40,7 +40,7 @@ fn two_writers_converge_in_one_exchange_and_a_second_sends_nothing() {
     // A: hello. B: hello, its delta. A: its delta, an ack. B: an ack.
     assert!(report.flights <= 4, "{report:?}");
 
-    let again = sync_once(&a, &b, &SessionConfig::default()).unwrap();
+    let again = sync_once(Instant::now(), &a, &b, &SessionConfig::default()).unwrap();
     assert!(again.quiescent);
     assert_eq!(again.a.events_sent + again.b.events_sent, 0, "{again:?}");
     // The hellos only.
@@ -53,8 +53,8 @@ fn a_third_partys_events_travel_through_the_replica_that_holds_them() {
     let b = SharedReplica::in_memory(StreamId::new(2));
     let c = SharedReplica::in_memory(StreamId::new(3));
     c.append(&b"from c"[..]).unwrap();
-    sync_once(&c, &a, &SessionConfig::default()).unwrap();
-    let report = sync_once(&a, &b, &SessionConfig::default()).unwrap();
+    sync_once(Instant::now(), &c, &a, &SessionConfig::default()).unwrap();
+    let report = sync_once(Instant::now(), &a, &b, &SessionConfig::default()).unwrap();
     assert_eq!(report.a.events_sent, 1);
     assert_eq!(b.marks().get(StreamId::new(3)), 1);
     assert_eq!(b.digest(), c.digest());
@@ -74,7 +74,7 @@ fn a_backlog_above_the_budget_crosses_in_several_frames() {
         delta_bytes_max: 2 << 20,
         ..SessionConfig::default()
     };
-    let report = sync_once(&a, &b, &config).unwrap();
+    let report = sync_once(Instant::now(), &a, &b, &config).unwrap();
     assert!(report.quiescent);
     assert_eq!(a.digest(), b.digest());
     assert_eq!(report.a.events_sent, events as u64);
@@ -94,7 +94,7 @@ fn a_hostile_delta_is_refused_by_the_core_with_the_replicas_reason() {
         stream: StreamId::new(66),
         marks: VersionVector::new(),
         floor: VersionVector::new(),
-        frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX as u32,
+        frame_bytes_max: meshlog_sync_core::FRAME_BYTES_MAX as u32,
     });
     assert_eq!(
         core.handle_frame(now, hello, &a).unwrap(),
@@ -118,7 +118,7 @@ fn a_hostile_delta_is_refused_by_the_core_with_the_replicas_reason() {
     let applied = a.apply_columns(columns);
     let error = core.handle_applied(now, applied).unwrap_err();
     assert!(
-        matches!(error, SessionError::Refused { peer, .. } if peer == StreamId::new(66)),
+        matches!(error, ProtocolError::Refused { peer, .. } if peer == StreamId::new(66)),
         "{error}"
     );
     assert_eq!(a.marks().get(StreamId::new(1)), 1);

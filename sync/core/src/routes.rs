@@ -11,7 +11,7 @@
 //! (*loud*) when the source session ends, or when its peer's marks show the
 //! stream ahead of ours for longer than a round trip and a tick (the source
 //! lags or is cut off), taking the stream over. The rules are the protocol
-//! core's (`proto.rs`); this is only the shared table, behind one mutex
+//! core's (`proto`); this is only the shared table, behind one mutex
 //! taken briefly per received delta and per tick.
 
 use std::collections::HashMap;
@@ -20,17 +20,26 @@ use std::time::Instant;
 
 use meshlog_cursor::StreamId;
 
-use crate::manager::PeerDirection;
+/// Whether this side dialed the peer or the peer dialed it: the one thing
+/// both sides of two sessions between the same replicas agree on, so both
+/// keep the same one (see [`Routes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerDirection {
+    /// A configured peer we dial (and redial).
+    Outbound,
+    /// A peer that connected to our listener.
+    Inbound,
+}
 
 /// The routing table shared by every session of one replica (cheap to
 /// clone: a handle). Give the same `Routes` to all of a replica's sessions
-/// ([`Session::with_routes`](crate::Session::with_routes),
+/// (`meshlog_sync::Session::with_routes`,
 /// [`Protocol::with_routes`](crate::proto::Protocol::with_routes)); a
 /// session without one pushes every stream to its peer, as protocol 2
 /// always did.
 ///
 /// ```
-/// use meshlog_sync::Routes;
+/// use meshlog_sync_core::Routes;
 ///
 /// let routes = Routes::new();
 /// assert_eq!(routes.sessions(), 0);

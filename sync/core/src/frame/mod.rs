@@ -15,7 +15,7 @@
 //!
 //! Cut along the format's seams, so that each part of the byte layout has
 //! one file to read, and the public surface stays here, at
-//! `meshlog_sync::frame::...`:
+//! `meshlog_sync_core::frame::...`:
 //!
 //! - this file: [`Frame`], [`Hello`], the protocol version, the limits
 //!   ([`FRAME_BYTES_MAX`], [`DELTA_EVENTS_MAX`], [`LENGTH_PREFIX_BYTES`]) and the frame kinds' numbers; it re-exports
@@ -29,8 +29,9 @@
 //! - `event_runs`: the hand-written codec of a delta's events (per-stream
 //!   run headers, seqs implied, columns in repeat and literal runs of lamport gaps,
 //!   times and payload lengths, shortest-form varints), which postcard's layout could not make this compact.
-//! - `reader`: [`FrameReader`], the cancel-safe reader of whole frames from
-//!   a tokio byte stream; the only part that does I/O.
+//! - the cancel-safe reader of whole frames from a tokio byte stream,
+//!   `FrameReader`, is not here: it does I/O, so it lives in the driver
+//!   crate (`meshlog_sync::frame::FrameReader`), on [`peek_len`].
 //! - `error`: [`FrameError`], the one error every part returns.
 //!
 //! Each file keeps its unit tests; the tests of the format as a whole (every
@@ -62,7 +63,7 @@
 //!
 //! ```
 //! use meshlog_cursor::{StreamId, VersionVector};
-//! use meshlog_sync::frame::{self, Frame, MarksDiff, Receipt};
+//! use meshlog_sync_core::frame::{self, Frame, MarksDiff, Receipt};
 //!
 //! // Delta 3 arrived; the sender holds the peer's marks 1; its own marks 2
 //! // are its marks 1 with stream 1 at seq 5.
@@ -77,7 +78,7 @@
 //! assert_eq!(used, bytes.len());
 //! assert_eq!(frame::decode_payload(payload)?, ack);
 //! assert_eq!(frame::decode(&bytes)?, ack);
-//! # Ok::<(), meshlog_sync::FrameError>(())
+//! # Ok::<(), meshlog_sync_core::FrameError>(())
 //! ```
 
 // Named by the docs here only.
@@ -89,16 +90,14 @@ use meshlog_replica::Delta;
 mod envelope;
 mod error;
 mod event_runs;
-mod reader;
 mod repr;
 
+pub(crate) use envelope::encode_delta_columns_limited;
 pub use envelope::{
-    decode, decode_payload, decode_payload_limited, encode, encode_limited, encode_payload,
-    split_frame, split_frame_limited,
+    decode, decode_incoming, decode_payload, decode_payload_limited, encode, encode_limited,
+    encode_payload, peek_len, split_frame, split_frame_limited, Incoming,
 };
-pub(crate) use envelope::{decode_incoming, encode_delta_columns_limited, Incoming};
 pub use error::FrameError;
-pub use reader::FrameReader;
 
 /// The protocol version this crate speaks, carried in every [`Hello`]. Peers
 /// speaking another version are refused after their hello
@@ -386,7 +385,7 @@ mod tests {
     /// leading two-digit hex tokens (the rest of the line says what they
     /// are).
     fn doc_examples() -> Vec<Vec<u8>> {
-        let doc = include_str!("../../../docs/PROTOCOL.md");
+        let doc = include_str!("../../../../docs/PROTOCOL.md");
         let start = doc.find("### Examples").expect("an Examples section");
         let section = &doc[start..];
         let end = section[4..].find("\n## ").map_or(section.len(), |i| i + 4);

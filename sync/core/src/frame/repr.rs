@@ -168,6 +168,38 @@ impl VectorRepr {
     }
 }
 
+/// One `T` from the front of `bytes`, if they parse.
+fn take<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
+    postcard::take_from_bytes::<T>(bytes).ok()
+}
+
+/// Reads a sequence's count, refuses it above `STREAMS_MAX`, and skips
+/// its elements (`E`: a vector's `(stream, seq)` entries, or a set's
+/// stream ids); `Ok(None)` if the bytes do not parse.
+fn skip_seq<'a, E: serde::de::DeserializeOwned>(
+    bytes: &'a [u8],
+    kind: &'static str,
+    field: &'static str,
+) -> Result<Option<&'a [u8]>, FrameError> {
+    let Some((count, mut rest)) = take::<u64>(bytes) else {
+        return Ok(None);
+    };
+    if count > STREAMS_MAX as u64 {
+        return Err(FrameError::BadVector {
+            kind,
+            field,
+            detail: format!("{count} streams exceed the limit of {STREAMS_MAX}"),
+        });
+    }
+    for _ in 0..count {
+        let Some((_, after)) = take::<E>(rest) else {
+            return Ok(None);
+        };
+        rest = after;
+    }
+    Ok(Some(rest))
+}
+
 /// Checks the counts of the payload's vectors against their limit (at most
 /// [`STREAMS_MAX`] entries) before anything is decoded for their entries. A
 /// delta's event counts are checked by `decode_events` as it reads them.
@@ -178,35 +210,6 @@ impl VectorRepr {
 /// parse are left to the decoder, which reports them as it would without
 /// this check.
 pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Result<(), FrameError> {
-    fn take<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
-        postcard::take_from_bytes::<T>(bytes).ok()
-    }
-    /// Reads a sequence's count, refuses it above `STREAMS_MAX`, and skips
-    /// its elements (`E`: a vector's `(stream, seq)` entries, or a set's
-    /// stream ids); `Ok(None)` if the bytes do not parse.
-    fn skip_seq<'a, E: serde::de::DeserializeOwned>(
-        bytes: &'a [u8],
-        kind: &'static str,
-        field: &'static str,
-    ) -> Result<Option<&'a [u8]>, FrameError> {
-        let Some((count, mut rest)) = take::<u64>(bytes) else {
-            return Ok(None);
-        };
-        if count > STREAMS_MAX as u64 {
-            return Err(FrameError::BadVector {
-                kind,
-                field,
-                detail: format!("{count} streams exceed the limit of {STREAMS_MAX}"),
-            });
-        }
-        for _ in 0..count {
-            let Some((_, after)) = take::<E>(rest) else {
-                return Ok(None);
-            };
-            rest = after;
-        }
-        Ok(Some(rest))
-    }
     let skip_vector = skip_seq::<(u64, u64)>;
     let skip_streams = skip_seq::<u64>;
 

@@ -10,7 +10,7 @@ use meshlog_cursor::StreamId;
 
 // Named by the variants' docs only.
 #[cfg(doc)]
-use super::{FrameReader, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use super::{DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 
 /// Why a frame could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -154,7 +154,8 @@ pub enum FrameError {
 }
 
 impl FrameError {
-    /// The frame error inside an I/O error from [`FrameReader`], if that is
+    /// The frame error inside an I/O error from
+    /// `meshlog_sync::frame::FrameReader`, if that is
     /// what it is.
     pub fn of_io(error: &std::io::Error) -> Option<&FrameError> {
         error.get_ref()?.downcast_ref::<FrameError>()

@@ -1,0 +1,338 @@
+//! Deltas: what to send and when (the send delay, the in-flight window),
+//! how it is sized and split into frames, what is cut because a frame
+//! cannot carry it; and a received delta, handed back to apply.
+
+use super::*;
+
+impl Protocol {
+    /// Builds the next delta to send, in parts of one frame each, if the
+    /// view does not cover our marks and nothing holds it back (too many
+    /// deltas in flight, a send delay).
+    pub(super) fn plan_delta<L: LocalReplica>(&mut self, now: Instant, local: &L) -> Planned {
+        if self.send.in_flight.len() >= IN_FLIGHT_MAX {
+            // Wait for receipts (or the retransmission timeout).
+            return Planned::Nothing;
+        }
+        let marks = local.marks();
+        skip_pending(&mut self.send.view, &self.send.peer_pending);
+        if self.send_view(&marks).dominates(&marks) {
+            self.send.hold_until = None;
+            return Planned::Nothing;
+        }
+        if let Some(until) = self.send_held_until(now) {
+            // Nagle's rule: a small delta is in flight, so what is new
+            // waits to go with what follows it, for at most the send
+            // delay (the peer's ack, retiring it, ends the wait sooner).
+            self.send.hold_until = Some(until);
+            return Planned::Nothing;
+        }
+        self.send.hold_until = None;
+        let Some(parts) = self.delta_parts(local, &marks) else {
+            return Planned::Again;
+        };
+        if parts
+            .iter()
+            .all(|part| part.is_empty() && part.floor.is_empty())
+        {
+            // The marks ran ahead of a compaction; nothing to send.
+            return Planned::Nothing;
+        }
+        let mut bytes = 0;
+        for part in &parts {
+            advance_by_spans(&mut self.send.view, &part.floor, &column_spans(part));
+            bytes += part.size_hint();
+        }
+        self.send.last_delta_full = bytes >= self.config.delta_budget() / 2;
+        self.send.last_delta_at = Some(now);
+        self.send.parts.extend(parts);
+        Planned::Parts
+    }
+
+    /// What the peer misses, read in columns and sent as read, unless an
+    /// event is too large for a frame, a stream runs into what the peer
+    /// holds pending, or it needs more than one frame: then it is cut and
+    /// split as events. `None` if only events too large for a frame were
+    /// read (their streams are now cut: read again).
+    pub(super) fn delta_parts<L: LocalReplica>(
+        &mut self,
+        local: &L,
+        marks: &VersionVector,
+    ) -> Option<Vec<DeltaColumns>> {
+        let view = self.send_view(marks);
+        let columns = local.delta_columns_for(&view, self.config.delta_budget());
+        let payload_max = self.frame_payload_max(&columns.floor);
+        let as_read = columns.len() <= DELTA_EVENTS_MAX
+            && columns.payload_len_max() <= payload_max
+            && !self.send.peer_pending.iter().any(|range| {
+                view.get(range.stream) + 1 < range.from
+                    && columns
+                        .runs()
+                        .iter()
+                        .any(|run| run.stream == range.stream && run.last_seq() >= range.from)
+            });
+        drop(view);
+        if as_read {
+            return Some(vec![columns]);
+        }
+        let mut delta = columns.to_delta();
+        if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty() {
+            return None;
+        }
+        let view = self.send_view(marks);
+        // A hole below what the peer holds pending is sent up to
+        // the pending events, not through them.
+        for range in &self.send.peer_pending {
+            if view.get(range.stream) + 1 < range.from {
+                delta
+                    .events
+                    .retain(|event| event.stream != range.stream || event.seq < range.from);
+            }
+        }
+        Some(
+            split_delta(delta)
+                .iter()
+                .map(DeltaColumns::from_delta)
+                .collect(),
+        )
+    }
+
+    /// The next part of the planned delta, numbered and recorded as in
+    /// flight.
+    pub(super) fn next_delta_part(&mut self, now: Instant) -> Option<Outgoing> {
+        let part = self.send.parts.pop_front()?;
+        let number = self.send.next_delta_number;
+        self.send.next_delta_number += 1;
+        let spans = column_spans(&part);
+        let mut advance = VersionVector::new();
+        advance_by_spans(&mut advance, &part.floor, &spans);
+        let first: VersionVector = spans
+            .iter()
+            .map(|&(stream, first, _)| (stream, first))
+            .collect();
+        self.send.in_flight.push_back(InFlight {
+            number,
+            sent_at: now,
+            advance,
+            first,
+        });
+        Some(Outgoing::Delta {
+            number,
+            columns: part,
+        })
+    }
+
+    /// The largest frame payload we send: the smaller of our limit and
+    /// the peer's (from its hello; the default before it arrives).
+    pub(super) fn send_limit(&self) -> usize {
+        self.config
+            .frame_limit()
+            .min(self.hello.peer_frame_bytes_max)
+    }
+
+    /// The largest payload that fits a frame we send with a delta's
+    /// `floor` (whatever else the frame holds).
+    pub(super) fn frame_payload_max(&self, floor: &VersionVector) -> usize {
+        let floor_bytes = frame::vector_bytes_max(floor);
+        self.send_limit()
+            .saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX)
+    }
+
+    /// Cuts from a delta to send every event too large for a frame (with
+    /// the delta's floor), and what follows it in its stream: that stream
+    /// is not sent to this peer past it in this session, reported
+    /// ([`LimitHit::FrameBytesMax`]) and logged once. Whether anything was
+    /// cut.
+    pub(super) fn cut_unsendable(&mut self, delta: &mut Delta) -> bool {
+        let limit = self.send_limit();
+        let payload_max = self.frame_payload_max(&delta.floor);
+        let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
+        for event in &delta.events {
+            if event.payload.len() > payload_max && !cut.contains_key(&event.stream) {
+                cut.insert(event.stream, event.seq);
+            }
+        }
+        if cut.is_empty() {
+            return false;
+        }
+        let peer = self.hello.peer.unwrap_or(self.local);
+        for (&stream, &seq) in &cut {
+            let len = delta
+                .events
+                .iter()
+                .find(|event| event.stream == stream && event.seq == seq)
+                .map_or(0, |event| event.payload.len());
+            tracing::warn!(
+                %peer,
+                %stream,
+                seq,
+                len,
+                limit,
+                ours = self.config.frame_limit(),
+                theirs = self.hello.peer_frame_bytes_max,
+                "event not sent: with its frame it exceeds the frame limit of {limit} bytes \
+                 (the smaller of this side's frame_bytes_max and the peer's; under the default \
+                 4 MiB at most 3,866,582 bytes of payload always fit): the stream is not sent \
+                 to this peer past it; raise frame_bytes_max on both sides"
+            );
+            self.send.unsendable.insert(stream, seq);
+            self.state.limits.push(LimitHit::FrameBytesMax {
+                stream,
+                seq,
+                len,
+                limit,
+            });
+        }
+        let before = delta.events.len();
+        delta
+            .events
+            .retain(|event| cut.get(&event.stream).is_none_or(|&from| event.seq < from));
+        self.state.events_over_limit += (before - delta.events.len()) as u64;
+        self.state_changed = true;
+        true
+    }
+
+    /// Until when new events wait for a fuller delta, if they do: while a
+    /// delta is in flight and the last one sent was small, up to the send
+    /// delay after it (see [`SessionConfig::send_delay`]).
+    pub(super) fn send_held_until(&self, now: Instant) -> Option<Instant> {
+        if self.send.in_flight.is_empty() || self.send.last_delta_full {
+            return None;
+        }
+        let until = self.send.last_delta_at? + self.config.send_delay;
+        (now < until).then_some(until)
+    }
+
+    /// A delta from the peer: noted as held by the peer (never echoed
+    /// back), cut to what the replica's limits take ([`Protocol::admit`]),
+    /// its streams routed, and handed back to apply.
+    pub(super) fn on_delta<L: LocalReplica>(
+        &mut self,
+        now: Instant,
+        number: u64,
+        columns: DeltaColumns,
+        local: &L,
+    ) -> Received {
+        if number > self.acks.received + 1 {
+            // A hole: the deltas between were lost (or are late).
+            // The ack that follows shows it to the sender at once.
+            self.acks.hole_seen = true;
+            tracing::debug!(
+                number,
+                received = self.acks.received,
+                "delta frames missing before this one"
+            );
+        }
+        // The peer holds what it sent (each stream is a prefix):
+        // never echo it back. Advanced before the apply: if the
+        // apply fails, the session ends and the view with it.
+        let mut columns = columns;
+        self.admit(&mut columns, local);
+        let mut advance = VersionVector::new();
+        advance_by_spans(&mut advance, &columns.floor, &column_spans(&columns));
+        self.send.view.join(&advance);
+        self.marks.peer_marks.join(&advance);
+        self.marks.carried.join(&advance);
+        if self.routing.link.is_some() {
+            let streams: BTreeSet<StreamId> = columns.runs().iter().map(|run| run.stream).collect();
+            self.route_received(now, &streams);
+        }
+        self.acks.applying = Some(number);
+        Received::Apply(columns)
+    }
+}
+
+/// The most bytes a delta frame takes besides one event's payload and its
+/// floor: the kind, the number, the event count, a run's header and the
+/// event's literal run of one (a header byte, then the value) in each
+/// column, every varint at its longest (1 + 10 + 2 + 22 + 27 = 62).
+pub(super) const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
+
+/// The most delta frames in flight (sent, not acknowledged) at once: past
+/// it, no new delta is built until a receipt (or the retransmission
+/// timeout) retires some.
+pub(super) const IN_FLIGHT_MAX: usize = 256;
+
+/// A delta frame sent and not yet acknowledged.
+#[derive(Debug)]
+pub(super) struct InFlight {
+    pub(super) number: u64,
+    pub(super) sent_at: Instant,
+    /// Per stream, the last seq (or floor) it carried.
+    pub(super) advance: VersionVector,
+    /// Per stream, the first seq of the events it carried.
+    pub(super) first: VersionVector,
+}
+
+/// What planning a delta came to.
+pub(super) enum Planned {
+    /// Parts to send are queued.
+    Parts,
+    /// Nothing to send now.
+    Nothing,
+    /// Only events too large for a frame were read: plan again without
+    /// their streams.
+    Again,
+}
+
+/// Splits a delta into deltas of at most [`DELTA_EVENTS_MAX`] events, in
+/// order, the first carrying the floor: a receiver refuses a frame of more.
+/// Each part is a run of the whole's `(lamport, stream)` order, so per
+/// stream it continues where the parts before it ended, as successive
+/// deltas do.
+pub(super) fn split_delta(delta: Delta) -> Vec<Delta> {
+    if delta.events.len() <= DELTA_EVENTS_MAX {
+        return vec![delta];
+    }
+    let Delta { mut floor, events } = delta;
+    let mut parts = Vec::with_capacity(events.len().div_ceil(DELTA_EVENTS_MAX));
+    let mut events = events.into_iter();
+    loop {
+        let part: Vec<Event> = events.by_ref().take(DELTA_EVENTS_MAX).collect();
+        if part.is_empty() {
+            return parts;
+        }
+        parts.push(Delta {
+            floor: std::mem::take(&mut floor),
+            events: part,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn event(seq: u64) -> Event {
+        Event {
+            stream: StreamId::new(1 + seq % 3),
+            seq,
+            lamport: seq,
+            time_ms: 0,
+            payload: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn a_delta_is_split_at_the_event_limit_with_the_floor_in_the_first_part() {
+        let floor: VersionVector = [(StreamId::new(9), 4)].into_iter().collect();
+        let events: Vec<Event> = (1..=2 * DELTA_EVENTS_MAX as u64 + 1).map(event).collect();
+        let parts = split_delta(Delta {
+            floor: floor.clone(),
+            events: events.clone(),
+        });
+        let lens: Vec<usize> = parts.iter().map(|part| part.events.len()).collect();
+        assert_eq!(lens, [DELTA_EVENTS_MAX, DELTA_EVENTS_MAX, 1]);
+        assert_eq!(parts[0].floor, floor);
+        assert!(parts[1..].iter().all(|part| part.floor.is_empty()));
+        let joined: Vec<Event> = parts.into_iter().flat_map(|part| part.events).collect();
+        assert_eq!(joined, events);
+
+        let small = Delta {
+            floor,
+            events: events[..3].to_vec(),
+        };
+        assert_eq!(split_delta(small.clone()), [small]);
+    }
+}

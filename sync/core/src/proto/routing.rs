@@ -1,0 +1,189 @@
+//! Routing: the routes table shared with the replica's other sessions, the
+//! streams asked quiet both ways, and taking over a stream whose source
+//! lags.
+
+use super::*;
+
+impl Protocol {
+    /// Reads the routes table: streams another session now brings are
+    /// asked quiet here before the peer sends a second copy, and the
+    /// streams asked quiet are re-checked when the table changed or a
+    /// check is due.
+    pub(super) fn read_routes<L: LocalReplica>(&mut self, now: Instant, local: &L) {
+        let Some(link) = &self.routing.link else {
+            return;
+        };
+        let (claims, seen) = link.claims_since(self.routing.claims_seen);
+        self.routing.claims_seen = seen;
+        let asks: Vec<StreamId> = claims
+            .into_iter()
+            .filter(|&stream| {
+                stream != self.local
+                    && !self.routing.refused.contains(&stream)
+                    && link.other_source_since(stream).is_some()
+                    && !self.routing.quiet_asked.contains_key(&stream)
+            })
+            .collect();
+        for stream in asks {
+            self.ask_quiet(stream, now);
+        }
+        let link = self.routing.link.as_ref().expect("checked above");
+        if self.routing.lag_check_due || link.generation() != self.routing.routes_generation {
+            self.routing.lag_check_due = false;
+            self.check_routes(now, local);
+        }
+    }
+
+    /// How long a peer may show a stream ahead of ours, on a session that
+    /// asked it quiet, before this session takes the stream over: a tick
+    /// and two round trips, the time the source session has to bring it.
+    pub(super) fn lag_allowed(&self) -> Duration {
+        3 * tick_interval(&self.config) + 2 * self.timing.rtt.unwrap_or(tick_interval(&self.config))
+    }
+
+    /// Re-checks the streams asked quiet: loud again if their source
+    /// session ended, or taken over if the peer has shown them ahead of us
+    /// for longer than [`Protocol::lag_allowed`].
+    pub(super) fn check_routes<L: LocalReplica>(&mut self, now: Instant, local: &L) {
+        let Some(link) = &self.routing.link else {
+            return;
+        };
+        self.routing.routes_generation = link.generation();
+        if self.routing.quiet_asked.is_empty() {
+            return;
+        }
+        let marks = local.marks();
+        let lag_allowed = self.lag_allowed();
+        let mut loud = Vec::new();
+        for (&stream, ask) in &mut self.routing.quiet_asked {
+            let Some(source_since) = link.other_source_since(stream) else {
+                loud.push(stream);
+                continue;
+            };
+            let (theirs, ours) = (self.marks.peer_marks.get(stream), marks.get(stream));
+            ask.ahead = match ask.ahead {
+                _ if theirs <= ours => None,
+                None => Some((theirs, now)),
+                Some((target, _)) if ours >= target => Some((theirs, now)),
+                Some((target, since)) => {
+                    if now.saturating_duration_since(since) > lag_allowed
+                        && now.saturating_duration_since(source_since) > lag_allowed
+                    {
+                        tracing::debug!(%stream, theirs, ours, "the stream's source lags: taken over");
+                        link.take_over(stream, now);
+                        loud.push(stream);
+                    }
+                    Some((target, since))
+                }
+            };
+        }
+        for stream in loud {
+            self.routing.quiet_asked.remove(&stream);
+            self.routing.routes_due.insert(stream, false);
+        }
+    }
+
+    /// Asks the peer not to push `stream` (another session brings it).
+    pub(super) fn ask_quiet(&mut self, stream: StreamId, now: Instant) {
+        self.routing.quiet_asked.insert(
+            stream,
+            QuietAsk {
+                asked_at: now,
+                ahead: None,
+            },
+        );
+        self.routing.routes_due.insert(stream, true);
+    }
+
+    /// Events of `streams` arrived in a delta: a stream another session
+    /// brings is asked quiet here (again, if asked a while ago and still
+    /// pushed: the routes frame may have been lost).
+    pub(super) fn route_received(&mut self, now: Instant, streams: &BTreeSet<StreamId>) {
+        let Some(link) = &self.routing.link else {
+            return;
+        };
+        let resend_after = self.lag_allowed();
+        let mut asks = Vec::new();
+        for &stream in streams {
+            if stream == self.local || self.routing.refused.contains(&stream) {
+                continue;
+            }
+            if link.claim(stream, now) {
+                if self.routing.quiet_asked.remove(&stream).is_some() {
+                    self.routing.routes_due.insert(stream, false);
+                }
+                continue;
+            }
+            match self.routing.quiet_asked.get_mut(&stream) {
+                Some(ask) if now.saturating_duration_since(ask.asked_at) <= resend_after => {}
+                Some(ask) => {
+                    ask.asked_at = now;
+                    self.routing.routes_due.insert(stream, true);
+                }
+                None => asks.push(stream),
+            }
+        }
+        for stream in asks {
+            self.ask_quiet(stream, now);
+        }
+    }
+
+    /// The routes frame for what changed, if anything did (at most
+    /// `STREAMS_MAX` streams of each kind; the rest in the next).
+    pub(super) fn routes_frame(&mut self) -> Option<Frame> {
+        if self.routing.routes_due.is_empty() {
+            return None;
+        }
+        let (mut quiet, mut loud) = (Vec::new(), Vec::new());
+        while let Some((stream, is_quiet)) = self.routing.routes_due.pop_first() {
+            if is_quiet {
+                quiet.push(stream);
+            } else {
+                loud.push(stream);
+            }
+            if quiet.len() == meshlog_cursor::STREAMS_MAX
+                || loud.len() == meshlog_cursor::STREAMS_MAX
+            {
+                break;
+            }
+        }
+        let number = self.routing.next_routes_number;
+        self.routing.next_routes_number += 1;
+        self.state.routes_sent += 1;
+        Some(Frame::Routes(RoutesFrame {
+            number,
+            quiet,
+            loud,
+        }))
+    }
+
+    /// The peer's routes: each stream named follows the latest-numbered
+    /// frame naming it.
+    pub(super) fn on_routes(&mut self, routes: RoutesFrame) {
+        let number = routes.number;
+        for (streams, quiet) in [(routes.quiet, true), (routes.loud, false)] {
+            for stream in streams {
+                let latest = self.routing.peer_route_numbers.entry(stream).or_insert(0);
+                if number <= *latest {
+                    continue;
+                }
+                *latest = number;
+                if quiet {
+                    self.routing.peer_quiet.insert(stream);
+                } else {
+                    self.routing.peer_quiet.remove(&stream);
+                }
+            }
+        }
+        self.state.peer_quiet_streams = self.routing.peer_quiet.len();
+    }
+}
+
+/// A stream asked quiet on this session.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct QuietAsk {
+    pub(super) asked_at: Instant,
+    /// Since when the peer's marks show the stream above ours, and the seq
+    /// they showed then.
+    pub(super) ahead: Option<(u64, Instant)>,
+}

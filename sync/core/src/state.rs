@@ -1,0 +1,91 @@
+//! [`SessionState`] and [`LimitHit`]: what one peer's side of the
+//! protocol knows and counts, published by its driver as it changes.
+
+use meshlog_cursor::{StreamId, VersionVector};
+
+// Named by the docs only.
+#[cfg(doc)]
+use crate::SessionConfig;
+
+/// What a session knows about its peer, published as it changes (see
+/// `meshlog_sync::Session::state`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionState {
+    /// The peer's stream, once its hello arrived.
+    pub peer: Option<StreamId>,
+    /// The marks the peer reported (hello, acks, heartbeats), joined: what it
+    /// has acknowledged holding.
+    pub peer_marks: VersionVector,
+    /// The floor in the peer's hello.
+    pub peer_floor: VersionVector,
+    /// Frames sent (queued for writing).
+    pub frames_sent: u64,
+    /// Frames received.
+    pub frames_received: u64,
+    /// Bytes sent, prefixes included.
+    pub bytes_sent: u64,
+    /// Bytes received, prefixes included.
+    pub bytes_received: u64,
+    /// Events sent in deltas (re-sends counted again).
+    pub events_sent: u64,
+    /// Received events that became visible here.
+    pub events_applied: u64,
+    /// Received events this replica already held.
+    pub events_duplicate: u64,
+    /// Routes frames sent: streams asked quiet (another session brings
+    /// them) or loud again.
+    pub routes_sent: u64,
+    /// Streams the peer asked us not to push, now.
+    pub peer_quiet_streams: usize,
+    /// Events not exchanged because of a limit (received and cut before
+    /// the apply, or not sent): the metric of [`SessionState::limits`].
+    pub events_over_limit: u64,
+    /// Every limit the session ran into, one entry per stream affected:
+    /// what it cannot exchange and which setting says so. The session
+    /// keeps exchanging everything else.
+    pub limits: Vec<LimitHit>,
+}
+
+/// A limit a session ran into, and what it cannot exchange because of it.
+/// The session keeps exchanging what fits; each is logged once, at `warn`,
+/// naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitHit {
+    /// The peer sent a stream this replica cannot hold: it already holds
+    /// `streams_max` streams (`meshlog_replica::Config::streams_max`, at
+    /// most 16,383, what a cursor carries). The stream is asked quiet.
+    StreamsMax {
+        /// The stream refused.
+        stream: StreamId,
+        /// `streams_max`.
+        limit: usize,
+    },
+    /// The peer sent an event whose payload exceeds this replica's
+    /// `payload_bytes_max`: its stream stops below it here, and is asked
+    /// quiet.
+    PayloadBytesMax {
+        /// The event's stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its payload's length.
+        len: usize,
+        /// `payload_bytes_max`.
+        limit: usize,
+    },
+    /// One of our events is too large for a frame (our
+    /// `payload_bytes_max` is above what a frame between us and this peer
+    /// carries): its stream is not sent to this peer past it.
+    FrameBytesMax {
+        /// The event's stream.
+        stream: StreamId,
+        /// The event's seq.
+        seq: u64,
+        /// Its payload's length.
+        len: usize,
+        /// The frame limit it exceeds: the smaller of this side's
+        /// [`SessionConfig::frame_bytes_max`] and the peer's.
+        limit: usize,
+    },
+}
