@@ -27,7 +27,10 @@
 //! than its last round held, it waits up to 300 µs for the callers it just
 //! answered, so rounds stay full. With [`Commits::Inline`] the caller
 //! commits the queue itself under the writer lock (for a store whose commit
-//! never blocks, such as [`MemStore`]).
+//! never blocks, such as [`MemStore`]); an append that finds nothing queued
+//! there skips the round's machinery (no request, answer slot or round
+//! plan of its own) and commits at the single-owner [`Replica`]'s cost
+//! (`Inner::append_inline`).
 //!
 //! # Change notification
 //!
