@@ -174,6 +174,22 @@ pub fn encode(vector: &VersionVector) -> Result<Vec<u8>, TokenError> {
 /// Decodes a binary token. Total: any byte string gives a vector or an error,
 /// in time linear in its length, allocating at most a small multiple of it.
 pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
+    let body = checked_body(bytes)?;
+    let mut reader = Reader { body, pos: 1 };
+    let entries = read_entries(&mut reader)?;
+    if reader.pos != body.len() {
+        return Err(TokenError::TrailingBytes {
+            offset: reader.pos,
+            count: body.len() - reader.pos,
+        });
+    }
+    Ok(VersionVector::from_sorted_entries(entries))
+}
+
+/// Checks a binary token's envelope: its size, its version byte and its
+/// checksum, in that order. Answers the body: every byte before the
+/// checksum, the version byte included.
+fn checked_body(bytes: &[u8]) -> Result<&[u8], TokenError> {
     if bytes.len() > TOKEN_BYTES_MAX {
         return Err(TokenError::TooLarge {
             len: bytes.len(),
@@ -201,8 +217,13 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
     if stored != computed {
         return Err(TokenError::ChecksumMismatch { stored, computed });
     }
+    Ok(body)
+}
 
-    let mut reader = Reader { body, pos: 1 };
+/// Reads the stream count and the entries it announces, from the reader's
+/// position; what follows the last entry is the caller's to check.
+fn read_entries(reader: &mut Reader<'_>) -> Result<Vec<(StreamId, u64)>, TokenError> {
+    let body_len = reader.body.len();
     let streams = reader.varint("stream count")?;
     if streams > STREAMS_MAX as u64 {
         return Err(TokenError::TooManyStreams {
@@ -212,9 +233,9 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
     }
     // Every entry takes at least two bytes: a count the body cannot hold is
     // refused before any entry is read.
-    if streams.saturating_mul(2) > (body.len() - reader.pos) as u64 {
+    if streams.saturating_mul(2) > (body_len - reader.pos) as u64 {
         return Err(TokenError::Truncated {
-            len: body.len(),
+            len: body_len,
             field: "entries",
         });
     }
@@ -223,35 +244,39 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
     let mut entries: Vec<(StreamId, u64)> = Vec::with_capacity(streams as usize);
     let mut next_stream = Some(0u64);
     for _ in 0..streams {
-        let offset = reader.pos;
-        let gap = reader.varint("stream gap")?;
-        // After stream u64::MAX no id remains: any further entry overflows.
-        let id =
-            next_stream
-                .and_then(|next| next.checked_add(gap))
-                .ok_or(TokenError::NonCanonical {
-                    offset,
-                    rule: CanonicalRule::StreamOverflow,
-                })?;
-        let stream = StreamId::new(id);
-        let offset = reader.pos;
-        let seq = reader.varint("seq")?;
-        if seq == 0 {
-            return Err(TokenError::NonCanonical {
-                offset,
-                rule: CanonicalRule::ZeroEntry { stream },
-            });
-        }
+        let (stream, seq) = read_entry(reader, next_stream)?;
         entries.push((stream, seq));
-        next_stream = id.checked_add(1);
+        next_stream = stream.get().checked_add(1);
     }
-    if reader.pos != body.len() {
-        return Err(TokenError::TrailingBytes {
-            offset: reader.pos,
-            count: body.len() - reader.pos,
+    Ok(entries)
+}
+
+/// Reads one entry: its gap from `next_stream` (the id after the previous
+/// entry's, `None` after stream `u64::MAX`) and its seq, which is not 0.
+fn read_entry(
+    reader: &mut Reader<'_>,
+    next_stream: Option<u64>,
+) -> Result<(StreamId, u64), TokenError> {
+    let offset = reader.pos;
+    let gap = reader.varint("stream gap")?;
+    // After stream u64::MAX no id remains: any further entry overflows.
+    let id =
+        next_stream
+            .and_then(|next| next.checked_add(gap))
+            .ok_or(TokenError::NonCanonical {
+                offset,
+                rule: CanonicalRule::StreamOverflow,
+            })?;
+    let stream = StreamId::new(id);
+    let offset = reader.pos;
+    let seq = reader.varint("seq")?;
+    if seq == 0 {
+        return Err(TokenError::NonCanonical {
+            offset,
+            rule: CanonicalRule::ZeroEntry { stream },
         });
     }
-    Ok(VersionVector::from_sorted_entries(entries))
+    Ok((stream, seq))
 }
 
 /// Encodes a vector as a text token: URL-safe base64 of [`encode`], without

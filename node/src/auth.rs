@@ -21,15 +21,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderValue, Method};
 use ring::digest;
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
-
-use crate::http::ApiError;
 
 /// The shortest secret accepted, in bytes: shorter ones are guessable.
 pub const SECRET_LEN_MIN: usize = 16;
@@ -458,38 +453,6 @@ fn read_file(path: &Path) -> Result<SecretsFile, SecretsError> {
     })
 }
 
-/// The middleware: refuses a request whose route needs a role its
-/// `Authorization` does not prove, before its body is read.
-pub(crate) async fn require(
-    State(state): State<Arc<crate::http::AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let need = need(request.method(), request.uri().path());
-    // A browser cannot set headers on a WebSocket: `GET /follow` also takes
-    // the secret as `access_token` in its query (the follow page does).
-    let from_query = match request.headers().get(header::AUTHORIZATION) {
-        None if request.uri().path() == "/follow" => query_token(request.uri().query()),
-        _ => None,
-    };
-    let authorization = from_query
-        .as_ref()
-        .or_else(|| request.headers().get(header::AUTHORIZATION));
-    match state.auth.authorize(need, authorization) {
-        Ok(_) => next.run(request).await,
-        Err(denied) => {
-            state.metrics.requests_denied.inc();
-            tracing::debug!(
-                method = %request.method(),
-                path = request.uri().path(),
-                ?denied,
-                "request refused"
-            );
-            denied_response(denied)
-        }
-    }
-}
-
 /// `Bearer SECRET` as an `Authorization` value, marked sensitive so that
 /// no log or debug print shows it; `None` if the secret cannot be a
 /// header value. What every client of the node sends.
@@ -500,7 +463,7 @@ pub fn bearer_header(secret: &str) -> Option<HeaderValue> {
 }
 
 /// `access_token=SECRET` from a query string, as a bearer header value.
-fn query_token(query: Option<&str>) -> Option<HeaderValue> {
+pub(crate) fn query_token(query: Option<&str>) -> Option<HeaderValue> {
     let value = query?
         .split('&')
         .find_map(|pair| pair.strip_prefix("access_token="))?;
@@ -522,36 +485,6 @@ fn query_token(query: Option<&str>) -> Option<HeaderValue> {
         }
     }
     bearer_header(&String::from_utf8(bytes).ok()?)
-}
-
-/// `401 unauthorized` or `403 forbidden`, in the API's error shape.
-pub(crate) fn denied_response(denied: Denied) -> Response {
-    match denied {
-        Denied::Unauthenticated(reason) => {
-            let mut response = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                format!("{reason}: this route needs `Authorization: Bearer SECRET`"),
-            )
-            .into_response();
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"meshlog\""),
-            );
-            response
-        }
-        Denied::Forbidden { has, needs } => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "this route needs the {} role; the secret given is {}",
-                needs.name(),
-                has.name()
-            ),
-        )
-        .with("needs", needs.name().into())
-        .into_response(),
-    }
 }
 
 #[cfg(test)]

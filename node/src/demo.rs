@@ -27,10 +27,13 @@ use std::time::{Duration, Instant};
 
 use meshlog_cursor::{token, StreamId, VersionVector};
 
-use crate::cli::client::{Client, EventJson, PageJson as Page, PageOutcome};
+use crate::cli::client::{
+    AppendedJson, Client, ClientError, CompactedJson, EventJson, PageJson as Page, PageOutcome,
+    Stale,
+};
 use crate::cli::{event_line, stale_lines, vector_text};
 use crate::config::NodeConfig;
-use crate::Node;
+use crate::serve::Node;
 
 /// Arguments of `meshlog demo`.
 #[derive(Debug, clap::Args)]
@@ -290,9 +293,54 @@ fn stream_name(mesh: &Mesh, stream: &str) -> &'static str {
         .map_or("?", |node| node.name)
 }
 
+/// What the steps learn and later steps check against.
+#[derive(Default)]
+struct Walk {
+    /// C's events, written while it was cut off.
+    late: Vec<AppendedJson>,
+    /// Every event the reader was given walking A.
+    seen: Vec<EventJson>,
+    /// The token of the reader's first page on A.
+    first_token: String,
+    /// The token the reader's walk of A ended with.
+    last_token: String,
+    /// The highest lamport stamp the reader was given on A.
+    position: u64,
+}
+
+impl Walk {
+    fn late_lamports(&self) -> Vec<u64> {
+        self.late.iter().map(|e| e.lamport).collect()
+    }
+
+    fn late_keys(&self) -> BTreeSet<(String, u64)> {
+        self.late
+            .iter()
+            .map(|e| (e.stream.clone(), e.seq))
+            .collect()
+    }
+}
+
+/// The demo: its steps, in order. Each step narrates itself and checks its
+/// claims; an `Err` is a step that could not go on.
 async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
-    let (a, b, c) = (mesh.a(), mesh.b(), mesh.c());
-    let err = |error: crate::cli::client::ClientError| error.to_string();
+    let mut walk = Walk::default();
+    introduce(mesh);
+    link_all(mesh, story).await?;
+    append_everywhere(mesh, story).await?;
+    cut_off_c(mesh, story).await?;
+    write_apart(mesh, story, &mut walk).await?;
+    walk_a(mesh, story, &mut walk).await?;
+    heal(mesh, story).await?;
+    resume_on_b(mesh, story, &walk).await?;
+    compact_b(mesh, story, &walk).await
+}
+
+fn client_error(error: ClientError) -> String {
+    error.to_string()
+}
+
+fn introduce(mesh: &Mesh) {
     println!(
         "meshlog demo: three nodes on loopback, each a durable replica in a temporary directory."
     );
@@ -304,7 +352,10 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
             node.stream
         );
     }
+}
 
+async fn link_all(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
+    let (a, b) = (mesh.a(), mesh.b());
     story.step("Link every node to the other two: peers by URL, sync over GET /sync.");
     for node in &mesh.nodes {
         for other in &mesh.nodes {
@@ -312,7 +363,7 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
                 node.client
                     .add_peer(other.client.url())
                     .await
-                    .map_err(err)?;
+                    .map_err(client_error)?;
             }
         }
     }
@@ -322,13 +373,17 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
         &format!(r#"{{"url":"{}"}}"#, b.client.url()),
     ));
     story.say("(and the same for A→C, B→A, B→C, C→A, C→B)");
+    Ok(())
+}
 
+async fn append_everywhere(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
+    let (a, b, c) = (mesh.a(), mesh.b(), mesh.c());
     story.step("Each node appends 3 events; the mesh converges.");
     for node in &mesh.nodes {
         let payloads: Vec<String> = (1..=3)
             .map(|i| format!("{}{i}", node.name.to_lowercase()))
             .collect();
-        node.client.append(&payloads).await.map_err(err)?;
+        node.client.append(&payloads).await.map_err(client_error)?;
     }
     story.curl(&curl_post_json(
         a.client.url(),
@@ -340,19 +395,22 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
         converged.is_ok(),
         "A, B and C each hold the 9 events, with the same digest",
     );
-    converged?;
+    converged.map(drop)
+}
 
+async fn cut_off_c(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
+    let (a, b, c) = (mesh.a(), mesh.b(), mesh.c());
     story.step("Cut C off: C drops its peers, and A and B drop C.");
     for other in [a, b] {
         c.client
             .remove_peer(other.client.url())
             .await
-            .map_err(err)?;
+            .map_err(client_error)?;
         other
             .client
             .remove_peer(c.client.url())
             .await
-            .map_err(err)?;
+            .map_err(client_error)?;
     }
     story.curl(&curl_delete_json(
         c.client.url(),
@@ -363,7 +421,7 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
     let started = Instant::now();
     let mut isolated = false;
     while started.elapsed() < WAIT_MAX {
-        let metrics = c.client.metrics().await.map_err(err)?;
+        let metrics = c.client.metrics().await.map_err(client_error)?;
         if metrics
             .lines()
             .any(|line| line == "meshlog_sync_sessions 0")
@@ -374,40 +432,40 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     story.check(isolated, "C runs no sync session: it is partitioned");
+    Ok(())
+}
 
+async fn write_apart(mesh: &Mesh, story: &mut Story, walk: &mut Walk) -> Result<(), String> {
+    let (a, b, c) = (mesh.a(), mesh.b(), mesh.c());
     story.step("C writes 2 events alone, while A and B keep writing 8.");
-    let late = c
+    walk.late = c
         .client
         .append(&["c-late-1".to_owned(), "c-late-2".to_owned()])
         .await
-        .map_err(err)?;
+        .map_err(client_error)?;
     for round in 1..=2 {
         for node in [a, b] {
             let payloads: Vec<String> = (1..=2)
                 .map(|i| format!("{}-more-{}", node.name.to_lowercase(), 2 * round + i - 2))
                 .collect();
-            node.client.append(&payloads).await.map_err(err)?;
+            node.client.append(&payloads).await.map_err(client_error)?;
         }
     }
-    let late_lamports: Vec<u64> = late.iter().map(|e| e.lamport).collect();
     story.say(&format!(
         "C's events are stamped lamport {}, by C's own clock.",
-        late_lamports
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(" and ")
+        joined(&walk.late_lamports(), " and ")
     ));
     let converged = mesh.converged(&[a, b], 17).await;
     story.check(converged.is_ok(), "A and B hold the same 17 events");
-    converged?;
+    converged.map(drop)
+}
 
+async fn walk_a(mesh: &Mesh, story: &mut Story, walk: &mut Walk) -> Result<(), String> {
+    let a = mesh.a();
     story.step(&format!(
         "A reader walks A, {PAGE_LIMIT} events a page, to its head."
     ));
-    let mut seen: Vec<EventJson> = Vec::new();
     let mut after: Option<String> = None;
-    let mut first_token = None;
     let mut pages = 0;
     loop {
         let current = page(&a.client, after.as_deref(), PAGE_LIMIT).await?;
@@ -420,39 +478,41 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
             names(&current.events),
             current.next
         ));
-        seen.extend(current.events.iter().cloned());
-        if first_token.is_none() {
-            first_token = Some(current.next.clone());
+        walk.seen.extend(current.events.iter().cloned());
+        if pages == 1 {
+            walk.first_token = current.next.clone();
         }
         after = Some(current.next.clone());
         if current.at_head || current.events.is_empty() || pages > 100 {
             break;
         }
     }
-    let position = seen.iter().map(|e| e.lamport).max().unwrap_or(0);
-    let last_token = after.clone().unwrap_or_default();
+    walk.position = walk.seen.iter().map(|e| e.lamport).max().unwrap_or(0);
+    walk.last_token = after.unwrap_or_default();
+    let position = walk.position;
     story.say(&format!(
-        "The reader's position: lamport {position}; its token {last_token} says, per stream, the last seq it was given: {}.",
-        vector_text(&vector_map(&vector_of(&last_token)?))
+        "The reader's position: lamport {position}; its token {} says, per stream, the last seq it was given: {}.",
+        walk.last_token,
+        vector_text(&vector_map(&vector_of(&walk.last_token)?))
     ));
     story.check(
-        late_lamports.iter().all(|&l| l <= position),
+        walk.late_lamports().iter().all(|&l| l <= position),
         &format!(
             "C's late events (lamport {}) are stamped at or below the reader's position ({position})",
-            late_lamports
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            joined(&walk.late_lamports(), ", ")
         ),
     );
+    Ok(())
+}
 
+async fn heal(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
+    let (a, b, c) = (mesh.a(), mesh.b(), mesh.c());
     story.step("Heal: the four links to and from C are re-added; the mesh converges.");
     for (node, other) in [(c, a), (c, b), (a, c), (b, c)] {
         node.client
             .add_peer(other.client.url())
             .await
-            .map_err(err)?;
+            .map_err(client_error)?;
     }
     story.curl(&curl_post_json(
         c.client.url(),
@@ -464,11 +524,14 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
         converged.is_ok(),
         "A, B and C each hold all 19 events, with the same digest",
     );
-    converged?;
+    converged.map(drop)
+}
 
+async fn resume_on_b(mesh: &Mesh, story: &mut Story, walk: &Walk) -> Result<(), String> {
+    let b = mesh.b();
     story.step("The reader resumes on B, a different node, with its last token.");
     let mut resumed: Vec<EventJson> = Vec::new();
-    let mut after = last_token.clone();
+    let mut after = walk.last_token.clone();
     for pages in 1..=100 {
         let current = page(&b.client, Some(&after), PAGE_LIMIT).await?;
         if pages == 1 {
@@ -487,15 +550,14 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
             break;
         }
     }
-    let late_keys: BTreeSet<(String, u64)> =
-        late.iter().map(|e| (e.stream.clone(), e.seq)).collect();
+    let late_keys = walk.late_keys();
     let resumed_keys: Vec<(String, u64)> = resumed.iter().map(key).collect();
     story.check(
         resumed_keys.len() == late_keys.len()
             && resumed_keys.iter().cloned().collect::<BTreeSet<_>>() == late_keys,
         "the resumed walk returns exactly C's 2 late events, each once",
     );
-    let whole: Vec<(String, u64)> = seen.iter().chain(resumed.iter()).map(key).collect();
+    let whole: Vec<(String, u64)> = walk.seen.iter().chain(resumed.iter()).map(key).collect();
     let distinct: BTreeSet<_> = whole.iter().cloned().collect();
     story.check(
         whole.len() == 19 && distinct.len() == 19,
@@ -505,12 +567,19 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
             distinct.len()
         ),
     );
+    scalar_misses_late(mesh, story, walk).await
+}
+
+/// Part of the resume step: the scalar cursor beside the vector.
+async fn scalar_misses_late(mesh: &Mesh, story: &mut Story, walk: &Walk) -> Result<(), String> {
+    let (b, position) = (mesh.b(), walk.position);
     story.say("A cursor that is a single stamp would have missed them:");
     story.curl(&format!(
         "curl -s '{}/events?after={position}'",
         b.client.url()
     ));
     let scalar = page(&b.client, Some(&position.to_string()), 100).await?;
+    let late_keys = walk.late_keys();
     let scalar_late = scalar
         .events
         .iter()
@@ -523,72 +592,41 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
             scalar.events.len()
         ),
     );
+    Ok(())
+}
 
+async fn compact_b(mesh: &Mesh, story: &mut Story, walk: &Walk) -> Result<(), String> {
+    let b = mesh.b();
     story.step("B compacts, keeping each stream's last 2 events.");
     story.curl(&curl_post_json(
         b.client.url(),
         "/compact",
         r#"{"keep_last":2,"ignore_peers":true}"#,
     ));
-    let compacted = b.client.compact(Some(2), None, true).await.map_err(err)?;
+    let compacted = b
+        .client
+        .compact(Some(2), None, true)
+        .await
+        .map_err(client_error)?;
     story.say(&format!(
         "dropped {} events; B's floor is now {}",
         compacted.dropped,
         vector_text(&compacted.floor)
     ));
-    let first_token = first_token.unwrap_or_default();
+    let first_token = &walk.first_token;
     story.say(&format!(
         "A reader still holding the token of page 1 ({first_token}) asks B:"
     ));
-    story.curl(&curl_page(b.client.url(), Some(&first_token), PAGE_LIMIT));
-    match b.client.page(Some(&first_token), Some(PAGE_LIMIT)).await {
+    story.curl(&curl_page(b.client.url(), Some(first_token), PAGE_LIMIT));
+    match b.client.page(Some(first_token), Some(PAGE_LIMIT)).await {
         Ok(PageOutcome::Stale(stale)) => {
             story.say("410 stale_cursor:");
             for line in stale_lines(&stale) {
                 story.say(&format!("  {line}"));
             }
-            let cursor = vector_of(&first_token)?;
-            let mut floor = VersionVector::new();
-            for (stream, seq) in &compacted.floor {
-                let stream = stream.parse::<u64>().map_err(|e| e.to_string())?;
-                floor.advance(StreamId::new(stream), *seq);
-            }
-            let exact = stale.lost.iter().all(|range| {
-                let stream = StreamId::new(range.stream.parse().unwrap_or(0));
-                range.first == cursor.get(stream) + 1 && range.last == floor.get(stream)
-            }) && stale.lost.len()
-                == floor
-                    .iter()
-                    .filter(|(s, seq)| cursor.get(*s) < *seq)
-                    .count();
-            story.check(
-                exact,
-                "it names every stream below the floor and exactly the seqs lost: after the token, up to the floor",
-            );
-            // Resuming from the offered token returns everything still held
-            // that the token did not cover: seen + lost + rest = the mesh.
-            let mut rest = 0usize;
-            let mut after = stale.resume.clone();
-            for _ in 0..100 {
-                let current = page(&b.client, Some(&after), 100).await?;
-                rest += current.events.len();
-                after = current.next.clone();
-                if current.at_head || current.events.is_empty() {
-                    break;
-                }
-            }
-            let covered = cursor.total() as u64;
-            story.say(&format!(
-                "resuming from {} returns the {rest} events B still holds past it",
-                stale.resume
-            ));
-            story.check(
-                covered + stale.lost_count() + rest as u64 == 19,
-                &format!(
-                    "seen before ({covered}) + reported lost ({}) + returned after resume ({rest}) = all 19 events: nothing skipped silently",
-                    stale.lost_count()
-                ),
-            );
+            let cursor = vector_of(first_token)?;
+            check_stale_is_exact(story, &stale, &cursor, &compacted)?;
+            check_nothing_skipped(b, story, &stale, &cursor).await?;
         }
         Ok(PageOutcome::Page(page)) => {
             story.fail(&format!(
@@ -599,6 +637,77 @@ async fn script(mesh: &Mesh, story: &mut Story) -> Result<(), String> {
         Err(error) => story.fail(&format!("the stale page: {error}")),
     }
     Ok(())
+}
+
+/// Part of the compaction step: the stale answer names exactly what was
+/// lost, stream by stream, between the token and B's floor.
+fn check_stale_is_exact(
+    story: &mut Story,
+    stale: &Stale,
+    cursor: &VersionVector,
+    compacted: &CompactedJson,
+) -> Result<(), String> {
+    let mut floor = VersionVector::new();
+    for (stream, seq) in &compacted.floor {
+        let stream = stream.parse::<u64>().map_err(|e| e.to_string())?;
+        floor.advance(StreamId::new(stream), *seq);
+    }
+    let exact = stale.lost.iter().all(|range| {
+        let stream = StreamId::new(range.stream.parse().unwrap_or(0));
+        range.first == cursor.get(stream) + 1 && range.last == floor.get(stream)
+    }) && stale.lost.len()
+        == floor
+            .iter()
+            .filter(|(s, seq)| cursor.get(*s) < *seq)
+            .count();
+    story.check(
+        exact,
+        "it names every stream below the floor and exactly the seqs lost: after the token, up to the floor",
+    );
+    Ok(())
+}
+
+/// Part of the compaction step: resuming from the offered token returns
+/// everything still held that the token did not cover, so seen + lost +
+/// rest is the whole mesh.
+async fn check_nothing_skipped(
+    b: &DemoNode,
+    story: &mut Story,
+    stale: &Stale,
+    cursor: &VersionVector,
+) -> Result<(), String> {
+    let mut rest = 0usize;
+    let mut after = stale.resume.clone();
+    for _ in 0..100 {
+        let current = page(&b.client, Some(&after), 100).await?;
+        rest += current.events.len();
+        after = current.next.clone();
+        if current.at_head || current.events.is_empty() {
+            break;
+        }
+    }
+    let covered = cursor.total() as u64;
+    story.say(&format!(
+        "resuming from {} returns the {rest} events B still holds past it",
+        stale.resume
+    ));
+    story.check(
+        covered + stale.lost_count() + rest as u64 == 19,
+        &format!(
+            "seen before ({covered}) + reported lost ({}) + returned after resume ({rest}) = all 19 events: nothing skipped silently",
+            stale.lost_count()
+        ),
+    );
+    Ok(())
+}
+
+/// Numbers joined by `separator`: `10 and 11`.
+fn joined(numbers: &[u64], separator: &str) -> String {
+    numbers
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(separator)
 }
 
 fn vector_map(vector: &VersionVector) -> std::collections::BTreeMap<String, u64> {

@@ -2,7 +2,7 @@
 //! agent pages, follows and appends to a node's log with the same cursor as
 //! every other surface (the text token of `GET /events`).
 //!
-//! It is a client of the node's HTTP API through the CLI's HTTP client
+//! It is a client of the node's HTTP API through the node's one HTTP client
 //! (`http://`, or `https://` with `--ca`): it never opens a data
 //! directory. Tools:
 //!
@@ -11,7 +11,9 @@
 //! - `follow_events {after?, limit?, wait_ms?}`: waits up to `wait_ms`
 //!   (at most [`FOLLOW_WAIT_MS_MAX`]) for events past `after`, then answers
 //!   them like `page_events` (an empty page with the same token when none
-//!   came);
+//!   came). It waits on the node's push channel (`GET /follow`, through
+//!   the [`Follower`](crate::follow::Follower)), never by polling: the
+//!   first event pushed ends the wait;
 //! - `append_events {payloads}`: appends UTF-8 payloads in one durable
 //!   commit (`POST /events`);
 //! - `read_marks {}`: the node's marks, floor, digest and peers
@@ -23,7 +25,10 @@
 //! other client.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
 
 use reqwest::Method;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -33,12 +38,11 @@ use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cli::client::{describe, http_client, ClientError, ClientOptions};
+use crate::client::{build, describe, parse_url, trust, ClientError, ClientOptions};
+use crate::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
 
 /// The longest a `follow_events` call waits for new events.
 pub const FOLLOW_WAIT_MS_MAX: u32 = 30_000;
-/// How often `follow_events` asks the node again while it waits.
-const FOLLOW_POLL: Duration = Duration::from_millis(100);
 /// The largest response body the client reads from the node.
 const RESPONSE_BYTES_MAX: usize = 64 << 20;
 
@@ -170,17 +174,19 @@ impl MeshlogMcp {
         Parameters(request): Parameters<FollowRequest>,
     ) -> Result<CallToolResult, ErrorData> {
         let wait_ms = request.wait_ms.unwrap_or(5_000).min(FOLLOW_WAIT_MS_MAX);
-        let deadline = Instant::now() + Duration::from_millis(u64::from(wait_ms));
-        loop {
-            let page = self.node.page(request.after.clone(), request.limit).await;
-            let waiting =
-                matches!(&page, Ok(body) if body["events"].as_array().is_some_and(Vec::is_empty));
-            if !waiting || Instant::now() >= deadline {
-                return Ok(answer(page));
+        let page = self.node.page(request.after.clone(), request.limit).await;
+        let next = match &page {
+            Ok(body) if body["events"].as_array().is_some_and(Vec::is_empty) => {
+                body["next"].as_str().unwrap_or_default().to_owned()
             }
-            tokio::time::sleep(FOLLOW_POLL.min(deadline.saturating_duration_since(Instant::now())))
-                .await;
+            // Events, or the node's error: answered at once.
+            _ => return Ok(answer(page)),
+        };
+        let wait = Duration::from_millis(u64::from(wait_ms));
+        if self.node.pushed_past(&next, wait).await {
+            return Ok(answer(self.node.page(request.after, request.limit).await));
         }
+        Ok(answer(page))
     }
 
     #[tool(
@@ -244,14 +250,52 @@ pub enum NodeError {
 pub struct NodeClient {
     base: String,
     http: reqwest::Client,
+    /// What the follower needs to reach the node's push channel.
+    token: Option<String>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl NodeClient {
     /// A client of the node at `url` (`http://host:port` or
     /// `https://host:port`), with the secret and the CA of `options`.
     pub fn new(url: &str, options: &ClientOptions) -> Result<NodeClient, ClientError> {
-        let (base, http) = http_client(url, options)?;
-        Ok(NodeClient { base, http })
+        let node = parse_url(url)?;
+        let tls = trust(&node, options)?;
+        let http = build(&node, options.token.as_deref(), tls.clone())?;
+        Ok(NodeClient {
+            base: node.base,
+            http,
+            token: options.token.clone(),
+            tls,
+        })
+    }
+
+    /// Follows the node from `after` (a token) on its push channel until it
+    /// pushes something past it (an event; or a lagged or stale answer,
+    /// which a page then reports), at most `wait`. `false` when nothing
+    /// came (or the follow could not start: the page already answered).
+    async fn pushed_past(&self, after: &str, wait: Duration) -> bool {
+        let Ok(after) = meshlog_cursor::token::decode_text(after) else {
+            return false;
+        };
+        let mut config = FollowerConfig::new(vec![self.base.clone()], FollowStream::All);
+        config.after = after;
+        config.token = self.token.clone();
+        config.tls = self.tls.clone();
+        let Ok(mut follower) = Follower::start(config) else {
+            return false;
+        };
+        let pushed = async {
+            while let Some(item) = follower.next().await {
+                if let FollowItem::Event(_) | FollowItem::Lagged { .. } | FollowItem::Stale { .. } =
+                    item
+                {
+                    return true;
+                }
+            }
+            false
+        };
+        tokio::time::timeout(wait, pushed).await.unwrap_or(false)
     }
 
     async fn page(&self, after: Option<String>, limit: Option<u32>) -> Result<Value, NodeError> {

@@ -95,121 +95,127 @@ impl Metrics {
             registry: Registry::default(),
             render_lock: std::sync::Mutex::new(()),
         };
-        let r = &mut registry;
-        r.register(
-            "appends",
-            "Events appended through the API",
-            metrics.appends.clone(),
-        );
-        r.register(
-            "appends_refused",
-            "Append requests refused",
-            metrics.appends_refused.clone(),
-        );
-        r.register(
-            "applies",
-            "Events applied from peers' deltas",
-            metrics.applied.clone(),
-        );
-        r.register(
-            "deltas_refused",
-            "Deltas from peers refused by the replica",
-            metrics.deltas_refused.clone(),
-        );
-        r.register(
-            "duplicates",
-            "Events received from peers already held",
-            metrics.duplicates.clone(),
-        );
-        r.register("pages", "Pages served", metrics.pages.clone());
-        r.register(
-            "pages_stale",
-            "Page requests answered 410 stale_cursor",
-            metrics.pages_stale.clone(),
-        );
-        r.register(
-            "pages_behind",
-            "Pages served to a cursor ahead of this node",
-            metrics.pages_behind.clone(),
-        );
-        r.register(
-            "connections_refused",
-            "Connections refused for the connection limit",
-            metrics.connections_refused.clone(),
-        );
-        r.register(
-            "requests_denied",
-            "Requests refused 401 or 403",
-            metrics.requests_denied.clone(),
-        );
-        r.register(
-            "peer_auth_refused",
-            "Inbound sync links refused by the peer handshake or for a missing certificate",
-            metrics.peer_auth_refused.clone(),
-        );
-        r.register(
-            "tls_handshakes_failed",
-            "TLS handshakes that failed",
-            metrics.tls_handshakes_failed.clone(),
-        );
-        r.register(
-            "connections_open",
-            "HTTP connections open",
-            metrics.connections_open.clone(),
-        );
-        r.register(
-            "sync_sessions",
-            "Sync sessions running, dialed and accepted",
-            metrics.sessions_running.clone(),
-        );
-        r.register(
-            "followers",
-            "Follow subscriptions served (GET /follow)",
-            metrics.followers.clone(),
-        );
-        r.register(
-            "follow_lagged",
-            "Follow subscriptions told lagged: their connection's queue was full",
-            metrics.follow_lagged.clone(),
-        );
-        r.register(
-            "follow_stale",
-            "Follow subscriptions told stale: their cursor was below the floor",
-            metrics.follow_stale.clone(),
-        );
-        r.register(
-            "peers_connected",
-            "Dialed peers with an established session",
-            metrics.peers_connected.clone(),
-        );
-        r.register(
-            "peer_connected",
-            "Per dialed peer (label `peer`, its URL): 1 while its session is established",
-            metrics.peer_connected.clone(),
-        );
-        r.register(
-            "peer_lag_events",
-            "Per dialed peer (label `peer`): events this node holds that the peer has not acknowledged",
-            metrics.peer_lag_events.clone(),
-        );
-        r.register(
-            "commit_seconds",
-            "Durable append commit latency",
-            metrics.commit_seconds.clone(),
-        );
+        metrics.register_requests(&mut registry);
+        metrics.register_links(&mut registry);
         Metrics {
             registry,
             ..metrics
         }
     }
 
+    /// The API's and the replica's counters, in the order they render.
+    fn register_requests(&self, r: &mut Registry) {
+        r.register(
+            "appends",
+            "Events appended through the API",
+            self.appends.clone(),
+        );
+        r.register(
+            "appends_refused",
+            "Append requests refused",
+            self.appends_refused.clone(),
+        );
+        r.register(
+            "applies",
+            "Events applied from peers' deltas",
+            self.applied.clone(),
+        );
+        r.register(
+            "deltas_refused",
+            "Deltas from peers refused by the replica",
+            self.deltas_refused.clone(),
+        );
+        r.register(
+            "duplicates",
+            "Events received from peers already held",
+            self.duplicates.clone(),
+        );
+        r.register("pages", "Pages served", self.pages.clone());
+        r.register(
+            "pages_stale",
+            "Page requests answered 410 stale_cursor",
+            self.pages_stale.clone(),
+        );
+        r.register(
+            "pages_behind",
+            "Pages served to a cursor ahead of this node",
+            self.pages_behind.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Connections refused for the connection limit",
+            self.connections_refused.clone(),
+        );
+        r.register(
+            "requests_denied",
+            "Requests refused 401 or 403",
+            self.requests_denied.clone(),
+        );
+        r.register(
+            "peer_auth_refused",
+            "Inbound sync links refused by the peer handshake or for a missing certificate",
+            self.peer_auth_refused.clone(),
+        );
+        r.register(
+            "tls_handshakes_failed",
+            "TLS handshakes that failed",
+            self.tls_handshakes_failed.clone(),
+        );
+    }
+
+    /// Connections, sessions, followers and peers, then the commit
+    /// latency, in the order they render.
+    fn register_links(&self, r: &mut Registry) {
+        r.register(
+            "connections_open",
+            "HTTP connections open",
+            self.connections_open.clone(),
+        );
+        r.register(
+            "sync_sessions",
+            "Sync sessions running, dialed and accepted",
+            self.sessions_running.clone(),
+        );
+        r.register(
+            "followers",
+            "Follow subscriptions served (GET /follow)",
+            self.followers.clone(),
+        );
+        r.register(
+            "follow_lagged",
+            "Follow subscriptions told lagged: their connection's queue was full",
+            self.follow_lagged.clone(),
+        );
+        r.register(
+            "follow_stale",
+            "Follow subscriptions told stale: their cursor was below the floor",
+            self.follow_stale.clone(),
+        );
+        r.register(
+            "peers_connected",
+            "Dialed peers with an established session",
+            self.peers_connected.clone(),
+        );
+        r.register(
+            "peer_connected",
+            "Per dialed peer (label `peer`, its URL): 1 while its session is established",
+            self.peer_connected.clone(),
+        );
+        r.register(
+            "peer_lag_events",
+            "Per dialed peer (label `peer`): events this node holds that the peer has not acknowledged",
+            self.peer_lag_events.clone(),
+        );
+        r.register(
+            "commit_seconds",
+            "Durable append commit latency",
+            self.commit_seconds.clone(),
+        );
+    }
+
     /// The metrics in Prometheus text format, after copying in the
     /// replica's own counters.
-    pub fn render(
-        &self,
-        stats: meshlog_replica::Stats,
-        peers: &[crate::peers::PeerStatus],
-    ) -> String {
+    pub fn render(&self, stats: meshlog_replica::Stats, peers: &[PeerGauge<'_>]) -> String {
         let _one_at_a_time = self
             .render_lock
             .lock()
@@ -223,7 +229,7 @@ impl Metrics {
         self.peer_connected.clear();
         self.peer_lag_events.clear();
         for peer in peers {
-            let labels = vec![("peer".to_owned(), peer.url.clone())];
+            let labels = vec![("peer".to_owned(), peer.url.to_owned())];
             self.peer_connected
                 .get_or_create(&labels)
                 .set(i64::from(peer.connected));
@@ -236,6 +242,18 @@ impl Metrics {
         let _ = encode(&mut text, &self.registry);
         text
     }
+}
+
+/// What the metrics show of one dialed peer: its gauges, labelled by URL.
+/// The caller reads them off the peer links, so this file does not know
+/// them.
+pub struct PeerGauge<'a> {
+    /// The peer's URL (the label).
+    pub url: &'a str,
+    /// A session is running.
+    pub connected: bool,
+    /// Events this node holds that the peer has not acknowledged.
+    pub lag_events: u64,
 }
 
 /// Moves a counter up to a total counted elsewhere (never down).

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::header::{CONNECTION, HOST, UPGRADE};
-use hyper::{Request, StatusCode, Uri};
+use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_sync::{
@@ -519,63 +519,14 @@ pub struct PeerSecurity {
     pub inbound_max: usize,
 }
 
-/// `http[s]://host[:port][/]` → (`http[s]://host:port`, host, port).
+/// `http[s]://host[:port][/]` → (`http[s]://host:port`, host, port): the
+/// node's one URL parser (`crate::url`).
 fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
-    let bad = |reason| PeerUrlError {
-        url: url.to_owned(),
-        reason,
-    };
-    let uri: Uri = url.trim().parse().map_err(|_| bad("not a URL"))?;
-    let scheme = match uri.scheme_str() {
-        Some("http") => "http",
-        Some("https") => "https",
-        _ => return Err(bad("the scheme must be http or https")),
-    };
-    let host = uri
-        .host()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| bad("no host"))?;
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(bad("a peer URL has no path or query"));
-    }
-    // `Uri` takes user info (dropped from the normalized URL), any text in
-    // brackets, and a port that is not a number (`port_u16` is then `None`,
-    // which read as the default port); none names a peer (found by
-    // schemathesis).
-    let authority = uri.authority().map_or("", |a| a.as_str());
-    if authority.contains('@') {
-        return Err(bad("a peer URL has no user info"));
-    }
-    let port = match authority.strip_prefix(host).unwrap_or("") {
-        "" => {
-            if scheme == "https" {
-                443
-            } else {
-                80
-            }
-        }
-        rest => rest
-            .strip_prefix(':')
-            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|p| p.parse::<u16>().ok())
-            .ok_or_else(|| bad("the port must be a number from 0 to 65535"))?,
-    };
-    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        if inner.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(bad("a host in brackets must be an IPv6 address"));
-        }
-    }
-    // Dialed without brackets, shown with them.
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let shown = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.clone()
-    };
-    Ok((format!("{scheme}://{shown}:{port}"), host, port))
+    let node = crate::url::NodeUrl::parse(url).map_err(|error| PeerUrlError {
+        url: error.url,
+        reason: error.reason,
+    })?;
+    Ok((node.base, node.host, node.port))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

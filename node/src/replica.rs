@@ -95,62 +95,16 @@ impl NodeReplica {
         self.shared.page(after, limit)
     }
 
-    /// Up to `limit` events of `stream` alone after `after`, and the next
-    /// cursor: `after` with only `stream`'s entry advanced (every other
-    /// entry is carried unchanged), so one token serves a follower of one
-    /// writer and a reader of the whole log alike.
-    ///
-    /// It pages the whole log with every other stream held or compacted
-    /// here covered at `u64::MAX` (the walk skips covered streams in
-    /// O(S + limit · log S)); a stream that appears between reading the
-    /// marks and paging is filtered out. A stale cursor is stale only in
-    /// `stream`: the answer names that stream alone, and its `resume` is
-    /// `after` with `stream` raised to its floor.
+    /// Up to `limit` events of `stream` alone after `after`; `next` is
+    /// `after` with only `stream`'s entry advanced (see
+    /// `meshlog_replica::Replica::page_stream`).
     pub fn page_stream(
         &self,
         stream: StreamId,
         after: &VersionVector,
         limit: usize,
-    ) -> Result<StreamPage, PageError> {
-        let mut masked: VersionVector = after.clone();
-        let marks = self.shared.marks();
-        let floor = self.shared.floor();
-        for (other, _) in marks.iter().chain(floor.iter()) {
-            if other != stream {
-                masked.advance(other, u64::MAX);
-            }
-        }
-        let page = self
-            .shared
-            .page(&masked, limit)
-            .map_err(|error| match error {
-                // Only `stream` can be stale under the mask; restate the answer
-                // on the caller's cursor, so `resume` carries its other entries.
-                PageError::Stale(stale) => {
-                    let floor: VersionVector =
-                        [(stream, stale.resume().get(stream))].into_iter().collect();
-                    match after.check_floor(&floor) {
-                        Err(stale) => PageError::Stale(stale),
-                        Ok(()) => PageError::Stale(stale),
-                    }
-                }
-                error => error,
-            })?;
-        let events: Vec<Event> = page
-            .events
-            .into_iter()
-            .filter(|event| event.stream == stream)
-            .collect();
-        let mut next = after.clone();
-        if let Some(last) = events.last() {
-            next.advance(stream, last.seq);
-        }
-        let at_head = next.get(stream) >= self.shared.marks().get(stream);
-        Ok(StreamPage {
-            events,
-            next,
-            at_head,
-        })
+    ) -> Result<Page, PageError> {
+        self.shared.page_stream(stream, after, limit)
     }
 
     /// The handle's change notification as a tokio watch (one hook on the
@@ -230,17 +184,6 @@ impl NodeReplica {
     pub fn covering_lamport(&self, lamport: u64) -> VersionVector {
         self.shared.covering_lamport(lamport)
     }
-}
-
-/// One writer's page: see [`NodeReplica::page_stream`].
-#[derive(Debug, Clone)]
-pub struct StreamPage {
-    /// Up to `limit` events of the stream, in seq order.
-    pub events: Vec<Event>,
-    /// The cursor with the stream's entry advanced past them.
-    pub next: VersionVector,
-    /// Whether `next` covers the stream's every event held here now.
-    pub at_head: bool,
 }
 
 fn now_ms() -> u64 {

@@ -94,25 +94,8 @@ impl Node {
             security.tls_key.as_deref(),
             security.tls_ca.as_deref(),
         )?;
-        let data = config.data.clone();
-        let stream_id = config.stream_id;
-        let payload_bytes_max = config.limits.payload_bytes_max;
-        let replica = tokio::task::spawn_blocking(move || {
-            NodeReplica::open(&data, stream_id, payload_bytes_max)
-        })
-        .await
-        .expect("opening the replica panicked")?;
-        let listener =
-            TcpListener::bind(&config.listen)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    addr: config.listen.clone(),
-                    source,
-                })?;
-        let local_addr = listener.local_addr().map_err(|source| ServeError::Bind {
-            addr: config.listen.clone(),
-            source,
-        })?;
+        let replica = open_replica(&config).await?;
+        let (listener, local_addr) = bind(&config.listen).await?;
         auth.check_listen(local_addr, security.allow_unauthenticated)?;
         if !auth.enabled() {
             tracing::warn!(addr = %local_addr, "no secret configured: every route is open to whoever reaches this address");
@@ -166,7 +149,33 @@ impl Node {
             tls,
         })
     }
+}
 
+/// Opens the data directory's replica off the runtime (it reads the whole
+/// log).
+async fn open_replica(config: &NodeConfig) -> Result<NodeReplica, ServeError> {
+    let data = config.data.clone();
+    let stream_id = config.stream_id;
+    let payload_bytes_max = config.limits.payload_bytes_max;
+    let replica =
+        tokio::task::spawn_blocking(move || NodeReplica::open(&data, stream_id, payload_bytes_max))
+            .await
+            .expect("opening the replica panicked")?;
+    Ok(replica)
+}
+
+/// The listener on `listen`, and the address it got.
+async fn bind(listen: &str) -> Result<(TcpListener, SocketAddr), ServeError> {
+    let bind_error = |source: std::io::Error| ServeError::Bind {
+        addr: listen.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(listen).await.map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local_addr))
+}
+
+impl Node {
     /// Rereads the secrets from the file and environment they came from
     /// (what `SIGHUP` does): new secrets are accepted at once, removed ones
     /// are refused from the next request on. On an error the old secrets

@@ -393,3 +393,94 @@ async fn the_page_is_served_at_the_root() {
         "the page refetches gaps over GET /events"
     );
 }
+
+/// Regression (issue 25): an independent WebSocket follower saw heartbeats
+/// whose head was 1–2 events past the last `events` frame sent (the tick
+/// paged, then read the marks again, and a commit landed in between). Here
+/// four writers append seeded batches while one connection follows the
+/// whole log and the node's writer stream with 1 ms heartbeats; every
+/// heartbeat's head must be covered by the `events` frames before it on its
+/// subscription. Bounded by the events written, not by time. The
+/// deterministic check of the same rule is the unit test beside the tick
+/// (`follow/server.rs`); this one drives the real tick and committer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heartbeats_never_run_ahead_of_the_events_frames_before_them() {
+    use meshlog_testkit::seed::{seeds, Report};
+    use meshlog_testkit::SplitMix64;
+
+    for seed in seeds(0x4ea7_b3a7_0025, 2) {
+        let _report = Report::new(
+            "heartbeats_never_run_ahead_of_the_events_frames_before_them",
+            seed,
+        );
+        let node = start_with(1, |config| {
+            config.follow.heartbeat = Duration::from_millis(1);
+            config.follow.queue_frames = 4096;
+        })
+        .await;
+        let mut socket = connect(node.addr, "stream=all").await;
+        let subscribe = json!({"type": "subscribe", "stream": "writer:1"});
+        socket
+            .send(Message::Text(subscribe.to_string().into()))
+            .await
+            .unwrap();
+        let mut rng = SplitMix64::new(seed);
+        let batches: Vec<Vec<usize>> = (0..4)
+            .map(|_| (0..40).map(|_| 1 + (rng.next_u64() % 4) as usize).collect())
+            .collect();
+        let total: u64 = batches.iter().flatten().map(|&n| n as u64).sum();
+        let writers: Vec<_> = batches
+            .into_iter()
+            .enumerate()
+            .map(|(writer, sizes)| {
+                let addr = node.addr;
+                tokio::spawn(async move {
+                    for (batch, size) in sizes.into_iter().enumerate() {
+                        let payloads: Vec<String> =
+                            (0..size).map(|i| format!("{writer}.{batch}.{i}")).collect();
+                        let answer = post_json(addr, "/events", &json!(payloads)).await;
+                        assert_eq!(answer.status, 201, "{:?}", answer.json());
+                    }
+                })
+            })
+            .collect();
+
+        // Per subscription: what its events frames covered so far, and
+        // whether a heartbeat came after they covered every event.
+        let mut covered: std::collections::HashMap<String, VersionVector> = Default::default();
+        let mut done: std::collections::HashSet<String> = Default::default();
+        let mut heartbeats = 0u64;
+        let one = StreamId::new(1);
+        while done.len() < 2 {
+            match next_frame(&mut socket)
+                .await
+                .expect("the connection stays open")
+            {
+                ServerFrame::Events { stream, next, .. } => {
+                    covered
+                        .entry(stream)
+                        .or_default()
+                        .join(&token::decode_text(&next).unwrap());
+                }
+                ServerFrame::Heartbeat { stream, head } => {
+                    heartbeats += 1;
+                    let head = token::decode_text(&head).unwrap();
+                    let seen = covered.get(&stream).cloned().unwrap_or_default();
+                    assert!(
+                        seen.dominates(&head),
+                        "seed {seed}: heartbeat {heartbeats} on {stream} names {head:?}, \
+                         past the events frames before it ({seen:?})"
+                    );
+                    if seen.get(one) == total {
+                        done.insert(stream);
+                    }
+                }
+                other => panic!("seed {seed}: unexpected {other:?}"),
+            }
+        }
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        assert!(heartbeats > 0);
+    }
+}

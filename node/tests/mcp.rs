@@ -1,8 +1,9 @@
 //! `meshlog mcp`, driven by a real MCP client (rmcp's, over the child
 //! process's stdio) against a real node: the tools and their documented
 //! input schema, appending, walking the log with the token the CLI printed
-//! (one token everywhere), a bounded follow, and a node's errors (stale,
-//! malformed) coming back as tool errors with the node's reason.
+//! (one token everywhere), a bounded follow (on the node's push channel,
+//! not a poll), and a node's errors (stale, malformed) coming back as tool
+//! errors with the node's reason.
 
 mod cli_support;
 mod support;
@@ -224,4 +225,59 @@ async fn a_nodes_errors_come_back_as_tool_errors_with_its_reason() {
     assert_eq!(unreachable["error"], json!("node_unreachable"));
     gone.cancel().await.unwrap();
     client.cancel().await.unwrap();
+}
+
+/// A metric's value in the node's `GET /metrics` text.
+async fn metric(addr: std::net::SocketAddr, name: &str) -> f64 {
+    let text = String::from_utf8(support::get(addr, "/metrics").await.body).unwrap();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            (key == name).then(|| value.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no metric {name} in {text}"))
+}
+
+/// Regression (issue 25): `follow_events` polled the node every 100 ms
+/// where a push channel exists. It now waits on `GET /follow`: while it
+/// waits the node serves it a follow subscription (a poll holds none, and
+/// this test would time out waiting for one), an event appended then is
+/// the answer, and the whole call pages the node exactly twice (the page
+/// that found nothing, the page after the push), however long it waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_events_waits_on_the_push_channel_not_a_poll() {
+    let node = support::start(1).await;
+    let client = connect(&node.url()).await;
+    support::append(node.addr, b"before").await;
+    let (page, error) = body(&call(&client, "page_events", json!({})).await);
+    assert!(!error);
+    let token = page["next"].as_str().unwrap().to_owned();
+    let pages_before = metric(node.addr, "meshlog_pages_total").await;
+
+    let addr = node.addr;
+    let (followed, appended) = tokio::join!(
+        call(
+            &client,
+            "follow_events",
+            json!({"after": token, "wait_ms": 30_000}),
+        ),
+        async move {
+            support::wait_until(
+                "the MCP follow holds a follow subscription",
+                || async move { metric(addr, "meshlog_followers").await == 1.0 },
+            )
+            .await;
+            support::append(addr, b"pushed").await
+        }
+    );
+    let (followed, error) = body(&followed);
+    assert!(!error, "{followed}");
+    assert_eq!(appended, 2);
+    assert_eq!(followed["events"][0]["payload"], json!("pushed"));
+    assert_eq!(followed["events"].as_array().unwrap().len(), 1);
+    let pages = metric(node.addr, "meshlog_pages_total").await - pages_before;
+    assert_eq!(pages, 2.0, "a follow that pages more than twice polls");
+
+    client.cancel().await.expect("the session closes");
 }

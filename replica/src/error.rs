@@ -78,6 +78,32 @@ pub enum ReplicaError {
     },
 }
 
+/// Something [`Replica::open`](crate::Replica::open) accepted but an
+/// operator should know: the replica opened and serves what it holds.
+/// Each is logged (`tracing::warn!`) when found, counted in
+/// [`Stats::open_warnings`](crate::Stats::open_warnings), and listed by
+/// [`Replica::open_warnings`](crate::Replica::open_warnings).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenWarning {
+    /// The store holds more streams than
+    /// [`Config::streams_max`](crate::Config::streams_max) allows (an
+    /// operator lowered it). Every stream held is kept and served; a change
+    /// that would add another stream is refused
+    /// ([`ReplicaError::TooManyStreams`]) until the count is back under the
+    /// limit or the limit is raised.
+    #[error(
+        "the store holds {streams} streams (the own stream's slot counted), above streams_max = \
+         {limit}; they are kept, and no new stream is taken"
+    )]
+    StreamsOverLimit {
+        /// The streams counted: those held, and the own stream's slot.
+        streams: usize,
+        /// `Config::streams_max`.
+        limit: usize,
+    },
+}
+
 /// Why a peer's delta was refused: what it claims breaks the log's rules.
 /// The delta is refused whole and nothing changes. Separate from local
 /// limits ([`ReplicaError::PayloadTooLarge`], [`ReplicaError::TooManyStreams`])

@@ -11,6 +11,8 @@
 //!
 //! # Layout
 //!
+//! - `admission`: [`Admission`], how much of a received delta the
+//!   replica's limits take (asked before applying it).
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash.
 //! - `replica`: [`Replica`], one owner's replica — append, validate/apply,
 //!   page, delta, compact, digest — and its [`Config`].
@@ -27,14 +29,16 @@
 //!   its events in blocks per stream (`disk::block`), read through a
 //!   snapshot per commit (`disk::view`); formats 1 and 2 upgraded on open
 //!   (`disk::upgrade`).
-//! - `state`: the readable state, and every change split into plan →
-//!   commit → publish (crate-private).
+//! - `state`: the readable state, and every change split into validate →
+//!   plan → commit → publish (crate-private): `state/validate.rs` decides
+//!   what is accepted, `state/plan.rs` folds a round in submission order,
+//!   `state/publish.rs` performs it, `state/delta.rs` builds deltas.
 //! - `shared`: [`SharedReplica`], the one handle every task shares: reads
 //!   that never wait on a commit, group commit (a committer thread or the
 //!   caller), runtime-agnostic async writes ([`Completion`]) and change
 //!   notification ([`Change`]).
-//! - `error`: [`ReplicaError`], [`DeltaError`] (what a peer's delta breaks)
-//!   and [`PageError`].
+//! - `error`: [`ReplicaError`], [`DeltaError`] (what a peer's delta breaks),
+//!   [`OpenWarning`] (what `open` accepted but reports) and [`PageError`].
 //!
 //! **Architecture invariant:** this crate never touches the network; its only
 //! I/O is the durable store (`disk`, files in one data directory). It knows
@@ -43,6 +47,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod admission;
 mod columns;
 mod disk;
 mod error;
@@ -55,14 +60,16 @@ mod replica;
 mod shared;
 mod state;
 mod store;
+mod stream_page;
 mod values;
 
+pub use admission::{Admission, Cut, Limit};
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
     LOCK_FILE, LOCK_WAIT_DEFAULT,
 };
-pub use error::{DeltaError, PageError, ReplicaError};
+pub use error::{DeltaError, OpenWarning, PageError, ReplicaError};
 pub use values::{Piece, Values, ValuesRef};
 
 /// The largest lamport stamp a replica accepts from a peer: `2^62`. A

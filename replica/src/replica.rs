@@ -6,8 +6,8 @@ use bytes::Bytes;
 use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
-use crate::state::{store_error, AppendRequest, RoundIndex, State};
-use crate::{DeltaColumns, Event, MemStore, PageError, ReplicaError, Store};
+use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
+use crate::{DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, Store};
 
 /// A replica's settings and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +22,15 @@ pub struct Config {
     pub payload_bytes_max: usize,
     /// The longest page a reader may ask for.
     pub page_len_max: usize,
-    /// The most streams a replica holds.
+    /// The most streams a replica holds, its own stream included: the own
+    /// stream's slot is always reserved (counted whether or not it has
+    /// appended yet), so a replica takes at most `streams_max - 1` other
+    /// writers' streams and its own appends are never refused for this
+    /// limit. A delta that would add a stream beyond it is refused
+    /// ([`ReplicaError::TooManyStreams`]); a store that already holds more
+    /// (the limit was lowered) opens all the same, with
+    /// [`OpenWarning::StreamsOverLimit`](crate::OpenWarning::StreamsOverLimit),
+    /// and takes no new stream. So whatever a replica accepts, it reopens.
     pub streams_max: usize,
     /// Open to relearn this replica's own stream from its peers: a writer
     /// that lost its store and restarts under its old stream id must not
@@ -138,6 +146,8 @@ pub struct Stats {
     pub pending_dropped: u64,
     /// Deltas refused (equivocation, bad lamport, limits).
     pub deltas_refused: u64,
+    /// Warnings found by `open` ([`Replica::open_warnings`]).
+    pub open_warnings: u64,
 }
 
 /// One runtime's replica of the log: its own stream, which it appends to, and
@@ -268,6 +278,33 @@ impl<S: Store> Replica<S> {
         self.state.pending_len()
     }
 
+    /// What `open` accepted but reports (also logged, and counted in
+    /// [`Stats::open_warnings`]).
+    ///
+    /// ```
+    /// use meshlog_cursor::StreamId;
+    /// use meshlog_replica::{Config, MemStore, OpenWarning, Replica};
+    ///
+    /// let mut wide = Replica::open(Config::new(StreamId::new(1)), MemStore::default())?;
+    /// wide.append(&b"own"[..])?;
+    /// let mut peer = Replica::new(StreamId::new(2));
+    /// peer.append(&b"peer"[..])?;
+    /// wide.apply(&peer.delta_for(&wide.marks(), usize::MAX))?;
+    /// // Reopened with a lower limit: it opens, and says so.
+    /// let mut config = Config::new(StreamId::new(1));
+    /// config.streams_max = 1;
+    /// let narrow = Replica::open(config, wide.into_store())?;
+    /// assert_eq!(
+    ///     narrow.open_warnings(),
+    ///     [OpenWarning::StreamsOverLimit { streams: 2, limit: 1 }]
+    /// );
+    /// assert_eq!(narrow.stats().open_warnings, 1);
+    /// # Ok::<(), meshlog_replica::ReplicaError>(())
+    /// ```
+    pub fn open_warnings(&self) -> &[OpenWarning] {
+        self.state.open_warnings()
+    }
+
     /// Whether the replica is still relearning its own stream (see
     /// [`Config::recover_own_stream`]).
     pub fn is_recovering(&self) -> bool {
@@ -376,8 +413,11 @@ impl<S: Store> Replica<S> {
             payloads: &payloads,
             time_ms,
         };
-        let mut plan = self.state.plan_round(&[], &[request]);
-        let run = plan.appended.pop().expect("one request, one outcome")?;
+        let mut plan = self.state.plan_round(&[RoundItem::Append(request)]);
+        let Some(Planned::Appended(run)) = plan.planned.pop() else {
+            unreachable!("one append request, one outcome");
+        };
+        let run = run?;
         // Durable first: nothing is paged or sent that the store could forget.
         self.commit_and_publish(&plan)?;
         // The plan is spent: its events move to the caller, not copied.
@@ -425,10 +465,19 @@ impl<S: Store> Replica<S> {
         self.state.delta_columns_for(their_marks, byte_budget)
     }
 
+    /// How much of a received delta this replica's limits take (see
+    /// [`Admission`](crate::Admission)): what a session cuts a delta to
+    /// before applying it, rather than checking the limits itself.
+    pub fn admission(&self, columns: &DeltaColumns) -> crate::Admission {
+        self.state.admission(columns)
+    }
+
     /// Checks a delta against this replica without changing anything: the
     /// first step of [`Replica::apply`].
     pub fn validate(&self, delta: &Delta) -> Result<(), ReplicaError> {
-        self.state.validate(delta, &RoundIndex::default())
+        self.state
+            .validate(delta, &RoundIndex::default())
+            .map_err(ReplicaError::from)
     }
 
     /// Validates, plans, commits, then publishes a delta from a peer.
@@ -439,23 +488,27 @@ impl<S: Store> Replica<S> {
     pub fn apply(&mut self, delta: &Delta) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
         let _span = tracing::debug_span!("apply", events = delta.events.len()).entered();
-        if let Err(error) = self.validate(delta) {
-            self.state.count_refused(1);
-            tracing::warn!(%error, "delta refused");
-            return Err(error);
-        }
-        let mut plan = self.state.plan_round(&[delta], &[]);
+        let mut plan = self.state.plan_round(&[RoundItem::Delta(delta)]);
         self.commit_and_publish(&plan)?;
-        let report = plan.reports.pop().expect("one delta, one report");
-        tracing::debug!(
-            applied = report.applied,
-            duplicates = report.duplicates,
-            pending = report.pending,
-            dropped = report.dropped,
-            floors_raised = report.floors_raised,
-            "apply"
-        );
-        Ok(report)
+        match plan.planned.pop() {
+            Some(Planned::Applied(report)) => {
+                tracing::debug!(
+                    applied = report.applied,
+                    duplicates = report.duplicates,
+                    pending = report.pending,
+                    dropped = report.dropped,
+                    floors_raised = report.floors_raised,
+                    "apply"
+                );
+                Ok(report)
+            }
+            Some(Planned::Refused(rejection)) => {
+                let (stream, seqs, error) = (rejection.stream, rejection.seqs, rejection.rule);
+                tracing::warn!(%stream, ?seqs, %error, "delta refused");
+                Err(error)
+            }
+            _ => unreachable!("one delta, one outcome"),
+        }
     }
 
     /// [`Replica::apply`] for a delta in columns, as a receiver decodes one:
@@ -480,12 +533,14 @@ impl<S: Store> Replica<S> {
     /// ```
     pub fn apply_columns(&mut self, columns: &DeltaColumns) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
-        let Some(mut plan) = self.state.plan_columns(&[columns], &[]) else {
+        let Some(mut plan) = self.state.plan_columns(&[RoundItem::Columns(columns)]) else {
             return self.apply(&columns.to_delta());
         };
         let _span = tracing::debug_span!("apply", events = columns.len()).entered();
         self.commit_and_publish(&plan)?;
-        let report = plan.reports.pop().expect("one delta, one report");
+        let Some(Planned::Applied(report)) = plan.planned.pop() else {
+            unreachable!("a clean delta in columns is applied");
+        };
         tracing::debug!(applied = report.applied, "apply");
         Ok(report)
     }

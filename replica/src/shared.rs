@@ -65,10 +65,10 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::replica::now_ms;
-use crate::state::{store_error, AppendRequest, Plan, RoundIndex, State};
+use crate::state::{store_error, AppendRequest, Plan, Planned, RoundItem, State};
 use crate::{
-    ApplyReport, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore, Page,
-    PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store, Verified,
+    ApplyReport, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore, OpenWarning,
+    Page, PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store, Verified,
 };
 
 /// The most events one round commits (a round takes at least one request,
@@ -752,6 +752,18 @@ impl<S: Store> SharedReplica<S> {
         state.page(after, limit)
     }
 
+    /// One writer's page after `after` (see [`Replica::page_stream`]).
+    /// Never waits for a commit in progress.
+    pub fn page_stream(
+        &self,
+        stream: StreamId,
+        after: &VersionVector,
+        limit: usize,
+    ) -> Result<Page, PageError> {
+        let state = self.read().ok_or(PageError::Failed)?;
+        state.page_stream(stream, after, limit)
+    }
+
     /// What a peer with marks `their_marks` misses, up to `byte_budget`
     /// (see [`Replica::delta_for`]): committed events only. Empty once the
     /// handle is poisoned.
@@ -823,6 +835,22 @@ impl<S: Store> SharedReplica<S> {
     /// How many early events wait in the pending buffer.
     pub fn pending_len(&self) -> usize {
         self.read().map_or(0, |state| state.pending_len())
+    }
+
+    /// How much of a received delta this replica's limits take now (see
+    /// [`Replica::admission`]). A round committed meanwhile may change it;
+    /// apply still checks the limits.
+    pub fn admission(&self, columns: &DeltaColumns) -> crate::Admission {
+        self.read()
+            .map(|state| state.admission(columns))
+            .unwrap_or_default()
+    }
+
+    /// What `open` accepted but reports (see [`Replica::open_warnings`]).
+    pub fn open_warnings(&self) -> Vec<OpenWarning> {
+        self.read()
+            .map(|state| state.open_warnings().to_vec())
+            .unwrap_or_default()
     }
 
     /// Whether the replica still relearns its own stream.
@@ -1032,168 +1060,67 @@ impl<S: Store> Inner<S> {
                 return;
             }
         }
-        if self.run_round_in_columns(writer, round) {
-            return;
+        // A round whose deltas all came in columns and are all clean is
+        // planned as columns (see `State::plan_columns`).
+        let in_columns = round
+            .iter()
+            .any(|request| matches!(request.work, Work::ApplyColumns(_)))
+            && !round
+                .iter()
+                .any(|request| matches!(request.work, Work::Apply(_)));
+        if in_columns {
+            let plan = read(&self.state).plan_columns(&items_of(round));
+            if let Some(plan) = plan {
+                let outcomes = self.commit_round_plan(writer, plan);
+                answer_all(round, outcomes);
+                return;
+            }
         }
-        // A delta in columns that is not planned as columns joins the round
-        // as events (its payloads kept, not copied).
+        // Else a delta in columns joins the round as events (its payloads
+        // kept, not copied).
         for request in round.iter_mut() {
             if let Work::ApplyColumns(columns) = &mut request.work {
                 let columns = std::mem::take(columns);
                 request.work = Work::Apply(columns.into_delta());
             }
         }
-        let state = read(&self.state);
-        // Validate each delta against the state and the deltas accepted
-        // before it in this round.
-        let mut index = RoundIndex::default();
-        let mut deltas: Vec<&Delta> = Vec::new();
-        let mut delta_of: Vec<Option<usize>> = Vec::with_capacity(round.len());
-        let mut refusals: Vec<Option<ReplicaError>> = Vec::with_capacity(round.len());
-        let mut appends: Vec<AppendRequest> = Vec::new();
-        let mut append_of: Vec<Option<usize>> = Vec::with_capacity(round.len());
-        // The index of accepted events is for the deltas after them: with
-        // none (the common round of one delta), it is not built.
-        let mut deltas_left = round
-            .iter()
-            .filter(|request| matches!(request.work, Work::Apply(_)))
-            .count();
-        for request in round.iter() {
-            let mut delta_slot = None;
-            let mut refusal = None;
-            let mut append_slot = None;
-            if matches!(request.work, Work::Apply(_)) {
-                deltas_left -= 1;
-            }
-            match &request.work {
-                Work::Apply(delta) => match state.validate(delta, &index) {
-                    Ok(()) => {
-                        if deltas_left > 0 {
-                            index.add(&state, delta);
-                        }
-                        delta_slot = Some(deltas.len());
-                        deltas.push(delta);
-                    }
-                    Err(error) => {
-                        tracing::warn!(stream = %self.stream, %error, "delta refused");
-                        refusal = Some(error);
-                    }
-                },
-                Work::Append { payloads, time_ms } => {
-                    append_slot = Some(appends.len());
-                    appends.push(AppendRequest {
-                        payloads,
-                        time_ms: *time_ms,
-                    });
-                }
-                Work::Compact(_) => unreachable!("a compaction is a round of its own"),
-                Work::ApplyColumns(_) => unreachable!("made a delta of events above"),
-            }
-            delta_of.push(delta_slot);
-            refusals.push(refusal);
-            append_of.push(append_slot);
-        }
-        let mut plan = state.plan_round(&deltas, &appends);
-        plan.refused = refusals.iter().filter(|r| r.is_some()).count() as u64;
-        drop(state);
-        let outcomes = self.commit_round_plan(writer, plan, refusals, &delta_of, &append_of);
-        for (request, outcome) in round.iter_mut().zip(outcomes) {
-            request.answer(outcome);
-        }
-    }
-
-    /// Runs a round whose deltas all came in columns and are all clean (see
-    /// [`State::plan_columns`]), with its appends, as columns: whether it
-    /// did (else nothing was done).
-    fn run_round_in_columns(&self, writer: &mut Writer<S>, round: &mut [Request]) -> bool {
-        let any_columns = round
-            .iter()
-            .any(|request| matches!(request.work, Work::ApplyColumns(_)));
-        let only_columns_and_appends = round
-            .iter()
-            .all(|request| matches!(request.work, Work::ApplyColumns(_) | Work::Append { .. }));
-        if !any_columns || !only_columns_and_appends {
-            return false;
-        }
-        let mut deltas: Vec<&DeltaColumns> = Vec::new();
-        let mut appends: Vec<AppendRequest> = Vec::new();
-        let mut delta_of = Vec::with_capacity(round.len());
-        let mut append_of = Vec::with_capacity(round.len());
-        for request in round.iter() {
-            let (delta_slot, append_slot) = match &request.work {
-                Work::ApplyColumns(columns) => {
-                    deltas.push(columns);
-                    (Some(deltas.len() - 1), None)
-                }
-                Work::Append { payloads, time_ms } => {
-                    appends.push(AppendRequest {
-                        payloads,
-                        time_ms: *time_ms,
-                    });
-                    (None, Some(appends.len() - 1))
-                }
-                Work::Apply(_) | Work::Compact(_) => unreachable!("only checked kinds"),
-            };
-            delta_of.push(delta_slot);
-            append_of.push(append_slot);
-        }
-        let Some(plan) = read(&self.state).plan_columns(&deltas, &appends) else {
-            return false;
-        };
-        let refusals = (0..round.len()).map(|_| None).collect();
-        let outcomes = self.commit_round_plan(writer, plan, refusals, &delta_of, &append_of);
-        for (request, outcome) in round.iter_mut().zip(outcomes) {
-            request.answer(outcome);
-        }
-        true
+        // Each request validated and planned against the state the ones
+        // before it leave: a left fold, as one by one.
+        let plan = read(&self.state).plan_round(&items_of(round));
+        let outcomes = self.commit_round_plan(writer, plan);
+        answer_all(round, outcomes);
     }
 
     /// Commits and publishes a round's plan, and says what each request of
-    /// the round gets, in order: its refusal, its delta's report
-    /// (`delta_of`, the request's delta among the plan's), or its
-    /// appended events (`append_of`).
-    fn commit_round_plan(
-        &self,
-        writer: &mut Writer<S>,
-        mut plan: Plan<'_>,
-        mut refusals: Vec<Option<ReplicaError>>,
-        delta_of: &[Option<usize>],
-        append_of: &[Option<usize>],
-    ) -> Vec<Outcome> {
+    /// the round gets, in order.
+    fn commit_round_plan(&self, writer: &mut Writer<S>, mut plan: Plan<'_>) -> Vec<Outcome> {
         let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
-        let mut reports = std::mem::take(&mut plan.reports).into_iter();
-        let mut appended_runs = std::mem::take(&mut plan.appended).into_iter();
+        let planned = std::mem::take(&mut plan.planned);
         let mut appended_count = 0u64;
-        let mut outcomes = Vec::with_capacity(refusals.len());
-        for position in 0..refusals.len() {
-            let outcome = if let Some(error) = refusals[position].take() {
-                Outcome::Applied(Err(error))
-            } else if delta_of[position].is_some() {
-                let report = reports.next().expect("one report per accepted delta");
-                Outcome::Applied(match &committed {
-                    Ok(()) => Ok(report),
+        let outcomes = planned
+            .into_iter()
+            .map(|planned| match planned {
+                Planned::Refused(rejection) => {
+                    let (stream, seqs, error) = (rejection.stream, rejection.seqs, rejection.rule);
+                    tracing::warn!(own = %self.stream, %stream, ?seqs, %error, "delta refused");
+                    Outcome::Applied(Err(error))
+                }
+                Planned::Applied(report) => {
+                    Outcome::Applied(committed.as_ref().map(|()| report).map_err(share))
+                }
+                Planned::Appended(Err(error)) => Outcome::Appended(Err(error)),
+                Planned::Appended(Ok(run)) => Outcome::Appended(match &committed {
                     Err(error) => Err(share(error)),
-                })
-            } else if append_of[position].is_some() {
-                let run = appended_runs
-                    .next()
-                    .expect("one outcome per append request");
-                Outcome::Appended(match (&committed, run) {
-                    (_, Err(error)) => Err(error),
-                    (Err(error), Ok(_)) => Err(share(error)),
-                    (Ok(()), Ok(run)) => {
+                    Ok(()) => {
                         // The plan is spent: its events move to their
                         // callers, not copied.
                         let events = plan.take_appended(run);
                         appended_count += events.len() as u64;
                         Ok(events)
                     }
-                })
-            } else {
-                Outcome::Failed
-            };
-            outcomes.push(outcome);
-        }
+                }),
+            })
+            .collect();
         // Counted before anyone is answered, so a caller that reads the
         // counters after its append returned sees its own events counted.
         self.appended.fetch_add(appended_count, Ordering::Relaxed);
@@ -1267,15 +1194,11 @@ impl<S: Store> Inner<S> {
         time_ms: u64,
     ) -> Result<Vec<Event>, ReplicaError> {
         let request = AppendRequest { payloads, time_ms };
-        let mut plan = read(&self.state).plan_round(&[], &[request]);
-        // Read, not taken: publishing counts the plan's appended events.
-        let run = match plan.appended.as_slice() {
-            [Ok(run)] => *run,
-            _ => {
-                let refused = plan.appended.pop().expect("one request, one outcome");
-                return refused.map(|_| Vec::new());
-            }
+        let mut plan = read(&self.state).plan_round(&[RoundItem::Append(request)]);
+        let Some(Planned::Appended(run)) = plan.planned.pop() else {
+            unreachable!("one append request, one outcome");
         };
+        let run = run?;
         self.commit_store(writer, &plan)?;
         if plan.is_noop() {
             return Ok(Vec::new());
@@ -1389,6 +1312,29 @@ impl<S: Store> Drop for CloseOnExit<'_, S> {
         };
         // Each answers Failed as it drops, outside the queue's lock.
         drop(orphans);
+    }
+}
+
+/// A round's requests as the planner takes them, in order.
+fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
+    round
+        .iter()
+        .map(|request| match &request.work {
+            Work::Apply(delta) => RoundItem::Delta(delta),
+            Work::ApplyColumns(columns) => RoundItem::Columns(columns),
+            Work::Append { payloads, time_ms } => RoundItem::Append(AppendRequest {
+                payloads,
+                time_ms: *time_ms,
+            }),
+            Work::Compact(_) => unreachable!("a compaction is a round of its own"),
+        })
+        .collect()
+}
+
+/// Answers each request of a round its outcome, in order.
+fn answer_all(round: &mut [Request], outcomes: Vec<Outcome>) {
+    for (request, outcome) in round.iter_mut().zip(outcomes) {
+        request.answer(outcome);
     }
 }
 

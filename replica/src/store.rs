@@ -143,6 +143,32 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// How many events the run at `index` holds.
+    pub(crate) fn run_len(&self, index: usize) -> usize {
+        self.runs[index].len()
+    }
+
+    /// Drops from the run at `index` its events at or below `floor_seq`
+    /// (a floor planned after them in the same round erases them: the
+    /// store, which deletes below a batch's floors before it adds its
+    /// events, must not see them).
+    pub(crate) fn trim_run(&mut self, index: usize, floor_seq: u64) {
+        let run = &mut self.runs[index];
+        if let BatchRun::Columns { run: columns, .. } = run {
+            *run = BatchRun::Events(Cow::Owned(columns.to_events()));
+        }
+        let BatchRun::Events(events) = run else {
+            unreachable!("made events above");
+        };
+        let erased = events.partition_point(|event| event.seq <= floor_seq);
+        match events {
+            Cow::Borrowed(slice) => *slice = &slice[erased..],
+            Cow::Owned(vec) => {
+                vec.drain(..erased);
+            }
+        }
+    }
+
     /// Takes the events of the run at `index` out of the batch (which keeps
     /// an empty run there), copying them only if they were borrowed.
     pub(crate) fn take_run(&mut self, index: usize) -> Vec<Event> {
@@ -272,7 +298,7 @@ pub(crate) enum ViewKind {
     /// published.
     Mem(Arc<RwLock<MemLog>>),
     /// A snapshot of a [`DiskStore`](crate::DiskStore)'s events.
-    Disk(Arc<crate::disk::DiskView>),
+    Disk(Arc<crate::disk::view::DiskView>),
 }
 
 impl std::fmt::Debug for StoreView {

@@ -15,7 +15,9 @@ use std::process::ExitCode;
 
 use meshlog_cursor::{token, StreamId, VersionVector};
 
-pub mod client;
+/// The HTTP client the subcommands talk through (the node's one client,
+/// `crate::client`, kept at this path too).
+pub use crate::client;
 
 use client::{
     Client, ClientError, EventJson, InboundJson, PageOutcome, PeerJson, Stale, VectorJson,
@@ -383,43 +385,39 @@ async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
     }
 }
 
-/// `meshlog events --follow`: the `Follower` client, printing as it goes.
-async fn follow(args: EventsArgs) -> Result<ExitCode, ClientError> {
-    use crate::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
-    use futures_util::StreamExt;
+/// The follower `meshlog events --follow` runs, from its flags; `Err`:
+/// what is wrong with them.
+fn follower_config(args: &EventsArgs) -> Result<crate::follow::FollowerConfig, String> {
+    use crate::follow::{FollowStream, FollowerConfig};
 
     let stream = match args.writer {
-        Some(0) => {
-            eprintln!("meshlog events: --writer must be a non-zero stream id");
-            return Ok(ExitCode::from(2));
-        }
+        Some(0) => return Err("--writer must be a non-zero stream id".into()),
         Some(id) => FollowStream::Writer(StreamId::new(id)),
         None => FollowStream::All,
     };
     let mut config = FollowerConfig::new(vec![args.node.node.clone()], stream);
     config.token = args.node.token.clone();
     if let Some(ca) = &args.node.ca {
-        config.tls = match crate::tls::client_trusting(ca) {
-            Ok(tls) => Some(tls),
-            Err(error) => {
-                eprintln!("meshlog events: {error}");
-                return Ok(ExitCode::from(2));
-            }
-        };
+        config.tls = Some(crate::tls::client_trusting(ca).map_err(|error| error.to_string())?);
     }
     if let Some(after) = args.after.as_deref().filter(|token| !token.is_empty()) {
-        config.after = match token::decode_text(after) {
-            Ok(vector) => vector,
-            Err(error) => {
-                eprintln!("meshlog events: bad --after token: {error}");
-                return Ok(ExitCode::from(2));
-            }
-        };
+        config.after =
+            token::decode_text(after).map_err(|error| format!("bad --after token: {error}"))?;
     }
     if let Some(limit) = args.limit {
         config.page_limit = limit.max(1);
     }
-    let mut follower = match Follower::start(config) {
+    Ok(config)
+}
+
+/// `meshlog events --follow`: the `Follower` client, printing as it goes.
+async fn follow(args: EventsArgs) -> Result<ExitCode, ClientError> {
+    use crate::follow::{FollowItem, Follower};
+    use futures_util::StreamExt;
+
+    let started = follower_config(&args)
+        .and_then(|config| Follower::start(config).map_err(|error| error.to_string()));
+    let mut follower = match started {
         Ok(follower) => follower,
         Err(error) => {
             eprintln!("meshlog events: {error}");

@@ -28,7 +28,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, Empty};
 use meshlog_cursor::{token, StreamId, VersionVector};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -36,7 +35,9 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::frame::{FollowStream, ServerFrame, StatusJson};
-use crate::http::json::{ErrorJson, EventJson, LostJson, PageJson};
+use crate::client::{Client, PageOutcome};
+use crate::http::json::{EventJson, LostJson};
+use crate::url::NodeUrl;
 
 /// How a [`Follower`] follows.
 #[derive(Debug, Clone)]
@@ -183,15 +184,21 @@ impl Follower {
         if config.nodes.is_empty() {
             return Err(FollowError::NoNodes);
         }
-        let nodes: Vec<NodeUrl> = config
+        let nodes: Vec<Node> = config
             .nodes
             .iter()
             .map(|url| {
-                let node = NodeUrl::parse(url).ok_or_else(|| FollowError::BadUrl(url.clone()))?;
-                if node.secure && config.tls.is_none() {
+                let parsed = NodeUrl::parse(url).map_err(|_| FollowError::BadUrl(url.clone()))?;
+                if parsed.secure && config.tls.is_none() {
                     return Err(FollowError::NoTls(url.clone()));
                 }
-                Ok(node)
+                // Refetches go through the node's one HTTP client.
+                let client = Client::with_tls(url, config.token.as_deref(), config.tls.clone())
+                    .map_err(|_| FollowError::BadUrl(url.clone()))?;
+                Ok(Node {
+                    url: parsed,
+                    client,
+                })
             })
             .collect::<Result<_, FollowError>>()?;
         let (sender, items) = mpsc::channel(256);
@@ -249,12 +256,25 @@ impl futures_util::Stream for Follower {
 
 struct Task {
     config: FollowerConfig,
-    /// The nodes, parsed.
-    nodes: Vec<NodeUrl>,
+    /// The nodes, parsed, each with its HTTP client.
+    nodes: Vec<Node>,
     items: mpsc::Sender<FollowItem>,
     /// The cursor of what was handed to `items` (the consumer's runs
     /// behind it by what the channel holds).
     cursor: VersionVector,
+}
+
+/// The frames of one follow connection.
+type Frames = futures_util::stream::SplitStream<tokio_tungstenite::WebSocketStream<Box<dyn Io>>>;
+
+/// What one session knows as it reads frames: the node, the subscription's
+/// name, whether anything was delivered (the backoff resets), and since
+/// when a heartbeat's head has been ahead of the cursor.
+struct Seen<'a> {
+    node: &'a Node,
+    name: &'a str,
+    delivered: &'a mut bool,
+    behind_since: &'a mut Option<Instant>,
 }
 
 /// How a session ended.
@@ -280,7 +300,7 @@ async fn run(mut task: Task, mut rng: u64) {
             End::Resubscribe => continue,
             End::Stop => return,
             End::Failed(reason) => {
-                tracing::debug!(node = %task.nodes[index].base, %reason, "follow: session ended");
+                tracing::debug!(node = %task.nodes[index].url.base, %reason, "follow: session ended");
                 index = (index + 1) % task.nodes.len();
                 rng = splitmix(rng);
                 let half = backoff.as_millis() as u64 / 2;
@@ -336,35 +356,11 @@ impl Task {
 
     async fn session_inner(&mut self, index: usize, delivered: &mut bool) -> Result<(), End> {
         let node = self.nodes[index].clone();
-        let base = node.base.clone();
-        let after = encode(&self.cursor);
-        let url = format!(
-            "{}://{}/follow?stream={}&after={after}",
-            if node.secure { "wss" } else { "ws" },
-            node.authority,
-            self.config.stream
-        );
-        let connect = async {
-            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-            let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-            if let Some(value) = bearer(self.config.token.as_deref()) {
-                request
-                    .headers_mut()
-                    .insert(hyper::header::AUTHORIZATION, value);
-            }
-            let io = node.connect(self.config.tls.as_ref()).await?;
-            tokio_tungstenite::client_async(request, io)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        let (socket, _) = match tokio::time::timeout(self.config.request_timeout, connect).await {
-            Err(_) => return Err(End::Failed("connect timed out".into())),
-            Ok(Err(error)) => return Err(End::Failed(format!("connect: {error}"))),
-            Ok(Ok(connected)) => connected,
-        };
-        let (_sink, mut source) = socket.split();
-        self.yield_item(FollowItem::Connected { node: base.clone() })
-            .await?;
+        let mut source = self.open(&node).await?;
+        self.yield_item(FollowItem::Connected {
+            node: node.url.base.clone(),
+        })
+        .await?;
         let name = self.config.stream.to_string();
         let mut behind_since: Option<Instant> = None;
         loop {
@@ -389,66 +385,112 @@ impl Task {
             };
             let frame: ServerFrame = serde_json::from_str(text.as_str())
                 .map_err(|error| End::Failed(format!("bad frame: {error}")))?;
-            match frame {
-                ServerFrame::Events {
-                    stream,
-                    extends,
-                    next,
-                    events,
-                } if stream == name => {
-                    let extends = decode(&extends)?;
-                    let next = decode(&next)?;
-                    if self.cursor.dominates(&next) {
-                        // A duplicate, or already refetched.
-                        continue;
-                    }
-                    if self.cursor.dominates(&extends) {
-                        if self.deliver(events).await? > 0 {
-                            *delivered = true;
-                            behind_since = None;
-                        }
-                        self.cursor.join(&next);
-                    } else {
-                        // A hole between the cursor and this frame.
-                        behind_since = None;
-                        self.refetch(&node).await?;
-                        *delivered = true;
-                    }
-                }
-                ServerFrame::Heartbeat { stream, head } if stream == name => {
-                    let head = decode(&head)?;
-                    if self.cursor.dominates(&head) {
-                        behind_since = None;
-                    } else if behind_since.is_none() {
-                        behind_since = Some(Instant::now());
-                    }
-                }
-                ServerFrame::Status(status) if status.stream == name => {
-                    *delivered = true;
-                    self.yield_item(FollowItem::Status(status)).await?;
-                }
-                ServerFrame::Lagged { stream, cursor } if stream == name => {
-                    let cursor = decode(&cursor)?;
-                    self.yield_item(FollowItem::Lagged { cursor }).await?;
-                    self.refetch(&node).await?;
-                    return Err(End::Resubscribe);
-                }
-                ServerFrame::Stale {
-                    stream,
-                    lost,
-                    resume,
-                    ..
-                } if stream == name => {
-                    return Err(self.stale(lost, decode(&resume)?).await);
-                }
-                ServerFrame::Error {
-                    stream, message, ..
-                } if stream.as_deref().is_none_or(|stream| stream == name) => {
-                    return Err(End::Failed(message));
-                }
-                _ => {}
-            }
+            let seen = Seen {
+                node: &node,
+                name: &name,
+                delivered: &mut *delivered,
+                behind_since: &mut behind_since,
+            };
+            self.on_frame(frame, seen).await?;
         }
+    }
+
+    /// Connects to `node` and upgrades to `GET /follow` from the cursor:
+    /// the frames the node sends.
+    async fn open(&self, node: &Node) -> Result<Frames, End> {
+        let after = encode(&self.cursor);
+        let url = format!(
+            "{}://{}/follow?stream={}&after={after}",
+            if node.url.secure { "wss" } else { "ws" },
+            node.url.authority(),
+            self.config.stream
+        );
+        let connect = async {
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+            if let Some(value) = bearer(self.config.token.as_deref()) {
+                request
+                    .headers_mut()
+                    .insert(hyper::header::AUTHORIZATION, value);
+            }
+            let io = connect(&node.url, self.config.tls.as_ref()).await?;
+            tokio_tungstenite::client_async(request, io)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let (socket, _) = match tokio::time::timeout(self.config.request_timeout, connect).await {
+            Err(_) => return Err(End::Failed("connect timed out".into())),
+            Ok(Err(error)) => return Err(End::Failed(format!("connect: {error}"))),
+            Ok(Ok(connected)) => connected,
+        };
+        let (_sink, source) = socket.split();
+        Ok(source)
+    }
+
+    /// Applies one frame of the subscription `seen.name` by the rules of
+    /// the module's docs; `Err` ends the session.
+    async fn on_frame(&mut self, frame: ServerFrame, seen: Seen<'_>) -> Result<(), End> {
+        let name = seen.name;
+        match frame {
+            ServerFrame::Events {
+                stream,
+                extends,
+                next,
+                events,
+            } if stream == name => {
+                let extends = decode(&extends)?;
+                let next = decode(&next)?;
+                if self.cursor.dominates(&next) {
+                    // A duplicate, or already refetched.
+                    return Ok(());
+                }
+                if self.cursor.dominates(&extends) {
+                    if self.deliver(events).await? > 0 {
+                        *seen.delivered = true;
+                        *seen.behind_since = None;
+                    }
+                    self.cursor.join(&next);
+                } else {
+                    // A hole between the cursor and this frame.
+                    *seen.behind_since = None;
+                    self.refetch(seen.node).await?;
+                    *seen.delivered = true;
+                }
+            }
+            ServerFrame::Heartbeat { stream, head } if stream == name => {
+                let head = decode(&head)?;
+                if self.cursor.dominates(&head) {
+                    *seen.behind_since = None;
+                } else if seen.behind_since.is_none() {
+                    *seen.behind_since = Some(Instant::now());
+                }
+            }
+            ServerFrame::Status(status) if status.stream == name => {
+                *seen.delivered = true;
+                self.yield_item(FollowItem::Status(status)).await?;
+            }
+            ServerFrame::Lagged { stream, cursor } if stream == name => {
+                let cursor = decode(&cursor)?;
+                self.yield_item(FollowItem::Lagged { cursor }).await?;
+                self.refetch(seen.node).await?;
+                return Err(End::Resubscribe);
+            }
+            ServerFrame::Stale {
+                stream,
+                lost,
+                resume,
+                ..
+            } if stream == name => {
+                return Err(self.stale(lost, decode(&resume)?).await);
+            }
+            ServerFrame::Error {
+                stream, message, ..
+            } if stream.as_deref().is_none_or(|stream| stream == name) => {
+                return Err(End::Failed(message));
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     async fn stale(&mut self, lost: Vec<LostJson>, resume: VersionVector) -> End {
@@ -468,39 +510,29 @@ impl Task {
     }
 
     /// Pages from the cursor to the node's head over `GET /events`.
-    async fn refetch(&mut self, node: &NodeUrl) -> Result<(), End> {
-        if self.config.stream == FollowStream::Status {
-            return Ok(());
-        }
+    async fn refetch(&mut self, node: &Node) -> Result<(), End> {
+        let stream = match self.config.stream {
+            FollowStream::Status => return Ok(()),
+            FollowStream::All => None,
+            FollowStream::Writer(stream) => Some(stream),
+        };
         let mut count = 0;
         loop {
-            let mut path = format!(
-                "/events?after={}&limit={}",
-                encode(&self.cursor),
-                self.config.page_limit
-            );
-            if let FollowStream::Writer(stream) = self.config.stream {
-                path.push_str(&format!("&stream={}", stream.get()));
-            }
-            let (status, body) =
-                tokio::time::timeout(self.config.request_timeout, self.get(node, &path))
-                    .await
-                    .map_err(|_| End::Failed("refetch timed out".into()))?
-                    .map_err(End::Failed)?;
-            if status == 410 {
-                let error: ErrorJson = serde_json::from_slice(&body)
-                    .map_err(|error| End::Failed(format!("bad 410 body: {error}")))?;
-                let resume = decode(error.resume.as_deref().unwrap_or(""))?;
-                return Err(self.stale(error.lost.unwrap_or_default(), resume).await);
-            }
-            if status != 200 {
-                return Err(End::Failed(format!(
-                    "GET /events answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                )));
-            }
-            let page: PageJson = serde_json::from_slice(&body)
-                .map_err(|error| End::Failed(format!("bad page: {error}")))?;
+            let after = encode(&self.cursor);
+            let page = node
+                .client
+                .page_of(Some(&after), Some(self.config.page_limit), stream);
+            let page = match tokio::time::timeout(self.config.request_timeout, page)
+                .await
+                .map_err(|_| End::Failed("refetch timed out".into()))?
+                .map_err(|error| End::Failed(error.to_string()))?
+            {
+                PageOutcome::Page(page) => page,
+                PageOutcome::Stale(stale) => {
+                    let resume = decode(&stale.resume)?;
+                    return Err(self.stale(stale.lost, resume).await);
+                }
+            };
             count += self.deliver(page.events).await?;
             self.cursor.join(&decode(&page.next)?);
             if page.at_head {
@@ -529,110 +561,38 @@ fn decode(text: &str) -> Result<VersionVector, End> {
         .map_err(|error| End::Failed(format!("bad token from the node: {error}")))
 }
 
-/// A node's URL, parsed.
+/// A node to follow: its URL, parsed, and the HTTP client its refetches
+/// go through.
 #[derive(Debug, Clone)]
-struct NodeUrl {
-    /// `http[s]://host:port`, without a trailing `/`.
-    base: String,
-    /// `host:port`.
-    authority: String,
-    /// The host alone (the TLS server name).
-    host: String,
-    /// `https://`.
-    secure: bool,
+struct Node {
+    url: NodeUrl,
+    client: Client,
 }
 
 /// What a node connection is: TCP, or TLS over it.
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
 
-impl NodeUrl {
-    fn parse(url: &str) -> Option<NodeUrl> {
-        let base = url.trim().trim_end_matches('/');
-        let (secure, authority) = match base.strip_prefix("https://") {
-            Some(rest) => (true, rest),
-            None => (false, base.strip_prefix("http://")?),
-        };
-        if authority.is_empty() || authority.contains('/') {
-            return None;
-        }
-        let host = match authority.rsplit_once(':') {
-            Some((host, port)) if port.parse::<u16>().is_ok() => host,
-            _ => authority,
-        };
-        Some(NodeUrl {
-            base: base.to_owned(),
-            authority: authority.to_owned(),
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned(),
-            secure,
-        })
+/// A fresh connection to the node, for the WebSocket upgrade.
+async fn connect(
+    node: &NodeUrl,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<Box<dyn Io>, String> {
+    let tcp = TcpStream::connect((node.host.as_str(), node.port))
+        .await
+        .map_err(|error| format!("connect {}: {error}", node.authority()))?;
+    let _ = tcp.set_nodelay(true);
+    if !node.secure {
+        return Ok(Box::new(tcp));
     }
-
-    /// A fresh connection to the node.
-    async fn connect(
-        &self,
-        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
-    ) -> Result<Box<dyn Io>, String> {
-        let address = if self
-            .authority
-            .rsplit_once(':')
-            .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
-        {
-            self.authority.clone()
-        } else {
-            format!("{}:{}", self.authority, if self.secure { 443 } else { 80 })
-        };
-        let tcp = TcpStream::connect(&address)
-            .await
-            .map_err(|error| format!("connect {address}: {error}"))?;
-        let _ = tcp.set_nodelay(true);
-        if !self.secure {
-            return Ok(Box::new(tcp));
-        }
-        let tls = tls.ok_or("no TLS configuration for an https:// node")?;
-        let stream = crate::tls::connect(std::sync::Arc::clone(tls), &self.host, tcp).await?;
-        Ok(Box::new(stream))
-    }
+    let tls = tls.ok_or("no TLS configuration for an https:// node")?;
+    let stream = crate::tls::connect(std::sync::Arc::clone(tls), &node.host, tcp).await?;
+    Ok(Box::new(stream))
 }
 
 /// `Authorization: Bearer TOKEN`, marked sensitive (never logged).
 fn bearer(token: Option<&str>) -> Option<hyper::header::HeaderValue> {
     crate::auth::bearer_header(token?)
-}
-
-impl Task {
-    /// One `GET` on a fresh connection: the status and the whole body.
-    async fn get(&self, node: &NodeUrl, path: &str) -> Result<(u16, bytes::Bytes), String> {
-        let io = node.connect(self.config.tls.as_ref()).await?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
-                .await
-                .map_err(|error| error.to_string())?;
-        let driver = tokio::spawn(connection);
-        let mut request = hyper::Request::get(path).header(hyper::header::HOST, &node.authority);
-        if let Some(value) = bearer(self.config.token.as_deref()) {
-            request = request.header(hyper::header::AUTHORIZATION, value);
-        }
-        let request = request
-            .body(Empty::<bytes::Bytes>::new())
-            .map_err(|error| error.to_string())?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|error| error.to_string())?;
-        let status = response.status().as_u16();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|error| error.to_string())?
-            .to_bytes();
-        driver.abort();
-        Ok((status, body))
-    }
 }
 
 fn seed() -> u64 {

@@ -7,6 +7,9 @@
 //!
 //! - [`frame`]: the JSON frames, both directions, and [`FollowStream`]
 //!   (`all`, `writer:<id>`, `status`).
+//! - `hub`: what every follow connection shares (limits, permits, the
+//!   change watch) and the frames encoded once for every follower at the
+//!   same cursor.
 //! - `server`: the `GET /follow` upgrade and three tasks per connection
 //!   (a pump woken by the replica's change watch, a socket writer behind a
 //!   bounded queue, a reader of the follower's requests); the node-wide
@@ -20,11 +23,13 @@
 
 pub mod client;
 pub mod frame;
+mod hub;
 mod server;
 
 pub use client::{FollowError, FollowItem, Follower, FollowerConfig};
 pub use frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
-pub(crate) use server::{follow_upgrade, FollowHub};
+pub(crate) use hub::FollowHub;
+pub(crate) use server::follow_upgrade;
 
 /// The page `GET /` serves.
 pub const PAGE_HTML: &str = include_str!("page.html");

@@ -20,25 +20,24 @@
 //! the floor is the one it was built under: after a compaction, paging
 //! decides again (and a cursor below the new floor gets `stale`).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use meshlog_cursor::{token, VersionVector};
-use meshlog_replica::{Change, PageError};
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
-use crate::config::FollowSettings;
-use crate::http::json::{decimal, vector_json, DigestJson, EventJson, LostJson};
+use super::hub::{Permit, SharedFrame, Step};
+use crate::http::json::{decimal, vector_json, DigestJson, EventJson, StaleJson};
 use crate::http::{ApiError, AppState};
-use crate::metrics::Metrics;
-use crate::replica::NodeReplica;
+use crate::read::{self, Answer};
 
 /// The largest message a follower may send (a subscribe request).
 const CLIENT_MESSAGE_BYTES_MAX: usize = 16 << 10;
@@ -54,136 +53,6 @@ const READ_BUFFER_BYTES: usize = 4 << 10;
 /// Follower requests read from the socket and not yet handled; the reader
 /// waits past this (and so does the follower's socket).
 const REQUESTS_QUEUED_MAX: usize = 8;
-
-/// The most `events` frames the hub keeps for other followers to share.
-const SHARED_FRAMES_MAX: usize = 8;
-/// The largest frame kept for sharing: live frames are small; a large
-/// catch-up page is rarely wanted twice.
-const SHARED_FRAME_BYTES_MAX: usize = 256 << 10;
-
-/// What every follow connection of a node shares: the limits, the
-/// node-wide subscription permits and one watch on the replica's changes.
-pub(crate) struct FollowHub {
-    settings: FollowSettings,
-    permits: Arc<Semaphore>,
-    changes: watch::Receiver<Change>,
-    _watch: meshlog_sync::ChangeWatch,
-    stop: CancellationToken,
-    /// The latest `events` frames built, oldest first, for the followers
-    /// at the same cursor to queue without paging and encoding again.
-    shared_frames: Mutex<VecDeque<SharedFrame>>,
-}
-
-/// An `events` frame as one follower's pump built it, for the others.
-struct SharedFrame {
-    stream: FollowStream,
-    extends: VersionVector,
-    next: VersionVector,
-    /// The floor and change version read before the page was taken.
-    floor: VersionVector,
-    version: u64,
-    /// The page reached the head (as of `version`).
-    at_head: bool,
-    text: Utf8Bytes,
-}
-
-/// What a pump queues for one step of a subscription: a frame's text,
-/// the cursor after it, and whether the subscription is then at the head.
-struct Step {
-    text: Utf8Bytes,
-    next: VersionVector,
-    at_head: bool,
-}
-
-impl FollowHub {
-    /// A hub on `replica`; `stop` ends every follow connection.
-    pub(crate) fn new(
-        replica: &NodeReplica,
-        settings: FollowSettings,
-        stop: CancellationToken,
-    ) -> FollowHub {
-        let mut watch = replica.change_watch();
-        let changes = watch.receiver().clone();
-        FollowHub {
-            permits: Arc::new(Semaphore::new(settings.followers_max)),
-            settings,
-            changes,
-            _watch: watch,
-            stop,
-            shared_frames: Mutex::new(VecDeque::with_capacity(SHARED_FRAMES_MAX)),
-        }
-    }
-
-    fn shared_frames(&self) -> std::sync::MutexGuard<'_, VecDeque<SharedFrame>> {
-        // The list holds only finished frames: one left by a panicking
-        // holder is still whole.
-        self.shared_frames
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The frame past `extends` on `stream`, if one was built under the
-    /// current floor. It is at the head only if no change was published
-    /// since its page was taken.
-    fn shared_step(&self, stream: FollowStream, extends: &VersionVector) -> Option<Step> {
-        let frames = self.shared_frames();
-        let frame = frames
-            .iter()
-            .rev()
-            .find(|frame| frame.stream == stream && frame.extends == *extends)?;
-        let change = self.changes.borrow();
-        if frame.floor != change.floor {
-            return None;
-        }
-        Some(Step {
-            text: frame.text.clone(),
-            next: frame.next.clone(),
-            at_head: frame.at_head && frame.version == change.version,
-        })
-    }
-
-    /// Keeps `frame` for other followers, dropping the oldest past
-    /// [`SHARED_FRAMES_MAX`].
-    fn keep_frame(&self, frame: SharedFrame) {
-        if frame.text.len() > SHARED_FRAME_BYTES_MAX {
-            return;
-        }
-        let mut frames = self.shared_frames();
-        if frames.len() >= SHARED_FRAMES_MAX {
-            frames.pop_front();
-        }
-        frames.push_back(frame);
-    }
-
-    /// The floor and the change version now: read before a page, they say
-    /// what a frame built from it may be shared under.
-    fn floor_and_version(&self) -> (VersionVector, u64) {
-        let change = self.changes.borrow();
-        (change.floor.clone(), change.version)
-    }
-
-    fn permit(&self, metrics: &Arc<Metrics>) -> Option<Permit> {
-        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
-        metrics.followers.inc();
-        Some(Permit {
-            _permit: permit,
-            metrics: Arc::clone(metrics),
-        })
-    }
-}
-
-/// A subscription's place among the node's `followers_max`, counted in
-/// the `followers` gauge while it lives.
-struct Permit {
-    _permit: OwnedSemaphorePermit,
-    metrics: Arc<Metrics>,
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        self.metrics.followers.dec();
-    }
-}
 
 /// One subscription of a connection.
 struct Subscription {
@@ -219,10 +88,9 @@ pub(crate) async fn follow_upgrade(
     let Some(stream) = FollowStream::parse(text) else {
         return bad_stream(text).into_response();
     };
-    let cursor = match crate::http::cursor_from_text(&state, query.get("after").map(String::as_str))
-    {
+    let cursor = match read::cursor(&state.replica, query.get("after").map(String::as_str)) {
         Ok(cursor) => cursor,
-        Err(error) => return error.into_response(),
+        Err(error) => return ApiError::from(error).into_response(),
     };
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
@@ -281,71 +149,20 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
     let hub = &state.follow;
     let settings = hub.settings.clone();
     let reserve = settings.connection_followers_max + 2;
-    let (queue, mut outgoing) = mpsc::channel::<Out>(settings.queue_frames.max(1) + reserve);
+    let (queue, outgoing) = mpsc::channel::<Out>(settings.queue_frames.max(1) + reserve);
     let room = Arc::new(Notify::new());
     let stop = hub.stop.child_token();
-    let (mut sink, mut source) = socket.split();
+    let (sink, source) = socket.split();
 
-    // The socket is read by a task of its own: polled from the pump's
-    // loop, it was readied (a buffer filled with zeros, the split lock
-    // taken) on every change for a request that rarely comes. The reader
-    // ends the channel when the follower closes or the socket fails.
     let (requests_in, mut requests) = mpsc::channel::<Utf8Bytes>(REQUESTS_QUEUED_MAX);
-    let reader = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    message = source.next() => message,
-                };
-                match message {
-                    Some(Ok(Message::Text(text))) => {
-                        if requests_in.send(text).await.is_err() {
-                            break;
-                        }
-                    }
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                    Some(Ok(_)) => {}
-                }
-            }
-        })
-    };
-
-    let writer = {
-        let room = Arc::clone(&room);
-        let stop = stop.clone();
-        let write_timeout = settings.write_timeout;
-        tokio::spawn(async move {
-            loop {
-                let out = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    out = outgoing.recv() => out,
-                };
-                let (message, last) = match out {
-                    Some(Out::Text(text)) => (Message::Text(text), false),
-                    Some(Out::Close) => (Message::Close(None), true),
-                    None => break,
-                };
-                match tokio::time::timeout(write_timeout, sink.send(message)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => {
-                        tracing::debug!(%error, "follow connection: write failed");
-                        break;
-                    }
-                    Err(_) => {
-                        tracing::debug!("follow connection: write timed out");
-                        break;
-                    }
-                }
-                room.notify_one();
-                if last {
-                    break;
-                }
-            }
-            stop.cancel();
-        })
-    };
+    let reader = tokio::spawn(read_requests(source, requests_in, stop.clone()));
+    let writer = tokio::spawn(write_frames(
+        sink,
+        outgoing,
+        Arc::clone(&room),
+        stop.clone(),
+        settings.write_timeout,
+    ));
 
     let mut connection = Connection {
         state: Arc::clone(&state),
@@ -393,6 +210,71 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
     let _ = writer.await;
     stop.cancel();
     let _ = reader.await;
+}
+
+/// The socket's reader: a task of its own. Polled from the pump's loop,
+/// the socket was readied (a buffer filled with zeros, the split lock
+/// taken) on every change for a request that rarely comes. It ends the
+/// channel when the follower closes or the socket fails.
+async fn read_requests(
+    mut source: SplitStream<WebSocket>,
+    requests: mpsc::Sender<Utf8Bytes>,
+    stop: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            _ = stop.cancelled() => break,
+            message = source.next() => message,
+        };
+        match message {
+            Some(Ok(Message::Text(text))) => {
+                if requests.send(text).await.is_err() {
+                    break;
+                }
+            }
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// The socket's writer: writes the queue, each frame within
+/// `write_timeout`, signals `room` after each, and stops the connection
+/// when it ends (closed, failed or too slow).
+async fn write_frames(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut outgoing: mpsc::Receiver<Out>,
+    room: Arc<Notify>,
+    stop: CancellationToken,
+    write_timeout: std::time::Duration,
+) {
+    loop {
+        let out = tokio::select! {
+            _ = stop.cancelled() => break,
+            out = outgoing.recv() => out,
+        };
+        let (message, last) = match out {
+            Some(Out::Text(text)) => (Message::Text(text), false),
+            Some(Out::Close) => (Message::Close(None), true),
+            None => break,
+        };
+        match tokio::time::timeout(write_timeout, sink.send(message)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "follow connection: write failed");
+                break;
+            }
+            Err(_) => {
+                tracing::debug!("follow connection: write timed out");
+                break;
+            }
+        }
+        room.notify_one();
+        if last {
+            break;
+        }
+    }
+    stop.cancel();
 }
 
 impl Connection {
@@ -498,46 +380,29 @@ impl Connection {
         let hub = &self.state.follow;
         let sub = &self.subscriptions[index];
         let (floor, version) = hub.floor_and_version();
-        let page = match sub.stream {
-            FollowStream::Writer(stream) => replica.page_stream(stream, &sub.cursor, limit),
-            _ => replica
-                .page(&sub.cursor, limit)
-                .map(|page| crate::replica::StreamPage {
-                    events: page.events,
-                    next: page.next,
-                    at_head: page.at_head,
-                }),
+        let writer = match sub.stream {
+            FollowStream::Writer(stream) => Some(stream),
+            _ => None,
         };
-        let page = match page {
-            Ok(page) => page,
-            Err(PageError::Stale(stale)) => {
-                let lost = stale
-                    .lost()
-                    .iter()
-                    .map(|range| LostJson {
-                        stream: decimal(range.stream),
-                        first: range.first_seq,
-                        last: range.last_seq,
-                    })
-                    .collect();
-                let frame = ServerFrame::Stale {
-                    stream: sub.name.clone(),
-                    error: "stale_cursor".into(),
-                    message: stale.to_string(),
-                    lost,
-                    resume: encode(stale.resume()),
+        let page = match read::read(replica, &sub.cursor, limit, writer) {
+            Ok(Answer::Page(page)) => page,
+            Ok(Answer::Stale(stale)) => {
+                let frame = match StaleJson::try_from(&stale) {
+                    Ok(answer) => ServerFrame::Stale {
+                        stream: sub.name.clone(),
+                        error: "stale_cursor".into(),
+                        message: answer.message,
+                        lost: answer.lost,
+                        resume: answer.resume,
+                    },
+                    Err(error) => internal(sub, error.to_string()),
                 };
                 self.send(&frame);
                 self.state.metrics.follow_stale.inc();
                 return Err(());
             }
             Err(error) => {
-                let frame = ServerFrame::Error {
-                    stream: Some(sub.name.clone()),
-                    error: "internal".into(),
-                    message: error.to_string(),
-                };
-                self.send(&frame);
+                self.send(&internal(sub, error.to_string()));
                 return Err(());
             }
         };
@@ -567,24 +432,22 @@ impl Connection {
         }))
     }
 
+    /// Queues a heartbeat for every subscription (a status frame for the
+    /// status stream). Called on the tick right after a pump.
     fn heartbeats(&self) {
         let marks = self.state.replica.marks();
         for sub in &self.subscriptions {
             if !self.has_room() {
                 return;
             }
-            let head = match sub.stream {
-                FollowStream::All => marks.clone(),
-                FollowStream::Writer(stream) => [(stream, marks.get(stream))].into_iter().collect(),
-                FollowStream::Status => {
-                    self.send(&ServerFrame::Status(status(&self.state)));
-                    continue;
-                }
+            let frame = match sub.stream {
+                FollowStream::Status => ServerFrame::Status(status(&self.state)),
+                stream => ServerFrame::Heartbeat {
+                    stream: sub.name.clone(),
+                    head: encode(&heartbeat_head(stream, &sub.cursor, &marks)),
+                },
             };
-            self.send(&ServerFrame::Heartbeat {
-                stream: sub.name.clone(),
-                head: encode(&head),
-            });
+            self.send(&frame);
         }
     }
 
@@ -617,9 +480,11 @@ impl Connection {
                     let error = bad_stream(&stream);
                     return refuse(self, Some(stream), "bad_stream", error.message());
                 };
-                let cursor = match crate::http::cursor_from_text(&self.state, after.as_deref()) {
+                let cursor = match read::cursor(&self.state.replica, after.as_deref()) {
                     Ok(cursor) => cursor,
-                    Err(error) => return refuse(self, Some(stream), "bad_token", error.message()),
+                    Err(error) => {
+                        return refuse(self, Some(stream), "bad_token", error.to_string())
+                    }
                 };
                 let name = parsed.to_string();
                 // A subscribe replaces the same stream's subscription.
@@ -659,6 +524,36 @@ impl Connection {
     }
 }
 
+/// The head a heartbeat names for a subscription: the node's `marks` (for
+/// a writer, that writer's entry alone), each entry no further than the
+/// subscription's `cursor`, the `next` of the last `events` frame queued for
+/// it. The committer runs on its own thread: a commit that lands after the
+/// pump paged is in the marks but in no frame yet, and a heartbeat naming
+/// it would tell the follower it lost events that are still to come (an
+/// independent follower saw exactly that, issue 25). Its frame follows on
+/// the change notification, and the next heartbeat names it.
+fn heartbeat_head(
+    stream: FollowStream,
+    cursor: &VersionVector,
+    marks: &VersionVector,
+) -> VersionVector {
+    let queued =
+        |(writer, seq): (meshlog_cursor::StreamId, u64)| (writer, seq.min(cursor.get(writer)));
+    match stream {
+        FollowStream::Writer(writer) => [queued((writer, marks.get(writer)))].into_iter().collect(),
+        _ => marks.iter().map(queued).collect(),
+    }
+}
+
+/// The `error` frame of a read the node failed.
+fn internal(sub: &Subscription, message: String) -> ServerFrame {
+    ServerFrame::Error {
+        stream: Some(sub.name.clone()),
+        error: "internal".into(),
+        message,
+    }
+}
+
 fn encode(vector: &VersionVector) -> String {
     // A vector built from the replica's own marks and a decoded token is
     // within the token's bounds.
@@ -686,5 +581,52 @@ pub(crate) fn status(state: &AppState) -> StatusJson {
             .iter()
             .map(crate::http::peer_json)
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The heartbeat's head against the frames queued before it, without a
+    //! node: the pump's cursor stands for the frames queued, the marks for
+    //! the replica after a commit that landed since.
+
+    use meshlog_cursor::{StreamId, VersionVector};
+
+    use super::heartbeat_head;
+    use crate::follow::FollowStream;
+
+    fn vector(entries: &[(u64, u64)]) -> VersionVector {
+        entries
+            .iter()
+            .map(|&(stream, seq)| (StreamId::new(stream), seq))
+            .collect()
+    }
+
+    /// Regression (issue 25): an independent WebSocket follower saw
+    /// heartbeats 1–2 events past the last `events` frame sent, because the
+    /// tick read the marks again after the pump had paged and a commit
+    /// landed in between.
+    #[test]
+    fn heartbeat_head_never_passes_the_frames_queued_before_it() {
+        // Queued up to {1:3, 2:5}; since then stream 1 reached 4 and a
+        // new stream 3 appeared.
+        let cursor = vector(&[(1, 3), (2, 5)]);
+        let marks = vector(&[(1, 4), (2, 5), (3, 1)]);
+        let all = heartbeat_head(FollowStream::All, &cursor, &marks);
+        assert_eq!(all, vector(&[(1, 3), (2, 5)]));
+        assert!(cursor.dominates(&all));
+        let one = StreamId::new(1);
+        let writer = heartbeat_head(FollowStream::Writer(one), &cursor, &marks);
+        assert_eq!(writer, vector(&[(1, 3)]));
+    }
+
+    /// A cursor past the node (a follower that came from a node further
+    /// on) is not a head: the heartbeat names only what the node holds.
+    #[test]
+    fn heartbeat_head_never_passes_the_nodes_marks() {
+        let cursor = vector(&[(1, 9), (2, 5)]);
+        let marks = vector(&[(1, 4), (2, 5)]);
+        let head = heartbeat_head(FollowStream::All, &cursor, &marks);
+        assert_eq!(head, marks);
     }
 }

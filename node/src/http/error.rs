@@ -70,6 +70,19 @@ impl ApiError {
     }
 }
 
+impl From<crate::read::ReadError> for ApiError {
+    fn from(error: crate::read::ReadError) -> ApiError {
+        use crate::read::ReadError;
+        match error {
+            ReadError::BadToken(message) => ApiError::bad_token(message),
+            ReadError::BadLimit { message, max } => {
+                ApiError::bad_limit(message).with("max", max.into())
+            }
+            ReadError::Failed(message) => ApiError::internal(message),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = Map::new();

@@ -12,97 +12,23 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hyper_util::rt::TokioIo;
-use meshlog_cursor::{token, StreamId, VersionVector};
-use meshlog_replica::{Page, PageError, ReplicaError, RetentionPolicy};
+use meshlog_cursor::{token, StreamId};
+use meshlog_replica::{ReplicaError, RetentionPolicy};
 use serde_json::Value;
 
 use super::error::ApiError;
 use super::json::{
     decimal, json_batch, ndjson_batch, object_body, vector_json, AppendBatchJson, AppendJson,
     AppendedJson, CompactBody, CompactedJson, DigestJson, ErrorJson, EventJson, HealthJson,
-    InboundJson, LostJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson,
+    InboundJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson,
     PeersJson, QueryBody, RawPayload, VerifiedJson,
 };
-use super::AppState;
+use super::state::AppState;
+use crate::metrics::PeerGauge;
 use crate::peers::{PeerStatus, SYNC_PROTOCOL};
+use crate::read::{self, Answer};
 
 type Shared = State<Arc<AppState>>;
-
-/// The page length when a request names none.
-pub const LIMIT_DEFAULT: usize = 100;
-
-/// Where a page starts, as the request said it.
-enum After {
-    /// A token (or the start, when none was given).
-    Token(VersionVector),
-    /// A legacy reader's scalar lamport position.
-    Lamport(u64),
-}
-
-fn parse_after(after: Option<&str>) -> Result<After, ApiError> {
-    let text = match after {
-        None | Some("") => return Ok(After::Token(VersionVector::new())),
-        Some(text) => text,
-    };
-    // A token's text starts with `A` (its version byte is 0x01), so an
-    // all-digit value can only be a scalar. One longer than a token can be
-    // goes to the codec, which refuses it with its reason: every `after`
-    // is bounded as a token is, or any run of leading zeros would be a
-    // scalar (found by schemathesis).
-    if text.len() <= token::TOKEN_TEXT_MAX && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text.parse::<u64>().map(After::Lamport).map_err(|_| {
-            ApiError::bad_token(format!(
-                "a scalar lamport position must fit 64 bits: {text:?} does not"
-            ))
-        });
-    }
-    token::decode_text(text)
-        .map(After::Token)
-        .map_err(|error| ApiError::bad_token(error.to_string()))
-}
-
-/// A cursor as a request names it (a token, a legacy scalar lamport
-/// position, or nothing for the start), as `GET /events` reads it.
-pub(crate) fn cursor_from_text(
-    state: &AppState,
-    after: Option<&str>,
-) -> Result<VersionVector, ApiError> {
-    Ok(match parse_after(after)? {
-        After::Token(vector) => vector,
-        After::Lamport(lamport) => state.replica.covering_lamport(lamport),
-    })
-}
-
-fn parse_limit(limit: Option<&Value>, max: usize) -> Result<usize, ApiError> {
-    let Some(limit) = limit else {
-        return Ok(LIMIT_DEFAULT.min(max));
-    };
-    let number = match limit {
-        Value::Null => return Ok(LIMIT_DEFAULT.min(max)),
-        // JSON does not tell 711 from 711.0, and neither does JSON
-        // Schema's `integer`: a whole number written as a float is one.
-        Value::Number(number) => number.as_u64().or_else(|| {
-            number
-                .as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < u64::MAX as f64)
-                .map(|f| f as u64)
-        }),
-        // In a query string every value is text.
-        Value::String(text) => text.parse::<u64>().ok(),
-        _ => None,
-    };
-    match number {
-        Some(n) if n >= 1 && n <= max as u64 => Ok(n as usize),
-        Some(n) => Err(
-            ApiError::bad_limit(format!("limit must be between 1 and {max}; got {n}"))
-                .with("max", max.into()),
-        ),
-        None => Err(ApiError::bad_limit(format!(
-            "limit must be a whole number between 1 and {max}; got {limit}"
-        ))
-        .with("max", max.into())),
-    }
-}
 
 /// `GET /events?after=TOKEN&limit=N`.
 #[utoipa::path(
@@ -199,54 +125,14 @@ fn page(
     limit: Option<&Value>,
     stream: Option<StreamId>,
 ) -> Result<Json<PageJson>, ApiError> {
-    let max = state.replica.config().page_len_max;
-    let limit = parse_limit(limit, max)?;
-    let after = cursor_from_text(state, after)?;
-    // `stream=ID`: that writer's events alone; `next` advances its entry
-    // only (`NodeReplica::page_stream`).
-    let page = match stream {
-        Some(stream) => state
-            .replica
-            .page_stream(stream, &after, limit)
-            .map(|page| Page {
-                events: page.events,
-                next: page.next,
-                at_head: page.at_head,
-            }),
-        None => state.replica.page(&after, limit),
-    };
-    let page = match page {
-        Ok(page) => page,
-        Err(PageError::Stale(stale)) => {
+    let limit = read::limit(&state.replica, limit)?;
+    let after = read::cursor(&state.replica, after)?;
+    let page = match read::read(&state.replica, &after, limit, stream)? {
+        Answer::Page(page) => page,
+        Answer::Stale(stale) => {
             state.metrics.pages_stale.inc();
-            let lost: Vec<Value> = stale
-                .lost()
-                .iter()
-                .map(|range| {
-                    let seqs = range.seqs();
-                    serde_json::to_value(LostJson {
-                        stream: decimal(range.stream),
-                        first: *seqs.start(),
-                        last: *seqs.end(),
-                    })
-                    .expect("a LostJson is JSON")
-                })
-                .collect();
-            let resume = token::encode_text(stale.resume()).map_err(|error| {
-                ApiError::internal(format!("cannot encode the resume token: {error}"))
-            })?;
-            return Err(
-                ApiError::new(StatusCode::GONE, "stale_cursor", stale.to_string())
-                    .with("lost", Value::Array(lost))
-                    .with("resume", resume.into()),
-            );
+            return Err(super::json::stale_error(&stale));
         }
-        Err(PageError::LimitTooLarge { limit, max }) => {
-            return Err(ApiError::bad_limit(format!(
-                "limit {limit} exceeds the maximum of {max}"
-            )))
-        }
-        Err(error) => return Err(ApiError::internal(error.to_string())),
     };
     let marks = state.replica.marks();
     let behind = after.iter().any(|(stream, seq)| seq > marks.get(stream));
@@ -447,7 +333,15 @@ pub async fn health() -> Json<HealthJson> {
 )]
 pub async fn metrics(State(state): Shared) -> Response {
     let peers = state.peers.list();
-    let text = state.metrics.render(state.replica.stats(), &peers);
+    let gauges: Vec<PeerGauge<'_>> = peers
+        .iter()
+        .map(|peer| PeerGauge {
+            url: &peer.url,
+            connected: peer.connected,
+            lag_events: peer.lag_events,
+        })
+        .collect();
+    let text = state.metrics.render(state.replica.stats(), &gauges);
     (
         [(
             CONTENT_TYPE,
@@ -679,18 +573,7 @@ pub async fn remove_peer(
     )
 )]
 pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Response {
-    let headers = request.headers();
-    let connection_upgrade = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
-    let protocol_ok = headers
-        .get(UPGRADE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.trim().eq_ignore_ascii_case(SYNC_PROTOCOL));
-    if !connection_upgrade || !protocol_ok {
+    if !asks_sync_upgrade(request.headers()) {
         return ApiError::new(
             StatusCode::UPGRADE_REQUIRED,
             "upgrade_required",
@@ -704,43 +587,17 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
     else {
         return ApiError::internal("this connection cannot be upgraded").into_response();
     };
-    let info = request.extensions().get::<super::ConnInfo>().cloned();
+    let info = request
+        .extensions()
+        .get::<super::state::ConnInfo>()
+        .cloned();
     let remote = info
         .as_ref()
         .map(|info| info.remote)
         .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-    if state.tls.peers_need_certificate && !info.as_ref().is_some_and(|i| i.client_certificate) {
-        state.metrics.peer_auth_refused.inc();
-        tracing::warn!(%remote, "sync upgrade refused: no client certificate chaining to the CA");
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "peer_certificate_required",
-            "a sync link needs a client certificate that chains to this node's CA",
-        )
-        .into_response();
-    }
-    let keys = state.auth.peer_keys();
-    let handshake = if keys.is_empty() {
-        None
-    } else {
-        match crate::peer_auth::Acceptor::start(&keys, request.headers()) {
-            Ok(acceptor) => Some(acceptor),
-            Err(reason) => {
-                state.metrics.peer_auth_refused.inc();
-                tracing::warn!(%remote, %reason, "sync upgrade refused");
-                let mut response = ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "peer_unauthorized",
-                    format!("the sync link is not authenticated: {reason}"),
-                )
-                .into_response();
-                response.headers_mut().insert(
-                    axum::http::header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("MeshlogPeer"),
-                );
-                return response;
-            }
-        }
+    let handshake = match admit_peer(&state, request.headers(), info.as_ref(), remote) {
+        Ok(handshake) => handshake,
+        Err(refused) => return *refused,
     };
     let Some(permit) = state.peers.inbound_permit() else {
         return ApiError::new(
@@ -775,4 +632,66 @@ pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Respons
         }
     }
     response
+}
+
+/// Whether a request asks for the sync upgrade: `Connection: Upgrade` and
+/// `Upgrade: meshlog-sync`.
+fn asks_sync_upgrade(headers: &HeaderMap) -> bool {
+    let connection_upgrade = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    let protocol_ok = headers
+        .get(UPGRADE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim().eq_ignore_ascii_case(SYNC_PROTOCOL));
+    connection_upgrade && protocol_ok
+}
+
+/// Whether a sync upgrade from `remote` may proceed: its client
+/// certificate where the node needs one, and the start of the peers'
+/// challenge-response where the node has peer secrets (`None`: it has
+/// none). `Err`: the refusal to answer.
+fn admit_peer(
+    state: &AppState,
+    headers: &HeaderMap,
+    info: Option<&super::state::ConnInfo>,
+    remote: std::net::SocketAddr,
+) -> Result<Option<crate::peer_auth::Acceptor>, Box<Response>> {
+    if state.tls.peers_need_certificate && !info.is_some_and(|i| i.client_certificate) {
+        state.metrics.peer_auth_refused.inc();
+        tracing::warn!(%remote, "sync upgrade refused: no client certificate chaining to the CA");
+        return Err(Box::new(
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "peer_certificate_required",
+                "a sync link needs a client certificate that chains to this node's CA",
+            )
+            .into_response(),
+        ));
+    }
+    let keys = state.auth.peer_keys();
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    match crate::peer_auth::Acceptor::start(&keys, headers) {
+        Ok(acceptor) => Ok(Some(acceptor)),
+        Err(reason) => {
+            state.metrics.peer_auth_refused.inc();
+            tracing::warn!(%remote, %reason, "sync upgrade refused");
+            let mut response = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "peer_unauthorized",
+                format!("the sync link is not authenticated: {reason}"),
+            )
+            .into_response();
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("MeshlogPeer"),
+            );
+            Err(Box::new(response))
+        }
+    }
 }

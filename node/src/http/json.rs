@@ -10,6 +10,7 @@
 //! the contract (a stream id is decimal text, a limit a number or decimal
 //! text), its schema says the rest.
 
+use axum::http::StatusCode;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::Bytes;
@@ -127,6 +128,67 @@ pub struct LostJson {
     pub last: u64,
 }
 
+/// A stale cursor's answer, as every surface carries it: the `410
+/// stale_cursor` body of `GET /events` (beside `error`), follow's `stale`
+/// frame, what the CLI and MCP report. Built once from the replica's
+/// answer (`StaleJson::try_from`) and read once from a `410` body
+/// ([`ErrorJson::stale`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaleJson {
+    /// The node's explanation.
+    pub message: String,
+    /// Every stream and range lost.
+    pub lost: Vec<LostJson>,
+    /// The token that accepts exactly that loss.
+    pub resume: String,
+}
+
+impl StaleJson {
+    /// How many events were lost, over every stream.
+    pub fn lost_count(&self) -> u64 {
+        self.lost
+            .iter()
+            .map(|range| range.last + 1 - range.first)
+            .sum()
+    }
+}
+
+impl TryFrom<&meshlog_cursor::StaleCursor> for StaleJson {
+    /// The resume cursor does not encode as a token (more streams than a
+    /// token holds).
+    type Error = meshlog_cursor::token::TokenError;
+
+    fn try_from(stale: &meshlog_cursor::StaleCursor) -> Result<StaleJson, Self::Error> {
+        Ok(StaleJson {
+            message: stale.to_string(),
+            lost: stale
+                .lost()
+                .iter()
+                .map(|range| LostJson {
+                    stream: decimal(range.stream),
+                    first: range.first_seq,
+                    last: range.last_seq,
+                })
+                .collect(),
+            resume: meshlog_cursor::token::encode_text(stale.resume())?,
+        })
+    }
+}
+
+/// `410 stale_cursor`: the cursor is below the floor; `lost` names every
+/// stream and range lost, `resume` the token to go on from.
+pub(crate) fn stale_error(stale: &meshlog_cursor::StaleCursor) -> ApiError {
+    match StaleJson::try_from(stale) {
+        Ok(answer) => ApiError::new(StatusCode::GONE, "stale_cursor", answer.message)
+            .with(
+                "lost",
+                serde_json::to_value(answer.lost).expect("lost ranges are JSON"),
+            )
+            .with("resume", answer.resume.into()),
+        Err(error) => ApiError::internal(format!("cannot encode the resume token: {error}")),
+    }
+}
+
 /// Every error's body: a stable code and a message, with the fields a
 /// caller needs to act on some codes (`lost` and `resume` on
 /// `stale_cursor`, `max` on `bad_limit`, `limit` on the `413`s).
@@ -150,6 +212,18 @@ pub struct ErrorJson {
     /// `body_too_large` and `payload_too_large`: the limit in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+}
+
+impl ErrorJson {
+    /// The stale answer a `410 stale_cursor` body carries, if it is one
+    /// (both `lost` and `resume`).
+    pub fn stale(self) -> Option<StaleJson> {
+        Some(StaleJson {
+            lost: self.lost?,
+            resume: self.resume?,
+            message: self.message,
+        })
+    }
 }
 
 /// A version vector as JSON: `{"<stream id>": seq, ...}`.

@@ -15,46 +15,16 @@ use axum::routing::{get, post};
 use axum::Router;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::config::Limits;
-use crate::metrics::Metrics;
-use crate::peers::Peers;
-use crate::replica::NodeReplica;
-
 mod error;
+mod guard;
 mod handlers;
 pub mod json;
 pub mod openapi;
+mod state;
 
 pub(crate) use error::ApiError;
-pub(crate) use handlers::{cursor_from_text, peer_json};
-
-/// What every handler shares.
-pub(crate) struct AppState {
-    /// The node's replica.
-    pub replica: NodeReplica,
-    /// The node's sync links.
-    pub peers: Peers,
-    /// The node's metrics.
-    pub metrics: Arc<Metrics>,
-    /// The HTTP bounds.
-    pub limits: Limits,
-    /// The follow connections' limits and change watch.
-    pub follow: crate::follow::FollowHub,
-    /// The secrets: who may do what.
-    pub auth: crate::auth::Auth,
-    /// The node's TLS (whether sync upgrades need a client certificate).
-    pub tls: crate::tls::Tls,
-}
-
-/// What the accept loop knows of a request's connection, in every
-/// request's extensions.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnInfo {
-    /// The client's address.
-    pub remote: std::net::SocketAddr,
-    /// Whether the client showed a certificate that chains to `--tls-ca`.
-    pub client_certificate: bool,
-}
+pub(crate) use handlers::peer_json;
+pub(crate) use state::{AppState, ConnInfo};
 
 /// The whole API.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
@@ -93,7 +63,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         // before its body is read.
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
-            crate::auth::require,
+            guard::require,
         ))
         .with_state(state)
 }

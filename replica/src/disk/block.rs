@@ -22,7 +22,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
 
-use super::u64_at;
+use super::codec::u64_at;
 use crate::Event;
 
 /// The most events a block holds. 128 events of 100 bytes walk at about

@@ -30,7 +30,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::DiskError;
+use super::error::{io, DiskError};
 
 /// The first pause between two attempts; it doubles up to
 /// [`RETRY_PAUSE_MAX`].
@@ -58,7 +58,7 @@ impl DirLock {
             .create(true)
             .truncate(false)
             .open(lock_path)
-            .map_err(super::io(lock_path, "open lock file"))?;
+            .map_err(io(lock_path, "open lock file"))?;
         let mut waiting = Waiting::new(dir, lock_path, wait);
         loop {
             match file.try_lock() {

@@ -34,6 +34,8 @@
 //! # Layout
 //!
 //! - `block`: a block's layout, its checks, and the builder.
+//! - `codec`: the records of the `streams` and `meta` tables.
+//! - `error`: [`DiskError`] and the helpers that build it.
 //! - `lock`: the directory's lock, its bounded wait, and why it is
 //!   released explicitly.
 //! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
@@ -58,12 +60,22 @@ use crate::store::{StoreView, ViewKind};
 use crate::{Batch, Digest, Event, Store, StoreMeta};
 
 mod block;
+mod codec;
+mod error;
 mod lock;
 mod upgrade;
-mod view;
+pub(crate) mod view;
 
 use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
+use codec::{
+    decode_clock, decode_count, decode_digest, decode_format, decode_stream, encode_clock,
+    encode_count, encode_digest, encode_format, encode_stream, META_BLOCKS, META_CLOCK,
+    META_DIGEST, META_FORMAT,
+};
+pub use error::DiskError;
+use error::{corrupt_block, engine_error, guarded, io, panic_message};
 use lock::{DirLock, Waiting};
+use view::BlocksTable;
 pub(crate) use view::DiskView;
 
 /// The name of the redb database file inside a data directory.
@@ -89,117 +101,8 @@ pub const LOCK_WAIT_DEFAULT: Duration = Duration::from_secs(2);
 const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const META_FORMAT: &str = "format";
-const META_CLOCK: &str = "clock";
-const META_DIGEST: &str = "digest";
-const META_BLOCKS: &str = "blocks";
 /// Written to `LOCK` once the database exists; see the module docs.
 const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
-
-const STREAM_RECORD_LEN: usize = 8 + 8 + 4;
-
-/// Why a [`DiskStore`] could not open, read or commit. Each variant names
-/// the file, and what failed in it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DiskError {
-    /// Another process (or another open store in this one) holds the data
-    /// directory, and still held it after the open waited
-    /// [`DiskOptions::lock_wait`] for it.
-    #[error(
-        "data directory {} is locked by another process or another open store \
-         (lock file {}); waited {} ms for it",
-        dir.display(),
-        lock.display(),
-        waited.as_millis()
-    )]
-    Locked {
-        /// The data directory.
-        dir: PathBuf,
-        /// The lock file held.
-        lock: PathBuf,
-        /// How long the open waited for the lock before answering this.
-        waited: Duration,
-    },
-    /// An operating-system call on a file failed.
-    #[error("{}: {op} failed: {source}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The error from the operating system.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is damaged: the engine's page checksums, its structure, or
-    /// one of meshlog's records (streams, clock, format, counts) fails a
-    /// check. Nothing was repaired silently.
-    #[error("{} is damaged: {detail}", path.display())]
-    Corrupt {
-        /// The damaged file.
-        path: PathBuf,
-        /// What failed.
-        detail: String,
-    },
-    /// One stored event of a format-2 file fails its crc32 or its layout
-    /// (read once, by the upgrade to format 3).
-    #[error("{} is damaged: event stream {stream} seq {seq}: {detail}", path.display())]
-    CorruptEvent {
-        /// The damaged file.
-        path: PathBuf,
-        /// The event's stream (from its key).
-        stream: StreamId,
-        /// The event's seq (from its key).
-        seq: u64,
-        /// What failed.
-        detail: String,
-    },
-    /// One stored block fails its crc32 or its layout.
-    #[error("{} is damaged: block of stream {stream} from seq {first_seq}: {detail}", path.display())]
-    CorruptBlock {
-        /// The damaged file.
-        path: PathBuf,
-        /// The block's stream (from its key).
-        stream: StreamId,
-        /// The block's first seq (from its key).
-        first_seq: u64,
-        /// What failed.
-        detail: String,
-    },
-    /// The file was written in a format this build does not read.
-    #[error("{} has format version {found}; this build reads version {expected}", path.display())]
-    Format {
-        /// The file.
-        path: PathBuf,
-        /// The version found.
-        found: u32,
-        /// [`FORMAT_VERSION`].
-        expected: u32,
-    },
-    /// The storage engine failed in a way that is not damage or I/O.
-    #[error("{}: storage engine failed while {op}: {source}", path.display())]
-    Engine {
-        /// The database file.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The engine's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A batch would leave a hole in a stream (its events do not follow the
-    /// stored head). Nothing was written.
-    #[error("{}: batch refused, nothing written: stream {stream}: {detail}", path.display())]
-    BatchRefused {
-        /// The database file.
-        path: PathBuf,
-        /// The stream.
-        stream: StreamId,
-        /// What does not follow.
-        detail: String,
-    },
-}
 
 /// What recovery found on open, beyond the log itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -340,32 +243,20 @@ impl DiskStore {
     fn open_inner<B: redb::StorageBackend>(
         dir: &Path,
         options: &DiskOptions,
-        mut backend: Option<B>,
+        backend: Option<B>,
     ) -> Result<DiskStore, DiskError> {
         let dir = dir.to_path_buf();
-        let new_dirs = missing_dirs(&dir)?;
-        std::fs::create_dir_all(&dir).map_err(io(&dir, "create directory"))?;
-        // A directory created here must itself survive a power cut, or the
-        // files acknowledged in it go with it: sync each new one's parent.
-        for new_dir in &new_dirs {
-            sync_dir(parent_dir(new_dir))?;
-        }
+        create_dir_durably(&dir)?;
         let lock_path = dir.join(LOCK_FILE);
         let mut lock = DirLock::acquire(&dir, &lock_path, options.lock_wait)?;
-        // Bounded: the lock file is read from disk like any other input.
-        let mut marker = Vec::new();
-        lock.file()
-            .take(LOCK_MARKER.len() as u64 + 1)
-            .read_to_end(&mut marker)
-            .map_err(io(&lock_path, "read lock file"))?;
+        let marked = read_marker(&mut lock, &lock_path)?;
         let path = dir.join(DATA_FILE);
         let exists = match &backend {
             // An empty backend is what a missing (or empty) file is.
             Some(backend) => backend.len().map_err(io(&path, "stat"))? > 0,
             None => path.try_exists().map_err(io(&path, "stat"))?,
         };
-        let from_backend = backend.is_some();
-        if !exists && !marker.is_empty() {
+        if !exists && marked {
             return Err(DiskError::Corrupt {
                 path,
                 detail: format!(
@@ -374,32 +265,8 @@ impl DiskStore {
                 ),
             });
         }
-
         let repair = Arc::new(RepairSeen::default());
-        let mut created = !exists;
-        let opened = open_database_waiting(&path, exists, options, &repair, backend.take());
-        let db = match opened {
-            Ok(db) => db,
-            // No marker: no open of this directory ever returned, so nothing
-            // in the file was acknowledged. A file left damaged by a crash
-            // during the first open is set aside, not deleted, and started
-            // over: the marker is also missing if `LOCK` itself was deleted,
-            // and then the file may hold a log. Only damage qualifies, never
-            // a lock (another process holding the file) or an I/O error.
-            Err(error @ DiskError::Corrupt { .. })
-                if exists && marker.is_empty() && !from_backend =>
-            {
-                let aside = set_aside(&path)?;
-                tracing::warn!(
-                    %error,
-                    aside = %aside.display(),
-                    "set aside a damaged data file no open ever acknowledged; starting over"
-                );
-                created = true;
-                open_database(&path, false, options, Arc::clone(&repair), backend)?
-            }
-            Err(error) => return Err(error),
-        };
+        let (db, created) = open_or_start_over(&path, exists, marked, options, &repair, backend)?;
         if created {
             // The new file's directory entry must be durable before the
             // first commit is acknowledged.
@@ -423,43 +290,54 @@ impl DiskStore {
             value: Vec::new(),
             lock,
         };
-        // A plain open trusts a file redb closed cleanly, and redb may
-        // panic reading one damaged since: every read of the open is
-        // guarded, as the open itself is.
-        let path = store.path.clone();
+        store.load_on_open(marked, &lock_path)?;
+        store.log_opened();
+        Ok(store)
+    }
+
+    /// The reads (and the first writes) of an open, once the database is
+    /// open: the format record (written into a new file, then the lock
+    /// file's marker), the upgrade of an older format, the meta records
+    /// and the first view. A plain open trusts a file redb closed cleanly,
+    /// and redb may panic reading one damaged since: every read of the open
+    /// is guarded, as the open itself is.
+    fn load_on_open(&mut self, marked: bool, lock_path: &Path) -> Result<(), DiskError> {
+        let path = self.path.clone();
         guarded(&path, "reading it on open", || {
-            let found = store.init_format(!marker.is_empty())?;
-            if marker.is_empty() {
+            let found = self.init_format(marked)?;
+            if !marked {
                 // Only after the format commit is durable: a marker promises
                 // a data file worth missing.
-                let lock = store.lock.file();
+                let lock = self.lock.file();
                 lock.write_all(LOCK_MARKER)
                     .and_then(|()| lock.sync_all())
-                    .map_err(io(&lock_path, "write lock file"))?;
+                    .map_err(io(lock_path, "write lock file"))?;
             }
             if found < FORMAT_VERSION {
-                store.upgrade(found)?;
+                self.upgrade(found)?;
             }
-            (store.meta, store.blocks) = store.load_meta()?;
-            store.view = Some(store.make_view()?);
+            (self.meta, self.blocks) = self.load_meta()?;
+            self.view = Some(self.make_view()?);
             Ok(())
-        })?;
+        })
+    }
+
+    fn log_opened(&self) {
         tracing::debug!(
-            dir = %store.dir.display(),
-            streams = store.meta.heads.len(),
-            clock = store.meta.clock,
-            created = store.recovery.created,
-            rolled_back = store.recovery.rolled_back,
-            pages_checked = store.recovery.pages_checked,
+            dir = %self.dir.display(),
+            streams = self.meta.heads.len(),
+            clock = self.meta.clock,
+            created = self.recovery.created,
+            rolled_back = self.recovery.rolled_back,
+            pages_checked = self.recovery.pages_checked,
             "disk store opened"
         );
-        if store.recovery.rolled_back {
+        if self.recovery.rolled_back {
             tracing::warn!(
-                path = %store.path.display(),
+                path = %self.path.display(),
                 "the newest commit was torn; recovered the commit before it"
             );
         }
-        Ok(store)
     }
 
     /// The data directory.
@@ -531,7 +409,7 @@ impl DiskStore {
                 .map_err(self.engine("open meta table"))?;
             meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
                 .map_err(self.engine("write format"))?;
-            meta.insert(META_DIGEST, encode_digest(Digest::default()).as_slice())
+            meta.insert(META_DIGEST, digest_record(Digest::default()).as_slice())
                 .map_err(self.engine("write digest"))?;
             meta.insert(META_BLOCKS, encode_count(META_BLOCKS, 0).as_slice())
                 .map_err(self.engine("write block count"))?;
@@ -581,6 +459,7 @@ impl DiskStore {
         record
             .map(|record| {
                 decode_digest(&record)
+                    .map(|(events, sum)| Digest { events, sum })
                     .ok_or_else(|| self.corrupt("the digest record fails its checksum"))
             })
             .transpose()
@@ -608,26 +487,7 @@ impl DiskStore {
     /// the number of blocks recorded. O(streams), not O(events).
     fn load_meta(&self) -> Result<(StoreMeta, u64), DiskError> {
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
-        let meta_table = read
-            .open_table(META)
-            .map_err(self.engine("open meta table"))?;
-        let clock = match meta_table
-            .get(META_CLOCK)
-            .map_err(self.engine("read clock"))?
-        {
-            Some(value) => decode_clock(value.value())
-                .ok_or_else(|| self.corrupt("the clock record fails its checksum"))?,
-            None => 0,
-        };
-        let recorded_blocks = match meta_table
-            .get(META_BLOCKS)
-            .map_err(self.engine("read block count"))?
-        {
-            Some(value) => decode_count(META_BLOCKS, value.value())
-                .ok_or_else(|| self.corrupt("the block count record fails its checksum"))?,
-            None => return Err(self.corrupt("the block count record is missing")),
-        };
-        drop(meta_table);
+        let (clock, recorded_blocks) = self.clock_and_block_count(&read)?;
         let digest = self
             .digest_record(&read)?
             .ok_or_else(|| self.corrupt("the digest record is missing"))?;
@@ -641,54 +501,8 @@ impl DiskStore {
         };
         let mut expected_len: u64 = 0;
         for (&stream, &(floor, head)) in &records {
-            let range = (stream.get(), 0)..=(stream.get(), u64::MAX);
-            let mut held = blocks.range(range).map_err(self.engine("read blocks"))?;
-            let first = held
-                .next()
-                .transpose()
-                .map_err(self.engine("read blocks"))?
-                .map(|(key, _)| key.value().1);
-            let last = match held
-                .next_back()
-                .transpose()
-                .map_err(self.engine("read blocks"))?
-            {
-                Some((key, value)) => {
-                    let first_seq = key.value().1;
-                    let block = Block::decode(stream, first_seq, value.value())
-                        .map_err(|detail| self.damaged(stream, first_seq, detail))?;
-                    Some(block.last_seq())
-                }
-                // One block: it is the first and the last.
-                None => match first {
-                    Some(first_seq) => {
-                        let value = blocks
-                            .get((stream.get(), first_seq))
-                            .map_err(self.engine("read blocks"))?
-                            .ok_or_else(|| self.corrupt("a block vanished while read"))?;
-                        let block = Block::decode(stream, first_seq, value.value())
-                            .map_err(|detail| self.damaged(stream, first_seq, detail))?;
-                        Some(block.last_seq())
-                    }
-                    None => None,
-                },
-            };
-            // Lazily: `floor + 1` overflows when `floor == head == u64::MAX`.
-            let expected = (head > floor).then(|| (floor + 1, head));
-            if first.zip(last) != expected {
-                let found = match first.zip(last) {
-                    Some((first, last)) => format!("seqs {first}..={last}"),
-                    None => "no events".to_string(),
-                };
-                let wanted = match expected {
-                    Some((first, last)) => format!("seqs {first}..={last}"),
-                    None => "no events".to_string(),
-                };
-                return Err(self.corrupt(format!(
-                    "stream {stream} records floor {floor} and head {head} ({wanted}), \
-                     but the blocks table holds {found}"
-                )));
-            }
+            let held = self.held_extent(&blocks, stream)?;
+            self.check_extent(stream, floor, head, held)?;
             expected_len = expected_len.checked_add(head - floor).ok_or_else(|| {
                 self.corrupt(format!(
                     "the stream records account for more than {} events",
@@ -713,6 +527,106 @@ impl DiskStore {
         }
         meta.digest = Some(digest);
         Ok((meta, recorded_blocks))
+    }
+
+    /// Reads the clock record (0 when there is none yet) and the block
+    /// count record (which every format-3 file has).
+    fn clock_and_block_count(&self, read: &redb::ReadTransaction) -> Result<(u64, u64), DiskError> {
+        let meta_table = read
+            .open_table(META)
+            .map_err(self.engine("open meta table"))?;
+        let clock = match meta_table
+            .get(META_CLOCK)
+            .map_err(self.engine("read clock"))?
+        {
+            Some(value) => decode_clock(value.value())
+                .ok_or_else(|| self.corrupt("the clock record fails its checksum"))?,
+            None => 0,
+        };
+        let recorded_blocks = match meta_table
+            .get(META_BLOCKS)
+            .map_err(self.engine("read block count"))?
+        {
+            Some(value) => decode_count(META_BLOCKS, value.value())
+                .ok_or_else(|| self.corrupt("the block count record fails its checksum"))?,
+            None => return Err(self.corrupt("the block count record is missing")),
+        };
+        Ok((clock, recorded_blocks))
+    }
+
+    /// The seqs the blocks of `stream` hold, from the first block's key to
+    /// the last block's last seq (that block read and crc-checked); `None`
+    /// when it has no block.
+    fn held_extent(
+        &self,
+        blocks: &BlocksTable,
+        stream: StreamId,
+    ) -> Result<Option<(u64, u64)>, DiskError> {
+        let range = (stream.get(), 0)..=(stream.get(), u64::MAX);
+        let mut held = blocks.range(range).map_err(self.engine("read blocks"))?;
+        let first = held
+            .next()
+            .transpose()
+            .map_err(self.engine("read blocks"))?
+            .map(|(key, _)| key.value().1);
+        let last = match held
+            .next_back()
+            .transpose()
+            .map_err(self.engine("read blocks"))?
+        {
+            Some((key, value)) => Some(self.last_seq_of(stream, key.value().1, value.value())?),
+            // One block: it is the first and the last.
+            None => match first {
+                Some(first_seq) => {
+                    let value = blocks
+                        .get((stream.get(), first_seq))
+                        .map_err(self.engine("read blocks"))?
+                        .ok_or_else(|| self.corrupt("a block vanished while read"))?;
+                    Some(self.last_seq_of(stream, first_seq, value.value())?)
+                }
+                None => None,
+            },
+        };
+        Ok(first.zip(last))
+    }
+
+    /// The last seq of the block of `stream` from `first_seq`, decoded
+    /// (and crc-checked) from its stored `value`.
+    fn last_seq_of(
+        &self,
+        stream: StreamId,
+        first_seq: u64,
+        value: &[u8],
+    ) -> Result<u64, DiskError> {
+        let block = Block::decode(stream, first_seq, value)
+            .map_err(|detail| self.damaged(stream, first_seq, detail))?;
+        Ok(block.last_seq())
+    }
+
+    /// Checks that the blocks of `stream` hold exactly `floor + 1 ..= head`
+    /// (nothing when `head == floor`).
+    fn check_extent(
+        &self,
+        stream: StreamId,
+        floor: u64,
+        head: u64,
+        held: Option<(u64, u64)>,
+    ) -> Result<(), DiskError> {
+        // Lazily: `floor + 1` overflows when `floor == head == u64::MAX`.
+        let expected = (head > floor).then(|| (floor + 1, head));
+        if held == expected {
+            return Ok(());
+        }
+        let describe = |seqs: Option<(u64, u64)>| match seqs {
+            Some((first, last)) => format!("seqs {first}..={last}"),
+            None => "no events".to_string(),
+        };
+        Err(self.corrupt(format!(
+            "stream {stream} records floor {floor} and head {head} ({}), \
+             but the blocks table holds {}",
+            describe(expected),
+            describe(held)
+        )))
     }
 
     fn begin_write(&self) -> Result<redb::WriteTransaction, DiskError> {
@@ -771,6 +685,77 @@ impl DiskStore {
 }
 
 impl DiskStore {
+    /// Writes the blocks of a batch, in `txn`: first its floors (dropping
+    /// what they cover), then each stream's run of events, counting both
+    /// into `digest`.
+    fn write_blocks(
+        &mut self,
+        txn: &redb::WriteTransaction,
+        batch: &Batch,
+        digest: &mut Digest,
+    ) -> Result<(), DiskError> {
+        // A batch's events are contiguous per stream but may interleave
+        // streams: gather each stream's run, in seq order.
+        let mut runs: BTreeMap<StreamId, Vec<&Event>> = BTreeMap::new();
+        for event in batch.events() {
+            runs.entry(event.stream).or_default().push(event);
+        }
+        let mut table = txn
+            .open_table(BLOCKS)
+            .map_err(self.engine("open blocks table"))?;
+        for &(stream, floor_seq) in &batch.floors {
+            if floor_seq > self.meta.floor.get(stream) {
+                self.drop_through(&mut table, stream, floor_seq, digest)?;
+            }
+        }
+        for (&stream, events) in &runs {
+            for event in events {
+                digest.add(event);
+            }
+            self.append_run(&mut table, stream, events)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the records a commit changes, in `txn`: each touched stream's
+    /// `(floor, head)`, the clock if it moved, the digest, and the block
+    /// count if it moved from `blocks_before`.
+    fn write_records(
+        &self,
+        txn: &redb::WriteTransaction,
+        touched: &BTreeMap<StreamId, (u64, u64)>,
+        clock: u64,
+        digest: Digest,
+        blocks_before: u64,
+    ) -> Result<(), DiskError> {
+        let mut streams = txn
+            .open_table(STREAMS)
+            .map_err(self.engine("open streams table"))?;
+        for (&stream, &(floor, head)) in touched {
+            let record = encode_stream(stream, floor, head);
+            streams
+                .insert(stream.get(), record.as_slice())
+                .map_err(self.engine("write stream record"))?;
+        }
+        let mut meta = txn
+            .open_table(META)
+            .map_err(self.engine("open meta table"))?;
+        if clock != self.meta.clock {
+            meta.insert(META_CLOCK, encode_clock(clock).as_slice())
+                .map_err(self.engine("write clock"))?;
+        }
+        meta.insert(META_DIGEST, digest_record(digest).as_slice())
+            .map_err(self.engine("write digest"))?;
+        if self.blocks != blocks_before {
+            meta.insert(
+                META_BLOCKS,
+                encode_count(META_BLOCKS, self.blocks).as_slice(),
+            )
+            .map_err(self.engine("write block count"))?;
+        }
+        Ok(())
+    }
+
     /// Drops the events of `stream` at or below `floor_seq`: reads each
     /// block holding any (their hashes leave the digest), deletes them as
     /// one key range, and writes what is left of the boundary block, if
@@ -899,23 +884,6 @@ impl DiskStore {
     }
 }
 
-/// [`DiskError::CorruptBlock`] for the block of `stream` from `first_seq`
-/// in the file at `path`: the one place both the store and its views build
-/// it.
-pub(super) fn corrupt_block(
-    path: &Path,
-    stream: StreamId,
-    first_seq: u64,
-    detail: String,
-) -> DiskError {
-    DiskError::CorruptBlock {
-        path: path.to_path_buf(),
-        stream,
-        first_seq,
-        detail,
-    }
-}
-
 impl Store for DiskStore {
     type Error = DiskError;
 
@@ -946,55 +914,11 @@ impl Store for DiskStore {
         let clock = self.meta.clock.max(batch.clock);
         let mut digest = self.meta.digest.unwrap_or_default();
         let blocks_before = self.blocks;
-        // A batch's events are contiguous per stream but may interleave
-        // streams: gather each stream's run, in seq order.
-        let mut runs: BTreeMap<StreamId, Vec<&Event>> = BTreeMap::new();
-        for event in batch.events() {
-            runs.entry(event.stream).or_default().push(event);
-        }
         let txn = self.begin_write()?;
         let path = self.path.clone();
         let written = guarded(&path, "writing it", || {
-            let mut table = txn
-                .open_table(BLOCKS)
-                .map_err(self.engine("open blocks table"))?;
-            for &(stream, floor_seq) in &batch.floors {
-                if floor_seq > self.meta.floor.get(stream) {
-                    self.drop_through(&mut table, stream, floor_seq, &mut digest)?;
-                }
-            }
-            for (&stream, events) in &runs {
-                for event in events {
-                    digest.add(event);
-                }
-                self.append_run(&mut table, stream, events)?;
-            }
-            let mut streams = txn
-                .open_table(STREAMS)
-                .map_err(self.engine("open streams table"))?;
-            for (&stream, &(floor, head)) in &touched {
-                let record = encode_stream(stream, floor, head);
-                streams
-                    .insert(stream.get(), record.as_slice())
-                    .map_err(self.engine("write stream record"))?;
-            }
-            let mut meta = txn
-                .open_table(META)
-                .map_err(self.engine("open meta table"))?;
-            if clock != self.meta.clock {
-                meta.insert(META_CLOCK, encode_clock(clock).as_slice())
-                    .map_err(self.engine("write clock"))?;
-            }
-            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
-                .map_err(self.engine("write digest"))?;
-            if self.blocks != blocks_before {
-                meta.insert(
-                    META_BLOCKS,
-                    encode_count(META_BLOCKS, self.blocks).as_slice(),
-                )
-                .map_err(self.engine("write block count"))?;
-            }
-            drop((table, streams, meta));
+            self.write_blocks(&txn, batch, &mut digest)?;
+            self.write_records(&txn, &touched, clock, digest, blocks_before)?;
             txn.commit().map_err(self.engine("commit"))
         });
         if let Err(error) = written {
@@ -1019,6 +943,67 @@ impl Store for DiskStore {
     fn view(&self) -> Option<StoreView> {
         self.view.clone()
     }
+}
+
+/// Creates `dir` and any missing parent. A directory created here must
+/// itself survive a power cut, or the files acknowledged in it go with it:
+/// each new one's parent is synced.
+fn create_dir_durably(dir: &Path) -> Result<(), DiskError> {
+    let new_dirs = missing_dirs(dir)?;
+    std::fs::create_dir_all(dir).map_err(io(dir, "create directory"))?;
+    for new_dir in &new_dirs {
+        sync_dir(parent_dir(new_dir))?;
+    }
+    Ok(())
+}
+
+/// Whether the lock file holds the marker line (any bytes at all count:
+/// see the module docs), that is whether an open of this directory ever
+/// returned. Bounded: the lock file is read from disk like any other input.
+fn read_marker(lock: &mut DirLock, lock_path: &Path) -> Result<bool, DiskError> {
+    let mut marker = Vec::new();
+    lock.file()
+        .take(LOCK_MARKER.len() as u64 + 1)
+        .read_to_end(&mut marker)
+        .map_err(io(lock_path, "read lock file"))?;
+    Ok(!marker.is_empty())
+}
+
+/// Opens the database, answering it and whether it was created. No marker
+/// (`marked` false): no open of this directory ever returned, so nothing
+/// in the file was acknowledged. A file left damaged by a crash during the
+/// first open is set aside, not deleted, and started over: the marker is
+/// also missing if `LOCK` itself was deleted, and then the file may hold a
+/// log. Only damage qualifies, never a lock (another process holding the
+/// file) or an I/O error, and never a backend given by the caller.
+fn open_or_start_over<B: redb::StorageBackend>(
+    path: &Path,
+    exists: bool,
+    marked: bool,
+    options: &DiskOptions,
+    repair: &Arc<RepairSeen>,
+    mut backend: Option<B>,
+) -> Result<(Database, bool), DiskError> {
+    let from_backend = backend.is_some();
+    match open_database_waiting(path, exists, options, repair, backend.take()) {
+        Ok(db) => Ok((db, !exists)),
+        Err(error @ DiskError::Corrupt { .. }) if exists && !marked && !from_backend => {
+            let aside = set_aside(path)?;
+            tracing::warn!(
+                %error,
+                aside = %aside.display(),
+                "set aside a damaged data file no open ever acknowledged; starting over"
+            );
+            let db = open_database(path, false, options, Arc::clone(repair), backend)?;
+            Ok((db, true))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// The digest record of `digest` (`codec` knows no [`Digest`]).
+fn digest_record(digest: Digest) -> [u8; 28] {
+    encode_digest(digest.events, digest.sum)
 }
 
 /// Opens the redb file with a full integrity check, turning a panic inside
@@ -1151,78 +1136,6 @@ struct RepairSeen {
     rolled_back: AtomicBool,
 }
 
-/// Runs `work`, which reads or writes through redb, turning a panic inside
-/// the engine (which a file damaged outside redb can provoke once it is
-/// trusted on open) into [`DiskError::Corrupt`] naming the file.
-fn guarded<T>(
-    path: &Path,
-    doing: &str,
-    work: impl FnOnce() -> Result<T, DiskError>,
-) -> Result<T, DiskError> {
-    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        Err(DiskError::Corrupt {
-            path: path.to_path_buf(),
-            detail: format!(
-                "the storage engine panicked {doing}: {}",
-                panic_message(&*panic)
-            ),
-        })
-    })
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = panic.downcast_ref::<&str>() {
-        (*message).to_string()
-    } else if let Some(message) = panic.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "(no message)".to_string()
-    }
-}
-
-fn engine_error(dir: &Path, path: &Path, op: &'static str, error: redb::Error) -> DiskError {
-    match error {
-        redb::Error::Corrupted(detail) => DiskError::Corrupt {
-            path: path.to_path_buf(),
-            detail: format!("{op}: {detail}"),
-        },
-        // redb reports a file that is not (or no longer) a database, or ends
-        // early, as I/O errors of these kinds: that is damage, not a failing
-        // disk.
-        redb::Error::Io(source)
-            if matches!(
-                source.kind(),
-                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
-            ) =>
-        {
-            DiskError::Corrupt {
-                path: path.to_path_buf(),
-                detail: format!("{op}: {source}"),
-            }
-        }
-        redb::Error::Io(source) => DiskError::Io {
-            path: path.to_path_buf(),
-            op,
-            source,
-        },
-        redb::Error::DatabaseAlreadyOpen => DiskError::Locked {
-            dir: dir.to_path_buf(),
-            lock: path.to_path_buf(),
-            waited: Duration::ZERO,
-        },
-        other => DiskError::Engine {
-            path: path.to_path_buf(),
-            op,
-            source: Box::new(other),
-        },
-    }
-}
-
-fn io(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> DiskError {
-    let path = path.to_path_buf();
-    move |source| DiskError::Io { path, op, source }
-}
-
 /// The directories of `dir`'s path, innermost first, that do not exist yet.
 fn missing_dirs(dir: &Path) -> Result<Vec<PathBuf>, DiskError> {
     let mut missing = Vec::new();
@@ -1260,114 +1173,4 @@ fn sync_dir(dir: &Path) -> Result<(), DiskError> {
     File::open(dir)
         .and_then(|dir| dir.sync_all())
         .map_err(io(dir, "sync directory"))
-}
-
-fn encode_stream(stream: StreamId, floor: u64, head: u64) -> [u8; STREAM_RECORD_LEN] {
-    let mut record = [0u8; STREAM_RECORD_LEN];
-    record[0..8].copy_from_slice(&floor.to_le_bytes());
-    record[8..16].copy_from_slice(&head.to_le_bytes());
-    let crc = record_crc(&stream.get().to_le_bytes(), &record[..16]);
-    record[16..20].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_stream(stream: StreamId, record: &[u8]) -> Option<(u64, u64)> {
-    if record.len() != STREAM_RECORD_LEN {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[16..20].try_into().expect("4 bytes"));
-    (crc == record_crc(&stream.get().to_le_bytes(), &record[..16]))
-        .then(|| (u64_at(record, 0), u64_at(record, 8)))
-}
-
-fn encode_clock(clock: u64) -> [u8; 12] {
-    encode_count(META_CLOCK, clock)
-}
-
-fn decode_clock(record: &[u8]) -> Option<u64> {
-    decode_count(META_CLOCK, record)
-}
-
-/// A `u64` under a meta key: its value and a crc32 over key and value.
-fn encode_count(key: &str, count: u64) -> [u8; 12] {
-    let mut record = [0u8; 12];
-    record[0..8].copy_from_slice(&count.to_le_bytes());
-    let crc = record_crc(key.as_bytes(), &record[..8]);
-    record[8..12].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_count(key: &str, record: &[u8]) -> Option<u64> {
-    if record.len() != 12 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
-    (crc == record_crc(key.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
-}
-
-fn encode_digest(digest: Digest) -> [u8; 28] {
-    let mut record = [0u8; 28];
-    record[0..8].copy_from_slice(&digest.events.to_le_bytes());
-    record[8..24].copy_from_slice(&digest.sum.to_le_bytes());
-    let crc = record_crc(META_DIGEST.as_bytes(), &record[..24]);
-    record[24..28].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_digest(record: &[u8]) -> Option<Digest> {
-    if record.len() != 28 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[24..28].try_into().expect("4 bytes"));
-    (crc == record_crc(META_DIGEST.as_bytes(), &record[..24])).then(|| Digest {
-        events: u64_at(record, 0),
-        sum: u128::from_le_bytes(record[8..24].try_into().expect("16 bytes")),
-    })
-}
-
-fn encode_format(version: u32) -> [u8; 8] {
-    let mut record = [0u8; 8];
-    record[0..4].copy_from_slice(&version.to_le_bytes());
-    let crc = record_crc(META_FORMAT.as_bytes(), &record[..4]);
-    record[4..8].copy_from_slice(&crc.to_le_bytes());
-    record
-}
-
-fn decode_format(record: &[u8]) -> Option<u32> {
-    if record.len() != 8 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
-    (crc == record_crc(META_FORMAT.as_bytes(), &record[..4]))
-        .then(|| u32::from_le_bytes(record[0..4].try_into().expect("4 bytes")))
-}
-
-fn record_crc(key: &[u8], body: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(key);
-    hasher.update(body);
-    hasher.finalize()
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_round_trip_and_catch_flips() {
-        let stream = StreamId::new(3);
-        let record = encode_stream(stream, 5, 9);
-        assert_eq!(decode_stream(stream, &record), Some((5, 9)));
-        assert_eq!(decode_stream(StreamId::new(4), &record), None);
-        let clock = encode_clock(77);
-        assert_eq!(decode_clock(&clock), Some(77));
-        let mut flipped = clock;
-        flipped[0] ^= 1;
-        assert_eq!(decode_clock(&flipped), None);
-        assert_eq!(decode_format(&encode_format(1)), Some(1));
-    }
 }

@@ -18,10 +18,9 @@ use redb::Database;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::block::BlockBuilder;
-use super::{
-    encode_count, encode_digest, encode_format, DiskError, DiskStore, BLOCKS, FORMAT_VERSION, META,
-    META_BLOCKS, META_DIGEST, META_FORMAT,
-};
+use super::codec::{encode_count, encode_format, META_BLOCKS, META_DIGEST, META_FORMAT};
+use super::error::DiskError;
+use super::{digest_record, DiskStore, BLOCKS, FORMAT_VERSION, META};
 use crate::{Digest, Event};
 
 /// Formats 1 and 2: `(stream, seq)` → one event value.
@@ -30,6 +29,8 @@ pub(super) const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::n
 /// The fixed part of a format-2 event value: lamport, time_ms, payload
 /// length, and the trailing crc32.
 const EVENT_OVERHEAD: usize = 8 + 8 + 4 + 4;
+
+type BlocksTableMut<'txn> = redb::Table<'txn, (u64, u64), &'static [u8]>;
 
 impl DiskStore {
     /// Rewrites a file of format `found` (1 or 2) as format 3, in one
@@ -48,94 +49,8 @@ impl DiskStore {
         };
         drop(read);
         let txn = self.begin_write()?;
-        let mut digest = Digest::default();
-        let mut blocks_written = 0u64;
-        {
-            let events = txn
-                .open_table(EVENTS)
-                .map_err(self.engine("open events table"))?;
-            let mut blocks = txn
-                .open_table(BLOCKS)
-                .map_err(self.engine("create blocks table"))?;
-            let mut builder = BlockBuilder::default();
-            let mut value = Vec::new();
-            // Per stream seen: the first and last seq read.
-            let mut seen: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
-            // The stream being read, and its open block's first seq.
-            let mut current: Option<(StreamId, u64)> = None;
-            for entry in events.iter().map_err(self.engine("read events"))? {
-                let (key, stored) = entry.map_err(self.engine("read events"))?;
-                let (stream, seq) = key.value();
-                let stream = StreamId::new(stream);
-                let event = decode_event(stream, seq, stored.value()).map_err(|detail| {
-                    DiskError::CorruptEvent {
-                        path: self.path.clone(),
-                        stream,
-                        seq,
-                        detail,
-                    }
-                })?;
-                if current.is_none_or(|(open, _)| open != stream) {
-                    if let Some((open, first_seq)) = current.take() {
-                        builder.finish(open, first_seq, &mut value);
-                        blocks
-                            .insert((open.get(), first_seq), value.as_slice())
-                            .map_err(self.engine("write block"))?;
-                        blocks_written += 1;
-                    }
-                    let Some(&(floor, _)) = streams.get(&stream) else {
-                        return Err(self.corrupt(format!(
-                            "the events table holds stream {stream}, which has no stream record"
-                        )));
-                    };
-                    if floor.checked_add(1) != Some(seq) {
-                        return Err(self.corrupt(format!(
-                            "stream {stream} records floor {floor}, but its first event is seq {seq}"
-                        )));
-                    }
-                    seen.insert(stream, (seq, seq));
-                    current = Some((stream, seq));
-                }
-                let (_, last) = seen.get_mut(&stream).expect("inserted above");
-                if seq != *last && last.checked_add(1) != Some(seq) {
-                    return Err(
-                        self.corrupt(format!("stream {stream}: seq {seq} follows seq {last}"))
-                    );
-                }
-                *last = seq;
-                let (_, first_seq) = current.as_mut().expect("set above");
-                if !builder.has_room(event.payload.len()) {
-                    builder.finish(stream, *first_seq, &mut value);
-                    blocks
-                        .insert((stream.get(), *first_seq), value.as_slice())
-                        .map_err(self.engine("write block"))?;
-                    blocks_written += 1;
-                    *first_seq = seq;
-                }
-                builder.push_event(&event);
-                digest.add(&event);
-            }
-            if let Some((open, first_seq)) = current {
-                builder.finish(open, first_seq, &mut value);
-                blocks
-                    .insert((open.get(), first_seq), value.as_slice())
-                    .map_err(self.engine("write block"))?;
-                blocks_written += 1;
-            }
-            for (&stream, &(floor, head)) in &streams {
-                let held = seen.get(&stream).map(|&(first, last)| (first, last));
-                let expected = (head > floor).then(|| (floor + 1, head));
-                if held != expected {
-                    return Err(self.corrupt(format!(
-                        "stream {stream} records floor {floor} and head {head}, but the events \
-                         table holds {}",
-                        held.map_or("no events".to_string(), |(first, last)| format!(
-                            "seqs {first}..={last}"
-                        ))
-                    )));
-                }
-            }
-        }
+        let regrouped = self.regroup_events(&txn, &streams)?;
+        let digest = regrouped.digest;
         if let Some(recorded) = recorded {
             if recorded != digest {
                 return Err(self.corrupt(format!(
@@ -145,34 +60,191 @@ impl DiskStore {
                 )));
             }
         }
-        txn.delete_table(EVENTS)
-            .map_err(self.engine("delete events table"))?;
-        {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(self.engine("open meta table"))?;
-            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
-                .map_err(self.engine("write digest"))?;
-            meta.insert(
-                META_BLOCKS,
-                encode_count(META_BLOCKS, blocks_written).as_slice(),
-            )
-            .map_err(self.engine("write block count"))?;
-            meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
-                .map_err(self.engine("write format"))?;
-        }
+        self.record_format_3(&txn, digest, regrouped.blocks_written)?;
         txn.commit().map_err(self.engine("commit upgrade"))?;
         tracing::info!(
             path = %self.path.display(),
             from = found,
             to = FORMAT_VERSION,
             events = digest.events,
-            blocks = blocks_written,
+            blocks = regrouped.blocks_written,
             ms = started.elapsed().as_millis() as u64,
             "upgraded the data file's format"
         );
         Ok(())
     }
+
+    /// Reads every event of the old table, in key order, checking each,
+    /// and writes them as blocks in `txn`; then checks that each stream's
+    /// record matches the seqs read.
+    fn regroup_events(
+        &self,
+        txn: &redb::WriteTransaction,
+        streams: &BTreeMap<StreamId, (u64, u64)>,
+    ) -> Result<Regroup, DiskError> {
+        let events = txn
+            .open_table(EVENTS)
+            .map_err(self.engine("open events table"))?;
+        let mut blocks = txn
+            .open_table(BLOCKS)
+            .map_err(self.engine("create blocks table"))?;
+        let mut regroup = Regroup::default();
+        for entry in events.iter().map_err(self.engine("read events"))? {
+            let (key, stored) = entry.map_err(self.engine("read events"))?;
+            let (stream, seq) = key.value();
+            let stream = StreamId::new(stream);
+            let event = decode_event(stream, seq, stored.value()).map_err(|detail| {
+                DiskError::CorruptEvent {
+                    path: self.path.clone(),
+                    stream,
+                    seq,
+                    detail,
+                }
+            })?;
+            if regroup.current.is_none_or(|(open, _)| open != stream) {
+                self.start_stream(&mut regroup, &mut blocks, streams, stream, seq)?;
+            }
+            self.regroup_event(&mut regroup, &mut blocks, event)?;
+        }
+        if let Some((open, first_seq)) = regroup.current {
+            self.write_regrouped(&mut regroup, &mut blocks, open, first_seq)?;
+        }
+        for (&stream, &(floor, head)) in streams {
+            let held = regroup
+                .seen
+                .get(&stream)
+                .map(|&(first, last)| (first, last));
+            let expected = (head > floor).then(|| (floor + 1, head));
+            if held != expected {
+                return Err(self.corrupt(format!(
+                    "stream {stream} records floor {floor} and head {head}, but the events \
+                     table holds {}",
+                    held.map_or("no events".to_string(), |(first, last)| format!(
+                        "seqs {first}..={last}"
+                    ))
+                )));
+            }
+        }
+        Ok(regroup)
+    }
+
+    /// Moves to the first event of `stream`, seq `seq`: writes the block of
+    /// the stream before it, and checks that `seq` follows the stream's
+    /// recorded floor.
+    fn start_stream(
+        &self,
+        regroup: &mut Regroup,
+        blocks: &mut BlocksTableMut<'_>,
+        streams: &BTreeMap<StreamId, (u64, u64)>,
+        stream: StreamId,
+        seq: u64,
+    ) -> Result<(), DiskError> {
+        if let Some((open, first_seq)) = regroup.current.take() {
+            self.write_regrouped(regroup, blocks, open, first_seq)?;
+        }
+        let Some(&(floor, _)) = streams.get(&stream) else {
+            return Err(self.corrupt(format!(
+                "the events table holds stream {stream}, which has no stream record"
+            )));
+        };
+        if floor.checked_add(1) != Some(seq) {
+            return Err(self.corrupt(format!(
+                "stream {stream} records floor {floor}, but its first event is seq {seq}"
+            )));
+        }
+        regroup.seen.insert(stream, (seq, seq));
+        regroup.current = Some((stream, seq));
+        Ok(())
+    }
+
+    /// Adds `event`, of the stream being read, to the open block (writing
+    /// that block first when it is full) and to the digest, after checking
+    /// that its seq follows the last one read.
+    fn regroup_event(
+        &self,
+        regroup: &mut Regroup,
+        blocks: &mut BlocksTableMut<'_>,
+        event: Event,
+    ) -> Result<(), DiskError> {
+        let (stream, seq) = (event.stream, event.seq);
+        let (_, last) = regroup
+            .seen
+            .get_mut(&stream)
+            .expect("inserted by start_stream");
+        if seq != *last && last.checked_add(1) != Some(seq) {
+            return Err(self.corrupt(format!("stream {stream}: seq {seq} follows seq {last}")));
+        }
+        *last = seq;
+        let (_, first_seq) = regroup.current.expect("set by start_stream");
+        if !regroup.builder.has_room(event.payload.len()) {
+            self.write_regrouped(regroup, blocks, stream, first_seq)?;
+            regroup.current = Some((stream, seq));
+        }
+        regroup.builder.push_event(&event);
+        regroup.digest.add(&event);
+        Ok(())
+    }
+
+    /// Writes the open block, of `stream` from `first_seq`.
+    fn write_regrouped(
+        &self,
+        regroup: &mut Regroup,
+        blocks: &mut BlocksTableMut<'_>,
+        stream: StreamId,
+        first_seq: u64,
+    ) -> Result<(), DiskError> {
+        regroup
+            .builder
+            .finish(stream, first_seq, &mut regroup.value);
+        blocks
+            .insert((stream.get(), first_seq), regroup.value.as_slice())
+            .map_err(self.engine("write block"))?;
+        regroup.blocks_written += 1;
+        Ok(())
+    }
+
+    /// Deletes the old table and records the digest, the block count and
+    /// format 3, in `txn`.
+    fn record_format_3(
+        &self,
+        txn: &redb::WriteTransaction,
+        digest: Digest,
+        blocks_written: u64,
+    ) -> Result<(), DiskError> {
+        txn.delete_table(EVENTS)
+            .map_err(self.engine("delete events table"))?;
+        let mut meta = txn
+            .open_table(META)
+            .map_err(self.engine("open meta table"))?;
+        meta.insert(META_DIGEST, digest_record(digest).as_slice())
+            .map_err(self.engine("write digest"))?;
+        meta.insert(
+            META_BLOCKS,
+            encode_count(META_BLOCKS, blocks_written).as_slice(),
+        )
+        .map_err(self.engine("write block count"))?;
+        meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
+            .map_err(self.engine("write format"))?;
+        Ok(())
+    }
+}
+
+/// What an upgrade has read of the old events table, and the blocks it is
+/// laying out from them.
+#[derive(Default)]
+struct Regroup {
+    /// The open block.
+    builder: BlockBuilder,
+    /// Scratch for laying out a block value.
+    value: Vec<u8>,
+    /// Per stream seen: the first and last seq read.
+    seen: BTreeMap<StreamId, (u64, u64)>,
+    /// The stream being read, and its open block's first seq.
+    current: Option<(StreamId, u64)>,
+    /// The digest of the events read.
+    digest: Digest,
+    /// The blocks written so far.
+    blocks_written: u64,
 }
 
 /// Encodes a format-2 event value: lamport, time_ms, payload length (all
@@ -235,7 +307,8 @@ fn event_crc(stream: StreamId, seq: u64, body: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{encode_clock, encode_stream, DiskOptions, DATA_FILE, STREAMS};
+    use super::super::codec::{decode_format, encode_clock, encode_stream, META_CLOCK};
+    use super::super::{DiskOptions, DATA_FILE, STREAMS};
     use super::*;
     use crate::{Config, Replica};
     use redb::ReadableDatabase;
@@ -305,9 +378,9 @@ mod tests {
             let mut meta = txn.open_table(META).unwrap();
             meta.insert(META_FORMAT, encode_format(2).as_slice())
                 .unwrap();
-            meta.insert(super::super::META_CLOCK, encode_clock(900).as_slice())
+            meta.insert(META_CLOCK, encode_clock(900).as_slice())
                 .unwrap();
-            meta.insert(META_DIGEST, encode_digest(digest).as_slice())
+            meta.insert(META_DIGEST, digest_record(digest).as_slice())
                 .unwrap();
         }
         txn.commit().unwrap();
@@ -318,8 +391,7 @@ mod tests {
         let db = Database::open(dir.join(DATA_FILE)).unwrap();
         let read = db.begin_read().unwrap();
         let meta = read.open_table(META).unwrap();
-        let format =
-            super::super::decode_format(meta.get(META_FORMAT).unwrap().unwrap().value()).unwrap();
+        let format = decode_format(meta.get(META_FORMAT).unwrap().unwrap().value()).unwrap();
         let has_events = read.open_table(EVENTS).is_ok();
         (format, has_events)
     }

@@ -21,7 +21,7 @@ use std::sync::{Mutex, PoisonError};
 use meshlog_cursor::StreamId;
 
 use super::block::{Block, BLOCK_BYTES_TARGET};
-use super::{engine_error, guarded, DiskError};
+use super::error::{corrupt_block, engine_error, guarded, DiskError};
 use crate::mem::{ReadError, Source, StreamScan};
 use crate::Event;
 
@@ -78,7 +78,7 @@ impl DiskView {
     }
 
     fn damaged(&self, stream: StreamId, first_seq: u64, detail: String) -> DiskError {
-        super::corrupt_block(&self.path, stream, first_seq, detail)
+        corrupt_block(&self.path, stream, first_seq, detail)
     }
 
     /// Runs a read of the engine, turning a panic inside it (which a file

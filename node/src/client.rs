@@ -5,14 +5,18 @@
 //! It speaks HTTP only: it never opens a data directory, so it works the
 //! same against a node on this machine or another.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use meshlog_cursor::StreamId;
 use serde_json::json;
+
+use crate::url::NodeUrl;
 
 pub use crate::http::json::{
     AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, InboundJson, LostJson,
-    MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, VectorJson,
-    VerifiedJson,
+    MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, StaleJson,
+    VectorJson, VerifiedJson,
 };
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather
@@ -33,11 +37,13 @@ pub struct Client {
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The URL given for the node is not one reqwest can use.
-    #[error("bad node URL {url:?}: expected http://HOST:PORT")]
+    /// The URL given for the node names no node (`crate::url`).
+    #[error("bad node URL {url:?}: {reason}; expected http://HOST:PORT")]
     BadUrl {
         /// The URL given.
         url: String,
+        /// Why it was refused.
+        reason: &'static str,
     },
     /// The node did not answer (refused, timed out, connection lost).
     #[error("cannot reach the node at {url}: {reason}")]
@@ -73,25 +79,7 @@ pub enum ClientError {
 
 /// A `410 stale_cursor` answer: the cursor is below the node's compaction
 /// floor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stale {
-    /// The node's explanation.
-    pub message: String,
-    /// Every stream and range lost.
-    pub lost: Vec<LostJson>,
-    /// The token that accepts exactly that loss.
-    pub resume: String,
-}
-
-impl Stale {
-    /// How many events were lost, over every stream.
-    pub fn lost_count(&self) -> u64 {
-        self.lost
-            .iter()
-            .map(|range| range.last + 1 - range.first)
-            .sum()
-    }
-}
+pub type Stale = StaleJson;
 
 /// What a page request answers: a page, or the expected outcome of a stale
 /// cursor.
@@ -125,6 +113,21 @@ impl Client {
         Ok(Client { base, http })
     }
 
+    /// A client of the node at `url` with a secret and a TLS client
+    /// configuration already built (the follower's).
+    pub fn with_tls(
+        url: &str,
+        token: Option<&str>,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Client, ClientError> {
+        let node = parse_url(url)?;
+        let http = build(&node, token, tls)?;
+        Ok(Client {
+            base: node.base,
+            http,
+        })
+    }
+
     /// The node's base URL, without a trailing `/`.
     pub fn url(&self) -> &str {
         &self.base
@@ -148,34 +151,47 @@ impl Client {
         after: Option<&str>,
         limit: Option<usize>,
     ) -> Result<PageOutcome, ClientError> {
+        self.page_of(after, limit, None).await
+    }
+
+    /// [`Client::page`], of one writer's events alone with `stream`
+    /// (`GET /events?stream=`, whatever the token's length: the query body
+    /// takes no stream).
+    pub async fn page_of(
+        &self,
+        after: Option<&str>,
+        limit: Option<usize>,
+        stream: Option<StreamId>,
+    ) -> Result<PageOutcome, ClientError> {
         let after = after.filter(|token| !token.is_empty());
-        let request = if after.is_some_and(|token| token.len() > TOKEN_QUERY_MAX) {
-            self.http
-                .post(format!("{}/events/query", self.base))
-                .json(&json!({"after": after, "limit": limit}))
-        } else {
-            // Tokens are URL-safe base64 and limits are digits: nothing to
-            // escape.
-            let mut url = format!("{}/events", self.base);
-            let mut sep = '?';
-            if let Some(token) = after {
-                url.push_str(&format!("{sep}after={token}"));
-                sep = '&';
-            }
-            if let Some(limit) = limit {
-                url.push_str(&format!("{sep}limit={limit}"));
-            }
-            self.http.get(url)
-        };
+        let request =
+            if stream.is_none() && after.is_some_and(|token| token.len() > TOKEN_QUERY_MAX) {
+                self.http
+                    .post(format!("{}/events/query", self.base))
+                    .json(&json!({"after": after, "limit": limit}))
+            } else {
+                // Tokens are URL-safe base64 and limits are digits: nothing to
+                // escape.
+                let mut url = format!("{}/events", self.base);
+                let mut sep = '?';
+                if let Some(token) = after {
+                    url.push_str(&format!("{sep}after={token}"));
+                    sep = '&';
+                }
+                if let Some(limit) = limit {
+                    url.push_str(&format!("{sep}limit={limit}"));
+                    sep = '&';
+                }
+                if let Some(stream) = stream {
+                    url.push_str(&format!("{sep}stream={}", stream.get()));
+                }
+                self.http.get(url)
+            };
         let (status, body) = self.send_raw(request).await?;
         if status == 410 {
             let error: ErrorJson = self.parse(status, &body)?;
-            if let (Some(lost), Some(resume)) = (error.lost, error.resume) {
-                return Ok(PageOutcome::Stale(Stale {
-                    message: error.message,
-                    lost,
-                    resume,
-                }));
+            if let Some(stale) = error.stale() {
+                return Ok(PageOutcome::Stale(stale));
             }
             return Err(ClientError::BadResponse {
                 url: self.base.clone(),
@@ -347,64 +363,86 @@ pub(crate) fn describe(error: &reqwest::Error) -> String {
     text
 }
 
-/// The base URL (without a trailing `/`) and an HTTP client for the node
-/// at `url`, `http://` or `https://` (with `options.ca`): what the CLI and
-/// `meshlog mcp` both talk through.
+/// The base URL (normalized, `crate::url`) and an HTTP client for the
+/// node at `url`, `http://` or `https://` (with `options.ca`): what the CLI
+/// and `meshlog mcp` both talk through.
 pub(crate) fn http_client(
     url: &str,
     options: &ClientOptions,
 ) -> Result<(String, reqwest::Client), ClientError> {
-    let base = url.trim().trim_end_matches('/').to_owned();
-    if !(base.starts_with("http://") || base.starts_with("https://"))
-        || base.len() <= "https://".len()
-    {
-        return Err(ClientError::BadUrl {
-            url: url.to_owned(),
-        });
+    let node = parse_url(url)?;
+    let tls = trust(&node, options)?;
+    let http = build(&node, options.token.as_deref(), tls)?;
+    Ok((node.base, http))
+}
+
+/// `url` parsed by the node's one URL parser, refused as a [`ClientError`].
+pub(crate) fn parse_url(url: &str) -> Result<NodeUrl, ClientError> {
+    NodeUrl::parse(url).map_err(|error| ClientError::BadUrl {
+        url: error.url,
+        reason: error.reason,
+    })
+}
+
+/// The TLS client for an `https://` node: one trusting `options.ca`. An
+/// `https://` node without it is refused with a clear reason; an `http://`
+/// node needs none.
+pub(crate) fn trust(
+    node: &NodeUrl,
+    options: &ClientOptions,
+) -> Result<Option<Arc<rustls::ClientConfig>>, ClientError> {
+    match &options.ca {
+        Some(path) => crate::tls::client_trusting(path)
+            .map(Some)
+            .map_err(|error| ClientError::Unreachable {
+                url: node.base.clone(),
+                reason: error.to_string(),
+            }),
+        None if node.secure => Err(ClientError::Unreachable {
+            url: node.base.clone(),
+            reason:
+                "an https:// node needs --ca FILE (MESHLOG_CA), the CA its certificate chains to"
+                    .into(),
+        }),
+        None => Ok(None),
     }
+}
+
+/// An HTTP client of `node`, sending `token` as a bearer secret, trusting
+/// `tls` (none: an `http://` node).
+pub(crate) fn build(
+    node: &NodeUrl,
+    token: Option<&str>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Result<reqwest::Client, ClientError> {
     let cannot = |reason: String| ClientError::Unreachable {
-        url: base.clone(),
+        url: node.base.clone(),
         reason,
     };
     // Always a rustls configuration of our own (ring, no platform
     // roots): the node's CA if given, else no roots at all, so an
-    // `https://` node without `--ca` fails with a clear reason.
-    let tls = match &options.ca {
-        Some(path) => crate::tls::client_trusting(path)
-            .map_err(|error| cannot(error.to_string()))?
-            .as_ref()
-            .clone(),
-        None => {
-            if base.starts_with("https://") {
-                return Err(cannot(
-                    "an https:// node needs --ca FILE (MESHLOG_CA), the CA its certificate chains to"
-                        .into(),
-                ));
-            }
-            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|error| cannot(error.to_string()))?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth()
-        }
+    // `https://` node without one fails with a clear reason.
+    let tls = match tls {
+        Some(tls) => tls.as_ref().clone(),
+        None => rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|error| cannot(error.to_string()))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth(),
     };
     let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(token) = options.token.as_deref().filter(|t| !t.is_empty()) {
+    if let Some(token) = token.filter(|t| !t.is_empty()) {
         let value = crate::auth::bearer_header(token)
             .ok_or_else(|| cannot("the token is not a valid header value".into()))?;
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    let http = reqwest::Client::builder()
+    reqwest::Client::builder()
         .timeout(REQUEST_TIMEOUT)
         .connect_timeout(Duration::from_secs(5))
         .default_headers(headers)
         .tls_backend_preconfigured(tls)
         .build()
-        .map_err(|error| ClientError::Unreachable {
-            url: base.clone(),
-            reason: format!("cannot build an HTTP client: {error}"),
-        })?;
-    Ok((base, http))
+        .map_err(|error| cannot(format!("cannot build an HTTP client: {error}")))
 }

@@ -1,0 +1,120 @@
+//! `Admission`: how much of a received delta a replica can take under its
+//! limits, asked before applying it (see [`Replica::admission`]), so that
+//! a sync session cuts a delta to it instead of re-checking the limits
+//! itself.
+//!
+//! [`Replica::admission`]: crate::Replica::admission
+
+use meshlog_cursor::StreamId;
+
+use crate::{Delta, DeltaColumns};
+
+/// How much of a delta a replica can take under its limits
+/// ([`Config::streams_max`](crate::Config::streams_max),
+/// [`Config::payload_bytes_max`](crate::Config::payload_bytes_max)):
+/// every event but those the cuts name. The rest still goes through the
+/// full validation of apply (equivocation, lamport order, the own
+/// stream); only the limits are answered here.
+///
+/// ```
+/// use meshlog_cursor::{StreamId, VersionVector};
+/// use meshlog_replica::{Config, Limit, MemStore, Replica};
+///
+/// let mut config = Config::new(StreamId::new(1));
+/// config.payload_bytes_max = 4;
+/// let mut receiver = Replica::open(config, MemStore::default())?;
+/// let mut writer = Replica::new(StreamId::new(2));
+/// for payload in ["ok", "too large", "ok"] {
+///     writer.append(payload)?;
+/// }
+/// let columns = writer.delta_columns_for(&VersionVector::new(), usize::MAX);
+/// let admission = receiver.admission(&columns);
+/// assert_eq!(admission.cuts[0].from_seq, 2);
+/// assert!(matches!(admission.cuts[0].limit, Limit::PayloadBytesMax { len: 9, limit: 4 }));
+/// let fits = admission.cut_columns(&columns);
+/// assert_eq!(receiver.apply_columns(&fits)?.applied, 1);
+/// # Ok::<(), meshlog_replica::ReplicaError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admission {
+    /// Per stream that does not fit whole, streams ascending: from which
+    /// seq on its events cannot be taken, and why.
+    pub cuts: Vec<Cut>,
+}
+
+/// Where a stream of a delta stops fitting the replica's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// The stream.
+    pub stream: StreamId,
+    /// Its first seq that cannot be taken (0: none of it, its floor
+    /// included).
+    pub from_seq: u64,
+    /// The limit it meets there.
+    pub limit: Limit,
+}
+
+/// A limit a delta meets ([`Cut::limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The replica holds as many streams as it may (its own stream's slot
+    /// counted); the stream is new to it.
+    StreamsMax {
+        /// `Config::streams_max`.
+        limit: usize,
+    },
+    /// The event at [`Cut::from_seq`] has a payload above the limit.
+    PayloadBytesMax {
+        /// Its payload's length.
+        len: usize,
+        /// `Config::payload_bytes_max`.
+        limit: usize,
+    },
+}
+
+impl Admission {
+    /// Whether the whole delta fits.
+    pub fn is_whole(&self) -> bool {
+        self.cuts.is_empty()
+    }
+
+    /// Whether the event `(stream, seq)` fits.
+    pub fn admits(&self, stream: StreamId, seq: u64) -> bool {
+        self.cut_of(stream).is_none_or(|from| seq < from)
+    }
+
+    fn cut_of(&self, stream: StreamId) -> Option<u64> {
+        self.cuts
+            .binary_search_by_key(&stream, |cut| cut.stream)
+            .ok()
+            .map(|index| self.cuts[index].from_seq)
+    }
+
+    /// `delta` without what does not fit: each cut stream's events from
+    /// its cut on, and the floor of a stream cut whole.
+    pub fn cut_delta(&self, delta: &Delta) -> Delta {
+        Delta {
+            floor: delta
+                .floor
+                .iter()
+                .filter(|&(stream, _)| self.cut_of(stream) != Some(0))
+                .collect(),
+            events: delta
+                .events
+                .iter()
+                .filter(|event| self.admits(event.stream, event.seq))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// [`Admission::cut_delta`] for a delta in columns (the columns
+    /// themselves when it fits whole).
+    pub fn cut_columns(&self, columns: &DeltaColumns) -> DeltaColumns {
+        if self.is_whole() {
+            return columns.clone();
+        }
+        DeltaColumns::from_delta(&self.cut_delta(&columns.to_delta()))
+    }
+}

@@ -1,0 +1,130 @@
+//! The records of the `streams` and `meta` tables, each with a crc32 over
+//! its key and content (`docs/STORAGE.md`), and the little-endian reads
+//! that blocks share. A leaf: it imports nothing of the crate, so the
+//! digest record is coded from and to its two numbers (the store converts
+//! them to and from [`Digest`](crate::Digest)).
+
+use meshlog_cursor::StreamId;
+
+/// The `meta` table's keys.
+pub(super) const META_FORMAT: &str = "format";
+pub(super) const META_CLOCK: &str = "clock";
+pub(super) const META_DIGEST: &str = "digest";
+pub(super) const META_BLOCKS: &str = "blocks";
+
+const STREAM_RECORD_LEN: usize = 8 + 8 + 4;
+
+pub(super) fn encode_stream(stream: StreamId, floor: u64, head: u64) -> [u8; STREAM_RECORD_LEN] {
+    let mut record = [0u8; STREAM_RECORD_LEN];
+    record[0..8].copy_from_slice(&floor.to_le_bytes());
+    record[8..16].copy_from_slice(&head.to_le_bytes());
+    let crc = record_crc(&stream.get().to_le_bytes(), &record[..16]);
+    record[16..20].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+pub(super) fn decode_stream(stream: StreamId, record: &[u8]) -> Option<(u64, u64)> {
+    if record.len() != STREAM_RECORD_LEN {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[16..20].try_into().expect("4 bytes"));
+    (crc == record_crc(&stream.get().to_le_bytes(), &record[..16]))
+        .then(|| (u64_at(record, 0), u64_at(record, 8)))
+}
+
+pub(super) fn encode_clock(clock: u64) -> [u8; 12] {
+    encode_count(META_CLOCK, clock)
+}
+
+pub(super) fn decode_clock(record: &[u8]) -> Option<u64> {
+    decode_count(META_CLOCK, record)
+}
+
+/// A `u64` under a meta key: its value and a crc32 over key and value.
+pub(super) fn encode_count(key: &str, count: u64) -> [u8; 12] {
+    let mut record = [0u8; 12];
+    record[0..8].copy_from_slice(&count.to_le_bytes());
+    let crc = record_crc(key.as_bytes(), &record[..8]);
+    record[8..12].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+pub(super) fn decode_count(key: &str, record: &[u8]) -> Option<u64> {
+    if record.len() != 12 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
+    (crc == record_crc(key.as_bytes(), &record[..8])).then(|| u64_at(record, 0))
+}
+
+/// The digest record: the number of events and their sum, as in
+/// [`Digest`](crate::Digest).
+pub(super) fn encode_digest(events: u64, sum: u128) -> [u8; 28] {
+    let mut record = [0u8; 28];
+    record[0..8].copy_from_slice(&events.to_le_bytes());
+    record[8..24].copy_from_slice(&sum.to_le_bytes());
+    let crc = record_crc(META_DIGEST.as_bytes(), &record[..24]);
+    record[24..28].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+/// The number of events and their sum, from a digest record.
+pub(super) fn decode_digest(record: &[u8]) -> Option<(u64, u128)> {
+    if record.len() != 28 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[24..28].try_into().expect("4 bytes"));
+    (crc == record_crc(META_DIGEST.as_bytes(), &record[..24])).then(|| {
+        (
+            u64_at(record, 0),
+            u128::from_le_bytes(record[8..24].try_into().expect("16 bytes")),
+        )
+    })
+}
+
+pub(super) fn encode_format(version: u32) -> [u8; 8] {
+    let mut record = [0u8; 8];
+    record[0..4].copy_from_slice(&version.to_le_bytes());
+    let crc = record_crc(META_FORMAT.as_bytes(), &record[..4]);
+    record[4..8].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+pub(super) fn decode_format(record: &[u8]) -> Option<u32> {
+    if record.len() != 8 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
+    (crc == record_crc(META_FORMAT.as_bytes(), &record[..4]))
+        .then(|| u32::from_le_bytes(record[0..4].try_into().expect("4 bytes")))
+}
+
+fn record_crc(key: &[u8], body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(key);
+    hasher.update(body);
+    hasher.finalize()
+}
+
+pub(super) fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_catch_flips() {
+        let stream = StreamId::new(3);
+        let record = encode_stream(stream, 5, 9);
+        assert_eq!(decode_stream(stream, &record), Some((5, 9)));
+        assert_eq!(decode_stream(StreamId::new(4), &record), None);
+        let clock = encode_clock(77);
+        assert_eq!(decode_clock(&clock), Some(77));
+        let mut flipped = clock;
+        flipped[0] ^= 1;
+        assert_eq!(decode_clock(&flipped), None);
+        assert_eq!(decode_format(&encode_format(1)), Some(1));
+    }
+}

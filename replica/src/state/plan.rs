@@ -1,0 +1,616 @@
+//! Planning: the operations and the store batch a change makes, simulated
+//! on an overlay of the state. Changes nothing.
+//!
+//! A round (one request alone, or a group commit's queue) is a **left
+//! fold**: each request is validated ([`State::validate`]) and planned
+//! against the state the requests before it leave ([`Round`]), in
+//! submission order, exactly as applying them one by one would: a floor
+//! affects only what comes after it, and an append is stamped from the
+//! clock as it stands at its position.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+
+use super::validate::Rejection;
+use super::{RoundIndex, State};
+use crate::log::StreamLog;
+use crate::{ApplyReport, Batch, CompactReport, Delta, DeltaColumns, Event, ReplicaError};
+
+/// Where an event of a plan comes from, which decides what publishing it
+/// does besides holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// A peer's event at its stream's head + 1.
+    Received,
+    /// An early event released from the pending buffer.
+    Released,
+    /// A local append.
+    Appended,
+}
+
+#[derive(Debug)]
+pub(super) enum Op {
+    /// Raise `stream`'s floor to `floor_seq`.
+    Floor { stream: StreamId, floor_seq: u64 },
+    /// Hold a run of events, consecutive seqs of `stream` from its head
+    /// + 1: the batch's run `run`.
+    Events {
+        stream: StreamId,
+        run: usize,
+        source: Source,
+    },
+    /// Keep an early event in the pending buffer (memory only).
+    Hold(Event),
+}
+
+/// One request of a round, in submission order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RoundItem<'d> {
+    /// A peer's delta.
+    Delta(&'d Delta),
+    /// A peer's delta in columns (planned as columns by
+    /// [`State::plan_columns`]; [`State::plan_round`] takes none).
+    Columns(&'d DeltaColumns),
+    /// Local appends.
+    Append(AppendRequest<'d>),
+}
+
+/// What a round does with one of its requests.
+#[derive(Debug)]
+pub(crate) enum Planned {
+    /// A delta accepted, and what applying it does.
+    Applied(ApplyReport),
+    /// A delta refused, and why.
+    Refused(Rejection),
+    /// Local appends: the batch's run of their events, or why they were
+    /// refused.
+    Appended(Result<usize, ReplicaError>),
+}
+
+/// A planned change: what to commit, and what to do to the state once
+/// committed. It borrows the received events from their deltas.
+#[derive(Debug, Default)]
+pub(crate) struct Plan<'d> {
+    /// What the store commits (possibly empty: a change of the pending
+    /// buffer alone, or counters).
+    pub(crate) batch: Batch<'d>,
+    pub(super) ops: Vec<Op>,
+    /// One per request of the round, in order.
+    pub(crate) planned: Vec<Planned>,
+    compacted: Option<CompactReport>,
+    /// Pair assertions: what publishing must lead to.
+    pub(super) pending_len_after: usize,
+    pub(super) heads_after: Vec<(StreamId, u64)>,
+}
+
+impl Plan<'_> {
+    /// Whether publishing changes anything the store does not hold (the
+    /// pending buffer or counters) or the store must commit.
+    pub(crate) fn is_noop(&self) -> bool {
+        self.ops.is_empty()
+            && self.planned.iter().all(|planned| match planned {
+                Planned::Applied(report) => *report == ApplyReport::default(),
+                Planned::Refused(_) => false,
+                Planned::Appended(_) => true,
+            })
+    }
+
+    /// The events of the local append request whose batch run is `run`
+    /// (from [`Planned::Appended`]), taken out of the plan once it is
+    /// committed and published (moved, not copied).
+    pub(crate) fn take_appended(&mut self, run: usize) -> Vec<Event> {
+        self.batch.take_run(run)
+    }
+
+    /// The compaction report of a compaction plan.
+    pub(crate) fn compact_report(&self) -> CompactReport {
+        self.compacted.unwrap_or_default()
+    }
+}
+
+/// One local append request of a round.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AppendRequest<'a> {
+    pub(crate) payloads: &'a [Bytes],
+    pub(crate) time_ms: u64,
+}
+
+/// A stream as a plan sees it: the state's, with the plan's changes so far.
+struct SimStream<'s, 'd> {
+    log: Option<&'s StreamLog>,
+    floor: u64,
+    head: u64,
+    /// Early events the plan holds back.
+    added: BTreeMap<u64, &'d Event>,
+}
+
+/// A round being planned: the plan so far, and the state as the requests
+/// planned so far leave it (per touched stream, the clock, the pending
+/// count), which the next request is validated and planned against.
+struct Round<'s, 'd> {
+    state: &'s State,
+    sims: BTreeMap<StreamId, SimStream<'s, 'd>>,
+    clock: u64,
+    pending_len: usize,
+    plan: Plan<'d>,
+    /// What a later delta of the round is validated against.
+    index: RoundIndex,
+    /// Whether a delta follows in the round: only then is the index kept
+    /// (the events planned, the streams added).
+    indexing: bool,
+}
+
+impl State {
+    /// Plans a round: each request in order, validated and planned
+    /// against the state the requests before it leave, exactly as
+    /// applying them one by one would (`replica/tests/round_fold.rs`).
+    /// Deltas in columns are not taken here (see [`State::plan_columns`]).
+    /// Changes nothing.
+    pub(crate) fn plan_round<'d>(&self, items: &[RoundItem<'d>]) -> Plan<'d> {
+        let mut round = Round::new(self);
+        let mut deltas_left = items
+            .iter()
+            .filter(|item| matches!(item, RoundItem::Delta(_)))
+            .count();
+        for item in items {
+            let planned = match *item {
+                RoundItem::Delta(delta) => {
+                    deltas_left -= 1;
+                    round.indexing = deltas_left > 0;
+                    match self.validate(delta, &round.index) {
+                        Ok(()) => Planned::Applied(round.delta(delta)),
+                        Err(error) => Planned::Refused(error),
+                    }
+                }
+                RoundItem::Append(request) => {
+                    round.indexing = deltas_left > 0;
+                    Planned::Appended(round.append(&request))
+                }
+                RoundItem::Columns(_) => {
+                    unreachable!("a delta in columns is planned by plan_columns or made events")
+                }
+            };
+            round.plan.planned.push(planned);
+        }
+        round.finish()
+    }
+
+    /// What [`State::validate`] checks a delta against after `earlier`
+    /// is planned in the same round.
+    #[cfg(test)]
+    pub(super) fn index_after(&self, earlier: &[RoundItem<'_>]) -> RoundIndex {
+        let mut round = Round::new(self);
+        round.indexing = true;
+        for item in earlier {
+            match *item {
+                RoundItem::Delta(delta) => {
+                    if self.validate(delta, &round.index).is_ok() {
+                        round.delta(delta);
+                    }
+                }
+                RoundItem::Append(request) => {
+                    let _ = round.append(&request);
+                }
+                RoundItem::Columns(_) => unreachable!("events only"),
+            }
+        }
+        round.index
+    }
+
+    /// Plans a round of deltas in columns as columns, with its appends in
+    /// order, if every delta is *clean*: no floor, one run per stream,
+    /// streams ascending, none this replica's own, each run from its
+    /// stream's head + 1 (as the deltas before it in the round leave it)
+    /// with nothing pending in the stream, stamps rising above the head's
+    /// up to `LAMPORT_MAX`, payloads within the limit, and room for the new
+    /// streams. Those are deltas the event path takes whole, each run as
+    /// one operation, and plans alike ([`State::plan_round`]). Anything
+    /// else is `None`: the caller plans the round as events, which validate
+    /// each delta and say why it is refused, if it is. So is every round
+    /// on a store on disk, which commits events (it would make them from
+    /// the columns, a copy more than making them over a delta's own
+    /// payloads). Changes nothing.
+    pub(crate) fn plan_columns<'d>(&self, items: &[RoundItem<'d>]) -> Option<Plan<'d>> {
+        if !self.log.is_in_memory() {
+            return None;
+        }
+        let mut round = Round::new(self);
+        // Per stream the round touched: its head and the head's stamp, as
+        // the round's runs so far leave them.
+        let mut heads: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
+        for item in items {
+            let planned = match *item {
+                RoundItem::Columns(columns) => {
+                    Planned::Applied(round.clean_columns(columns, &mut heads)?)
+                }
+                RoundItem::Append(request) => Planned::Appended(round.append(&request)),
+                RoundItem::Delta(_) => return None,
+            };
+            round.plan.planned.push(planned);
+        }
+        let new_streams: Vec<StreamId> = heads
+            .keys()
+            .copied()
+            .filter(|&stream| !self.log.has_stream(stream))
+            .collect();
+        if self
+            .check_streams(&RoundIndex::default(), new_streams.len())
+            .is_err()
+        {
+            return None;
+        }
+        let mut plan = round.finish();
+        plan.heads_after
+            .extend(heads.into_iter().map(|(stream, (head, _))| (stream, head)));
+        Some(plan)
+    }
+
+    /// Plans a compaction to `target` (per stream, clamped to the head: a
+    /// replica compacts only what it holds). Changes nothing.
+    pub(crate) fn plan_compact(&self, target: &VersionVector) -> Plan<'static> {
+        let mut plan = Plan {
+            pending_len_after: self.pending_len,
+            ..Plan::default()
+        };
+        plan.batch.clock = self.clock;
+        let mut report = CompactReport::default();
+        for (stream, target_seq) in target.iter() {
+            let Some(log) = self.log.stream(stream) else {
+                continue;
+            };
+            let floor_seq = target_seq.min(log.head());
+            if floor_seq > log.floor {
+                report.dropped += floor_seq - log.floor;
+                report.streams += 1;
+                plan.batch.floors.push((stream, floor_seq));
+                plan.ops.push(Op::Floor { stream, floor_seq });
+                plan.heads_after.push((stream, log.head()));
+            }
+        }
+        plan.compacted = Some(report);
+        plan
+    }
+
+    fn sim<'m, 's, 'd>(
+        &'s self,
+        sims: &'m mut BTreeMap<StreamId, SimStream<'s, 'd>>,
+        stream: StreamId,
+    ) -> &'m mut SimStream<'s, 'd> {
+        sims.entry(stream).or_insert_with(|| {
+            let log = self.log.stream(stream);
+            SimStream {
+                log,
+                floor: log.map_or(0, |log| log.floor),
+                head: log.map_or(0, StreamLog::head),
+                added: BTreeMap::new(),
+            }
+        })
+    }
+}
+
+impl<'s, 'd> Round<'s, 'd> {
+    fn new(state: &'s State) -> Self {
+        Round {
+            state,
+            sims: BTreeMap::new(),
+            clock: state.clock,
+            pending_len: state.pending_len,
+            plan: Plan::default(),
+            index: RoundIndex::default(),
+            indexing: false,
+        }
+    }
+
+    fn finish(mut self) -> Plan<'d> {
+        self.plan.batch.clock = self.clock;
+        self.plan.pending_len_after = self.pending_len;
+        self.plan.heads_after = self
+            .sims
+            .iter()
+            .map(|(&stream, sim)| (stream, sim.head))
+            .collect();
+        self.plan
+    }
+
+    /// Plans a validated delta: its floors, then its events in order.
+    fn delta(&mut self, delta: &'d Delta) -> ApplyReport {
+        let state = self.state;
+        let own = state.config.stream;
+        let mut report = ApplyReport::default();
+        for (stream, floor_seq) in delta.floor.iter() {
+            // A peer never compacts this replica's own stream (validated
+            // not to pass its head): its own events are its to keep.
+            if stream != own || state.recovering {
+                self.raise_floor(stream, floor_seq, &mut report);
+            }
+        }
+        let mut position = 0;
+        while position < delta.events.len() {
+            position = self.event_at(delta, position, &mut report);
+        }
+        if let Some(sim) = self.sims.get(&own) {
+            self.index.own_head = Some(sim.head);
+        }
+        report
+    }
+
+    /// Plans the event of `delta` at `position` (with the run it starts,
+    /// where it extends the head); answers the position after them.
+    fn event_at(&mut self, delta: &'d Delta, position: usize, report: &mut ApplyReport) -> usize {
+        let event = &delta.events[position];
+        let stream = event.stream;
+        let sim = self.state.sim(&mut self.sims, stream);
+        let no_early = sim.added.is_empty() && sim.log.is_none_or(StreamLog::has_no_early);
+        if no_early && Some(event.seq) == sim.head.checked_add(1) {
+            // A run extending the head, with nothing pending to release:
+            // held as one operation (validated, so its stamps rise).
+            let len = delta.events[position..]
+                .iter()
+                .enumerate()
+                .take_while(|(i, next)| {
+                    next.stream == stream && Some(next.seq) == event.seq.checked_add(*i as u64)
+                })
+                .count();
+            let run = &delta.events[position..position + len];
+            let last = &run[len - 1];
+            sim.head = last.seq;
+            self.clock = self.clock.max(last.lamport);
+            self.hold(stream, Cow::Borrowed(run), Source::Received);
+            report.applied += len as u64;
+            return position + len;
+        }
+        let pending = sim.added.contains_key(&event.seq)
+            || sim.log.is_some_and(|log| log.early(event.seq).is_some());
+        if event.seq <= sim.floor {
+            report.below_floor += 1;
+        } else if event.seq <= sim.head || pending {
+            report.duplicates += 1;
+        } else if Some(event.seq) == sim.head.checked_add(1) {
+            sim.head = event.seq;
+            self.clock = self.clock.max(event.lamport);
+            let run = &delta.events[position..=position];
+            self.hold(stream, Cow::Borrowed(run), Source::Received);
+            report.applied += 1;
+            self.release(stream, report);
+        } else if self.pending_len < self.state.config.pending_events_max {
+            sim.added.insert(event.seq, event);
+            self.plan.ops.push(Op::Hold(event.clone()));
+            self.pending_len += 1;
+            report.pending += 1;
+            if self.indexing {
+                self.note_stream(stream);
+                self.index.events.insert((stream, event.seq), event.clone());
+            }
+        } else {
+            report.dropped += 1;
+        }
+        position + 1
+    }
+
+    /// Adds a run of `stream`'s events to the plan, held from its head.
+    fn hold(&mut self, stream: StreamId, events: Cow<'d, [Event]>, source: Source) -> usize {
+        let run = self.plan.batch.add_events(events);
+        if self.plan.batch.run_len(run) == 0 {
+            return run;
+        }
+        self.plan.ops.push(Op::Events {
+            stream,
+            run,
+            source,
+        });
+        if self.indexing {
+            self.note_stream(stream);
+            for event in self.plan.batch.run(run) {
+                self.index
+                    .events
+                    .insert((event.stream, event.seq), event.clone());
+            }
+        }
+        run
+    }
+
+    /// Records that the round adds `stream` to the log, if it is new.
+    fn note_stream(&mut self, stream: StreamId) {
+        if !self.state.log.has_stream(stream) {
+            self.index.new_streams.insert(stream);
+        }
+    }
+
+    /// Raises `stream`'s floor to `floor_seq` at this point of the round:
+    /// the early events at or below it are discarded, the events the round
+    /// added at or below it are taken out of the plan (the store never
+    /// sees them: it deletes below the floors before it adds a batch's
+    /// events), and those above it follow the floor.
+    fn raise_floor(&mut self, stream: StreamId, floor_seq: u64, report: &mut ApplyReport) {
+        let sim = self.state.sim(&mut self.sims, stream);
+        if floor_seq <= sim.floor {
+            return;
+        }
+        let discarded = sim.log.map_or(0, |log| match sim.head.checked_add(1) {
+            Some(first) => log.early_count_in(first..=floor_seq),
+            None => 0,
+        });
+        let stale: Vec<u64> = sim.added.range(..=floor_seq).map(|(&seq, _)| seq).collect();
+        for seq in &stale {
+            sim.added.remove(seq);
+        }
+        self.pending_len -= discarded + stale.len();
+        sim.floor = floor_seq;
+        sim.head = sim.head.max(floor_seq);
+        self.index.floors.insert(stream, floor_seq);
+        // The batch records each stream's floor once, its highest.
+        match self
+            .plan
+            .batch
+            .floors
+            .iter_mut()
+            .find(|(s, _)| *s == stream)
+        {
+            Some(entry) => entry.1 = floor_seq,
+            None => self.plan.batch.floors.push((stream, floor_seq)),
+        }
+        let erased = self.take_events_of(stream);
+        self.plan.ops.push(Op::Floor { stream, floor_seq });
+        if self.indexing {
+            self.note_stream(stream);
+        }
+        for (run, source) in erased {
+            self.plan.batch.trim_run(run, floor_seq);
+            if self.plan.batch.run_len(run) > 0 {
+                self.plan.ops.push(Op::Events {
+                    stream,
+                    run,
+                    source,
+                });
+            }
+        }
+        report.floors_raised += 1;
+        self.release(stream, report);
+    }
+
+    /// Takes the operations holding `stream`'s events out of the plan, in
+    /// order (the batch keeps their runs).
+    fn take_events_of(&mut self, stream: StreamId) -> Vec<(usize, Source)> {
+        let mut taken = Vec::new();
+        let holds = |op: &Op| matches!(*op, Op::Events { stream: of, .. } if of == stream);
+        if !self.plan.ops.iter().any(holds) {
+            return taken;
+        }
+        self.plan.ops.retain(|op| match *op {
+            Op::Events {
+                stream: of,
+                run,
+                source,
+            } if of == stream => {
+                taken.push((run, source));
+                false
+            }
+            _ => true,
+        });
+        taken
+    }
+
+    /// Releases the early events that now follow `stream`'s head.
+    fn release(&mut self, stream: StreamId, report: &mut ApplyReport) {
+        loop {
+            let sim = self.state.sim(&mut self.sims, stream);
+            let Some(next) = sim.head.checked_add(1) else {
+                return;
+            };
+            let event = if let Some(event) = sim.added.remove(&next) {
+                event.clone()
+            } else if let Some(early) = sim.log.and_then(|log| log.early(next)) {
+                Event {
+                    stream,
+                    seq: next,
+                    lamport: early.lamport,
+                    time_ms: early.time_ms,
+                    payload: early.payload.clone(),
+                }
+            } else {
+                return;
+            };
+            sim.head = next;
+            self.clock = self.clock.max(event.lamport);
+            self.pending_len -= 1;
+            report.applied += 1;
+            self.hold(stream, Cow::Owned(vec![event]), Source::Released);
+        }
+    }
+
+    /// Plans a local append request at this point of the round: stamped
+    /// from the clock as the requests before it leave it.
+    fn append(&mut self, request: &AppendRequest) -> Result<usize, ReplicaError> {
+        let state = self.state;
+        let stream = state.config.stream;
+        let sim = state.sim(&mut self.sims, stream);
+        let mut head = sim.head;
+        state.check_append(request.payloads, head, self.clock)?;
+        let mut events = Vec::with_capacity(request.payloads.len());
+        for payload in request.payloads {
+            head += 1;
+            self.clock += 1;
+            // An early event of our own stream (left from a recovery) is
+            // replaced by ours.
+            if sim.log.is_some_and(|log| log.early(head).is_some()) {
+                self.pending_len -= 1;
+            }
+            events.push(Event {
+                stream,
+                seq: head,
+                lamport: self.clock,
+                time_ms: request.time_ms,
+                payload: payload.clone(),
+            });
+        }
+        sim.head = head;
+        self.index.own_head = Some(head);
+        Ok(self.hold(stream, Cow::Owned(events), Source::Appended))
+    }
+
+    /// Plans a delta in columns, if it is clean (see
+    /// [`State::plan_columns`]), against `heads` as the round leaves them.
+    fn clean_columns(
+        &mut self,
+        columns: &'d DeltaColumns,
+        heads: &mut BTreeMap<StreamId, (u64, u64)>,
+    ) -> Option<ApplyReport> {
+        let state = self.state;
+        if !columns.floor.is_empty() {
+            return None;
+        }
+        let mut report = ApplyReport::default();
+        let mut previous: Option<StreamId> = None;
+        for run in columns.run_parts() {
+            let stream = run.stream;
+            if stream == state.config.stream || previous.is_some_and(|before| before >= stream) {
+                return None;
+            }
+            previous = Some(stream);
+            let log = state.log.stream(stream);
+            if log.is_some_and(|log| !log.has_no_early()) {
+                return None;
+            }
+            let floor_seq = state.floor.get(stream);
+            let (head, head_lamport) = match heads.get(&stream) {
+                Some(&planned) => planned,
+                None => {
+                    let head = log.map_or(0, StreamLog::head);
+                    let lamport = if head > floor_seq {
+                        state.log.known_lamport(log?, head).ok()?.unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    (head, lamport)
+                }
+            };
+            if run.len() == 0 {
+                return None;
+            }
+            let last_lamport = run.last_lamport();
+            if head.checked_add(1) != Some(run.first_seq)
+                || run.first_seq <= floor_seq
+                || run.first_seq.checked_add(run.len() as u64 - 1).is_none()
+                || run.lamports.get(0) <= head_lamport
+                || last_lamport > crate::LAMPORT_MAX
+                || !run.lamports.rises(true)
+                || run.has_payload_over(state.config.payload_bytes_max)
+            {
+                return None;
+            }
+            heads.insert(stream, (run.last_seq(), last_lamport));
+            self.clock = self.clock.max(last_lamport);
+            report.applied += run.len() as u64;
+            let run = self.plan.batch.add_columns(run);
+            self.plan.ops.push(Op::Events {
+                stream,
+                run,
+                source: Source::Received,
+            });
+        }
+        Some(report)
+    }
+}

@@ -1,0 +1,643 @@
+//! Validation: whether a delta may be accepted against the state and the
+//! requests planned before it in its round. Changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
+
+use meshlog_cursor::StreamId;
+
+use super::{read_error, State};
+use crate::log::StreamLog;
+use crate::{Admission, Cut, Delta, DeltaColumns, DeltaError, Event, Limit, ReplicaError};
+
+/// What the requests planned earlier in a round (group commit) changed,
+/// as a later delta of the round must see it: with the state, what
+/// applying them one by one would have left (`replica/tests/round_fold.rs`).
+/// Filled by the planner as it folds the round.
+#[derive(Debug, Default)]
+pub(crate) struct RoundIndex {
+    /// Events the round holds or keeps pending, by name (kept only while a
+    /// later delta of the round may be checked against them).
+    pub(super) events: BTreeMap<(StreamId, u64), Event>,
+    /// Streams the round adds to the log.
+    pub(super) new_streams: BTreeSet<StreamId>,
+    /// Floors the round raises.
+    pub(super) floors: BTreeMap<StreamId, u64>,
+    /// The own stream's head, once the round moved it.
+    pub(super) own_head: Option<u64>,
+}
+
+impl RoundIndex {
+    fn floor(&self, stream: StreamId) -> u64 {
+        self.floors.get(&stream).copied().unwrap_or(0)
+    }
+
+    fn lamport(&self, stream: StreamId, seq: u64) -> Option<u64> {
+        self.events.get(&(stream, seq)).map(|event| event.lamport)
+    }
+}
+
+/// Why a change is refused: the stream and the seqs it concerns, and the
+/// rule broken (as the caller is told it). What every validation path
+/// answers: a delta's floors and runs, and local appends.
+#[derive(Debug)]
+pub(crate) struct Rejection {
+    /// The stream concerned.
+    pub(crate) stream: StreamId,
+    /// The seqs concerned (a floor's seq, for a floor).
+    pub(crate) seqs: RangeInclusive<u64>,
+    /// The rule broken.
+    pub(crate) rule: ReplicaError,
+}
+
+impl Rejection {
+    fn at(stream: StreamId, seqs: RangeInclusive<u64>) -> impl FnOnce(ReplicaError) -> Self {
+        move |rule| Rejection { stream, seqs, rule }
+    }
+
+    fn of(event: &Event) -> impl FnOnce(ReplicaError) -> Self {
+        Rejection::at(event.stream, event.seq..=event.seq)
+    }
+}
+
+impl From<Rejection> for ReplicaError {
+    fn from(rejection: Rejection) -> Self {
+        rejection.rule
+    }
+}
+
+/// One delta being validated: against the state, and what the round
+/// planned before it; its events by name.
+struct Check<'a> {
+    state: &'a State,
+    round: &'a RoundIndex,
+    delta: &'a Delta,
+    /// The delta's events by name: two versions of one name sit side by
+    /// side, and so do an event and its neighbours in the same delta, so
+    /// every check is against the log, the round, or an adjacent entry,
+    /// whatever order the events came in.
+    by_name: Vec<&'a Event>,
+    own: StreamId,
+    own_head: u64,
+}
+
+impl State {
+    /// Checks a delta against this state and the requests planned earlier
+    /// in the same round, changing nothing: its floors, then each run of
+    /// its events (one stream, consecutive seqs; an event alone is a run
+    /// of one), then the streams it adds.
+    pub(crate) fn validate(&self, delta: &Delta, round: &RoundIndex) -> Result<(), Rejection> {
+        self.validate_with(delta, round, true)
+    }
+
+    /// [`State::validate`]; `runs` lets clean runs be checked as runs
+    /// (off only in the test that compares both ways).
+    pub(super) fn validate_with(
+        &self,
+        delta: &Delta,
+        round: &RoundIndex,
+        runs: bool,
+    ) -> Result<(), Rejection> {
+        let own = self.config.stream;
+        let check = Check {
+            state: self,
+            round,
+            delta,
+            by_name: sorted_by_name(&delta.events),
+            own,
+            own_head: round.own_head.unwrap_or_else(|| self.log.head(own)),
+        };
+        check.floors()?;
+        let mut start = 0;
+        while start < check.by_name.len() {
+            let end = check.run_end(start);
+            check.run(start, end, runs)?;
+            start = end;
+        }
+        check.streams()
+    }
+
+    /// A local append request of `len` events after `own_head`, at
+    /// `clock`: refused while recovering, for a payload above the limit,
+    /// or when the seqs or the clock would pass `u64::MAX`.
+    pub(super) fn check_append(
+        &self,
+        payloads: &[bytes::Bytes],
+        own_head: u64,
+        clock: u64,
+    ) -> Result<(), Rejection> {
+        let stream = self.config.stream;
+        let len = payloads.len() as u64;
+        let reject = Rejection::at(
+            stream,
+            own_head.saturating_add(1)..=own_head.saturating_add(len),
+        );
+        if self.recovering {
+            return Err(reject(ReplicaError::Recovering {
+                stream,
+                head: own_head,
+            }));
+        }
+        if let Some(payload) = payloads
+            .iter()
+            .find(|payload| self.check_payload(stream, payload.len()).is_err())
+        {
+            return Err(reject(
+                self.check_payload(stream, payload.len()).unwrap_err(),
+            ));
+        }
+        if own_head.checked_add(len).is_none() || clock.checked_add(len).is_none() {
+            return Err(reject(ReplicaError::ClockExhausted { stream }));
+        }
+        Ok(())
+    }
+
+    /// The payload limit, for appends and received events alike.
+    pub(super) fn check_payload(&self, stream: StreamId, len: usize) -> Result<(), ReplicaError> {
+        if len > self.config.payload_bytes_max {
+            return Err(ReplicaError::PayloadTooLarge {
+                stream,
+                len,
+                limit: self.config.payload_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// How many streams count toward `streams_max`: every stream held,
+    /// those the round adds, and the own stream, whose slot is always
+    /// reserved (see [`Config::streams_max`](crate::Config::streams_max)).
+    pub(crate) fn streams_counted(&self, round: &RoundIndex) -> usize {
+        let own = self.config.stream;
+        let own_reserved = !self.log.has_stream(own) && !round.new_streams.contains(&own);
+        self.log.stream_count() + round.new_streams.len() + usize::from(own_reserved)
+    }
+
+    /// The stream limit, for `new` streams a change would add (none held,
+    /// none the round adds, not the own): refused beyond `streams_max`. A
+    /// replica already beyond it (an operator lowered the limit) keeps
+    /// what it holds and refuses only more.
+    pub(super) fn check_streams(&self, round: &RoundIndex, new: usize) -> Result<(), ReplicaError> {
+        self.check_streams_from(self.streams_counted(round), new)
+    }
+
+    /// [`State::check_streams`] from `counted` streams.
+    fn check_streams_from(&self, counted: usize, new: usize) -> Result<(), ReplicaError> {
+        let streams = counted + new;
+        if new > 0 && streams > self.config.streams_max {
+            return Err(ReplicaError::TooManyStreams {
+                streams,
+                limit: self.config.streams_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// How much of `columns` the limits take: the streams that fit (as
+    /// [`State::check_streams`] counts them, in the delta's order) and,
+    /// per stream, the events up to the first payload over the limit (as
+    /// [`State::check_payload`] judges it). What apply would refuse for a
+    /// limit is cut; nothing else is judged.
+    pub(crate) fn admission(&self, columns: &DeltaColumns) -> Admission {
+        let own = self.config.stream;
+        let mut counted = self.streams_counted(&RoundIndex::default());
+        let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
+        let mut cuts: BTreeMap<StreamId, Cut> = BTreeMap::new();
+        let mut admit = |stream: StreamId, from_seq: u64, cuts: &mut BTreeMap<StreamId, Cut>| {
+            let new = stream != own && !self.log.has_stream(stream) && admitted.insert(stream);
+            if new && self.check_streams_from(counted, 1).is_err() {
+                let limit = Limit::StreamsMax {
+                    limit: self.config.streams_max,
+                };
+                cuts.insert(
+                    stream,
+                    Cut {
+                        stream,
+                        from_seq,
+                        limit,
+                    },
+                );
+                return false;
+            }
+            counted += usize::from(new);
+            true
+        };
+        for (stream, _) in columns.floor.iter() {
+            admit(stream, 0, &mut cuts);
+        }
+        let mut index = 0;
+        for run in columns.runs() {
+            let (stream, first_index) = (run.stream, index);
+            index += run.len;
+            if cuts.contains_key(&stream) || !admit(stream, run.first_seq, &mut cuts) {
+                continue;
+            }
+            let over = (0..run.len).find_map(|i| {
+                let len = columns.payload(first_index + i).len();
+                self.check_payload(stream, len).err().map(|_| (i, len))
+            });
+            if let Some((i, len)) = over {
+                let limit = Limit::PayloadBytesMax {
+                    len,
+                    limit: self.config.payload_bytes_max,
+                };
+                let from_seq = run.first_seq + i as u64;
+                cuts.insert(
+                    stream,
+                    Cut {
+                        stream,
+                        from_seq,
+                        limit,
+                    },
+                );
+            }
+        }
+        Admission {
+            cuts: cuts.into_values().collect(),
+        }
+    }
+}
+
+impl Check<'_> {
+    /// The delta's floors: none above `LAMPORT_MAX`, none for the own
+    /// stream above its head (outside recovery).
+    fn floors(&self) -> Result<(), Rejection> {
+        let own = self.own;
+        let own_floor = self.delta.floor.get(own);
+        if !self.state.recovering && own_floor > self.own_head {
+            let rule = DeltaError::OwnFloorAboveHead {
+                stream: own,
+                floor: own_floor,
+                head: self.own_head,
+            };
+            return Err(Rejection::at(own, own_floor..=own_floor)(rule.into()));
+        }
+        // Lamports rise with seq from at least 1, so no stream can hold a
+        // seq above LAMPORT_MAX: a floor above it would only erase a
+        // stream's future (every event at or below a floor is ignored).
+        let too_large = self
+            .delta
+            .floor
+            .iter()
+            .find(|&(_, floor)| floor > crate::LAMPORT_MAX);
+        if let Some((stream, floor)) = too_large {
+            let rule = DeltaError::FloorTooLarge {
+                stream,
+                floor,
+                max: crate::LAMPORT_MAX,
+            };
+            return Err(Rejection::at(stream, floor..=floor)(rule.into()));
+        }
+        Ok(())
+    }
+
+    /// Where the run of `by_name` that starts at `start` ends: one stream,
+    /// consecutive seqs (another version of a seq starts the next run).
+    fn run_end(&self, start: usize) -> usize {
+        let first = self.by_name[start];
+        let mut end = start + 1;
+        while let Some(event) = self.by_name.get(end) {
+            let expected = first.seq.checked_add((end - start) as u64);
+            if event.stream != first.stream || Some(event.seq) != expected {
+                break;
+            }
+            end += 1;
+        }
+        end
+    }
+
+    /// The run `by_name[start..end]`: whole if it is clean
+    /// ([`Check::clean`]), else event by event.
+    fn run(&self, start: usize, end: usize, runs: bool) -> Result<(), Rejection> {
+        let log = self.state.log.stream(self.by_name[start].stream);
+        if runs && self.clean(start, end, log)? {
+            return Ok(());
+        }
+        for index in start..end {
+            self.event(index, log)?;
+        }
+        Ok(())
+    }
+
+    /// The seq at or below which `stream`'s events are ignored: the
+    /// state's floor, the round's, the delta's (but a peer's floor for
+    /// the own stream, outside recovery).
+    fn floor_seq(&self, stream: StreamId) -> u64 {
+        let delta_floor = if stream == self.own && !self.state.recovering {
+            0
+        } else {
+            self.delta.floor.get(stream)
+        };
+        let floor = self.state.floor.get(stream).max(self.round.floor(stream));
+        floor.max(delta_floor)
+    }
+
+    /// The lamport of `seq` of `stream` held or pending in the log, or
+    /// planned earlier in the round.
+    fn known_lamport(
+        &self,
+        log: Option<&StreamLog>,
+        stream: StreamId,
+        seq: u64,
+    ) -> Result<Option<u64>, ReplicaError> {
+        let known = match log {
+            Some(log) => self.state.log.known_lamport(log, seq).map_err(read_error)?,
+            None => None,
+        };
+        Ok(known.or_else(|| self.round.lamport(stream, seq)))
+    }
+
+    /// One event: its limits, then (above the floor) its name and its
+    /// neighbours.
+    fn event(&self, index: usize, log: Option<&StreamLog>) -> Result<(), Rejection> {
+        let event = self.by_name[index];
+        self.event_limits(event).map_err(Rejection::of(event))?;
+        if event.seq <= self.floor_seq(event.stream) {
+            return Ok(());
+        }
+        self.same_name(index, log).map_err(Rejection::of(event))?;
+        self.neighbours(index, log).map_err(Rejection::of(event))
+    }
+
+    /// What an event may be at all: a seq from 1, a stamp and a payload
+    /// within the limits, not the own stream beyond its head (outside
+    /// recovery).
+    fn event_limits(&self, event: &Event) -> Result<(), ReplicaError> {
+        let stream = event.stream;
+        if event.seq == 0 {
+            return Err(DeltaError::ZeroSeq { stream }.into());
+        }
+        check_lamport_max(event)?;
+        self.state.check_payload(stream, event.payload.len())?;
+        if stream == self.own && !self.state.recovering && event.seq > self.own_head {
+            let rule = DeltaError::OwnStreamAhead {
+                stream,
+                seq: event.seq,
+                head: self.own_head,
+            };
+            return Err(rule.into());
+        }
+        Ok(())
+    }
+
+    /// Any other version of the event's name, held, pending, planned
+    /// earlier in the round, or in this delta (the entry before, once
+    /// sorted), must be this very event.
+    fn same_name(&self, index: usize, log: Option<&StreamLog>) -> Result<(), ReplicaError> {
+        let event = self.by_name[index];
+        let (stream, seq) = (event.stream, event.seq);
+        let same_as_held = match log {
+            Some(log) => self.state.log.known_is(log, event).map_err(read_error)?,
+            None => true,
+        };
+        let same_as_round = self
+            .round
+            .events
+            .get(&(stream, seq))
+            .is_none_or(|other| other == event);
+        let previous = index.checked_sub(1).map(|i| self.by_name[i]);
+        let same_as_offered = previous
+            .filter(|other| other.stream == stream && other.seq == seq)
+            .is_none_or(|other| other == event);
+        if same_as_held && same_as_round && same_as_offered {
+            return Ok(());
+        }
+        Err(DeltaError::Equivocation { stream, seq }.into())
+    }
+
+    /// Lamport rises with seq against every neighbour known: held,
+    /// pending, planned in the round, or the nearest entries of this delta
+    /// either side (past repeats of this very name).
+    fn neighbours(&self, index: usize, log: Option<&StreamLog>) -> Result<(), ReplicaError> {
+        let event = self.by_name[index];
+        let stream = event.stream;
+        let in_delta = |seq: u64, entries: &mut dyn Iterator<Item = &&Event>| {
+            entries
+                .take_while(|other| other.stream == stream)
+                .find(|other| other.seq != event.seq)
+                .filter(|other| other.seq == seq)
+                .map(|other| other.lamport)
+        };
+        let below = event.seq - 1;
+        if below > self.floor_seq(stream) {
+            let known = self.known_lamport(log, stream, below)?;
+            let lamport =
+                known.or_else(|| in_delta(below, &mut self.by_name[..index].iter().rev()));
+            if let Some(lamport) = lamport {
+                check_rising(event, below, lamport)?;
+            }
+        }
+        if let Some(above) = event.seq.checked_add(1) {
+            let known = self.known_lamport(log, stream, above)?;
+            let lamport = known.or_else(|| in_delta(above, &mut self.by_name[index + 1..].iter()));
+            if let Some(lamport) = lamport {
+                check_rising(event, above, lamport)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks, in O(1) reads of the log, the run `by_name[start..end]` if
+    /// it is *clean*: from its stream's head + 1, above every floor, every
+    /// event within the limits and stamped above the one before, no other
+    /// version of any of its seqs pending or in the round, not this
+    /// replica's own stream (outside recovery), and no other version of
+    /// its ends next to it in the delta. Answers whether it was, having
+    /// made every check the per-event path makes on it (and refused the
+    /// delta with the same rejection, if one fails at the run's ends); a
+    /// run that is not goes event by event, so that what is refused, and
+    /// why, do not change.
+    fn clean(&self, start: usize, end: usize, log: Option<&StreamLog>) -> Result<bool, Rejection> {
+        let (first, last) = (self.by_name[start], self.by_name[end - 1]);
+        let stream = first.stream;
+        let head = log.map_or(0, StreamLog::head);
+        let floor_seq = self.floor_seq(stream);
+        let before = start.checked_sub(1).map(|i| self.by_name[i]);
+        let same_name = |other: &&Event, seq: u64| other.stream == stream && other.seq == seq;
+        if (stream == self.own && !self.state.recovering)
+            || head.checked_add(1) != Some(first.seq)
+            || first.seq <= floor_seq
+            || before.is_some_and(|other| same_name(&other, first.seq))
+            || self
+                .by_name
+                .get(end)
+                .is_some_and(|other| same_name(other, last.seq))
+            || !self.within_limits_and_rising(&self.by_name[start..end])
+            || log.is_some_and(|log| log.early_count_in(first.seq..=last.seq) > 0)
+            || (self.round.events)
+                .range((stream, first.seq)..=(stream, last.seq))
+                .next()
+                .is_some()
+        {
+            return Ok(false);
+        }
+        // The neighbours outside the run, as the per-event path finds them:
+        // held (or pending), in the round, or in the delta next to it (the
+        // entry after the run is not `last + 1`: the run would hold it).
+        let below = first.seq - 1;
+        if below > floor_seq {
+            let known = self.known_lamport(log, stream, below);
+            let known = known.map_err(Rejection::of(first))?;
+            let lamport = known.or_else(|| {
+                before
+                    .filter(|other| same_name(other, below))
+                    .map(|other| other.lamport)
+            });
+            if let Some(lamport) = lamport {
+                check_rising(first, below, lamport).map_err(Rejection::of(first))?;
+            }
+        }
+        if let Some(above) = last.seq.checked_add(1) {
+            let known = self.known_lamport(log, stream, above);
+            if let Some(lamport) = known.map_err(Rejection::of(last))? {
+                check_rising(last, above, lamport).map_err(Rejection::of(last))?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether every event of a run is within the stamp and payload limits
+    /// and stamped above the one before.
+    fn within_limits_and_rising(&self, run: &[&Event]) -> bool {
+        let mut previous: Option<&Event> = None;
+        run.iter().all(|&event| {
+            let fits = check_lamport_max(event).is_ok()
+                && self
+                    .state
+                    .check_payload(event.stream, event.payload.len())
+                    .is_ok()
+                && previous.is_none_or(|p| check_rising(event, p.seq, p.lamport).is_ok());
+            previous = Some(event);
+            fits
+        })
+    }
+
+    /// The streams the delta adds (named by its floor or its events; not
+    /// held, not added earlier in the round, not the own): within the
+    /// limit, or the delta is refused naming the last that does not fit.
+    fn streams(&self) -> Result<(), Rejection> {
+        let state = self.state;
+        let mut new: Vec<StreamId> = self.delta.floor.iter().map(|(stream, _)| stream).collect();
+        let mut previous = None;
+        for event in &self.by_name {
+            if previous != Some(event.stream) {
+                previous = Some(event.stream);
+                new.push(event.stream);
+            }
+        }
+        new.retain(|&stream| {
+            stream != self.own
+                && !state.log.has_stream(stream)
+                && !self.round.new_streams.contains(&stream)
+        });
+        new.sort_unstable();
+        new.dedup();
+        state.check_streams(self.round, new.len()).map_err(|rule| {
+            let stream = *new.last().expect("only new streams are refused");
+            Rejection::at(stream, self.seqs_of(stream))(rule)
+        })
+    }
+
+    /// The seqs the delta carries of `stream` (its floor, if none).
+    fn seqs_of(&self, stream: StreamId) -> RangeInclusive<u64> {
+        let mut seqs = self
+            .by_name
+            .iter()
+            .filter(|e| e.stream == stream)
+            .map(|e| e.seq);
+        let floor = self.delta.floor.get(stream);
+        let first = seqs.next().unwrap_or(floor);
+        first..=seqs.next_back().unwrap_or(first)
+    }
+}
+
+/// The one lamport-order rule: within a stream, lamport rises with seq.
+/// Judges `event` against a neighbour of its stream, below or above it.
+pub(super) fn check_rising(
+    event: &Event,
+    neighbour_seq: u64,
+    neighbour_lamport: u64,
+) -> Result<(), ReplicaError> {
+    let rises = if neighbour_seq < event.seq {
+        neighbour_lamport < event.lamport
+    } else {
+        event.lamport < neighbour_lamport
+    };
+    if rises {
+        Ok(())
+    } else {
+        Err(lamport_error(event, neighbour_seq, neighbour_lamport))
+    }
+}
+
+/// The stamp limit: no received event above
+/// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
+fn check_lamport_max(event: &Event) -> Result<(), ReplicaError> {
+    if event.lamport > crate::LAMPORT_MAX {
+        let rule = DeltaError::LamportTooLarge {
+            stream: event.stream,
+            seq: event.seq,
+            lamport: event.lamport,
+            max: crate::LAMPORT_MAX,
+        };
+        return Err(rule.into());
+    }
+    Ok(())
+}
+
+/// A delta's events sorted by name, `(stream, seq)`.
+///
+/// A delta lists each stream's events in seq order, interleaved across
+/// streams by lamport; so its events are grouped by stream in one pass
+/// (O(n), a lookup only when the stream changes) and the groups put in
+/// stream order. Only when some stream's seqs do not strictly rise (a
+/// repeat or a disorder, i.e. a delta from a faulty or hostile peer) is the
+/// whole delta sorted instead, exactly as before, so that equal names come
+/// out in the order they always did.
+pub(super) fn sorted_by_name(events: &[Event]) -> Vec<&Event> {
+    let name = |event: &Event| (event.stream, event.seq);
+    let mut sorted: Vec<&Event> = Vec::with_capacity(events.len());
+    if events.is_sorted_by(|a, b| name(a) < name(b)) {
+        sorted.extend(events);
+        return sorted;
+    }
+    let mut slots: BTreeMap<StreamId, usize> = BTreeMap::new();
+    let mut groups: Vec<(StreamId, Vec<&Event>)> = Vec::new();
+    let mut current: Option<(StreamId, usize)> = None;
+    for event in events {
+        let slot = match current {
+            Some((stream, slot)) if stream == event.stream => slot,
+            _ => {
+                let slot = *slots.entry(event.stream).or_insert_with(|| {
+                    groups.push((event.stream, Vec::new()));
+                    groups.len() - 1
+                });
+                current = Some((event.stream, slot));
+                slot
+            }
+        };
+        let group = &mut groups[slot].1;
+        if group.last().is_some_and(|last| last.seq >= event.seq) {
+            sorted.extend(events);
+            sorted.sort_unstable_by_key(|event| name(event));
+            return sorted;
+        }
+        group.push(event);
+    }
+    groups.sort_unstable_by_key(|(stream, _)| *stream);
+    for (_, group) in groups {
+        sorted.extend(group);
+    }
+    sorted
+}
+
+fn lamport_error(event: &Event, neighbour_seq: u64, neighbour_lamport: u64) -> ReplicaError {
+    DeltaError::LamportNotRising {
+        stream: event.stream,
+        seq: event.seq,
+        lamport: event.lamport,
+        neighbour_seq,
+        neighbour_lamport,
+    }
+    .into()
+}
