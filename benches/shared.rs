@@ -17,8 +17,24 @@
 //!    100,000 events/s. Every acknowledged event was fsynced by `DiskStore`.
 //!    Two rows that are not goals run the same callers on `MemStore`, whose
 //!    commit costs nothing: what the handle itself allows on this machine.
+//! 3. **In-memory appends beside yrs** (issue 28): W writers, each its own
+//!    replica, append E events of 32 bytes one call at a time, writer after
+//!    writer on one thread: through `SharedReplica::in_memory` (the goal
+//!    row), through `SharedReplica::new` over a `MemStore` (a committer
+//!    thread: a hand-off per append) and through the single-owner
+//!    `Replica::append`; beside yrs, each writer its own doc appending each
+//!    event to a `YArray` (`Any::Buffer`, as the converge bench does) in a
+//!    transaction of its own: an append observable on its own, as
+//!    meshlog's is. (All of a writer's events in one transaction, as the
+//!    converge bench does for its few thousand, grows quadratic in yrs
+//!    0.28: 2.3 GB and 0.002 M events/s at 10,000 events per writer; not a
+//!    row.) Best of three passes each, interleaved. Goal: the shared
+//!    handle in memory at least yrs's rate in the same run.
 //!
-//! Run: `cargo bench -p meshlog-bench --bench shared`.
+//! Run: `cargo bench -p meshlog-bench --bench shared`; with the argument
+//! `appends`, only part 3 (`cargo bench -p meshlog-bench --bench shared --
+//! appends`; `MESHLOG_BENCH_WRITERS` and `MESHLOG_BENCH_EVENTS`, default 4
+//! and 100,000 events per writer).
 //! `MESHLOG_BENCH_SECONDS` sets each run's length (default 2),
 //! `MESHLOG_BENCH_LOG` the events in the log before the read-latency runs
 //! (default 100,000). Figures are recorded in docs/BENCHMARKS.md ("The
@@ -49,6 +65,10 @@ const EVENTS_PER_S_GOAL: f64 = 100_000.0;
 const READ_P99_GOAL: Duration = Duration::from_millis(1);
 
 fn main() {
+    if std::env::args().skip(1).any(|arg| arg == "appends") {
+        appends::run();
+        return;
+    }
     let seconds = env_number("MESHLOG_BENCH_SECONDS", 2);
     let log_len = env_number("MESHLOG_BENCH_LOG", 100_000);
     let run = Duration::from_secs(seconds);
@@ -161,6 +181,9 @@ fn main() {
             met(row.events_per_s >= EVENTS_PER_S_GOAL)
         );
     }
+
+    println!();
+    appends::run();
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -705,4 +728,134 @@ fn rate_run<S: Store + Send + Sync + 'static>(
         },
     );
     row
+}
+
+/// Part 3: in-memory appends, one call per event, beside yrs (see the
+/// module docs).
+mod appends {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use bytes::Bytes;
+    use meshlog_cursor::StreamId;
+    use meshlog_replica::{Replica, SharedReplica};
+    use yrs::{Any, Array, Doc, Transact};
+
+    use super::env_number;
+
+    /// The converge bench's event size.
+    const EVENT_BYTES: usize = 32;
+    const PASSES: usize = 3;
+
+    #[derive(Clone, Copy)]
+    enum System {
+        SharedInMemory,
+        SharedThread,
+        Owned,
+        Yrs,
+    }
+
+    impl System {
+        const ALL: [System; 4] = [
+            System::SharedInMemory,
+            System::SharedThread,
+            System::Owned,
+            System::Yrs,
+        ];
+
+        fn name(self) -> &'static str {
+            match self {
+                System::SharedInMemory => "SharedReplica::in_memory",
+                System::SharedThread => "SharedReplica::new(MemStore)",
+                System::Owned => "Replica::append (owned)",
+                System::Yrs => "yrs (txn per event)",
+            }
+        }
+    }
+
+    /// The 32 bytes of writer `writer`'s event `seq` (distinct per event).
+    fn event(writer: u64, seq: u64) -> [u8; EVENT_BYTES] {
+        let mut out = [0u8; EVENT_BYTES];
+        out[..8].copy_from_slice(&writer.to_le_bytes());
+        out[8..16].copy_from_slice(&seq.to_le_bytes());
+        out
+    }
+
+    /// Events per second of one pass of `system`: `writers` writers of
+    /// `events` appends each, writer after writer.
+    fn pass(system: System, writers: u64, events: u64) -> f64 {
+        let start = Instant::now();
+        for writer in 1..=writers {
+            let stream = StreamId::new(writer);
+            match system {
+                System::SharedInMemory => {
+                    let shared = SharedReplica::in_memory(stream);
+                    for seq in 1..=events {
+                        let payload = Bytes::copy_from_slice(&event(writer, seq));
+                        shared.append(payload).expect("append");
+                    }
+                    assert_eq!(shared.marks().get(stream), events);
+                }
+                System::SharedThread => {
+                    let shared = SharedReplica::new(Replica::new(stream));
+                    for seq in 1..=events {
+                        let payload = Bytes::copy_from_slice(&event(writer, seq));
+                        shared.append(payload).expect("append");
+                    }
+                    assert_eq!(shared.marks().get(stream), events);
+                }
+                System::Owned => {
+                    let mut replica = Replica::new(stream);
+                    for seq in 1..=events {
+                        let payload = Bytes::copy_from_slice(&event(writer, seq));
+                        replica.append(payload).expect("append");
+                    }
+                    assert_eq!(replica.marks().get(stream), events);
+                }
+                System::Yrs => {
+                    let doc = Doc::with_client_id(writer);
+                    let array = doc.get_or_insert_array("log");
+                    for seq in 1..=events {
+                        let payload = Any::Buffer(Arc::from(&event(writer, seq)[..]));
+                        array.push_back(&mut doc.transact_mut(), payload);
+                    }
+                    assert_eq!(u64::from(array.len(&doc.transact())), events);
+                }
+            }
+        }
+        (writers * events) as f64 / start.elapsed().as_secs_f64()
+    }
+
+    pub(super) fn run() {
+        let writers = env_number("MESHLOG_BENCH_WRITERS", 4);
+        let events = env_number("MESHLOG_BENCH_EVENTS", 100_000);
+        println!(
+            "3. in-memory appends, one call per {EVENT_BYTES}-byte event: {writers} writers x {events} events, best of {PASSES} passes"
+        );
+        let mut best = [0f64; System::ALL.len()];
+        for _ in 0..PASSES {
+            for (index, system) in System::ALL.into_iter().enumerate() {
+                best[index] = best[index].max(pass(system, writers, events));
+            }
+        }
+        let yrs = best[System::ALL.len() - 1];
+        println!("{:<30} {:>12} {:>12}", "system", "M events/s", "x yrs");
+        for (index, system) in System::ALL.into_iter().enumerate() {
+            println!(
+                "{:<30} {:>12.3} {:>12.2}",
+                system.name(),
+                best[index] / 1e6,
+                best[index] / yrs
+            );
+        }
+        let shared = best[0];
+        println!("goal");
+        println!(
+            "  SharedReplica::in_memory appends at least yrs's rate: {:.3} vs {:.3} M/s ({:.2}x): {}",
+            shared / 1e6,
+            yrs / 1e6,
+            shared / yrs,
+            if shared >= yrs { "met" } else { "not met" }
+        );
+    }
 }

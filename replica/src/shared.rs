@@ -27,7 +27,10 @@
 //! than its last round held, it waits up to 300 µs for the callers it just
 //! answered, so rounds stay full. With [`Commits::Inline`] the caller
 //! commits the queue itself under the writer lock (for a store whose commit
-//! never blocks, such as [`MemStore`]).
+//! never blocks, such as [`MemStore`]); an append that finds nothing queued
+//! there skips the round's machinery (no request, answer slot or round
+//! plan of its own) and commits at the single-owner [`Replica`]'s cost
+//! (`Inner::append_inline`).
 //!
 //! # Change notification
 //!
@@ -235,6 +238,9 @@ struct Published {
     change: Change,
     /// The digest last answered (what a poisoned handle answers).
     digest: Digest,
+    /// Callers of `wait_for_change` asleep on `published_changed`: an
+    /// append with none skips the wake-up (a system call).
+    waiters: usize,
 }
 
 #[derive(Default)]
@@ -398,6 +404,23 @@ impl<T> Future for Completion<T> {
 }
 
 impl<T> Completion<T> {
+    /// A write answered already (the append fast path): no one else
+    /// touches its slot.
+    fn ready(outcome: Outcome, extract: fn(Outcome) -> T) -> Completion<T> {
+        let slot = Slot {
+            state: Mutex::new(SlotState {
+                outcome: Some(outcome),
+                waker: None,
+                done: true,
+            }),
+            changed: Condvar::new(),
+        };
+        Completion {
+            slot: Arc::new(slot),
+            extract,
+        }
+    }
+
     /// Blocks the calling thread until the write is answered.
     pub fn wait(self) -> T {
         (self.extract)(self.slot.wait())
@@ -466,6 +489,7 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
                 floor: state.floor().clone(),
             },
             digest: state.digest(),
+            waiters: 0,
         };
         let inner = Arc::new(Inner {
             stream: state.config().stream,
@@ -507,7 +531,7 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     /// once it is durable. Blocks the calling thread; from async code use
     /// [`SharedReplica::append_async`].
     pub fn append(&self, payload: impl Into<Bytes>) -> Result<Event, ReplicaError> {
-        self.append_async(payload).wait()
+        self.append_one(payload.into(), now_ms())
     }
 
     /// Appends a local event with an explicit wall-clock time.
@@ -516,18 +540,35 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         payload: impl Into<Bytes>,
         time_ms: u64,
     ) -> Result<Event, ReplicaError> {
-        let work = Work::Append {
-            payloads: vec![payload.into()],
-            time_ms,
-        };
-        self.submit(work, appended_one).wait()
+        self.append_one(payload.into(), time_ms)
     }
 
     /// Appends several events in one commit: all or none, contiguous in
     /// this replica's stream. Blocks; see
     /// [`SharedReplica::append_batch_async`].
     pub fn append_batch(&self, payloads: Vec<Bytes>) -> Result<Vec<Event>, ReplicaError> {
-        self.append_batch_async(payloads).wait()
+        let time_ms = now_ms();
+        if let Some(appended) = self.inner().append_inline(&payloads, time_ms) {
+            return appended;
+        }
+        let work = Work::Append { payloads, time_ms };
+        self.submit(work, appended).wait()
+    }
+
+    /// One append, blocking: on the fast path if it applies (see
+    /// `Inner::append_inline`), else queued as a request of the next round.
+    fn append_one(&self, payload: Bytes, time_ms: u64) -> Result<Event, ReplicaError> {
+        if let Some(appended) = self
+            .inner()
+            .append_inline(std::slice::from_ref(&payload), time_ms)
+        {
+            return appended.map(|mut events| events.pop().expect("one payload gives one event"));
+        }
+        let work = Work::Append {
+            payloads: vec![payload],
+            time_ms,
+        };
+        self.submit(work, appended_one).wait()
     }
 
     /// Validates, then applies a delta from a peer (see [`Replica::apply`]),
@@ -554,9 +595,17 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         &self,
         payload: impl Into<Bytes>,
     ) -> Completion<Result<Event, ReplicaError>> {
+        let payload = payload.into();
+        let time_ms = now_ms();
+        let inline = self
+            .inner()
+            .append_inline(std::slice::from_ref(&payload), time_ms);
+        if let Some(appended) = inline {
+            return Completion::ready(Outcome::Appended(appended), appended_one);
+        }
         let work = Work::Append {
-            payloads: vec![payload.into()],
-            time_ms: now_ms(),
+            payloads: vec![payload],
+            time_ms,
         };
         self.submit(work, appended_one)
     }
@@ -566,10 +615,11 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         &self,
         payloads: Vec<Bytes>,
     ) -> Completion<Result<Vec<Event>, ReplicaError>> {
-        let work = Work::Append {
-            payloads,
-            time_ms: now_ms(),
-        };
+        let time_ms = now_ms();
+        if let Some(appended) = self.inner().append_inline(&payloads, time_ms) {
+            return Completion::ready(Outcome::Appended(appended), self::appended);
+        }
+        let work = Work::Append { payloads, time_ms };
         self.submit(work, appended)
     }
 
@@ -853,11 +903,13 @@ impl<S: Store> SharedReplica<S> {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
             };
+            published.waiters += 1;
             published = inner
                 .published_changed
                 .wait_timeout(published, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            published.waiters -= 1;
         }
         published.change.clone()
     }
@@ -1078,18 +1130,7 @@ impl<S: Store> Inner<S> {
     /// Commits the plan's batch (if any) with no lock on the state, then
     /// publishes it and notifies; a failed commit publishes nothing.
     fn commit_and_publish(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
-        if !plan.batch.is_empty() {
-            self.commit_count.fetch_add(1, Ordering::Relaxed);
-            if let Err(error) = writer.store.commit(&plan.batch) {
-                writer.failed = true;
-                tracing::error!(
-                    stream = %self.stream,
-                    %error,
-                    "store commit failed; nothing of it is visible, and the replica refuses changes until reopened"
-                );
-                return Err(store_error(error));
-            }
-        }
+        self.commit_store(writer, plan)?;
         if plan.is_noop() {
             return Ok(());
         }
@@ -1100,6 +1141,138 @@ impl<S: Store> Inner<S> {
         };
         self.notify(marks, floor);
         Ok(())
+    }
+
+    /// The fast path of a blocking append on a [`Commits::Inline`] handle
+    /// with nothing queued: planned by the state's own append planning (as
+    /// [`Replica::append_batch_at`] plans it), committed and published
+    /// under the writer lock by the caller, with none of a round's
+    /// machinery (no request, answer slot or per-request outcome) and a
+    /// change notification that costs nothing when no one listens. `None`
+    /// when it does not apply: the append then joins a round, after what
+    /// was queued before it. The same rules hold as for a round: visible
+    /// only once committed, the change notified, counted, a panic poisons.
+    fn append_inline(
+        &self,
+        payloads: &[Bytes],
+        time_ms: u64,
+    ) -> Option<Result<Vec<Event>, ReplicaError>> {
+        if self.commits != Commits::Inline {
+            return None;
+        }
+        let mut writer = lock(&self.writer);
+        {
+            let queue = lock(&self.queue);
+            // Requests queued before this one commit first, in a round.
+            if !queue.waiting.is_empty() || queue.closed {
+                return None;
+            }
+        }
+        if self.poisoned.load(Ordering::Acquire) || writer.failed {
+            return Some(Err(ReplicaError::Failed));
+        }
+        let appended = catch_unwind(AssertUnwindSafe(|| {
+            self.append_now(&mut writer, payloads, time_ms)
+        }));
+        Some(appended.unwrap_or_else(|_| {
+            self.poisoned.store(true, Ordering::Release);
+            tracing::error!(
+                stream = %self.stream,
+                "a replica change panicked; the handle serves nothing new until reopened"
+            );
+            self.published_changed.notify_all();
+            Err(ReplicaError::Failed)
+        }))
+    }
+
+    /// Plans, commits and publishes one append request alone (see
+    /// `append_inline`), with the writer lock held.
+    fn append_now(
+        &self,
+        writer: &mut Writer<S>,
+        payloads: &[Bytes],
+        time_ms: u64,
+    ) -> Result<Vec<Event>, ReplicaError> {
+        let request = AppendRequest { payloads, time_ms };
+        let mut plan = read(&self.state).plan_round(&[RoundItem::Append(request)]);
+        let Some(Planned::Appended(run)) = plan.planned.pop() else {
+            unreachable!("one append request, one outcome");
+        };
+        let run = run?;
+        self.commit_store(writer, &plan)?;
+        if plan.is_noop() {
+            return Ok(Vec::new());
+        }
+        let head = {
+            let mut state = write(&self.state);
+            state.publish(&plan, writer.store.view());
+            state.marks().get(self.stream)
+        };
+        let events = plan.take_appended(run);
+        self.appended
+            .fetch_add(events.len() as u64, Ordering::Relaxed);
+        self.notify_appended(head);
+        Ok(events)
+    }
+
+    /// [`Inner::notify`] after an append alone, which moved the own
+    /// stream's mark to `head` and nothing else: the published marks are
+    /// advanced in place, not cloned and compared, and waiters are woken
+    /// and hooks run only if there are any. Called with the writer lock
+    /// held, as `notify` is.
+    fn notify_appended(&self, head: u64) {
+        // Only the writer lock's holder changes the state: read now, it is
+        // what this append published.
+        #[cfg(debug_assertions)]
+        let marks_after = read(&self.state).marks().clone();
+        let hooks = self.hooks();
+        let change = {
+            let mut published = lock(&self.published);
+            published.change.marks.advance(self.stream, head);
+            #[cfg(debug_assertions)]
+            assert_eq!(
+                published.change.marks, marks_after,
+                "the published marks follow the state's"
+            );
+            published.change.version += 1;
+            if published.waiters > 0 {
+                self.published_changed.notify_all();
+            }
+            if hooks.is_empty() {
+                return;
+            }
+            published.change.clone()
+        };
+        for hook in hooks {
+            hook(&change);
+        }
+    }
+
+    /// The hooks registered now, to run outside the hooks' lock.
+    fn hooks(&self) -> Vec<Hook> {
+        lock(&self.hooks)
+            .list
+            .iter()
+            .map(|(_, hook)| Arc::clone(hook))
+            .collect()
+    }
+
+    /// Commits the plan's batch, if any, to the store; a failure marks the
+    /// writer failed (the replica refuses changes until reopened).
+    fn commit_store(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
+        if plan.batch.is_empty() {
+            return Ok(());
+        }
+        self.commit_count.fetch_add(1, Ordering::Relaxed);
+        writer.store.commit(&plan.batch).map_err(|error| {
+            writer.failed = true;
+            tracing::error!(
+                stream = %self.stream,
+                %error,
+                "store commit failed; nothing of it is visible, and the replica refuses changes until reopened"
+            );
+            store_error(error)
+        })
     }
 
     /// Publishes the marks and floor after a round, waking waiters
@@ -1119,12 +1292,7 @@ impl<S: Store> Inner<S> {
             published.change.clone()
         };
         self.published_changed.notify_all();
-        let hooks: Vec<Hook> = lock(&self.hooks)
-            .list
-            .iter()
-            .map(|(_, hook)| Arc::clone(hook))
-            .collect();
-        for hook in hooks {
+        for hook in self.hooks() {
             hook(&change);
         }
     }
