@@ -110,6 +110,12 @@ pub struct CommitStats {
     pub commits: u64,
     /// Local events acknowledged.
     pub appended: u64,
+    /// Rounds planned (a round that commits nothing counts too).
+    pub rounds: u64,
+    /// Rounds of two requests or more: group commits.
+    pub grouped_rounds: u64,
+    /// The most requests one round took.
+    pub largest_round: u64,
 }
 
 /// Unregisters its hook when dropped (see [`SharedReplica::on_change`]).
@@ -224,6 +230,9 @@ struct Inner<S: Store> {
     poisoned: AtomicBool,
     commit_count: AtomicU64,
     appended: AtomicU64,
+    round_count: AtomicU64,
+    grouped_rounds: AtomicU64,
+    largest_round: AtomicU64,
 }
 
 struct Writer<S> {
@@ -481,6 +490,9 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
             poisoned: AtomicBool::new(false),
             commit_count: AtomicU64::new(0),
             appended: AtomicU64::new(0),
+            round_count: AtomicU64::new(0),
+            grouped_rounds: AtomicU64::new(0),
+            largest_round: AtomicU64::new(0),
         });
         let committer = match commits {
             Commits::Inline => None,
@@ -833,6 +845,9 @@ impl<S: Store> SharedReplica<S> {
         CommitStats {
             commits: self.inner().commit_count.load(Ordering::Relaxed),
             appended: self.inner().appended.load(Ordering::Relaxed),
+            rounds: self.inner().round_count.load(Ordering::Relaxed),
+            grouped_rounds: self.inner().grouped_rounds.load(Ordering::Relaxed),
+            largest_round: self.inner().largest_round.load(Ordering::Relaxed),
         }
     }
 
@@ -968,6 +983,12 @@ impl<S: Store> Inner<S> {
     /// A panic inside poisons the handle (see the module docs); every
     /// caller of the round is answered all the same.
     fn commit_round(&self, writer: &mut Writer<S>, mut round: Vec<Request>) {
+        let size = round.len() as u64;
+        self.round_count.fetch_add(1, Ordering::Relaxed);
+        if size > 1 {
+            self.grouped_rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        self.largest_round.fetch_max(size, Ordering::Relaxed);
         if self.poisoned.load(Ordering::Acquire) || writer.failed {
             for request in &mut round {
                 request.answer(Outcome::Failed);
