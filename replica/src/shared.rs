@@ -266,11 +266,13 @@ enum Work {
 }
 
 impl Work {
+    /// What the request counts toward [`ROUND_EVENTS_MAX`]: its events and
+    /// its floors (each floor is planned as an operation, as an event is).
     fn events(&self) -> usize {
         match self {
             Work::Append { payloads, .. } => payloads.len(),
-            Work::Apply(delta) => delta.events.len(),
-            Work::ApplyColumns(columns) => columns.len(),
+            Work::Apply(delta) => delta.events.len() + delta.floor.len(),
+            Work::ApplyColumns(columns) => columns.len() + columns.floor.len(),
             Work::Compact(_) => 0,
         }
     }
