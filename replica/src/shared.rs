@@ -259,13 +259,24 @@ struct Queue {
 }
 
 enum Work {
-    Append { payloads: Vec<Bytes>, time_ms: u64 },
+    Append {
+        payloads: Vec<Bytes>,
+        time_ms: u64,
+    },
     Apply(Delta),
     ApplyColumns(DeltaColumns),
     Compact(VersionVector),
+    /// [`SharedReplica::end_recovery`]: a round of its own, in its place
+    /// in the queue.
+    EndRecovery,
 }
 
 impl Work {
+    /// Whether the request is planned as a round of its own.
+    fn is_alone(&self) -> bool {
+        matches!(self, Work::Compact(_) | Work::EndRecovery)
+    }
+
     /// What the request counts toward [`ROUND_EVENTS_MAX`]: its events and
     /// its floors (each floor is planned as an operation, as an event is).
     fn events(&self) -> usize {
@@ -273,7 +284,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.len(),
             Work::Apply(delta) => delta.events.len() + delta.floor.len(),
             Work::ApplyColumns(columns) => columns.len() + columns.floor.len(),
-            Work::Compact(_) => 0,
+            Work::Compact(_) | Work::EndRecovery => 0,
         }
     }
 
@@ -282,7 +293,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
             Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
             Work::ApplyColumns(columns) => columns.payloads().len(),
-            Work::Compact(_) => 0,
+            Work::Compact(_) | Work::EndRecovery => 0,
         }
     }
 }
@@ -291,6 +302,8 @@ enum Outcome {
     Appended(Result<Vec<Event>, ReplicaError>),
     Applied(Result<ApplyReport, ReplicaError>),
     Compacted(Result<CompactReport, ReplicaError>),
+    /// The recovery of the own stream ended.
+    RecoveryEnded,
     /// The request was dropped unanswered (a panic, a closed queue).
     Failed,
 }
@@ -611,13 +624,23 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         self.submit(Work::Compact(target), compacted)
     }
 
-    /// Ends the recovery of the own stream (see [`Replica::end_recovery`]).
+    /// Ends the recovery of the own stream (see [`Replica::end_recovery`]),
+    /// once every request queued before it is answered: a queued request
+    /// in its place, so that what was submitted before it is planned while
+    /// recovering and what is submitted after it is not, whatever the
+    /// committer's timing. Nothing changes on a poisoned or failed handle.
     pub fn end_recovery(&self) {
-        let inner = self.inner();
-        let _writer = lock(&inner.writer);
-        if !inner.poisoned.load(Ordering::Acquire) {
-            write(&inner.state).end_recovery();
-        }
+        self.end_recovery_async().wait();
+    }
+
+    /// Queues the end of the own stream's recovery (see
+    /// [`SharedReplica::end_recovery`]); the completion resolves once it
+    /// is done (`false`: the handle was poisoned or failed, and nothing
+    /// changed).
+    pub fn end_recovery_async(&self) -> Completion<bool> {
+        self.submit(Work::EndRecovery, |outcome| {
+            matches!(outcome, Outcome::RecoveryEnded)
+        })
     }
 
     /// Stops sharing and hands back the replica, if this is the last
@@ -961,14 +984,14 @@ impl<S: Store> Inner<S> {
             }
             queue.lingering_for = 0;
         }
-        if matches!(queue.waiting[0].work, Work::Compact(_)) {
+        if queue.waiting[0].work.is_alone() {
             return queue.waiting.pop_front().map(|request| vec![request]);
         }
         let mut events = 0usize;
         let mut bytes = 0usize;
         let mut len = 0usize;
         for request in &queue.waiting {
-            if matches!(request.work, Work::Compact(_)) {
+            if request.work.is_alone() {
                 break;
             }
             events = events.saturating_add(request.work.events());
@@ -1012,6 +1035,11 @@ impl<S: Store> Inner<S> {
 
     fn run_round(&self, writer: &mut Writer<S>, round: &mut [Request]) {
         if let [request] = round {
+            if let Work::EndRecovery = request.work {
+                write(&self.state).end_recovery();
+                request.answer(Outcome::RecoveryEnded);
+                return;
+            }
             if let Work::Compact(target) = &request.work {
                 let plan = read(&self.state).plan_compact(target);
                 let report = plan.compact_report();
@@ -1181,7 +1209,9 @@ fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
                 payloads,
                 time_ms: *time_ms,
             }),
-            Work::Compact(_) => unreachable!("a compaction is a round of its own"),
+            Work::Compact(_) | Work::EndRecovery => {
+                unreachable!("a compaction or the end of recovery is a round of its own")
+            }
         })
         .collect()
 }
