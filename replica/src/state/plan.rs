@@ -243,8 +243,8 @@ impl State {
             .filter(|&stream| !self.log.has_stream(stream))
             .collect();
         if self
-            .check_streams(&RoundIndex::default(), new_streams.len())
-            .is_err()
+            .streams_over(&RoundIndex::default(), new_streams.len())
+            .is_some()
         {
             return None;
         }
