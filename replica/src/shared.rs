@@ -149,6 +149,19 @@ struct Hooks {
 
 /// One replica shared by every task: cheap to clone, `Send + Sync`.
 ///
+/// Requests queued together are planned as one round and committed to the
+/// store at once (a group commit). A round is a left fold: each request
+/// ends as it would applied one by one, in submission order, answers and
+/// counters included — with one difference a group commit cannot avoid.
+/// When the store commit of a round fails, every request of the round that
+/// would have changed the store answers the round's store error
+/// ([`ReplicaError::Store`]), and none of it is visible, where one by one
+/// the requests before the failing one would have been committed and
+/// durable. (Requests the round refuses answer their refusal either way;
+/// every request after the failure answers [`ReplicaError::Failed`] until
+/// the replica is reopened, as one by one.)
+/// `replica/tests/round_failure.rs` shows the answers side by side.
+///
 /// ```
 /// use meshlog_cursor::{StreamId, VersionVector};
 /// use meshlog_replica::SharedReplica;
