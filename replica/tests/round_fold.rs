@@ -36,7 +36,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -44,8 +43,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    ApplyReport, CommitStats, CompactReport, Completion, Config, Delta, DeltaColumns, Event,
-    MemStore, Replica, ReplicaError, SharedReplica,
+    ApplyReport, CommitStats, CompactReport, Completion, Config, Delta, DeltaColumns, DiskStore,
+    Event, MemStore, Replica, ReplicaError, SharedReplica, Store,
 };
 use meshlog_testkit::seed;
 use meshlog_testkit::store::HeldStore;
@@ -60,12 +59,17 @@ const SENDERS: usize = 3;
 /// held). Not an assertion: only how often it looks.
 const LOOK_EVERY: Duration = Duration::from_millis(2);
 
-/// Over the run: schedules, rounds, rounds of two requests or more, and
-/// schedules that formed a round of four or more.
-static SCHEDULES: AtomicU64 = AtomicU64::new(0);
-static ROUNDS: AtomicU64 = AtomicU64::new(0);
-static GROUPED: AtomicU64 = AtomicU64::new(0);
-static WITH_FOUR: AtomicU64 = AtomicU64::new(0);
+/// Over a run: schedules, rounds, rounds of two requests or more,
+/// schedules that formed a round of four or more, and requests refused for
+/// a limit (`streams_max`, `payload_bytes_max`).
+#[derive(Debug, Default)]
+struct Tally {
+    schedules: u64,
+    rounds: u64,
+    grouped: u64,
+    with_four: u64,
+    limited: u64,
+}
 
 #[derive(Debug, Clone)]
 enum Request {
@@ -140,7 +144,10 @@ impl Waiting {
     }
 }
 
-fn submit(shared: &SharedReplica<HeldStore>, request: Request) -> Waiting {
+fn submit<S: Store + Send + Sync + 'static>(
+    shared: &SharedReplica<HeldStore<S>>,
+    request: Request,
+) -> Waiting {
     match request {
         Request::Append(payloads) => Waiting::Appended(shared.append_batch_async(payloads)),
         Request::Apply(delta) => Waiting::Applied(shared.apply_async(delta)),
@@ -294,7 +301,7 @@ struct Seen {
     walk: Stripped,
 }
 
-fn seen_shared(shared: &SharedReplica<HeldStore>) -> Seen {
+fn seen_shared<S: Store + Send + Sync + 'static>(shared: &SharedReplica<HeldStore<S>>) -> Seen {
     let page = shared.page(&shared.floor(), 10_000).unwrap();
     assert!(page.at_head, "one page holds everything");
     Seen {
@@ -390,17 +397,17 @@ fn draw_batch(
 }
 
 /// The handle under test and the threads that queue its requests.
-struct Bench {
-    shared: SharedReplica<HeldStore>,
+struct Bench<S: Store> {
+    shared: SharedReplica<HeldStore<S>>,
     gate: std::sync::Arc<meshlog_testkit::store::CommitGate>,
     senders: Vec<mpsc::Sender<Request>>,
     queued: mpsc::Receiver<Waiting>,
     workers: Vec<std::thread::JoinHandle<()>>,
 }
 
-impl Bench {
-    fn new(config: &Config) -> Self {
-        let store = HeldStore::new(MemStore::default(), HOLD_MAX);
+impl<S: Store + Send + Sync + 'static> Bench<S> {
+    fn new(config: &Config, inner: S) -> Self {
+        let store = HeldStore::new(inner, HOLD_MAX);
         let gate = store.gate();
         let shared = SharedReplica::new(Replica::open(config.clone(), store).unwrap());
         // Worker threads queue the requests; each answers once its request
@@ -455,8 +462,9 @@ fn catch_up(
     requests: &[Request],
     answered: &mut [Option<Answer>],
     done: &mut usize,
-    batch: usize,
+    at: (usize, &mut u64),
 ) {
+    let (batch, limited) = at;
     while *done < requests.len() {
         let Some(got) = answered[*done].take() else {
             break;
@@ -467,6 +475,7 @@ fn catch_up(
             "batch {batch} request {done}: {:?}",
             requests[*done]
         );
+        *limited += u64::from(is_limit(&got));
         *done += 1;
     }
     assert!(
@@ -475,10 +484,26 @@ fn catch_up(
     );
 }
 
+/// Whether the request was refused for `streams_max` or
+/// `payload_bytes_max`.
+fn is_limit(answer: &Answer) -> bool {
+    let error = match answer {
+        Answer::Appended(Err(error)) | Answer::Applied(Err(error)) => error,
+        _ => return false,
+    };
+    error.contains("the limit is") || error.contains("exceeds the limit of")
+}
+
 /// Runs a held batch round by round: at every held commit, the requests
 /// answered are those of the rounds before it, and the handle shows their
 /// state; the reference, one by one, must show the same.
-fn run_held(bench: &Bench, reference: &mut Replica, requests: &[Request], batch: usize) {
+fn run_held<S: Store + Send + Sync + 'static>(
+    bench: &Bench<S>,
+    reference: &mut Replica,
+    requests: &[Request],
+    at: (usize, &mut u64),
+) {
+    let (batch, limited) = at;
     let gate = &bench.gate;
     gate.arm();
     let blocker = bench.shared.append_async("blocker");
@@ -497,7 +522,13 @@ fn run_held(bench: &Bench, reference: &mut Replica, requests: &[Request], batch:
                 *slot = None;
             }
         }
-        catch_up(reference, requests, &mut answered, &mut done, batch);
+        catch_up(
+            reference,
+            requests,
+            &mut answered,
+            &mut done,
+            (batch, &mut *limited),
+        );
         if holding {
             assert_eq!(
                 seen_shared(&bench.shared),
@@ -512,7 +543,8 @@ fn run_held(bench: &Bench, reference: &mut Replica, requests: &[Request], batch:
     gate.disarm();
 }
 
-fn schedule(seed: u64) {
+/// One schedule over the store `inner`; what it tallies goes to `tally`.
+fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut Tally) {
     let mut rng = SplitMix64::new(seed);
     let mut writers = writers();
     let mut config = Config::new(OWN);
@@ -524,7 +556,7 @@ fn schedule(seed: u64) {
         config.streams_max = rng.between(2, 4) as usize;
         config.payload_bytes_max = rng.between(9, 14) as usize;
     }
-    let bench = Bench::new(&config);
+    let bench = Bench::new(&config, inner);
     let mut reference = Replica::open(config, MemStore::default()).unwrap();
 
     for batch in 0..10 {
@@ -535,13 +567,19 @@ fn schedule(seed: u64) {
             // The committer is held on a round of its own; what is queued
             // meanwhile is planned in rounds as large as the limits allow,
             // each commit held in turn.
-            run_held(&bench, &mut reference, &requests, batch);
+            run_held(
+                &bench,
+                &mut reference,
+                &requests,
+                (batch, &mut tally.limited),
+            );
         } else {
             let waiting = bench.queue(&requests);
             for (index, (request, waiting)) in requests.iter().zip(waiting).enumerate() {
                 let got = waiting.expect("queued").answer();
                 let want = apply_one(&mut reference, request, &got);
                 assert_eq!(got, want, "batch {batch} request {index}: {request:?}");
+                tally.limited += u64::from(is_limit(&got));
             }
         }
         assert_eq!(
@@ -565,26 +603,30 @@ fn schedule(seed: u64) {
         "after the catch-up"
     );
     let stats = bench.finish();
-    SCHEDULES.fetch_add(1, Ordering::Relaxed);
-    ROUNDS.fetch_add(stats.rounds, Ordering::Relaxed);
-    GROUPED.fetch_add(stats.grouped_rounds, Ordering::Relaxed);
-    WITH_FOUR.fetch_add(u64::from(stats.largest_round >= 4), Ordering::Relaxed);
+    tally.schedules += 1;
+    tally.rounds += stats.rounds;
+    tally.grouped += stats.grouped_rounds;
+    tally.with_four += u64::from(stats.largest_round >= 4);
 }
 
-#[test]
-fn a_round_ends_as_its_requests_applied_one_by_one_in_submission_order() {
-    let count = std::env::var("MESHLOG_SCHEDULES")
+fn schedules(default: usize) -> usize {
+    std::env::var("MESHLOG_SCHEDULES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(200);
-    seed::for_each_seed("round_fold", 0xf01d_0a11, count, schedule);
-    let schedules = SCHEDULES.load(Ordering::Relaxed);
-    let rounds = ROUNDS.load(Ordering::Relaxed);
-    let grouped = GROUPED.load(Ordering::Relaxed);
-    let with_four = WITH_FOUR.load(Ordering::Relaxed);
-    eprintln!("{schedules} schedules, {rounds} rounds, {grouped} of 2+ requests, {with_four} schedules with a round of 4+");
-    if schedules >= 50 {
-        // Not vacuous: rounds were group commits.
+        .unwrap_or(default)
+}
+
+/// Not vacuous: rounds were group commits, and limits were reached.
+fn assert_grouped(tally: &Tally) {
+    eprintln!("{tally:?}");
+    if tally.schedules >= 50 {
+        let Tally {
+            schedules,
+            rounds,
+            grouped,
+            with_four,
+            limited,
+        } = *tally;
         assert!(
             grouped * 4 >= rounds,
             "{grouped} of {rounds} rounds had 2+ requests"
@@ -593,7 +635,34 @@ fn a_round_ends_as_its_requests_applied_one_by_one_in_submission_order() {
             with_four * 4 >= schedules * 3,
             "{with_four} of {schedules} schedules formed a round of 4+"
         );
+        assert!(limited >= schedules / 10, "{limited} refusals for a limit");
     }
+}
+
+#[test]
+fn a_round_ends_as_its_requests_applied_one_by_one_in_submission_order() {
+    let mut tally = Tally::default();
+    seed::for_each_seed("round_fold", 0xf01d_0a11, schedules(200), |seed| {
+        schedule(seed, MemStore::default(), &mut tally)
+    });
+    assert_grouped(&tally);
+}
+
+/// The same over a `DiskStore` (which plans every round as events), fewer
+/// schedules: a tenth of the in-memory run's.
+#[test]
+fn a_round_over_a_disk_store_ends_as_its_requests_applied_one_by_one() {
+    let mut tally = Tally::default();
+    seed::for_each_seed(
+        "round_fold_disk",
+        0xd15c_f01d,
+        schedules(200) / 10,
+        |seed| {
+            let dir = tempfile::tempdir().unwrap();
+            schedule(seed, DiskStore::open(dir.path()).unwrap(), &mut tally)
+        },
+    );
+    assert_grouped(&tally);
 }
 
 /// Regression (issue 28, first defect: "a floor carried by a *later* delta
