@@ -31,6 +31,9 @@
 //! commits: the test fails if too few rounds took two requests or more, or
 //! too few schedules formed a round of four.
 //!
+//! The same runs over a `DiskStore` in a temp dir, a tenth as many
+//! schedules. Batches not held (a fifth) are compared per batch only.
+//!
 //! Seeded: a failing schedule prints its seed; `MESHLOG_SEED` replays it.
 //! `MESHLOG_SCHEDULES=10000` runs more schedules than the default 200.
 
