@@ -10,10 +10,14 @@ use crate::Digest;
 #[non_exhaustive]
 pub enum ReplicaError {
     /// A payload is larger than the configured limit.
-    #[error("payload of {len} bytes on stream {stream} exceeds the limit of {limit} bytes")]
+    #[error(
+        "payload of {len} bytes on stream {stream} seq {seq} exceeds the limit of {limit} bytes"
+    )]
     PayloadTooLarge {
         /// The stream of the event.
         stream: StreamId,
+        /// The event's seq (for an append, the seq it would have taken).
+        seq: u64,
         /// The payload's length.
         len: usize,
         /// `Config::payload_bytes_max`.
@@ -25,8 +29,15 @@ pub enum ReplicaError {
     Delta(#[from] DeltaError),
     /// Accepting a delta would make the replica hold more streams than its
     /// limit. The delta was refused.
-    #[error("a delta would bring the replica to {streams} streams; the limit is {limit}")]
+    #[error(
+        "a delta would bring the replica to {streams} streams (the last new one: stream {stream}, \
+         seqs {seqs:?}); the limit is {limit}"
+    )]
     TooManyStreams {
+        /// The last new stream of the delta, which does not fit.
+        stream: StreamId,
+        /// The seqs the delta carries of it (its floor's, if no events).
+        seqs: std::ops::RangeInclusive<u64>,
         /// The count the replica would reach.
         streams: usize,
         /// `Config::streams_max`.

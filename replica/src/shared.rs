@@ -113,6 +113,12 @@ pub struct CommitStats {
     pub commits: u64,
     /// Local events acknowledged.
     pub appended: u64,
+    /// Rounds planned (a round that commits nothing counts too).
+    pub rounds: u64,
+    /// Rounds of two requests or more: group commits.
+    pub grouped_rounds: u64,
+    /// The most requests one round took.
+    pub largest_round: u64,
 }
 
 /// Unregisters its hook when dropped (see [`SharedReplica::on_change`]).
@@ -145,6 +151,19 @@ struct Hooks {
 }
 
 /// One replica shared by every task: cheap to clone, `Send + Sync`.
+///
+/// Requests queued together are planned as one round and committed to the
+/// store at once (a group commit). A round is a left fold: each request
+/// ends as it would applied one by one, in submission order, answers and
+/// counters included — with one difference a group commit cannot avoid.
+/// When the store commit of a round fails, every request of the round that
+/// would have changed the store answers the round's store error
+/// ([`ReplicaError::Store`]), and none of it is visible, where one by one
+/// the requests before the failing one would have been committed and
+/// durable. (Requests the round refuses answer their refusal either way;
+/// every request after the failure answers [`ReplicaError::Failed`] until
+/// the replica is reopened, as one by one.)
+/// `replica/tests/round_failure.rs` shows the answers side by side.
 ///
 /// ```
 /// use meshlog_cursor::{StreamId, VersionVector};
@@ -227,6 +246,9 @@ struct Inner<S: Store> {
     poisoned: AtomicBool,
     commit_count: AtomicU64,
     appended: AtomicU64,
+    round_count: AtomicU64,
+    grouped_rounds: AtomicU64,
+    largest_round: AtomicU64,
 }
 
 struct Writer<S> {
@@ -256,19 +278,32 @@ struct Queue {
 }
 
 enum Work {
-    Append { payloads: Vec<Bytes>, time_ms: u64 },
+    Append {
+        payloads: Vec<Bytes>,
+        time_ms: u64,
+    },
     Apply(Delta),
     ApplyColumns(DeltaColumns),
     Compact(VersionVector),
+    /// [`SharedReplica::end_recovery`]: a round of its own, in its place
+    /// in the queue.
+    EndRecovery,
 }
 
 impl Work {
+    /// Whether the request is planned as a round of its own.
+    fn is_alone(&self) -> bool {
+        matches!(self, Work::Compact(_) | Work::EndRecovery)
+    }
+
+    /// What the request counts toward [`ROUND_EVENTS_MAX`]: its events and
+    /// its floors (each floor is planned as an operation, as an event is).
     fn events(&self) -> usize {
         match self {
             Work::Append { payloads, .. } => payloads.len(),
-            Work::Apply(delta) => delta.events.len(),
-            Work::ApplyColumns(columns) => columns.len(),
-            Work::Compact(_) => 0,
+            Work::Apply(delta) => delta.events.len() + delta.floor.len(),
+            Work::ApplyColumns(columns) => columns.len() + columns.floor.len(),
+            Work::Compact(_) | Work::EndRecovery => 0,
         }
     }
 
@@ -277,7 +312,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
             Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
             Work::ApplyColumns(columns) => columns.payloads().len(),
-            Work::Compact(_) => 0,
+            Work::Compact(_) | Work::EndRecovery => 0,
         }
     }
 }
@@ -286,6 +321,8 @@ enum Outcome {
     Appended(Result<Vec<Event>, ReplicaError>),
     Applied(Result<ApplyReport, ReplicaError>),
     Compacted(Result<CompactReport, ReplicaError>),
+    /// The recovery of the own stream ended.
+    RecoveryEnded,
     /// The request was dropped unanswered (a panic, a closed queue).
     Failed,
 }
@@ -505,6 +542,9 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
             poisoned: AtomicBool::new(false),
             commit_count: AtomicU64::new(0),
             appended: AtomicU64::new(0),
+            round_count: AtomicU64::new(0),
+            grouped_rounds: AtomicU64::new(0),
+            largest_round: AtomicU64::new(0),
         });
         let committer = match commits {
             Commits::Inline => None,
@@ -647,13 +687,23 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         self.submit(Work::Compact(target), compacted)
     }
 
-    /// Ends the recovery of the own stream (see [`Replica::end_recovery`]).
+    /// Ends the recovery of the own stream (see [`Replica::end_recovery`]),
+    /// once every request queued before it is answered: a queued request
+    /// in its place, so that what was submitted before it is planned while
+    /// recovering and what is submitted after it is not, whatever the
+    /// committer's timing. Nothing changes on a poisoned or failed handle.
     pub fn end_recovery(&self) {
-        let inner = self.inner();
-        let _writer = lock(&inner.writer);
-        if !inner.poisoned.load(Ordering::Acquire) {
-            write(&inner.state).end_recovery();
-        }
+        self.end_recovery_async().wait();
+    }
+
+    /// Queues the end of the own stream's recovery (see
+    /// [`SharedReplica::end_recovery`]); the completion resolves once it
+    /// is done (`false`: the handle was poisoned or failed, and nothing
+    /// changed).
+    pub fn end_recovery_async(&self) -> Completion<bool> {
+        self.submit(Work::EndRecovery, |outcome| {
+            matches!(outcome, Outcome::RecoveryEnded)
+        })
     }
 
     /// Stops sharing and hands back the replica, if this is the last
@@ -883,6 +933,9 @@ impl<S: Store> SharedReplica<S> {
         CommitStats {
             commits: self.inner().commit_count.load(Ordering::Relaxed),
             appended: self.inner().appended.load(Ordering::Relaxed),
+            rounds: self.inner().round_count.load(Ordering::Relaxed),
+            grouped_rounds: self.inner().grouped_rounds.load(Ordering::Relaxed),
+            largest_round: self.inner().largest_round.load(Ordering::Relaxed),
         }
     }
 
@@ -996,14 +1049,14 @@ impl<S: Store> Inner<S> {
             }
             queue.lingering_for = 0;
         }
-        if matches!(queue.waiting[0].work, Work::Compact(_)) {
+        if queue.waiting[0].work.is_alone() {
             return queue.waiting.pop_front().map(|request| vec![request]);
         }
         let mut events = 0usize;
         let mut bytes = 0usize;
         let mut len = 0usize;
         for request in &queue.waiting {
-            if matches!(request.work, Work::Compact(_)) {
+            if request.work.is_alone() {
                 break;
             }
             events = events.saturating_add(request.work.events());
@@ -1020,6 +1073,12 @@ impl<S: Store> Inner<S> {
     /// A panic inside poisons the handle (see the module docs); every
     /// caller of the round is answered all the same.
     fn commit_round(&self, writer: &mut Writer<S>, mut round: Vec<Request>) {
+        let size = round.len() as u64;
+        self.round_count.fetch_add(1, Ordering::Relaxed);
+        if size > 1 {
+            self.grouped_rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        self.largest_round.fetch_max(size, Ordering::Relaxed);
         if self.poisoned.load(Ordering::Acquire) || writer.failed {
             for request in &mut round {
                 request.answer(Outcome::Failed);
@@ -1041,6 +1100,11 @@ impl<S: Store> Inner<S> {
 
     fn run_round(&self, writer: &mut Writer<S>, round: &mut [Request]) {
         if let [request] = round {
+            if let Work::EndRecovery = request.work {
+                write(&self.state).end_recovery();
+                request.answer(Outcome::RecoveryEnded);
+                return;
+            }
             if let Work::Compact(target) = &request.work {
                 let plan = read(&self.state).plan_compact(target);
                 let report = plan.compact_report();
@@ -1326,7 +1390,9 @@ fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
                 payloads,
                 time_ms: *time_ms,
             }),
-            Work::Compact(_) => unreachable!("a compaction is a round of its own"),
+            Work::Compact(_) | Work::EndRecovery => {
+                unreachable!("a compaction or the end of recovery is a round of its own")
+            }
         })
         .collect()
 }

@@ -79,7 +79,8 @@ fn a_replica_at_streams_max_that_appends_reopens() {
             second,
             Err(ReplicaError::TooManyStreams {
                 streams: 3,
-                limit: 2
+                limit: 2,
+                ..
             })
         ),
         "{second:?}"

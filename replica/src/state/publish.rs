@@ -36,6 +36,7 @@ impl State {
                     assert!(self.log.hold_early(event), "a held-back event was new");
                     self.pending_len += 1;
                 }
+                Op::Moved => {}
             }
         }
         self.clock = self.clock.max(plan.batch.clock);

@@ -60,6 +60,8 @@ impl Rejection {
     }
 }
 
+/// Every rule names its stream and seq (or seqs) itself, so nothing a user
+/// needs to act on is lost here.
 impl From<Rejection> for ReplicaError {
     fn from(rejection: Rejection) -> Self {
         rejection.rule
@@ -138,13 +140,10 @@ impl State {
                 head: own_head,
             }));
         }
-        if let Some(payload) = payloads
-            .iter()
-            .find(|payload| self.check_payload(stream, payload.len()).is_err())
-        {
-            return Err(reject(
-                self.check_payload(stream, payload.len()).unwrap_err(),
-            ));
+        for (seq, payload) in (own_head.saturating_add(1)..).zip(payloads) {
+            if let Err(rule) = self.check_payload(stream, seq, payload.len()) {
+                return Err(reject(rule));
+            }
         }
         if own_head.checked_add(len).is_none() || clock.checked_add(len).is_none() {
             return Err(reject(ReplicaError::ClockExhausted { stream }));
@@ -153,10 +152,16 @@ impl State {
     }
 
     /// The payload limit, for appends and received events alike.
-    pub(super) fn check_payload(&self, stream: StreamId, len: usize) -> Result<(), ReplicaError> {
+    pub(super) fn check_payload(
+        &self,
+        stream: StreamId,
+        seq: u64,
+        len: usize,
+    ) -> Result<(), ReplicaError> {
         if len > self.config.payload_bytes_max {
             return Err(ReplicaError::PayloadTooLarge {
                 stream,
+                seq,
                 len,
                 limit: self.config.payload_bytes_max,
             });
@@ -174,23 +179,18 @@ impl State {
     }
 
     /// The stream limit, for `new` streams a change would add (none held,
-    /// none the round adds, not the own): refused beyond `streams_max`. A
-    /// replica already beyond it (an operator lowered the limit) keeps
-    /// what it holds and refuses only more.
-    pub(super) fn check_streams(&self, round: &RoundIndex, new: usize) -> Result<(), ReplicaError> {
-        self.check_streams_from(self.streams_counted(round), new)
+    /// none the round adds, not the own): the count it would reach, if
+    /// that is beyond `streams_max` (refused). A replica already beyond it
+    /// (an operator lowered the limit) keeps what it holds and refuses
+    /// only more.
+    pub(super) fn streams_over(&self, round: &RoundIndex, new: usize) -> Option<usize> {
+        self.streams_over_from(self.streams_counted(round), new)
     }
 
-    /// [`State::check_streams`] from `counted` streams.
-    fn check_streams_from(&self, counted: usize, new: usize) -> Result<(), ReplicaError> {
+    /// [`State::streams_over`] from `counted` streams.
+    fn streams_over_from(&self, counted: usize, new: usize) -> Option<usize> {
         let streams = counted + new;
-        if new > 0 && streams > self.config.streams_max {
-            return Err(ReplicaError::TooManyStreams {
-                streams,
-                limit: self.config.streams_max,
-            });
-        }
-        Ok(())
+        (new > 0 && streams > self.config.streams_max).then_some(streams)
     }
 
     /// How much of `columns` the limits take: the streams that fit (as
@@ -205,7 +205,7 @@ impl State {
         let mut cuts: BTreeMap<StreamId, Cut> = BTreeMap::new();
         let mut admit = |stream: StreamId, from_seq: u64, cuts: &mut BTreeMap<StreamId, Cut>| {
             let new = stream != own && !self.log.has_stream(stream) && admitted.insert(stream);
-            if new && self.check_streams_from(counted, 1).is_err() {
+            if new && self.streams_over_from(counted, 1).is_some() {
                 let limit = Limit::StreamsMax {
                     limit: self.config.streams_max,
                 };
@@ -234,7 +234,8 @@ impl State {
             }
             let over = (0..run.len).find_map(|i| {
                 let len = columns.payload(first_index + i).len();
-                self.check_payload(stream, len).err().map(|_| (i, len))
+                let seq = run.first_seq + i as u64;
+                self.check_payload(stream, seq, len).err().map(|_| (i, len))
             });
             if let Some((i, len)) = over {
                 let limit = Limit::PayloadBytesMax {
@@ -368,7 +369,8 @@ impl Check<'_> {
             return Err(DeltaError::ZeroSeq { stream }.into());
         }
         check_lamport_max(event)?;
-        self.state.check_payload(stream, event.payload.len())?;
+        self.state
+            .check_payload(stream, event.seq, event.payload.len())?;
         if stream == self.own && !self.state.recovering && event.seq > self.own_head {
             let rule = DeltaError::OwnStreamAhead {
                 stream,
@@ -504,7 +506,7 @@ impl Check<'_> {
             let fits = check_lamport_max(event).is_ok()
                 && self
                     .state
-                    .check_payload(event.stream, event.payload.len())
+                    .check_payload(event.stream, event.seq, event.payload.len())
                     .is_ok()
                 && previous.is_none_or(|p| check_rising(event, p.seq, p.lamport).is_ok());
             previous = Some(event);
@@ -532,10 +534,20 @@ impl Check<'_> {
         });
         new.sort_unstable();
         new.dedup();
-        state.check_streams(self.round, new.len()).map_err(|rule| {
-            let stream = *new.last().expect("only new streams are refused");
-            Rejection::at(stream, self.seqs_of(stream))(rule)
-        })
+        match state.streams_over(self.round, new.len()) {
+            None => Ok(()),
+            Some(streams) => {
+                let stream = *new.last().expect("only new streams are refused");
+                let seqs = self.seqs_of(stream);
+                let rule = ReplicaError::TooManyStreams {
+                    stream,
+                    seqs: seqs.clone(),
+                    streams,
+                    limit: state.config.streams_max,
+                };
+                Err(Rejection::at(stream, seqs)(rule))
+            }
+        }
     }
 
     /// The seqs the delta carries of `stream` (its floor, if none).
