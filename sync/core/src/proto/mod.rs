@@ -88,7 +88,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{ApplyReport, Delta, DeltaColumns, DeltaError, Event, ReplicaError, Store};
+use meshlog_replica::{
+    Admission, ApplyReport, Delta, DeltaColumns, DeltaError, Event, ReplicaError, Store,
+};
 
 use crate::frame::{
     self, Frame, Hello, Incoming, MarksDiff, Receipt, Routes as RoutesFrame, DELTA_EVENTS_MAX,
@@ -138,11 +140,13 @@ pub trait LocalReplica {
     /// Whether the replica is relearning its own stream from peers
     /// (opened with `recover_own_stream`).
     fn is_recovering(&self) -> bool;
-    /// The replica's limits on what it takes in: `(streams_max,
-    /// payload_bytes_max)`. A delta is cut to fit them before it is handed
-    /// back to apply (see [`LimitHit`]). Unbounded unless implemented.
-    fn limits(&self) -> (usize, usize) {
-        (usize::MAX, usize::MAX)
+    /// How much of a received delta the replica takes under its limits
+    /// (see [`meshlog_replica::Replica::admission`]): the delta is cut to
+    /// it before it is handed back to apply (see [`LimitHit`]). The whole
+    /// delta unless implemented.
+    fn admission(&self, columns: &DeltaColumns) -> Admission {
+        let _ = columns;
+        Admission::default()
     }
 }
 
@@ -172,9 +176,8 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
         SharedReplica::is_recovering(self)
     }
 
-    fn limits(&self) -> (usize, usize) {
-        let config = self.config();
-        (config.streams_max, config.payload_bytes_max)
+    fn admission(&self, columns: &DeltaColumns) -> Admission {
+        SharedReplica::admission(self, columns)
     }
 }
 
