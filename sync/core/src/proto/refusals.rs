@@ -2,9 +2,15 @@
 //! cut to the replica's limits, the streams refused for the session), and
 //! why a delta the replica refused ends the session.
 
-use meshlog_replica::Limit;
+use std::collections::BTreeMap;
 
-use super::*;
+use meshlog_cursor::StreamId;
+use meshlog_replica::Limit;
+use meshlog_replica::{DeltaColumns, DeltaError, ReplicaError};
+
+use crate::{LimitHit, ProtocolError};
+
+use super::state::{LocalReplica, Protocol};
 
 impl Protocol {
     /// Cuts from a received delta what this side does not take: the
