@@ -68,6 +68,37 @@ fn a_peer_with_more_streams_than_streams_max_sends_what_fits_and_hears_what_does
     assert_eq!(b.marks().len(), 3);
 }
 
+/// Regression (issue 28, H8): sync re-counted the replica's streams itself
+/// and left out the receiver's own stream before its first append, so it
+/// let `streams_max` other streams through where the replica, which always
+/// reserves its own stream's slot, takes one fewer: the replica refused the
+/// whole delta with `TooManyStreams` and the session ended with
+/// `SessionError::Limit`, again on every reconnect. The delta is now cut to
+/// what the replica's `admission` says it takes.
+#[test]
+fn a_receiver_that_never_appended_keeps_its_own_slot_under_streams_max() {
+    let a = hub(1, 6, 3);
+    let b = replica_with(2, |config| config.streams_max = 3);
+    let report = sync_once(&a, &b, &SessionConfig::default()).expect("the session keeps going");
+    assert!(report.quiescent);
+    assert_eq!(
+        b.marks().len(),
+        2,
+        "two streams besides its own: {:?}",
+        b.marks()
+    );
+    assert_eq!(b.marks().get(StreamId::new(2)), 0, "it never appended");
+    assert!(!report.b.limits.is_empty());
+    assert!(report
+        .b
+        .limits
+        .iter()
+        .all(|hit| matches!(hit, LimitHit::StreamsMax { limit: 3, .. })));
+    // Its own slot is there when it writes.
+    b.append(&b"b"[..]).unwrap();
+    assert_eq!(b.marks().len(), 3);
+}
+
 #[test]
 fn an_event_above_payload_bytes_max_stops_its_stream_there_and_nothing_else() {
     let a = SharedReplica::in_memory(StreamId::new(1));

@@ -2,7 +2,17 @@
 //! how it is sized and split into frames, what is cut because a frame
 //! cannot carry it; and a received delta, handed back to apply.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Delta, DeltaColumns, Event};
+
+use crate::frame::{self, DELTA_EVENTS_MAX};
+use crate::LimitHit;
+
+use super::state::{InFlight, LocalReplica, Outgoing, Protocol, Received};
+use super::view::{advance_by_spans, column_spans, skip_pending};
 
 impl Protocol {
     /// Builds the next delta to send, in parts of one frame each, if the
@@ -251,17 +261,6 @@ pub(super) const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
 /// it, no new delta is built until a receipt (or the retransmission
 /// timeout) retires some.
 pub(super) const IN_FLIGHT_MAX: usize = 256;
-
-/// A delta frame sent and not yet acknowledged.
-#[derive(Debug)]
-pub(super) struct InFlight {
-    pub(super) number: u64,
-    pub(super) sent_at: Instant,
-    /// Per stream, the last seq (or floor) it carried.
-    pub(super) advance: VersionVector,
-    /// Per stream, the first seq of the events it carried.
-    pub(super) first: VersionVector,
-}
 
 /// What planning a delta came to.
 pub(super) enum Planned {

@@ -2,7 +2,10 @@
 //! our stream, the frame size it takes), and the checks on it (a
 //! self-connection, an identity that changes).
 
-use super::*;
+use crate::frame::{self, Frame, Hello};
+use crate::ProtocolError;
+
+use super::state::{LocalReplica, Protocol};
 
 impl Protocol {
     /// Our hello: stream, marks, floor and frame limit. Its marks are our

@@ -2,7 +2,15 @@
 //! quiescence, at a time the caller gives; and [`hand_in`], its
 //! synchronous step.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use meshlog_replica::SharedReplica;
+use meshlog_replica::Store;
+
+use crate::frame::{self};
+use crate::{ProtocolError, SessionConfig, SessionState};
+
+use super::state::{Protocol, Received};
 
 /// What one [`sync_once`] exchange did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,18 @@
 //! marks as a difference from marks the peer holds) and the peer's (which
 //! deltas arrived, what was lost, its marks).
 
-use super::*;
+use std::time::Instant;
+
+use meshlog_cursor::VersionVector;
+use meshlog_replica::{ApplyReport, ReplicaError};
+
+use crate::frame::{Frame, MarksDiff, Receipt};
+use crate::ProtocolError;
+
+use super::refusals::refusal;
+use super::state::{InFlight, LocalReplica, PendingRange, Protocol};
+use super::timeouts::tick_interval;
+use super::view::add_pending;
 
 impl Protocol {
     /// A due heartbeat (which stands for a due ack) or ack, if one is due.

@@ -2,82 +2,64 @@
 //! cut to the replica's limits, the streams refused for the session), and
 //! why a delta the replica refused ends the session.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use meshlog_cursor::StreamId;
+use meshlog_replica::Limit;
+use meshlog_replica::{DeltaColumns, DeltaError, ReplicaError};
+
+use crate::{LimitHit, ProtocolError};
+
+use super::state::{LocalReplica, Protocol};
 
 impl Protocol {
-    /// Cuts what the replica's limits cannot take from a received delta:
-    /// events of streams beyond `streams_max` (every stream the replica
-    /// does not hold yet, once it holds that many), and each stream from
-    /// its first event above `payload_bytes_max` on. Those streams are
-    /// asked quiet for the rest of the session, reported in the state
-    /// ([`SessionState::limits`]) and logged once each; the rest of the
-    /// delta is applied as usual. The replica's apply still checks both
-    /// limits: a delta that slips past this (a stream count that changed
+    /// Cuts from a received delta what this side does not take: the
+    /// streams refused earlier in the session, then what the replica says
+    /// its limits cannot take ([`LocalReplica::admission`]: streams beyond
+    /// `streams_max`, each stream from its first event above
+    /// `payload_bytes_max` on). The replica alone owns its limits; this
+    /// only maps its cuts onto reports. A stream cut is asked quiet for
+    /// the rest of the session, reported in the state
+    /// ([`SessionState::limits`]) and logged once; the rest of the delta
+    /// is applied as usual. The replica's apply still checks both limits:
+    /// a delta that slips past this (a stream count that changed
     /// meanwhile) ends the session with [`ProtocolError::Limit`] as before.
     pub(super) fn admit<L: LocalReplica>(&mut self, columns: &mut DeltaColumns, local: &L) {
-        let (streams_max, payload_bytes_max) = local.limits();
-        if streams_max == usize::MAX && payload_bytes_max == usize::MAX {
+        if !self.routing.refused.is_empty() {
+            // Cut first, so that they take no slot in the replica's count.
+            let refused: BTreeMap<StreamId, u64> = columns
+                .runs()
+                .iter()
+                .map(|run| run.stream)
+                .chain(columns.floor.iter().map(|(stream, _)| stream))
+                .filter(|stream| self.routing.refused.contains(stream))
+                .map(|stream| (stream, 0))
+                .collect();
+            if !refused.is_empty() {
+                self.drop_cut(columns, &refused);
+            }
+        }
+        let admission = local.admission(columns);
+        if admission.is_whole() {
             return;
         }
-        let (marks, floor) = local.marks_and_floor();
-        let held = |stream: StreamId| marks.get(stream) > 0 || floor.get(stream) > 0;
-        let mut streams_held =
-            marks.iter().filter(|&(s, _)| !held_in(&floor, s)).count() + floor.len();
-        let mut cut: BTreeMap<StreamId, u64> = BTreeMap::new();
-        let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
         let peer = self.hello.peer.unwrap_or(self.local);
-        // The stream checks run once per change of stream (a delta comes
-        // grouped by stream); the payload check per event, up to a cut.
-        let mut checked: Option<StreamId> = None;
-        // No payload can pass the limit when all of them together do not.
-        let payloads_fit = columns.payloads().len() <= payload_bytes_max;
-        let mut index = 0;
-        for run in columns.runs() {
-            let stream = run.stream;
-            let first_index = index;
-            index += run.len;
-            let cut_from = cut.get(&stream).copied();
-            if cut_from.is_some_and(|from| run.first_seq >= from) {
-                continue;
-            }
-            if checked != Some(stream) {
-                checked = Some(stream);
-                if self.routing.refused.contains(&stream) {
-                    cut.insert(stream, 0);
-                    continue;
+        for cut in &admission.cuts {
+            match cut.limit {
+                Limit::StreamsMax { limit } => self.refuse_stream(peer, cut.stream, limit),
+                Limit::PayloadBytesMax { len, limit } => {
+                    self.refuse_payload(peer, cut.stream, cut.from_seq, len, limit);
                 }
-                if !admitted.contains(&stream) && !held(stream) {
-                    if streams_held >= streams_max {
-                        self.refuse_stream(peer, stream, streams_max);
-                        cut.insert(stream, 0);
-                        continue;
-                    }
-                    streams_held += 1;
-                    admitted.insert(stream);
-                }
+                // A limit this build does not know yet: cut, not reported.
+                _ => {}
             }
-            if payloads_fit {
-                continue;
-            }
-            let below = cut_from.unwrap_or(u64::MAX);
-            let over = (0..run.len).find(|&i| {
-                run.first_seq + i as u64 >= below
-                    || columns.payload(first_index + i).len() > payload_bytes_max
-            });
-            let Some(i) = over else {
-                continue;
-            };
-            let seq = run.first_seq + i as u64;
-            if seq >= below {
-                continue;
-            }
-            let len = columns.payload(first_index + i).len();
-            self.refuse_payload(peer, stream, seq, len, payload_bytes_max);
-            cut.insert(stream, seq);
         }
-        if !cut.is_empty() {
-            self.drop_cut(columns, &cut);
-        }
+        let cut = admission
+            .cuts
+            .iter()
+            .map(|cut| (cut.stream, cut.from_seq))
+            .collect();
+        self.drop_cut(columns, &cut);
     }
 
     /// A stream refused for `streams_max`: logged, asked quiet, reported.
@@ -157,11 +139,6 @@ impl Protocol {
             self.state.limits.push(hit);
         }
     }
-}
-
-/// Whether `stream` has an entry in `vector`.
-pub(super) fn held_in(vector: &VersionVector, stream: StreamId) -> bool {
-    vector.get(stream) > 0
 }
 
 /// Why a delta the replica refused ends the session: what the peer did

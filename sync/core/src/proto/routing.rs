@@ -2,7 +2,15 @@
 //! streams asked quiet both ways, and taking over a stream whose source
 //! lags.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use meshlog_cursor::StreamId;
+
+use crate::frame::{Frame, Routes as RoutesFrame};
+
+use super::state::{LocalReplica, Protocol, QuietAsk};
+use super::timeouts::tick_interval;
 
 impl Protocol {
     /// Reads the routes table: streams another session now brings are
@@ -177,13 +185,4 @@ impl Protocol {
         }
         self.state.peer_quiet_streams = self.routing.peer_quiet.len();
     }
-}
-
-/// A stream asked quiet on this session.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct QuietAsk {
-    pub(super) asked_at: Instant,
-    /// Since when the peer's marks show the stream above ours, and the seq
-    /// they showed then.
-    pub(super) ahead: Option<(u64, Instant)>,
 }

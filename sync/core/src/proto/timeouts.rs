@@ -1,7 +1,11 @@
 //! Timeouts: the tick (heartbeats, a hello re-sent), the read timeouts,
 //! round trips and the retransmission timeout that counts a delta lost.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use crate::{ProtocolError, SessionConfig};
+
+use super::state::Protocol;
 
 impl Protocol {
     /// Serves the tick if `now` reached it: times out a silent peer, and

@@ -2,7 +2,12 @@
 //! sent, what is in flight to it, what it holds pending above a hole),
 //! which every delta is computed from.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::DeltaColumns;
+
+use super::state::{PendingRange, Protocol};
 
 impl Protocol {
     /// The view deltas are built from: the view, with every stream the
@@ -42,16 +47,6 @@ impl Protocol {
         skip_pending(&mut self.send.view, &self.send.peer_pending);
         self.send.parts.clear();
     }
-}
-
-/// Seqs `from ..= to` of a stream, which the peer received in a delta but
-/// holds pending (above a hole), as of a receipt; forgotten at `expires`.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct PendingRange {
-    pub(super) stream: StreamId,
-    pub(super) from: u64,
-    pub(super) to: u64,
-    pub(super) expires: Instant,
 }
 
 /// Records a range the peer holds pending, joined to the range of the
