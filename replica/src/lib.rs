@@ -30,9 +30,12 @@
 //!   snapshot per commit (`disk::view`); formats 1 and 2 upgraded on open
 //!   (`disk::upgrade`).
 //! - `state`: the readable state, and every change split into validate →
-//!   plan → commit → publish (crate-private): `state/validate.rs` decides
-//!   what is accepted, `state/plan.rs` folds a round in submission order,
-//!   `state/publish.rs` performs it, `state/delta.rs` builds deltas.
+//!   plan → commit → publish (crate-private): `state/held.rs` holds the
+//!   `State` struct (the leaf every sibling imports it from),
+//!   `state/validate.rs` decides what is accepted, `state/plan.rs` folds a
+//!   round in submission order, `state/publish.rs` performs it,
+//!   `state/delta.rs` builds deltas; `state/mod.rs` opens, verifies and
+//!   reads.
 //! - `shared`: [`SharedReplica`], the one handle every task shares: reads
 //!   that never wait on a commit, group commit (a committer thread or the
 //!   caller), runtime-agnostic async writes ([`Completion`]) and change

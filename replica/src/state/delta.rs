@@ -3,7 +3,7 @@
 
 use meshlog_cursor::{StreamId, VersionVector};
 
-use super::State;
+use super::held::State;
 use crate::log::Walk;
 use crate::mem::{ReadError, Through};
 use crate::{Delta, DeltaColumns, Event};

@@ -16,8 +16,16 @@
 //!
 //! # Layout
 //!
-//! - this module: the `State`, opening (`load`, the checks of what a store
-//!   holds), `verify`, the digest, and reads (`page`, `get`);
+//! Imports flow one way: this module imports its children; the children
+//! import the state from `held`, and one another only downward (`plan`
+//! from `validate`, `publish` from `plan`); none imports this module.
+//!
+//! - this module: opening (`load`, the checks of what a store holds),
+//!   `verify`, the digest summed when asked, ending recovery, and reads
+//!   (`page`, `get`);
+//! - `held`: the `State` struct and its fields' types (`LazyDigest`), its
+//!   plain accessors, the digest's arithmetic, the store-error conversions;
+//!   the leaf, importing none of its siblings;
 //! - `validate`: the one validator: what a replica accepts, for a run of
 //!   events (a delta's floors and runs, local appends), and its limits;
 //! - `plan`: a round (one request, or a group commit's queue) folded in
@@ -26,10 +34,12 @@
 //! - `delta`: building what a peer misses, as events or as columns.
 
 mod delta;
+mod held;
 mod plan;
 mod publish;
 mod validate;
 
+pub(crate) use held::{store_error, State};
 pub(crate) use plan::{AppendRequest, Plan, Planned, RoundItem};
 pub(crate) use validate::RoundIndex;
 
@@ -39,29 +49,10 @@ use std::sync::{Mutex, PoisonError};
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::log::{Held, Log, Walk};
-use crate::mem::{MemLog, ReadError};
+use crate::mem::MemLog;
 use crate::{Config, Digest, Event, OpenWarning, Page, PageError, ReplicaError, Stats, Store};
 use delta::read_whole;
-
-/// A replica's readable state: the log, its vectors and counters.
-#[derive(Debug)]
-pub(crate) struct State {
-    config: Config,
-    log: Log,
-    marks: VersionVector,
-    floor: VersionVector,
-    clock: u64,
-    pending_len: usize,
-    /// The digest, summed when asked ([`State::digest`]): a sender or a
-    /// reader that never asks never hashes what it receives.
-    digest: Mutex<LazyDigest>,
-    stats: Stats,
-    /// Whether peers may still write this replica's own stream (see
-    /// [`Config::recover_own_stream`]); appends are refused meanwhile.
-    recovering: bool,
-    /// What opening accepted but reports.
-    open_warnings: Vec<OpenWarning>,
-}
+use held::{read_error, LazyDigest};
 
 impl State {
     /// Reads what `store` holds and checks it: per stream the events
@@ -259,22 +250,6 @@ impl State {
         })
     }
 
-    pub(crate) fn config(&self) -> &Config {
-        &self.config
-    }
-
-    pub(crate) fn marks(&self) -> &VersionVector {
-        &self.marks
-    }
-
-    pub(crate) fn floor(&self) -> &VersionVector {
-        &self.floor
-    }
-
-    pub(crate) fn clock(&self) -> u64 {
-        self.clock
-    }
-
     /// The digest of the events held: the sum kept, plus the hashes of
     /// the events received since it was last asked for (read back from
     /// the log, once). A store that records the digest keeps it whole.
@@ -317,21 +292,6 @@ impl State {
         lazy.sum
     }
 
-    /// The digest's parts, from `&mut self` (no lock taken).
-    fn lazy_digest(&mut self) -> &mut LazyDigest {
-        self.digest
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn stats(&self) -> Stats {
-        self.stats
-    }
-
-    pub(crate) fn open_warnings(&self) -> &[OpenWarning] {
-        &self.open_warnings
-    }
-
     /// What opening found beyond the configured limits: kept, served, and
     /// reported (a limit lowered since the store was written must not make
     /// it unopenable).
@@ -346,14 +306,6 @@ impl State {
             self.open_warnings.push(warning);
         }
         self.stats.open_warnings = self.open_warnings.len() as u64;
-    }
-
-    pub(crate) fn pending_len(&self) -> usize {
-        self.pending_len
-    }
-
-    pub(crate) fn is_recovering(&self) -> bool {
-        self.recovering
     }
 
     /// Ends recovery: from now on peers cannot write this replica's own
@@ -461,35 +413,6 @@ fn check_next(
         )));
     }
     Ok(())
-}
-
-pub(crate) fn read_error(error: ReadError) -> ReplicaError {
-    ReplicaError::Store(error)
-}
-
-pub(crate) fn store_error<E: std::error::Error + Send + Sync + 'static>(error: E) -> ReplicaError {
-    ReplicaError::Store(Box::new(error))
-}
-
-impl Digest {
-    pub(crate) fn add(&mut self, event: &Event) {
-        self.events += 1;
-        self.sum = self.sum.wrapping_add(event.content_hash());
-    }
-
-    pub(crate) fn remove(&mut self, event: &Event) {
-        self.events -= 1;
-        self.sum = self.sum.wrapping_sub(event.content_hash());
-    }
-}
-
-/// The digest of the events held, summed when asked: `sum` holds every
-/// held event's hash but those of `unhashed`, which per stream is the
-/// first held seq not in it (every held seq from it to the head is not).
-#[derive(Debug, Default)]
-struct LazyDigest {
-    sum: Digest,
-    unhashed: BTreeMap<StreamId, u64>,
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
+use super::held::State;
 use super::validate::Rejection;
-use super::{RoundIndex, State};
+use super::validate::RoundIndex;
 use crate::log::StreamLog;
 use crate::{ApplyReport, Batch, CompactReport, Delta, DeltaColumns, Event, ReplicaError};
 

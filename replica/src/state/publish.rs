@@ -8,8 +8,8 @@ use std::sync::PoisonError;
 
 use meshlog_cursor::StreamId;
 
+use super::held::{LazyDigest, State};
 use super::plan::{Op, Plan, Planned, Source};
-use super::{LazyDigest, State};
 use crate::store::{BatchPart, StoreView};
 use crate::{Digest, Event};
 

@@ -6,7 +6,7 @@ use std::ops::RangeInclusive;
 
 use meshlog_cursor::StreamId;
 
-use super::{read_error, State};
+use super::held::{read_error, State};
 use crate::log::StreamLog;
 use crate::{Admission, Cut, Delta, DeltaColumns, DeltaError, Event, Limit, ReplicaError};
 
