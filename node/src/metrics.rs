@@ -58,6 +58,8 @@ pub struct Metrics {
     deltas_refused: Counter,
     /// Duplicate events received (the replica's counter, read at scrape).
     duplicates: Counter,
+    /// The replica's warnings from `open` (`Replica::open_warnings`).
+    open_warnings: Gauge,
 }
 
 impl Default for Metrics {
@@ -92,6 +94,7 @@ impl Metrics {
             applied: Counter::default(),
             deltas_refused: Counter::default(),
             duplicates: Counter::default(),
+            open_warnings: Gauge::default(),
             registry: Registry::default(),
             render_lock: std::sync::Mutex::new(()),
         };
@@ -129,6 +132,11 @@ impl Metrics {
             "duplicates",
             "Events received from peers already held",
             self.duplicates.clone(),
+        );
+        r.register(
+            "open_warnings",
+            "Warnings the replica's store gave when the node opened it (e.g. more streams held than streams_max); each is logged at warn",
+            self.open_warnings.clone(),
         );
         r.register("pages", "Pages served", self.pages.clone());
         r.register(
@@ -223,6 +231,8 @@ impl Metrics {
         catch_up(&self.applied, stats.applied);
         catch_up(&self.deltas_refused, stats.deltas_refused);
         catch_up(&self.duplicates, stats.duplicates);
+        self.open_warnings
+            .set(i64::try_from(stats.open_warnings).unwrap_or(i64::MAX));
         self.peers_connected
             .set(peers.iter().filter(|peer| peer.connected).count() as i64);
         // Rebuilt at every scrape, so a removed peer's series disappear.

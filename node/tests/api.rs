@@ -307,6 +307,7 @@ async fn health_metrics_and_marks_answer_their_shapes() {
         "meshlog_pages_total 1",
         "meshlog_applies_total 0",
         "meshlog_deltas_refused_total 0",
+        "meshlog_open_warnings 0",
         "meshlog_pages_stale_total 0",
         "meshlog_sync_sessions 0",
         "meshlog_peers_connected 0",
