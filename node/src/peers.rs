@@ -198,12 +198,10 @@ impl Peers {
     }
 
     /// Stops dialing `url` and ends its session. Returns whether it was a
-    /// peer.
-    pub fn remove(&self, url: &str) -> bool {
-        let normalized = match parse_url(url) {
-            Ok((normalized, _, _)) => normalized,
-            Err(_) => url.to_owned(),
-        };
+    /// peer; a URL that is no node URL could never have been added, and is
+    /// refused as [`Peers::add`] refuses it.
+    pub fn remove(&self, url: &str) -> Result<bool, PeerUrlError> {
+        let (normalized, _, _) = parse_url(url)?;
         let removed: Vec<Dialed> = {
             let mut dialed = lock(&self.inner.dialed);
             let (removed, kept) = std::mem::take(&mut *dialed)
@@ -216,7 +214,7 @@ impl Peers {
             peer.stop.cancel();
             tracing::info!(peer = %peer.link.addr(), "peer removed");
         }
-        !removed.is_empty()
+        Ok(!removed.is_empty())
     }
 
     /// Every dialed peer's state, in the order they were added.

@@ -65,6 +65,31 @@ async fn peer_urls_that_name_no_peer_are_refused() {
     assert_eq!(peers["peers"], json!([]));
 }
 
+/// The stateful phase (seed 1429289164, case VEEyfW) added a peer, then
+/// removed `http://[30.f]*`, a URL no peer can have, and was answered
+/// `404 unknown_peer` ("created resource not found"): such a URL is a bad
+/// request, as it is for `POST /peers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_url_that_names_no_peer_is_a_bad_peer_url() {
+    let node = start(1).await;
+    let added = post_json(node.addr, "/peers", &json!({"url": "http://127.0.0.1:1"})).await;
+    assert_eq!(added.status, 201);
+    for url in ["http://[30.f]*", "http://[zz]", "http://host:65530*"] {
+        let response = request(
+            node.addr,
+            "DELETE",
+            "/peers",
+            &[("content-type", "application/json")],
+            json!({ "url": url }).to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(response.status, 400, "{url}");
+        assert_eq!(response.error(), "bad_peer_url", "{url}");
+    }
+    let peers = get(node.addr, "/peers").await.json();
+    assert_eq!(peers["peers"].as_array().map(Vec::len), Some(1));
+}
+
 /// An `after` of any length was read when all digits (a legacy scalar:
 /// leading zeros): the document says a token is at most `TOKEN_TEXT_MAX`
 /// characters, and so is any `after`.

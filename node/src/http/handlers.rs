@@ -513,7 +513,8 @@ pub async fn add_peer(
     request_body(content = PeerBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Removed: its session ended.", body = PeerRemovedJson),
-        (status = 400, description = "`bad_body`.", body = ErrorJson),
+        (status = 400, description = "`bad_body` or `bad_peer_url` (not `http://host[:port]`: \
+            no peer can have it).", body = ErrorJson),
         (status = 404, description = "`unknown_peer`.", body = ErrorJson),
     )
 )]
@@ -522,7 +523,10 @@ pub async fn remove_peer(
     body: Bytes,
 ) -> Result<Json<PeerRemovedJson>, ApiError> {
     let body = peer_body(&body)?;
-    if state.peers.remove(&body.url) {
+    let removed = state.peers.remove(&body.url).map_err(|error| {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_peer_url", error.to_string())
+    })?;
+    if removed {
         Ok(Json(PeerRemovedJson {
             url: body.url,
             removed: true,
