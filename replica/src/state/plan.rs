@@ -417,12 +417,18 @@ impl<'s, 'd> Round<'s, 'd> {
         run
     }
 
-    /// Adds the operation holding the batch's run `run`, indexed by stream.
+    /// Adds the operation holding the batch's run `run`, indexed by stream
+    /// while a delta follows (only a later delta's floor moves it: a
+    /// delta's own floors are planned before its events, and an append or
+    /// a delta in columns raises none), so that a one-delta round pays no
+    /// map entry per run.
     fn push_events(&mut self, stream: StreamId, run: usize, source: Source) {
-        self.event_ops
-            .entry(stream)
-            .or_default()
-            .push(self.plan.ops.len());
+        if self.indexing {
+            self.event_ops
+                .entry(stream)
+                .or_default()
+                .push(self.plan.ops.len());
+        }
         self.plan.ops.push(Op::Events { run, source });
     }
 

@@ -110,13 +110,17 @@ impl State {
             own_head: round.own_head.unwrap_or_else(|| self.log.head(own)),
         };
         check.floors()?;
+        // The streams of the runs, noted as they are walked: the stream
+        // check needs no second walk over the events.
+        let mut streams: Vec<StreamId> = check.delta.floor.iter().map(|(s, _)| s).collect();
         let mut start = 0;
         while start < check.by_name.len() {
             let end = check.run_end(start);
             check.run(start, end, runs)?;
+            streams.push(check.by_name[start].stream);
             start = end;
         }
-        check.streams()
+        check.streams(streams)
     }
 
     /// A local append request of `len` events after `own_head`, at
@@ -232,6 +236,13 @@ impl State {
             if cuts.contains_key(&stream) || !admit(stream, run.first_seq, &mut cuts) {
                 continue;
             }
+            // No payload of a run is longer than the run's payloads
+            // together: within the limit, its events need no look.
+            if run.len == 0
+                || run_payload_bytes(columns, first_index, index) <= self.config.payload_bytes_max
+            {
+                continue;
+            }
             let over = (0..run.len).find_map(|i| {
                 let len = columns.payload(first_index + i).len();
                 let seq = run.first_seq + i as u64;
@@ -257,6 +268,14 @@ impl State {
             cuts: cuts.into_values().collect(),
         }
     }
+}
+
+/// How many payload bytes `columns`' events `start..end` carry together
+/// (`end` above `start`).
+fn run_payload_bytes(columns: &DeltaColumns, start: usize, end: usize) -> usize {
+    let ends = columns.ends();
+    let from = start.checked_sub(1).map_or(0, |before| ends.get(before));
+    (ends.get(end - 1) - from) as usize
 }
 
 impl Check<'_> {
@@ -514,19 +533,12 @@ impl Check<'_> {
         })
     }
 
-    /// The streams the delta adds (named by its floor or its events; not
-    /// held, not added earlier in the round, not the own): within the
-    /// limit, or the delta is refused naming the last that does not fit.
-    fn streams(&self) -> Result<(), Rejection> {
+    /// The streams the delta adds (of `new`, those named by its floor or
+    /// its runs: not held, not added earlier in the round, not the own):
+    /// within the limit, or the delta is refused naming the last that does
+    /// not fit.
+    fn streams(&self, mut new: Vec<StreamId>) -> Result<(), Rejection> {
         let state = self.state;
-        let mut new: Vec<StreamId> = self.delta.floor.iter().map(|(stream, _)| stream).collect();
-        let mut previous = None;
-        for event in &self.by_name {
-            if previous != Some(event.stream) {
-                previous = Some(event.stream);
-                new.push(event.stream);
-            }
-        }
         new.retain(|&stream| {
             stream != self.own
                 && !state.log.has_stream(stream)
