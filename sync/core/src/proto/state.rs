@@ -38,12 +38,10 @@ pub trait LocalReplica {
     fn is_recovering(&self) -> bool;
     /// How much of a received delta the replica takes under its limits
     /// (see [`meshlog_replica::Replica::admission`]): the delta is cut to
-    /// it before it is handed back to apply (see [`LimitHit`](crate::LimitHit)). The whole
-    /// delta unless implemented.
-    fn admission(&self, columns: &DeltaColumns) -> Admission {
-        let _ = columns;
-        Admission::default()
-    }
+    /// it before it is handed back to apply (see [`LimitHit`](crate::LimitHit)). No
+    /// default: a replica that admitted everything here would have its
+    /// deltas refused whole by its own limits, ending the session.
+    fn admission(&self, columns: &DeltaColumns) -> Admission;
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
