@@ -13,7 +13,9 @@
 //!
 //! - `admission`: [`Admission`], how much of a received delta the
 //!   replica's limits take (asked before applying it).
-//! - `event`: [`Event`], named `(stream, seq)`, with its content hash.
+//! - `event`: [`Event`], named `(stream, seq)`, with its content hash;
+//!   `chain`: [`ChainHash`], each event committed to the one below it
+//!   (`docs/SIGNING.md`).
 //! - `replica`: [`Replica`], one owner's replica — append, validate/apply,
 //!   page, delta, compact, digest — and its [`Config`].
 //! - `log`: each stream's gap-free prefix (floor, head) and pending buffer,
@@ -51,6 +53,7 @@
 #![forbid(unsafe_code)]
 
 mod admission;
+mod chain;
 mod columns;
 mod disk;
 mod error;
@@ -67,6 +70,7 @@ mod stream_page;
 mod values;
 
 pub use admission::{Admission, Cut, Limit};
+pub use chain::ChainHash;
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,
