@@ -88,7 +88,7 @@ pub const LAMPORT_MAX: u64 = 1 << 62;
 pub use event::Event;
 pub use policy::RetentionPolicy;
 pub use replica::{
-    ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats, Verified,
+    ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats, Verified, PAGE_LEN_MAX,
 };
 pub use shared::{
     Change, ChangeHook, CommitStats, Commits, Completion, SharedReplica, ROUND_BYTES_MAX,

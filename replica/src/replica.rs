@@ -9,6 +9,11 @@ use meshlog_cursor::{StreamId, VersionVector};
 use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
 use crate::{DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, Store};
 
+/// The longest page a reader may ask for by default
+/// ([`Config::page_len_max`]): the one place this bound is written; the
+/// node's HTTP schema and its checks read it from here.
+pub const PAGE_LEN_MAX: usize = 10_000;
+
 /// A replica's settings and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -20,7 +25,7 @@ pub struct Config {
     pub pending_events_max: usize,
     /// The largest payload accepted, in bytes.
     pub payload_bytes_max: usize,
-    /// The longest page a reader may ask for.
+    /// The longest page a reader may ask for; [`PAGE_LEN_MAX`] by default.
     pub page_len_max: usize,
     /// The most streams a replica holds, its own stream included: the own
     /// stream's slot is always reserved (counted whether or not it has
@@ -52,7 +57,7 @@ impl Config {
             stream,
             pending_events_max: 4096,
             payload_bytes_max: 1 << 20,
-            page_len_max: 10_000,
+            page_len_max: PAGE_LEN_MAX,
             streams_max: STREAMS_MAX,
             recover_own_stream: false,
         }

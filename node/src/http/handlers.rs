@@ -46,8 +46,10 @@ type Shared = State<Arc<AppState>>;
                 answer's `resume`), or a legacy scalar lamport position (decimal); absent or \
                 empty: the start of the log.",
             example = "AQEBAiOCL28"),
-        ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000,
-            description = "Events per page, 1 to 10000; default 100."),
+        // Its maximum and the description that names it are set from
+        // the replica's bound by the document's `Contract` (openapi.rs).
+        ("limit" = Option<u64>, Query, minimum = 1,
+            description = "Events per page; default 100."),
         ("stream" = Option<String>, Query, pattern = r"^0*[1-9][0-9]{0,19}$",
             description = "A writer's stream id (decimal, non-zero, 64-bit): that writer's \
                 events alone; `next` advances its entry only."),

@@ -515,20 +515,31 @@ pub struct HealthJson {
     pub status: String,
 }
 
-/// The largest `limit` a page takes: the replica's page bound, written
-/// out because a schema attribute takes a literal (a test checks it is
-/// the replica's).
-pub const PAGE_LEN_MAX: u64 = 10_000;
+/// The largest `limit` a page takes: the replica's page bound.
+pub const PAGE_LEN_MAX: u64 = meshlog_replica::PAGE_LEN_MAX as u64;
+
+/// `PAGE_LEN_MAX` is a power of ten, so the decimal text from 1 to it is
+/// "up to its digits less one, or itself" ([`limit_text_pattern`]).
+const _: () = assert!(PAGE_LEN_MAX >= 10 && 10u64.pow(PAGE_LEN_MAX.ilog10()) == PAGE_LEN_MAX);
+
+/// The pattern of `limit` as decimal text: 1 to [`PAGE_LEN_MAX`], leading
+/// zeros allowed.
+pub(crate) fn limit_text_pattern() -> String {
+    format!(
+        "^0*(?:[1-9][0-9]{{0,{}}}|{PAGE_LEN_MAX})$",
+        PAGE_LEN_MAX.ilog10() - 1
+    )
+}
 
 /// `limit` in a query body: a whole number from 1 to [`PAGE_LEN_MAX`], or
 /// the same as decimal text (what a query string carries), or `null` for
 /// the default.
 fn limit_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
     schema_from_json(serde_json::json!({
-        "description": "The page length, 1 to 10000 (default 100): a number, or the same in decimal text; `null` is the default.",
+        "description": format!("The page length, 1 to {PAGE_LEN_MAX} (default 100): a number, or the same in decimal text; `null` is the default."),
         "oneOf": [
             {"type": "integer", "minimum": 1, "maximum": PAGE_LEN_MAX},
-            {"type": "string", "pattern": "^0*(?:[1-9][0-9]{0,3}|10000)$"},
+            {"type": "string", "pattern": limit_text_pattern()},
             {"type": "null"}
         ]
     }))

@@ -195,6 +195,25 @@ fn operations(item: &mut utoipa::openapi::path::PathItem) -> Vec<(&'static str, 
 /// body is one empty payload) and `POST /compact` (an absent body is `{}`).
 const OPTIONAL_BODIES: [(&str, &str); 2] = [("post", "/events"), ("post", "/compact")];
 
+/// A `limit` query parameter's maximum and description, from the one
+/// bound the replica keeps ([`json::PAGE_LEN_MAX`]): a schema attribute
+/// takes only a literal, so the number is not written there.
+fn bound_page_limit(operation: &mut Operation) {
+    for parameter in operation.parameters.iter_mut().flatten() {
+        let RefOr::T(parameter) = parameter else {
+            continue;
+        };
+        if parameter.name != "limit" {
+            continue;
+        }
+        let mut value = serde_json::to_value(&*parameter).expect("a parameter is JSON");
+        value["schema"]["maximum"] = json::PAGE_LEN_MAX.into();
+        value["description"] =
+            format!("Events per page, 1 to {}; default 100.", json::PAGE_LEN_MAX).into();
+        *parameter = serde_json::from_value(value).expect("the parameter still parses");
+    }
+}
+
 impl Modify for Contract {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
@@ -221,6 +240,7 @@ impl Modify for Contract {
         }
         for (path, item) in openapi.paths.paths.iter_mut() {
             for (method, operation) in operations(item) {
+                bound_page_limit(operation);
                 if OPTIONAL_BODIES.contains(&(method, path.as_str())) {
                     if let Some(RefOr::T(body)) = operation.request_body.as_mut() {
                         body.required = Some(Required::False);
@@ -320,12 +340,41 @@ fn openapi_json() {}
 mod tests {
     use super::*;
 
+    /// The page bound is written once, in the replica: the document's
+    /// `limit` (query parameter and body field, number and text) says the
+    /// replica's default `page_len_max`, and no other number.
     #[test]
     fn the_documented_page_bound_is_the_replicas() {
-        assert_eq!(
-            json::PAGE_LEN_MAX as usize,
-            meshlog_replica::Config::new(meshlog_cursor::StreamId::new(1)).page_len_max
-        );
+        let max = meshlog_replica::Config::new(meshlog_cursor::StreamId::new(1)).page_len_max;
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        let limit = doc["paths"]["/events"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(limit["schema"]["maximum"], max);
+        assert!(limit["description"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("1 to {max};")));
+        let text = document();
+        let body = text
+            .find("The page length, 1 to")
+            .expect("the body's limit");
+        assert!(text[body..].starts_with(&format!("The page length, 1 to {max} ")));
+        let pattern = regex::Regex::new(&json::limit_text_pattern()).unwrap();
+        for (n, ok) in [
+            ("0", false),
+            ("1", true),
+            ("007", true),
+            (&*max.to_string(), true),
+            (&*(max - 1).to_string(), true),
+            (&*(max + 1).to_string(), false),
+            (&*(max * 10).to_string(), false),
+        ] {
+            assert_eq!(pattern.is_match(n), ok, "{n}");
+        }
     }
 
     #[test]
