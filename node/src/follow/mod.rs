@@ -18,6 +18,9 @@
 //! - [`client`]: [`Follower`], a `Stream` of [`FollowItem`]s that yields
 //!   every event once, keeps the cursor to persist, detects and refetches
 //!   gaps, and fails over between nodes.
+//! - `status`: the status stream's frame, built in one place (marks,
+//!   floor, digest, peers; every link's state, lag and freshness; every
+//!   writer's head, floor and last event time; the rate counters).
 //! - `GET /`: a static page (`page.html`, no build step) that follows the
 //!   whole log and the status stream in a browser, with the same gap rule.
 
@@ -25,9 +28,10 @@ pub mod client;
 pub mod frame;
 mod hub;
 mod server;
+mod status;
 
 pub use client::{FollowError, FollowItem, Follower, FollowerConfig};
-pub use frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
+pub use frame::{ClientFrame, FollowStream, LinkJson, ServerFrame, StatusJson, WriterJson};
 pub(crate) use hub::FollowHub;
 pub(crate) use server::follow_upgrade;
 
