@@ -38,6 +38,12 @@ use follow_support::{Faults, WsProxy};
 use serde_json::{json, Value};
 use support::{append, get, marks, post_json, start, start_with, walk, DEADLINE};
 
+/// Saves a screenshot of the page's state for the record, and says where.
+async fn shot(client: &Client, name: &str) {
+    let path = screenshot(client, name).await;
+    println!("screenshot: {}", path.display());
+}
+
 /// Runs `script` in the page and parses what it returns.
 async fn eval<T: serde::de::DeserializeOwned>(client: &Client, script: &str) -> T {
     let value = client
@@ -220,7 +226,6 @@ async fn wait_listed(client: &Client, what: &str, expected: &[String]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
-    let mut shots = Vec::new();
     let c = start(3).await;
     let b = start_with(2, |config| config.peers = vec![c.url()]).await;
     let to_b = Proxy::start(b.addr).await;
@@ -265,7 +270,7 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
     .await;
     assert_eq!(text, "hello from 2");
     let old_token: String = eval(&client, "return document.getElementById('cursor').value;").await;
-    shots.push(screenshot(&client, "1-mesh-up.png").await);
+    shot(&client, "1-mesh-up.png").await;
 
     // The writers table equals GET /marks once the mesh is quiet.
     let started = Instant::now();
@@ -283,7 +288,7 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    shots.push(screenshot(&client, "2-writers.png").await);
+    shot(&client, "2-writers.png").await;
 
     // Cut node 1's link to node 2: drawn down within 2 s, lag rising.
     to_b.cut();
@@ -305,7 +310,7 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
             && links.get(&c_link) == Some(&("up".into(), 0))
     })
     .await;
-    shots.push(screenshot(&client, "3-link-down.png").await);
+    shot(&client, "3-link-down.png").await;
 
     // Heal: up again, lag back to 0.
     to_b.heal();
@@ -320,7 +325,7 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
         },
     )
     .await;
-    shots.push(screenshot(&client, "4-link-healed.png").await);
+    shot(&client, "4-link-healed.png").await;
 
     // 30% of the follow frames dropped: the list equals a fresh read.
     follow.set_faults(Faults {
@@ -354,7 +359,7 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
         "the loss was refetched: {notes}"
     );
     follow.heal();
-    shots.push(screenshot(&client, "5-events-after-loss.png").await);
+    shot(&client, "5-events-after-loss.png").await;
 
     // Compact node 1, then resume the page from the token it showed at
     // the start: exactly the ranges GET /events reports lost.
@@ -430,7 +435,7 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
         focused, "stale-resume",
         "the offer to resume has the keyboard focus"
     );
-    shots.push(screenshot(&client, "6-stale-token.png").await);
+    shot(&client, "6-stale-token.png").await;
 
     // Resume from the floor: the list is exactly what follows the resume
     // token.
@@ -444,10 +449,115 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
     let resume = answer["resume"].as_str().unwrap();
     let expected = names(&walk_from(a.addr, resume).await);
     wait_listed(&client, "resumed from the floor", &expected).await;
-    shots.push(screenshot(&client, "7-resumed.png").await);
+    shot(&client, "7-resumed.png").await;
 
     client.close().await.unwrap();
-    for shot in &shots {
-        println!("screenshot: {}", shot.display());
+}
+
+/// A node with secrets: the console asks for the read secret once, keeps
+/// it in the tab's `sessionStorage` (never in the URL), follows with it,
+/// and a reload of the tab does not ask again. An old link's
+/// `#token=SECRET` is moved there and the fragment cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_asks_for_the_read_secret_once_per_tab() {
+    const READ: &str = "console-read-secret";
+    const WRITE: &str = "console-write-secret";
+    let node = start_with(1, |config| {
+        config.security.secrets = meshlog_node::auth::SecretSources {
+            read: vec![READ.into()],
+            write: vec![WRITE.into()],
+            ..Default::default()
+        };
+    })
+    .await;
+    let write = format!("Bearer {WRITE}");
+    for i in 0..3 {
+        let appended = support::request(
+            node.addr,
+            "POST",
+            "/events",
+            &[("authorization", &write)],
+            format!("secret {i}").as_bytes(),
+        )
+        .await;
+        assert_eq!(appended.status, 201);
     }
+    let read = format!("Bearer {READ}");
+    let page = support::request(
+        node.addr,
+        "GET",
+        "/events?limit=100",
+        &[("authorization", &read)],
+        b"",
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    let expected = names(page.json()["events"].as_array().unwrap());
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    client.goto(&node.url()).await.expect("the console loads");
+    let started = Instant::now();
+    loop {
+        let (hidden, focused): (bool, String) = eval(
+            &client,
+            "return [document.getElementById('secret-form').hidden, document.activeElement.id];",
+        )
+        .await;
+        if !hidden {
+            assert_eq!(focused, "secret", "the secret box has the keyboard focus");
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the console never asked for a secret"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shot(&client, "8-secret-asked.png").await;
+    let input = client.find(Locator::Id("secret")).await.unwrap();
+    input.send_keys(READ).await.unwrap();
+    input.send_keys("\u{E007}").await.unwrap(); // Enter submits.
+    wait_listed(&client, "with the read secret", &expected).await;
+    let (stored, url): (String, String) = eval(
+        &client,
+        "return [sessionStorage.getItem('meshlog.read_secret'), location.href];",
+    )
+    .await;
+    assert_eq!(stored, READ);
+    assert!(
+        !url.contains(READ),
+        "the secret stays out of the URL: {url}"
+    );
+
+    // A reload of the tab follows without asking again.
+    client.refresh().await.unwrap();
+    wait_listed(&client, "after a reload", &expected).await;
+    let hidden: bool = eval(
+        &client,
+        "return document.getElementById('secret-form').hidden;",
+    )
+    .await;
+    assert!(hidden, "a reload does not ask again");
+
+    // An old link's fragment is moved to the tab's storage and cleared.
+    client
+        .execute("sessionStorage.clear();", vec![])
+        .await
+        .unwrap();
+    // Away first: a fragment alone would not load the page again.
+    client.goto("about:blank").await.unwrap();
+    client
+        .goto(&format!("{}/#token={READ}", node.url()))
+        .await
+        .unwrap();
+    wait_listed(&client, "from a #token link", &expected).await;
+    let (stored, url): (String, String) = eval(
+        &client,
+        "return [sessionStorage.getItem('meshlog.read_secret'), location.href];",
+    )
+    .await;
+    assert_eq!(stored, READ);
+    assert!(!url.contains(READ), "the fragment was cleared: {url}");
+    client.close().await.unwrap();
 }
