@@ -15,7 +15,9 @@
 //! - a token made stale by compaction shows exactly the ranges
 //!   `GET /events` reports lost, and resuming from the floor shows exactly
 //!   the events after the resume token;
-//! - a binary payload is previewed as hex, a text one as text.
+//! - a binary payload is previewed as hex, a text one as text;
+//! - on a node with secrets the console asks for the read secret once per
+//!   tab; over TLS it follows on `wss:` and draws a TLS link up.
 //!
 //! A screenshot of each state is saved under `target/console-screenshots/`.
 //! The waits are bounded polls; the one time bound checked is the issue's
@@ -26,17 +28,19 @@ mod browser_support;
 mod cli_support;
 mod follow_support;
 mod support;
+mod tls_support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use browser_support::{browser, screenshot, start_driver};
+use browser_support::{browser, browser_with, screenshot, start_driver};
 use cli_support::Proxy;
 use fantoccini::{Client, Locator};
 use follow_support::{Faults, WsProxy};
 use serde_json::{json, Value};
 use support::{append, get, marks, post_json, start, start_with, walk, DEADLINE};
+use tls_support::Ca;
 
 /// Saves a screenshot of the page's state for the record, and says where.
 async fn shot(client: &Client, name: &str) {
@@ -559,5 +563,70 @@ async fn the_console_asks_for_the_read_secret_once_per_tab() {
     .await;
     assert_eq!(stored, READ);
     assert!(!url.contains(READ), "the fragment was cleared: {url}");
+    client.close().await.unwrap();
+}
+
+/// Over TLS: the console loaded from `https://` follows over `wss:` (its
+/// URLs are relative to the page) and draws the node's TLS link up. The
+/// browser is told to accept the test CA's certificates
+/// (`--ignore-certificate-errors`): what is checked is the page's scheme
+/// handling, not Chromium's trust store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_follows_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "console");
+    let tls = |id: u64, peers: Vec<String>| {
+        let (cert, key) = ca.node(&format!("node{id}"));
+        let ca_file = ca.ca_file();
+        move |config: &mut meshlog_node::config::NodeConfig| {
+            config.security.tls_cert = Some(cert);
+            config.security.tls_key = Some(key);
+            config.security.tls_ca = Some(ca_file);
+            config.peers = peers;
+        }
+    };
+    let b = start_with(2, tls(2, vec![])).await;
+    let b_url = format!("https://127.0.0.1:{}", b.addr.port());
+    let a = start_with(1, tls(1, vec![b_url.clone()])).await;
+    let a_url = format!("https://127.0.0.1:{}", a.addr.port());
+    let driver = start_driver().await;
+    let client = browser_with(&driver, &["--ignore-certificate-errors"]).await;
+    client
+        .goto(&format!("{a_url}/"))
+        .await
+        .expect("the console loads");
+    wait_picture(&client, "the TLS link up", DEADLINE, |links| {
+        links.get(&b_url) == Some(&("up".into(), 0))
+    })
+    .await;
+    let state: String = eval(
+        &client,
+        "return document.getElementById('state').dataset.state;",
+    )
+    .await;
+    assert_eq!(state, "live", "the follow socket is open over wss:");
+    let node = meshlog_node::cli::client::Client::with_options(
+        &a_url,
+        &meshlog_node::cli::client::ClientOptions {
+            token: None,
+            ca: Some(ca.ca_file()),
+        },
+    )
+    .expect("a TLS client");
+    node.append(&["over tls".to_owned()]).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let shown: Vec<String> = eval(
+            &client,
+            "return [...document.querySelectorAll('#events li .text')].map(s => s.textContent);",
+        )
+        .await;
+        if shown == ["over tls"] {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "the page lists {shown:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shot(&client, "9-over-tls.png").await;
     client.close().await.unwrap();
 }

@@ -91,21 +91,35 @@ pub async fn start_driver() -> Driver {
     }
 }
 
+/// A WebDriver session on headless Chromium.
 pub async fn browser(driver: &Driver) -> Client {
+    browser_with(driver, &[]).await
+}
+
+/// A WebDriver session on headless Chromium with `extra` flags.
+pub async fn browser_with(driver: &Driver, extra: &[&str]) -> Client {
     let profile = driver._profile.path().display().to_string();
+    let mut args: Vec<String> = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1200",
+        "--hide-scrollbars",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|arg| arg.to_string())
+    .collect();
+    args.push(format!("--user-data-dir={profile}"));
     let mut capabilities = serde_json::Map::new();
     capabilities.insert(
         "goog:chromeOptions".into(),
-        json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                "--window-size=1280,1200", "--hide-scrollbars",
-                format!("--user-data-dir={profile}"),
-            ],
-        }),
+        json!({ "binary": "/usr/bin/chromium", "args": args }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     ClientBuilder::new(connector)
