@@ -14,7 +14,7 @@
 //!   the events not marked late in page order;
 //! - a token made stale by compaction shows exactly the ranges
 //!   `GET /events` reports lost, and resuming from the floor shows exactly
-//!   the events after the resume token;
+//!   the events after the resume token, as History pages them;
 //! - a binary payload is previewed as hex, a text one as text;
 //! - on a node with secrets the console asks for the read secret once per
 //!   tab; over TLS it follows on `wss:` and draws a TLS link up.
@@ -300,6 +300,7 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
         links.get(&b_link).is_some_and(|(state, _)| state != "up")
     })
     .await;
+    println!("the cut link was drawn down {down:?} after the cut");
     assert!(
         down <= Duration::from_secs(2),
         "the cut link was drawn down {down:?} after the cut"
@@ -454,6 +455,48 @@ async fn the_console_draws_the_mesh_writers_and_events_as_the_nodes_answer() {
     let expected = names(&walk_from(a.addr, resume).await);
     wait_listed(&client, "resumed from the floor", &expected).await;
     shot(&client, "7-resumed.png").await;
+
+    // History from the start of the log: stale, so the box is given the
+    // resume token; read from it, a page is exactly the events after it.
+    let read = client
+        .find(Locator::Css("#history-form button[type=submit]"))
+        .await
+        .unwrap();
+    read.click().await.unwrap();
+    let started = Instant::now();
+    loop {
+        let offered: String = eval(
+            &client,
+            "return document.getElementById('history-token').value;",
+        )
+        .await;
+        if offered == resume {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "history never offered the resume token"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    read.click().await.unwrap();
+    let started = Instant::now();
+    loop {
+        let paged: Vec<String> = eval(
+            &client,
+            "return [...document.querySelectorAll('#history li')]
+                .map(li => li.dataset.stream + ':' + li.dataset.seq);",
+        )
+        .await;
+        if paged == expected {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "history lists {paged:?}, GET /events {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     client.close().await.unwrap();
 }

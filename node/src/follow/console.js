@@ -380,12 +380,24 @@ let samples = [];                // {time_ms, appended, received, heads: Map}
 let rates = { appended: [], received: [], streams: new Map() };
 let nodeId = null;
 
+// A status frame comes on every change of the replica: under load, many a
+// second. Each is sampled for the rates; the page is drawn from the latest
+// at most every DRAW_MS.
+const DRAW_MS = 100;
+let latestStatus = null;
+let drawTimer = null;
 function onStatus(frame) {
+  sample(frame);
+  latestStatus = frame;
+  if (drawTimer === null) drawTimer = setTimeout(drawStatus, DRAW_MS);
+}
+function drawStatus() {
+  drawTimer = null;
+  const frame = latestStatus;
   nodeId = frame.node;
   $("node-id").textContent = frame.node;
   $("status").textContent = JSON.stringify(frame, null, 2);
   $("updated").textContent = "status at " + new Date(frame.time_ms || Date.now()).toISOString().slice(11, 23);
-  sample(frame);
   drawMesh(frame);
   drawLinks(frame);
   drawWriters(frame);
@@ -415,6 +427,8 @@ function sample(frame) {
 
 function sparkPoints(series, width, height) {
   if (series.length === 0) return "";
+  // One sample is drawn as a step, so that it shows.
+  if (series.length === 1) series = [0, series[0]];
   const top = Math.max(1, ...series);
   const step = width / (SAMPLES_MAX - 1);
   const offset = (SAMPLES_MAX - series.length) * step;

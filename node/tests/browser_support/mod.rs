@@ -132,7 +132,11 @@ pub async fn browser_with(driver: &Driver, extra: &[&str]) -> Client {
 /// Saves a PNG of what the page shows as `target/console-screenshots/NAME`
 /// and returns its path.
 pub async fn screenshot(client: &Client, name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/console-screenshots");
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = workspace
+        .parent()
+        .expect("node/ is in the workspace")
+        .join("target/console-screenshots");
     std::fs::create_dir_all(&dir).expect("the screenshot directory");
     let png = client.screenshot().await.expect("a screenshot");
     let path = dir.join(name);
