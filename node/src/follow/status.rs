@@ -4,15 +4,17 @@
 //! freshness, every writer's head, floor and last event time, and the
 //! counters its rates are computed from.
 
+use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use meshlog_cursor::token;
+use meshlog_cursor::{token, StreamId};
 use meshlog_sync::{LimitHit, PeerStatus};
 
 use super::frame::{LinkJson, StatusJson, WriterJson};
 use crate::http::json::{decimal, vector_json, DigestJson};
 use crate::http::AppState;
 use crate::peers::REFUSED_PREFIX;
+use crate::replica::NodeReplica;
 
 /// The status frame now.
 pub(crate) fn status(state: &AppState) -> StatusJson {
@@ -33,21 +35,24 @@ pub(crate) fn status(state: &AppState) -> StatusJson {
                 .map(|peer| link_json("inbound", peer.addr.to_string(), peer, now)),
         )
         .collect();
-    let writers = marks
-        .iter()
-        .map(|(stream, head)| {
-            let floor_seq = floor.get(stream);
-            WriterJson {
-                stream: decimal(stream),
-                head,
-                floor: floor_seq,
-                held: head.saturating_sub(floor_seq),
-                last_time_ms: (head > floor_seq)
-                    .then(|| replica.event_time_ms(stream, head))
-                    .flatten(),
-            }
-        })
-        .collect();
+    let writers = {
+        let mut times = state.follow.head_times();
+        marks
+            .iter()
+            .map(|(stream, head)| {
+                let floor_seq = floor.get(stream);
+                WriterJson {
+                    stream: decimal(stream),
+                    head,
+                    floor: floor_seq,
+                    held: head.saturating_sub(floor_seq),
+                    last_time_ms: (head > floor_seq)
+                        .then(|| times.time_ms(replica, stream, head))
+                        .flatten(),
+                }
+            })
+            .collect()
+    };
     StatusJson {
         stream: "status".into(),
         node: decimal(replica.stream()),
@@ -67,6 +72,31 @@ pub(crate) fn status(state: &AppState) -> StatusJson {
         received: stats.applied,
         links,
         writers,
+    }
+}
+
+/// When each stream's head event was appended, as last read: a status
+/// frame is built on every change for every status follower, and only a
+/// stream whose head moved since is read again (one event, from the
+/// store's cache or disk). One entry per stream held, so bounded by
+/// `streams_max`.
+#[derive(Default)]
+pub(crate) struct HeadTimes {
+    /// Per stream, the head read and its event's time.
+    read: HashMap<StreamId, (u64, Option<u64>)>,
+}
+
+impl HeadTimes {
+    /// The time of `stream`'s event `head`, read only if not read before.
+    fn time_ms(&mut self, replica: &NodeReplica, stream: StreamId, head: u64) -> Option<u64> {
+        match self.read.get(&stream) {
+            Some(&(read, time_ms)) if read == head => time_ms,
+            _ => {
+                let time_ms = replica.event_time_ms(stream, head);
+                self.read.insert(stream, (head, time_ms));
+                time_ms
+            }
+        }
     }
 }
 
