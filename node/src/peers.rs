@@ -43,6 +43,11 @@ use crate::tls::Tls;
 /// The protocol named in the `Upgrade` header of `GET /sync`.
 pub const SYNC_PROTOCOL: &str = "meshlog-sync";
 
+/// How the reason of a dial the peer answered without upgrading begins
+/// (`peer answered 401 Unauthorized to the sync upgrade: ...`): the status
+/// stream calls such a link `refused`.
+pub(crate) const REFUSED_PREFIX: &str = "peer answered";
+
 /// One dialed peer as the node sees it now: the link's status, the peer
 /// named by its normalized URL (`http://host:port`).
 pub type PeerStatus = meshlog_sync::PeerStatus<String>;
@@ -406,7 +411,7 @@ async fn dial(peers: &Peers, slot: &HttpDial) -> Result<TokioIo<hyper::upgrade::
         .map(|body| String::from_utf8_lossy(&body.to_bytes()).into_owned())
         .unwrap_or_default();
         return Err(format!(
-            "peer answered {status} to the sync upgrade: {body}"
+            "{REFUSED_PREFIX} {status} to the sync upgrade: {body}"
         ));
     }
     let proof = match &handshake {

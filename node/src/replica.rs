@@ -178,6 +178,13 @@ impl NodeReplica {
         Ok(replica.verify()?)
     }
 
+    /// When the event `(stream, seq)` was appended (its writer's wall
+    /// clock, ms since the epoch), if this replica holds it: the status
+    /// stream's last event time per writer.
+    pub fn event_time_ms(&self, stream: StreamId, seq: u64) -> Option<u64> {
+        self.shared.get(stream, seq).map(|event| event.time_ms)
+    }
+
     /// The cursor covering every held event stamped at or below `lamport`
     /// (see `Replica::covering_lamport`): what a legacy reader's scalar
     /// position converts to.

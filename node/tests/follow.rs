@@ -2,7 +2,8 @@
 //! subscriptions on one connection and their bounds, one writer's stream,
 //! a lagging follower (told `lagged`, appends never wait for it), a stale
 //! follower (told exactly what it lost, the same body as `GET /events`'
-//! 410), failover to another node, and the page at `GET /`.
+//! 410), failover to another node, the page at `GET /`, and the status
+//! stream's links (each state the console draws) and writers.
 
 mod follow_support;
 mod support;
@@ -483,4 +484,115 @@ async fn heartbeats_never_run_ahead_of_the_events_frames_before_them() {
         }
         assert!(heartbeats > 0);
     }
+}
+
+/// The status stream names each link's state as the console colours it
+/// (`up`, `reconnecting` with its error, `refused` with the peer's answer),
+/// inbound links too, with lag and the age of the last frame; and each
+/// writer's head, floor, events held and last event time as `GET /marks`
+/// and `GET /events` answer them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_stream_names_each_links_state_and_each_writers_head() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let guarded = start_with(4, |config| {
+        config.security.secrets = meshlog_node::auth::SecretSources {
+            peer: vec!["peer-secret-node-1-does-not-hold".into()],
+            ..Default::default()
+        };
+    })
+    .await;
+    let b = start(2).await;
+    let peers = vec![b.url(), closed_url.clone(), guarded.url()];
+    let a = start_with(1, |config| config.peers = peers).await;
+    let c = start_with(3, |config| config.peers = vec![a.url()]).await;
+    for node in [&a, &b, &a] {
+        append(node.addr, b"x").await;
+    }
+    let mut socket = connect(a.addr, "stream=status").await;
+    let started = Instant::now();
+    let status = loop {
+        let Some(ServerFrame::Status(status)) = next_frame(&mut socket).await else {
+            continue;
+        };
+        let state = |peer: &str| {
+            status
+                .links
+                .iter()
+                .find(|link| link.peer == peer)
+                .map(|link| link.state.clone())
+        };
+        let inbound_up = status
+            .links
+            .iter()
+            .any(|link| link.direction == "inbound" && link.stream.as_deref() == Some("3"));
+        let settled = state(&b.url()).as_deref() == Some("up")
+            && state(&closed_url).as_deref() == Some("reconnecting")
+            && state(&guarded.url()).as_deref() == Some("refused")
+            && inbound_up
+            && status.marks.len() == 2
+            && status
+                .links
+                .iter()
+                .all(|link| link.lag_events == 0 || link.state != "up");
+        if settled {
+            break status;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the status never settled: {:#?}",
+            status.links
+        );
+    };
+    let link = |peer: &str| status.links.iter().find(|link| link.peer == peer).unwrap();
+    let up = link(&b.url());
+    assert_eq!(
+        (up.direction.as_str(), up.stream.as_deref()),
+        ("dialed", Some("2"))
+    );
+    assert!(
+        up.reason.is_none() && up.exchange_age_ms.is_some(),
+        "{up:?}"
+    );
+    let down = link(&closed_url);
+    assert!(
+        down.reason.as_deref().unwrap().contains("dial failed"),
+        "{down:?}"
+    );
+    let refused = link(&guarded.url());
+    assert!(
+        refused.reason.as_deref().unwrap().contains("401"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.exchange_age_ms, None,
+        "no frame ever came: {refused:?}"
+    );
+    drop(c);
+
+    // The writers, against GET /marks and the events themselves.
+    let marks = marks(a.addr).await;
+    let events = walk(a.addr, 100).await;
+    let expected: Vec<(String, u64, u64, u64, Option<u64>)> = marks
+        .marks
+        .iter()
+        .map(|(stream, head)| {
+            let floor = marks.floor.get(stream).copied().unwrap_or(0);
+            let last = events
+                .iter()
+                .find(|e| e["stream"] == stream.as_str() && e["seq"] == *head)
+                .map(|e| e["time"].as_u64().unwrap());
+            (stream.clone(), *head, floor, head - floor, last)
+        })
+        .collect();
+    let writers: Vec<(String, u64, u64, u64, Option<u64>)> = status
+        .writers
+        .iter()
+        .map(|w| (w.stream.clone(), w.head, w.floor, w.held, w.last_time_ms))
+        .collect();
+    assert_eq!(writers, expected);
+    assert_eq!(status.appended, 2, "node 1 appended two events");
+    assert_eq!(status.received, 1, "and received one");
+    assert!(status.time_ms > 0);
 }

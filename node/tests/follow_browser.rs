@@ -4,117 +4,19 @@
 //! `GET /events` walk, in order; and a peer's events that arrive stamped
 //! below what the page already showed are marked late.
 //!
-//! Needs Debian's `chromium` and `chromium-driver`. When `chromedriver` is
-//! missing and the test runs as root it installs them with apt-get (as CI
-//! does); otherwise it fails and says what to install: never a silent skip.
+//! Needs Debian's `chromium` and `chromium-driver` (`browser_support`).
 
+mod browser_support;
 mod follow_support;
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder};
+use browser_support::{browser, start_driver};
+use fantoccini::Client;
 use follow_support::{Faults, WsProxy};
 use serde_json::{json, Value};
 use support::{append, post_json, start, walk, DEADLINE};
-
-struct Driver {
-    child: Child,
-    port: u16,
-    _profile: tempfile::TempDir,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-fn ensure_chromium() {
-    if have("chromedriver") && have("chromium") {
-        return;
-    }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n");
-    assert!(
-        root.unwrap_or(false),
-        "this test needs Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver"
-    );
-    for args in [
-        vec!["update", "-qq"],
-        vec!["install", "-y", "-qq", "chromium", "chromium-driver"],
-    ] {
-        let status = Command::new("apt-get")
-            .args(&args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .expect("apt-get runs");
-        assert!(status.success(), "apt-get {args:?} failed");
-    }
-}
-
-async fn start_driver() -> Driver {
-    ensure_chromium();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(started.elapsed() < DEADLINE, "chromedriver never listened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Driver {
-        child,
-        port,
-        _profile: tempfile::tempdir().unwrap(),
-    }
-}
-
-async fn browser(driver: &Driver) -> Client {
-    let profile = driver._profile.path().display().to_string();
-    let mut capabilities = serde_json::Map::new();
-    capabilities.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                format!("--user-data-dir={profile}"),
-            ],
-        }),
-    );
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    ClientBuilder::new(connector)
-        .capabilities(capabilities)
-        .connect(&format!("http://127.0.0.1:{}", driver.port))
-        .await
-        .expect("a WebDriver session")
-}
 
 /// `(stream:seq, late)` per rendered event, in the page's order.
 async fn rendered(client: &Client) -> Vec<(String, bool)> {

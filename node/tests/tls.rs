@@ -6,8 +6,8 @@
 //! reach a TLS node with `--ca` and a secret. Every certificate is made at run time.
 
 mod support;
+mod tls_support;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,52 +15,12 @@ use futures_util::StreamExt;
 use meshlog_node::auth::SecretSources;
 use meshlog_node::cli::client::{Client, ClientOptions, PageOutcome};
 use meshlog_node::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use support::*;
+use tls_support::Ca;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const ADMIN: &str = "admin-secret-0123456789abcdef";
 const PEER: &str = "peer-secret-0123456789abcdef";
-
-/// A CA, and what it signs, written as PEM files into a directory.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-    dir: PathBuf,
-}
-
-impl Ca {
-    fn new(dir: &Path, name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("meshlog test CA {name}"));
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        let dir = dir.join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("ca.pem"), issuer.pem()).unwrap();
-        Ca { issuer, dir }
-    }
-
-    fn ca_file(&self) -> PathBuf {
-        self.dir.join("ca.pem")
-    }
-
-    /// A certificate for `localhost` and `127.0.0.1`: (cert, key) files.
-    fn node(&self, name: &str) -> (PathBuf, PathBuf) {
-        let key = KeyPair::generate().unwrap();
-        let params =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let (cert_file, key_file) = (
-            self.dir.join(format!("{name}.pem")),
-            self.dir.join(format!("{name}.key")),
-        );
-        std::fs::write(&cert_file, cert.pem()).unwrap();
-        std::fs::write(&key_file, key.serialize_pem()).unwrap();
-        (cert_file, key_file)
-    }
-}
 
 async fn tls_node(ca: &Ca, id: u64, peers: Vec<String>) -> TestNode {
     let (cert, key) = ca.node(&format!("node{id}"));

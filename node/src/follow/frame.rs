@@ -134,6 +134,69 @@ pub struct StatusJson {
     pub digest: DigestJson,
     /// The dialed peers, with their lag.
     pub peers: Vec<PeerJson>,
+    /// When the node built this frame: its wall clock, ms since the epoch
+    /// (the clock the console's rates divide by).
+    #[serde(default)]
+    pub time_ms: u64,
+    /// Events this node appended since it started.
+    #[serde(default)]
+    pub appended: u64,
+    /// Events received from peers that became visible here since it
+    /// started.
+    #[serde(default)]
+    pub received: u64,
+    /// Every link, dialed then inbound: its state, lag and freshness.
+    #[serde(default)]
+    pub links: Vec<LinkJson>,
+    /// Every writer's stream held, by id: head, floor, events held and
+    /// when its last event was appended.
+    #[serde(default)]
+    pub writers: Vec<WriterJson>,
+}
+
+/// One sync link as the status stream shows it (`docs/PROTOCOL.md`,
+/// "Follow").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkJson {
+    /// `dialed` (a configured peer) or `inbound` (a peer that dialed
+    /// this node).
+    pub direction: String,
+    /// The peer: its URL when dialed, `host:port` when inbound.
+    pub peer: String,
+    /// The peer's stream id, once its hello arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// `up` (exchanging), `limit` (up, but a limit keeps some streams
+    /// from crossing), `connecting` (no hello yet), `reconnecting` (down,
+    /// redialing) or `refused` (the peer answered the dial without
+    /// upgrading: a secret or certificate it does not accept).
+    pub state: String,
+    /// Why, when the state is not `up`: the limits hit, or the last error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Events this node holds that the peer has not acknowledged.
+    pub lag_events: u64,
+    /// How long ago the last frame from the peer arrived, in ms (none
+    /// before the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_age_ms: Option<u64>,
+}
+
+/// One writer's stream as the status stream shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriterJson {
+    /// The stream id, in decimal.
+    pub stream: String,
+    /// The last seq held (the stream's mark).
+    pub head: u64,
+    /// The last seq compacted away.
+    pub floor: u64,
+    /// Events held: `head - floor`.
+    pub held: u64,
+    /// When its last held event was appended (its writer's clock, ms since
+    /// the epoch); none when it holds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_time_ms: Option<u64>,
 }
 
 /// A frame a follower sends the node.

@@ -1,7 +1,8 @@
 //! The follow hub: what every follow connection of a node shares (the
 //! limits, the node-wide subscription permits, one watch on the replica's
-//! changes) and the `events` frames built once for every follower at the
-//! same cursor. Its own file, so that the node's shared state holds a hub
+//! changes), the `events` frames built once for every follower at the
+//! same cursor, and the status frames' writer times, read once per head.
+//! Its own file, so that the node's shared state holds a hub
 //! without the connections' code, which reads that state.
 
 use std::collections::VecDeque;
@@ -14,6 +15,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::frame::FollowStream;
+use super::status::HeadTimes;
 use crate::config::FollowSettings;
 use crate::metrics::Metrics;
 use crate::replica::NodeReplica;
@@ -35,6 +37,8 @@ pub(crate) struct FollowHub {
     /// The latest `events` frames built, oldest first, for the followers
     /// at the same cursor to queue without paging and encoding again.
     shared_frames: Mutex<VecDeque<SharedFrame>>,
+    /// The status frames' writer times, read once per head.
+    head_times: Mutex<HeadTimes>,
 }
 
 /// An `events` frame as one follower's pump built it, for the others.
@@ -74,7 +78,17 @@ impl FollowHub {
             _watch: watch,
             stop,
             shared_frames: Mutex::new(VecDeque::with_capacity(SHARED_FRAMES_MAX)),
+            head_times: Mutex::default(),
         }
+    }
+
+    /// The status frames' writer times, for one frame's build.
+    pub(super) fn head_times(&self) -> std::sync::MutexGuard<'_, HeadTimes> {
+        // A map of plain values, each entry written whole: one left by a
+        // panicking holder is still true.
+        self.head_times
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn shared_frames(&self) -> std::sync::MutexGuard<'_, VecDeque<SharedFrame>> {

@@ -33,9 +33,10 @@ use meshlog_cursor::{token, VersionVector};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
+use super::frame::{ClientFrame, FollowStream, ServerFrame};
 use super::hub::{Permit, SharedFrame, Step};
-use crate::http::json::{decimal, vector_json, DigestJson, EventJson, StaleJson};
+use super::status::status;
+use crate::http::json::{EventJson, StaleJson};
 use crate::http::{ApiError, AppState};
 use crate::read::{self, Answer};
 
@@ -558,30 +559,6 @@ fn encode(vector: &VersionVector) -> String {
     // A vector built from the replica's own marks and a decoded token is
     // within the token's bounds.
     token::encode_text(vector).expect("a cursor of this node encodes")
-}
-
-/// The status frame: what `GET /marks` answers.
-pub(crate) fn status(state: &AppState) -> StatusJson {
-    let replica = &state.replica;
-    let marks = replica.marks();
-    let digest = replica.digest();
-    StatusJson {
-        stream: "status".into(),
-        node: decimal(replica.stream()),
-        marks: vector_json(&marks),
-        floor: vector_json(&replica.floor()),
-        token: encode(&marks),
-        digest: DigestJson {
-            events: digest.events,
-            sum: format!("{:032x}", digest.sum),
-        },
-        peers: state
-            .peers
-            .list()
-            .iter()
-            .map(crate::http::peer_json)
-            .collect(),
-    }
 }
 
 #[cfg(test)]

@@ -313,11 +313,13 @@ fn follow() {}
     get,
     path = "/",
     tag = "follow",
-    summary = "The follow page",
-    description = "A small HTML and JavaScript page that follows the whole log live over \
-        `GET /follow` and shows the status stream. Its script reads `?gap_ms=N`, how long a \
-        heartbeat may stay ahead of the cursor before it refetches (default 3000); the node \
-        serves the same page whatever the query.",
+    summary = "The console",
+    description = "The mesh console: one HTML page with its style and script (no build step, \
+        nothing fetched from elsewhere) that follows the whole log live over `GET /follow` \
+        and draws the status stream: the mesh (links, their state, lag and last exchange), \
+        the writers, the rates; it pages history over `GET /events`. Its script reads \
+        `?gap_ms=N`, how long a heartbeat may stay ahead of the cursor before it refetches \
+        (default 3000); the node serves the same page whatever the query.",
     responses((status = 200, description = "The page.", content_type = "text/html",
         body = String)),
 )]

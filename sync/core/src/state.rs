@@ -1,6 +1,8 @@
 //! [`SessionState`] and [`LimitHit`]: what one peer's side of the
 //! protocol knows and counts, published by its driver as it changes.
 
+use std::time::Instant;
+
 use meshlog_cursor::{StreamId, VersionVector};
 
 // Named by the docs only.
@@ -26,6 +28,10 @@ pub struct SessionState {
     pub bytes_sent: u64,
     /// Bytes received, prefixes included.
     pub bytes_received: u64,
+    /// When the last frame from the peer arrived (any frame: a heartbeat
+    /// too), on the clock the session's driver passes in: how fresh what
+    /// the link says of the peer is. `None` before the first frame.
+    pub last_frame_at: Option<Instant>,
     /// Events sent in deltas (re-sends counted again).
     pub events_sent: u64,
     /// Received events that became visible here.

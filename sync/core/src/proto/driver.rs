@@ -243,6 +243,7 @@ impl Protocol {
         self.state.bytes_received += len as u64;
         self.state_changed = true;
         self.timing.last_frame_at = now;
+        self.state.last_frame_at = Some(now);
         let incoming = frame::decode_incoming(payload, self.config.frame_limit())
             .map_err(ProtocolError::Frame)?;
         tracing::trace!(kind = incoming.kind(), len, "frame received");
@@ -262,6 +263,7 @@ impl Protocol {
         self.state.frames_received += 1;
         self.state_changed = true;
         self.timing.last_frame_at = now;
+        self.state.last_frame_at = Some(now);
         let incoming = match frame {
             Frame::Delta { number, delta } => Incoming::Delta {
                 number,
