@@ -13,7 +13,8 @@
 //! Requests: appends and batches of appends, deltas as events and as
 //! columns (late, early, gapped, duplicated, overlapping, equivocating —
 //! a twin writer of one stream — claiming the receiver's own stream, with
-//! floors, honest or not, at every position of a round), and compactions.
+//! floors, honest or not — past a writer's head, at `LAMPORT_MAX`, past the
+//! receiver's own head — at every position of a round), and compactions.
 //! A third of the batches hand every delta in columns, so that rounds of
 //! clean deltas are planned as columns. The writers also receive from one
 //! another and the receiver's own stream, so stamps interleave and events
@@ -219,7 +220,7 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         delta.events.remove(1);
     }
     let own_head = marks.get(OWN);
-    match rng.below(14) {
+    match rng.below(17) {
         0 => {
             if let Some(event) = delta.events.first_mut() {
                 event.payload = Bytes::from_static(b"an altered version");
@@ -239,6 +240,24 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
                 .advance(stream, marks.get(stream) + rng.below(4));
         }
         4 => delta.floor.advance(OWN, own_head + rng.below(2)),
+        // Hostile floors (issue 29): past a writer's head (the receiver
+        // holding some of it or none), at the largest floor accepted, and
+        // far past the receiver's own head.
+        6 => {
+            let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
+            delta
+                .floor
+                .advance(stream, marks.get(stream) + rng.between(4, 6));
+        }
+        7 => {
+            let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
+            let top = meshlog_replica::LAMPORT_MAX;
+            delta.floor.advance(stream, top - rng.below(2));
+        }
+        8 => match rng.chance(0.5) {
+            true => delta.floor.advance(OWN, own_head + 9),
+            false => delta.floor.advance(OWN, meshlog_replica::LAMPORT_MAX),
+        },
         5 => {
             if let Some(event) = delta.events.last_mut() {
                 event.lamport = rng.below(event.lamport + 2);
