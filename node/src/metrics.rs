@@ -58,6 +58,9 @@ pub struct Metrics {
     deltas_refused: Counter,
     /// Duplicate events received (the replica's counter, read at scrape).
     duplicates: Counter,
+    /// Streams found behind a peer's floor (the replica's counter, read
+    /// at scrape).
+    streams_behind_floor: Counter,
     /// The replica's warnings from `open` (`Replica::open_warnings`).
     open_warnings: Gauge,
 }
@@ -94,6 +97,7 @@ impl Metrics {
             applied: Counter::default(),
             deltas_refused: Counter::default(),
             duplicates: Counter::default(),
+            streams_behind_floor: Counter::default(),
             open_warnings: Gauge::default(),
             registry: Registry::default(),
             render_lock: std::sync::Mutex::new(()),
@@ -132,6 +136,11 @@ impl Metrics {
             "duplicates",
             "Events received from peers already held",
             self.duplicates.clone(),
+        );
+        r.register(
+            "streams_behind_floor",
+            "Streams found behind a peer's floor: held here below it, so that peer cannot serve the gap (nothing is erased; another peer is asked); each is logged at warn",
+            self.streams_behind_floor.clone(),
         );
         r.register(
             "open_warnings",
@@ -231,6 +240,7 @@ impl Metrics {
         catch_up(&self.applied, stats.applied);
         catch_up(&self.deltas_refused, stats.deltas_refused);
         catch_up(&self.duplicates, stats.duplicates);
+        catch_up(&self.streams_behind_floor, stats.behind_floor);
         self.open_warnings
             .set(i64::try_from(stats.open_warnings).unwrap_or(i64::MAX));
         self.peers_connected

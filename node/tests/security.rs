@@ -479,6 +479,38 @@ impl RawPeer {
         .await;
     }
 
+    /// Reads the node's frames until one acknowledges our delta `number`
+    /// (`true`), or the link closes or `within` passes (`false`).
+    async fn acknowledges_within(&mut self, number: u64, within: Duration) -> bool {
+        let mut bytes = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        let read = async {
+            loop {
+                while bytes.len() >= 4 {
+                    let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+                    if bytes.len() < 4 + len {
+                        break;
+                    }
+                    let frame = frame::decode_payload(&bytes[4..4 + len]);
+                    bytes.drain(..4 + len);
+                    let received = match frame {
+                        Ok(Frame::Ack(receipt) | Frame::Heartbeat(receipt)) => receipt.received,
+                        Ok(Frame::BareAck(received)) => received,
+                        _ => 0,
+                    };
+                    if received >= number {
+                        return true;
+                    }
+                }
+                match self.stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => bytes.extend_from_slice(&buf[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(within, read).await.unwrap_or(false)
+    }
+
     /// Reads (and drops) what the node sends until it closes the link;
     /// `true` if it did within `within`.
     async fn closed_within(mut self, within: Duration) -> bool {
@@ -542,19 +574,48 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
     let unknown = RawPeer::connect(a.addr, WRONG, WRONG).await;
     assert_eq!(unknown.err(), Some(401));
 
+    // Floors without authority (issue 29): one above A's own head (it was
+    // refused, `OwnFloorAboveHead`, which ended every session with that
+    // peer for good), one past the honest peer's head (it erased that
+    // stream). Each is ignored: the session acknowledges it and goes on,
+    // and A's floor is unchanged (checked below).
+    let floors: Vec<(&str, Delta)> = vec![
+        (
+            "a floor above A's own head",
+            Delta {
+                floor: [(StreamId::new(1), 50)].into_iter().collect(),
+                events: Vec::new(),
+            },
+        ),
+        (
+            "a floor past the honest peer's head",
+            Delta {
+                floor: [(StreamId::new(2), 2 + 5)].into_iter().collect(),
+                events: Vec::new(),
+            },
+        ),
+    ];
+    for (what, delta) in &floors {
+        let mut peer = RawPeer::connect(a.addr, PEER, PEER).await.unwrap();
+        peer.hello(66).await;
+        peer.send(&Frame::delta(1, delta.clone())).await;
+        assert!(
+            peer.acknowledges_within(1, DEADLINE).await,
+            "{what}: the session ended instead of acknowledging it"
+        );
+    }
+    assert_eq!(
+        metric(a.addr, "meshlog_deltas_refused_total").await,
+        refused_before,
+        "a floor without authority was refused"
+    );
+
     // Authenticated, but hostile: each delta ends its session.
     let hostile: Vec<(&str, Delta)> = vec![
         (
             "a floor no stream can reach, on the honest peer's stream",
             Delta {
                 floor: [(StreamId::new(2), u64::MAX)].into_iter().collect(),
-                events: Vec::new(),
-            },
-        ),
-        (
-            "a floor above A's own head",
-            Delta {
-                floor: [(StreamId::new(1), 50)].into_iter().collect(),
                 events: Vec::new(),
             },
         ),

@@ -195,18 +195,6 @@ pub enum DeltaError {
         /// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
         max: u64,
     },
-    /// The delta names a floor for the receiver's own stream above its
-    /// head: it would delete events the receiver has not written yet and
-    /// move its head.
-    #[error("stream {stream} is the receiver's own; floor {floor} is above its head {head}")]
-    OwnFloorAboveHead {
-        /// The receiver's stream.
-        stream: StreamId,
-        /// The floor claimed.
-        floor: u64,
-        /// The receiver's head.
-        head: u64,
-    },
 }
 
 /// Why a page was refused.

@@ -92,7 +92,7 @@ pub struct Delta {
 }
 
 /// What applying a delta did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApplyReport {
     /// Events that became visible (including early ones released from the
     /// pending buffer).
@@ -105,8 +105,23 @@ pub struct ApplyReport {
     pub dropped: u64,
     /// Events at or below the floor, ignored.
     pub below_floor: u64,
-    /// Streams whose floor the delta raised.
+    /// Streams whose floor the delta raised: streams this replica held
+    /// nothing of above its own floor (a newcomer, or it compacted them
+    /// whole), where the peer's floor records the range as lost. A peer's
+    /// floor never drops an event this replica holds, and never touches
+    /// its own stream (`docs/SIGNING.md`, "Floors with an authority").
     pub floors_raised: u64,
+    /// Streams this replica holds events of below the peer's floor, with
+    /// that floor, streams ascending: the peer cannot serve the seqs
+    /// between this replica's head and its floor, so its events of the
+    /// stream cannot attach and were not taken (counted in
+    /// [`ApplyReport::behind_events`]). The stream is behind *that peer*:
+    /// another peer may still serve it. Empty for an honest delta on a
+    /// replica that is not behind.
+    pub behind_floor: Vec<(StreamId, u64)>,
+    /// Events of the streams in [`ApplyReport::behind_floor`] the delta
+    /// carried, not taken.
+    pub behind_events: u64,
 }
 
 /// What a compaction did.
@@ -151,6 +166,9 @@ pub struct Stats {
     pub pending_dropped: u64,
     /// Deltas refused (equivocation, bad lamport, limits).
     pub deltas_refused: u64,
+    /// Streams found behind a peer's floor (one per stream and delta: see
+    /// [`ApplyReport::behind_floor`]).
+    pub behind_floor: u64,
     /// Warnings found by `open` ([`Replica::open_warnings`]).
     pub open_warnings: u64,
 }
@@ -503,6 +521,7 @@ impl<S: Store> Replica<S> {
                     pending = report.pending,
                     dropped = report.dropped,
                     floors_raised = report.floors_raised,
+                    behind_floor = ?report.behind_floor,
                     "apply"
                 );
                 Ok(report)

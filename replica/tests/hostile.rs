@@ -61,27 +61,19 @@ fn snapshot(replica: &Replica) -> (VersionVector, VersionVector, meshlog_replica
 /// Review regression: `validate` never looked at `delta.floor`, so a peer
 /// could send a floor for the receiver's own stream above its head, and
 /// applying it deleted the receiver's events and moved its head (its next
-/// append then skipped seqs).
+/// append then skipped seqs). It was then refused (`OwnFloorAboveHead`),
+/// which ended every sync session with that peer for good (issue 29): now
+/// a peer's floor on our own stream is ignored, whatever its value.
 #[test]
-fn a_peer_floor_above_our_own_head_is_refused_and_deletes_nothing() {
+fn a_peer_floor_above_our_own_head_is_ignored_and_deletes_nothing() {
     let mut replica = replica_with(5, 0);
     let before = snapshot(&replica);
     let hostile = Delta {
         floor: vector(&[(OWN, 10)]),
         events: Vec::new(),
     };
-    let refused = replica.apply(&hostile);
-    assert!(
-        matches!(
-            refused,
-            Err(ReplicaError::Delta(DeltaError::OwnFloorAboveHead {
-                floor: 10,
-                head: 5,
-                ..
-            }))
-        ),
-        "{refused:?}"
-    );
+    let report = replica.apply(&hostile).unwrap();
+    assert_eq!(report, meshlog_replica::ApplyReport::default());
     assert_eq!(snapshot(&replica), before);
     assert_eq!(replica.append_at("next", 0).unwrap().seq, 6);
 }
@@ -104,44 +96,52 @@ fn a_peer_floor_on_our_own_stream_below_our_head_compacts_nothing() {
 
 /// Review regression: a floor of `u64::MAX` overflowed `head + 1` when the
 /// pending buffer was released (a debug-build panic, a wrap in release).
-/// Such a floor is now refused (`FloorTooLarge`, below); the largest floor
-/// accepted on another writer's stream, `LAMPORT_MAX`, is taken as that
-/// peer's word (that stream has nothing left to send) and releases the
-/// buffer without overflow; on our own stream it is refused.
+/// Such a floor is now refused (`FloorTooLarge`, below). The largest floor
+/// accepted, `LAMPORT_MAX`, is taken as that peer's word on a stream the
+/// receiver holds nothing of (it records the range as lost and releases
+/// the buffer without overflow); on a stream it holds events of, it erases
+/// nothing (the stream is reported behind that peer's floor); on our own
+/// stream it is ignored.
 #[test]
 fn a_peer_floor_of_u64_max_does_not_overflow() {
+    const THIRD: StreamId = StreamId::new(3);
     let top = meshlog_replica::LAMPORT_MAX;
     let mut replica = replica_with(3, 4);
-    // An early event of PEER waits in the pending buffer.
+    // An early event of THIRD, of which nothing is held, waits in the
+    // pending buffer.
     replica
         .apply(&Delta {
             floor: VersionVector::new(),
-            events: vec![event(PEER, 9, 2000)],
+            events: vec![event(THIRD, 9, 2000)],
         })
         .unwrap();
     assert_eq!(replica.pending_len(), 1);
     assert!(replica
         .apply(&Delta {
-            floor: vector(&[(PEER, u64::MAX)]),
+            floor: vector(&[(THIRD, u64::MAX)]),
             events: Vec::new(),
         })
         .is_err());
     assert_eq!(replica.pending_len(), 1);
-    replica
+    let report = replica
         .apply(&Delta {
-            floor: vector(&[(PEER, top)]),
+            floor: vector(&[(PEER, top), (THIRD, top)]),
             events: Vec::new(),
         })
         .unwrap();
-    assert_eq!(replica.marks().get(PEER), top);
-    assert_eq!(replica.floor().get(PEER), top);
+    assert_eq!(report.floors_raised, 1);
+    assert_eq!(report.behind_floor, [(PEER, top)]);
+    assert_eq!(replica.marks().get(THIRD), top);
+    assert_eq!(replica.floor().get(THIRD), top);
     assert_eq!(replica.pending_len(), 0);
-    // Nothing of PEER can follow; our own stream is untouched.
+    // PEER's events stay; our own stream is untouched.
+    assert_eq!(replica.marks().get(PEER), 4);
+    assert_eq!(replica.floor().get(PEER), 0);
     assert_eq!(replica.marks().get(OWN), 3);
     let page = replica.page(&VersionVector::new(), 100);
-    assert!(page.is_err(), "a cursor at 0 on PEER is below its floor");
-    let resumed = replica.page(&vector(&[(PEER, top)]), 100).unwrap();
-    assert_eq!(resumed.events.len(), 3);
+    assert!(page.is_err(), "a cursor at 0 on THIRD is below its floor");
+    let resumed = replica.page(&vector(&[(THIRD, top)]), 100).unwrap();
+    assert_eq!(resumed.events.len(), 7);
 
     let before = snapshot(&replica);
     let hostile = Delta {
@@ -149,6 +149,12 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
         events: Vec::new(),
     };
     assert!(replica.apply(&hostile).is_err());
+    assert_eq!(snapshot(&replica), before);
+    let hostile = Delta {
+        floor: vector(&[(OWN, top)]),
+        events: Vec::new(),
+    };
+    replica.apply(&hostile).unwrap();
     assert_eq!(snapshot(&replica), before);
 }
 
@@ -224,12 +230,15 @@ fn a_floor_no_stream_can_reach_is_refused_and_changes_nothing() {
         ));
         assert_eq!(snapshot(&replica), before);
     }
-    // At the bound it is a legal (if odd) compaction claim.
+    // At the bound it is a legal (if odd) compaction claim: this replica
+    // holds PEER's events, so it keeps them and is behind that floor.
     let at_the_cap = Delta {
         floor: vector(&[(PEER, meshlog_replica::LAMPORT_MAX)]),
         events: Vec::new(),
     };
-    replica.apply(&at_the_cap).unwrap();
+    let report = replica.apply(&at_the_cap).unwrap();
+    assert_eq!(report.behind_floor, [(PEER, meshlog_replica::LAMPORT_MAX)]);
+    assert_eq!(snapshot(&replica), before);
 }
 
 /// Only a writer writes its stream: a delta carrying the receiver's own

@@ -9,9 +9,11 @@
 //! with the events' true content, and a digest equal to its held events';
 //! each page is ordered, new to its reader, and resumes where it should; a
 //! stale report names exactly the streams where the cursor is below the
-//! floor. At the end everything is healed: replicas converge (equal marks,
-//! and equal digests once compacted to one floor), and every reader gets
-//! every event exactly once unless it was told it lost it.
+//! floor; a peer's floor never drops an event a replica holds. At the end
+//! everything is healed (a replica behind on a stream whose next event no
+//! replica holds gives it up by compacting it): replicas converge (equal
+//! marks, and equal digests once compacted to one floor), and every reader
+//! gets every event exactly once unless it was told it lost it.
 //!
 //! Seeded: `MESHLOG_SEED=<n>` replays a failing run; `MESHLOG_QC_TESTS=<n>`
 //! runs more cases than the default 2,000.
@@ -256,7 +258,21 @@ impl<B: Backend> World<B> {
                     } else {
                         self.in_flight.swap_remove(index)
                     };
-                    self.replicas[to].apply(&delta).unwrap();
+                    let target = &mut self.replicas[to];
+                    let (marks, floor) = (target.marks(), target.floor());
+                    let report = target.apply(&delta).unwrap();
+                    // A peer's floor never drops an event the receiver
+                    // holds: a floor rises only on a stream held nothing
+                    // of above it (docs/SIGNING.md, issue 29).
+                    for (stream, head) in marks.iter() {
+                        if head > floor.get(stream) {
+                            assert_eq!(
+                                target.floor().get(stream),
+                                floor.get(stream),
+                                "a peer's floor dropped held events of {stream}: {report:?}"
+                            );
+                        }
+                    }
                 }
             }
             Op::Lose { index } => {
@@ -352,9 +368,18 @@ impl<B: Backend> World<B> {
     /// Heals every link and exchanges until quiescent, then checks
     /// convergence and that every reader gets every event exactly once
     /// unless it was told it lost it.
+    ///
+    /// A peer's floor never erases what a replica holds, so a replica can
+    /// be behind every other's floor on a stream: no replica holds its
+    /// next event. It then records the gap as lost by compacting what it
+    /// holds of the stream (its own decision, as an operator's), and the
+    /// next exchange raises its floor to the peers'.
     fn heal_and_check(&mut self) {
         let n = self.replicas.len();
-        for _ in 0..n {
+        for round in 0..=n {
+            if round > 0 {
+                self.give_up_what_no_one_holds();
+            }
             for from in 0..n {
                 for to in 0..n {
                     if from != to {
@@ -396,6 +421,32 @@ impl<B: Backend> World<B> {
                 union, all,
                 "reader {i} got every event once or was told it lost it"
             );
+        }
+    }
+}
+
+impl<B: Backend> World<B> {
+    /// Every replica behind on a stream whose next event no replica holds
+    /// (each is at or below it, or compacted past it) compacts the stream
+    /// to its head.
+    fn give_up_what_no_one_holds(&mut self) {
+        let marks: Vec<VersionVector> = self.replicas.iter().map(|r| r.marks()).collect();
+        let floors: Vec<VersionVector> = self.replicas.iter().map(|r| r.floor()).collect();
+        let mut streams = VersionVector::new();
+        for m in &marks {
+            streams.join(m);
+        }
+        for (i, r) in self.replicas.iter_mut().enumerate() {
+            let mut target = VersionVector::new();
+            for (stream, top) in streams.iter() {
+                let head = marks[i].get(stream);
+                let served = (0..marks.len())
+                    .any(|q| floors[q].get(stream) <= head && marks[q].get(stream) > head);
+                if head < top && !served {
+                    target.advance(stream, head);
+                }
+            }
+            r.compact(&target).unwrap();
         }
     }
 }

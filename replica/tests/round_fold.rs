@@ -13,7 +13,8 @@
 //! Requests: appends and batches of appends, deltas as events and as
 //! columns (late, early, gapped, duplicated, overlapping, equivocating —
 //! a twin writer of one stream — claiming the receiver's own stream, with
-//! floors, honest or not, at every position of a round), and compactions.
+//! floors, honest or not — past a writer's head, at `LAMPORT_MAX`, past the
+//! receiver's own head — at every position of a round), and compactions.
 //! A third of the batches hand every delta in columns, so that rounds of
 //! clean deltas are planned as columns. The writers also receive from one
 //! another and the receiver's own stream, so stamps interleave and events
@@ -219,7 +220,7 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         delta.events.remove(1);
     }
     let own_head = marks.get(OWN);
-    match rng.below(14) {
+    match rng.below(17) {
         0 => {
             if let Some(event) = delta.events.first_mut() {
                 event.payload = Bytes::from_static(b"an altered version");
@@ -239,6 +240,24 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
                 .advance(stream, marks.get(stream) + rng.below(4));
         }
         4 => delta.floor.advance(OWN, own_head + rng.below(2)),
+        // Hostile floors (issue 29): past a writer's head (the receiver
+        // holding some of it or none), at the largest floor accepted, and
+        // far past the receiver's own head.
+        6 => {
+            let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
+            delta
+                .floor
+                .advance(stream, marks.get(stream) + rng.between(4, 6));
+        }
+        7 => {
+            let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
+            let top = meshlog_replica::LAMPORT_MAX;
+            delta.floor.advance(stream, top - rng.below(2));
+        }
+        8 => match rng.chance(0.5) {
+            true => delta.floor.advance(OWN, own_head + 9),
+            false => delta.floor.advance(OWN, meshlog_replica::LAMPORT_MAX),
+        },
         5 => {
             if let Some(event) = delta.events.last_mut() {
                 event.lamport = rng.below(event.lamport + 2);
@@ -672,10 +691,11 @@ fn a_round_over_a_disk_store_ends_as_its_requests_applied_one_by_one() {
 /// of the round is applied to an *earlier* delta's events"): a round of
 /// two deltas, the first bringing a writer's events 1..=3 stamped up to 30,
 /// the second only the writer's floor at 5. One by one, the first applies
-/// its events (the clock moves to 30) and the second then drops them; the
-/// planner that took every floor of a round first dropped them as below
-/// the floor before they were applied, so the clock stayed behind and the
-/// first delta's report said `below_floor` instead of `applied`.
+/// its events (the clock moves to 30) and the second's floor then finds
+/// the stream behind it (it dropped them before issue 29); the planner that
+/// took every floor of a round first dropped them as below the floor
+/// before they were applied, so the clock stayed behind and the first
+/// delta's report said `below_floor` instead of `applied`.
 #[test]
 fn regression_a_later_deltas_floor_is_not_applied_to_an_earlier_deltas_events() {
     let writer = StreamId::new(2);
@@ -724,4 +744,56 @@ fn regression_a_later_deltas_floor_is_not_applied_to_an_earlier_deltas_events() 
         "the clock, as one by one"
     );
     assert_eq!(seen_shared(&shared), seen_replica(&reference));
+}
+
+/// A later delta's floor is judged on the stream as the round leaves it
+/// (issue 29): the first delta brings a writer's events 1..=3, the second
+/// the writer's floor at 5 with seqs 6 and 7 stamped falling. One by one,
+/// the second finds the stream behind its floor (the replica holds 1..=3)
+/// and takes none of its events, so their stamps are not judged: accepted.
+/// A validator that judged the floor on the state before the round (which
+/// held nothing of the stream) would raise it, judge seq 7 against seq 6,
+/// and refuse the delta.
+#[test]
+fn regression_a_later_deltas_floor_is_judged_on_the_stream_as_the_round_leaves_it() {
+    let writer = StreamId::new(2);
+    let event = |seq: u64, lamport: u64| Event {
+        stream: writer,
+        seq,
+        lamport,
+        time_ms: 0,
+        payload: Bytes::from(format!("w #{seq}")),
+    };
+    let first = Delta {
+        events: (1..=3).map(|seq| event(seq, seq * 10)).collect(),
+        ..Delta::default()
+    };
+    let second = Delta {
+        floor: [(writer, 5)].into_iter().collect(),
+        events: vec![event(6, 100), event(7, 50)],
+    };
+
+    let store = HeldStore::new(MemStore::default(), HOLD_MAX);
+    let gate = store.gate();
+    let shared = SharedReplica::new(Replica::open(Config::new(OWN), store).unwrap());
+    gate.arm();
+    let blocker = shared.append_async("blocker");
+    assert!(gate.wait_holding(HOLD_MAX), "the blocker's commit is held");
+    let got_first = shared.apply_async(first.clone());
+    let got_second = shared.apply_async(second.clone());
+    gate.disarm();
+    assert!(gate.release());
+    let blocker = blocker.wait().unwrap();
+    let got = (got_first.wait().unwrap(), got_second.wait());
+
+    let mut reference = Replica::new(OWN);
+    reference.append_at("blocker", blocker.time_ms).unwrap();
+    let want_first = reference.apply(&first).unwrap();
+    let want_second = reference.apply(&second).unwrap();
+    assert_eq!(want_second.behind_floor, [(writer, 5)]);
+    assert_eq!(want_second.behind_events, 2);
+    assert_eq!(got.0, want_first);
+    assert_eq!(got.1.unwrap(), want_second, "the second, as one by one");
+    assert_eq!(seen_shared(&shared), seen_replica(&reference));
+    assert_eq!(shared.commit_stats().largest_round, 2, "one round of two");
 }

@@ -237,11 +237,16 @@ fn a_stale_cursor_names_every_stream_and_range_and_resumes_without_duplicates() 
     assert_eq!(union, all);
 }
 
-/// A replica behind another's floor learns the floor through sync, records
-/// it, and reports its own readers stale rather than skipping.
+/// A replica behind another's floor that holds nothing of the stream (a
+/// newcomer) learns the floor through sync, records it, and reports its
+/// own readers stale rather than skipping. One that holds events of the
+/// stream below the floor keeps them and is told it is behind that peer's
+/// floor (issue 29: a peer's floor never erases what a replica holds); once
+/// it gives them up itself (compacting what it holds), it records the
+/// floor and reports its readers stale just as exactly.
 #[test]
 fn a_replica_behind_a_peers_floor_records_it() {
-    let (mut a, mut b) = (replica(1), replica(2));
+    let (mut a, mut b, mut newcomer) = (replica(1), replica(2), replica(3));
     for i in 0..10u8 {
         a.append(vec![i]).unwrap();
     }
@@ -251,14 +256,36 @@ fn a_replica_behind_a_peers_floor_records_it() {
     }
     let s1 = StreamId::new(1);
     a.compact(&[(s1, 15)].into_iter().collect()).unwrap();
-    let delta = a.delta_for(&b.marks(), usize::MAX);
-    assert_eq!(delta.floor.get(s1), 15, "the floor travels with the delta");
-    b.apply(&delta).unwrap();
-    assert_eq!(b.floor().get(s1), 15);
-    assert_eq!(b.marks().get(s1), 20);
     let cursor: VersionVector = [(s1, 12)].into_iter().collect();
-    match b.page(&cursor, 10) {
-        Err(PageError::Stale(stale)) => assert_eq!(stale.lost()[0].seqs(), 13..=15),
+    let stale_from = |replica: &Replica| match replica.page(&cursor, 10) {
+        Err(PageError::Stale(stale)) => stale.lost()[0].seqs(),
+        other => panic!("expected stale, got {other:?}"),
+    };
+
+    let delta = a.delta_for(&newcomer.marks(), usize::MAX);
+    assert_eq!(delta.floor.get(s1), 15, "the floor travels with the delta");
+    let report = newcomer.apply(&delta).unwrap();
+    assert_eq!((report.floors_raised, report.applied), (1, 5));
+    assert_eq!(newcomer.floor().get(s1), 15);
+    assert_eq!(newcomer.marks().get(s1), 20);
+    assert_eq!(stale_from(&newcomer), 13..=15);
+
+    let (digest, marks) = (b.digest(), b.marks());
+    let delta = a.delta_for(&b.marks(), usize::MAX);
+    assert_eq!(delta.floor.get(s1), 15);
+    let report = b.apply(&delta).unwrap();
+    assert_eq!(report.behind_floor, [(s1, 15)]);
+    assert_eq!((report.behind_events, report.applied), (5, 0));
+    assert_eq!((b.digest(), b.marks()), (digest, marks));
+    assert_eq!(b.floor().get(s1), 0);
+    assert_eq!(b.stats().behind_floor, 1);
+
+    b.compact(&b.marks()).unwrap();
+    b.apply(&a.delta_for(&b.marks(), usize::MAX)).unwrap();
+    assert_eq!((b.floor().get(s1), b.marks().get(s1)), (15, 20));
+    let cursor_at_5: VersionVector = [(s1, 5)].into_iter().collect();
+    match b.page(&cursor_at_5, 10) {
+        Err(PageError::Stale(stale)) => assert_eq!(stale.lost()[0].seqs(), 6..=15),
         other => panic!("expected stale, got {other:?}"),
     }
 }

@@ -293,22 +293,33 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
         "forgery not logged:\n{log}"
     );
     assert_eq!(state(&a), before, "the replica changed");
-    // A floor for our own stream above our head is refused the same way.
+    // A floor for our own stream above our head is no forgery to refuse
+    // (issue 29: refusing it, `OwnFloorAboveHead`, ended every session with
+    // that peer for good): it is ignored, and the session goes on.
     let mut bytes = hello(B, PROTOCOL_VERSION);
     let hostile_floor = Delta {
         floor: [(A, 9)].into_iter().collect(),
         events: Vec::new(),
     };
     bytes.extend(frame::encode(&Frame::delta(1, hostile_floor)).unwrap());
-    refused(bytes, false, "own stream", |e| {
-        matches!(
-            e,
-            SessionError::Core(ProtocolError::Refused {
-                source: DeltaError::OwnFloorAboveHead { floor: 9, .. },
-                ..
-            })
-        )
-    });
+    let a = replica_a();
+    let before = state(&a);
+    let session = async {
+        let (ours, mut peer) = tokio::io::duplex(1 << 20);
+        let config = SessionConfig::with_heartbeat(Duration::from_millis(20));
+        let session = Session::new(a.clone(), config).run(ours);
+        let peer_side = async move {
+            peer.write_all(&bytes).await.unwrap();
+            let mut sink = vec![0u8; 4096];
+            let drain = async { while let Ok(1..) = peer.read(&mut sink).await {} };
+            // A few heartbeats, within the read timeout; then it closes.
+            let _ = tokio::time::timeout(Duration::from_millis(60), drain).await;
+        };
+        tokio::join!(session, peer_side).0
+    };
+    let (result, _) = logged(session);
+    assert!(matches!(result, Ok(SessionEnd::PeerClosed)), "{result:?}");
+    assert_eq!(state(&a), before, "the replica changed");
 }
 
 #[test]

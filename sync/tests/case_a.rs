@@ -8,9 +8,10 @@
 //! The source writes; the follower only receives. Each fault gets its own
 //! phase: the source appends under the fault, the fault is lifted, and the
 //! follower must match the snapshot within a bounded (virtual) time. One
-//! phase compacts the source past what the partitioned follower holds, so
-//! the follower must learn the floor through sync, drop what lies below it,
-//! and report a cursor below it as stale. Seeded (`MESHLOG_SEED` replays),
+//! phase compacts the source past what the partitioned follower holds: the
+//! follower keeps its events (a peer's floor erases nothing it holds) and
+//! stays behind until it gives them up itself; then it must learn the floor
+//! through sync and report a cursor below it as stale. Seeded (`MESHLOG_SEED` replays),
 //! over an in-memory fault link under tokio's paused clock.
 
 use std::time::Duration;
@@ -163,25 +164,43 @@ async fn scenario(seed: u64) {
     .await;
 
     // A partition during which the source compacts past everything the
-    // follower holds: the follower learns the floor through sync.
+    // follower holds. A peer's floor has no authority over what the
+    // follower holds (issue 29, docs/SIGNING.md): healed, the follower
+    // keeps its events and stays behind the floor, taking nothing above
+    // the gap. Once it gives them up (compacts what it holds of the stream,
+    // its own decision), it learns the floor through sync and reports a
+    // cursor below it as stale.
     let old_cursor = follower.marks();
-    phase(
-        &mesh,
-        &link,
-        &mut rng,
-        "partition with compaction",
-        |l| {
-            l.set_faults(rates(0.2, 0.2, 0.2, 0.2));
-            l.cut();
-        },
-        |source| {
-            let head = source.marks().get(source.stream());
-            let floor: VersionVector = [(source.stream(), head - 2)].into_iter().collect();
-            source.compact(&floor).expect("compact");
-        },
-    )
-    .await;
-    assert!(follower.floor().get(source.stream()) > old_cursor.get(source.stream()));
+    let old_floor = follower.floor();
+    let stream = source.stream();
+    link.set_faults(rates(0.2, 0.2, 0.2, 0.2));
+    link.cut();
+    for i in 0..5 + rng.below(20) {
+        source
+            .append_at(format!("partition with compaction {i}").into_bytes(), i)
+            .expect("append");
+        tokio::time::sleep(Duration::from_millis(rng.below(30))).await;
+    }
+    let head = source.marks().get(stream);
+    let floor: VersionVector = [(stream, head - 2)].into_iter().collect();
+    source.compact(&floor).expect("compact");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    link.heal();
+    link.set_faults(Faults::none());
+    tokio::time::sleep(CONVERGE_WITHIN).await;
+    assert_eq!(
+        follower.floor(),
+        old_floor,
+        "the source's floor erased nothing"
+    );
+    assert_eq!(follower.marks(), old_cursor, "nothing taken above the gap");
+    let give_up: VersionVector = [(stream, old_cursor.get(stream))].into_iter().collect();
+    follower.compact(&give_up).expect("the follower gives up");
+    if let Err(divergence) = mesh.wait_converged(CONVERGE_WITHIN).await {
+        panic!("after partition with compaction: {divergence}");
+    }
+    assert_follower_matches(&source, &follower, "partition with compaction");
+    assert!(follower.floor().get(stream) > old_cursor.get(stream));
     match follower.page(&old_cursor, 10) {
         Err(PageError::Stale(stale)) => {
             assert_eq!(

@@ -146,6 +146,7 @@ impl State {
                     self.stats.applied += report.applied;
                     self.stats.duplicates += report.duplicates;
                     self.stats.pending_dropped += report.dropped;
+                    self.stats.behind_floor += report.behind_floor.len() as u64;
                 }
                 Planned::Refused(_) => self.stats.deltas_refused += 1,
                 Planned::Appended(_) => {}

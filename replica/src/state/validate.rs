@@ -23,6 +23,9 @@ pub(crate) struct RoundIndex {
     pub(super) new_streams: BTreeSet<StreamId>,
     /// Floors the round raises.
     pub(super) floors: BTreeMap<StreamId, u64>,
+    /// Heads of the streams the round's deltas touched, as the round
+    /// leaves them (kept only while a later delta may be checked).
+    pub(super) heads: BTreeMap<StreamId, u64>,
     /// The own stream's head, once the round moved it.
     pub(super) own_head: Option<u64>,
 }
@@ -30,6 +33,10 @@ pub(crate) struct RoundIndex {
 impl RoundIndex {
     fn floor(&self, stream: StreamId) -> u64 {
         self.floors.get(&stream).copied().unwrap_or(0)
+    }
+
+    fn head(&self, stream: StreamId) -> Option<u64> {
+        self.heads.get(&stream).copied()
     }
 
     fn lamport(&self, stream: StreamId, seq: u64) -> Option<u64> {
@@ -81,6 +88,64 @@ struct Check<'a> {
     by_name: Vec<&'a Event>,
     own: StreamId,
     own_head: u64,
+    /// Per stream of the delta's floor, the seq at or below which the
+    /// delta's events of it are ignored ([`PeerFloor::ignored_to`]).
+    delta_floors: BTreeMap<StreamId, u64>,
+}
+
+/// What a peer's floor (a floor without authority: `docs/SIGNING.md`,
+/// "Floors with an authority") does to one stream of the receiver, judged
+/// on the stream as the round leaves it before the delta. The one rule:
+/// the validator and the planner both ask [`PeerFloor::of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PeerFloor {
+    /// Nothing: the receiver's own stream (a peer never compacts it), a
+    /// floor at or below the receiver's, or one at or below its head
+    /// while it holds events of the stream (it keeps them; the peer can
+    /// serve what follows its head).
+    Ignored,
+    /// The receiver holds nothing of the stream above its floor: the
+    /// floor is raised to the peer's, recording the range as lost.
+    Raised,
+    /// The receiver holds events of the stream below the peer's floor:
+    /// kept, and the delta's events of the stream (which cannot attach
+    /// above the gap) are not taken.
+    Behind,
+}
+
+impl PeerFloor {
+    /// The rule, for a peer's `floor` of `stream` on a receiver whose own
+    /// stream is `own` (written by peers only while `recovering`), holding
+    /// the stream from `held_floor` to `head`.
+    pub(super) fn of(
+        stream: StreamId,
+        floor: u64,
+        own: StreamId,
+        recovering: bool,
+        held_floor: u64,
+        head: u64,
+    ) -> PeerFloor {
+        if (stream == own && !recovering) || floor <= held_floor {
+            PeerFloor::Ignored
+        } else if head <= held_floor {
+            PeerFloor::Raised
+        } else if floor > head {
+            PeerFloor::Behind
+        } else {
+            PeerFloor::Ignored
+        }
+    }
+
+    /// The seq at or below which the delta's events of the stream are
+    /// ignored (judged for their limits only, never taken): the peer's
+    /// floor where it is raised, every seq where the stream is behind it.
+    fn ignored_to(self, floor: u64) -> u64 {
+        match self {
+            PeerFloor::Ignored => 0,
+            PeerFloor::Raised => floor,
+            PeerFloor::Behind => u64::MAX,
+        }
+    }
 }
 
 impl State {
@@ -101,6 +166,19 @@ impl State {
         runs: bool,
     ) -> Result<(), Rejection> {
         let own = self.config.stream;
+        let delta_floors = delta
+            .floor
+            .iter()
+            .map(|(stream, floor)| {
+                let held_floor = self.floor.get(stream).max(round.floor(stream));
+                let head = round
+                    .head(stream)
+                    .unwrap_or_else(|| self.log.head(stream))
+                    .max(held_floor);
+                let rule = PeerFloor::of(stream, floor, own, self.recovering, held_floor, head);
+                (stream, rule.ignored_to(floor))
+            })
+            .collect();
         let check = Check {
             state: self,
             round,
@@ -108,6 +186,7 @@ impl State {
             by_name: sorted_by_name(&delta.events),
             own,
             own_head: round.own_head.unwrap_or_else(|| self.log.head(own)),
+            delta_floors,
         };
         check.floors()?;
         // The streams of the runs, noted as they are walked: the stream
@@ -279,19 +358,10 @@ fn run_payload_bytes(columns: &DeltaColumns, start: usize, end: usize) -> usize 
 }
 
 impl Check<'_> {
-    /// The delta's floors: none above `LAMPORT_MAX`, none for the own
-    /// stream above its head (outside recovery).
+    /// The delta's floors: none above `LAMPORT_MAX`. Any other floor is
+    /// taken as [`PeerFloor::of`] says (on the receiver's own stream,
+    /// ignored whatever its value: no peer can cut a writer off).
     fn floors(&self) -> Result<(), Rejection> {
-        let own = self.own;
-        let own_floor = self.delta.floor.get(own);
-        if !self.state.recovering && own_floor > self.own_head {
-            let rule = DeltaError::OwnFloorAboveHead {
-                stream: own,
-                floor: own_floor,
-                head: self.own_head,
-            };
-            return Err(Rejection::at(own, own_floor..=own_floor)(rule.into()));
-        }
         // Lamports rise with seq from at least 1, so no stream can hold a
         // seq above LAMPORT_MAX: a floor above it would only erase a
         // stream's future (every event at or below a floor is ignored).
@@ -340,14 +410,10 @@ impl Check<'_> {
     }
 
     /// The seq at or below which `stream`'s events are ignored: the
-    /// state's floor, the round's, the delta's (but a peer's floor for
-    /// the own stream, outside recovery).
+    /// state's floor, the round's, and what the delta's floor makes
+    /// ignored ([`PeerFloor::ignored_to`]).
     fn floor_seq(&self, stream: StreamId) -> u64 {
-        let delta_floor = if stream == self.own && !self.state.recovering {
-            0
-        } else {
-            self.delta.floor.get(stream)
-        };
+        let delta_floor = self.delta_floors.get(&stream).copied().unwrap_or(0);
         let floor = self.state.floor.get(stream).max(self.round.floor(stream));
         floor.max(delta_floor)
     }

@@ -196,6 +196,22 @@ impl RouteLink {
         true
     }
 
+    /// This session cannot bring `stream` (its peer's floor is above what
+    /// the replica holds): if it is the stream's source, it is no longer,
+    /// and the sessions that asked it quiet re-check (loud again, the
+    /// first to deliver it becoming its source).
+    pub(crate) fn release(&self, stream: StreamId) {
+        let mut table = self.routes.lock();
+        if table
+            .sources
+            .get(&stream)
+            .is_some_and(|source| source.session == self.id)
+        {
+            table.sources.remove(&stream);
+            table.generation += 1;
+        }
+    }
+
     /// Streams that got a source since `seen` claims were read (see
     /// `Table::claims`), and the new count.
     pub(crate) fn claims_since(&self, seen: usize) -> (Vec<StreamId>, usize) {

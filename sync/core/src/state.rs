@@ -50,6 +50,18 @@ pub struct SessionState {
     /// what it cannot exchange and which setting says so. The session
     /// keeps exchanging everything else.
     pub limits: Vec<LimitHit>,
+    /// Streams this replica is behind the peer's floor on, now: per
+    /// stream (ascending) the peer's floor. The replica holds events of
+    /// the stream below that floor, which it keeps (a peer's floor never
+    /// erases them); the peer cannot serve the seqs between, so the stream
+    /// is asked quiet here and left to another session, until the gap is
+    /// filled or the replica compacts what it holds of the stream (then
+    /// the peer's floor is recorded as lost). `docs/SIGNING.md`, "Floors
+    /// with an authority".
+    pub behind_floor: Vec<(StreamId, u64)>,
+    /// Received events of streams behind the peer's floor, not taken: the
+    /// counter of [`SessionState::behind_floor`].
+    pub events_behind_floor: u64,
 }
 
 /// A limit a session ran into, and what it cannot exchange because of it.

@@ -188,7 +188,9 @@ pub fn run_schedule(
             CONVERGE_BOUND
         };
         // Compaction leaves the floors apart (a floor never passes what a
-        // peer acknowledged, and reaches only peers below it), and with
+        // peer acknowledged, and a peer's floor is taken only by a node
+        // holding nothing of the stream above its own: it never erases
+        // what a node holds, docs/SIGNING.md), and with
         // them the digests, until the final compaction: until then the
         // nodes agree when their marks (heads) do.
         // The final compaction keeps the fewest any step kept: a floor

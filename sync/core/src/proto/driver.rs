@@ -85,6 +85,7 @@ impl Protocol {
                 lag_check_due: false,
                 claims_seen: 0,
                 refused: BTreeSet::new(),
+                behind: BTreeMap::new(),
             },
         }
     }
@@ -207,6 +208,7 @@ impl Protocol {
         if self.duplicate_of().is_some() {
             return None;
         }
+        self.check_behind(local);
         self.read_routes(now, local);
         if let Some(receipt) = self.receipt_frame(local) {
             return Some(Outgoing::Frame(receipt));

@@ -89,6 +89,7 @@ impl Protocol {
                 && sent.is_none_or(|sent| seq > sent.get(stream))
                 && !self.routing.quiet_asked.contains_key(&stream)
                 && !self.routing.refused.contains(&stream)
+                && !self.routing.behind.contains_key(&stream)
         })
     }
 
@@ -314,6 +315,9 @@ impl Protocol {
         self.state.events_applied += report.applied;
         self.state.events_duplicate += report.duplicates;
         self.state_changed = true;
+        if !report.behind_floor.is_empty() {
+            self.note_behind(&report);
+        }
         Ok(())
     }
 }

@@ -149,7 +149,7 @@ pub(super) fn refusal(peer: StreamId, source: ReplicaError) -> ProtocolError {
     match source {
         ReplicaError::Delta(source) => {
             match &source {
-                DeltaError::OwnStreamAhead { .. } | DeltaError::OwnFloorAboveHead { .. } => {
+                DeltaError::OwnStreamAhead { .. } => {
                     tracing::warn!(%peer, reason = %source, "peer tried to write our own stream");
                 }
                 DeltaError::ZeroSeq { .. }

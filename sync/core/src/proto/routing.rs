@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::StreamId;
+use meshlog_replica::ApplyReport;
 
 use crate::frame::{Frame, Routes as RoutesFrame};
 
@@ -28,6 +29,7 @@ impl Protocol {
             .filter(|&stream| {
                 stream != self.local
                     && !self.routing.refused.contains(&stream)
+                    && !self.routing.behind.contains_key(&stream)
                     && link.other_source_since(stream).is_some()
                     && !self.routing.quiet_asked.contains_key(&stream)
             })
@@ -113,7 +115,10 @@ impl Protocol {
         let resend_after = self.lag_allowed();
         let mut asks = Vec::new();
         for &stream in streams {
-            if stream == self.local || self.routing.refused.contains(&stream) {
+            if stream == self.local
+                || self.routing.refused.contains(&stream)
+                || self.routing.behind.contains_key(&stream)
+            {
                 continue;
             }
             if link.claim(stream, now) {
@@ -134,6 +139,77 @@ impl Protocol {
         for stream in asks {
             self.ask_quiet(stream, now);
         }
+    }
+
+    /// The replica reported streams behind the peer's floor (`report`):
+    /// each newly behind (or behind a higher floor) is logged, reported in
+    /// the state, and asked quiet; this session stops being its source, so
+    /// that another session (whose peer may hold the gap) brings it.
+    pub(super) fn note_behind(&mut self, report: &ApplyReport) {
+        let peer = self.hello.peer.unwrap_or(self.local);
+        self.state.events_behind_floor += report.behind_events;
+        for &(stream, floor) in &report.behind_floor {
+            if self
+                .routing
+                .behind
+                .get(&stream)
+                .is_some_and(|&known| known >= floor)
+            {
+                continue;
+            }
+            self.routing.behind.insert(stream, floor);
+            tracing::warn!(
+                local = %self.local,
+                %peer,
+                %stream,
+                floor,
+                "stream behind the peer's floor: this replica holds events of it below seq \
+                 {floor}, which the peer no longer holds; they are kept, and the stream is \
+                 asked quiet on this peer until another peer fills the gap (or this replica \
+                 compacts what it holds of it, taking the gap as lost)"
+            );
+            self.routing.quiet_asked.remove(&stream);
+            self.routing.routes_due.insert(stream, true);
+            if let Some(link) = &self.routing.link {
+                link.release(stream);
+            }
+        }
+        self.publish_behind();
+    }
+
+    /// Streams behind the peer's floor that no longer are: our marks
+    /// reached the floor (another peer filled the gap), or we hold nothing
+    /// of the stream above our floor (the peer's floor is then taken).
+    /// Each is asked loud again.
+    pub(super) fn check_behind<L: LocalReplica>(&mut self, local: &L) {
+        if self.routing.behind.is_empty() {
+            return;
+        }
+        let (marks, floor) = local.marks_and_floor();
+        let before = self.routing.behind.len();
+        let routes_due = &mut self.routing.routes_due;
+        self.routing.behind.retain(|&stream, &mut peer_floor| {
+            let head = marks.get(stream);
+            let still = head < peer_floor && head > floor.get(stream);
+            if !still {
+                tracing::info!(%stream, head, peer_floor, "stream no longer behind the peer's floor: asked loud again");
+                routes_due.insert(stream, false);
+            }
+            still
+        });
+        if self.routing.behind.len() != before {
+            self.publish_behind();
+        }
+    }
+
+    fn publish_behind(&mut self) {
+        self.state.behind_floor = self
+            .routing
+            .behind
+            .iter()
+            .map(|(&stream, &floor)| (stream, floor))
+            .collect();
+        self.state_changed = true;
     }
 
     /// The routes frame for what changed, if anything did (at most

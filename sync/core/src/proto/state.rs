@@ -255,6 +255,13 @@ pub(super) struct Routing {
     /// Streams this side cannot take from the peer (a limit: see
     /// [`LimitHit`]): asked quiet for the whole session, never loud again.
     pub(super) refused: BTreeSet<StreamId>,
+    /// Streams our replica holds events of below the peer's floor (the
+    /// peer cannot serve the seqs between): per stream, the peer's floor.
+    /// Asked quiet while our marks are below it and we hold events of it
+    /// (another session may bring the gap); loud again once the gap is
+    /// filled or we hold nothing of it above our floor (the peer's floor
+    /// is then taken as lost).
+    pub(super) behind: BTreeMap<StreamId, u64>,
 }
 
 /// What the protocol sends next: a frame, or a delta held in columns.
