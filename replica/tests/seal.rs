@@ -20,11 +20,7 @@ use meshlog_testkit::seed::{self, for_each_seed, with_seed};
 use meshlog_testkit::SplitMix64;
 
 fn key(rng: &mut SplitMix64) -> WriterKey {
-    let mut secret = [0u8; 32];
-    secret
-        .chunks_mut(8)
-        .for_each(|c| c.copy_from_slice(&rng.next_u64().to_le_bytes()));
-    WriterKey::from_bytes(secret)
+    WriterKey::from_bytes(rng.bytes())
 }
 
 fn admin_key(rng: &mut SplitMix64) -> AdminKey {
@@ -32,9 +28,7 @@ fn admin_key(rng: &mut SplitMix64) -> AdminKey {
 }
 
 fn hash(rng: &mut SplitMix64) -> ChainHash {
-    let mut bytes = [0u8; 32];
-    bytes.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
-    ChainHash::from_bytes(bytes)
+    ChainHash::from_bytes(rng.bytes())
 }
 
 /// A writer's chain of `len` events and the seal at its end.
