@@ -309,6 +309,11 @@ fn a_key_that_does_not_derive_the_stream_is_refused_unless_bound() {
         Err(SealError::KeyMismatch { .. })
     ));
     assert_eq!(verify_seals(&[(seal, writer.public())], &[binding]), Ok(()));
+    // Whatever other bindings of the stream come before it.
+    assert_eq!(
+        verify_seals(&[(seal, writer.public())], &[other_key, binding]),
+        Ok(())
+    );
 }
 
 /// One bad seal among many fails the batch, and the one-by-one fallback

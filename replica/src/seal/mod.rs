@@ -175,7 +175,9 @@ pub fn verify_seals(
     bindings: &[Binding],
 ) -> Result<(), SealError> {
     for (seal, key) in seals {
-        let binding = bindings.iter().find(|b| b.stream == seal.stream);
+        let binding = bindings
+            .iter()
+            .find(|b| b.stream == seal.stream && b.key == *key);
         key.signs_for(seal.stream, binding)?;
     }
     if seals.len() > 1 {
