@@ -4,3 +4,4 @@
 
 pub mod alloc;
 pub mod decode_check;
+pub mod seal_check;

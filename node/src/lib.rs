@@ -25,6 +25,8 @@
 //!   stale answer.
 //! - `replica`: `NodeReplica`, the one place the node touches its replica,
 //!   and the data directory's `stream-id` file.
+//! - [`writer_key`]: the data directory's `writer.key`, created on the
+//!   first start and checked on every start (`docs/SIGNING.md`).
 //! - `metrics`: the Prometheus counters behind `GET /metrics`.
 //! - [`auth`]: bearer secrets in three roles, the route table of who may
 //!   do what, the middleware; `peer_auth`: the peers' challenge-response
@@ -51,6 +53,7 @@ pub mod client;
 mod command;
 pub mod config;
 pub mod demo;
+mod durable_file;
 pub mod follow;
 pub mod http;
 pub mod mcp;
@@ -62,6 +65,7 @@ mod replica;
 pub mod serve;
 pub mod tls;
 pub mod url;
+pub mod writer_key;
 
 pub use command::{run, Cli, Command};
 pub use config::{NodeConfig, ServeArgs};

@@ -9,7 +9,6 @@
 //! Also here: the data directory's `stream-id` file, which fixes the node's
 //! writer stream on its first start.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -232,15 +231,14 @@ fn stream_id(dir: &Path, requested: Option<u64>) -> Result<StreamId, OpenError> 
             };
             // Written aside, synced, then renamed: a crash leaves either no
             // file or the whole id.
-            let temp = dir.join(format!("{STREAM_ID_FILE}.tmp"));
-            let write = || -> std::io::Result<()> {
-                let mut file = std::fs::File::create(&temp)?;
-                writeln!(file, "{id}")?;
-                file.sync_all()?;
-                std::fs::rename(&temp, &path)?;
-                std::fs::File::open(dir)?.sync_all()
-            };
-            write().map_err(|error| fail(error.to_string()))?;
+            let text = format!("{id}\n");
+            crate::durable_file::write_aside_and_rename(
+                dir,
+                STREAM_ID_FILE,
+                text.as_bytes(),
+                0o644,
+            )
+            .map_err(|error| fail(error.to_string()))?;
             Ok(StreamId::new(id))
         }
         Err(error) => Err(fail(error.to_string())),

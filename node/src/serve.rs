@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
+use meshlog_replica::{WriterKey, WriterPublicKey};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -36,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::peers::{PeerSecurity, Peers};
 use crate::replica::{NodeReplica, OpenError};
 use crate::tls::{Tls, TlsError};
+use crate::writer_key::{self, KeyFileError};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,9 @@ pub enum ServeError {
     /// The data directory could not be opened.
     #[error("cannot open the data directory: {0}")]
     Open(#[from] OpenError),
+    /// The writer key could not be loaded or created.
+    #[error(transparent)]
+    WriterKey(#[from] KeyFileError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -75,6 +80,7 @@ pub enum ServeError {
 pub struct Node {
     local_addr: SocketAddr,
     stream: u64,
+    writer: WriterPublicKey,
     stop: CancellationToken,
     done: JoinHandle<()>,
     auth: Auth,
@@ -94,7 +100,7 @@ impl Node {
             security.tls_key.as_deref(),
             security.tls_ca.as_deref(),
         )?;
-        let replica = open_replica(&config).await?;
+        let (replica, writer) = open_replica(&config).await?;
         let (listener, local_addr) = bind(&config.listen).await?;
         auth.check_listen(local_addr, security.allow_unauthenticated)?;
         if !auth.enabled() {
@@ -142,6 +148,7 @@ impl Node {
         Ok(Node {
             local_addr,
             stream: replica.stream().get(),
+            writer: writer.public(),
             stop,
             done,
             auth,
@@ -151,17 +158,19 @@ impl Node {
     }
 }
 
-/// Opens the data directory's replica off the runtime (it reads the whole
-/// log).
-async fn open_replica(config: &NodeConfig) -> Result<NodeReplica, ServeError> {
+/// Opens the data directory's replica, and then its writer key (under the
+/// store's lock), off the runtime (it reads the whole log).
+async fn open_replica(config: &NodeConfig) -> Result<(NodeReplica, WriterKey), ServeError> {
     let data = config.data.clone();
     let stream_id = config.stream_id;
     let payload_bytes_max = config.limits.payload_bytes_max;
-    let replica =
-        tokio::task::spawn_blocking(move || NodeReplica::open(&data, stream_id, payload_bytes_max))
-            .await
-            .expect("opening the replica panicked")?;
-    Ok(replica)
+    tokio::task::spawn_blocking(move || {
+        let replica = NodeReplica::open(&data, stream_id, payload_bytes_max)?;
+        let key = writer_key::load_or_create(Some(&data))?;
+        Ok((replica, key))
+    })
+    .await
+    .expect("opening the replica panicked")
 }
 
 /// The listener on `listen`, and the address it got.
@@ -201,6 +210,12 @@ impl Node {
     /// The node's own stream id.
     pub fn stream(&self) -> u64 {
         self.stream
+    }
+
+    /// The public half of the node's writer key (`writer.key` in its data
+    /// directory). The node's stream is not yet the one it derives.
+    pub fn writer_key(&self) -> WriterPublicKey {
+        self.writer
     }
 
     /// Starts a graceful shutdown.

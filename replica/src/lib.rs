@@ -25,6 +25,11 @@
 //!   replica's own copy), and the `Source` the walk reads through;
 //!   `narrow`: a column of 16- or 32-bit offsets from a base while its
 //!   values fit.
+//! - `seal`: writer keys and their stream ids ([`WriterKey`],
+//!   [`WriterPublicKey`]), [`Seal`]s over a stream's chain hash and their
+//!   batch check ([`verify_seals`]), and the signed statements
+//!   ([`Compaction`], [`WriterAdmission`], [`Binding`]); pure functions of
+//!   bytes, errors [`SealError`] (`docs/SIGNING.md`).
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait, its [`StoreView`], and [`MemStore`].
 //! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`];
@@ -63,6 +68,7 @@ mod mem;
 mod narrow;
 mod policy;
 mod replica;
+mod seal;
 mod shared;
 mod state;
 mod store;
@@ -77,6 +83,11 @@ pub use disk::{
     LOCK_FILE, LOCK_WAIT_DEFAULT,
 };
 pub use error::{DeltaError, OpenWarning, PageError, ReplicaError};
+pub use seal::{
+    verify_seals, AdminKey, AdminPublicKey, Binding, Compaction, CompactionSigner, KeyFault, Seal,
+    SealError, SignedAdmission, SignedBinding, SignedCompaction, WriterAdmission, WriterKey,
+    WriterPublicKey,
+};
 pub use values::{Piece, Values, ValuesRef};
 
 /// The largest lamport stamp a replica accepts from a peer: `2^62`. A

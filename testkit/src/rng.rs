@@ -78,6 +78,16 @@ impl SplitMix64 {
         self.unit() < p
     }
 
+    /// `N` uniform bytes: the little-endian bytes of `N / 8` draws (rounded
+    /// up), as keys, hashes and secrets in tests are drawn.
+    pub fn bytes<const N: usize>(&mut self) -> [u8; N] {
+        let mut bytes = [0u8; N];
+        for chunk in bytes.chunks_mut(8) {
+            chunk.copy_from_slice(&self.next_u64().to_le_bytes()[..chunk.len()]);
+        }
+        bytes
+    }
+
     /// Shuffles `items` uniformly (Fisher–Yates), drawing `len - 1` times.
     pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {

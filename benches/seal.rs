@@ -1,0 +1,120 @@
+//! What signed streams cost (`docs/SIGNING.md`): signing and verifying a
+//! seal, batch verification per seal at batch sizes 1, 16 and 64, and the
+//! chain hash per event at payload sizes 16, 256 and 4,096 bytes.
+//!
+//! Run: `cargo bench -p meshlog-bench --bench seal`
+//!
+//! Each figure is the best of five rounds of at least 200 ms, in µs (or ns)
+//! per seal or per event. Keys and hashes come from a fixed seed. Nothing
+//! is asserted: this is a measurement.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use meshlog_replica::{verify_seals, ChainHash, Event, Seal, WriterKey, WriterPublicKey};
+use meshlog_testkit::SplitMix64;
+
+const SEED: u64 = 0x5ea1_be7c;
+const ROUND_MIN: Duration = Duration::from_millis(200);
+const ROUNDS: usize = 5;
+const BATCHES: [usize; 3] = [1, 16, 64];
+const PAYLOADS: [usize; 3] = [16, 256, 4_096];
+
+/// The best time per item over the rounds: `work` handles `items` items
+/// per call, and is called until the round's minimum has passed.
+fn per_item(items: usize, mut work: impl FnMut()) -> Duration {
+    (0..ROUNDS)
+        .map(|_| {
+            let start = Instant::now();
+            let mut calls = 0u32;
+            while start.elapsed() < ROUND_MIN {
+                work();
+                calls += 1;
+            }
+            start.elapsed() / (calls * items as u32)
+        })
+        .min()
+        .expect("at least one round")
+}
+
+fn key(rng: &mut SplitMix64) -> WriterKey {
+    WriterKey::from_bytes(rng.bytes())
+}
+
+fn hash(rng: &mut SplitMix64) -> ChainHash {
+    ChainHash::from_bytes(rng.bytes())
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn main() {
+    let mut rng = SplitMix64::new(SEED);
+    println!("seal bench: seed {SEED:#x}, best of {ROUNDS} rounds of ≥ {ROUND_MIN:?}");
+
+    let writer = key(&mut rng);
+    let public = writer.public();
+    let head = hash(&mut rng);
+    let sign = per_item(1, || {
+        black_box(Seal::sign(black_box(&writer), 7, black_box(head)));
+    });
+    let seal = Seal::sign(&writer, 7, head);
+    let verify = per_item(1, || {
+        black_box(seal.verify(black_box(&public))).expect("an honest seal");
+    });
+    let key_decode = per_item(1, || {
+        black_box(WriterPublicKey::from_bytes(black_box(&public.to_bytes()))).expect("a key");
+    });
+    println!();
+    println!("| operation | per seal |");
+    println!("| --- | --- |");
+    println!("| sign | {} |", micros(sign));
+    println!("| verify alone | {} |", micros(verify));
+    println!("| decode and check a public key | {} |", micros(key_decode));
+
+    // Batches of seals by distinct writers, as a delta of many streams
+    // carries them.
+    let writers: Vec<WriterKey> = (0..64).map(|_| key(&mut rng)).collect();
+    let seals: Vec<(Seal, WriterPublicKey)> = writers
+        .iter()
+        .map(|w| {
+            (
+                Seal::sign(w, 1 + rng.next_u64() % 1_000, hash(&mut rng)),
+                w.public(),
+            )
+        })
+        .collect();
+    for batch in BATCHES {
+        let seals = &seals[..batch];
+        let cost = per_item(batch, || {
+            verify_seals(black_box(seals), &[]).expect("honest seals");
+        });
+        println!("| verify_seals, batch of {batch} | {} |", micros(cost));
+    }
+
+    println!();
+    println!("| payload | chain hash per event | per payload byte |");
+    println!("| --- | --- | --- |");
+    for len in PAYLOADS {
+        let events: Vec<Event> = (1..=64u64)
+            .map(|seq| Event {
+                stream: StreamId::new(9),
+                seq,
+                lamport: seq,
+                time_ms: 1_700_000_000_000 + seq,
+                payload: Bytes::from(vec![seq as u8; len]),
+            })
+            .collect();
+        let cost = per_item(events.len(), || {
+            black_box(ChainHash::GENESIS.extend(black_box(&events)));
+        });
+        println!(
+            "| {len} B | {:.0} ns | {:.2} ns |",
+            cost.as_secs_f64() * 1e9,
+            cost.as_secs_f64() * 1e9 / len as f64
+        );
+    }
+}
