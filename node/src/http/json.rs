@@ -45,11 +45,20 @@ pub struct EventJson {
     pub payload_base64: Option<String>,
 }
 
+/// A payload as the API writes it: its text when it is UTF-8 (`Ok`), else
+/// its base64 (`Err`). Both representations split it here.
+fn payload_text(payload: &[u8]) -> Result<String, String> {
+    match std::str::from_utf8(payload) {
+        Ok(text) => Ok(text.to_owned()),
+        Err(_) => Err(STANDARD.encode(payload)),
+    }
+}
+
 impl From<&Event> for EventJson {
     fn from(event: &Event) -> Self {
-        let (payload, payload_base64) = match std::str::from_utf8(&event.payload) {
-            Ok(text) => (Some(text.to_owned()), None),
-            Err(_) => (None, Some(STANDARD.encode(&event.payload))),
+        let (payload, payload_base64) = match payload_text(&event.payload) {
+            Ok(text) => (Some(text), None),
+            Err(encoded) => (None, Some(encoded)),
         };
         EventJson {
             stream: decimal(event.stream),
@@ -328,11 +337,9 @@ impl PageCompactJson {
         let mut runs: Vec<RunJson> = Vec::new();
         let mut run_end: Option<(meshlog_cursor::StreamId, u64)> = None;
         for event in events {
-            let payload = match std::str::from_utf8(&event.payload) {
-                Ok(text) => PayloadJson::Text(text.to_owned()),
-                Err(_) => PayloadJson::Base64(Base64Json {
-                    payload_base64: STANDARD.encode(&event.payload),
-                }),
+            let payload = match payload_text(&event.payload) {
+                Ok(text) => PayloadJson::Text(text),
+                Err(payload_base64) => PayloadJson::Base64(Base64Json { payload_base64 }),
             };
             let item = RunEventJson(event.lamport, event.time_ms, payload);
             let follows = run_end.is_some_and(|(stream, seq)| {
