@@ -31,8 +31,12 @@
 //! `MESHLOG_BENCH_BYTE_EVENTS` events appended for the bytes pass (default
 //! 1,000), `MESHLOG_BENCH_CLIENTS` client counts (default `1,8,64`, each at
 //! most 128), `MESHLOG_BENCH_SYSTEMS` which systems (default
-//! `meshlog,redis,nats`). Figures are recorded in docs/BENCHMARKS.md ("The
-//! node beside Redis Streams and NATS JetStream").
+//! `meshlog,redis,nats`), `MESHLOG_BENCH_ONLY=bytes` the bytes pass alone
+//! (no timed runs: byte counts do not depend on the machine's load).
+//! meshlog's bytes are counted twice: in the default JSON and in the
+//! compact representation (`Accept: application/vnd.meshlog.compact+json`,
+//! `docs/HTTP.md`). Figures are recorded in docs/BENCHMARKS.md ("The node
+//! beside Redis Streams and NATS JetStream").
 
 mod common;
 
@@ -74,6 +78,8 @@ const NATS_READ_STREAM: &str = "READ";
 const NATS_READ_SUBJECT: &str = "read";
 
 struct Settings {
+    /// `MESHLOG_BENCH_ONLY=bytes`: the bytes pass alone.
+    bytes_only: bool,
     seconds: f64,
     batch: usize,
     read_events: usize,
@@ -98,7 +104,14 @@ fn settings() -> Settings {
     let byte_events = env_number("MESHLOG_BENCH_BYTE_EVENTS", 1_000).clamp(1, 1_000_000) as usize;
     let clients = env_counts("MESHLOG_BENCH_CLIENTS", CLIENTS_MAX, &[1, 8, 64]);
     let systems = systems_from_env();
+    let bytes_only = match std::env::var("MESHLOG_BENCH_ONLY") {
+        Ok(text) if text.trim() == "bytes" => true,
+        Ok(text) if text.trim().is_empty() => false,
+        Ok(text) => panic!("MESHLOG_BENCH_ONLY takes `bytes`; got {text:?}"),
+        Err(_) => false,
+    };
     Settings {
+        bytes_only,
         seconds,
         batch,
         read_events,
@@ -272,19 +285,34 @@ impl Client {
                         return Err(format!("GET /events answered {status}").into());
                     }
                     let page: serde_json::Value = serde_json::from_slice(&body)?;
-                    let events = page["events"].as_array().ok_or("a page without events")?;
-                    for event in events {
-                        let text = event["payload"]
-                            .as_str()
-                            .ok_or("an event without payload")?;
-                        assert_eq!(text.len(), PAYLOAD_BYTES);
-                    }
-                    read += events.len();
+                    let events = if http.accept.is_some() {
+                        // Compact: runs of `[lamport, time, payload]`.
+                        let runs = page["runs"].as_array().ok_or("a page without runs")?;
+                        let mut events = 0;
+                        for run in runs {
+                            for event in run["events"].as_array().ok_or("a run without events")? {
+                                let text = event[2].as_str().ok_or("an event without payload")?;
+                                assert_eq!(text.len(), PAYLOAD_BYTES);
+                                events += 1;
+                            }
+                        }
+                        events
+                    } else {
+                        let events = page["events"].as_array().ok_or("a page without events")?;
+                        for event in events {
+                            let text = event["payload"]
+                                .as_str()
+                                .ok_or("an event without payload")?;
+                            assert_eq!(text.len(), PAYLOAD_BYTES);
+                        }
+                        events.len()
+                    };
+                    read += events;
                     after = page["next"]
                         .as_str()
                         .ok_or("a page without next")?
                         .to_owned();
-                    if page["at_head"].as_bool() == Some(true) || events.is_empty() {
+                    if page["at_head"].as_bool() == Some(true) || events == 0 {
                         break;
                     }
                 }
@@ -577,16 +605,27 @@ struct ByteFigures {
 /// warm-up request are left out of the counts.
 async fn byte_run(
     system: &System,
+    compact: bool,
     events: usize,
     batch: usize,
     read_events: usize,
 ) -> Result<ByteFigures> {
+    // A meshlog client in the compact representation asks for it with
+    // every request; the others have one representation.
+    let connect = |addr: SocketAddr| async move {
+        match Client::connect(system.kind, addr).await? {
+            Client::Meshlog(http) if compact => Ok::<_, BoxError>(Client::Meshlog(
+                http.accepting(meshlog_node::http::json::COMPACT_MEDIA_TYPE),
+            )),
+            client => Ok(client),
+        }
+    };
     // The counters must settle after each phase: the proxy forwards a
     // response before the client has read it, but a client that has its
     // answer has had every byte of it forwarded.
     let counter = AtomicU64::new(0);
     let proxy = Proxy::start(system.addr).await?;
-    let mut client = Client::connect(system.kind, proxy.addr).await?;
+    let mut client = connect(proxy.addr).await?;
     client.append(payloads(&counter, 1)).await?;
     let before = proxy.counts();
     for _ in 0..events {
@@ -604,7 +643,7 @@ async fn byte_run(
     drop(proxy);
 
     let proxy = Proxy::start(system.read_addr).await?;
-    let mut client = Client::connect(system.kind, proxy.addr).await?;
+    let mut client = connect(proxy.addr).await?;
     let before = proxy.counts();
     let read = client.read_all(read_events).await?;
     let read = WireBytes::per_event(before, proxy.counts(), read);
@@ -634,7 +673,8 @@ struct Results {
         std::result::Result<AppendFigures, String>,
     )>,
     reads: Vec<(Kind, std::result::Result<f64, String>)>,
-    bytes: Vec<(Kind, std::result::Result<ByteFigures, String>)>,
+    /// (system, compact representation) → figures or why the pass failed.
+    bytes: Vec<(Kind, bool, std::result::Result<ByteFigures, String>)>,
 }
 
 async fn bench(settings: &Settings, systems: &[System]) -> Results {
@@ -652,7 +692,12 @@ async fn bench(settings: &Settings, systems: &[System]) -> Results {
     }
     // Systems take turns within each configuration, so that a burst of
     // load from elsewhere on a shared machine does not fall on one system.
-    for mode in [Mode::Single, Mode::Batched] {
+    let modes: &[Mode] = if settings.bytes_only {
+        &[]
+    } else {
+        &[Mode::Single, Mode::Batched]
+    };
+    for &mode in modes {
         let batch = match mode {
             Mode::Single => 1,
             Mode::Batched => settings.batch,
@@ -685,6 +730,9 @@ async fn bench(settings: &Settings, systems: &[System]) -> Results {
                 fill(system, settings.read_events),
             )
             .await?;
+            if settings.bytes_only {
+                return Err("not run (MESHLOG_BENCH_ONLY=bytes)".into());
+            }
             timed(
                 "reading the log",
                 PHASE_TIMEOUT,
@@ -701,22 +749,30 @@ async fn bench(settings: &Settings, systems: &[System]) -> Results {
         results.reads.push((system.kind, read));
     }
     for system in systems {
-        let bytes = timed(
-            "the bytes pass",
-            PHASE_TIMEOUT,
-            byte_run(
-                system,
-                settings.byte_events,
-                settings.batch,
-                settings.read_events,
-            ),
-        )
-        .await
-        .map_err(|error| error.to_string());
-        if let Err(error) = &bytes {
-            eprintln!("{} bytes pass failed: {error}", system.kind.name());
+        let representations: &[bool] = if system.kind == Kind::Meshlog {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        for &compact in representations {
+            let bytes = timed(
+                "the bytes pass",
+                PHASE_TIMEOUT,
+                byte_run(
+                    system,
+                    compact,
+                    settings.byte_events,
+                    settings.batch,
+                    settings.read_events,
+                ),
+            )
+            .await
+            .map_err(|error| error.to_string());
+            if let Err(error) = &bytes {
+                eprintln!("{} bytes pass failed: {error}", system.kind.name());
+            }
+            results.bytes.push((system.kind, compact, bytes));
         }
-        results.bytes.push((system.kind, bytes));
     }
     results
 }
@@ -773,78 +829,106 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
         }
         println!();
     };
-    header("durable appends/s");
-    println!(
-        "{:<22} (p50/p99 ms per request; each client waits for its ack)",
-        ""
-    );
     let mut goals: Vec<(String, Rates)> = Vec::new();
-    for mode in [Mode::Single, Mode::Batched] {
-        for &clients in &settings.clients {
-            let noun = if clients == 1 { "client" } else { "clients" };
-            let label = match mode {
-                Mode::Single => format!("single, {clients} {noun}"),
-                Mode::Batched => format!("batch {}, {clients} {noun}", settings.batch),
-            };
-            let mut rates = Vec::new();
-            let mut cells = Vec::new();
-            for &kind in &kinds {
-                let run = results
-                    .appends
-                    .iter()
-                    .find(|(m, c, k, _)| *m == mode && *c == clients && *k == kind)
-                    .map(|(_, _, _, run)| run);
-                match run {
-                    Some(Ok(f)) => {
-                        rates.push((kind, Some(f.events_per_s)));
-                        cells.push(format!(
-                            "{:.0} ({:.1}/{:.1})",
-                            f.events_per_s, f.p50_ms, f.p99_ms
-                        ));
-                    }
-                    _ => {
-                        rates.push((kind, None));
-                        cells.push("failed".to_owned());
+    if !settings.bytes_only {
+        header("durable appends/s");
+        println!(
+            "{:<22} (p50/p99 ms per request; each client waits for its ack)",
+            ""
+        );
+        for mode in [Mode::Single, Mode::Batched] {
+            for &clients in &settings.clients {
+                let noun = if clients == 1 { "client" } else { "clients" };
+                let label = match mode {
+                    Mode::Single => format!("single, {clients} {noun}"),
+                    Mode::Batched => format!("batch {}, {clients} {noun}", settings.batch),
+                };
+                let mut rates = Vec::new();
+                let mut cells = Vec::new();
+                for &kind in &kinds {
+                    let run = results
+                        .appends
+                        .iter()
+                        .find(|(m, c, k, _)| *m == mode && *c == clients && *k == kind)
+                        .map(|(_, _, _, run)| run);
+                    match run {
+                        Some(Ok(f)) => {
+                            rates.push((kind, Some(f.events_per_s)));
+                            cells.push(format!(
+                                "{:.0} ({:.1}/{:.1})",
+                                f.events_per_s, f.p50_ms, f.p99_ms
+                            ));
+                        }
+                        _ => {
+                            rates.push((kind, None));
+                            cells.push("failed".to_owned());
+                        }
                     }
                 }
-            }
-            print_row(&label, &cells, &rates);
-            if mode == Mode::Batched {
-                goals.push((label, rates));
-            }
-        }
-    }
-    println!();
-    header("paged reads, events/s");
-    let mut rates = Vec::new();
-    let mut cells = Vec::new();
-    for &kind in &kinds {
-        match results
-            .reads
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map(|(_, r)| r)
-        {
-            Some(Ok(rate)) => {
-                rates.push((kind, Some(*rate)));
-                cells.push(format!("{rate:.0}"));
-            }
-            _ => {
-                rates.push((kind, None));
-                cells.push("failed".to_owned());
+                print_row(&label, &cells, &rates);
+                if mode == Mode::Batched {
+                    goals.push((label, rates));
+                }
             }
         }
+        println!();
+        header("paged reads, events/s");
+        let mut rates = Vec::new();
+        let mut cells = Vec::new();
+        for &kind in &kinds {
+            match results
+                .reads
+                .iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, r)| r)
+            {
+                Some(Ok(rate)) => {
+                    rates.push((kind, Some(*rate)));
+                    cells.push(format!("{rate:.0}"));
+                }
+                _ => {
+                    rates.push((kind, None));
+                    cells.push("failed".to_owned());
+                }
+            }
+        }
+        print_row(
+            &format!("whole log, {} events", settings.read_events),
+            &cells,
+            &rates,
+        );
+        goals.push(("paged reads".to_owned(), rates));
     }
-    print_row(
-        &format!("whole log, {} events", settings.read_events),
-        &cells,
-        &rates,
-    );
-    goals.push(("paged reads".to_owned(), rates));
     println!();
     println!(
         "bytes over the wire per event (client→server + server→client, every header and frame):"
     );
+    // meshlog twice: its default JSON and its compact representation.
+    let columns: Vec<(Kind, bool)> = kinds
+        .iter()
+        .flat_map(|&kind| {
+            let compact = (kind == Kind::Meshlog).then_some((kind, true));
+            std::iter::once((kind, false)).chain(compact)
+        })
+        .collect();
+    print!("{:<22}", "");
+    for &(kind, compact) in &columns {
+        let label = if compact {
+            "meshlog, compact".to_owned()
+        } else {
+            kind.label().to_owned()
+        };
+        print!(" {label:>26}");
+    }
+    println!();
+    let figures = |kind: Kind, compact: bool| {
+        results
+            .bytes
+            .iter()
+            .find(|(k, c, _)| *k == kind && *c == compact)
+            .and_then(|(_, _, b)| b.as_ref().ok())
+    };
+    let mut byte_goals = Vec::new();
     for (label, pick) in [
         (
             "single append",
@@ -854,27 +938,43 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
         ("paged read", |b: &ByteFigures| b.read),
     ] {
         print!("{label:<22}");
-        for &kind in &kinds {
-            let bytes = results
-                .bytes
-                .iter()
-                .find(|(k, _)| *k == kind)
-                .map(|(_, b)| b);
-            let cell = match bytes {
-                Some(Ok(figures)) => {
+        for &(kind, compact) in &columns {
+            let cell = match figures(kind, compact) {
+                Some(figures) => {
                     let wire = pick(figures);
                     format!("{:.0} ({:.0} + {:.0})", wire.total(), wire.up, wire.down)
                 }
-                _ => "failed".to_owned(),
+                None => "failed".to_owned(),
             };
             print!(" {cell:>26}");
         }
         println!();
+        if label != "batched append" {
+            let redis = figures(Kind::Redis, false).map(|b| pick(b).total());
+            for compact in [false, true] {
+                let meshlog = figures(Kind::Meshlog, compact).map(|b| pick(b).total());
+                let name = if compact { "compact" } else { "JSON" };
+                byte_goals.push((format!("{label}, {name}"), meshlog, redis));
+            }
+        }
     }
     println!();
-    println!("goal: meshlog ahead of both on batched durable appends and on paged reads");
-    for (label, rates) in &goals {
-        println!("  {label:<22} {}", verdict(rates));
+    if !settings.bytes_only {
+        println!("goal: meshlog ahead of both on batched durable appends and on paged reads");
+        for (label, rates) in &goals {
+            println!("  {label:<22} {}", verdict(rates));
+        }
+    }
+    println!("goal: meshlog's bytes per single append and per paged event at most Redis's");
+    for (label, meshlog, redis) in &byte_goals {
+        let verdict = match (meshlog, redis) {
+            (Some(meshlog), Some(redis)) if meshlog <= redis => {
+                format!("met ({meshlog:.0} against {redis:.0})")
+            }
+            (Some(meshlog), Some(redis)) => format!("NOT met ({meshlog:.0} against {redis:.0})"),
+            _ => "not measured".to_owned(),
+        };
+        println!("  {label:<26} {verdict}");
     }
     if kinds.contains(&Kind::Nats) {
         println!();

@@ -335,6 +335,9 @@ pub async fn wait_ready(
 pub struct Http {
     sender: SendRequest<Full<Bytes>>,
     host: String,
+    /// The `Accept` sent with every request, if any (the node's compact
+    /// representation).
+    pub accept: Option<&'static str>,
 }
 
 impl Http {
@@ -348,7 +351,16 @@ impl Http {
         Ok(Http {
             sender,
             host: addr.to_string(),
+            accept: None,
         })
+    }
+
+    /// The same connection, sending `Accept: media` with every request.
+    pub fn accepting(self, media: &'static str) -> Http {
+        Http {
+            accept: Some(media),
+            ..self
+        }
     }
 
     pub async fn request(
@@ -366,6 +378,9 @@ impl Http {
                 .header(hyper::header::HOST, &self.host);
             if let Some(content_type) = content_type {
                 request = request.header(hyper::header::CONTENT_TYPE, content_type);
+            }
+            if let Some(accept) = self.accept {
+                request = request.header(hyper::header::ACCEPT, accept);
             }
             let response = self
                 .sender

@@ -11,6 +11,7 @@ use std::time::Duration;
 use meshlog_cursor::StreamId;
 use serde_json::json;
 
+use crate::http::json::{AppendCompactJson, PageCompactJson, Representation, COMPACT_MEDIA_TYPE};
 use crate::url::NodeUrl;
 
 pub use crate::http::json::{
@@ -23,6 +24,12 @@ pub use crate::http::json::{
 /// than a query string: URLs that long are refused by some proxies and
 /// servers, and a token of a few hundred streams passes it.
 pub const TOKEN_QUERY_MAX: usize = 2_000;
+
+/// The `Accept` of appends and pages: the compact representation first,
+/// the default JSON from a node that does not know it.
+fn accept_compact() -> String {
+    format!("{COMPACT_MEDIA_TYPE}, application/json;q=0.5")
+}
 
 /// How long one request may take before the client gives up.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -133,15 +140,33 @@ impl Client {
         &self.base
     }
 
-    /// Appends `payloads` as one batch (one durable commit).
+    /// Appends `payloads` as one batch (one durable commit). Asks for the
+    /// compact answer (the batch's ranges) and reads either: a node that
+    /// does not know it answers the default JSON.
     pub async fn append(&self, payloads: &[String]) -> Result<Vec<AppendedJson>, ClientError> {
         let request = self
             .http
             .post(format!("{}/events", self.base))
+            .header(reqwest::header::ACCEPT, accept_compact())
             .json(&payloads);
-        let (status, body) = self.send(request).await?;
-        let appended: AppendJson = self.parse(status, &body)?;
-        Ok(appended.events)
+        let (status, representation, body) = self.send_negotiated(request).await?;
+        self.check(status, &body)?;
+        let events = match representation {
+            Representation::Json => self.parse::<AppendJson>(status, &body)?.events,
+            Representation::Compact => self.parse::<AppendCompactJson>(status, &body)?.events(),
+        };
+        if events.len() != payloads.len() {
+            return Err(ClientError::BadResponse {
+                url: self.base.clone(),
+                status,
+                reason: format!(
+                    "{} payloads appended, {} events answered",
+                    payloads.len(),
+                    events.len()
+                ),
+            });
+        }
+        Ok(events)
     }
 
     /// Up to `limit` events after `after` (`None`: from the start). A token
@@ -187,7 +212,8 @@ impl Client {
                 }
                 self.http.get(url)
             };
-        let (status, body) = self.send_raw(request).await?;
+        let request = request.header(reqwest::header::ACCEPT, accept_compact());
+        let (status, representation, body) = self.send_negotiated(request).await?;
         if status == 410 {
             let error: ErrorJson = self.parse(status, &body)?;
             if let Some(stale) = error.stale() {
@@ -200,7 +226,18 @@ impl Client {
             });
         }
         self.check(status, &body)?;
-        Ok(PageOutcome::Page(self.parse(status, &body)?))
+        let page = match representation {
+            Representation::Json => self.parse(status, &body)?,
+            Representation::Compact => self
+                .parse::<PageCompactJson>(status, &body)?
+                .decode()
+                .map_err(|error| ClientError::BadResponse {
+                    url: self.base.clone(),
+                    status,
+                    reason: error.to_string(),
+                })?,
+        };
+        Ok(PageOutcome::Page(page))
     }
 
     /// `GET /marks`.
@@ -297,14 +334,35 @@ impl Client {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<(u16, Vec<u8>), ClientError> {
+        let (status, _, body) = self.send_negotiated(request).await?;
+        Ok((status, body))
+    }
+
+    /// Sends; the status, the representation the answer's content type
+    /// names (compact only for the compact media type) and the body.
+    async fn send_negotiated(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(u16, Representation, Vec<u8>), ClientError> {
         let unreachable = |error: reqwest::Error| ClientError::Unreachable {
             url: self.base.clone(),
             reason: describe(&error),
         };
         let response = request.send().await.map_err(unreachable)?;
         let status = response.status().as_u16();
+        let compact = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split(';').next())
+            .is_some_and(|media| media.trim().eq_ignore_ascii_case(COMPACT_MEDIA_TYPE));
+        let representation = if compact {
+            Representation::Compact
+        } else {
+            Representation::Json
+        };
         let body = response.bytes().await.map_err(unreachable)?;
-        Ok((status, body.to_vec()))
+        Ok((status, representation, body.to_vec()))
     }
 
     fn check(&self, status: u16, body: &[u8]) -> Result<(), ClientError> {

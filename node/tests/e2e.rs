@@ -5,9 +5,9 @@
 //! It proves, over HTTP and the CLI only:
 //!
 //! - a reader that hops between nodes and between surfaces (raw HTTP pages
-//!   and `meshlog events`), carrying one token, gets every event exactly
-//!   once, including events C wrote while cut off and stamped at or below
-//!   the reader's position;
+//!   in both representations and `meshlog events`), carrying one token,
+//!   gets every event exactly once, including events C wrote while cut
+//!   off and stamped at or below the reader's position;
 //! - `kill -9` of the middle node and a restart on the same data directory
 //!   keeps every acknowledged append, and the mesh converges again (the
 //!   same digest on all three, within a bounded wait);
@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use cli_support::{cli, serve, Proxy, Served};
+use meshlog_node::http::json::{PageCompactJson, COMPACT_MEDIA_TYPE};
 use serde_json::Value;
 use support::*;
 
@@ -68,7 +69,8 @@ async fn sync_sessions(addr: SocketAddr) -> Option<u64> {
 }
 
 /// A reader that carries one token and takes each page from the next
-/// surface in turn: HTTP on one node, the CLI on another.
+/// surface in turn: HTTP on one node (in the default JSON or the compact
+/// representation), the CLI on another.
 struct Reader {
     token: String,
     seen: Vec<(Key, u64, String)>,
@@ -80,7 +82,30 @@ impl Reader {
     /// head.
     async fn page(&mut self, node: SocketAddr, limit: usize) -> bool {
         self.hops += 1;
-        let (events, next, at_head) = if self.hops.is_multiple_of(2) {
+        let (events, next, at_head) = if self.hops.is_multiple_of(3) {
+            // Raw HTTP in the compact representation, read back as the
+            // default page.
+            let response = request(
+                node,
+                "GET",
+                &format!("/events?after={}&limit={limit}", self.token),
+                &[("accept", COMPACT_MEDIA_TYPE)],
+                b"",
+            )
+            .await;
+            assert_eq!(response.status, 200, "{:?}", response.body);
+            assert_eq!(response.header("content-type"), Some(COMPACT_MEDIA_TYPE));
+            let page: PageCompactJson = serde_json::from_slice(&response.body).unwrap();
+            let page = page.decode().unwrap();
+            (
+                page.events
+                    .iter()
+                    .map(|event| serde_json::to_value(event).unwrap())
+                    .collect(),
+                page.next,
+                page.at_head,
+            )
+        } else if self.hops.is_multiple_of(2) {
             let url = format!("http://{node}");
             let limit = limit.to_string();
             let mut args = vec!["events", "--node", &url, "--limit", &limit, "--json"];

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Query, Request, State};
-use axum::http::header::{CONNECTION, CONTENT_TYPE, UPGRADE};
+use axum::http::header::{ACCEPT, CONNECTION, CONTENT_TYPE, UPGRADE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,10 +18,11 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::json::{
-    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendBatchJson, AppendJson,
-    AppendedJson, CompactBody, CompactedJson, DigestJson, ErrorJson, EventJson, HealthJson,
-    InboundJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson,
-    PeersJson, QueryBody, RawPayload, VerifiedJson,
+    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendBatchJson,
+    AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson, DigestJson, ErrorJson,
+    EventJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson, PeerAddedJson,
+    PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload, Representation,
+    VerifiedJson, COMPACT_MEDIA_TYPE,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -55,7 +56,12 @@ type Shared = State<Arc<AppState>>;
                 events alone; `next` advances its entry only."),
     ),
     responses(
-        (status = 200, description = "A page.", body = PageJson,
+        (status = 200, description = "A page: `PageJson` by default, `PageCompactJson` \
+            (runs) when `Accept` lists `application/vnd.meshlog.compact+json`.",
+            content(
+                (PageJson = "application/json"),
+                (PageCompactJson = "application/vnd.meshlog.compact+json"),
+            ),
             links(("next_page" = (operation_id = "get_events",
                 parameters(("after" = "$response.body#/next")),
                 description = "The following page: `next` as `after`.")))),
@@ -72,8 +78,9 @@ type Shared = State<Arc<AppState>>;
 )]
 pub async fn get_events(
     State(state): Shared,
+    headers: HeaderMap,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<PageJson>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(query) = query
         .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", error.body_text()))?;
     let limit = query.get("limit").map(|text| Value::String(text.clone()));
@@ -95,7 +102,33 @@ pub async fn get_events(
         query.get("after").map(String::as_str),
         limit.as_ref(),
         stream,
+        representation(&headers),
     )
+}
+
+/// The representation a request's `Accept` asks for.
+fn representation(headers: &HeaderMap) -> Representation {
+    Representation::from_accept(
+        headers
+            .get_all(ACCEPT)
+            .iter()
+            .filter_map(|value| value.to_str().ok()),
+    )
+}
+
+/// A body in the compact media type.
+fn compact_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (
+            status,
+            [(CONTENT_TYPE, HeaderValue::from_static(COMPACT_MEDIA_TYPE))],
+            bytes,
+        )
+            .into_response(),
+        Err(error) => {
+            ApiError::internal(format!("cannot write the answer: {error}")).into_response()
+        }
+    }
 }
 
 /// `POST /events/query` with `{"after": TOKEN or null, "limit": N}`.
@@ -107,7 +140,12 @@ pub async fn get_events(
     description = "The same as `GET /events`, for tokens too long for a URL.",
     request_body(content = QueryBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "A page.", body = PageJson,
+        (status = 200, description = "A page, in the representation `Accept` chooses, as on \
+            `GET /events`.",
+            content(
+                (PageJson = "application/json"),
+                (PageCompactJson = "application/vnd.meshlog.compact+json"),
+            ),
             links(("next_page" = (operation_id = "get_events",
                 parameters(("after" = "$response.body#/next")),
                 description = "The following page: `next` as `after`, on either route.")))),
@@ -116,9 +154,19 @@ pub async fn get_events(
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
     )
 )]
-pub async fn query_events(State(state): Shared, body: Bytes) -> Result<Json<PageJson>, ApiError> {
+pub async fn query_events(
+    State(state): Shared,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let query: QueryBody = object_body(&body, r#"{"after": TOKEN or null, "limit": N}"#)?;
-    page(&state, query.after.as_deref(), query.limit.as_ref(), None)
+    page(
+        &state,
+        query.after.as_deref(),
+        query.limit.as_ref(),
+        None,
+        representation(&headers),
+    )
 }
 
 fn page(
@@ -126,7 +174,8 @@ fn page(
     after: Option<&str>,
     limit: Option<&Value>,
     stream: Option<StreamId>,
-) -> Result<Json<PageJson>, ApiError> {
+    representation: Representation,
+) -> Result<Response, ApiError> {
     let limit = read::limit(&state.replica, limit)?;
     let after = read::cursor(&state.replica, after)?;
     let page = match read::read(&state.replica, &after, limit, stream)? {
@@ -144,13 +193,19 @@ fn page(
     state.metrics.pages.inc();
     let next = token::encode_text(&page.next)
         .map_err(|error| ApiError::internal(format!("cannot encode the next token: {error}")))?;
-    let events: Vec<EventJson> = page.events.iter().map(EventJson::from).collect();
-    Ok(Json(PageJson {
-        events,
-        next,
-        at_head: page.at_head,
-        behind,
-    }))
+    Ok(match representation {
+        Representation::Json => Json(PageJson {
+            events: page.events.iter().map(EventJson::from).collect(),
+            next,
+            at_head: page.at_head,
+            behind,
+        })
+        .into_response(),
+        Representation::Compact => compact_response(
+            StatusCode::OK,
+            &PageCompactJson::new(&page.events, next, page.at_head, behind),
+        ),
+    })
 }
 
 /// `POST /events`: one raw payload, or a JSON / NDJSON batch, committed
@@ -175,11 +230,17 @@ fn page(
         )
     ),
     responses(
-        (status = 201, description = "The events appended, in order, once durable.",
-            body = AppendJson,
+        (status = 201, description = "The events appended, once durable: each named, in \
+            order (`AppendJson`, the default), or the batch's stream and ranges \
+            (`AppendCompactJson`) when `Accept` lists `application/vnd.meshlog.compact+json`.",
+            content(
+                (AppendJson = "application/json"),
+                (AppendCompactJson = "application/vnd.meshlog.compact+json"),
+            ),
             links(("read_stream" = (operation_id = "get_events",
                 parameters(("stream" = "$response.body#/events/0/stream")),
-                description = "Page the writer's stream the events were appended to.")))),
+                description = "Page the writer's stream the events were appended to (in the \
+                    compact answer, `stream` itself).")))),
         (status = 400, description = "`bad_body`: a batch that is not the JSON documented.",
             body = ErrorJson),
         (status = 413, description = "`payload_too_large` (one payload over the replica's \
@@ -191,7 +252,7 @@ pub async fn post_events(
     State(state): Shared,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<(StatusCode, Json<AppendJson>), ApiError> {
+) -> Result<Response, ApiError> {
     let refused = |error: ApiError| {
         state.metrics.appends_refused.inc();
         error
@@ -244,6 +305,10 @@ pub async fn post_events(
         .commit_seconds
         .observe(started.elapsed().as_secs_f64());
     state.metrics.appends.inc_by(events.len() as u64);
+    if representation(&headers) == Representation::Compact {
+        let answer = AppendCompactJson::new(state.replica.stream(), &events);
+        return Ok(compact_response(StatusCode::CREATED, &answer));
+    }
     let appended: Vec<AppendedJson> = events
         .iter()
         .map(|event| AppendedJson {
@@ -252,7 +317,7 @@ pub async fn post_events(
             lamport: event.lamport,
         })
         .collect();
-    Ok((StatusCode::CREATED, Json(AppendJson { events: appended })))
+    Ok((StatusCode::CREATED, Json(AppendJson { events: appended })).into_response())
 }
 
 fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {

@@ -45,11 +45,20 @@ pub struct EventJson {
     pub payload_base64: Option<String>,
 }
 
+/// A payload as the API writes it: its text when it is UTF-8 (`Ok`), else
+/// its base64 (`Err`). Both representations split it here.
+fn payload_text(payload: &[u8]) -> Result<String, String> {
+    match std::str::from_utf8(payload) {
+        Ok(text) => Ok(text.to_owned()),
+        Err(_) => Err(STANDARD.encode(payload)),
+    }
+}
+
 impl From<&Event> for EventJson {
     fn from(event: &Event) -> Self {
-        let (payload, payload_base64) = match std::str::from_utf8(&event.payload) {
-            Ok(text) => (Some(text.to_owned()), None),
-            Err(_) => (None, Some(STANDARD.encode(&event.payload))),
+        let (payload, payload_base64) = match payload_text(&event.payload) {
+            Ok(text) => (Some(text), None),
+            Err(encoded) => (None, Some(encoded)),
         };
         EventJson {
             stream: decimal(event.stream),
@@ -114,6 +123,286 @@ pub struct AppendedJson {
 pub struct AppendJson {
     /// One per payload.
     pub events: Vec<AppendedJson>,
+}
+
+/// The compact representation's media type: a client that lists it in
+/// `Accept` gets [`AppendCompactJson`] from `POST /events` and
+/// [`PageCompactJson`] from `GET /events` and `POST /events/query`; any
+/// other `Accept` (or none) gets today's JSON, the default.
+pub const COMPACT_MEDIA_TYPE: &str = "application/vnd.meshlog.compact+json";
+
+/// Which representation a request asked for in its `Accept` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Representation {
+    /// Today's JSON, one object per event: the default.
+    Json,
+    /// [`COMPACT_MEDIA_TYPE`].
+    Compact,
+}
+
+impl Representation {
+    /// The representation `accept` (an `Accept` header's values) asks
+    /// for: compact when it lists [`COMPACT_MEDIA_TYPE`] with a non-zero
+    /// quality, whatever else it lists; JSON otherwise.
+    ///
+    /// ```
+    /// use meshlog_node::http::json::Representation;
+    /// let accept = ["application/json, application/vnd.meshlog.compact+json"];
+    /// assert_eq!(Representation::from_accept(accept), Representation::Compact);
+    /// let declined = ["application/vnd.meshlog.compact+json;q=0"];
+    /// assert_eq!(Representation::from_accept(declined), Representation::Json);
+    /// assert_eq!(Representation::from_accept(["*/*"]), Representation::Json);
+    /// ```
+    pub fn from_accept<'a>(accept: impl IntoIterator<Item = &'a str>) -> Representation {
+        let compact = accept
+            .into_iter()
+            .flat_map(|value| value.split(','))
+            .any(|range| {
+                let mut parts = range.split(';');
+                let media = parts.next().unwrap_or("").trim();
+                let declined = parts.any(|param| {
+                    let param = param.trim();
+                    param
+                        .strip_prefix("q=")
+                        .or_else(|| param.strip_prefix("Q="))
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                });
+                media.eq_ignore_ascii_case(COMPACT_MEDIA_TYPE) && !declined
+            });
+        if compact {
+            Representation::Compact
+        } else {
+            Representation::Json
+        }
+    }
+}
+
+/// `POST /events`' answer in the compact representation: the batch's
+/// stream and its seq and lamport ranges, each `[first, last]`, not every
+/// event. A batch is one commit on this node's own stream, so its seqs
+/// are `first..=last` with no gap, and its lamport stamps rise by one per
+/// event: event `i` of the batch is `(seq[0] + i, lamport[0] + i)`. An
+/// empty batch names the stream alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AppendCompactJson {
+    /// The stream id, in decimal: this node's own stream.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
+    pub stream: String,
+    /// The first and the last event's seq (absent for an empty batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<u64>, required = false, min_items = 2, max_items = 2)]
+    pub seq: Option<[u64; 2]>,
+    /// The first and the last event's lamport stamp (absent for an empty
+    /// batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<u64>, required = false, min_items = 2, max_items = 2)]
+    pub lamport: Option<[u64; 2]>,
+}
+
+impl AppendCompactJson {
+    /// The answer for `events`, appended in one commit to `stream`.
+    pub fn new(stream: meshlog_cursor::StreamId, events: &[Event]) -> AppendCompactJson {
+        let ends = events.first().zip(events.last());
+        AppendCompactJson {
+            stream: decimal(stream),
+            seq: ends.map(|(first, last)| [first.seq, last.seq]),
+            lamport: ends.map(|(first, last)| [first.lamport, last.lamport]),
+        }
+    }
+
+    /// The events it names, as the default answer names them; an empty
+    /// list for an empty batch, or when the ranges are not ones (a last
+    /// below its first, one range missing).
+    pub fn events(&self) -> Vec<AppendedJson> {
+        let (Some([first, last]), Some([lamport_first, lamport_last])) = (self.seq, self.lamport)
+        else {
+            return Vec::new();
+        };
+        if last < first || lamport_last < lamport_first {
+            return Vec::new();
+        }
+        // An append request's events take consecutive stamps from the
+        // clock (the replica's planner), so the inner stamps are exact;
+        // the cap only keeps a forged answer's list within its range.
+        (first..=last)
+            .map(|seq| AppendedJson {
+                stream: self.stream.clone(),
+                seq,
+                lamport: lamport_first.saturating_add(seq - first).min(lamport_last),
+            })
+            .collect()
+    }
+}
+
+/// A page in the compact representation: the events as runs, each a
+/// stream's consecutive events in page order (the stream id once per run,
+/// each event an array, no key names repeated); `next`, `at_head` and
+/// `behind` as in [`PageJson`]. [`PageCompactJson::decode`] gives back
+/// the very [`PageJson`] the default representation answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PageCompactJson {
+    /// The page's events in `(lamport, stream)` order, as runs.
+    pub runs: Vec<RunJson>,
+    /// The token to page from next.
+    #[schema(example = "AQEBAiOCL28")]
+    pub next: String,
+    /// Whether `next` covers every event this node holds now.
+    pub at_head: bool,
+    /// Whether the cursor covers events this node does not hold yet.
+    pub behind: bool,
+}
+
+/// Consecutive events of one stream in a compact page: seqs `first`,
+/// `first + 1`, ... in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RunJson {
+    /// The stream id, in decimal.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
+    pub stream: String,
+    /// The seq of the run's first event.
+    pub first: u64,
+    /// The run's events, each `[lamport, time, payload]`.
+    pub events: Vec<RunEventJson>,
+}
+
+/// One event of a [`RunJson`]: `[lamport, time, payload]`, the payload a
+/// string when it is UTF-8, else `{"payload_base64": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunEventJson(pub u64, pub u64, pub PayloadJson);
+
+/// A compact event's payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PayloadJson {
+    /// UTF-8 text.
+    Text(String),
+    /// Any other bytes.
+    Base64(Base64Json),
+}
+
+/// A payload that is not UTF-8, in base64 (standard, padded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Base64Json {
+    /// The bytes in base64.
+    pub payload_base64: String,
+}
+
+impl utoipa::PartialSchema for RunEventJson {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        schema_from_json(serde_json::json!({
+            "description": "An event of a run: `[lamport, time, payload]`; its seq is the run's `first` plus its index.",
+            "type": "array",
+            "prefixItems": [
+                {"type": "integer", "format": "uint64", "minimum": 0, "description": "Its lamport stamp."},
+                {"type": "integer", "format": "uint64", "minimum": 0, "description": "Wall-clock time of the append, ms since the epoch."},
+                {"oneOf": [
+                    {"type": "string", "description": "The payload, when it is UTF-8."},
+                    {
+                        "type": "object",
+                        "description": "The payload in base64 (standard, padded), when it is not UTF-8.",
+                        "properties": {"payload_base64": {"type": "string", "contentEncoding": "base64"}},
+                        "required": ["payload_base64"],
+                        "additionalProperties": false
+                    }
+                ]}
+            ],
+            "minItems": 3,
+            "maxItems": 3
+        }))
+    }
+}
+
+impl ToSchema for RunEventJson {}
+
+/// A compact page that does not decode: a run whose seqs pass `u64::MAX`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("run {run} of stream {stream}: seq {first} plus {len} events passes the largest seq")]
+pub struct CompactPageError {
+    /// The run's index in the page.
+    pub run: usize,
+    /// Its stream, as the page wrote it.
+    pub stream: String,
+    /// Its first seq.
+    pub first: u64,
+    /// Its length.
+    pub len: usize,
+}
+
+impl PageCompactJson {
+    /// The compact page of `events`, in their order: a new run wherever
+    /// the stream changes or its seq does not follow on.
+    pub fn new(events: &[Event], next: String, at_head: bool, behind: bool) -> PageCompactJson {
+        let mut runs: Vec<RunJson> = Vec::new();
+        let mut run_end: Option<(meshlog_cursor::StreamId, u64)> = None;
+        for event in events {
+            let payload = match payload_text(&event.payload) {
+                Ok(text) => PayloadJson::Text(text),
+                Err(payload_base64) => PayloadJson::Base64(Base64Json { payload_base64 }),
+            };
+            let item = RunEventJson(event.lamport, event.time_ms, payload);
+            let follows = run_end.is_some_and(|(stream, seq)| {
+                stream == event.stream && seq.checked_add(1) == Some(event.seq)
+            });
+            match runs.last_mut() {
+                Some(run) if follows => run.events.push(item),
+                _ => runs.push(RunJson {
+                    stream: decimal(event.stream),
+                    first: event.seq,
+                    events: vec![item],
+                }),
+            }
+            run_end = Some((event.stream, event.seq));
+        }
+        PageCompactJson {
+            runs,
+            next,
+            at_head,
+            behind,
+        }
+    }
+
+    /// The same page in the default representation: every event named in
+    /// full, in order, and the same `next`.
+    pub fn decode(self) -> Result<PageJson, CompactPageError> {
+        let mut events = Vec::new();
+        for (index, run) in self.runs.into_iter().enumerate() {
+            let len = run.events.len();
+            let overflow = |run_json: &RunJson| CompactPageError {
+                run: index,
+                stream: run_json.stream.clone(),
+                first: run_json.first,
+                len,
+            };
+            if len > 0 && run.first.checked_add(len as u64 - 1).is_none() {
+                return Err(overflow(&run));
+            }
+            for (offset, RunEventJson(lamport, time, payload)) in run.events.into_iter().enumerate()
+            {
+                let (payload, payload_base64) = match payload {
+                    PayloadJson::Text(text) => (Some(text), None),
+                    PayloadJson::Base64(Base64Json { payload_base64 }) => {
+                        (None, Some(payload_base64))
+                    }
+                };
+                events.push(EventJson {
+                    stream: run.stream.clone(),
+                    seq: run.first + offset as u64,
+                    lamport,
+                    time,
+                    payload,
+                    payload_base64,
+                });
+            }
+        }
+        Ok(PageJson {
+            events,
+            next: self.next,
+            at_head: self.at_head,
+            behind: self.behind,
+        })
+    }
 }
 
 /// One stream's range lost to compaction, in a `410 stale_cursor`.
