@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::frame::{ClientFrame, FollowStream, ServerFrame, StatusJson};
 use super::hub::{Permit, SharedFrame, Step};
-use crate::http::json::{decimal, vector_json, DigestJson, EventJson, StaleJson};
+use crate::http::json::{chains_json, decimal, digest_json, vector_json, EventJson, StaleJson};
 use crate::http::{ApiError, AppState};
 use crate::read::{self, Answer};
 
@@ -571,10 +571,8 @@ pub(crate) fn status(state: &AppState) -> StatusJson {
         marks: vector_json(&marks),
         floor: vector_json(&replica.floor()),
         token: encode(&marks),
-        digest: DigestJson {
-            events: digest.events,
-            sum: format!("{:032x}", digest.sum),
-        },
+        digest: digest_json(digest),
+        chains: chains_json(&replica.chain_digest()),
         peers: state
             .peers
             .list()

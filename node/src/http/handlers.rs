@@ -18,10 +18,10 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::json::{
-    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendBatchJson, AppendJson,
-    AppendedJson, CompactBody, CompactedJson, DigestJson, ErrorJson, EventJson, HealthJson,
-    InboundJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson,
-    PeersJson, QueryBody, RawPayload, VerifiedJson,
+    chains_json, decimal, digest_json, json_batch, ndjson_batch, object_body, vector_json,
+    AppendBatchJson, AppendJson, AppendedJson, CompactBody, CompactedJson, ErrorJson, EventJson,
+    HealthJson, InboundJson, MarksJson, PageJson, PeerAddedJson, PeerBody, PeerJson,
+    PeerRemovedJson, PeersJson, QueryBody, RawPayload, VerifiedJson,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -278,7 +278,7 @@ pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
     get,
     path = "/marks",
     tag = "node",
-    summary = "This node's marks, floor, token, digest and peers",
+    summary = "This node's marks, floor, token, digests and peers",
     responses(
         (status = 200, description = "The node's state.", body = MarksJson,
             links(("from_marks" = (operation_id = "get_events",
@@ -300,10 +300,8 @@ pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
         marks: vector_json(&marks),
         floor: vector_json(&replica.floor()),
         token,
-        digest: DigestJson {
-            events: digest.events,
-            sum: format!("{:032x}", digest.sum),
-        },
+        digest: digest_json(digest),
+        chains: chains_json(&replica.chain_digest()),
         peers,
     }))
 }
