@@ -20,6 +20,12 @@ use crate::Event;
 /// never a hash of anything else meshlog signs.
 const CONTEXT: &str = "meshlog chain v1";
 
+/// [`CONTEXT`] hashed once: `derive_key` hashes its context before the
+/// input, and a chain hashes a context per event, so the context's hash is
+/// computed once per process rather than per event (same output).
+static CONTEXT_KEY: std::sync::LazyLock<blake3::hazmat::ContextKey> =
+    std::sync::LazyLock::new(|| blake3::hazmat::hash_derive_key_context(CONTEXT));
+
 /// The chain hash of a stream at some seq: BLAKE3 over the event at that
 /// seq and the chain hash below it ([`ChainHash::GENESIS`] below seq 1).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -73,7 +79,8 @@ impl ChainHash {
         header[48..56].copy_from_slice(&lamport.to_le_bytes());
         header[56..64].copy_from_slice(&time_ms.to_le_bytes());
         header[64..72].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        let mut hasher = blake3::Hasher::new_derive_key(CONTEXT);
+        let mut hasher =
+            <blake3::Hasher as blake3::hazmat::HasherExt>::new_from_context_key(&CONTEXT_KEY);
         hasher.update(&header);
         hasher.update(payload);
         ChainHash(*hasher.finalize().as_bytes())

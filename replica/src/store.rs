@@ -42,9 +42,10 @@ pub struct Batch<'a> {
     /// Per stream the batch touches (a floor or events), ascending, its
     /// chain after the batch (`docs/SIGNING.md`): a store records it with
     /// the stream's floor and head. A replica fills it in just before the
-    /// commit. A touched stream missing here (a batch built by hand) has
-    /// its recorded chain forgotten: the replica opened on the store
-    /// chains it again from its floor ([`StreamChain::rooted`]).
+    /// commit, for every stream the batch touches. A batch with none (built
+    /// by hand) makes a store forget the chains of the streams it touches:
+    /// the replica opened on the store chains them again from their floors
+    /// ([`StreamChain::rooted`]).
     pub chains: Vec<(StreamId, StreamChain)>,
     /// Events of the round that a floor raised later in the same round
     /// erased (taken out of the runs by `trim_run`), in order: the chain
@@ -275,18 +276,16 @@ pub struct StoreMeta {
 }
 
 impl StoreMeta {
-    /// Records the chains of the streams `batch` touches (forgetting the
-    /// chain of a touched stream the batch has none for).
+    /// Records the chains of the streams `batch` touches; a batch without
+    /// chains (built by hand) makes it forget theirs.
     pub(crate) fn record_chains(&mut self, batch: &Batch) {
-        for stream in batch.touched() {
-            match batch.chain(stream) {
-                Some(chain) => {
-                    self.chains.insert(stream, *chain);
-                }
-                None => {
-                    self.chains.remove(&stream);
-                }
+        if batch.chains.is_empty() {
+            for stream in batch.touched() {
+                self.chains.remove(&stream);
             }
+        }
+        for &(stream, chain) in &batch.chains {
+            self.chains.insert(stream, chain);
         }
     }
 

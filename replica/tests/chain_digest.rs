@@ -348,3 +348,54 @@ fn verify_refuses_a_tampered_chain_head_naming_the_stream() {
         other => panic!("expected ChainMismatch, got {other:?}"),
     }
 }
+
+/// A batch committed by hand (no chains) makes a store forget the chains
+/// of the streams it touches; a replica opened on it chains them again
+/// from their floors: anchored from `h(0)` where nothing was compacted,
+/// unanchored where something was.
+#[test]
+fn a_store_written_without_chains_is_chained_again_on_open() {
+    let stream = StreamId::new(4);
+    let events: Vec<Event> = (1..=6u64)
+        .map(|seq| Event {
+            stream,
+            seq,
+            lamport: seq,
+            time_ms: 9,
+            payload: Bytes::from(vec![seq as u8; 3]),
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::new(StreamId::new(1));
+    let mut mem = MemStore::default();
+    let mut disk = DiskStore::open(dir.path()).unwrap();
+    for batch in [
+        Batch::from_events(events[..4].to_vec()).with_clock(4),
+        Batch::from_events(events[4..].to_vec()).with_clock(6),
+    ] {
+        mem.commit(&batch).unwrap();
+        disk.commit(&batch).unwrap();
+    }
+    assert!(mem.meta().unwrap().chains.is_empty());
+    let expected = StreamChain {
+        floor_hash: ChainHash::GENESIS,
+        head_hash: ChainHash::GENESIS.extend(&events),
+        anchored: true,
+    };
+    let replica = Replica::open(config.clone(), mem.clone()).unwrap();
+    assert_eq!(replica.chain(stream), Some(expected));
+    replica.verify().unwrap();
+    let replica = Replica::open(config.clone(), disk).unwrap();
+    assert_eq!(replica.chain(stream), Some(expected));
+    replica.verify().unwrap();
+    // A floor raised by hand: the events below it are gone, unanchored.
+    let floor = Batch::default()
+        .with_floors(vec![(stream, 2)])
+        .with_clock(6);
+    mem.commit(&floor).unwrap();
+    let replica = Replica::open(config, mem).unwrap();
+    let chain = replica.chain(stream).unwrap();
+    assert!(!chain.anchored);
+    assert_eq!(replica.chain_digest().stream(stream).unwrap().chain, None);
+    replica.verify().unwrap();
+}

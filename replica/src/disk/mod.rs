@@ -779,21 +779,19 @@ impl DiskStore {
         let mut chains = txn
             .open_table(CHAINS)
             .map_err(self.engine("open chains table"))?;
-        for &stream in touched.keys() {
-            match batch.chain(stream) {
-                Some(chain) => {
-                    let record = encode_chain(stream, chain_record(chain));
-                    chains
-                        .insert(stream.get(), record.as_slice())
-                        .map_err(self.engine("write chain record"))?;
-                }
-                // A batch built without chains: the stream's recorded
-                // chain is forgotten, and chained again on open.
-                None => {
-                    chains
-                        .remove(stream.get())
-                        .map_err(self.engine("remove chain record"))?;
-                }
+        for &(stream, ref chain) in &batch.chains {
+            let record = encode_chain(stream, chain_record(chain));
+            chains
+                .insert(stream.get(), record.as_slice())
+                .map_err(self.engine("write chain record"))?;
+        }
+        if batch.chains.is_empty() {
+            // A batch built without chains: the touched streams' recorded
+            // chains are forgotten, and chained again on open.
+            for &stream in touched.keys() {
+                chains
+                    .remove(stream.get())
+                    .map_err(self.engine("remove chain record"))?;
             }
         }
         let mut streams = txn
