@@ -83,10 +83,11 @@ pub enum ReplicaError {
         /// Its head seq.
         head: u64,
         /// The chain hash at the head the store recorded (and the replica
-        /// serves).
-        recorded: ChainHash,
+        /// serves). Boxed, as is `recomputed`: every `Result` of the
+        /// crate carries this enum, which stays small.
+        recorded: Box<ChainHash>,
         /// The chain hash recomputed from the events read back.
-        recomputed: ChainHash,
+        recomputed: Box<ChainHash>,
     },
     /// An earlier commit failed, or a change panicked part-way; reopen the
     /// replica to recover its durable state.

@@ -342,8 +342,8 @@ fn verify_refuses_a_tampered_chain_head_naming_the_stream() {
             recomputed,
         }) => {
             assert_eq!((stream, head), (StreamId::new(7), 10));
-            assert_ne!(recorded, honest.head_hash);
-            assert_eq!(recomputed, honest.head_hash);
+            assert_ne!(*recorded, honest.head_hash);
+            assert_eq!(*recomputed, honest.head_hash);
         }
         other => panic!("expected ChainMismatch, got {other:?}"),
     }

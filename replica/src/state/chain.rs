@@ -202,8 +202,8 @@ impl State {
                 return Err(ReplicaError::ChainMismatch {
                     stream,
                     head,
-                    recorded: chain.head_hash,
-                    recomputed,
+                    recorded: Box::new(chain.head_hash),
+                    recomputed: Box::new(recomputed),
                 });
             }
         }
