@@ -470,16 +470,26 @@ impl DiskStore {
         for entry in table.iter().map_err(self.engine("read chains"))? {
             let (key, value) = entry.map_err(self.engine("read chains"))?;
             let stream = StreamId::new(key.value());
-            let (floor_hash, head_hash, anchored) = decode_chain(stream, value.value())
-                .ok_or_else(|| {
+            let (floor, head, floor_hash, head_hash, anchored) =
+                decode_chain(stream, value.value()).ok_or_else(|| {
                     self.corrupt(format!(
                         "the chain record of stream {stream} fails its checksum"
                     ))
                 })?;
-            if !streams.contains_key(&stream) {
-                return Err(self.corrupt(format!(
-                    "stream {stream} has a chain record but no stream record"
-                )));
+            match streams.get(&stream) {
+                None => {
+                    return Err(self.corrupt(format!(
+                        "stream {stream} has a chain record but no stream record"
+                    )))
+                }
+                Some(&bounds) if bounds != (floor, head) => {
+                    return Err(self.corrupt(format!(
+                        "stream {stream} records floor {} and head {}, but its chain record \
+                         is for floor {floor} and head {head}",
+                        bounds.0, bounds.1
+                    )))
+                }
+                Some(_) => {}
             }
             chains.insert(
                 stream,
@@ -557,6 +567,21 @@ impl DiskStore {
             })?;
             meta.floor.advance(stream, floor);
             meta.heads.advance(stream, head);
+        }
+        // The replica's open reads each head by a point lookup, which walks
+        // the tree by another path than the extent's range: a damaged key
+        // in a branch page can hide the head from one and not the other.
+        let view = DiskView::new(
+            self.path.clone(),
+            read.open_table(BLOCKS)
+                .map_err(self.engine("open blocks table"))?,
+        );
+        for (&stream, &(floor, head)) in &records {
+            if head > floor && view.block_at(stream, head)?.is_none() {
+                return Err(self.corrupt(format!(
+                    "stream {stream} records head {head}, but a lookup of it finds no block"
+                )));
+            }
         }
         if digest.events != expected_len {
             return Err(self.corrupt(format!(
@@ -780,7 +805,11 @@ impl DiskStore {
             .open_table(CHAINS)
             .map_err(self.engine("open chains table"))?;
         for &(stream, ref chain) in &batch.chains {
-            let record = encode_chain(stream, chain_record(chain));
+            let bounds = touched
+                .get(&stream)
+                .copied()
+                .unwrap_or_else(|| (self.meta.floor.get(stream), self.meta.heads.get(stream)));
+            let record = encode_chain(stream, chain_record(bounds, chain));
             chains
                 .insert(stream.get(), record.as_slice())
                 .map_err(self.engine("write chain record"))?;
@@ -1069,8 +1098,11 @@ fn open_or_start_over<B: redb::StorageBackend>(
 }
 
 /// The digest record of `digest` (`codec` knows no [`Digest`]).
-fn chain_record(chain: &StreamChain) -> codec::ChainRecord {
+/// The `chains` record of `chain`, for a stream at `(floor, head)`.
+fn chain_record((floor, head): (u64, u64), chain: &StreamChain) -> codec::ChainRecord {
     (
+        floor,
+        head,
         chain.floor_hash.to_bytes(),
         chain.head_hash.to_bytes(),
         chain.anchored,

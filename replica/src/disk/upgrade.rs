@@ -90,7 +90,7 @@ impl DiskStore {
                 }
             }
             unanchored += usize::from(!chain.anchored);
-            chains.push((stream, chain));
+            chains.push((stream, (floor, head), chain));
         }
         drop(view);
         let txn = self.begin_write()?;
@@ -98,8 +98,8 @@ impl DiskStore {
             let mut table = txn
                 .open_table(CHAINS)
                 .map_err(self.engine("create chains table"))?;
-            for (stream, chain) in &chains {
-                let record = encode_chain(*stream, chain_record(chain));
+            for (stream, bounds, chain) in &chains {
+                let record = encode_chain(*stream, chain_record(*bounds, chain));
                 table
                     .insert(stream.get(), record.as_slice())
                     .map_err(self.engine("write chain record"))?;
