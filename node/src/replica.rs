@@ -127,6 +127,12 @@ impl NodeReplica {
         self.shared.digest()
     }
 
+    /// The chain heads: per stream, its head and chain hash, and one hash
+    /// over them.
+    pub fn chain_digest(&self) -> meshlog_replica::ChainDigest {
+        self.shared.chain_digest()
+    }
+
     /// The replica's counters.
     pub fn stats(&self) -> Stats {
         self.shared.stats()

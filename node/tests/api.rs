@@ -206,6 +206,7 @@ async fn a_stale_token_is_told_exactly_what_it_lost_and_its_resume_token_works()
     }
     let first = get(addr, "/events?limit=2").await.json();
     let stale_token = first["next"].as_str().unwrap().to_owned();
+    let before = marks(addr).await;
 
     let compacted = post_json(addr, "/compact", &json!({"keep_last": 3})).await;
     assert_eq!(compacted.status, 200);
@@ -249,6 +250,11 @@ async fn a_stale_token_is_told_exactly_what_it_lost_and_its_resume_token_works()
     assert_eq!(marks["floor"], json!({"3": 7}));
     assert_eq!(marks["marks"], json!({"3": 10}));
     assert_eq!(marks["digest"]["events"], 3);
+    // The digest of what is held moved with the floor; the chain heads
+    // did not.
+    assert_ne!(marks["digest"], before["digest"]);
+    assert_eq!(marks["chains"], before["chains"]);
+    assert_eq!(marks["chains"]["streams"]["3"]["head"], 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,4 +332,10 @@ async fn health_metrics_and_marks_answer_their_shapes() {
     assert_eq!(marks["peers"], json!([]));
     assert_eq!(marks["digest"]["events"], 1);
     assert_eq!(marks["digest"]["sum"].as_str().unwrap().len(), 32);
+    let chains = &marks["chains"];
+    assert_eq!(chains["hash"].as_str().unwrap().len(), 64);
+    let streams = chains["streams"].as_object().unwrap();
+    assert_eq!(streams.len(), 1);
+    assert_eq!(streams["9"]["head"], 1);
+    assert_eq!(streams["9"]["hash"].as_str().unwrap().len(), 64);
 }

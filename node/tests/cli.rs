@@ -200,6 +200,13 @@ async fn peers_are_added_listed_and_removed() {
     let run = cli(&["marks", "--node", &ua], "").await;
     assert!(run.stdout.contains("(stream 1)"), "{}", run.stdout);
     assert!(
+        run.stdout
+            .lines()
+            .any(|line| line.starts_with("chains: ") && line.len() == 8 + 64),
+        "{}",
+        run.stdout
+    );
+    assert!(
         run.stdout.contains(&format!("  {ub}  connected")),
         "{}",
         run.stdout

@@ -2,7 +2,7 @@
 
 use meshlog_cursor::{StaleCursor, StreamId};
 
-use crate::Digest;
+use crate::{ChainHash, Digest};
 
 /// Why an append, apply, compaction or open failed. Nothing was changed
 /// unless the variant says so.
@@ -72,6 +72,22 @@ pub enum ReplicaError {
         recorded: Digest,
         /// The digest of the events read back.
         recomputed: Digest,
+    },
+    /// [`Replica::verify`](crate::Replica::verify) recomputed a stream's
+    /// chain from its floor hash through its held events, and it ends at
+    /// another hash than the one recorded at its head.
+    #[error("stream {stream}: the chain recomputed to head {head} is {recomputed}, but {recorded} is recorded")]
+    ChainMismatch {
+        /// The stream.
+        stream: StreamId,
+        /// Its head seq.
+        head: u64,
+        /// The chain hash at the head the store recorded (and the replica
+        /// serves). Boxed, as is `recomputed`: every `Result` of the
+        /// crate carries this enum, which stays small.
+        recorded: Box<ChainHash>,
+        /// The chain hash recomputed from the events read back.
+        recomputed: Box<ChainHash>,
     },
     /// An earlier commit failed, or a change panicked part-way; reopen the
     /// replica to recover its durable state.

@@ -15,7 +15,9 @@
 //!   replica's limits take (asked before applying it).
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash;
 //!   `chain`: [`ChainHash`], each event committed to the one below it
-//!   (`docs/SIGNING.md`).
+//!   (`docs/SIGNING.md`), what a replica keeps of it per stream
+//!   ([`StreamChain`]) and the digest of the chain heads
+//!   ([`ChainDigest`]).
 //! - `replica`: [`Replica`], one owner's replica — append, validate/apply,
 //!   page, delta, compact, digest — and its [`Config`].
 //! - `log`: each stream's gap-free prefix (floor, head) and pending buffer,
@@ -76,7 +78,7 @@ mod stream_page;
 mod values;
 
 pub use admission::{Admission, Cut, Limit};
-pub use chain::ChainHash;
+pub use chain::{ChainDigest, ChainHash, StreamChain, StreamHead};
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, DATA_FILE, FORMAT_VERSION,

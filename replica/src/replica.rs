@@ -7,7 +7,10 @@ use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
-use crate::{DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, Store};
+use crate::{
+    ChainDigest, DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, Store,
+    StreamChain,
+};
 
 /// The longest page a reader may ask for by default
 /// ([`Config::page_len_max`]): the one place this bound is written; the
@@ -291,6 +294,37 @@ impl<S: Store> Replica<S> {
         self.state.digest()
     }
 
+    /// The chain heads: per stream held, its head and the chain hash
+    /// there (none for an unanchored stream), and one hash over them.
+    /// Unlike [`Replica::digest`], equal on replicas that hold the same
+    /// heads whatever each compacted (`docs/SIGNING.md`). Costs O(streams):
+    /// the hashes were computed as the events were committed.
+    ///
+    /// ```
+    /// use meshlog_cursor::{StreamId, VersionVector};
+    /// use meshlog_replica::Replica;
+    ///
+    /// let mut a = Replica::new(StreamId::new(1));
+    /// for i in 0..5u8 {
+    ///     a.append(vec![i])?;
+    /// }
+    /// let mut b = Replica::new(StreamId::new(2));
+    /// b.apply(&a.delta_for(&b.marks(), usize::MAX))?;
+    /// // b drops what it read; the chain head does not move.
+    /// b.compact(&a.marks())?;
+    /// assert_ne!(a.digest(), b.digest());
+    /// assert_eq!(a.chain_digest(), b.chain_digest());
+    /// # Ok::<(), meshlog_replica::ReplicaError>(())
+    /// ```
+    pub fn chain_digest(&self) -> ChainDigest {
+        self.state.chain_digest()
+    }
+
+    /// `stream`'s chain at its floor and head, if it is held.
+    pub fn chain(&self, stream: StreamId) -> Option<StreamChain> {
+        self.state.chain(stream)
+    }
+
     /// Counters since open.
     pub fn stats(&self) -> Stats {
         self.state.stats()
@@ -442,7 +476,7 @@ impl<S: Store> Replica<S> {
         };
         let run = run?;
         // Durable first: nothing is paged or sent that the store could forget.
-        self.commit_and_publish(&plan)?;
+        self.commit_and_publish(&mut plan)?;
         // The plan is spent: its events move to the caller, not copied.
         let events = plan.take_appended(run);
         tracing::trace!(%stream, len = events.len(), lamport = plan.batch.clock, "append");
@@ -512,7 +546,7 @@ impl<S: Store> Replica<S> {
         self.check_usable()?;
         let _span = tracing::debug_span!("apply", events = delta.events.len()).entered();
         let mut plan = self.state.plan_round(&[RoundItem::Delta(delta)]);
-        self.commit_and_publish(&plan)?;
+        self.commit_and_publish(&mut plan)?;
         match plan.planned.pop() {
             Some(Planned::Applied(report)) => {
                 tracing::debug!(
@@ -561,7 +595,7 @@ impl<S: Store> Replica<S> {
             return self.apply(&columns.to_delta());
         };
         let _span = tracing::debug_span!("apply", events = columns.len()).entered();
-        self.commit_and_publish(&plan)?;
+        self.commit_and_publish(&mut plan)?;
         let Some(Planned::Applied(report)) = plan.planned.pop() else {
             unreachable!("a clean delta in columns is applied");
         };
@@ -575,7 +609,7 @@ impl<S: Store> Replica<S> {
     pub fn compact(&mut self, target: &VersionVector) -> Result<CompactReport, ReplicaError> {
         self.check_usable()?;
         let _span = tracing::debug_span!("compact").entered();
-        let plan = self.state.plan_compact(target);
+        let mut plan = self.state.plan_compact(target);
         let report = plan.compact_report();
         if report.streams > 0 {
             tracing::info!(
@@ -583,13 +617,19 @@ impl<S: Store> Replica<S> {
                 streams = report.streams,
                 "compact"
             );
-            self.commit_and_publish(&plan)?;
+            self.commit_and_publish(&mut plan)?;
         }
         Ok(report)
     }
 
-    fn commit_and_publish(&mut self, plan: &crate::state::Plan<'_>) -> Result<(), ReplicaError> {
+    fn commit_and_publish(
+        &mut self,
+        plan: &mut crate::state::Plan<'_>,
+    ) -> Result<(), ReplicaError> {
         if !plan.batch.is_empty() {
+            // The chains after the batch, recorded with it (a failed read
+            // here commits nothing: the replica stays usable).
+            plan.batch.chains = self.state.chains_after(&plan.batch)?;
             if let Err(error) = self.store.commit(&plan.batch) {
                 self.failed = true;
                 tracing::error!(%error, "store commit failed; the replica refuses changes until reopened");

@@ -67,8 +67,9 @@ use meshlog_cursor::{StreamId, VersionVector};
 use crate::replica::now_ms;
 use crate::state::{store_error, AppendRequest, Plan, Planned, RoundItem, State};
 use crate::{
-    ApplyReport, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore, OpenWarning,
-    Page, PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store, Verified,
+    ApplyReport, ChainDigest, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore,
+    OpenWarning, Page, PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store,
+    StreamChain, Verified,
 };
 
 /// The most events one round commits (a round takes at least one request,
@@ -260,6 +261,8 @@ struct Published {
     change: Change,
     /// The digest last answered (what a poisoned handle answers).
     digest: Digest,
+    /// The chain digest last answered (likewise).
+    chain_digest: ChainDigest,
     /// Callers of `wait_for_change` asleep on `published_changed`: an
     /// append with none skips the wake-up (a system call).
     waiters: usize,
@@ -526,6 +529,7 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
                 floor: state.floor().clone(),
             },
             digest: state.digest(),
+            chain_digest: state.chain_digest(),
             waiters: 0,
         };
         let inner = Arc::new(Inner {
@@ -856,6 +860,21 @@ impl<S: Store> SharedReplica<S> {
         digest
     }
 
+    /// The chain heads, as [`Replica::chain_digest`] (as published; a
+    /// poisoned handle answers the last one it answered).
+    pub fn chain_digest(&self) -> ChainDigest {
+        let Some(digest) = self.read().map(|state| state.chain_digest()) else {
+            return lock(&self.inner().published).chain_digest.clone();
+        };
+        lock(&self.inner().published).chain_digest = digest.clone();
+        digest
+    }
+
+    /// `stream`'s chain at its floor and head, if it is held.
+    pub fn chain(&self, stream: StreamId) -> Option<StreamChain> {
+        self.read()?.chain(stream)
+    }
+
     /// The lamport clock.
     pub fn clock(&self) -> u64 {
         self.read().map_or(0, |state| state.clock())
@@ -1106,10 +1125,10 @@ impl<S: Store> Inner<S> {
                 return;
             }
             if let Work::Compact(target) = &request.work {
-                let plan = read(&self.state).plan_compact(target);
+                let mut plan = read(&self.state).plan_compact(target);
                 let report = plan.compact_report();
                 let result = self
-                    .commit_and_publish(writer, &plan)
+                    .commit_and_publish(writer, &mut plan)
                     .map(|()| report)
                     .inspect(|report| {
                         if report.streams > 0 {
@@ -1158,7 +1177,7 @@ impl<S: Store> Inner<S> {
     /// Commits and publishes a round's plan, and says what each request of
     /// the round gets, in order.
     fn commit_round_plan(&self, writer: &mut Writer<S>, mut plan: Plan<'_>) -> Vec<Outcome> {
-        let committed = self.commit_and_publish(writer, &plan).map_err(Arc::new);
+        let committed = self.commit_and_publish(writer, &mut plan).map_err(Arc::new);
         let planned = std::mem::take(&mut plan.planned);
         let mut appended_count = 0u64;
         let outcomes = planned
@@ -1193,7 +1212,11 @@ impl<S: Store> Inner<S> {
 
     /// Commits the plan's batch (if any) with no lock on the state, then
     /// publishes it and notifies; a failed commit publishes nothing.
-    fn commit_and_publish(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
+    fn commit_and_publish(
+        &self,
+        writer: &mut Writer<S>,
+        plan: &mut Plan,
+    ) -> Result<(), ReplicaError> {
         self.commit_store(writer, plan)?;
         if plan.is_noop() {
             return Ok(());
@@ -1263,7 +1286,7 @@ impl<S: Store> Inner<S> {
             unreachable!("one append request, one outcome");
         };
         let run = run?;
-        self.commit_store(writer, &plan)?;
+        self.commit_store(writer, &mut plan)?;
         if plan.is_noop() {
             return Ok(Vec::new());
         }
@@ -1323,10 +1346,14 @@ impl<S: Store> Inner<S> {
 
     /// Commits the plan's batch, if any, to the store; a failure marks the
     /// writer failed (the replica refuses changes until reopened).
-    fn commit_store(&self, writer: &mut Writer<S>, plan: &Plan) -> Result<(), ReplicaError> {
+    fn commit_store(&self, writer: &mut Writer<S>, plan: &mut Plan) -> Result<(), ReplicaError> {
         if plan.batch.is_empty() {
             return Ok(());
         }
+        // The chains after the batch, recorded with it (only the writer
+        // changes the state: it is the one the plan was made on). A failed
+        // read commits nothing.
+        plan.batch.chains = read(&self.state).chains_after(&plan.batch)?;
         self.commit_count.fetch_add(1, Ordering::Relaxed);
         writer.store.commit(&plan.batch).map_err(|error| {
             writer.failed = true;

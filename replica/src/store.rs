@@ -7,6 +7,7 @@
 //! prove it read back everything (the heads), not a silently shorter log.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::error::Error;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
@@ -15,7 +16,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::columns::RunColumns;
 use crate::mem::{MemLog, Source};
-use crate::{Digest, Event};
+use crate::{Digest, Event, StreamChain};
 
 /// One atomic write. A store applies all of it or none of it.
 ///
@@ -38,6 +39,18 @@ pub struct Batch<'a> {
     pub floors: Vec<(StreamId, u64)>,
     /// The replica's lamport clock after the batch.
     pub clock: u64,
+    /// Per stream the batch touches (a floor or events), ascending, its
+    /// chain after the batch (`docs/SIGNING.md`): a store records it with
+    /// the stream's floor and head. A replica fills it in just before the
+    /// commit, for every stream the batch touches. A batch with none (built
+    /// by hand) makes a store forget the chains of the streams it touches:
+    /// the replica opened on the store chains them again from their floors
+    /// ([`StreamChain::rooted`]).
+    pub chains: Vec<(StreamId, StreamChain)>,
+    /// Events of the round that a floor raised later in the same round
+    /// erased (taken out of the runs by `trim_run`), in order: the chain
+    /// of their stream runs through them to that floor. Not committed.
+    erased: Vec<Event>,
 }
 
 impl PartialEq for Batch<'_> {
@@ -161,6 +174,7 @@ impl<'a> Batch<'a> {
             unreachable!("made events above");
         };
         let erased = events.partition_point(|event| event.seq <= floor_seq);
+        self.erased.extend_from_slice(&events[..erased]);
         match events {
             Cow::Borrowed(slice) => *slice = &slice[erased..],
             Cow::Owned(vec) => {
@@ -178,6 +192,37 @@ impl<'a> Batch<'a> {
                 events.into_inner().unwrap_or_else(|| run.to_events())
             }
         }
+    }
+
+    /// The events of the round a later floor erased (see `erased`).
+    pub(crate) fn erased(&self) -> &[Event] {
+        &self.erased
+    }
+
+    /// The chain the batch records for `stream`, if any.
+    pub fn chain(&self, stream: StreamId) -> Option<&StreamChain> {
+        self.chains
+            .binary_search_by_key(&stream, |&(of, _)| of)
+            .ok()
+            .map(|at| &self.chains[at].1)
+    }
+
+    /// Every stream the batch touches (a floor or events), ascending.
+    pub fn touched(&self) -> Vec<StreamId> {
+        let mut streams: Vec<StreamId> = self.floors.iter().map(|&(stream, _)| stream).collect();
+        for part in self.parts() {
+            match part {
+                BatchPart::Events(events) => {
+                    for run in events.chunk_by(|a, b| a.stream == b.stream) {
+                        streams.push(run[0].stream);
+                    }
+                }
+                BatchPart::Columns(run) => streams.push(run.stream),
+            }
+        }
+        streams.sort_unstable();
+        streams.dedup();
+        streams
     }
 
     /// The events to add, in order.
@@ -224,9 +269,26 @@ pub struct StoreMeta {
     /// The digest of the events `floor+1 ..= head` of every stream, if the
     /// store records it (then a replica opened on it reads no event).
     pub digest: Option<Digest>,
+    /// Per stream, its chain as the last commit that touched it recorded
+    /// ([`Batch::chains`]); a stream missing here is chained again from
+    /// its floor on open.
+    pub chains: BTreeMap<StreamId, StreamChain>,
 }
 
 impl StoreMeta {
+    /// Records the chains of the streams `batch` touches; a batch without
+    /// chains (built by hand) makes it forget theirs.
+    pub(crate) fn record_chains(&mut self, batch: &Batch) {
+        if batch.chains.is_empty() {
+            for stream in batch.touched() {
+                self.chains.remove(&stream);
+            }
+        }
+        for &(stream, chain) in &batch.chains {
+            self.chains.insert(stream, chain);
+        }
+    }
+
     /// The seqs [`Store::read_stream`] returns for `(stream, after_seq,
     /// limit)`: from above both `after_seq` and the floor, at most `limit`
     /// of them, up to the head; `None` if there are none.
@@ -435,6 +497,7 @@ impl Store for MemStore {
             }
         }
         self.meta.clock = self.meta.clock.max(batch.clock);
+        self.meta.record_chains(batch);
         Ok(())
     }
 

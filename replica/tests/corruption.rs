@@ -212,17 +212,7 @@ fn a_flipped_bit_in_the_data_file_is_refused_or_repaired_never_a_panic() {
 fn damage_record(change: impl FnOnce(&redb::WriteTransaction)) -> ReplicaError {
     let dir = scratch();
     write_log(dir.path());
-    {
-        let db = redb::Database::open(data_file(dir.path())).unwrap();
-        let txn = db.begin_write().unwrap();
-        change(&txn);
-        txn.commit().unwrap();
-    }
-    let opened = DiskStore::open(dir.path())
-        .map_err(|error| ReplicaError::Store(Box::new(error)))
-        .and_then(|store| Replica::open(Config::new(OWN), store))
-        .and_then(|replica| replica.verify().map(|_| replica));
-    let error = opened.expect_err("a damaged record must not open or verify");
+    let error = damage_record_in(dir.path(), change);
     eprintln!("damaged record reported: {error}");
     error
 }
@@ -501,4 +491,66 @@ fn a_data_file_replaced_by_an_empty_database_is_reported_not_served_empty() {
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }
+}
+
+const CHAINS: TableDefinition<u64, &[u8]> = TableDefinition::new("chains");
+
+/// A chain record from an earlier commit (valid crc, another head: what a
+/// damaged tree pointing at an older page would serve) is refused on open,
+/// naming the file and the stream, rather than found later by `verify` as
+/// a chain that ends elsewhere.
+#[test]
+fn an_older_chain_record_is_refused_on_open_naming_the_stream() {
+    let dir = scratch();
+    write_log(dir.path());
+    let read_chain = || {
+        let db = redb::Database::open(data_file(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        let value = txn
+            .open_table(CHAINS)
+            .unwrap()
+            .get(OWN.get())
+            .unwrap()
+            .expect("a chain record")
+            .value()
+            .to_vec();
+        value
+    };
+    let older = read_chain();
+    {
+        let store = DiskStore::open(dir.path()).unwrap();
+        let mut replica = Replica::open(Config::new(OWN), store).unwrap();
+        replica.append_at(&b"one more"[..], 99).unwrap();
+    }
+    assert_ne!(read_chain(), older, "the commit rewrote the record");
+    let error = damage_record_in(dir.path(), |txn| {
+        let mut chains = txn.open_table(CHAINS).unwrap();
+        chains.insert(OWN.get(), older.as_slice()).unwrap();
+    });
+    match disk_error(&error) {
+        DiskError::Corrupt { path, detail } => {
+            assert!(path.ends_with(DATA_FILE));
+            assert!(
+                detail.contains("stream 1") && detail.contains("chain record is for"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}
+
+/// Runs `change` on the redb file in `dir` and answers the error reopening
+/// and verifying it gives.
+fn damage_record_in(dir: &Path, change: impl FnOnce(&redb::WriteTransaction)) -> ReplicaError {
+    {
+        let db = redb::Database::open(data_file(dir)).unwrap();
+        let txn = db.begin_write().unwrap();
+        change(&txn);
+        txn.commit().unwrap();
+    }
+    let opened = DiskStore::open(dir)
+        .map_err(|error| ReplicaError::Store(Box::new(error)))
+        .and_then(|store| Replica::open(Config::new(OWN), store))
+        .and_then(|replica| replica.verify().map(|_| replica));
+    opened.expect_err("a damaged record must not open or verify")
 }

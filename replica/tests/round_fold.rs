@@ -25,7 +25,7 @@
 //! Compared after every committed round (the gate holds each commit of a
 //! held batch: what is visible then is the rounds before it, whose requests
 //! are answered), and after every batch: every answer (reports, appended
-//! events, refusals), marks, floor, clock, digest, pending count, a full
+//! events, refusals), marks, floor, clock, digest, chain heads, pending count, a full
 //! page walk and every counter of `stats()`. At the end a catch-up from
 //! every writer releases what is pending, and the page compares the pending
 //! events themselves. Over the run, the rounds must have been group
@@ -318,6 +318,10 @@ struct Seen {
     floor: VersionVector,
     clock: u64,
     digest: meshlog_replica::Digest,
+    /// The chain heads, and every held stream's chain at floor and head
+    /// (the hashes each round computes as it commits).
+    chain_digest: meshlog_replica::ChainDigest,
+    chains: Vec<Option<meshlog_replica::StreamChain>>,
     pending: usize,
     stats: meshlog_replica::Stats,
     walk: Stripped,
@@ -331,6 +335,12 @@ fn seen_shared<S: Store + Send + Sync + 'static>(shared: &SharedReplica<HeldStor
         floor: shared.floor(),
         clock: shared.clock(),
         digest: shared.digest(),
+        chain_digest: shared.chain_digest(),
+        chains: shared
+            .marks()
+            .iter()
+            .map(|(stream, _)| shared.chain(stream))
+            .collect(),
         pending: shared.pending_len(),
         stats: shared.stats(),
         walk: strip(&page.events),
@@ -345,6 +355,12 @@ fn seen_replica(replica: &Replica) -> Seen {
         floor: replica.floor(),
         clock: replica.clock(),
         digest: replica.digest(),
+        chain_digest: replica.chain_digest(),
+        chains: replica
+            .marks()
+            .iter()
+            .map(|(stream, _)| replica.chain(stream))
+            .collect(),
         pending: replica.pending_len(),
         stats: replica.stats(),
         walk: strip(&page.events),

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::http::json::{DigestJson, EventJson, LostJson, PeerJson, VectorJson};
+use crate::http::json::{ChainsJson, DigestJson, EventJson, LostJson, PeerJson, VectorJson};
 use meshlog_cursor::StreamId;
 
 /// What a follower follows.
@@ -130,8 +130,12 @@ pub struct StatusJson {
     pub floor: VectorJson,
     /// The marks as a token.
     pub token: String,
-    /// The digest of the events held.
+    /// The digest of the events held (moves with the floor).
     pub digest: DigestJson,
+    /// The chain heads (equal whatever each node compacted; an older
+    /// node's frame has none).
+    #[serde(default)]
+    pub chains: ChainsJson,
     /// The dialed peers, with their lag.
     pub peers: Vec<PeerJson>,
     /// When the node built this frame: its wall clock, ms since the epoch

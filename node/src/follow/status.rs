@@ -11,7 +11,7 @@ use meshlog_cursor::{token, StreamId};
 use meshlog_sync::{LimitHit, PeerStatus};
 
 use super::frame::{LinkJson, StatusJson, WriterJson};
-use crate::http::json::{decimal, vector_json, DigestJson};
+use crate::http::json::{chains_json, decimal, digest_json, vector_json};
 use crate::http::AppState;
 use crate::peers::REFUSED_PREFIX;
 use crate::replica::NodeReplica;
@@ -60,10 +60,8 @@ pub(crate) fn status(state: &AppState) -> StatusJson {
         floor: vector_json(&floor),
         // The replica's own marks are within the token's bounds.
         token: token::encode_text(&marks).expect("a cursor of this node encodes"),
-        digest: DigestJson {
-            events: digest.events,
-            sum: format!("{:032x}", digest.sum),
-        },
+        digest: digest_json(digest),
+        chains: chains_json(&replica.chain_digest()),
         peers: dialed.iter().map(crate::http::peer_json).collect(),
         time_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)

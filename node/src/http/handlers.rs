@@ -18,11 +18,11 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::json::{
-    decimal, json_batch, ndjson_batch, object_body, vector_json, AppendBatchJson,
-    AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson, DigestJson, ErrorJson,
-    EventJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson, PeerAddedJson,
-    PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload, Representation,
-    VerifiedJson, COMPACT_MEDIA_TYPE,
+    chains_json, decimal, digest_json, json_batch, ndjson_batch, object_body, vector_json,
+    AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson,
+    ErrorJson, EventJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
+    PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload,
+    Representation, VerifiedJson, COMPACT_MEDIA_TYPE,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -345,7 +345,7 @@ pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
     get,
     path = "/marks",
     tag = "node",
-    summary = "This node's marks, floor, token, digest and peers",
+    summary = "This node's marks, floor, token, digests and peers",
     responses(
         (status = 200, description = "The node's state.", body = MarksJson,
             links(("from_marks" = (operation_id = "get_events",
@@ -367,10 +367,8 @@ pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
         marks: vector_json(&marks),
         floor: vector_json(&replica.floor()),
         token,
-        digest: DigestJson {
-            events: digest.events,
-            sum: format!("{:032x}", digest.sum),
-        },
+        digest: digest_json(digest),
+        chains: chains_json(&replica.chain_digest()),
         peers,
     }))
 }

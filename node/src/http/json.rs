@@ -540,7 +540,9 @@ impl ToSchema for VectorSchema {
     }
 }
 
-/// The digest of the events a node holds.
+/// The digest of the events a node holds: it moves with the floor, so
+/// two nodes that hold the same heads but compacted differently answer
+/// different sums (compare the chain heads, `chains`, instead).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DigestJson {
     /// How many events.
@@ -548,6 +550,58 @@ pub struct DigestJson {
     /// The sum of their content hashes, 32 hex digits.
     #[schema(pattern = "^[0-9a-f]{32}$")]
     pub sum: String,
+}
+
+/// The digest of the events a node holds, as JSON.
+pub fn digest_json(digest: meshlog_replica::Digest) -> DigestJson {
+    DigestJson {
+        events: digest.events,
+        sum: format!("{:032x}", digest.sum),
+    }
+}
+
+/// The chain heads of the streams a node holds (`docs/SIGNING.md`): equal
+/// on nodes that hold the same heads, whatever each compacted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ChainsJson {
+    /// BLAKE3 over every stream's head and chain hash (the formula of
+    /// `meshlog_replica::ChainDigest`), 64 hex digits. An unanchored
+    /// stream counts by its head alone.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub hash: String,
+    /// Per stream held (its decimal id), its head and the chain hash there.
+    pub streams: BTreeMap<String, StreamHeadJson>,
+}
+
+/// One stream's chain head.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StreamHeadJson {
+    /// The last seq held (the stream's mark).
+    pub head: u64,
+    /// The chain hash at `head`, 64 hex digits; `null` when the stream is
+    /// unanchored: this node learned its floor from a peer, or upgraded a
+    /// compacted data file, and so never had the hash at its floor
+    /// (`docs/SIGNING.md`). Its head still counts in `hash`.
+    #[schema(pattern = "^[0-9a-f]{64}$", required = true)]
+    pub hash: Option<String>,
+}
+
+/// The chain heads, as JSON.
+pub fn chains_json(digest: &meshlog_replica::ChainDigest) -> ChainsJson {
+    ChainsJson {
+        hash: digest.hash.to_string(),
+        streams: digest
+            .streams
+            .iter()
+            .map(|head| {
+                let json = StreamHeadJson {
+                    head: head.head,
+                    hash: head.chain.map(|chain| chain.to_string()),
+                };
+                (head.stream.to_string(), json)
+            })
+            .collect(),
+    }
 }
 
 /// One dialed peer.
@@ -612,8 +666,13 @@ pub struct MarksJson {
     pub floor: VectorJson,
     /// The marks as a token.
     pub token: String,
-    /// The digest of the events held.
+    /// The digest of the events held (moves with the floor).
     pub digest: DigestJson,
+    /// The chain heads: per stream, its head and chain hash, and one hash
+    /// over them (equal whatever each node compacted; an older node's
+    /// answer has none).
+    #[serde(default)]
+    pub chains: ChainsJson,
     /// The dialed peers.
     pub peers: Vec<PeerJson>,
 }

@@ -32,6 +32,45 @@ pub(super) fn decode_stream(stream: StreamId, record: &[u8]) -> Option<(u64, u64
         .then(|| (u64_at(record, 0), u64_at(record, 8)))
 }
 
+/// A `chains` table record: the floor and head it is for (which must be
+/// the stream record's: an older record, from an earlier commit, is
+/// refused), the chain hash at the floor and at the head, whether it is
+/// anchored (1) or not (0), and a crc32 over the stream and all of that.
+const CHAIN_RECORD_LEN: usize = 8 + 8 + 32 + 32 + 1 + 4;
+
+/// A stream's chain as the `chains` table holds it: floor, head, floor
+/// hash, head hash, anchored.
+pub(super) type ChainRecord = (u64, u64, [u8; 32], [u8; 32], bool);
+
+pub(super) fn encode_chain(stream: StreamId, chain: ChainRecord) -> [u8; CHAIN_RECORD_LEN] {
+    let (floor, head, floor_hash, head_hash, anchored) = chain;
+    let mut record = [0u8; CHAIN_RECORD_LEN];
+    record[0..8].copy_from_slice(&floor.to_le_bytes());
+    record[8..16].copy_from_slice(&head.to_le_bytes());
+    record[16..48].copy_from_slice(&floor_hash);
+    record[48..80].copy_from_slice(&head_hash);
+    record[80] = u8::from(anchored);
+    let crc = record_crc(&stream.get().to_le_bytes(), &record[..81]);
+    record[81..85].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+pub(super) fn decode_chain(stream: StreamId, record: &[u8]) -> Option<ChainRecord> {
+    if record.len() != CHAIN_RECORD_LEN || record[80] > 1 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(record[81..85].try_into().expect("4 bytes"));
+    (crc == record_crc(&stream.get().to_le_bytes(), &record[..81])).then(|| {
+        (
+            u64_at(record, 0),
+            u64_at(record, 8),
+            record[16..48].try_into().expect("32 bytes"),
+            record[48..80].try_into().expect("32 bytes"),
+            record[80] == 1,
+        )
+    })
+}
+
 pub(super) fn encode_clock(clock: u64) -> [u8; 12] {
     encode_count(META_CLOCK, clock)
 }
@@ -126,5 +165,14 @@ mod tests {
         flipped[0] ^= 1;
         assert_eq!(decode_clock(&flipped), None);
         assert_eq!(decode_format(&encode_format(1)), Some(1));
+        let chain = (4, 9, [1; 32], [2; 32], true);
+        let record = encode_chain(stream, chain);
+        assert_eq!(decode_chain(stream, &record), Some(chain));
+        assert_eq!(decode_chain(StreamId::new(4), &record), None);
+        for bit in 0..record.len() * 8 {
+            let mut flipped = record;
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(decode_chain(stream, &flipped), None, "bit {bit}");
+        }
     }
 }

@@ -5,7 +5,9 @@
 //! - `meshlog.redb`, the redb database: table `blocks` maps
 //!   `(stream, first_seq)` to a block of up to 128 consecutive events of the
 //!   stream in meshlog's own layout with a crc32 (`block`); table `streams`
-//!   maps a stream to its `(floor, head)`; table `meta` holds the lamport
+//!   maps a stream to its `(floor, head)`; table `chains` maps a stream to
+//!   its chain hash at the floor and at the head and whether it is
+//!   anchored (`docs/SIGNING.md`); table `meta` holds the lamport
 //!   clock, the digest, the number of blocks and the format version. Every
 //!   record carries a crc32 over its key and content, so a damaged value is
 //!   named, not served.
@@ -40,7 +42,8 @@
 //!   released explicitly.
 //! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
 //!   and its scans.
-//! - `upgrade`: formats 1 and 2 (a value per event), upgraded on open.
+//! - `upgrade`: formats 1 and 2 (a value per event) and 3 (no chains),
+//!   upgraded on open.
 //!
 //! See `docs/STORAGE.md` for the engine choice and its measurements.
 
@@ -57,7 +60,7 @@ use meshlog_cursor::StreamId;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::store::{StoreView, ViewKind};
-use crate::{Batch, Digest, Event, Store, StoreMeta};
+use crate::{Batch, ChainHash, Digest, Event, Store, StoreMeta, StreamChain};
 
 mod block;
 mod codec;
@@ -68,9 +71,9 @@ pub(crate) mod view;
 
 use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
 use codec::{
-    decode_clock, decode_count, decode_digest, decode_format, decode_stream, encode_clock,
-    encode_count, encode_digest, encode_format, encode_stream, META_BLOCKS, META_CLOCK,
-    META_DIGEST, META_FORMAT,
+    decode_chain, decode_clock, decode_count, decode_digest, decode_format, decode_stream,
+    encode_chain, encode_clock, encode_count, encode_digest, encode_format, encode_stream,
+    META_BLOCKS, META_CLOCK, META_DIGEST, META_FORMAT,
 };
 pub use error::DiskError;
 use error::{corrupt_block, engine_error, guarded, io, panic_message};
@@ -82,12 +85,15 @@ pub(crate) use view::DiskView;
 pub const DATA_FILE: &str = "meshlog.redb";
 /// The name of the lock file inside a data directory.
 pub const LOCK_FILE: &str = "LOCK";
-/// The on-disk format this build writes: 3, events in blocks. It also
-/// reads formats 1 (a value per event, no digest record) and 2 (a value per
-/// event), which it upgrades on open: it reads and checks every event once
-/// and writes the blocks, the digest and format 3 in one commit, so that a
-/// build that does not read blocks refuses the file from then on.
-pub const FORMAT_VERSION: u32 = 3;
+/// The on-disk format this build writes: 4, events in blocks and each
+/// stream's chain heads. It also reads formats 1 (a value per event, no
+/// digest record) and 2 (a value per event), which it upgrades on open to
+/// format 3 (it reads and checks every event once and writes the blocks,
+/// the digest and format 3 in one commit), and format 3, which it upgrades
+/// to 4 (it chains every stream's held events from its floor and writes
+/// the chains and format 4 in one commit), so that a build that does not
+/// keep chains refuses the file from then on.
+pub const FORMAT_VERSION: u32 = 4;
 /// The default size of the cache of the database's pages: 64 MiB.
 pub const CACHE_BYTES_DEFAULT: usize = 64 << 20;
 /// How long an open waits by default for a data directory locked by
@@ -101,6 +107,7 @@ pub const LOCK_WAIT_DEFAULT: Duration = Duration::from_secs(2);
 const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const CHAINS: TableDefinition<u64, &[u8]> = TableDefinition::new("chains");
 /// Written to `LOCK` once the database exists; see the module docs.
 const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
 
@@ -417,6 +424,8 @@ impl DiskStore {
                 .map_err(self.engine("create blocks table"))?;
             txn.open_table(STREAMS)
                 .map_err(self.engine("create streams table"))?;
+            txn.open_table(CHAINS)
+                .map_err(self.engine("create chains table"))?;
         }
         txn.commit().map_err(self.engine("commit format"))?;
         Ok(FORMAT_VERSION)
@@ -445,6 +454,53 @@ impl DiskStore {
             records.insert(stream, (floor, head));
         }
         Ok(records)
+    }
+
+    /// Reads and checks the chain records, each of a stream with a stream
+    /// record. A stream without one is chained again on open.
+    fn chain_records(
+        &self,
+        read: &redb::ReadTransaction,
+        streams: &BTreeMap<StreamId, (u64, u64)>,
+    ) -> Result<BTreeMap<StreamId, StreamChain>, DiskError> {
+        let table = read
+            .open_table(CHAINS)
+            .map_err(self.engine("open chains table"))?;
+        let mut chains = BTreeMap::new();
+        for entry in table.iter().map_err(self.engine("read chains"))? {
+            let (key, value) = entry.map_err(self.engine("read chains"))?;
+            let stream = StreamId::new(key.value());
+            let (floor, head, floor_hash, head_hash, anchored) =
+                decode_chain(stream, value.value()).ok_or_else(|| {
+                    self.corrupt(format!(
+                        "the chain record of stream {stream} fails its checksum"
+                    ))
+                })?;
+            match streams.get(&stream) {
+                None => {
+                    return Err(self.corrupt(format!(
+                        "stream {stream} has a chain record but no stream record"
+                    )))
+                }
+                Some(&bounds) if bounds != (floor, head) => {
+                    return Err(self.corrupt(format!(
+                        "stream {stream} records floor {} and head {}, but its chain record \
+                         is for floor {floor} and head {head}",
+                        bounds.0, bounds.1
+                    )))
+                }
+                Some(_) => {}
+            }
+            chains.insert(
+                stream,
+                StreamChain {
+                    floor_hash: ChainHash::from_bytes(floor_hash),
+                    head_hash: ChainHash::from_bytes(head_hash),
+                    anchored,
+                },
+            );
+        }
+        Ok(chains)
     }
 
     /// Reads the digest record, if there is one.
@@ -512,6 +568,21 @@ impl DiskStore {
             meta.floor.advance(stream, floor);
             meta.heads.advance(stream, head);
         }
+        // The replica's open reads each head by a point lookup, which walks
+        // the tree by another path than the extent's range: a damaged key
+        // in a branch page can hide the head from one and not the other.
+        let view = DiskView::new(
+            self.path.clone(),
+            read.open_table(BLOCKS)
+                .map_err(self.engine("open blocks table"))?,
+        );
+        for (&stream, &(floor, head)) in &records {
+            if head > floor && view.block_at(stream, head)?.is_none() {
+                return Err(self.corrupt(format!(
+                    "stream {stream} records head {head}, but a lookup of it finds no block"
+                )));
+            }
+        }
         if digest.events != expected_len {
             return Err(self.corrupt(format!(
                 "the digest record counts {} events, but the stream records account for \
@@ -526,6 +597,7 @@ impl DiskStore {
             )));
         }
         meta.digest = Some(digest);
+        meta.chains = self.chain_records(&read, &records)?;
         Ok((meta, recorded_blocks))
     }
 
@@ -723,11 +795,34 @@ impl DiskStore {
     fn write_records(
         &self,
         txn: &redb::WriteTransaction,
+        batch: &Batch,
         touched: &BTreeMap<StreamId, (u64, u64)>,
         clock: u64,
         digest: Digest,
         blocks_before: u64,
     ) -> Result<(), DiskError> {
+        let mut chains = txn
+            .open_table(CHAINS)
+            .map_err(self.engine("open chains table"))?;
+        for &(stream, ref chain) in &batch.chains {
+            let bounds = touched
+                .get(&stream)
+                .copied()
+                .unwrap_or_else(|| (self.meta.floor.get(stream), self.meta.heads.get(stream)));
+            let record = encode_chain(stream, chain_record(bounds, chain));
+            chains
+                .insert(stream.get(), record.as_slice())
+                .map_err(self.engine("write chain record"))?;
+        }
+        if batch.chains.is_empty() {
+            // A batch built without chains: the touched streams' recorded
+            // chains are forgotten, and chained again on open.
+            for &stream in touched.keys() {
+                chains
+                    .remove(stream.get())
+                    .map_err(self.engine("remove chain record"))?;
+            }
+        }
         let mut streams = txn
             .open_table(STREAMS)
             .map_err(self.engine("open streams table"))?;
@@ -918,7 +1013,7 @@ impl Store for DiskStore {
         let path = self.path.clone();
         let written = guarded(&path, "writing it", || {
             self.write_blocks(&txn, batch, &mut digest)?;
-            self.write_records(&txn, &touched, clock, digest, blocks_before)?;
+            self.write_records(&txn, batch, &touched, clock, digest, blocks_before)?;
             txn.commit().map_err(self.engine("commit"))
         });
         if let Err(error) = written {
@@ -932,6 +1027,7 @@ impl Store for DiskStore {
             self.meta.heads.advance(stream, head);
         }
         self.meta.clock = clock;
+        self.meta.record_chains(batch);
         // The commit is durable; a view that fails to open leaves the
         // replica reading the previous one, which would hide this commit:
         // report it as the commit's failure (the replica then refuses
@@ -1002,6 +1098,17 @@ fn open_or_start_over<B: redb::StorageBackend>(
 }
 
 /// The digest record of `digest` (`codec` knows no [`Digest`]).
+/// The `chains` record of `chain`, for a stream at `(floor, head)`.
+fn chain_record((floor, head): (u64, u64), chain: &StreamChain) -> codec::ChainRecord {
+    (
+        floor,
+        head,
+        chain.floor_hash.to_bytes(),
+        chain.head_hash.to_bytes(),
+        chain.anchored,
+    )
+}
+
 fn digest_record(digest: Digest) -> [u8; 28] {
     encode_digest(digest.events, digest.sum)
 }

@@ -1,5 +1,6 @@
 //! Formats 1 and 2 (one value per event in table `events`), read once to
-//! upgrade a file to format 3 (blocks).
+//! upgrade a file to format 3 (blocks); format 3 (no chains), read once to
+//! upgrade it to format 4 (each stream's chain heads).
 //!
 //! The upgrade is one write transaction: every event of the old table is
 //! read and checked (its crc32, seqs `floor+1 ..= head` of its stream
@@ -8,6 +9,14 @@
 //! and format 3 recorded in the same commit, so a crash during the upgrade
 //! leaves the format-2 file as it was, and an older build refuses the file
 //! from then on (it reads format 2 at most).
+//!
+//! The chain upgrade (3 to 4, and after 1 or 2 to 3) is one more write
+//! transaction: every stream's held events are read through its blocks and
+//! chained from its floor, as [`StreamChain::rooted`] says: anchored at
+//! `h(0)` when nothing was compacted, else unanchored (the events below the
+//! floor are gone, so `h(floor)` is unknown). The chains and format 4 are
+//! recorded in the same commit; a crash before it leaves format 3, upgraded
+//! on the next open.
 
 use std::collections::BTreeMap;
 
@@ -18,10 +27,15 @@ use redb::Database;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::block::BlockBuilder;
-use super::codec::{encode_count, encode_format, META_BLOCKS, META_DIGEST, META_FORMAT};
+use super::codec::{
+    encode_chain, encode_count, encode_format, META_BLOCKS, META_DIGEST, META_FORMAT,
+};
 use super::error::DiskError;
-use super::{digest_record, DiskStore, BLOCKS, FORMAT_VERSION, META};
-use crate::{Digest, Event};
+use super::{chain_record, digest_record, DiskStore, BLOCKS, CHAINS, FORMAT_VERSION, META};
+use crate::{Digest, Event, StreamChain};
+
+/// The format of blocks without chains, which the chain upgrade starts from.
+const FORMAT_BLOCKS: u32 = 3;
 
 /// Formats 1 and 2: `(stream, seq)` → one event value.
 pub(super) const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
@@ -33,9 +47,86 @@ const EVENT_OVERHEAD: usize = 8 + 8 + 4 + 4;
 type BlocksTableMut<'txn> = redb::Table<'txn, (u64, u64), &'static [u8]>;
 
 impl DiskStore {
+    /// Rewrites a file of format `found` (1, 2 or 3) as format 4: a file
+    /// of format 1 or 2 as format 3 in one commit, then format 3 as 4 in
+    /// another.
+    pub(super) fn upgrade(&mut self, found: u32) -> Result<(), DiskError> {
+        if found < FORMAT_BLOCKS {
+            self.upgrade_to_blocks(found)?;
+        }
+        self.upgrade_to_chains(found)
+    }
+
+    /// Chains every stream's held events from its floor and records the
+    /// chains and format 4, in one commit (see the module's docs).
+    fn upgrade_to_chains(&mut self, found: u32) -> Result<(), DiskError> {
+        let started = std::time::Instant::now();
+        let read = self.db.begin_read().map_err(self.engine("begin read"))?;
+        let streams = self.stream_records(&read)?;
+        drop(read);
+        let view = self.disk_view()?;
+        let mut chains = Vec::with_capacity(streams.len());
+        let mut unanchored = 0usize;
+        for (&stream, &(floor, head)) in &streams {
+            let mut chain = StreamChain::rooted(floor);
+            if head > floor {
+                let mut scan = view.scan_blocks(stream, floor + 1, head)?;
+                let mut expected = floor + 1;
+                while let Some(event) = scan.next_event()? {
+                    if event.seq != expected {
+                        return Err(self.corrupt(format!(
+                            "stream {stream}: expected seq {expected}, read seq {}",
+                            event.seq
+                        )));
+                    }
+                    chain.head_hash = chain.head_hash.next(&event);
+                    expected += 1;
+                }
+                if expected != head + 1 {
+                    return Err(self.corrupt(format!(
+                        "stream {stream} records head {head}, but its blocks end at seq {}",
+                        expected - 1
+                    )));
+                }
+            }
+            unanchored += usize::from(!chain.anchored);
+            chains.push((stream, (floor, head), chain));
+        }
+        drop(view);
+        let txn = self.begin_write()?;
+        {
+            let mut table = txn
+                .open_table(CHAINS)
+                .map_err(self.engine("create chains table"))?;
+            for (stream, bounds, chain) in &chains {
+                let record = encode_chain(*stream, chain_record(*bounds, chain));
+                table
+                    .insert(stream.get(), record.as_slice())
+                    .map_err(self.engine("write chain record"))?;
+            }
+            let mut meta = txn
+                .open_table(META)
+                .map_err(self.engine("open meta table"))?;
+            meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
+                .map_err(self.engine("write format"))?;
+        }
+        txn.commit().map_err(self.engine("commit upgrade"))?;
+        tracing::info!(
+            path = %self.path.display(),
+            from = found.max(FORMAT_BLOCKS),
+            to = FORMAT_VERSION,
+            streams = chains.len(),
+            unanchored,
+            ms = started.elapsed().as_millis() as u64,
+            "upgraded the data file's format: chained every stream from its floor \
+             (a compacted stream is unanchored)"
+        );
+        Ok(())
+    }
+
     /// Rewrites a file of format `found` (1 or 2) as format 3, in one
     /// commit.
-    pub(super) fn upgrade(&mut self, found: u32) -> Result<(), DiskError> {
+    fn upgrade_to_blocks(&mut self, found: u32) -> Result<(), DiskError> {
         let started = std::time::Instant::now();
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
         let streams = self.stream_records(&read)?;
@@ -65,7 +156,7 @@ impl DiskStore {
         tracing::info!(
             path = %self.path.display(),
             from = found,
-            to = FORMAT_VERSION,
+            to = FORMAT_BLOCKS,
             events = digest.events,
             blocks = regrouped.blocks_written,
             ms = started.elapsed().as_millis() as u64,
@@ -223,7 +314,7 @@ impl DiskStore {
             encode_count(META_BLOCKS, blocks_written).as_slice(),
         )
         .map_err(self.engine("write block count"))?;
-        meta.insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
+        meta.insert(META_FORMAT, encode_format(FORMAT_BLOCKS).as_slice())
             .map_err(self.engine("write format"))?;
         Ok(())
     }
@@ -310,7 +401,8 @@ mod tests {
     use super::super::codec::{decode_format, encode_clock, encode_stream, META_CLOCK};
     use super::super::{DiskOptions, DATA_FILE, STREAMS};
     use super::*;
-    use crate::{Config, Replica};
+    use crate::{ChainHash, Config, Replica};
+    use meshlog_cursor::VersionVector;
     use redb::ReadableDatabase;
 
     /// The events of a format-2 file: stream 1 above floor 5 (some
@@ -414,12 +506,108 @@ mod tests {
                 assert_eq!(replica.get(event.stream, event.seq).as_ref(), Some(event));
             }
             assert_eq!(replica.verify().unwrap().events, events.len() as u64);
+            // Chained from each floor: stream 2 (nothing compacted) from
+            // h(0), anchored; streams 1 and 3 unanchored.
+            let two: Vec<&Event> = events.iter().filter(|e| e.stream.get() == 2).collect();
+            let chain = replica.chain(StreamId::new(2)).unwrap();
+            assert!(chain.anchored);
+            assert_eq!(chain.head_hash, ChainHash::GENESIS.extend(two));
+            for stream in [1, 3] {
+                assert!(!replica.chain(StreamId::new(stream)).unwrap().anchored);
+            }
             drop(replica);
             assert_eq!(
                 format_of(dir.path()),
                 (FORMAT_VERSION, false),
                 "round {round}"
             );
+        }
+    }
+
+    /// Turns a data file written by this build into format 3, as the
+    /// previous build wrote it: the same tables but `chains`, and format 3
+    /// recorded.
+    fn downgrade_to_format_3(dir: &std::path::Path) {
+        let db = Database::open(dir.join(DATA_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert!(txn.delete_table(CHAINS).unwrap(), "format 4 has chains");
+        txn.open_table(META)
+            .unwrap()
+            .insert(META_FORMAT, encode_format(3).as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+
+    fn has_chains(dir: &std::path::Path) -> bool {
+        let db = Database::open(dir.join(DATA_FILE)).unwrap();
+        let read = db.begin_read().unwrap();
+        read.open_table(CHAINS).is_ok()
+    }
+
+    /// A format-3 data file (today's, before chains) opens, is upgraded
+    /// once, and answers the chain heads of a replica in memory that
+    /// received the same events: equal for every stream nothing was
+    /// compacted of; a compacted stream is unanchored (its events below
+    /// the floor are gone), with the same head.
+    #[test]
+    fn a_format_3_file_is_upgraded_once_to_the_chain_heads_of_a_fresh_replica() {
+        let dir = tempfile::tempdir().unwrap();
+        let (own, peer, compacted) = (StreamId::new(1), StreamId::new(2), StreamId::new(3));
+        let mut writers = [Replica::new(peer), Replica::new(compacted)];
+        for i in 0..300u64 {
+            let payload = Bytes::from(vec![i as u8; (i % 90) as usize]);
+            writers[(i % 2) as usize].append_at(payload, i).unwrap();
+        }
+        let config = Config::new(own);
+        let mut fresh = Replica::new(own);
+        {
+            let store = DiskStore::open(dir.path()).unwrap();
+            let mut old = Replica::open(config.clone(), store).unwrap();
+            for i in 0..200u64 {
+                let payload = Bytes::from(format!("own {i}"));
+                let event = old.append_at(payload, 7).unwrap();
+                fresh.append_at(event.payload, 7).unwrap();
+            }
+            for writer in &writers {
+                let delta = writer.delta_for(&VersionVector::new(), usize::MAX);
+                old.apply(&delta).unwrap();
+                fresh.apply(&delta).unwrap();
+            }
+            let floor: VersionVector = [(compacted, 40)].into_iter().collect();
+            old.compact(&floor).unwrap();
+            fresh.compact(&floor).unwrap();
+        }
+        downgrade_to_format_3(dir.path());
+        assert_eq!(format_of(dir.path()), (3, false));
+        assert!(!has_chains(dir.path()));
+        let mut first = None;
+        for round in 0..2 {
+            let store = DiskStore::open(dir.path()).unwrap();
+            let upgraded = Replica::open(config.clone(), store).unwrap();
+            assert_eq!(upgraded.marks(), fresh.marks());
+            for stream in [own, peer] {
+                assert_eq!(upgraded.chain(stream), fresh.chain(stream), "round {round}");
+                assert!(upgraded.chain(stream).unwrap().anchored);
+            }
+            let chain = upgraded.chain(compacted).unwrap();
+            assert!(!chain.anchored && fresh.chain(compacted).unwrap().anchored);
+            let (got, expected) = (upgraded.chain_digest(), fresh.chain_digest());
+            assert_eq!(got.stream(compacted).unwrap().chain, None);
+            assert_eq!(got.stream(compacted).unwrap().head, 150);
+            assert_eq!(got.stream(own), expected.stream(own));
+            assert_eq!(got.stream(peer), expected.stream(peer));
+            upgraded.verify().unwrap();
+            // Upgraded once: the second open reads the chains written.
+            let chains: Vec<_> = [own, peer, compacted]
+                .map(|stream| upgraded.chain(stream))
+                .to_vec();
+            match &first {
+                None => first = Some(chains),
+                Some(first) => assert_eq!(&chains, first),
+            }
+            drop(upgraded);
+            assert_eq!(format_of(dir.path()).0, FORMAT_VERSION, "round {round}");
+            assert!(has_chains(dir.path()));
         }
     }
 

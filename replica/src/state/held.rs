@@ -11,7 +11,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::log::Log;
 use crate::mem::ReadError;
-use crate::{Config, Digest, Event, OpenWarning, ReplicaError, Stats};
+use crate::{Config, Digest, Event, OpenWarning, ReplicaError, Stats, StreamChain};
 
 /// A replica's readable state: the log, its vectors and counters.
 #[derive(Debug)]
@@ -25,6 +25,9 @@ pub(crate) struct State {
     /// The digest, summed when asked ([`State::digest`]): a sender or a
     /// reader that never asks never hashes what it receives.
     pub(super) digest: Mutex<LazyDigest>,
+    /// Per stream held, its chain at the floor and at the head
+    /// (`docs/SIGNING.md`), moved by every commit (`state/chain.rs`).
+    pub(super) chains: BTreeMap<StreamId, StreamChain>,
     pub(super) stats: Stats,
     /// Whether peers may still write this replica's own stream (see
     /// [`Config::recover_own_stream`]); appends are refused meanwhile.

@@ -23,6 +23,9 @@
 //! - this module: opening (`load`, the checks of what a store holds),
 //!   `verify`, the digest summed when asked, ending recovery, and reads
 //!   (`page`, `get`);
+//! - `chain`: the chain heads per stream (`docs/SIGNING.md`): computed
+//!   for a batch just before its commit, kept when published, taken on
+//!   open, recomputed by `verify`; the digest of them;
 //! - `held`: the `State` struct and its fields' types (`LazyDigest`), its
 //!   plain accessors, the digest's arithmetic, the store-error conversions;
 //!   the leaf, importing none of its siblings;
@@ -33,6 +36,7 @@
 //! - `publish`: performing a committed plan;
 //! - `delta`: building what a peer misses, as events or as columns.
 
+mod chain;
 mod delta;
 mod held;
 mod plan;
@@ -74,6 +78,7 @@ impl State {
             clock: meta.clock,
             pending_len: 0,
             digest: Mutex::default(),
+            chains: BTreeMap::new(),
             stats: Stats::default(),
             recovering,
             open_warnings: Vec::new(),
@@ -84,6 +89,7 @@ impl State {
         } else {
             state.load_recorded(&streams, &meta.floor, meta.digest)?;
         }
+        state.load_chains(&meta.chains)?;
         state.check_open_limits();
         tracing::debug!(
             stream = %state.config.stream,
@@ -244,6 +250,7 @@ impl State {
                 recomputed: digest,
             });
         }
+        self.verify_chains()?;
         Ok(crate::Verified {
             streams: self.log.stream_count(),
             events,

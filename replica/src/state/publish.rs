@@ -40,6 +40,7 @@ impl State {
             }
         }
         self.clock = self.clock.max(plan.batch.clock);
+        self.publish_chains(&plan.batch);
         if let Some(view) = view {
             self.log.set_view(view);
         }

@@ -22,11 +22,72 @@
 //!   ascends (`docs/HTTP.md`).
 //! - **Convergence.** All nodes reported one digest within the bound after
 //!   the last heal.
+//! - **Chain heads agree.** The nodes' final chain heads (`GET /marks`'s
+//!   `chains`) list the same streams at the same heads, with equal chain
+//!   hashes wherever both nodes hold the stream anchored
+//!   ([`chains_agree`]), whatever each compacted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::history::{AppendOutcome, Event, PageOutcome, Record};
+
+/// Whether two `GET /marks` `chains` objects agree: the same streams at
+/// the same heads, and equal chain hashes wherever both are non-null (a
+/// `null` hash is a stream the node holds unanchored: it counts by its
+/// head alone). Answers what differs, in words.
+pub fn chains_agree(a: &serde_json::Value, b: &serde_json::Value) -> Result<(), String> {
+    let streams = |v: &serde_json::Value| v["streams"].as_object().cloned();
+    let (Some(a), Some(b)) = (streams(a), streams(b)) else {
+        return Err("a chains object without streams".into());
+    };
+    for (stream, left) in &a {
+        let Some(right) = b.get(stream) else {
+            return Err(format!("stream {stream} is listed on one node only"));
+        };
+        if left["head"] != right["head"] {
+            return Err(format!(
+                "stream {stream} heads {} and {}",
+                left["head"], right["head"]
+            ));
+        }
+        if let (Some(x), Some(y)) = (left["hash"].as_str(), right["hash"].as_str()) {
+            if x != y {
+                return Err(format!(
+                    "stream {stream} at head {}: chain hashes {x} and {y}",
+                    left["head"]
+                ));
+            }
+        }
+    }
+    match b.keys().find(|stream| !a.contains_key(*stream)) {
+        Some(stream) => Err(format!("stream {stream} is listed on one node only")),
+        None => Ok(()),
+    }
+}
+
+/// Every pair of nodes' final chain heads agree ([`chains_agree`]); a
+/// history recorded before nodes answered them has none to compare.
+fn check_chains(records: &[Record], violations: &mut Vec<Violation>) {
+    let chains: Vec<(usize, &serde_json::Value)> = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Final { node, chains, .. } if !chains.is_null() => Some((*node, chains)),
+            _ => None,
+        })
+        .collect();
+    for (i, (node, left)) in chains.iter().enumerate() {
+        for (other, right) in &chains[i + 1..] {
+            if let Err(detail) = chains_agree(left, right) {
+                violations.push(Violation::ChainsDiffer {
+                    node: *node,
+                    other: *other,
+                    detail,
+                });
+            }
+        }
+    }
+}
 
 /// `(stream, seq)`, the stream parsed from its decimal text.
 pub type EventId = (u64, u64);
@@ -124,6 +185,16 @@ pub enum Violation {
     },
     /// The nodes' digests were not equal within the bound after the heal.
     NotConverged,
+    /// Two nodes' final chain heads disagree on a stream: another head, or
+    /// another chain hash where both hold it anchored.
+    ChainsDiffer {
+        /// The first node.
+        node: usize,
+        /// The other node.
+        other: usize,
+        /// What differs, in words.
+        detail: String,
+    },
     /// A stream id in the history is not a decimal `u64`.
     BadStream {
         /// The text.
@@ -185,6 +256,14 @@ impl fmt::Display for Violation {
                 write!(f, "node {node} could not be read to the end after the heal")
             }
             Violation::NotConverged => write!(f, "digests not equal within the bound"),
+            Violation::ChainsDiffer {
+                node,
+                other,
+                detail,
+            } => write!(
+                f,
+                "nodes {node} and {other} differ in chain heads: {detail}"
+            ),
             Violation::BadStream { stream } => write!(f, "stream id {stream:?} is not a u64"),
         }
     }
@@ -350,6 +429,7 @@ pub fn check(records: &[Record]) -> Verdict {
             }
         }
     }
+    check_chains(records, &mut violations);
     if let Some((first_node, (first_held, _))) = finals.iter().next() {
         verdict.final_events = first_held.len();
         for (node, (held, _)) in finals.iter().skip(1) {
@@ -558,6 +638,7 @@ mod tests {
             events,
             floor: BTreeMap::new(),
             digest: serde_json::Value::Null,
+            chains: serde_json::Value::Null,
         }
     }
 
@@ -660,6 +741,65 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// Final chain heads: equal ones pass, a stream unanchored on one node
+    /// (`null`) is compared by its head alone, and another hash or head on
+    /// an anchored stream is named with both nodes.
+    #[test]
+    fn final_chain_heads_that_differ_on_an_anchored_stream_are_named() {
+        let chains = |one: Option<&str>, two_head: u64| {
+            serde_json::json!({
+                "hash": "00",
+                "streams": {
+                    "1": {"head": 2, "hash": one},
+                    "2": {"head": two_head, "hash": "bb"},
+                },
+            })
+        };
+        let with_chains = |records: &mut Vec<Record>, node: usize, value: serde_json::Value| {
+            for record in records.iter_mut() {
+                if let Record::Final {
+                    node: n, chains, ..
+                } = record
+                {
+                    if *n == node {
+                        *chains = value.clone();
+                    }
+                }
+            }
+        };
+        let mut records = clean();
+        with_chains(&mut records, 0, chains(Some("aa"), 1));
+        with_chains(&mut records, 1, chains(Some("aa"), 1));
+        assert_eq!(violations(&records), vec![]);
+        // Unanchored on node 1: its head alone counts.
+        with_chains(&mut records, 1, chains(None, 1));
+        assert_eq!(violations(&records), vec![]);
+        // Another hash where both are anchored.
+        with_chains(&mut records, 1, chains(Some("ab"), 1));
+        let found = violations(&records);
+        assert!(
+            matches!(
+                found.as_slice(),
+                [Violation::ChainsDiffer { node: 0, other: 1, detail }]
+                    if detail.contains("stream 1") && detail.contains("ab")
+            ),
+            "{found:?}"
+        );
+        // Another head.
+        with_chains(&mut records, 1, chains(Some("aa"), 3));
+        let found = violations(&records);
+        assert!(
+            matches!(
+                found.as_slice(),
+                [Violation::ChainsDiffer { detail, .. }] if detail.contains("stream 2 heads 1 and 3")
+            ),
+            "{found:?}"
+        );
+        // A node's chains missing entirely (an older history) is not judged.
+        with_chains(&mut records, 1, serde_json::Value::Null);
+        assert_eq!(violations(&records), vec![]);
     }
 
     #[test]

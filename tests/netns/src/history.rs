@@ -97,6 +97,10 @@ pub enum Record {
         floor: BTreeMap<String, u64>,
         /// Its digest (`GET /marks`).
         digest: serde_json::Value,
+        /// Its chain heads (`GET /marks`'s `chains`; absent from a
+        /// history recorded before they existed).
+        #[serde(default)]
+        chains: serde_json::Value,
     },
     /// A node's final read failed.
     FinalFailed {

@@ -16,7 +16,7 @@ use meshlog_cursor::{token, StreamId};
 use meshlog_testkit::SplitMix64;
 use serde_json::Value;
 
-use crate::check::{check, Verdict};
+use crate::check::{chains_agree, check, Verdict};
 use crate::history::{
     read_history, write_record, Ack, AppendOutcome, Event, LostRange, NodeInfo, PageOutcome, Record,
 };
@@ -192,7 +192,8 @@ pub fn run_schedule(
         // holding nothing of the stream above its own: it never erases
         // what a node holds, docs/SIGNING.md), and with
         // them the digests, until the final compaction: until then the
-        // nodes agree when their marks (heads) do.
+        // nodes agree when their chain heads do (equal heads, and equal
+        // hashes where both are anchored; `check::chains_agree`).
         // The final compaction keeps the fewest any step kept: a floor
         // never goes down, so only that one can bring every node's floor
         // to one value.
@@ -205,7 +206,7 @@ pub fn run_schedule(
             })
             .min();
         let key = if last_compaction.is_some() {
-            "marks"
+            "chains"
         } else {
             "digest"
         };
@@ -505,7 +506,11 @@ fn converge(bound: Duration, key: &'static str) -> Option<u64> {
             .into_iter()
             .map(|body| body.map(|body| body[key].clone()))
             .collect();
-        if digests.iter().all(Option::is_some) && digests.windows(2).all(|w| w[0] == w[1]) {
+        let agree = |w: &[Option<Value>]| match (key, &w[0], &w[1]) {
+            ("chains", Some(a), Some(b)) => chains_agree(a, b).is_ok(),
+            _ => w[0] == w[1],
+        };
+        if digests.iter().all(Option::is_some) && digests.windows(2).all(agree) {
             return Some(started.elapsed().as_millis() as u64);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -836,5 +841,6 @@ fn final_read(node: usize) -> Record {
         events,
         floor,
         digest: marks["digest"].clone(),
+        chains: marks["chains"].clone(),
     }
 }

@@ -1,0 +1,266 @@
+//! The chain heads: per stream, the chain hash at its floor and at its
+//! head (`docs/SIGNING.md`, "Hash chain"; [`StreamChain`]).
+//!
+//! They move in one place, the commit: just before a batch goes to the
+//! store, [`State::chains_after`] computes each touched stream's chain
+//! after it (every event of the batch hashed once; the events a floor
+//! drops read back only when the floor is at or below the held head), the
+//! store records them with the floor and head, and publishing keeps them
+//! ([`State::publish_chains`]). Opening takes what the store recorded
+//! (chaining again, from the floor, a stream it has none for), and
+//! [`State::verify_chains`] recomputes every held chain.
+
+use std::collections::BTreeMap;
+
+use meshlog_cursor::StreamId;
+
+use super::held::{read_error, State};
+use crate::store::BatchPart;
+use crate::{Batch, ChainDigest, ChainHash, Event, ReplicaError, StreamChain, StreamHead};
+
+/// A stream's chain as a batch moves it.
+struct Moving {
+    chain: StreamChain,
+    floor: u64,
+    head: u64,
+}
+
+impl State {
+    /// Per stream `batch` touches, ascending, its chain after the batch:
+    /// its floors first (a store deletes below them before it adds the
+    /// events), then its events in order. A floor at or below the held head
+    /// chains through the held events it drops (read back); a floor above
+    /// it chains through the events of the round it erased, and where
+    /// those do not reach it (a peer's floor above everything held) the
+    /// stream is unanchored from there ([`StreamChain::rooted`]). Fails
+    /// only if reading held events fails (a store on disk).
+    pub(crate) fn chains_after(
+        &self,
+        batch: &Batch,
+    ) -> Result<Vec<(StreamId, StreamChain)>, ReplicaError> {
+        let mut moving: BTreeMap<StreamId, Moving> = BTreeMap::new();
+        for &(stream, floor_seq) in &batch.floors {
+            let at = self.moving(&mut moving, stream);
+            if floor_seq <= at.floor {
+                continue;
+            }
+            if floor_seq <= at.head {
+                at.chain.floor_hash =
+                    self.chain_through(stream, at.chain.floor_hash, at.floor, floor_seq)?;
+            } else {
+                erased_through(at, stream, floor_seq, batch.erased());
+            }
+            at.floor = floor_seq;
+        }
+        for part in batch.parts() {
+            match part {
+                BatchPart::Events(events) => {
+                    for run in events.chunk_by(|a, b| a.stream == b.stream) {
+                        let at = self.moving(&mut moving, run[0].stream);
+                        assert_eq!(
+                            Some(run[0].seq),
+                            at.head.checked_add(1),
+                            "a batch's run follows its stream's head"
+                        );
+                        at.chain.head_hash = at.chain.head_hash.extend(run);
+                        at.head = run[run.len() - 1].seq;
+                    }
+                }
+                BatchPart::Columns(run) => {
+                    let at = self.moving(&mut moving, run.stream);
+                    assert_eq!(
+                        Some(run.first_seq),
+                        at.head.checked_add(1),
+                        "a batch's run follows its stream's head"
+                    );
+                    let starts = std::iter::once(run.start as u64).chain(run.ends.iter());
+                    let mut hash = at.chain.head_hash;
+                    for (i, ((lamport, time_ms), (start, end))) in run
+                        .lamports
+                        .iter()
+                        .zip(run.times.iter())
+                        .zip(starts.zip(run.ends.iter()))
+                        .enumerate()
+                    {
+                        let payload = &run.payloads[start as usize..end as usize];
+                        let seq = run.first_seq + i as u64;
+                        hash = hash.next_parts(run.stream, seq, lamport, time_ms, payload);
+                    }
+                    at.chain.head_hash = hash;
+                    at.head = run.last_seq();
+                }
+            }
+        }
+        Ok(moving
+            .into_iter()
+            .map(|(stream, at)| (stream, at.chain))
+            .collect())
+    }
+
+    /// Keeps the chains a committed batch recorded.
+    pub(crate) fn publish_chains(&mut self, batch: &Batch) {
+        for &(stream, chain) in &batch.chains {
+            self.chains.insert(stream, chain);
+        }
+    }
+
+    /// `stream`'s chain as the state holds it, and its floor and head.
+    fn moving<'m>(
+        &self,
+        moving: &'m mut BTreeMap<StreamId, Moving>,
+        stream: StreamId,
+    ) -> &'m mut Moving {
+        moving.entry(stream).or_insert_with(|| {
+            let (floor, head) = self
+                .log
+                .stream(stream)
+                .map_or((0, 0), |log| (log.floor, log.head()));
+            Moving {
+                chain: self.chains.get(&stream).copied().unwrap_or_default(),
+                floor,
+                head,
+            }
+        })
+    }
+
+    /// The chain hash of `stream` at `last`, from `hash` at `after`,
+    /// through the held events `after + 1 ..= last` (read back).
+    pub(super) fn chain_through(
+        &self,
+        stream: StreamId,
+        hash: ChainHash,
+        after: u64,
+        last: u64,
+    ) -> Result<ChainHash, ReplicaError> {
+        let Some(first) = after.checked_add(1).filter(|&first| first <= last) else {
+            return Ok(hash);
+        };
+        let source = self.log.source();
+        let mut scan = source.get().scan(stream, first, last).map_err(read_error)?;
+        let mut hash = hash;
+        let mut expected = first;
+        while scan.peek().map_err(read_error)?.is_some() {
+            let event = scan.take().map_err(read_error)?;
+            if event.seq != expected {
+                return Err(ReplicaError::Corrupt {
+                    stream,
+                    detail: format!("expected seq {expected}, read seq {}", event.seq),
+                });
+            }
+            hash = hash.next(&event);
+            expected += 1;
+        }
+        if expected != last + 1 {
+            return Err(ReplicaError::Corrupt {
+                stream,
+                detail: format!(
+                    "holds seqs {first}..{expected} but records seqs up to {last} to chain"
+                ),
+            });
+        }
+        Ok(hash)
+    }
+
+    /// Takes the chains the store recorded; a stream held without one is
+    /// chained from its floor ([`StreamChain::rooted`]: anchored only if
+    /// nothing was compacted), reading its events, and logged.
+    pub(super) fn load_chains(
+        &mut self,
+        recorded: &BTreeMap<StreamId, StreamChain>,
+    ) -> Result<(), ReplicaError> {
+        let streams: Vec<(StreamId, u64)> = self.marks.iter().collect();
+        for (stream, head) in streams {
+            let chain = match recorded.get(&stream) {
+                Some(&chain) => chain,
+                None => {
+                    let floor = self.log.stream(stream).map_or(0, |log| log.floor);
+                    let mut chain = StreamChain::rooted(floor);
+                    chain.head_hash = self.chain_through(stream, chain.floor_hash, floor, head)?;
+                    tracing::info!(
+                        %stream,
+                        floor,
+                        head,
+                        anchored = chain.anchored,
+                        "the store records no chain for the stream: chained from its floor"
+                    );
+                    chain
+                }
+            };
+            self.chains.insert(stream, chain);
+        }
+        Ok(())
+    }
+
+    /// Recomputes every held stream's chain from its floor hash through
+    /// its events, against the head hash recorded.
+    pub(super) fn verify_chains(&self) -> Result<(), ReplicaError> {
+        for (stream, head) in self.marks.iter() {
+            let floor = self.log.stream(stream).map_or(0, |log| log.floor);
+            let chain = self.chains.get(&stream).copied().unwrap_or_default();
+            let recomputed = self.chain_through(stream, chain.floor_hash, floor, head)?;
+            if recomputed != chain.head_hash {
+                return Err(ReplicaError::ChainMismatch {
+                    stream,
+                    head,
+                    recorded: Box::new(chain.head_hash),
+                    recomputed: Box::new(recomputed),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Per held stream, its head and chain hash there (none when
+    /// unanchored), and the hash over them.
+    pub(crate) fn chain_digest(&self) -> ChainDigest {
+        let streams = self
+            .marks
+            .iter()
+            .filter(|&(_, head)| head > 0)
+            .map(|(stream, head)| {
+                let chain = self.chains.get(&stream).copied().unwrap_or_default();
+                StreamHead {
+                    stream,
+                    head,
+                    chain: chain.anchored.then_some(chain.head_hash),
+                }
+            })
+            .collect();
+        ChainDigest::new(streams)
+    }
+
+    /// `stream`'s chain as held.
+    pub(crate) fn chain(&self, stream: StreamId) -> Option<StreamChain> {
+        self.chains.get(&stream).copied()
+    }
+}
+
+/// Raises `at`'s floor above its head to `floor_seq` through the events of
+/// the round a floor erased (`erased`, in order). Where they do not follow
+/// on, a floor above the head re-rooted the chain (one by one, the events
+/// after a floor start at floor + 1): the stream is unanchored from there,
+/// as it is when they do not reach `floor_seq`.
+fn erased_through(at: &mut Moving, stream: StreamId, floor_seq: u64, erased: &[Event]) {
+    let mut hash = at.chain.head_hash;
+    let mut anchored = at.chain.anchored;
+    let mut seq = at.head;
+    for event in erased {
+        if event.stream != stream || event.seq <= seq || event.seq > floor_seq {
+            continue;
+        }
+        if event.seq.checked_sub(1) != Some(seq) {
+            (hash, anchored) = (ChainHash::GENESIS, false);
+        }
+        hash = hash.next(event);
+        seq = event.seq;
+    }
+    if seq != floor_seq {
+        (hash, anchored) = (ChainHash::GENESIS, false);
+    }
+    at.chain = StreamChain {
+        floor_hash: hash,
+        head_hash: hash,
+        anchored,
+    };
+    at.head = floor_seq;
+}
