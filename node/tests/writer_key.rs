@@ -11,7 +11,6 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use meshlog_node::writer_key::{self, KeyFileError, WRITER_KEY_FILE};
 use meshlog_node::{Node, ServeError};
@@ -98,13 +97,21 @@ async fn a_key_file_of_the_wrong_size_is_refused_with_what_to_do() {
     assert!(message.contains("holds 32 bytes, this one 31"), "{message}");
 }
 
-/// A writer that a test's subscriber writes its log lines into.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+thread_local! {
+    /// The log lines this thread wrote while [`logged`] captured them.
+    static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Writes a log line into this thread's capture, when one is on.
+struct Captured;
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        CAPTURED.with(|captured| {
+            if let Some(lines) = captured.borrow_mut().as_mut() {
+                lines.extend_from_slice(buf);
+            }
+        });
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -112,15 +119,23 @@ impl std::io::Write for Captured {
     }
 }
 
+/// The log lines `f` writes on this thread. One global subscriber for the
+/// whole test binary, each thread capturing its own lines: a scoped
+/// subscriber (`with_default`) misses lines whenever a test on another
+/// thread first reaches a log call site with no subscriber (tracing caches
+/// that call site's interest as "never"), which made this test flaky when
+/// the binary's tests ran side by side.
 fn logged(f: impl FnOnce()) -> String {
-    let captured = Captured::default();
-    let sink = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, f);
-    let bytes = captured.0.lock().unwrap().clone();
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_writer(|| Captured)
+            .with_ansi(false)
+            .init();
+    });
+    CAPTURED.with(|captured| *captured.borrow_mut() = Some(Vec::new()));
+    f();
+    let bytes = CAPTURED.with(|captured| captured.borrow_mut().take().unwrap_or_default());
     String::from_utf8(bytes).unwrap()
 }
 
