@@ -82,6 +82,8 @@ impl State {
             stats: Stats::default(),
             recovering,
             open_warnings: Vec::new(),
+            own_seal: Mutex::default(),
+            seals_signed: Default::default(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
         if state.log.is_own() {
