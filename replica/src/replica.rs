@@ -8,8 +8,8 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
 use crate::{
-    ChainDigest, DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, Seal, Store,
-    StreamChain, WriterKey,
+    ChainDigest, DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, RunSeal,
+    Seal, Store, StreamChain, WriterKey,
 };
 
 /// The longest page a reader may ask for by default
@@ -53,6 +53,11 @@ pub struct Config {
     /// derives ([`Config::with_key`]). Without one the replica writes
     /// unsealed, as every replica did before signing.
     pub key: Option<WriterKey>,
+    /// Refuse every received run that carries no seal
+    /// ([`DeltaError::Unsealed`](crate::DeltaError::Unsealed)). Off by
+    /// default until the node seals its stream: then a run with a seal is
+    /// verified and one without is taken as before.
+    pub require_seals: bool,
 }
 
 impl Config {
@@ -69,6 +74,7 @@ impl Config {
             streams_max: STREAMS_MAX,
             recover_own_stream: false,
             key: None,
+            require_seals: false,
         }
     }
 
@@ -122,6 +128,12 @@ pub struct Delta {
     /// delta decoded by `meshlog-sync` holds them grouped by stream.
     /// Applying takes any order across streams.
     pub events: Vec<Event>,
+    /// Per stream, at most one writer's seal over the end of the delta's
+    /// run of it (`docs/SIGNING.md`, "Seals"), streams ascending. A run
+    /// with none is unsealed: taken as before unless the receiver knows
+    /// the stream as sealed or requires seals
+    /// ([`Config::require_seals`]).
+    pub seals: Vec<RunSeal>,
 }
 
 /// What applying a delta did.

@@ -4,10 +4,19 @@
 //!
 //! Each test builds keyed replicas from fixed secrets and checks what the
 //! seal says against the replica's own chain, and how often it signed
-//! (`Stats::seals_signed`).
+//! (`Stats::seals_signed`). Then a hostile relay between a keyed writer
+//! and a receiver: each tampering with a sealed delta (an event forged,
+//! altered or reordered, a seal cut off, replaced with an older one or by
+//! another key, two writers' runs spliced) is refused with its typed
+//! reason, the receiver unchanged (marks, floor, chain digest, held
+//! events), and the honest delta is still taken afterwards.
 
+use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Config, MemStore, Replica, WriterKey};
+use meshlog_replica::{
+    ChainDigest, Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError, RunSeal, Seal,
+    WriterKey,
+};
 
 fn keyed(secret: u8) -> (WriterKey, Replica<MemStore>) {
     let key = WriterKey::from_bytes([secret; 32]);
@@ -50,4 +59,183 @@ fn an_unkeyed_replica_seals_nothing() {
     replica.append(&b"one"[..]).expect("append");
     assert_eq!(replica.own_seal(), None);
     assert_eq!(replica.stats().seals_signed, 0);
+}
+
+/// What a refusal must leave unchanged.
+#[derive(Debug, PartialEq, Eq)]
+struct Snapshot {
+    marks: VersionVector,
+    floor: VersionVector,
+    chains: ChainDigest,
+    events: Vec<Event>,
+}
+
+fn snapshot(replica: &Replica<MemStore>) -> Snapshot {
+    let mut events = Vec::new();
+    for (stream, head) in replica.marks().iter() {
+        for seq in replica.floor().get(stream) + 1..=head {
+            events.extend(replica.get(stream, seq));
+        }
+    }
+    Snapshot {
+        marks: replica.marks(),
+        floor: replica.floor(),
+        chains: replica.chain_digest(),
+        events,
+    }
+}
+
+/// A keyed writer with `len` events, and a receiver that took its first
+/// `taken` through an honest sealed delta.
+fn writer_and_receiver(
+    len: usize,
+    taken: u64,
+) -> (WriterKey, Replica<MemStore>, Replica<MemStore>) {
+    let (key, mut writer) = keyed(11);
+    let mut receiver = Replica::open(
+        Config {
+            require_seals: true,
+            ..Config::with_key(WriterKey::from_bytes([12; 32]))
+        },
+        MemStore::default(),
+    )
+    .expect("opens");
+    for i in 0..len {
+        writer
+            .append(Bytes::from(format!("event {i}")))
+            .expect("append");
+        if i as u64 + 1 == taken {
+            let delta = writer.delta_for(&receiver.marks(), usize::MAX);
+            receiver.apply(&delta).expect("the honest delta is taken");
+        }
+    }
+    (key, writer, receiver)
+}
+
+fn refused(receiver: &mut Replica<MemStore>, delta: &Delta) -> DeltaError {
+    let before = snapshot(receiver);
+    let error = match receiver.apply(delta) {
+        Err(ReplicaError::Delta(error)) => error,
+        other => panic!("the tampered delta must be refused, got {other:?}"),
+    };
+    assert_eq!(snapshot(receiver), before, "a refusal changes nothing");
+    error
+}
+
+#[test]
+fn an_honest_sealed_delta_is_taken_and_chains_alike() {
+    let (key, writer, mut receiver) = writer_and_receiver(5, 2);
+    let delta = writer.delta_for(&receiver.marks(), usize::MAX);
+    assert_eq!(delta.seals.len(), 1);
+    assert_eq!(delta.seals[0].key, key.public());
+    assert_eq!(delta.seals[0].seal.seq, 5);
+    receiver.apply(&delta).expect("taken");
+    assert_eq!(
+        receiver.chain(key.stream()).unwrap().head_hash,
+        writer.chain(key.stream()).unwrap().head_hash
+    );
+}
+
+#[test]
+fn a_hostile_relay_is_refused_with_its_reason_and_changes_nothing() {
+    let (key, writer, mut receiver) = writer_and_receiver(5, 2);
+    let stream = key.stream();
+    let honest = writer.delta_for(&receiver.marks(), usize::MAX);
+    assert_eq!(honest.events.len(), 3);
+    let broken = |seq| DeltaError::ChainBroken { stream, seq };
+    let with_events = |events: Vec<Event>| Delta {
+        events,
+        ..honest.clone()
+    };
+    let mut events = honest.events.clone();
+
+    // A payload altered.
+    events[1].payload = Bytes::from_static(b"forged");
+    assert_eq!(refused(&mut receiver, &with_events(events)), broken(5));
+    // A lamport altered (still rising, so only the chain can tell).
+    let mut events = honest.events.clone();
+    events[2].lamport += 1;
+    assert_eq!(refused(&mut receiver, &with_events(events)), broken(5));
+    // A time altered.
+    let mut events = honest.events.clone();
+    events[0].time_ms += 1;
+    assert_eq!(refused(&mut receiver, &with_events(events)), broken(5));
+    // Two events' contents swapped inside the run (seqs kept).
+    let mut events = honest.events.clone();
+    let (a, b) = (events[0].payload.clone(), events[1].payload.clone());
+    events[0].payload = b;
+    events[1].payload = a;
+    assert_eq!(refused(&mut receiver, &with_events(events)), broken(5));
+    // The writer's next event forged onto the run, under the seal.
+    let mut events = honest.events.clone();
+    let mut next = events[2].clone();
+    next.seq += 1;
+    next.lamport += 1;
+    events.push(next);
+    assert_eq!(refused(&mut receiver, &with_events(events)), broken(5));
+    // The seal cut off: seals are required.
+    let cut = Delta {
+        seals: Vec::new(),
+        ..honest.clone()
+    };
+    assert_eq!(
+        refused(&mut receiver, &cut),
+        DeltaError::Unsealed { stream, seq: 3 }
+    );
+    // The seal replaced with an older one (at seq 2, the receiver's head).
+    let older = Seal::sign(&key, 2, receiver.chain(stream).unwrap().head_hash);
+    let replaced = Delta {
+        seals: vec![RunSeal {
+            seal: older,
+            ..honest.seals[0]
+        }],
+        ..honest.clone()
+    };
+    assert_eq!(refused(&mut receiver, &replaced), broken(2));
+    // A seal by another key, over the honest chain.
+    let stranger = WriterKey::from_bytes([13; 32]);
+    let by_stranger = Delta {
+        seals: vec![RunSeal {
+            key: stranger.public(),
+            seal: Seal::sign_for(&stranger, stream, 5, honest.seals[0].seal.head),
+            base: None,
+        }],
+        ..honest.clone()
+    };
+    assert_eq!(
+        refused(&mut receiver, &by_stranger),
+        DeltaError::KeyMismatch {
+            stream,
+            derived: stranger.stream()
+        }
+    );
+    // The right key, a signature not its own.
+    let mut bad = honest.seals[0];
+    bad.seal.signature[0] ^= 1;
+    let bad_signature = Delta {
+        seals: vec![bad],
+        ..honest.clone()
+    };
+    assert_eq!(
+        refused(&mut receiver, &bad_signature),
+        DeltaError::BadSeal { stream, seq: 5 }
+    );
+    // Two writers' runs spliced: another writer's event put in the run.
+    let (_, mut other) = keyed(14);
+    other.append(&b"elsewhere"[..]).expect("append");
+    let mut spliced = other.get(other.stream(), 1).expect("held");
+    spliced.stream = stream;
+    spliced.seq = 4;
+    spliced.lamport = honest.events[1].lamport;
+    let mut events = honest.events.clone();
+    events[1] = spliced;
+    assert_eq!(refused(&mut receiver, &with_events(events)), broken(5));
+
+    // The honest delta is still taken afterwards.
+    receiver.apply(&honest).expect("the honest delta is taken");
+    assert_eq!(receiver.marks().get(stream), 5);
+    assert_eq!(
+        receiver.chain(stream).unwrap().head_hash,
+        writer.chain(stream).unwrap().head_hash
+    );
 }

@@ -475,7 +475,11 @@ mod tests {
             let stream = StreamId::new(rng.between(1, 4));
             floor.advance(stream, replica.marks().get(stream) + rng.below(3));
         }
-        Delta { floor, events }
+        Delta {
+            floor,
+            events,
+            seals: Vec::new(),
+        }
     }
 
     /// Grouping by stream sorts by name as a sort does, whatever the

@@ -230,6 +230,12 @@ impl State {
         for item in items {
             let planned = match *item {
                 RoundItem::Columns(columns) => {
+                    // Seals are judged only in the one validator: a
+                    // sealed delta, or any under `require_seals`, goes
+                    // the events' way.
+                    if !columns.seals.is_empty() || self.config.require_seals {
+                        return None;
+                    }
                     Planned::Applied(round.clean_columns(columns, &mut heads)?)
                 }
                 RoundItem::Append(request) => Planned::Appended(round.append(&request)),
