@@ -239,3 +239,65 @@ fn a_hostile_relay_is_refused_with_its_reason_and_changes_nothing() {
         writer.chain(stream).unwrap().head_hash
     );
 }
+
+#[test]
+fn a_relay_passes_the_writers_seal_on_and_cannot_strip_it_later() {
+    let (key, mut writer) = keyed(21);
+    let stream = key.stream();
+    // An open relay (no key, seals not required) and an open receiver.
+    let mut relay = Replica::new(StreamId::new(100));
+    let mut receiver = Replica::new(StreamId::new(101));
+    for i in 0..3 {
+        writer
+            .append(Bytes::from(format!("event {i}")))
+            .expect("append");
+    }
+    relay
+        .apply(&writer.delta_for(&relay.marks(), usize::MAX))
+        .expect("the relay takes the sealed run");
+    let relayed = relay.delta_for(&receiver.marks(), usize::MAX);
+    assert_eq!(
+        relayed.seals.len(),
+        1,
+        "the relay passes the writer's seal on"
+    );
+    assert_eq!(relayed.seals[0].key, key.public());
+    assert_eq!(relayed.seals[0].seal.seq, 3);
+    receiver
+        .apply(&relayed)
+        .expect("the relayed sealed run is taken");
+
+    // The writer moves on; the relay strips the seal of the next run: the
+    // receiver knows the stream as sealed, and refuses it.
+    writer.append(&b"event 3"[..]).expect("append");
+    relay
+        .apply(&writer.delta_for(&relay.marks(), usize::MAX))
+        .expect("the relay takes it");
+    let mut stripped = relay.delta_for(&receiver.marks(), usize::MAX);
+    assert_eq!(stripped.seals.len(), 1);
+    stripped.seals.clear();
+    assert_eq!(
+        refused(&mut receiver, &stripped),
+        DeltaError::Unsealed { stream, seq: 4 }
+    );
+    // Sealed by a stranger's key claiming the stream: refused.
+    let stranger = WriterKey::from_bytes([22; 32]);
+    let mut resealed = relay.delta_for(&receiver.marks(), usize::MAX);
+    let honest = resealed.clone();
+    resealed.seals[0].key = stranger.public();
+    resealed.seals[0].seal = Seal::sign_for(&stranger, stream, 4, honest.seals[0].seal.head);
+    assert_eq!(
+        refused(&mut receiver, &resealed),
+        DeltaError::KeyMismatch {
+            stream,
+            derived: stranger.stream()
+        }
+    );
+    receiver
+        .apply(&honest)
+        .expect("the honest relayed run is taken");
+    assert_eq!(
+        receiver.chain(stream).unwrap().head_hash,
+        writer.chain(stream).unwrap().head_hash
+    );
+}

@@ -11,13 +11,38 @@ use crate::{Delta, DeltaColumns, Event};
 impl State {
     pub(crate) fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
         let mut delta = self.unsealed_delta_for(their_marks, byte_budget);
-        let own = self.config.stream;
-        let mut own_run = delta.events.iter().filter(|event| event.stream == own);
-        if let Some(first) = own_run.next() {
-            let last = own_run.last().unwrap_or(first);
-            delta.seals.extend(self.own_run_seal(first.seq, last.seq));
+        // Per stream (the events are grouped by stream), its run's seal.
+        let mut start = 0;
+        while start < delta.events.len() {
+            let stream = delta.events[start].stream;
+            let len = delta.events[start..].partition_point(|e| e.stream == stream);
+            let (first, last) = (&delta.events[start], &delta.events[start + len - 1]);
+            delta
+                .seals
+                .extend(self.run_seal(stream, first.seq, last.seq));
+            start += len;
         }
+        delta.seals.sort_unstable_by_key(|s| s.seal.stream);
         delta
+    }
+
+    /// The seal a delta carries for its run `first ..= last` of `stream`:
+    /// the own seal for the own stream ([`State::own_run_seal`]), the
+    /// received seal kept at the head for another (where the run ends at
+    /// the head). A run cut below the head goes unsealed.
+    fn run_seal(&self, stream: StreamId, first: u64, last: u64) -> Option<crate::RunSeal> {
+        if stream == self.config.stream && self.config.key.is_some() {
+            return self.own_run_seal(first, last);
+        }
+        let kept = self.head_seals.get(&stream)?;
+        if kept.seal.seq != last {
+            return None;
+        }
+        let floor = self.floor.get(stream);
+        let chain = self.chains.get(&stream)?;
+        let base = (first.checked_sub(1) == Some(floor) && floor > 0 && chain.anchored)
+            .then_some(chain.floor_hash);
+        Some(crate::RunSeal { base, ..*kept })
     }
 
     /// The seal a delta carries for its run `first ..= last` of the own
@@ -136,13 +161,17 @@ impl State {
         byte_budget: usize,
     ) -> DeltaColumns {
         let mut columns = self.unsealed_columns_for(their_marks, byte_budget);
-        if columns.seals.is_empty() {
-            let own = self.config.stream;
-            let run = columns.runs().iter().find(|run| run.stream == own);
-            if let Some(run) = run {
-                let last = run.first_seq + (run.len as u64 - 1);
-                columns.seals.extend(self.own_run_seal(run.first_seq, last));
-            }
+        if columns.seals.is_empty() && !(self.config.key.is_none() && self.head_seals.is_empty()) {
+            let seals: Vec<crate::RunSeal> = columns
+                .runs()
+                .iter()
+                .filter_map(|run| {
+                    let last = run.first_seq + (run.len as u64 - 1);
+                    self.run_seal(run.stream, run.first_seq, last)
+                })
+                .collect();
+            columns.seals = seals;
+            columns.seals.sort_unstable_by_key(|s| s.seal.stream);
         }
         columns
     }

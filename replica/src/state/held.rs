@@ -37,6 +37,13 @@ pub(crate) struct State {
     /// The seal over the own stream's head last signed ([`State::own_seal`]),
     /// kept until the head moves. A lock: deltas are built under `&self`.
     pub(super) own_seal: Mutex<Option<Seal>>,
+    /// Per stream received sealed, the key pinned for it (the first that
+    /// verified): an unsealed run of it, or one sealed by another key, is
+    /// refused. In memory only (`docs/SIGNING.md`).
+    pub(super) pinned: BTreeMap<StreamId, crate::WriterPublicKey>,
+    /// Per stream, the received seal at its head, with its run's key:
+    /// what a delta relaying the stream up to its head carries.
+    pub(super) head_seals: BTreeMap<StreamId, crate::RunSeal>,
     /// How many seals [`State::own_seal`] signed ([`Stats::seals_signed`]).
     pub(super) seals_signed: std::sync::atomic::AtomicU64,
 }

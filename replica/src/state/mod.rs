@@ -83,6 +83,8 @@ impl State {
             recovering,
             open_warnings: Vec::new(),
             own_seal: Mutex::default(),
+            pinned: BTreeMap::new(),
+            head_seals: BTreeMap::new(),
             seals_signed: Default::default(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();

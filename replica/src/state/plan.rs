@@ -85,6 +85,9 @@ pub(crate) struct Plan<'d> {
     /// Pair assertions: what publishing must lead to.
     pub(super) pending_len_after: usize,
     pub(super) heads_after: Vec<(StreamId, u64)>,
+    /// The seals of the deltas the round accepted, in order: kept by
+    /// publishing where they are at their stream's head.
+    pub(super) seals: Vec<crate::RunSeal>,
 }
 
 impl Plan<'_> {
@@ -167,7 +170,14 @@ impl State {
                     deltas_left -= 1;
                     round.indexing = deltas_left > 0;
                     match self.validate(delta, &round.index) {
-                        Ok(()) => Planned::Applied(round.delta(delta)),
+                        Ok(()) => {
+                            round.plan.seals.extend_from_slice(&delta.seals);
+                            round
+                                .index
+                                .sealed
+                                .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
+                            Planned::Applied(round.delta(delta))
+                        }
                         Err(error) => Planned::Refused(error),
                     }
                 }
@@ -233,7 +243,12 @@ impl State {
                     // Seals are judged only in the one validator: a
                     // sealed delta, or any under `require_seals`, goes
                     // the events' way.
-                    if !columns.seals.is_empty() || self.config.require_seals {
+                    let pinned = !self.pinned.is_empty()
+                        && columns
+                            .runs()
+                            .iter()
+                            .any(|run| self.pinned.contains_key(&run.stream));
+                    if !columns.seals.is_empty() || self.config.require_seals || pinned {
                         return None;
                     }
                     Planned::Applied(round.clean_columns(columns, &mut heads)?)

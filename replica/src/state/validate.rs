@@ -28,6 +28,9 @@ pub(crate) struct RoundIndex {
     pub(super) heads: BTreeMap<StreamId, u64>,
     /// The own stream's head, once the round moved it.
     pub(super) own_head: Option<u64>,
+    /// The streams a delta accepted earlier in the round sealed, and the
+    /// key (pinned as publishing will pin it).
+    pub(super) sealed: BTreeMap<StreamId, crate::WriterPublicKey>,
 }
 
 impl RoundIndex {
@@ -394,7 +397,10 @@ impl Check<'_> {
         for run_seal in &self.delta.seals {
             self.sealed_run(run_seal)?;
         }
-        if self.state.config.require_seals {
+        if self.state.config.require_seals
+            || !self.state.pinned.is_empty()
+            || !self.round.sealed.is_empty()
+        {
             let mut start = 0;
             while start < self.by_name.len() {
                 let first = self.by_name[start];
@@ -402,7 +408,8 @@ impl Check<'_> {
                 let end = start + self.by_name[start..].partition_point(|e| e.stream == stream);
                 let last = self.by_name[end - 1];
                 let sealed = self.delta.seals.iter().any(|s| s.seal.stream == stream);
-                if stream != self.own && !sealed && last.seq > self.head(stream) {
+                let required = self.state.config.require_seals || self.pinned(stream).is_some();
+                if required && stream != self.own && !sealed && last.seq > self.head(stream) {
                     let rule = DeltaError::Unsealed {
                         stream,
                         seq: first.seq,
@@ -429,6 +436,15 @@ impl Check<'_> {
                 seal.seq..=seal.seq,
                 DeltaError::KeyMismatch { stream, derived },
             );
+        }
+        if let Some(pinned) = self.pinned(stream) {
+            if pinned != run_seal.key {
+                let rule = DeltaError::KeyMismatch {
+                    stream,
+                    derived: run_seal.key.stream(),
+                };
+                return refuse(seal.seq..=seal.seq, rule);
+            }
         }
         let start = self.by_name.partition_point(|e| e.stream < stream);
         let end = start + self.by_name[start..].partition_point(|e| e.stream == stream);
@@ -488,6 +504,13 @@ impl Check<'_> {
             return refuse(seal.seq..=seal.seq, rule);
         }
         Ok(())
+    }
+
+    /// The key pinned for `stream`: by the state, or a delta accepted
+    /// earlier in the round.
+    fn pinned(&self, stream: StreamId) -> Option<crate::WriterPublicKey> {
+        let pinned = self.state.pinned.get(&stream);
+        pinned.or_else(|| self.round.sealed.get(&stream)).copied()
     }
 
     /// `stream`'s head as the round leaves it before the delta.
