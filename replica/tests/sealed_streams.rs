@@ -301,3 +301,30 @@ fn a_relay_passes_the_writers_seal_on_and_cannot_strip_it_later() {
         writer.chain(stream).unwrap().head_hash
     );
 }
+
+/// An early run (a hole below it) cannot be chained from the receiver's
+/// head: a sealed one is dropped, not held pending, so that a relay cannot
+/// park forged events under a genuine seal; it is fetched again once it
+/// attaches.
+#[test]
+fn an_early_sealed_run_is_dropped_and_taken_once_it_attaches() {
+    let (key, writer, mut receiver) = writer_and_receiver(5, 2);
+    let stream = key.stream();
+    let honest = writer.delta_for(&receiver.marks(), usize::MAX);
+    // seqs 4..=5 only, under the honest seal at 5, one payload forged.
+    let mut early = Delta {
+        events: honest.events[1..].to_vec(),
+        ..honest.clone()
+    };
+    early.events[0].payload = Bytes::from_static(b"forged");
+    let before = snapshot(&receiver);
+    let report = receiver.apply(&early).expect("an early run is not refused");
+    assert_eq!((report.pending, report.dropped), (0, 2));
+    assert_eq!(receiver.pending_len(), 0);
+    assert_eq!(snapshot(&receiver), before);
+    receiver.apply(&honest).expect("the honest run attaches");
+    assert_eq!(
+        receiver.chain(stream).unwrap().head_hash,
+        writer.chain(stream).unwrap().head_hash
+    );
+}

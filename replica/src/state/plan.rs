@@ -440,7 +440,10 @@ impl<'s, 'd> Round<'s, 'd> {
             self.hold(stream, Cow::Borrowed(run), Source::Received);
             report.applied += 1;
             self.release(stream, report);
-        } else if self.pending_len < self.state.config.pending_events_max {
+        } else if self.pending_len < self.state.config.pending_events_max
+            && !self.sealed(delta, stream)
+        {
+            let sim = self.state.sim(&mut self.sims, stream);
             sim.added.insert(event.seq, event);
             self.plan.ops.push(Op::Hold(event.clone()));
             self.pending_len += 1;
@@ -453,6 +456,17 @@ impl<'s, 'd> Round<'s, 'd> {
             report.dropped += 1;
         }
         position + 1
+    }
+
+    /// Whether `stream` is sealed for this delta: the delta seals it, or
+    /// the receiver (or an earlier delta of the round) pinned its key. An
+    /// early event of a sealed stream is dropped, not held pending: its
+    /// seal can be checked only from the head hash, so it is fetched
+    /// again once it attaches (`docs/SIGNING.md`).
+    fn sealed(&self, delta: &Delta, stream: StreamId) -> bool {
+        delta.seals.iter().any(|s| s.seal.stream == stream)
+            || self.state.pinned.contains_key(&stream)
+            || self.index.sealed.contains_key(&stream)
     }
 
     /// Adds a run of `stream`'s events to the plan, held from its head.
