@@ -328,3 +328,34 @@ fn an_early_sealed_run_is_dropped_and_taken_once_it_attaches() {
         writer.chain(stream).unwrap().head_hash
     );
 }
+
+/// The kit's hostile relay (`meshlog_testkit::hostile`), every tampering
+/// against a receiver that requires seals: each refused with its reason,
+/// the receiver unchanged; the honest delta taken after all of them.
+#[test]
+fn every_tampering_of_the_kits_hostile_relay_is_refused() {
+    let (key, writer, mut receiver) = writer_and_receiver(6, 2);
+    let stream = key.stream();
+    let honest = writer.delta_for(&receiver.marks(), usize::MAX);
+    let head_hash = receiver.chain(stream).unwrap().head_hash;
+    let (_, mut other) = keyed(31);
+    other.append(&b"elsewhere"[..]).expect("append");
+    let foreign = other.get(other.stream(), 1).expect("held");
+    let stranger = WriterKey::from_bytes([32; 32]);
+    let tamperings =
+        meshlog_testkit::hostile::tamperings(&honest, &key, head_hash, &stranger, &foreign);
+    assert_eq!(tamperings.len(), 10);
+    for tampering in tamperings {
+        assert_eq!(
+            refused(&mut receiver, &tampering.delta),
+            tampering.refusal,
+            "{}",
+            tampering.what
+        );
+    }
+    receiver.apply(&honest).expect("the honest delta is taken");
+    assert_eq!(
+        receiver.chain(stream).unwrap().head_hash,
+        writer.chain(stream).unwrap().head_hash
+    );
+}
