@@ -359,3 +359,21 @@ fn every_tampering_of_the_kits_hostile_relay_is_refused() {
         writer.chain(stream).unwrap().head_hash
     );
 }
+
+/// Found in review: the seal check judged a sealed run starting at seq 0
+/// before the per-event checks did, computing `first_seq - 1` (an
+/// overflow where overflow checks are on) and answering `ChainBroken`; it
+/// is refused as `ZeroSeq`, the reason the same event gets unsealed.
+#[test]
+fn regression_a_sealed_run_from_seq_zero_is_refused_not_a_panic() {
+    let (key, writer, mut receiver) = writer_and_receiver(3, 0);
+    let mut delta = writer.delta_for(&receiver.marks(), usize::MAX);
+    delta.events[0].seq = 0;
+    delta.seals[0].base = Some(meshlog_replica::ChainHash::GENESIS);
+    assert_eq!(
+        refused(&mut receiver, &delta),
+        DeltaError::ZeroSeq {
+            stream: key.stream()
+        }
+    );
+}

@@ -457,6 +457,9 @@ impl Check<'_> {
         let Some(first) = run.first() else {
             return refuse(seal.seq..=seal.seq, broken);
         };
+        if first.seq == 0 {
+            return refuse(0..=0, DeltaError::ZeroSeq { stream });
+        }
         let consecutive = run
             .iter()
             .zip(first.seq..)
