@@ -71,6 +71,7 @@ fn measure(n: u64) -> Row {
         .map(|chunk| Delta {
             floor: VersionVector::new(),
             events: chunk.iter().map(|&i| event(i)).collect(),
+            seals: Vec::new(),
         })
         .collect();
     // The receiver writes a stream of its own outside the 100 it receives:

@@ -115,6 +115,7 @@ fn measure(events: u64, base: &std::path::Path) -> Row {
             let delta = Delta {
                 floor: VersionVector::new(),
                 events: (i..end).map(event).collect(),
+                seals: Vec::new(),
             };
             replica.apply(&delta).unwrap();
             i = end;

@@ -254,6 +254,7 @@ fn meshlog_write(b: &SharedReplica, writers: &mut [Replica], events: &[Ev]) {
         b.apply(Delta {
             floor: VersionVector::new(),
             events: vec![event],
+            seals: Vec::new(),
         })
         .expect("B receives a writer's event");
     }
@@ -956,6 +957,7 @@ fn idle_heartbeat_bytes_per_minute(streams: u64) -> u64 {
                 .apply(Delta {
                     floor: VersionVector::new(),
                     events: chunk.to_vec(),
+                    seals: Vec::new(),
                 })
                 .expect("applies");
         }

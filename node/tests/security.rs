@@ -585,6 +585,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
             Delta {
                 floor: [(StreamId::new(1), 50)].into_iter().collect(),
                 events: Vec::new(),
+                seals: Vec::new(),
             },
         ),
         (
@@ -592,6 +593,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
             Delta {
                 floor: [(StreamId::new(2), 2 + 5)].into_iter().collect(),
                 events: Vec::new(),
+                seals: Vec::new(),
             },
         ),
     ];
@@ -617,6 +619,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
             Delta {
                 floor: [(StreamId::new(2), u64::MAX)].into_iter().collect(),
                 events: Vec::new(),
+                seals: Vec::new(),
             },
         ),
         (
@@ -624,6 +627,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
             Delta {
                 floor: VersionVector::new(),
                 events: vec![event(2, 1, 1, "forged")],
+                seals: Vec::new(),
             },
         ),
         (
@@ -631,6 +635,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
             Delta {
                 floor: VersionVector::new(),
                 events: vec![event(2, 3, 1, "x")],
+                seals: Vec::new(),
             },
         ),
         (
@@ -638,6 +643,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
             Delta {
                 floor: VersionVector::new(),
                 events: vec![event(1, 2, 99, "mine?")],
+                seals: Vec::new(),
             },
         ),
     ];

@@ -106,6 +106,7 @@ impl Admission {
                 .filter(|event| self.admits(event.stream, event.seq))
                 .cloned()
                 .collect(),
+            seals: Vec::new(),
         }
     }
 

@@ -40,6 +40,8 @@ use crate::{Delta, Event};
 pub struct DeltaColumns {
     /// Floors the receiver must record (as [`Delta::floor`]).
     pub floor: VersionVector,
+    /// The writers' seals over the runs (as [`Delta::seals`]).
+    pub seals: Vec<crate::RunSeal>,
     runs: Vec<ColumnRun>,
     lamports: Values,
     times: Values,
@@ -315,6 +317,7 @@ impl DeltaColumns {
         }
         Ok(DeltaColumns {
             floor,
+            seals: Vec::new(),
             runs,
             lamports,
             times,
@@ -342,6 +345,7 @@ impl DeltaColumns {
         for event in &delta.events {
             columns.push(event);
         }
+        columns.seals.clone_from(&delta.seals);
         columns
     }
 
@@ -369,7 +373,7 @@ impl DeltaColumns {
     ///     time_ms: 0,
     ///     payload: Bytes::from_static(b"kept"),
     /// };
-    /// let delta = Delta { floor: VersionVector::new(), events: vec![event] };
+    /// let delta = Delta { floor: VersionVector::new(), events: vec![event], seals: Vec::new() };
     /// let columns = DeltaColumns::from_delta(&delta);
     /// assert_eq!(columns.to_delta(), delta);
     /// assert_eq!(columns.into_delta(), delta);
@@ -407,7 +411,11 @@ impl DeltaColumns {
                 start = end;
             }
         }
-        Delta { floor, events }
+        Delta {
+            floor,
+            events,
+            seals: self.seals.clone(),
+        }
     }
 
     /// Makes room for `events` more events of `payload_bytes` in all.
@@ -617,6 +625,7 @@ mod tests {
         let delta = Delta {
             floor: VersionVector::new(),
             events: vec![event(3, 4, b"a"), event(3, 5, b""), event(1, 9, b"bcd")],
+            seals: Vec::new(),
         };
         let columns = DeltaColumns::from_delta(&delta);
         let parts = |columns: &DeltaColumns| {
@@ -696,6 +705,7 @@ mod tests {
         let delta = Delta {
             floor: [(StreamId::new(2), 5)].into_iter().collect(),
             events: events.clone(),
+            seals: Vec::new(),
         };
         let columns = DeltaColumns::from_delta(&delta);
         let runs: Vec<(u64, u64, usize)> = columns

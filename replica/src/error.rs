@@ -211,6 +211,41 @@ pub enum DeltaError {
         /// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
         max: u64,
     },
+    /// A run's seal is signed by a key that does not derive its stream
+    /// (`docs/SIGNING.md`, "Keys and stream ids").
+    #[error("the seal on stream {stream} is signed by a key that writes stream {derived}")]
+    KeyMismatch {
+        /// The sealed stream.
+        stream: StreamId,
+        /// The stream the signing key derives.
+        derived: StreamId,
+    },
+    /// A run's events do not chain to the hash its seal signs: forged,
+    /// altered, reordered or spliced events, or a seal of another run.
+    #[error("stream {stream}: the run's events do not chain to its seal at seq {seq}")]
+    ChainBroken {
+        /// The stream.
+        stream: StreamId,
+        /// The seq the seal is at (or the run's first seq out of place).
+        seq: u64,
+    },
+    /// A run's seal does not verify under its key.
+    #[error("stream {stream}: the seal at seq {seq} does not verify")]
+    BadSeal {
+        /// The stream.
+        stream: StreamId,
+        /// The sealed seq.
+        seq: u64,
+    },
+    /// A run carries no seal where the receiver requires one
+    /// ([`Config::require_seals`](crate::Config::require_seals)).
+    #[error("stream {stream}: the run from seq {seq} carries no seal, and seals are required")]
+    Unsealed {
+        /// The stream.
+        stream: StreamId,
+        /// The run's first seq.
+        seq: u64,
+    },
 }
 
 /// Why a page was refused.

@@ -8,8 +8,8 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
 use crate::{
-    ChainDigest, DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, Store,
-    StreamChain,
+    ChainDigest, DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, RunSeal,
+    Seal, Store, StreamChain, WriterKey,
 };
 
 /// The longest page a reader may ask for by default
@@ -48,6 +48,16 @@ pub struct Config {
     /// [`Replica::end_recovery`]. Off by default: then no peer can ever
     /// write or compact this replica's own stream.
     pub recover_own_stream: bool,
+    /// The writer key of the own stream, if this replica seals it
+    /// (`docs/SIGNING.md`, "Seals"): then `stream` is the one the key
+    /// derives ([`Config::with_key`]). Without one the replica writes
+    /// unsealed, as every replica did before signing.
+    pub key: Option<WriterKey>,
+    /// Refuse every received run that carries no seal
+    /// ([`DeltaError::Unsealed`](crate::DeltaError::Unsealed)). Off by
+    /// default until the node seals its stream: then a run with a seal is
+    /// verified and one without is taken as before.
+    pub require_seals: bool,
 }
 
 impl Config {
@@ -63,6 +73,32 @@ impl Config {
             page_len_max: PAGE_LEN_MAX,
             streams_max: STREAMS_MAX,
             recover_own_stream: false,
+            key: None,
+            require_seals: false,
+        }
+    }
+
+    /// [`Config::new`] for the stream `key` derives, sealed by it: when
+    /// the replica builds a delta it signs its own stream's head once
+    /// (the seal is kept until the head moves, so the cost is per delta,
+    /// not per append).
+    ///
+    /// ```
+    /// use meshlog_replica::{Config, MemStore, Replica, WriterKey};
+    /// let key = WriterKey::from_bytes([1; 32]);
+    /// let config = Config::with_key(key.clone());
+    /// assert_eq!(config.stream, key.stream());
+    /// let mut replica = Replica::open(config, MemStore::default())?;
+    /// replica.append(&b"hello"[..])?;
+    /// let seal = replica.own_seal().expect("a keyed replica seals its head");
+    /// assert_eq!(seal.seq, 1);
+    /// seal.verify(&key.public()).expect("its own key signs it");
+    /// # Ok::<(), meshlog_replica::ReplicaError>(())
+    /// ```
+    pub fn with_key(key: WriterKey) -> Self {
+        Config {
+            key: Some(key.clone()),
+            ..Config::new(key.stream())
         }
     }
 }
@@ -92,6 +128,12 @@ pub struct Delta {
     /// delta decoded by `meshlog-sync` holds them grouped by stream.
     /// Applying takes any order across streams.
     pub events: Vec<Event>,
+    /// Per stream, at most one writer's seal over the end of the delta's
+    /// run of it (`docs/SIGNING.md`, "Seals"), streams ascending. A run
+    /// with none is unsealed: taken as before unless the receiver knows
+    /// the stream as sealed or requires seals
+    /// ([`Config::require_seals`]).
+    pub seals: Vec<RunSeal>,
 }
 
 /// What applying a delta did.
@@ -174,6 +216,9 @@ pub struct Stats {
     pub behind_floor: u64,
     /// Warnings found by `open` ([`Replica::open_warnings`]).
     pub open_warnings: u64,
+    /// Seals this replica signed over its own stream's head
+    /// ([`Replica::own_seal`]): at most one per head it served.
+    pub seals_signed: u64,
 }
 
 /// One runtime's replica of the log: its own stream, which it appends to, and
@@ -328,6 +373,14 @@ impl<S: Store> Replica<S> {
     /// Counters since open.
     pub fn stats(&self) -> Stats {
         self.state.stats()
+    }
+
+    /// The seal over the own stream's head, signed by [`Config::key`]
+    /// (`None` without a key, or before the first append). Signed once
+    /// per head and kept until the head moves: building a delta asks for
+    /// it, so the cost is one signature per delta at most.
+    pub fn own_seal(&self) -> Option<Seal> {
+        self.state.own_seal()
     }
 
     /// How many early events wait in the pending buffer.

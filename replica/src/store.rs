@@ -533,6 +533,7 @@ mod tests {
         let columns = DeltaColumns::from_delta(&Delta {
             floor: VersionVector::new(),
             events: events.clone(),
+            seals: Vec::new(),
         });
         let mut in_columns = Batch::default().with_clock(7);
         for run in columns.run_parts() {

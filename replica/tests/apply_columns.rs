@@ -128,7 +128,11 @@ fn delta(rng: &mut SplitMix64, marks: &VersionVector, clock: u64) -> Delta {
         let stream = StreamId::new(rng.between(1, 6));
         floor.advance(stream, marks.get(stream) + rng.below(3));
     }
-    Delta { floor, events }
+    Delta {
+        floor,
+        events,
+        seals: Vec::new(),
+    }
 }
 
 /// Every event a walk from the floor pages through.

@@ -64,6 +64,7 @@ fn write_log(dir: &Path) -> BTreeMap<(StreamId, u64), Event> {
             let delta = Delta {
                 floor: VersionVector::new(),
                 events: vec![event],
+                seals: Vec::new(),
             };
             replica.apply(&delta).unwrap();
         }

@@ -101,6 +101,7 @@ fn crash_child_process() {
             let delta = Delta {
                 floor: VersionVector::new(),
                 events: vec![event.clone()],
+                seals: Vec::new(),
             };
             let seen = group.apply(delta).map(|_| event);
             match seen {

@@ -40,6 +40,7 @@ fn reopen_recovers_events_floors_and_clock_and_the_next_append_is_fresh() {
     let delta = Delta {
         floor: VersionVector::new(),
         events: (1..=10).map(peer_event).collect(),
+        seals: Vec::new(),
     };
     replica.apply(&delta).unwrap();
     let compacted: VersionVector = [(OWN, 20), (PEER, 4)].into_iter().collect();
@@ -289,6 +290,7 @@ fn disk_replica_equals_memory_replica_across_random_reopens() {
                 let delta = Delta {
                     floor: VersionVector::new(),
                     events,
+                    seals: Vec::new(),
                 };
                 let a = disk.apply(&delta).unwrap();
                 let b = memory.apply(&delta).unwrap();

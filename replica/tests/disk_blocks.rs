@@ -55,6 +55,7 @@ fn receive(replica: &mut Replica<DiskStore>, model: &mut Model, count: u64) {
         .apply(&Delta {
             floor: VersionVector::new(),
             events: events.clone(),
+            seals: Vec::new(),
         })
         .unwrap();
     for event in events {

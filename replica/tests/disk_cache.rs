@@ -105,6 +105,7 @@ fn run(seed: u64) {
                 let delta = Delta {
                     floor: VersionVector::new(),
                     events,
+                    seals: Vec::new(),
                 };
                 let a = disk.apply(&delta).unwrap();
                 let b = memory.apply(&delta).unwrap();
@@ -133,6 +134,7 @@ fn run(seed: u64) {
                 let early = Delta {
                     floor: VersionVector::new(),
                     events: vec![peer_event(peer, sent[p] + 3)],
+                    seals: Vec::new(),
                 };
                 assert_eq!(disk.apply(&early).unwrap(), memory.apply(&early).unwrap());
                 let fill = Delta {
@@ -140,6 +142,7 @@ fn run(seed: u64) {
                     events: (sent[p] + 1..=sent[p] + 2)
                         .map(|s| peer_event(peer, s))
                         .collect(),
+                    seals: Vec::new(),
                 };
                 assert_eq!(disk.apply(&fill).unwrap(), memory.apply(&fill).unwrap());
                 sent[p] += 3;

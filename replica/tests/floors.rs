@@ -64,6 +64,7 @@ fn floor(stream: StreamId, seq: u64) -> Delta {
     Delta {
         floor: [(stream, seq)].into_iter().collect(),
         events: Vec::new(),
+        seals: Vec::new(),
     }
 }
 
@@ -131,6 +132,7 @@ fn a_hostile_floor_past_a_writers_head_erases_nothing() {
     let hostile = Delta {
         floor: [(WRITER, 15)].into_iter().collect(),
         events: vec![invented],
+        seals: Vec::new(),
     };
     let report = receiver.apply(&hostile).unwrap();
     assert_eq!(snapshot(&receiver), before);

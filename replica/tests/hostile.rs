@@ -44,6 +44,7 @@ fn replica_with(own: u64, peer: u64) -> Replica {
         .apply(&Delta {
             floor: VersionVector::new(),
             events,
+            seals: Vec::new(),
         })
         .unwrap();
     replica
@@ -71,6 +72,7 @@ fn a_peer_floor_above_our_own_head_is_ignored_and_deletes_nothing() {
     let hostile = Delta {
         floor: vector(&[(OWN, 10)]),
         events: Vec::new(),
+        seals: Vec::new(),
     };
     let report = replica.apply(&hostile).unwrap();
     assert_eq!(report, meshlog_replica::ApplyReport::default());
@@ -88,6 +90,7 @@ fn a_peer_floor_on_our_own_stream_below_our_head_compacts_nothing() {
         .apply(&Delta {
             floor: vector(&[(OWN, 3)]),
             events: Vec::new(),
+            seals: Vec::new(),
         })
         .unwrap();
     assert_eq!(snapshot(&replica), before);
@@ -113,6 +116,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
         .apply(&Delta {
             floor: VersionVector::new(),
             events: vec![event(THIRD, 9, 2000)],
+            seals: Vec::new(),
         })
         .unwrap();
     assert_eq!(replica.pending_len(), 1);
@@ -120,6 +124,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
         .apply(&Delta {
             floor: vector(&[(THIRD, u64::MAX)]),
             events: Vec::new(),
+            seals: Vec::new(),
         })
         .is_err());
     assert_eq!(replica.pending_len(), 1);
@@ -127,6 +132,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
         .apply(&Delta {
             floor: vector(&[(PEER, top), (THIRD, top)]),
             events: Vec::new(),
+            seals: Vec::new(),
         })
         .unwrap();
     assert_eq!(report.floors_raised, 1);
@@ -147,12 +153,14 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
     let hostile = Delta {
         floor: vector(&[(OWN, u64::MAX)]),
         events: Vec::new(),
+        seals: Vec::new(),
     };
     assert!(replica.apply(&hostile).is_err());
     assert_eq!(snapshot(&replica), before);
     let hostile = Delta {
         floor: vector(&[(OWN, top)]),
         events: Vec::new(),
+        seals: Vec::new(),
     };
     replica.apply(&hostile).unwrap();
     assert_eq!(snapshot(&replica), before);
@@ -195,6 +203,7 @@ fn a_peer_stamp_near_u64_max_cannot_exhaust_our_clock() {
     let hostile = Delta {
         floor: VersionVector::new(),
         events: vec![event(PEER, 1, u64::MAX - 2)],
+        seals: Vec::new(),
     };
     assert!(matches!(
         replica.apply(&hostile),
@@ -204,6 +213,7 @@ fn a_peer_stamp_near_u64_max_cannot_exhaust_our_clock() {
     let at_the_cap = Delta {
         floor: VersionVector::new(),
         events: vec![event(PEER, 1, meshlog_replica::LAMPORT_MAX)],
+        seals: Vec::new(),
     };
     replica.apply(&at_the_cap).unwrap();
     for _ in 0..3 {
@@ -223,6 +233,7 @@ fn a_floor_no_stream_can_reach_is_refused_and_changes_nothing() {
         let hostile = Delta {
             floor: vector(&[(PEER, floor)]),
             events: Vec::new(),
+            seals: Vec::new(),
         };
         assert!(matches!(
             replica.apply(&hostile),
@@ -235,6 +246,7 @@ fn a_floor_no_stream_can_reach_is_refused_and_changes_nothing() {
     let at_the_cap = Delta {
         floor: vector(&[(PEER, meshlog_replica::LAMPORT_MAX)]),
         events: Vec::new(),
+        seals: Vec::new(),
     };
     let report = replica.apply(&at_the_cap).unwrap();
     assert_eq!(report.behind_floor, [(PEER, meshlog_replica::LAMPORT_MAX)]);
@@ -251,6 +263,7 @@ fn a_delta_writing_our_own_stream_beyond_its_head_is_refused() {
     let forged = Delta {
         floor: VersionVector::new(),
         events: vec![event(PEER, 1, 5), event(OWN, 3, 50), event(OWN, 4, 51)],
+        seals: Vec::new(),
     };
     let refused = replica.apply(&forged);
     assert!(
@@ -270,6 +283,7 @@ fn a_delta_writing_our_own_stream_beyond_its_head_is_refused() {
     let echo = Delta {
         floor: VersionVector::new(),
         events: vec![replica.get(OWN, 1).unwrap()],
+        seals: Vec::new(),
     };
     assert_eq!(replica.apply(&echo).unwrap().duplicates, 1);
     // An echo that differs is an equivocation.
@@ -278,6 +292,7 @@ fn a_delta_writing_our_own_stream_beyond_its_head_is_refused() {
     let altered = Delta {
         floor: VersionVector::new(),
         events: vec![altered],
+        seals: Vec::new(),
     };
     assert!(matches!(
         replica.apply(&altered),
@@ -321,6 +336,7 @@ fn a_writer_that_lost_its_store_relearns_its_stream_before_appending() {
     let forged = Delta {
         floor: VersionVector::new(),
         events: vec![event(OWN, 6, 10_000)],
+        seals: Vec::new(),
     };
     assert!(reborn.apply(&forged).is_err());
 }
@@ -412,6 +428,7 @@ fn hostile_steps_never_remove_our_own_events(steps: Vec<Hostile>) -> TestResult 
                         .iter()
                         .map(|&(s, Edge(seq), Edge(lamport))| event(stream(s), seq, lamport))
                         .collect(),
+                    seals: Vec::new(),
                 };
                 let before = snapshot(&replica);
                 let pending = replica.pending_len();

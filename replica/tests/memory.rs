@@ -77,6 +77,7 @@ fn bytes_per_event_beyond_the_payload(wander: bool) -> f64 {
                     payload: Bytes::from(i.to_le_bytes().repeat(payload_len(i) / 8)),
                 })
                 .collect(),
+            seals: Vec::new(),
         })
         .collect();
     let mut replica = Replica::new(StreamId::new(STREAMS + 1));

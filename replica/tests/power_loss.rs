@@ -351,6 +351,7 @@ fn workload(
             let delta = Delta {
                 floor: VersionVector::new(),
                 events,
+                seals: Vec::new(),
             };
             replica.apply(&delta).map(|_| {
                 acked.peer_head = top;

@@ -55,7 +55,15 @@ use meshlog_testkit::store::HeldStore;
 use meshlog_testkit::SplitMix64;
 
 const OWN: StreamId = StreamId::new(1);
-const WRITERS: [StreamId; 3] = [StreamId::new(2), StreamId::new(3), StreamId::new(4)];
+/// The third writer seals its stream (issue 29): its id is the one the key
+/// `SEALED_WRITER` derives (checked in `writers`).
+const WRITERS: [StreamId; 3] = [
+    StreamId::new(2),
+    StreamId::new(3),
+    StreamId::new(0x358b_9e46_9cf3_18cc),
+];
+/// The secret of the sealing writer, `WRITERS[2]`.
+const SEALED_WRITER: [u8; 32] = [4; 32];
 const HOLD_MAX: Duration = Duration::from_secs(20);
 const SENDERS: usize = 3;
 /// How long the test waits for the next held commit before it looks again
@@ -73,6 +81,8 @@ struct Tally {
     grouped: u64,
     with_four: u64,
     limited: u64,
+    /// Schedules whose receiver ended holding the sealed writer's head.
+    sealed_held: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -192,7 +202,15 @@ fn apply_one(reference: &mut Replica, request: &Request, got: &Answer) -> Answer
 /// `WRITERS`, and a twin of the first that writes other payloads under
 /// the same stream (its events equivocate with the first's).
 fn writers() -> Vec<Replica> {
-    let mut writers: Vec<Replica> = WRITERS.iter().map(|&s| Replica::new(s)).collect();
+    let mut writers: Vec<Replica> = WRITERS[..2].iter().map(|&s| Replica::new(s)).collect();
+    let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+    assert_eq!(
+        key.stream(),
+        WRITERS[2],
+        "the sealed writer's stream is its key's"
+    );
+    let config = meshlog_replica::Config::with_key(key);
+    writers.push(Replica::open(config, meshlog_replica::MemStore::default()).expect("opens"));
     writers.push(Replica::new(WRITERS[0]));
     writers
 }
@@ -640,6 +658,8 @@ fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut T
         seen_replica(&reference),
         "after the catch-up"
     );
+    let sealed = WRITERS[2];
+    tally.sealed_held += u64::from(reference.marks().get(sealed) == writers[2].marks().get(sealed));
     let stats = bench.finish();
     tally.schedules += 1;
     tally.rounds += stats.rounds;
@@ -664,6 +684,7 @@ fn assert_grouped(tally: &Tally) {
             grouped,
             with_four,
             limited,
+            sealed_held,
         } = *tally;
         assert!(
             grouped * 4 >= rounds,
@@ -674,6 +695,12 @@ fn assert_grouped(tally: &Tally) {
             "{with_four} of {schedules} schedules formed a round of 4+"
         );
         assert!(limited >= schedules / 10, "{limited} refusals for a limit");
+        // About as often as an unsealed writer (two in five: hostile
+        // floors and limits keep the rest behind, alike).
+        assert!(
+            sealed_held * 5 >= schedules,
+            "{sealed_held} of {schedules} receivers took the sealed writer's runs"
+        );
     }
 }
 
@@ -787,6 +814,7 @@ fn regression_a_later_deltas_floor_is_judged_on_the_stream_as_the_round_leaves_i
     let second = Delta {
         floor: [(writer, 5)].into_iter().collect(),
         events: vec![event(6, 100), event(7, 50)],
+        seals: Vec::new(),
     };
 
     let store = HeldStore::new(MemStore::default(), HOLD_MAX);

@@ -303,6 +303,7 @@ fn equivocation_is_reported_and_the_first_event_kept() {
     let delta = Delta {
         floor: VersionVector::new(),
         events: vec![forged],
+        seals: Vec::new(),
     };
     match b.apply(&delta) {
         Err(ReplicaError::Delta(DeltaError::Equivocation { stream, seq })) => {
@@ -324,6 +325,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
     b.apply(&Delta {
         floor: VersionVector::new(),
         events: vec![events[2].clone()],
+        seals: Vec::new(),
     })
     .unwrap();
     assert_eq!(b.pending_len(), 1);
@@ -334,6 +336,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
     let refused = b.apply(&Delta {
         floor: VersionVector::new(),
         events: vec![forged.clone()],
+        seals: Vec::new(),
     });
     assert!(matches!(
         refused,
@@ -348,6 +351,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
                 ..events[3].clone()
             },
         ],
+        seals: Vec::new(),
     };
     assert!(matches!(
         b.apply(&twice),
@@ -363,6 +367,7 @@ fn a_lamport_that_does_not_rise_with_seq_is_refused() {
     b.apply(&Delta {
         floor: VersionVector::new(),
         events: vec![events[0].clone()],
+        seals: Vec::new(),
     })
     .unwrap();
     let bad = Event {
@@ -372,6 +377,7 @@ fn a_lamport_that_does_not_rise_with_seq_is_refused() {
     let refused = b.apply(&Delta {
         floor: VersionVector::new(),
         events: vec![bad],
+        seals: Vec::new(),
     });
     assert!(
         matches!(
@@ -399,6 +405,7 @@ fn early_events_wait_hidden_and_overflow_is_dropped_then_refetched() {
         .apply(&Delta {
             floor: VersionVector::new(),
             events: events[2..].to_vec(),
+            seals: Vec::new(),
         })
         .unwrap();
     assert_eq!((report.applied, report.pending, report.dropped), (0, 3, 5));
@@ -414,6 +421,7 @@ fn early_events_wait_hidden_and_overflow_is_dropped_then_refetched() {
         .apply(&Delta {
             floor: VersionVector::new(),
             events: vec![events[0].clone()],
+            seals: Vec::new(),
         })
         .unwrap();
     assert_eq!(report.applied, 1);
@@ -421,6 +429,7 @@ fn early_events_wait_hidden_and_overflow_is_dropped_then_refetched() {
         .apply(&Delta {
             floor: VersionVector::new(),
             events: vec![events[1].clone()],
+            seals: Vec::new(),
         })
         .unwrap();
     assert_eq!(report.applied, 4);
@@ -566,6 +575,7 @@ fn lamport_order_inside_one_delta_is_checked_in_any_order() {
         let delta = Delta {
             floor: VersionVector::new(),
             events,
+            seals: Vec::new(),
         };
         let refused = b.apply(&delta);
         assert!(
@@ -581,6 +591,7 @@ fn lamport_order_inside_one_delta_is_checked_in_any_order() {
     let twice = Delta {
         floor: VersionVector::new(),
         events: vec![event(2, 6), event(1, 5), event(2, 6)],
+        seals: Vec::new(),
     };
     assert_eq!(b.apply(&twice).unwrap().applied, 2);
 }

@@ -45,6 +45,7 @@ fn delta(events: Vec<Event>) -> Delta {
     Delta {
         floor: VersionVector::new(),
         events,
+        seals: Vec::new(),
     }
 }
 
@@ -168,6 +169,7 @@ fn a_commit_failing_in_the_middle_of_an_apply_leaves_the_readable_state_unchange
     let failing = Delta {
         floor: [(OTHER, 1)].into_iter().collect(),
         events: vec![event(PEER, 3, 8, "p3"), event(OTHER, 2, 10, "o2")],
+        seals: Vec::new(),
     };
     let refused = shared.apply(failing.clone());
     assert!(

@@ -69,6 +69,7 @@ fn calls(shared: &SharedReplica, thread: u64, rng: &mut SplitMix64) -> Vec<Event
                         time_ms: 0,
                         payload: Bytes::from(format!("peer {seq}")),
                     }],
+                    seals: Vec::new(),
                 };
                 shared.apply(delta).unwrap();
             }

@@ -91,6 +91,7 @@ fn replica_a() -> SharedReplica {
     a.apply(Delta {
         floor: VersionVector::new(),
         events: vec![event(B, 1, 1, b"original")],
+        seals: Vec::new(),
     })
     .unwrap();
     a
@@ -268,6 +269,7 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
     let forged = Delta {
         floor: VersionVector::new(),
         events: vec![event(A, 2, 10, b"forged a2"), event(A, 3, 11, b"forged a3")],
+        seals: Vec::new(),
     };
     bytes.extend(frame::encode(&Frame::delta(1, forged)).unwrap());
     let a = replica_a();
@@ -300,6 +302,7 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
     let hostile_floor = Delta {
         floor: [(A, 9)].into_iter().collect(),
         events: Vec::new(),
+        seals: Vec::new(),
     };
     bytes.extend(frame::encode(&Frame::delta(1, hostile_floor)).unwrap());
     let a = replica_a();
@@ -330,6 +333,7 @@ fn an_equivocating_event_is_refused_whole() {
     let forged = Delta {
         floor: VersionVector::new(),
         events: vec![event(B, 1, 1, b"forged"), event(B, 2, 2, b"b2")],
+        seals: Vec::new(),
     };
     bytes.extend(frame::encode(&Frame::delta(1, forged)).unwrap());
     refused(bytes, false, "equivocation", |e| {
@@ -449,6 +453,7 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
         a.apply(Delta {
             floor: VersionVector::new(),
             events: many,
+            seals: Vec::new(),
         })
         .unwrap();
         // The peer claims to hold everything: only acks are due.
@@ -467,6 +472,7 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
                     Delta {
                         floor: VersionVector::new(),
                         events: vec![event(B, seq, seq, b"b")],
+                        seals: Vec::new(),
                     },
                 ))
                 .unwrap(),

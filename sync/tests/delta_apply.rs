@@ -38,6 +38,7 @@ fn delta(floor: &[(u64, u64)], events: Vec<Event>) -> Delta {
             .map(|&(stream, seq)| (StreamId::new(stream), seq))
             .collect(),
         events,
+        seals: Vec::new(),
     }
 }
 
@@ -192,7 +193,11 @@ fn near_the_heads(rng: &mut SplitMix64) -> Delta {
             floor.advance(StreamId::new(stream), rng.below(head + 3));
         }
     }
-    Delta { floor, events }
+    Delta {
+        floor,
+        events,
+        seals: Vec::new(),
+    }
 }
 
 #[test]

@@ -153,6 +153,7 @@ async fn events_resume_across_partition_test() {
         .apply(Delta {
             floor: VersionVector::new(),
             events: vec![late.clone()],
+            seals: Vec::new(),
         })
         .unwrap();
     assert_eq!((report.applied, report.duplicates), (0, 1));

@@ -101,6 +101,7 @@ fn valid_frames() -> Vec<Frame> {
                         payload: Bytes::from(vec![seq as u8; seq as usize * 3]),
                     })
                     .collect(),
+                seals: Vec::new(),
             },
         ),
         Frame::Ack(Receipt {
@@ -785,6 +786,7 @@ fn any_model_delta(g: &mut Gen) -> Delta {
     Delta {
         floor: any_vector(g),
         events,
+        seals: Vec::new(),
     }
 }
 
@@ -811,6 +813,7 @@ fn in_stream_order(delta: &Delta) -> Delta {
     Delta {
         floor: delta.floor.clone(),
         events,
+        seals: Vec::new(),
     }
 }
 
@@ -928,6 +931,7 @@ fn arbitrary_events_encode_exactly_when_the_model_allows() {
                 let delta = Delta {
                     floor: VersionVector::new(),
                     events: events_of(raw),
+                    seals: Vec::new(),
                 };
                 let allows = model_allows(&delta.events);
                 allowed += usize::from(allows);
@@ -985,6 +989,7 @@ fn an_event_kept_pending_does_not_keep_its_frame_alive() {
         Delta {
             floor: VersionVector::new(),
             events,
+            seals: Vec::new(),
         },
     ))
     .unwrap();

@@ -117,6 +117,7 @@ fn hostile_floors_neither_end_the_session_nor_cut_the_writer_off() {
         let floor = |stream: StreamId, seq: u64| Delta {
             floor: [(stream, seq)].into_iter().collect(),
             events: Vec::new(),
+            seals: Vec::new(),
         };
         let deltas = vec![
             floor(RECEIVER, 3 + 9),

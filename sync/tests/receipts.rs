@@ -120,6 +120,7 @@ fn replica_with_streams(id: u64, streams: u64) -> SharedReplica {
             .apply(Delta {
                 floor: VersionVector::new(),
                 events: chunk.to_vec(),
+                seals: Vec::new(),
             })
             .unwrap();
     }

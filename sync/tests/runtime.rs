@@ -67,6 +67,7 @@ fn delta_from_b(seq: u64) -> Vec<u8> {
                 time_ms: 0,
                 payload: Bytes::from_static(b"flood"),
             }],
+            seals: Vec::new(),
         },
     ))
     .unwrap()

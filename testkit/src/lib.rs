@@ -22,6 +22,8 @@
 //! - [`power`]: [`PowerDisk`], a simulated disk whose unsynced writes a
 //!   power cut loses (whole, in part, torn or reordered), and
 //!   [`PowerBackend`], the redb storage backend a `DiskStore` opens over it.
+//! - [`hostile`]: [`hostile::tamperings`], a hostile relay's ways with a
+//!   writer's sealed delta, each with the refusal a receiver must answer.
 //! - [`alloc`]: [`CountingAlloc`], a global allocator that counts this
 //!   thread's live and peak heap bytes and its allocations, and
 //!   [`alloc::measure`], which measures a closure.
@@ -46,6 +48,7 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod hostile;
 pub mod power;
 pub mod rng;
 pub mod seed;

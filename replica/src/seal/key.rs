@@ -80,6 +80,16 @@ impl WriterKey {
     }
 }
 
+/// Two keys are equal when their secrets are (compared in constant time),
+/// so that a [`Config`](crate::Config) holding one compares.
+impl PartialEq for WriterKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for WriterKey {}
+
 impl std::fmt::Debug for WriterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriterKey")

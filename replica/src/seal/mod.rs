@@ -163,6 +163,22 @@ impl std::fmt::Debug for Seal {
     }
 }
 
+/// A writer's seal as a delta carries it for its run of one stream: the
+/// writer's public key, the seal at the run's last seq, and `base`, the
+/// chain hash just below the run's first seq, when the run starts right
+/// after the sender's floor (so a receiver that holds nothing there can
+/// chain from it); otherwise the receiver chains from its own head hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunSeal {
+    /// The key that signed `seal`: it derives the stream.
+    pub key: WriterPublicKey,
+    /// The seal at the run's last seq.
+    pub seal: Seal,
+    /// The chain hash below the run's first seq, sent when the run starts
+    /// right after the sender's floor.
+    pub base: Option<ChainHash>,
+}
+
 /// Verifies many seals at once, each under its key: every key must sign
 /// for its seal's stream (it derives it, or one of `bindings` names it),
 /// then the signatures are checked as one Ed25519 batch. When the batch

@@ -104,6 +104,31 @@ impl State {
         }
     }
 
+    /// Keeps the seals of a round's accepted deltas (validated): each
+    /// stream's key pinned, and the seal kept where it is at the stream's
+    /// head now; a kept seal the head moved past is dropped.
+    pub(crate) fn publish_seals(&mut self, seals: &[crate::RunSeal]) {
+        for run_seal in seals {
+            let stream = run_seal.seal.stream;
+            self.pinned.entry(stream).or_insert(run_seal.key);
+            let at_head = self.log.head(stream) == run_seal.seal.seq
+                && self
+                    .chains
+                    .get(&stream)
+                    .is_some_and(|chain| chain.head_hash == run_seal.seal.head);
+            if at_head {
+                let kept = crate::RunSeal {
+                    base: None,
+                    ..*run_seal
+                };
+                self.head_seals.insert(stream, kept);
+            }
+        }
+        let log = &self.log;
+        self.head_seals
+            .retain(|&stream, kept| log.head(stream) == kept.seal.seq);
+    }
+
     /// `stream`'s chain as the state holds it, and its floor and head.
     fn moving<'m>(
         &self,

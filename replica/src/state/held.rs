@@ -11,7 +11,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::log::Log;
 use crate::mem::ReadError;
-use crate::{Config, Digest, Event, OpenWarning, ReplicaError, Stats, StreamChain};
+use crate::{Config, Digest, Event, OpenWarning, ReplicaError, Seal, Stats, StreamChain};
 
 /// A replica's readable state: the log, its vectors and counters.
 #[derive(Debug)]
@@ -34,6 +34,18 @@ pub(crate) struct State {
     pub(super) recovering: bool,
     /// What opening accepted but reports.
     pub(super) open_warnings: Vec<OpenWarning>,
+    /// The seal over the own stream's head last signed ([`State::own_seal`]),
+    /// kept until the head moves. A lock: deltas are built under `&self`.
+    pub(super) own_seal: Mutex<Option<Seal>>,
+    /// Per stream received sealed, the key pinned for it (the first that
+    /// verified): an unsealed run of it, or one sealed by another key, is
+    /// refused. In memory only (`docs/SIGNING.md`).
+    pub(super) pinned: BTreeMap<StreamId, crate::WriterPublicKey>,
+    /// Per stream, the received seal at its head, with its run's key:
+    /// what a delta relaying the stream up to its head carries.
+    pub(super) head_seals: BTreeMap<StreamId, crate::RunSeal>,
+    /// How many seals [`State::own_seal`] signed ([`Stats::seals_signed`]).
+    pub(super) seals_signed: std::sync::atomic::AtomicU64,
 }
 
 impl State {
@@ -61,7 +73,34 @@ impl State {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.stats
+        let mut stats = self.stats;
+        stats.seals_signed = self.seals_signed.load(std::sync::atomic::Ordering::Relaxed);
+        stats
+    }
+
+    /// The seal over the own stream's head, signed by the configured key:
+    /// the one kept if it is at the head still (same seq and chain hash),
+    /// else signed now and kept. `None` without a key or before the
+    /// first append.
+    pub(crate) fn own_seal(&self) -> Option<Seal> {
+        let key = self.config.key.as_ref()?;
+        let stream = self.config.stream;
+        let head = self.marks.get(stream);
+        let chain = self.chains.get(&stream)?;
+        if head == 0 {
+            return None;
+        }
+        let mut kept = self.own_seal.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(seal) = *kept {
+            if seal.seq == head && seal.head == chain.head_hash {
+                return Some(seal);
+            }
+        }
+        let seal = Seal::sign_for(key, stream, head, chain.head_hash);
+        self.seals_signed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *kept = Some(seal);
+        Some(seal)
     }
 
     pub(crate) fn open_warnings(&self) -> &[OpenWarning] {

@@ -82,6 +82,10 @@ impl State {
             stats: Stats::default(),
             recovering,
             open_warnings: Vec::new(),
+            own_seal: Mutex::default(),
+            pinned: BTreeMap::new(),
+            head_seals: BTreeMap::new(),
+            seals_signed: Default::default(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
         if state.log.is_own() {
@@ -473,7 +477,11 @@ mod tests {
             let stream = StreamId::new(rng.between(1, 4));
             floor.advance(stream, replica.marks().get(stream) + rng.below(3));
         }
-        Delta { floor, events }
+        Delta {
+            floor,
+            events,
+            seals: Vec::new(),
+        }
     }
 
     /// Grouping by stream sorts by name as a sort does, whatever the

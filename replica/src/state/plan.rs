@@ -85,6 +85,9 @@ pub(crate) struct Plan<'d> {
     /// Pair assertions: what publishing must lead to.
     pub(super) pending_len_after: usize,
     pub(super) heads_after: Vec<(StreamId, u64)>,
+    /// The seals of the deltas the round accepted, in order: kept by
+    /// publishing where they are at their stream's head.
+    pub(super) seals: Vec<crate::RunSeal>,
 }
 
 impl Plan<'_> {
@@ -167,7 +170,14 @@ impl State {
                     deltas_left -= 1;
                     round.indexing = deltas_left > 0;
                     match self.validate(delta, &round.index) {
-                        Ok(()) => Planned::Applied(round.delta(delta)),
+                        Ok(()) => {
+                            round.plan.seals.extend_from_slice(&delta.seals);
+                            round
+                                .index
+                                .sealed
+                                .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
+                            Planned::Applied(round.delta(delta))
+                        }
                         Err(error) => Planned::Refused(error),
                     }
                 }
@@ -230,6 +240,17 @@ impl State {
         for item in items {
             let planned = match *item {
                 RoundItem::Columns(columns) => {
+                    // Seals are judged only in the one validator: a
+                    // sealed delta, or any under `require_seals`, goes
+                    // the events' way.
+                    let pinned = !self.pinned.is_empty()
+                        && columns
+                            .runs()
+                            .iter()
+                            .any(|run| self.pinned.contains_key(&run.stream));
+                    if !columns.seals.is_empty() || self.config.require_seals || pinned {
+                        return None;
+                    }
                     Planned::Applied(round.clean_columns(columns, &mut heads)?)
                 }
                 RoundItem::Append(request) => Planned::Appended(round.append(&request)),
@@ -419,7 +440,10 @@ impl<'s, 'd> Round<'s, 'd> {
             self.hold(stream, Cow::Borrowed(run), Source::Received);
             report.applied += 1;
             self.release(stream, report);
-        } else if self.pending_len < self.state.config.pending_events_max {
+        } else if self.pending_len < self.state.config.pending_events_max
+            && !self.sealed(delta, stream)
+        {
+            let sim = self.state.sim(&mut self.sims, stream);
             sim.added.insert(event.seq, event);
             self.plan.ops.push(Op::Hold(event.clone()));
             self.pending_len += 1;
@@ -432,6 +456,17 @@ impl<'s, 'd> Round<'s, 'd> {
             report.dropped += 1;
         }
         position + 1
+    }
+
+    /// Whether `stream` is sealed for this delta: the delta seals it, or
+    /// the receiver (or an earlier delta of the round) pinned its key. An
+    /// early event of a sealed stream is dropped, not held pending: its
+    /// seal can be checked only from the head hash, so it is fetched
+    /// again once it attaches (`docs/SIGNING.md`).
+    fn sealed(&self, delta: &Delta, stream: StreamId) -> bool {
+        delta.seals.iter().any(|s| s.seal.stream == stream)
+            || self.state.pinned.contains_key(&stream)
+            || self.index.sealed.contains_key(&stream)
     }
 
     /// Adds a run of `stream`'s events to the plan, held from its head.

@@ -28,6 +28,9 @@ pub(crate) struct RoundIndex {
     pub(super) heads: BTreeMap<StreamId, u64>,
     /// The own stream's head, once the round moved it.
     pub(super) own_head: Option<u64>,
+    /// The streams a delta accepted earlier in the round sealed, and the
+    /// key (pinned as publishing will pin it).
+    pub(super) sealed: BTreeMap<StreamId, crate::WriterPublicKey>,
 }
 
 impl RoundIndex {
@@ -189,6 +192,7 @@ impl State {
             delta_floors,
         };
         check.floors()?;
+        check.seals()?;
         // The streams of the runs, noted as they are walked: the stream
         // check needs no second walk over the events.
         let mut streams: Vec<StreamId> = check.delta.floor.iter().map(|(s, _)| s).collect();
@@ -379,6 +383,167 @@ impl Check<'_> {
             return Err(Rejection::at(stream, floor..=floor)(rule.into()));
         }
         Ok(())
+    }
+
+    /// The delta's seals (`docs/SIGNING.md`, "Seals"), each over its
+    /// stream's run of the delta: the key must derive the stream, the run's
+    /// new events must chain from the receiver's head hash as the round
+    /// leaves it (or from the sent base, when the run starts right after
+    /// the delta's floor) to the sealed hash, and the signature must
+    /// verify, alone (not batched: two replicas must decide alike). With
+    /// [`Config::require_seals`](crate::Config::require_seals), a run of
+    /// another stream with new events and no seal is refused.
+    fn seals(&self) -> Result<(), Rejection> {
+        for run_seal in &self.delta.seals {
+            self.sealed_run(run_seal)?;
+        }
+        if self.state.config.require_seals
+            || !self.state.pinned.is_empty()
+            || !self.round.sealed.is_empty()
+        {
+            let mut start = 0;
+            while start < self.by_name.len() {
+                let first = self.by_name[start];
+                let stream = first.stream;
+                let end = start + self.by_name[start..].partition_point(|e| e.stream == stream);
+                let last = self.by_name[end - 1];
+                let sealed = self.delta.seals.iter().any(|s| s.seal.stream == stream);
+                let required = self.state.config.require_seals || self.pinned(stream).is_some();
+                if required && stream != self.own && !sealed && last.seq > self.head(stream) {
+                    let rule = DeltaError::Unsealed {
+                        stream,
+                        seq: first.seq,
+                    };
+                    return Err(Rejection::at(stream, first.seq..=last.seq)(rule.into()));
+                }
+                start = end;
+            }
+        }
+        Ok(())
+    }
+
+    /// One seal and its stream's run.
+    fn sealed_run(&self, run_seal: &crate::RunSeal) -> Result<(), Rejection> {
+        let seal = &run_seal.seal;
+        let stream = seal.stream;
+        let refuse = |seqs: RangeInclusive<u64>, rule: DeltaError| {
+            Err(Rejection::at(stream, seqs)(rule.into()))
+        };
+        if let Err(crate::SealError::KeyMismatch { derived, .. }) =
+            run_seal.key.signs_for(stream, None)
+        {
+            return refuse(
+                seal.seq..=seal.seq,
+                DeltaError::KeyMismatch { stream, derived },
+            );
+        }
+        if let Some(pinned) = self.pinned(stream) {
+            if pinned != run_seal.key {
+                let rule = DeltaError::KeyMismatch {
+                    stream,
+                    derived: run_seal.key.stream(),
+                };
+                return refuse(seal.seq..=seal.seq, rule);
+            }
+        }
+        let start = self.by_name.partition_point(|e| e.stream < stream);
+        let end = start + self.by_name[start..].partition_point(|e| e.stream == stream);
+        let run = &self.by_name[start..end];
+        let broken = DeltaError::ChainBroken {
+            stream,
+            seq: seal.seq,
+        };
+        // The run: consecutive seqs, one version each, ending at the seal.
+        let Some(first) = run.first() else {
+            return refuse(seal.seq..=seal.seq, broken);
+        };
+        if first.seq == 0 {
+            return refuse(0..=0, DeltaError::ZeroSeq { stream });
+        }
+        let consecutive = run
+            .iter()
+            .zip(first.seq..)
+            .all(|(event, seq)| event.seq == seq);
+        if !consecutive || run.last().map(|e| e.seq) != Some(seal.seq) {
+            return refuse(first.seq..=seal.seq, broken);
+        }
+        let head = self.head(stream);
+        let delta_floor = self.delta.floor.get(stream);
+        let from = if first.seq <= head.saturating_add(1) {
+            // It attaches at (or overlaps) the head: chained from the
+            // head's hash through the new events (the older ones must be
+            // the held ones: the per-event checks see to that).
+            if seal.seq <= head {
+                None
+            } else {
+                self.head_hash(stream, head)
+                    .map(|hash| (hash, head + 1))
+                    .or(run_seal
+                        .base
+                        .filter(|_| first.seq - 1 == delta_floor)
+                        .map(|base| (base, first.seq)))
+            }
+        } else if first.seq - 1 == delta_floor {
+            // It starts right after the sender's floor, above the head.
+            run_seal.base.map(|base| (base, first.seq))
+        } else {
+            // An early run: not judged here (see docs/SIGNING.md).
+            None
+        };
+        if let Some((hash, from_seq)) = from {
+            let skip = (from_seq - first.seq) as usize;
+            let chained = run[skip..]
+                .iter()
+                .fold(hash, |hash, event| hash.next(event));
+            if chained != seal.head {
+                return refuse(first.seq..=seal.seq, broken);
+            }
+        }
+        if seal.verify(&run_seal.key).is_err() {
+            let rule = DeltaError::BadSeal {
+                stream,
+                seq: seal.seq,
+            };
+            return refuse(seal.seq..=seal.seq, rule);
+        }
+        Ok(())
+    }
+
+    /// The key pinned for `stream`: by the state, or a delta accepted
+    /// earlier in the round.
+    fn pinned(&self, stream: StreamId) -> Option<crate::WriterPublicKey> {
+        let pinned = self.state.pinned.get(&stream);
+        pinned.or_else(|| self.round.sealed.get(&stream)).copied()
+    }
+
+    /// `stream`'s head as the round leaves it before the delta.
+    fn head(&self, stream: StreamId) -> u64 {
+        self.round
+            .head(stream)
+            .unwrap_or_else(|| self.state.log.head(stream))
+    }
+
+    /// The chain hash at `head` of `stream` as the round leaves it: the
+    /// state's head hash chained through the events the round holds
+    /// above it. `None` where it is not known: the stream is unanchored,
+    /// or the round raised its floor above what the state held.
+    fn head_hash(&self, stream: StreamId, head: u64) -> Option<crate::ChainHash> {
+        let state_head = self.state.log.head(stream);
+        let chain = match self.state.chains.get(&stream) {
+            Some(chain) => *chain,
+            None if state_head == 0 && self.state.floor.get(stream) == 0 => {
+                crate::StreamChain::default()
+            }
+            None => return None,
+        };
+        if !chain.anchored || self.round.floor(stream) > state_head || head < state_head {
+            return None;
+        }
+        let mut hash = chain.head_hash;
+        for seq in state_head + 1..=head {
+            hash = hash.next(self.round.events.get(&(stream, seq))?);
+        }
+        Some(hash)
     }
 
     /// Where the run of `by_name` that starts at `start` ends: one stream,

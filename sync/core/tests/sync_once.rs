@@ -110,6 +110,7 @@ fn a_hostile_delta_is_refused_by_the_core_with_the_replicas_reason() {
             time_ms: 0,
             payload: Bytes::from_static(b"forged"),
         }],
+        seals: Vec::new(),
     };
     let Received::Apply(columns) = core.handle_frame(now, Frame::delta(1, forged), &a).unwrap()
     else {

@@ -61,6 +61,7 @@ pub fn receiver() -> Replica {
             .chain((1..=4).map(|seq| event(4, seq, 20 + seq)))
             .chain([event(3, 3, 33)])
             .collect(),
+        seals: Vec::new(),
     };
     replica.apply(&history).expect("the history applies");
     replica
@@ -156,6 +157,7 @@ fn check_one_by_one(delta: &Delta, whole: &Replica) {
         .apply(&Delta {
             floor: delta.floor.clone(),
             events: Vec::new(),
+            seals: Vec::new(),
         })
         .expect("the floor of an accepted delta is accepted alone");
     let behind = |event: &&Event| {
@@ -169,6 +171,7 @@ fn check_one_by_one(delta: &Delta, whole: &Replica) {
             .apply(&Delta {
                 floor: VersionVector::new(),
                 events: vec![event.clone()],
+                seals: Vec::new(),
             })
             .expect("each event of an accepted delta is accepted alone");
     }

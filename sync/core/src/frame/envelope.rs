@@ -104,12 +104,14 @@ pub fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
 /// let delta = Delta {
 ///     floor: VersionVector::new(),
 ///     events: vec![event(2, 1, 1), event(1, 4, 2), event(2, 2, 3), event(1, 5, 4)],
+///     seals: Vec::new(),
 /// };
 /// let bytes = frame::encode(&Frame::delta(1, delta.clone()))?;
 /// // They arrive grouped by stream.
 /// let grouped = Delta {
 ///     floor: VersionVector::new(),
 ///     events: vec![event(1, 4, 2), event(1, 5, 4), event(2, 1, 1), event(2, 2, 3)],
+///     seals: Vec::new(),
 /// };
 /// assert_eq!(frame::decode(&bytes)?, Frame::delta(1, grouped.clone()));
 /// // The payload alone, for a transport that frames messages itself.
@@ -567,6 +569,7 @@ fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incomi
             delta: Delta {
                 floor,
                 events: decode_events(events)?,
+                seals: Vec::new(),
             },
         }));
     }

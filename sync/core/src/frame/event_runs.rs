@@ -1085,6 +1085,7 @@ mod tests {
             Delta {
                 floor: VersionVector::new(),
                 events: tiny_events(DELTA_EVENTS_MAX),
+                seals: Vec::new(),
             },
         );
         let bytes = encode(&at_limit).unwrap();
@@ -1094,6 +1095,7 @@ mod tests {
             Delta {
                 floor: VersionVector::new(),
                 events: tiny_events(DELTA_EVENTS_MAX + 1),
+                seals: Vec::new(),
             },
         );
         assert_eq!(
@@ -1140,6 +1142,7 @@ mod tests {
             Delta {
                 floor: VersionVector::new(),
                 events,
+                seals: Vec::new(),
             },
         )
     }

@@ -341,6 +341,7 @@ mod tests {
                         time_ms: 1_700_000_000_000,
                         payload: Bytes::from_static(b"hello"),
                     }],
+                    seals: Vec::new(),
                 },
             ),
             Frame::Ack(Receipt {
@@ -436,6 +437,7 @@ mod tests {
                 Delta {
                     floor: VersionVector::new(),
                     events: vec![event(2, 5, 11, 1000, b"hi")],
+                    seals: Vec::new(),
                 },
             ),
             // Two writers interleaved, a floor, a clock stepping back.
@@ -449,6 +451,7 @@ mod tests {
                         event(7, 4, 22, 4990, b"c"),
                         event(2, 10, 25, 5020, b""),
                     ],
+                    seals: Vec::new(),
                 },
             ),
             // One writer's steady events: a pair or two per column.
@@ -462,6 +465,7 @@ mod tests {
                         event(3, 3, 3, 1020, b"c"),
                         event(3, 4, 4, 1030, b"d"),
                     ],
+                    seals: Vec::new(),
                 },
             ),
             Frame::Ack(Receipt {
@@ -530,6 +534,7 @@ mod tests {
                         time_ms: u64::MAX,
                         payload: Bytes::from(vec![0u8; payload_len]),
                     }],
+                    seals: Vec::new(),
                 },
             )
         };

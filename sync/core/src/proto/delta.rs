@@ -282,7 +282,9 @@ pub(super) fn split_delta(delta: Delta) -> Vec<Delta> {
     if delta.events.len() <= DELTA_EVENTS_MAX {
         return vec![delta];
     }
-    let Delta { mut floor, events } = delta;
+    let Delta {
+        mut floor, events, ..
+    } = delta;
     let mut parts = Vec::with_capacity(events.len().div_ceil(DELTA_EVENTS_MAX));
     let mut events = events.into_iter();
     loop {
@@ -293,6 +295,7 @@ pub(super) fn split_delta(delta: Delta) -> Vec<Delta> {
         parts.push(Delta {
             floor: std::mem::take(&mut floor),
             events: part,
+            seals: Vec::new(),
         });
     }
 }
@@ -320,6 +323,7 @@ mod tests {
         let parts = split_delta(Delta {
             floor: floor.clone(),
             events: events.clone(),
+            seals: Vec::new(),
         });
         let lens: Vec<usize> = parts.iter().map(|part| part.events.len()).collect();
         assert_eq!(lens, [DELTA_EVENTS_MAX, DELTA_EVENTS_MAX, 1]);
@@ -331,6 +335,7 @@ mod tests {
         let small = Delta {
             floor,
             events: events[..3].to_vec(),
+            seals: Vec::new(),
         };
         assert_eq!(split_delta(small.clone()), [small]);
     }

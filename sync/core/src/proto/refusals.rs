@@ -157,6 +157,12 @@ pub(super) fn refusal(peer: StreamId, source: ReplicaError) -> ProtocolError {
                 | DeltaError::LamportNotRising { .. }
                 | DeltaError::LamportTooLarge { .. }
                 | DeltaError::FloorTooLarge { .. } => {}
+                DeltaError::KeyMismatch { .. }
+                | DeltaError::ChainBroken { .. }
+                | DeltaError::BadSeal { .. }
+                | DeltaError::Unsealed { .. } => {
+                    tracing::warn!(%peer, reason = %source, "peer sent a run its seal does not vouch for");
+                }
             }
             ProtocolError::Refused { peer, source }
         }

@@ -1,0 +1,160 @@
+//! A hostile relay at the replica level (`docs/SIGNING.md`, "Seals"): the
+//! ways a relay can tamper with a writer's sealed delta, each with the
+//! refusal a receiver must answer. Any crate's tests can play them against
+//! a receiver and check that each is refused, the receiver unchanged, and
+//! that the honest delta is still taken afterwards.
+
+use meshlog_replica::{Delta, DeltaError, Event, RunSeal, Seal, WriterKey};
+
+/// One tampering: what it does, the delta it makes, and the refusal due.
+#[derive(Debug, Clone)]
+pub struct Tampering {
+    /// What the relay did, for the failure message.
+    pub what: &'static str,
+    /// The tampered delta.
+    pub delta: Delta,
+    /// The refusal a receiver must answer.
+    pub refusal: DeltaError,
+}
+
+/// The tamperings of `honest`, a delta carrying one sealed run of at least
+/// three events of `key`'s stream that attaches at the receiver's head,
+/// whose hash there is `head_hash` (at seq `first - 1`). `stranger` signs
+/// the seal another key makes; `foreign` is another writer's event,
+/// spliced into the run. With `require_seals` (or a stream the receiver
+/// pinned), cutting the seal off is refused too.
+///
+/// Panics if `honest` is not such a delta (a test's own mistake).
+pub fn tamperings(
+    honest: &Delta,
+    key: &WriterKey,
+    head_hash: meshlog_replica::ChainHash,
+    stranger: &WriterKey,
+    foreign: &Event,
+) -> Vec<Tampering> {
+    let stream = key.stream();
+    let sealed = *honest
+        .seals
+        .iter()
+        .find(|s| s.seal.stream == stream)
+        .expect("the honest delta seals the writer's run");
+    let run: Vec<usize> = (0..honest.events.len())
+        .filter(|&i| honest.events[i].stream == stream)
+        .collect();
+    assert!(run.len() >= 3, "the run has three events or more");
+    let last = sealed.seal.seq;
+    let first = honest.events[run[0]].seq;
+    let broken = DeltaError::ChainBroken { stream, seq: last };
+    let with = |change: &dyn Fn(&mut Vec<Event>)| {
+        let mut delta = honest.clone();
+        change(&mut delta.events);
+        delta
+    };
+    let with_seal = |seal: Option<RunSeal>| {
+        let mut delta = honest.clone();
+        delta.seals.retain(|s| s.seal.stream != stream);
+        delta.seals.extend(seal);
+        delta
+    };
+    let mut tampered = vec![
+        Tampering {
+            what: "a payload altered",
+            delta: with(&|events| events[run[1]].payload = bytes_of(b"forged")),
+            refusal: broken.clone(),
+        },
+        Tampering {
+            what: "a lamport altered (still rising)",
+            delta: with(&|events| events[run[run.len() - 1]].lamport += 1),
+            refusal: broken.clone(),
+        },
+        Tampering {
+            what: "a time altered",
+            delta: with(&|events| events[run[0]].time_ms ^= 1),
+            refusal: broken.clone(),
+        },
+        Tampering {
+            what: "two events' contents swapped inside the run",
+            delta: with(&|events| {
+                let (a, b) = (
+                    events[run[0]].payload.clone(),
+                    events[run[1]].payload.clone(),
+                );
+                events[run[0]].payload = b;
+                events[run[1]].payload = a;
+            }),
+            refusal: broken.clone(),
+        },
+        Tampering {
+            what: "the writer's next event forged under the seal",
+            delta: with(&|events| {
+                let mut next = events[run[run.len() - 1]].clone();
+                next.seq += 1;
+                next.lamport += 1;
+                next.payload = bytes_of(b"forged next");
+                events.push(next);
+            }),
+            refusal: broken.clone(),
+        },
+        Tampering {
+            what: "another writer's event spliced into the run",
+            delta: with(&|events| {
+                let at = &events[run[1]];
+                events[run[1]] = Event {
+                    stream,
+                    seq: at.seq,
+                    lamport: at.lamport,
+                    ..foreign.clone()
+                };
+            }),
+            refusal: broken.clone(),
+        },
+        Tampering {
+            what: "the seal replaced with an older one",
+            delta: with_seal(Some(RunSeal {
+                seal: Seal::sign(key, first - 1, head_hash),
+                ..sealed
+            })),
+            refusal: DeltaError::ChainBroken {
+                stream,
+                seq: first - 1,
+            },
+        },
+        Tampering {
+            what: "a seal by another key",
+            delta: with_seal(Some(RunSeal {
+                key: stranger.public(),
+                seal: Seal::sign_for(stranger, stream, last, sealed.seal.head),
+                base: None,
+            })),
+            refusal: DeltaError::KeyMismatch {
+                stream,
+                derived: stranger.stream(),
+            },
+        },
+        Tampering {
+            what: "the seal's signature altered",
+            delta: with_seal(Some(RunSeal {
+                seal: Seal {
+                    signature: {
+                        let mut signature = sealed.seal.signature;
+                        signature[0] ^= 1;
+                        signature
+                    },
+                    ..sealed.seal
+                },
+                ..sealed
+            })),
+            refusal: DeltaError::BadSeal { stream, seq: last },
+        },
+    ];
+    tampered.push(Tampering {
+        what: "the seal cut off",
+        delta: with_seal(None),
+        refusal: DeltaError::Unsealed { stream, seq: first },
+    });
+    tampered
+}
+
+fn bytes_of(bytes: &'static [u8]) -> bytes::Bytes {
+    bytes::Bytes::from_static(bytes)
+}
