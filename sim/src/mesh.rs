@@ -391,10 +391,9 @@ impl Mesh {
         for link in self.nodes[node].links.clone() {
             self.close(link, "peer stopped");
         }
-        let replica = replica
-            .into_replica()
-            .ok()
-            .expect("the mesh holds the only handle of a replica");
+        let Ok(replica) = replica.into_replica() else {
+            panic!("the mesh holds the only handle of replica {node}");
+        };
         self.nodes[node].store = Some(replica.into_store());
         self.nodes[node].routes = Routes::new();
     }
