@@ -91,6 +91,22 @@ pub struct Counters {
     pub events_written: u64,
     /// Why sessions ended: the error's kind, counted.
     pub session_ends: BTreeMap<String, u64>,
+    /// Frames and bytes sent per frame kind (`docs/PROTOCOL.md`, "Frame
+    /// kinds": the payload's first byte).
+    pub by_kind: BTreeMap<&'static str, (u64, u64)>,
+}
+
+/// A frame's kind from its first payload byte (`docs/PROTOCOL.md`).
+fn kind_name(kind: Option<&u8>) -> &'static str {
+    match kind {
+        Some(0) => "hello",
+        Some(1) => "delta",
+        Some(2) => "ack",
+        Some(3) => "heartbeat",
+        Some(4) => "routes",
+        Some(5) => "bare ack",
+        _ => "other",
+    }
 }
 
 /// What the event loop does at a time.
@@ -646,6 +662,13 @@ impl Mesh {
         self.counters.frames_sent += 1;
         self.counters.bytes_sent += bytes.len() as u64;
         self.links[link].bytes_sent += bytes.len() as u64;
+        let kind = self
+            .counters
+            .by_kind
+            .entry(kind_name(bytes.get(LENGTH_PREFIX_BYTES)))
+            .or_default();
+        kind.0 += 1;
+        kind.1 += bytes.len() as u64;
         if self.links[link].cut {
             self.counters.frames_lost += 1;
             return;

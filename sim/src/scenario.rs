@@ -65,6 +65,8 @@ pub struct Figures {
     /// Bytes sent in the quiet window, per link per minute (heartbeats and
     /// their acks, both ways).
     pub heartbeat_bytes_per_link_minute: f64,
+    /// The quiet window's frames and bytes per frame kind.
+    pub quiet_by_kind: Vec<(&'static str, u64, u64)>,
     /// A converged replica's streams.
     pub streams: usize,
     /// The token text at the head of a converged replica, in bytes.
@@ -182,9 +184,20 @@ impl Scenario {
         let events_held = mesh.replica(0).expect("up").digest().events;
         // Quiet: only heartbeats and their receipts.
         let before: u64 = mesh.link_bytes().iter().sum();
+        let kinds_before = mesh.counters().by_kind.clone();
         let until = mesh.now() + self.quiet_for;
         mesh.run_until(until);
         let quiet: u64 = mesh.link_bytes().iter().sum::<u64>() - before;
+        let quiet_by_kind = mesh
+            .counters()
+            .by_kind
+            .iter()
+            .map(|(&kind, &(frames, bytes))| {
+                let (f0, b0) = kinds_before.get(kind).copied().unwrap_or_default();
+                (kind, frames - f0, bytes - b0)
+            })
+            .filter(|&(_, frames, _)| frames > 0)
+            .collect();
         let minutes = self.quiet_for.as_secs_f64() / 60.0;
         let round_trip = self.mesh.net.round_trip_mean();
         let diameter = mesh.diameter();
@@ -200,6 +213,7 @@ impl Scenario {
             converge_goal: round_trip * 3 * diameter as u32,
             counters,
             heartbeat_bytes_per_link_minute: quiet as f64 / links as f64 / minutes,
+            quiet_by_kind,
             streams: head.len(),
             token_head_bytes,
             token_mid_bytes,

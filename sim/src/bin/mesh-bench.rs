@@ -171,6 +171,17 @@ fn main() -> ExitCode {
         f.heartbeat_bytes_per_link_minute,
         goal(f.heartbeat_bytes_per_link_minute < 1024.0)
     );
+    let quiet: Vec<String> = f
+        .quiet_by_kind
+        .iter()
+        .map(|(kind, frames, bytes)| {
+            format!(
+                "{kind} {frames} frames {:.0} B each",
+                *bytes as f64 / *frames as f64
+            )
+        })
+        .collect();
+    println!("    quiet window by kind: {}", quiet.join(", "));
     println!(
         "  memory per replica (heap live / replicas, sessions included): {:.0} bytes, {:.1} bytes per event held",
         per_replica,
