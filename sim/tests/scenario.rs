@@ -71,16 +71,20 @@ fn a_faulty_mesh_of_20_replicas_and_200_writers_converges_and_walks_exactly_once
             .run()
             .unwrap_or_else(|violation| panic!("seed {seed}: {violation}"));
         eprintln!("{figures:#?}");
-        // Not vacuous: faults happened and readers met them.
+        // Not vacuous: with the default seed (tuned for it), faults
+        // happened and readers met them. A replayed seed checks the
+        // invariants only.
         let ends = &figures.counters.session_ends;
-        assert!(
-            ends.keys().any(|k| k.starts_with("read timeout")),
-            "{ends:?}"
-        );
-        assert!(ends.contains_key("peer stopped"), "{ends:?}");
-        assert!(figures.counters.frames_lost > 0 && figures.counters.frames_duplicated > 0);
-        assert!(figures.failovers > 3 && figures.returned > 0);
-        assert!(figures.stale > 0, "no reader met a stale answer");
+        if seed::replayed().is_none() {
+            assert!(
+                ends.keys().any(|k| k.starts_with("read timeout")),
+                "{ends:?}"
+            );
+            assert!(ends.contains_key("peer stopped"), "{ends:?}");
+            assert!(figures.counters.frames_lost > 0 && figures.counters.frames_duplicated > 0);
+            assert!(figures.failovers > 3 && figures.returned > 0);
+            assert!(figures.stale > 0, "no reader met a stale answer");
+        }
         assert_eq!(figures.events, 1000);
         // Only timeouts, stops and duplicates end sessions: no protocol error.
         for why in ends.keys() {
