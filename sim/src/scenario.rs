@@ -36,6 +36,9 @@ pub struct Scenario {
     pub converge_poll: Duration,
     /// The quiet window after convergence in which heartbeats are measured.
     pub quiet_for: Duration,
+    /// Called with the mesh and the phase after each step, for a caller
+    /// that reports progress (the bench); `None` in tests.
+    pub progress: Option<fn(&Mesh, &str)>,
 }
 
 /// What a run measured.
@@ -131,6 +134,9 @@ impl Scenario {
             let until = mesh.now() + self.step;
             mesh.run_until(until);
             check::prefix_closed(&mesh)?;
+            if let Some(progress) = self.progress {
+                progress(&mesh, "writing");
+            }
         }
         // Writes stop; everything heals, restarts, joins.
         mesh.heal_all();
@@ -161,6 +167,9 @@ impl Scenario {
             if mesh.now() >= next_check {
                 check::prefix_closed(&mesh)?;
                 next_check += self.step;
+                if let Some(progress) = self.progress {
+                    progress(&mesh, "converging");
+                }
             }
         }
         let converge_time = mesh.now() - stopped_at;
@@ -188,6 +197,9 @@ impl Scenario {
         let until = mesh.now() + self.quiet_for;
         mesh.run_until(until);
         let quiet: u64 = mesh.link_bytes().iter().sum::<u64>() - before;
+        if let Some(progress) = self.progress {
+            progress(&mesh, "quiet window done");
+        }
         let quiet_by_kind = mesh
             .counters()
             .by_kind

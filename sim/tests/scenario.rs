@@ -53,6 +53,7 @@ fn ci_scenario(seed: u64, replicas: usize, writers: usize) -> Scenario {
         converge_within: Duration::from_secs(30),
         converge_poll: ms(10),
         quiet_for: Duration::from_secs(2),
+        progress: None,
     }
 }
 

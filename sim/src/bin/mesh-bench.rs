@@ -72,7 +72,25 @@ fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
         .map_err(|_| format!("{text:?} is not a number"))
 }
 
+/// When the run started, for the progress lines.
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// A progress line on stderr: simulated time, steps, wall time, heap.
+fn progress(mesh: &meshlog_sim::Mesh, phase: &str) {
+    let wall = STARTED.get_or_init(Instant::now).elapsed();
+    eprintln!(
+        "  [{phase}] simulated {:.1} s, {} steps, {} of {} links connected, wall {:.0} s, heap {:.2} GiB",
+        mesh.now().as_secs_f64(),
+        mesh.steps(),
+        mesh.connected(),
+        mesh.links().len(),
+        wall.as_secs_f64(),
+        alloc::live_bytes() as f64 / (1u64 << 30) as f64
+    );
+}
+
 fn main() -> ExitCode {
+    STARTED.get_or_init(Instant::now);
     let args = match parse() {
         Ok(args) => args,
         Err(error) => {
@@ -112,6 +130,7 @@ fn main() -> ExitCode {
         converge_within: Duration::from_secs(600),
         converge_poll: ms(5),
         quiet_for: Duration::from_secs(args.quiet_secs),
+        progress: Some(progress),
     };
     let baseline = alloc::live_bytes();
     let started = Instant::now();
