@@ -68,6 +68,9 @@ pub struct Figures {
     /// Bytes sent in the quiet window, per link per minute (heartbeats and
     /// their acks, both ways).
     pub heartbeat_bytes_per_link_minute: f64,
+    /// The same over the quiet window's second half only, once the
+    /// receipts that follow the last deltas are done.
+    pub heartbeat_bytes_per_link_minute_settled: f64,
     /// The quiet window's frames and bytes per frame kind.
     pub quiet_by_kind: Vec<(&'static str, u64, u64)>,
     /// A converged replica's streams.
@@ -194,9 +197,14 @@ impl Scenario {
         // Quiet: only heartbeats and their receipts.
         let before: u64 = mesh.link_bytes().iter().sum();
         let kinds_before = mesh.counters().by_kind.clone();
-        let until = mesh.now() + self.quiet_for;
+        let half = mesh.now() + self.quiet_for / 2;
+        mesh.run_until(half);
+        let middle: u64 = mesh.link_bytes().iter().sum();
+        let until = mesh.now() + (self.quiet_for - self.quiet_for / 2);
         mesh.run_until(until);
-        let quiet: u64 = mesh.link_bytes().iter().sum::<u64>() - before;
+        let end: u64 = mesh.link_bytes().iter().sum();
+        let quiet = end - before;
+        let settled = end - middle;
         if let Some(progress) = self.progress {
             progress(&mesh, "quiet window done");
         }
@@ -225,6 +233,9 @@ impl Scenario {
             converge_goal: round_trip * 3 * diameter as u32,
             counters,
             heartbeat_bytes_per_link_minute: quiet as f64 / links as f64 / minutes,
+            heartbeat_bytes_per_link_minute_settled: settled as f64
+                / links as f64
+                / (minutes / 2.0),
             quiet_by_kind,
             streams: head.len(),
             token_head_bytes,

@@ -202,6 +202,11 @@ fn main() -> ExitCode {
         .collect();
     println!("    quiet window by kind: {}", quiet.join(", "));
     println!(
+        "    its second half only: {:.0} bytes per minute per link; goal under 1 KB: {}",
+        f.heartbeat_bytes_per_link_minute_settled,
+        goal(f.heartbeat_bytes_per_link_minute_settled < 1024.0)
+    );
+    println!(
         "  memory per replica (heap live / replicas, sessions included): {:.0} bytes, {:.1} bytes per event held",
         per_replica,
         per_replica / f.events_held.max(1) as f64
