@@ -1,0 +1,338 @@
+//! [`Scenario`]: one run of a mesh, scripted from its seed: writes with
+//! faults (partitions, stops and restarts, a late joiner, compaction) and
+//! readers walking with failover, every invariant checked as it goes; then
+//! writes stop, everything heals, and the mesh must converge within a
+//! bound; then a quiet minute measures heartbeats. Its [`Figures`] are
+//! what `mesh-bench` prints and the CI scenario asserts on.
+
+use std::time::Duration;
+
+use meshlog_cursor::{token, VersionVector};
+
+use crate::check::{self, Reader, Violation};
+use crate::mesh::{Counters, Mesh, MeshConfig};
+
+/// A run's script.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The mesh.
+    pub mesh: MeshConfig,
+    /// How long writers write (simulated).
+    pub write_for: Duration,
+    /// Events each writer appends, on average, spread over `write_for`.
+    pub events_per_writer: u64,
+    /// Partitions, stops and restarts, late joins and compaction while
+    /// writers write.
+    pub faults: bool,
+    /// Readers walking with failover.
+    pub readers: usize,
+    /// The step of the script: writes, faults and reader pages are drawn
+    /// per step, and the invariants checked after each.
+    pub step: Duration,
+    /// How long after writes stop (and everything heals) the mesh has to
+    /// converge.
+    pub converge_within: Duration,
+    /// How often convergence is looked at while waiting for it.
+    pub converge_poll: Duration,
+    /// The quiet window after convergence in which heartbeats are measured.
+    pub quiet_for: Duration,
+    /// Called with the mesh and the phase after each step, for a caller
+    /// that reports progress (the bench); `None` in tests.
+    pub progress: Option<fn(&Mesh, &str)>,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    /// The seed.
+    pub seed: u64,
+    /// Replicas and writers.
+    pub replicas: usize,
+    /// Writers.
+    pub writers: usize,
+    /// Links, and the graph's diameter in hops.
+    pub links: usize,
+    /// The graph's diameter in hops.
+    pub diameter: usize,
+    /// The mean round trip of a link.
+    pub round_trip: Duration,
+    /// Events written.
+    pub events: u64,
+    /// Simulated time from writes stopping (and everything healing) to
+    /// every replica holding everything.
+    pub converge_time: Duration,
+    /// The goal: 3 × diameter × round trip.
+    pub converge_goal: Duration,
+    /// Counters at convergence.
+    pub counters: Counters,
+    /// Bytes sent in the quiet window, per link per minute (heartbeats and
+    /// their acks, both ways).
+    pub heartbeat_bytes_per_link_minute: f64,
+    /// The same over the quiet window's second half only, once the
+    /// receipts that follow the last deltas are done.
+    pub heartbeat_bytes_per_link_minute_settled: f64,
+    /// The quiet window's frames and bytes per frame kind.
+    pub quiet_by_kind: Vec<(&'static str, u64, u64)>,
+    /// A converged replica's streams.
+    pub streams: usize,
+    /// The token text at the head of a converged replica, in bytes.
+    pub token_head_bytes: usize,
+    /// The token text half-way through a walk of a converged replica.
+    pub token_mid_bytes: usize,
+    /// Events each replica holds once converged.
+    pub events_held: u64,
+    /// Reader totals: failovers and stale answers met (each checked exact).
+    pub failovers: u64,
+    /// Stale answers met.
+    pub stale: u64,
+    /// Events the readers returned.
+    pub returned: u64,
+    /// Simulated steps handled.
+    pub steps: u64,
+}
+
+impl Scenario {
+    /// Runs the script; the first broken invariant ends it.
+    pub fn run(&self) -> Result<(Mesh, Figures), Violation> {
+        let mut mesh = Mesh::new(self.mesh.clone());
+        let replicas = mesh.replicas();
+        let late = self.mesh.late_joiners;
+        let mut readers: Vec<Reader> = (0..self.readers)
+            .map(|i| Reader::new(i % (replicas - late)))
+            .collect();
+        let slices = (self.write_for.as_nanos() / self.step.as_nanos()).max(1) as u64;
+        let total = self.events_per_writer * mesh.writers() as u64;
+        let mut written = 0u64;
+        let mut stopped: Vec<usize> = Vec::new();
+        let mut cut: Vec<usize> = Vec::new();
+        let links = mesh.links().len();
+        for slice in 1..=slices {
+            // Writes: the events due by the end of this slice.
+            let due = total * slice / slices;
+            while written < due {
+                let writers = mesh.writers() as u64;
+                let writer = mesh.rng().below(writers) as usize;
+                mesh.append(writer);
+                written += 1;
+            }
+            if self.faults {
+                self.fault(&mut mesh, slice, slices, &mut stopped, &mut cut, links);
+            }
+            for reader in &mut readers {
+                if mesh.rng().chance(0.1) {
+                    let up = mesh.up();
+                    let i = mesh.rng().below(up.len() as u64) as usize;
+                    let to = up[i];
+                    reader.fail_over(&mesh, to)?;
+                }
+                // Slow readers (a short page, every other step), so that
+                // compaction overtakes them and they meet stale answers.
+                if mesh.rng().chance(0.5) {
+                    reader.step(&mesh, 5)?;
+                }
+            }
+            if slice == slices {
+                break; // the last writes: convergence is timed from here
+            }
+            let until = mesh.now() + self.step;
+            mesh.run_until(until);
+            check::prefix_closed(&mesh)?;
+            if let Some(progress) = self.progress {
+                progress(&mesh, "writing");
+            }
+        }
+        // Writes stop; everything heals, restarts, joins.
+        mesh.heal_all();
+        for node in 0..replicas {
+            mesh.restart(node);
+        }
+        let stopped_at = mesh.now();
+        let written = mesh.written();
+        let mut next_check = stopped_at + self.step;
+        loop {
+            if check::converged(&mesh, &written) {
+                break;
+            }
+            if mesh.now() - stopped_at > self.converge_within {
+                return Err(Violation {
+                    at: mesh.now(),
+                    step: mesh.steps(),
+                    what: format!(
+                        "not converged {:?} after writes stopped and everything healed ({} of {} links connected)",
+                        self.converge_within,
+                        mesh.connected(),
+                        links
+                    ),
+                });
+            }
+            let until = mesh.now() + self.converge_poll;
+            mesh.run_until(until);
+            if mesh.now() >= next_check {
+                check::prefix_closed(&mesh)?;
+                next_check += self.step;
+                if let Some(progress) = self.progress {
+                    progress(&mesh, "converging");
+                }
+            }
+        }
+        let converge_time = mesh.now() - stopped_at;
+        check::prefix_closed(&mesh)?;
+        let counters = mesh.counters().clone();
+        // Every reader fails over once more and walks to the head.
+        let mut failovers = 0;
+        let mut stale = 0;
+        let mut returned = 0;
+        for reader in &mut readers {
+            let to = mesh.rng().below(replicas as u64) as usize;
+            reader.fail_over(&mesh, to)?;
+            reader.finish(&mesh, 100)?;
+            failovers += reader.failovers;
+            stale += reader.stale;
+            returned += reader.returned;
+        }
+        let head = mesh.replica(0).expect("up").marks();
+        let token_head_bytes = token::encode_text(&head).map_or(0, |t| t.len());
+        let token_mid_bytes = mid_walk_token(&mesh);
+        let events_held = mesh.replica(0).expect("up").digest().events;
+        // Quiet: only heartbeats and their receipts.
+        let before: u64 = mesh.link_bytes().iter().sum();
+        let kinds_before = mesh.counters().by_kind.clone();
+        let half = mesh.now() + self.quiet_for / 2;
+        mesh.run_until(half);
+        let middle: u64 = mesh.link_bytes().iter().sum();
+        let until = mesh.now() + (self.quiet_for - self.quiet_for / 2);
+        mesh.run_until(until);
+        let end: u64 = mesh.link_bytes().iter().sum();
+        let quiet = end - before;
+        let settled = end - middle;
+        if let Some(progress) = self.progress {
+            progress(&mesh, "quiet window done");
+        }
+        let quiet_by_kind = mesh
+            .counters()
+            .by_kind
+            .iter()
+            .map(|(&kind, &(frames, bytes))| {
+                let (f0, b0) = kinds_before.get(kind).copied().unwrap_or_default();
+                (kind, frames - f0, bytes - b0)
+            })
+            .filter(|&(_, frames, _)| frames > 0)
+            .collect();
+        let minutes = self.quiet_for.as_secs_f64() / 60.0;
+        let round_trip = self.mesh.net.round_trip_mean();
+        let diameter = mesh.diameter();
+        let figures = Figures {
+            seed: self.mesh.seed,
+            replicas,
+            writers: mesh.writers(),
+            links,
+            diameter,
+            round_trip,
+            events: mesh.counters().events_written,
+            converge_time,
+            converge_goal: round_trip * 3 * diameter as u32,
+            counters,
+            heartbeat_bytes_per_link_minute: quiet as f64 / links as f64 / minutes,
+            heartbeat_bytes_per_link_minute_settled: settled as f64
+                / links as f64
+                / (minutes / 2.0),
+            quiet_by_kind,
+            streams: head.len(),
+            token_head_bytes,
+            token_mid_bytes,
+            events_held,
+            failovers,
+            stale,
+            returned,
+            steps: mesh.steps(),
+        };
+        Ok((mesh, figures))
+    }
+
+    /// This slice's faults, drawn: cut or heal a link, stop or restart a
+    /// replica (at most a fifth down at once), a late joiner joins half-way,
+    /// and compaction now and then.
+    fn fault(
+        &self,
+        mesh: &mut Mesh,
+        slice: u64,
+        slices: u64,
+        stopped: &mut Vec<usize>,
+        cut: &mut Vec<usize>,
+        links: usize,
+    ) {
+        let replicas = mesh.replicas();
+        let late = self.mesh.late_joiners;
+        if mesh.rng().chance(0.1) && cut.len() < links / 4 + 1 {
+            let link = mesh.rng().below(links as u64) as usize;
+            mesh.cut(link);
+            cut.push(link);
+        }
+        // Cuts last 2.5 s on average: longer than a read timeout at the
+        // CI's heartbeat, so sessions time out and redial.
+        if !cut.is_empty() && mesh.rng().chance(0.04) {
+            let i = mesh.rng().below(cut.len() as u64) as usize;
+            mesh.heal(cut.swap_remove(i));
+        }
+        if mesh.rng().chance(0.08) && stopped.len() < (replicas - late) / 5 + 1 {
+            let node = mesh.rng().below((replicas - late) as u64) as usize;
+            if !stopped.contains(&node) {
+                mesh.stop(node);
+                stopped.push(node);
+            }
+        }
+        if !stopped.is_empty() && mesh.rng().chance(0.1) {
+            let i = mesh.rng().below(stopped.len() as u64) as usize;
+            mesh.restart(stopped.swap_remove(i));
+        }
+        if slice == slices / 2 {
+            for node in replicas - late..replicas {
+                mesh.join(node);
+            }
+        }
+        if mesh.rng().chance(0.05) {
+            // Half of what every replica up holds, on a few streams.
+            let up = mesh.up();
+            let mut common: Option<VersionVector> = None;
+            for node in up {
+                let marks = mesh.replica(node).expect("up").marks();
+                common = Some(match common {
+                    None => marks,
+                    Some(c) => c.iter().map(|(s, seq)| (s, seq.min(marks.get(s)))).fold(
+                        VersionVector::new(),
+                        |mut v, (s, seq)| {
+                            v.advance(s, seq);
+                            v
+                        },
+                    ),
+                });
+            }
+            let mut target = VersionVector::new();
+            for (stream, seq) in common.unwrap_or_default().iter() {
+                if mesh.rng().chance(0.3) {
+                    target.advance(stream, seq / 2);
+                }
+            }
+            mesh.compact_all(&target);
+        }
+    }
+}
+
+/// The token half-way through a walk of replica 0, as text.
+fn mid_walk_token(mesh: &Mesh) -> usize {
+    let replica = mesh.replica(0).expect("up");
+    let half = replica.digest().events / 2;
+    let mut cursor = replica.floor();
+    let mut seen = 0;
+    while seen < half {
+        let Ok(page) = replica.page(&cursor, 1000) else {
+            break;
+        };
+        seen += page.events.len() as u64;
+        cursor = page.next;
+        if page.at_head {
+            break;
+        }
+    }
+    token::encode_text(&cursor).map_or(0, |t| t.len())
+}
