@@ -16,7 +16,7 @@
 //!   first event pushed ends the wait;
 //! - `append_events {payloads}`: appends UTF-8 payloads in one durable
 //!   commit (`POST /events`);
-//! - `read_marks {}`: the node's marks, floor, digest and peers
+//! - `read_marks {}`: the node's marks, floor, digest, chain heads and peers
 //!   (`GET /marks`).
 //!
 //! A node's error (a stale token, a malformed one, a limit) comes back as a
@@ -200,7 +200,7 @@ impl MeshlogMcp {
     }
 
     #[tool(
-        description = "Read the node's marks (per writer stream, the last seq held), floor, digest, its own stream and its peers' state, and the marks as a token."
+        description = "Read the node's marks (per writer stream, the last seq held), floor, digest, chain heads (per stream its head and chain hash, and one hash over them: equal on nodes that hold the same heads, whatever each compacted), its own stream and its peers' state, and the marks as a token."
     )]
     async fn read_marks(&self) -> Result<CallToolResult, ErrorData> {
         Ok(answer(self.node.marks().await))
