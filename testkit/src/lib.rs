@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod deps;
 pub mod hostile;
 pub mod power;
 pub mod rng;
