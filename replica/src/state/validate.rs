@@ -429,23 +429,7 @@ impl Check<'_> {
         let refuse = |seqs: RangeInclusive<u64>, rule: DeltaError| {
             Err(Rejection::at(stream, seqs)(rule.into()))
         };
-        if let Err(crate::SealError::KeyMismatch { derived, .. }) =
-            run_seal.key.signs_for(stream, None)
-        {
-            return refuse(
-                seal.seq..=seal.seq,
-                DeltaError::KeyMismatch { stream, derived },
-            );
-        }
-        if let Some(pinned) = self.pinned(stream) {
-            if pinned != run_seal.key {
-                let rule = DeltaError::KeyMismatch {
-                    stream,
-                    derived: run_seal.key.stream(),
-                };
-                return refuse(seal.seq..=seal.seq, rule);
-            }
-        }
+        self.seal_key(run_seal)?;
         let start = self.by_name.partition_point(|e| e.stream < stream);
         let end = start + self.by_name[start..].partition_point(|e| e.stream == stream);
         let run = &self.by_name[start..end];
@@ -467,30 +451,7 @@ impl Check<'_> {
         if !consecutive || run.last().map(|e| e.seq) != Some(seal.seq) {
             return refuse(first.seq..=seal.seq, broken);
         }
-        let head = self.head(stream);
-        let delta_floor = self.delta.floor.get(stream);
-        let from = if first.seq <= head.saturating_add(1) {
-            // It attaches at (or overlaps) the head: chained from the
-            // head's hash through the new events (the older ones must be
-            // the held ones: the per-event checks see to that).
-            if seal.seq <= head {
-                None
-            } else {
-                self.head_hash(stream, head)
-                    .map(|hash| (hash, head + 1))
-                    .or(run_seal
-                        .base
-                        .filter(|_| first.seq - 1 == delta_floor)
-                        .map(|base| (base, first.seq)))
-            }
-        } else if first.seq - 1 == delta_floor {
-            // It starts right after the sender's floor, above the head.
-            run_seal.base.map(|base| (base, first.seq))
-        } else {
-            // An early run: not judged here (see docs/SIGNING.md).
-            None
-        };
-        if let Some((hash, from_seq)) = from {
+        if let Some((hash, from_seq)) = self.chain_start(run_seal, first.seq) {
             let skip = (from_seq - first.seq) as usize;
             let chained = run[skip..]
                 .iter()
@@ -507,6 +468,59 @@ impl Check<'_> {
             return refuse(seal.seq..=seal.seq, rule);
         }
         Ok(())
+    }
+
+    /// A seal's key: it derives the seal's stream, and is the key pinned
+    /// for the stream, if one is.
+    fn seal_key(&self, run_seal: &crate::RunSeal) -> Result<(), Rejection> {
+        let seal = &run_seal.seal;
+        let stream = seal.stream;
+        let derived = match run_seal.key.signs_for(stream, None) {
+            Err(crate::SealError::KeyMismatch { derived, .. }) => derived,
+            _ if self
+                .pinned(stream)
+                .is_some_and(|pinned| pinned != run_seal.key) =>
+            {
+                run_seal.key.stream()
+            }
+            _ => return Ok(()),
+        };
+        let rule = DeltaError::KeyMismatch { stream, derived };
+        Err(Rejection::at(stream, seal.seq..=seal.seq)(rule.into()))
+    }
+
+    /// Where a sealed run's new events are chained from to its seal: the
+    /// hash and the first seq it covers, or `None` where the run is not
+    /// chained here (nothing new, an early run: `docs/SIGNING.md`).
+    fn chain_start(
+        &self,
+        run_seal: &crate::RunSeal,
+        first_seq: u64,
+    ) -> Option<(crate::ChainHash, u64)> {
+        let seal = &run_seal.seal;
+        let stream = seal.stream;
+        let head = self.head(stream);
+        let after_floor = first_seq - 1 == self.delta.floor.get(stream);
+        if first_seq <= head.saturating_add(1) {
+            // It attaches at (or overlaps) the head: chained from the
+            // head's hash through the new events (the older ones must be
+            // the held ones: the per-event checks see to that).
+            if seal.seq <= head {
+                return None;
+            }
+            self.head_hash(stream, head)
+                .map(|hash| (hash, head + 1))
+                .or(run_seal
+                    .base
+                    .filter(|_| after_floor)
+                    .map(|base| (base, first_seq)))
+        } else if after_floor {
+            // It starts right after the sender's floor, above the head.
+            run_seal.base.map(|base| (base, first_seq))
+        } else {
+            // An early run: not judged here.
+            None
+        }
     }
 
     /// The key pinned for `stream`: by the state, or a delta accepted
