@@ -679,10 +679,10 @@ impl<S: Store> Replica<S> {
         &mut self,
         plan: &mut crate::state::Plan<'_>,
     ) -> Result<(), ReplicaError> {
-        if !plan.batch.is_empty() {
-            // The chains after the batch, recorded with it (a failed read
-            // here commits nothing: the replica stays usable).
-            plan.batch.chains = self.state.chains_after(&plan.batch)?;
+        // The chains and seals after the batch, recorded with it (a failed
+        // read here commits nothing: the replica stays usable).
+        self.state.prepare_commit(plan)?;
+        if !plan.batch.is_empty() || !plan.batch.seals.is_empty() {
             if let Err(error) = self.store.commit(&plan.batch) {
                 self.failed = true;
                 tracing::error!(%error, "store commit failed; the replica refuses changes until reopened");

@@ -1347,13 +1347,13 @@ impl<S: Store> Inner<S> {
     /// Commits the plan's batch, if any, to the store; a failure marks the
     /// writer failed (the replica refuses changes until reopened).
     fn commit_store(&self, writer: &mut Writer<S>, plan: &mut Plan) -> Result<(), ReplicaError> {
-        if plan.batch.is_empty() {
+        // The chains and seals after the batch, recorded with it (only the
+        // writer changes the state: it is the one the plan was made on). A
+        // failed read commits nothing.
+        read(&self.state).prepare_commit(plan)?;
+        if plan.batch.is_empty() && plan.batch.seals.is_empty() {
             return Ok(());
         }
-        // The chains after the batch, recorded with it (only the writer
-        // changes the state: it is the one the plan was made on). A failed
-        // read commits nothing.
-        plan.batch.chains = read(&self.state).chains_after(&plan.batch)?;
         self.commit_count.fetch_add(1, Ordering::Relaxed);
         writer.store.commit(&plan.batch).map_err(|error| {
             writer.failed = true;

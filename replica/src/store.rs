@@ -16,7 +16,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::columns::RunColumns;
 use crate::mem::{MemLog, Source};
-use crate::{Digest, Event, StreamChain};
+use crate::{Digest, Event, KeptSeals, StreamChain};
 
 /// One atomic write. A store applies all of it or none of it.
 ///
@@ -47,6 +47,13 @@ pub struct Batch<'a> {
     /// the replica opened on the store chains them again from their floors
     /// ([`StreamChain::rooted`]).
     pub chains: Vec<(StreamId, StreamChain)>,
+    /// Per stream whose seals the batch moves, ascending, the key pinned
+    /// for it and the seals kept after the batch ([`KeptSeals`];
+    /// `docs/SIGNING.md`): a store records them with the events they seal
+    /// (replacing what it held for the stream), so a reopened replica
+    /// keeps its pins and relays sealed. A replica fills it in just before
+    /// the commit.
+    pub seals: Vec<(StreamId, KeptSeals)>,
     /// Events of the round that a floor raised later in the same round
     /// erased (taken out of the runs by `trim_run`), in order: the chain
     /// of their stream runs through them to that floor. Not committed.
@@ -241,7 +248,8 @@ impl<'a> Batch<'a> {
         self.runs.iter().map(BatchRun::len).sum()
     }
 
-    /// Whether the batch changes nothing but possibly the clock.
+    /// Whether the batch changes nothing but possibly the clock (and
+    /// the seals kept).
     pub fn is_empty(&self) -> bool {
         self.floors.is_empty() && self.runs.iter().all(|run| run.len() == 0)
     }
@@ -273,6 +281,9 @@ pub struct StoreMeta {
     /// ([`Batch::chains`]); a stream missing here is chained again from
     /// its floor on open.
     pub chains: BTreeMap<StreamId, StreamChain>,
+    /// Per stream received sealed, the key pinned and the seals kept, as
+    /// the last batch that moved them recorded ([`Batch::seals`]).
+    pub seals: BTreeMap<StreamId, KeptSeals>,
 }
 
 impl StoreMeta {
@@ -286,6 +297,13 @@ impl StoreMeta {
         }
         for &(stream, chain) in &batch.chains {
             self.chains.insert(stream, chain);
+        }
+    }
+
+    /// Records the seals `batch` moves.
+    pub(crate) fn record_seals(&mut self, batch: &Batch) {
+        for (stream, kept) in &batch.seals {
+            self.seals.insert(*stream, kept.clone());
         }
     }
 
@@ -498,6 +516,7 @@ impl Store for MemStore {
         }
         self.meta.clock = self.meta.clock.max(batch.clock);
         self.meta.record_chains(batch);
+        self.meta.record_seals(batch);
         Ok(())
     }
 

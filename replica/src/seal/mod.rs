@@ -179,6 +179,55 @@ pub struct RunSeal {
     pub base: Option<ChainHash>,
 }
 
+/// What a replica keeps of one writer's stream it received sealed
+/// (`docs/SIGNING.md`, "Seals"): the key it pinned (the first that
+/// verified: any other is refused for the stream) and the seals it holds
+/// below and at its head, ascending by seq, each verified over the chain
+/// it holds, thinned to at most [`KeptSeals::SEALS_MAX`]. A relay ends a
+/// run of the stream at one of them. A store records it with the batch
+/// that moves it ([`Batch::seals`](crate::Batch::seals)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptSeals {
+    /// The key pinned for the stream.
+    pub key: WriterPublicKey,
+    /// The seals held, ascending by seq, all above the stream's floor.
+    pub seals: Vec<Seal>,
+}
+
+impl KeptSeals {
+    /// How many of the newest seals are always kept: 8.
+    pub const SEALS_RECENT: usize = 8;
+    /// The most seals kept per stream: the [`KeptSeals::SEALS_RECENT`]
+    /// newest, and one per power-of-two distance below the head (64 at
+    /// most): 72, about 8 KiB.
+    pub const SEALS_MAX: usize = KeptSeals::SEALS_RECENT + 64;
+
+    /// Thins the seals (ascending) for a stream held from `floor` to
+    /// `head`: drops those at or below the floor or above the head, keeps
+    /// the [`KeptSeals::SEALS_RECENT`] newest, and below them, the newest
+    /// seal of each distance bucket `bit length of (head - seq)`, so the
+    /// older seals are exponentially spaced and at most
+    /// [`KeptSeals::SEALS_MAX`] remain.
+    pub fn thin(&mut self, floor: u64, head: u64) {
+        self.seals
+            .retain(|seal| seal.seq > floor && seal.seq <= head);
+        self.seals.dedup_by_key(|seal| seal.seq);
+        let mut kept = 0usize;
+        let mut last_bucket = None;
+        let mut keep = vec![false; self.seals.len()];
+        for (index, seal) in self.seals.iter().enumerate().rev() {
+            let bucket = 64 - (head - seal.seq).leading_zeros();
+            if kept < KeptSeals::SEALS_RECENT || last_bucket != Some(bucket) {
+                keep[index] = true;
+                kept += 1;
+                last_bucket = Some(bucket);
+            }
+        }
+        let mut flags = keep.into_iter();
+        self.seals.retain(|_| flags.next().unwrap_or(false));
+    }
+}
+
 /// Verifies many seals at once, each under its key: every key must sign
 /// for its seal's stream (it derives it, or one of `bindings` names it),
 /// then the signatures are checked as one Ed25519 batch. When the batch

@@ -34,9 +34,15 @@ impl State {
     /// those do not reach it (a peer's floor above everything held) the
     /// stream is unanchored from there ([`StreamChain::rooted`]). Fails
     /// only if reading held events fails (a store on disk).
+    ///
+    /// A stream unanchored where the batch's events start (nothing held
+    /// above its floor) is anchored by a `base` of the round's accepted
+    /// `seals` (`docs/SIGNING.md`, "Unanchored streams") when the batch's
+    /// events chain from that base to the seal's hash.
     pub(crate) fn chains_after(
         &self,
         batch: &Batch,
+        seals: &[crate::RunSeal],
     ) -> Result<Vec<(StreamId, StreamChain)>, ReplicaError> {
         let mut moving: BTreeMap<StreamId, Moving> = BTreeMap::new();
         for &(stream, floor_seq) in &batch.floors {
@@ -51,6 +57,11 @@ impl State {
                 erased_through(at, stream, floor_seq, batch.erased());
             }
             at.floor = floor_seq;
+        }
+        for run_seal in seals {
+            if run_seal.base.is_some() && batch.touched().contains(&run_seal.seal.stream) {
+                self.anchor(&mut moving, batch, run_seal)?;
+            }
         }
         for part in batch.parts() {
             match part {
@@ -97,36 +108,47 @@ impl State {
             .collect())
     }
 
+    /// Anchors the sealed stream at its floor where it is unanchored and
+    /// the seal's `base` is proven there: chained from the base through
+    /// the held events above the floor (read back) and then the batch's,
+    /// it reaches the seal's hash at its seq. The seal's signature was
+    /// checked by the validator, so the base is the writer's `h(floor)`.
+    fn anchor(
+        &self,
+        moving: &mut BTreeMap<StreamId, Moving>,
+        batch: &Batch,
+        run_seal: &crate::RunSeal,
+    ) -> Result<(), ReplicaError> {
+        let (Some(base), seal) = (run_seal.base, run_seal.seal) else {
+            return Ok(());
+        };
+        let at = self.moving(moving, seal.stream);
+        if at.chain.anchored || at.floor >= seal.seq {
+            return Ok(());
+        }
+        let held = self.chain_through(seal.stream, base, at.floor, at.head.min(seal.seq))?;
+        let proven = if seal.seq <= at.head {
+            held == seal.head
+        } else {
+            proves_base(batch, held, at.head, &seal)
+        };
+        if proven {
+            let head_hash =
+                self.chain_through(seal.stream, held, seal.seq.min(at.head), at.head)?;
+            at.chain = StreamChain {
+                floor_hash: base,
+                head_hash,
+                anchored: true,
+            };
+        }
+        Ok(())
+    }
+
     /// Keeps the chains a committed batch recorded.
     pub(crate) fn publish_chains(&mut self, batch: &Batch) {
         for &(stream, chain) in &batch.chains {
             self.chains.insert(stream, chain);
         }
-    }
-
-    /// Keeps the seals of a round's accepted deltas (validated): each
-    /// stream's key pinned, and the seal kept where it is at the stream's
-    /// head now; a kept seal the head moved past is dropped.
-    pub(crate) fn publish_seals(&mut self, seals: &[crate::RunSeal]) {
-        for run_seal in seals {
-            let stream = run_seal.seal.stream;
-            self.pinned.entry(stream).or_insert(run_seal.key);
-            let at_head = self.log.head(stream) == run_seal.seal.seq
-                && self
-                    .chains
-                    .get(&stream)
-                    .is_some_and(|chain| chain.head_hash == run_seal.seal.head);
-            if at_head {
-                let kept = crate::RunSeal {
-                    base: None,
-                    ..*run_seal
-                };
-                self.head_seals.insert(stream, kept);
-            }
-        }
-        let log = &self.log;
-        self.head_seals
-            .retain(|&stream, kept| log.head(stream) == kept.seal.seq);
     }
 
     /// `stream`'s chain as the state holds it, and its floor and head.
@@ -258,6 +280,31 @@ impl State {
     pub(crate) fn chain(&self, stream: StreamId) -> Option<StreamChain> {
         self.chains.get(&stream).copied()
     }
+}
+
+/// Whether `batch`'s events of the sealed stream, from `after + 1`, chain
+/// from `hash` (at `after`) to the seal's hash at its seq.
+fn proves_base(batch: &Batch, hash: ChainHash, after: u64, seal: &crate::Seal) -> bool {
+    let mut hash = hash;
+    let mut seq = after;
+    for part in batch.parts() {
+        let events: std::borrow::Cow<'_, [Event]> = match part {
+            BatchPart::Events(events) => events.into(),
+            BatchPart::Columns(run) if run.stream == seal.stream => run.to_events().into(),
+            BatchPart::Columns(_) => continue,
+        };
+        for event in events.iter().filter(|e| e.stream == seal.stream) {
+            if seq >= seal.seq {
+                break;
+            }
+            if event.seq.checked_sub(1) != Some(seq) {
+                return false;
+            }
+            hash = hash.next(event);
+            seq = event.seq;
+        }
+    }
+    seq == seal.seq && hash == seal.head
 }
 
 /// Raises `at`'s floor above its head to `floor_seq` through the events of

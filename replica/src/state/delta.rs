@@ -11,60 +11,9 @@ use crate::{Delta, DeltaColumns, Event};
 impl State {
     pub(crate) fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
         let mut delta = self.unsealed_delta_for(their_marks, byte_budget);
-        // Per stream (the events are grouped by stream), its run's seal.
-        let mut start = 0;
-        while start < delta.events.len() {
-            let stream = delta.events[start].stream;
-            let len = delta.events[start..].partition_point(|e| e.stream == stream);
-            let (first, last) = (&delta.events[start], &delta.events[start + len - 1]);
-            delta
-                .seals
-                .extend(self.run_seal(stream, first.seq, last.seq));
-            start += len;
-        }
-        delta.seals.sort_unstable_by_key(|s| s.seal.stream);
+        // Each stream's run ends where it can be sealed (`state/seals.rs`).
+        delta.seals = self.seal_runs(&mut delta.events);
         delta
-    }
-
-    /// The seal a delta carries for its run `first ..= last` of `stream`:
-    /// the own seal for the own stream ([`State::own_run_seal`]), the
-    /// received seal kept at the head for another (where the run ends at
-    /// the head). A run cut below the head goes unsealed.
-    fn run_seal(&self, stream: StreamId, first: u64, last: u64) -> Option<crate::RunSeal> {
-        if stream == self.config.stream && self.config.key.is_some() {
-            return self.own_run_seal(first, last);
-        }
-        let kept = self.head_seals.get(&stream)?;
-        if kept.seal.seq != last {
-            return None;
-        }
-        let floor = self.floor.get(stream);
-        let chain = self.chains.get(&stream)?;
-        let base = (first.checked_sub(1) == Some(floor) && floor > 0 && chain.anchored)
-            .then_some(chain.floor_hash);
-        Some(crate::RunSeal { base, ..*kept })
-    }
-
-    /// The seal a delta carries for its run `first ..= last` of the own
-    /// stream: the own seal ([`State::own_seal`]) where the run ends at
-    /// the head, with the chain hash at the floor when the run starts
-    /// right after it (and it is known). A run the budget cut below the
-    /// head goes unsealed (no hash is kept below the head).
-    fn own_run_seal(&self, first: u64, last: u64) -> Option<crate::RunSeal> {
-        let key = self.config.key.as_ref()?;
-        let seal = self.own_seal()?;
-        if seal.seq != last {
-            return None;
-        }
-        let floor = self.floor.get(self.config.stream);
-        let chain = self.chains.get(&self.config.stream)?;
-        let base = (first.checked_sub(1) == Some(floor) && floor > 0 && chain.anchored)
-            .then_some(chain.floor_hash);
-        Some(crate::RunSeal {
-            key: key.public(),
-            seal,
-            base,
-        })
     }
 
     /// [`State::delta_for`] before the seals are put on.
@@ -161,17 +110,12 @@ impl State {
         byte_budget: usize,
     ) -> DeltaColumns {
         let mut columns = self.unsealed_columns_for(their_marks, byte_budget);
-        if columns.seals.is_empty() && !(self.config.key.is_none() && self.head_seals.is_empty()) {
-            let seals: Vec<crate::RunSeal> = columns
-                .runs()
-                .iter()
-                .filter_map(|run| {
-                    let last = run.first_seq + (run.len as u64 - 1);
-                    self.run_seal(run.stream, run.first_seq, last)
-                })
-                .collect();
-            columns.seals = seals;
-            columns.seals.sort_unstable_by_key(|s| s.seal.stream);
+        if columns.seals.is_empty() && !(self.config.key.is_none() && self.kept_seals.is_empty()) {
+            match self.columns_seals(&columns) {
+                Some(seals) => columns.seals = seals,
+                // A run must end elsewhere: built as events, sealed there.
+                None => return DeltaColumns::from_delta(&self.delta_for(their_marks, byte_budget)),
+            }
         }
         columns
     }

@@ -39,11 +39,18 @@ pub(crate) struct State {
     pub(super) own_seal: Mutex<Option<Seal>>,
     /// Per stream received sealed, the key pinned for it (the first that
     /// verified): an unsealed run of it, or one sealed by another key, is
-    /// refused. In memory only (`docs/SIGNING.md`).
+    /// refused. Recorded by the store with the kept seals
+    /// ([`Batch::seals`](crate::Batch::seals)).
     pub(super) pinned: BTreeMap<StreamId, crate::WriterPublicKey>,
-    /// Per stream, the received seal at its head, with its run's key:
-    /// what a delta relaying the stream up to its head carries.
-    pub(super) head_seals: BTreeMap<StreamId, crate::RunSeal>,
+    /// Per stream received sealed, the seals held at and below its head,
+    /// ascending, thinned ([`crate::KeptSeals::thin`]): a delta relaying
+    /// the stream ends its run at one of them (`state/seals.rs`).
+    pub(super) kept_seals: BTreeMap<StreamId, Vec<Seal>>,
+    /// Chain hashes of the own stream at some seqs below its head (where
+    /// a delta was cut, and where the gaps were read), so that a run cut
+    /// below the head is sealed by chaining from the nearest one
+    /// (`state/seals.rs`); bounded. A lock: deltas are built under `&self`.
+    pub(super) own_hashes: Mutex<BTreeMap<u64, crate::ChainHash>>,
     /// How many seals [`State::own_seal`] signed ([`Stats::seals_signed`]).
     pub(super) seals_signed: std::sync::atomic::AtomicU64,
 }

@@ -34,13 +34,18 @@
 //! - `plan`: a round (one request, or a group commit's queue) folded in
 //!   submission order into a `Plan`, on an overlay of the state;
 //! - `publish`: performing a committed plan;
-//! - `delta`: building what a peer misses, as events or as columns.
+//! - `delta`: building what a peer misses, as events or as columns;
+//! - `seals`: the seals kept per stream received sealed (moved just
+//!   before a commit, recorded with it, published), and the seals a delta
+//!   carries: each run cut where a seal is held, or the own stream sealed
+//!   where it is cut.
 
 mod chain;
 mod delta;
 mod held;
 mod plan;
 mod publish;
+mod seals;
 mod validate;
 
 pub(crate) use held::{store_error, State};
@@ -83,8 +88,9 @@ impl State {
             recovering,
             open_warnings: Vec::new(),
             own_seal: Mutex::default(),
-            pinned: BTreeMap::new(),
-            head_seals: BTreeMap::new(),
+            pinned: meta.seals.iter().map(|(&s, kept)| (s, kept.key)).collect(),
+            kept_seals: BTreeMap::new(),
+            own_hashes: Mutex::default(),
             seals_signed: Default::default(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
@@ -94,6 +100,7 @@ impl State {
             state.load_recorded(&streams, &meta.floor, meta.digest)?;
         }
         state.load_chains(&meta.chains)?;
+        state.load_seals(&meta.seals);
         state.check_open_limits();
         tracing::debug!(
             stream = %state.config.stream,

@@ -87,7 +87,7 @@ pub(crate) struct Plan<'d> {
     pub(super) heads_after: Vec<(StreamId, u64)>,
     /// The seals of the deltas the round accepted, in order: kept by
     /// publishing where they are at their stream's head.
-    pub(super) seals: Vec<crate::RunSeal>,
+    pub(crate) seals: Vec<crate::RunSeal>,
 }
 
 impl Plan<'_> {

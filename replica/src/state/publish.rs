@@ -41,9 +41,7 @@ impl State {
         }
         self.clock = self.clock.max(plan.batch.clock);
         self.publish_chains(&plan.batch);
-        if !plan.seals.is_empty() || !self.head_seals.is_empty() {
-            self.publish_seals(&plan.seals);
-        }
+        self.publish_seals(&plan.batch);
         if let Some(view) = view {
             self.log.set_view(view);
         }
