@@ -7,7 +7,8 @@
 //! power-ons. In each, the power goes off at a seeded operation (a write, a
 //! length change or a sync) — during the open and its recovery, or in the
 //! middle of a commit of the workload: appends of batches with payloads of
-//! 0 bytes to 6 KiB, deltas from a simulated peer, compactions — or, if
+//! 0 bytes to 6 KiB, deltas from a simulated peer and from a sealing
+//! writer (cut by seeded budgets), compactions — or, if
 //! the workload ends first, while the store is idle. Then the disk keeps
 //! only what was synced plus a seeded part of the rest: nothing, a prefix
 //! in issue order, a prefix with the next write torn at a sector boundary,
@@ -19,7 +20,9 @@
 //! acknowledged peer event present, floors not fallen, the clock at or
 //! above every acknowledged stamp, the next append on a fresh seq and a
 //! higher stamp, and an event held beyond the acknowledged ones only if it
-//! was the one in flight. Then `verify` reads every event and must find
+//! was the one in flight; the sealing writer's stream still pinned to its
+//! key and relayed sealed at the head held, whatever the cut kept (the
+//! seals are written in the commit of the events they seal). Then `verify` reads every event and must find
 //! nothing: a cut never leaves damage inside a committed state
 //! (`docs/STORAGE.md`, "Verify after an unclean shutdown"). Every reopen
 //! after a cut must succeed: a typed `DiskError` would fail the test just
@@ -37,7 +40,8 @@ use std::path::Path;
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    Config, Delta, DiskError, DiskOptions, DiskStore, Replica, ReplicaError, DATA_FILE,
+    Config, Delta, DiskError, DiskOptions, DiskStore, MemStore, Replica, ReplicaError, Store,
+    WriterKey, DATA_FILE,
 };
 use meshlog_testkit::{seed, PowerDisk, SplitMix64};
 
@@ -62,6 +66,20 @@ struct Acked {
     own_floor: u64,
     /// The highest stamp acknowledged.
     lamport: u64,
+    /// The sealing writer, and its highest seq acknowledged.
+    sealed: SealedWriter,
+    sealed_head: u64,
+}
+
+/// A writer that seals its stream (`docs/SIGNING.md`), in memory: it
+/// outlives the store's power cuts.
+struct SealedWriter(Replica<MemStore>);
+
+impl Default for SealedWriter {
+    fn default() -> Self {
+        let key = WriterKey::from_bytes([81; 32]);
+        SealedWriter(Replica::open(Config::with_key(key), MemStore::default()).expect("opens"))
+    }
 }
 
 /// Counts over the run, printed at the end.
@@ -77,6 +95,8 @@ struct Tally {
     torn: u64,
     acked_events: usize,
     in_flight_found: usize,
+    /// Sealed events held at the end of the cases (pinned, relayed sealed).
+    sealed_events: u64,
 }
 
 #[test]
@@ -100,7 +120,7 @@ fn acknowledged_events_survive_power_loss() {
     eprintln!(
         "power loss: {} cases, {} power-ons; cuts: {} in open or recovery, {} in a commit, \
          {} idle; {} first opens found their file damaged (nothing acknowledged); {} reopens rolled back a torn commit; {} cuts left a torn write; \
-         {} events acknowledged; {} in-flight events found on disk; {:.1} s",
+         {} events acknowledged; {} in-flight events found on disk; {} sealed events held; {:.1} s",
         tally.cases,
         tally.power_ons,
         tally.cuts_in_open,
@@ -111,8 +131,10 @@ fn acknowledged_events_survive_power_loss() {
         tally.torn,
         tally.acked_events,
         tally.in_flight_found,
+        tally.sealed_events,
         started.elapsed().as_secs_f64(),
     );
+    assert!(tally.sealed_events > 0, "no case took a sealed run");
 }
 
 fn run_case(seed: u64, tally: &mut Tally) {
@@ -197,6 +219,7 @@ fn run_case(seed: u64, tally: &mut Tally) {
     check_reopened(seed, &replica, &mut acked, &story, tally);
     tally.torn += disk.stats().torn;
     tally.acked_events += acked.own.len();
+    tally.sealed_events += acked.sealed_head;
 }
 
 fn open(dir: &Path, options: &DiskOptions, disk: &PowerDisk) -> Result<Replica<DiskStore>, String> {
@@ -283,6 +306,9 @@ fn check_reopened(
         }
     }
     acked.peer_head = marks.get(PEER);
+    if let Err(what) = check_sealed(replica, acked) {
+        fail(what);
+    }
     acked.own_floor = floor.get(OWN);
     if replica.clock() < acked.lamport {
         fail(format!(
@@ -295,7 +321,10 @@ fn check_reopened(
     // what a cut must never leave.
     match replica.verify() {
         Ok(verified) => {
-            let held = (marks.get(OWN) - floor.get(OWN)) + (marks.get(PEER) - floor.get(PEER));
+            let sealed = acked.sealed.0.stream();
+            let held = (marks.get(OWN) - floor.get(OWN))
+                + (marks.get(PEER) - floor.get(PEER))
+                + (marks.get(sealed) - floor.get(sealed));
             if verified.events != held {
                 fail(format!(
                     "verify counted {} events, the marks say {held}",
@@ -305,6 +334,47 @@ fn check_reopened(
         }
         Err(error) => fail(format!("verify after the reopen found damage: {error}")),
     }
+}
+
+/// The sealing writer's stream, reopened: nothing acknowledged lost, the
+/// key still pinned, and the head held sealed (relayed with its seal).
+fn check_sealed(replica: &Replica<DiskStore>, acked: &mut Acked) -> Result<(), String> {
+    let writer = &acked.sealed.0;
+    let stream = writer.stream();
+    let head = replica.marks().get(stream);
+    if head < acked.sealed_head {
+        return Err(format!(
+            "acknowledged sealed events lost: head {head} below {}",
+            acked.sealed_head
+        ));
+    }
+    acked.sealed_head = head;
+    if head == 0 {
+        return Ok(());
+    }
+    let meta = replica.store().meta().expect("meta");
+    let Some(kept) = meta.seals.get(&stream) else {
+        return Err(format!(
+            "the sealed stream (head {head}) is not pinned after the reopen"
+        ));
+    };
+    if kept.key != WriterKey::from_bytes([81; 32]).public() {
+        return Err(format!("the pin changed keys: {}", kept.key));
+    }
+    if kept.seals.last().map(|seal| seal.seq) != Some(head) {
+        return Err(format!("no seal kept at the head {head}: {kept:?}"));
+    }
+    let relayed = replica.delta_for(&meta.floor, usize::MAX);
+    if !relayed
+        .seals
+        .iter()
+        .any(|s| s.seal.stream == stream && s.seal.seq == head)
+    {
+        return Err(format!(
+            "the stream is not relayed sealed at its head {head}"
+        ));
+    }
+    Ok(())
 }
 
 /// Runs seeded steps until the power goes off or the steps run out;
@@ -342,6 +412,17 @@ fn workload(
                     acked.lamport = acked.lamport.max(event.lamport);
                     acked.own.insert(event.seq, (event.lamport, event.payload));
                 }
+            })
+        } else if roll == 7 {
+            let writer = &mut acked.sealed.0;
+            for n in 0..rng.between(1, 12) {
+                writer.append(payload(rng, life, step, n)).expect("append");
+            }
+            let budget = rng.between(500, 20_000) as usize;
+            let delta = writer.delta_for(&replica.marks(), budget);
+            let stream = writer.stream();
+            replica.apply(&delta).map(|_| {
+                acked.sealed_head = replica.marks().get(stream);
             })
         } else if roll < 8 {
             let from = replica.marks().get(PEER) + 1;

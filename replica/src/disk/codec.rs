@@ -1,4 +1,4 @@
-//! The records of the `streams` and `meta` tables, each with a crc32 over
+//! The records of the `streams`, `chains`, `seals` and `meta` tables, each with a crc32 over
 //! its key and content (`docs/STORAGE.md`), and the little-endian reads
 //! that blocks share. A leaf: it imports nothing of the crate, so the
 //! digest record is coded from and to its two numbers (the store converts
@@ -69,6 +69,60 @@ pub(super) fn decode_chain(stream: StreamId, record: &[u8]) -> Option<ChainRecor
             record[80] == 1,
         )
     })
+}
+
+/// The most seals a `seals` record holds (`KeptSeals::SEALS_MAX`; a
+/// longer count is refused before anything is allocated).
+pub(super) const SEALS_RECORD_MAX: usize = 72;
+/// The bytes of one seal in a `seals` record (`Seal::LEN`).
+pub(super) const SEAL_LEN: usize = 8 + 8 + 32 + 64;
+
+/// A `seals` table record: the key pinned (32 bytes), the number of seals
+/// (u32 LE), the seals (each [`SEAL_LEN`] bytes, as `Seal::to_bytes`),
+/// and a crc32 over the stream and all of that.
+pub(super) fn encode_seals(stream: StreamId, key: [u8; 32], seals: &[[u8; SEAL_LEN]]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(32 + 4 + seals.len() * SEAL_LEN + 4);
+    record.extend_from_slice(&key);
+    record.extend_from_slice(&(seals.len() as u32).to_le_bytes());
+    for seal in seals {
+        record.extend_from_slice(seal);
+    }
+    let crc = record_crc(&stream.get().to_le_bytes(), &record);
+    record.extend_from_slice(&crc.to_le_bytes());
+    record
+}
+
+/// A stream's `seals` record as its parts, or why it is not one: a
+/// length that its count does not account for, a count above
+/// [`SEALS_RECORD_MAX`], or a checksum that fails. Total.
+pub(super) fn decode_seals(
+    stream: StreamId,
+    record: &[u8],
+) -> Result<([u8; 32], Vec<[u8; SEAL_LEN]>), String> {
+    if record.len() < 32 + 4 + 4 {
+        return Err(format!("{} bytes, fewer than a record's 40", record.len()));
+    }
+    let count = u32::from_le_bytes(record[32..36].try_into().expect("4 bytes")) as usize;
+    if count > SEALS_RECORD_MAX {
+        return Err(format!("{count} seals, above the {SEALS_RECORD_MAX} kept"));
+    }
+    let len = 32 + 4 + count * SEAL_LEN + 4;
+    if record.len() != len {
+        return Err(format!(
+            "{} bytes where {count} seals take {len}",
+            record.len()
+        ));
+    }
+    let body = &record[..len - 4];
+    let crc = u32::from_le_bytes(record[len - 4..].try_into().expect("4 bytes"));
+    if crc != record_crc(&stream.get().to_le_bytes(), body) {
+        return Err("it fails its checksum".to_string());
+    }
+    let seals = body[36..]
+        .chunks_exact(SEAL_LEN)
+        .map(|seal| seal.try_into().expect("SEAL_LEN bytes"))
+        .collect();
+    Ok((body[..32].try_into().expect("32 bytes"), seals))
 }
 
 pub(super) fn encode_clock(clock: u64) -> [u8; 12] {

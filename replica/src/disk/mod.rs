@@ -7,7 +7,9 @@
 //!   stream in meshlog's own layout with a crc32 (`block`); table `streams`
 //!   maps a stream to its `(floor, head)`; table `chains` maps a stream to
 //!   its chain hash at the floor and at the head and whether it is
-//!   anchored (`docs/SIGNING.md`); table `meta` holds the lamport
+//!   anchored (`docs/SIGNING.md`); table `seals` maps a stream received
+//!   sealed to the key pinned for it and the seals kept (added within
+//!   format 4: a file without it holds no pins); table `meta` holds the lamport
 //!   clock, the digest, the number of blocks and the format version. Every
 //!   record carries a crc32 over its key and content, so a damaged value is
 //!   named, not served.
@@ -36,7 +38,8 @@
 //! # Layout
 //!
 //! - `block`: a block's layout, its checks, and the builder.
-//! - `codec`: the records of the `streams` and `meta` tables.
+//! - `codec`: the records of the `streams`, `chains`, `seals` and `meta`
+//!   tables.
 //! - `error`: [`DiskError`] and the helpers that build it.
 //! - `lock`: the directory's lock, its bounded wait, and why it is
 //!   released explicitly.
@@ -60,7 +63,10 @@ use meshlog_cursor::StreamId;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::store::{StoreView, ViewKind};
-use crate::{Batch, ChainHash, Digest, Event, Store, StoreMeta, StreamChain};
+use crate::{
+    Batch, ChainHash, Digest, Event, KeptSeals, Seal, Store, StoreMeta, StreamChain,
+    WriterPublicKey,
+};
 
 mod block;
 mod codec;
@@ -71,9 +77,9 @@ pub(crate) mod view;
 
 use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
 use codec::{
-    decode_chain, decode_clock, decode_count, decode_digest, decode_format, decode_stream,
-    encode_chain, encode_clock, encode_count, encode_digest, encode_format, encode_stream,
-    META_BLOCKS, META_CLOCK, META_DIGEST, META_FORMAT,
+    decode_chain, decode_clock, decode_count, decode_digest, decode_format, decode_seals,
+    decode_stream, encode_chain, encode_clock, encode_count, encode_digest, encode_format,
+    encode_seals, encode_stream, META_BLOCKS, META_CLOCK, META_DIGEST, META_FORMAT,
 };
 pub use error::DiskError;
 use error::{corrupt_block, engine_error, guarded, io, panic_message};
@@ -108,6 +114,13 @@ const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks"
 const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const CHAINS: TableDefinition<u64, &[u8]> = TableDefinition::new("chains");
+/// Per stream received sealed, the key pinned and the seals kept
+/// (`docs/STORAGE.md`): added within format 4, so a format-4 file
+/// without it holds no pins.
+const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
+// The `seals` record's bounds are the kept seals'.
+const _: () = assert!(codec::SEALS_RECORD_MAX == KeptSeals::SEALS_MAX);
+const _: () = assert!(codec::SEAL_LEN == Seal::LEN);
 /// Written to `LOCK` once the database exists; see the module docs.
 const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
 
@@ -426,6 +439,8 @@ impl DiskStore {
                 .map_err(self.engine("create streams table"))?;
             txn.open_table(CHAINS)
                 .map_err(self.engine("create chains table"))?;
+            txn.open_table(SEALS)
+                .map_err(self.engine("create seals table"))?;
         }
         txn.commit().map_err(self.engine("commit format"))?;
         Ok(FORMAT_VERSION)
@@ -537,6 +552,56 @@ impl DiskStore {
         Ok(DiskView::new(self.path.clone(), blocks))
     }
 
+    /// Reads and checks the seals records: each one's seals within its
+    /// stream's `(floor, head]`, ascending. A file without
+    /// the table (format 4 before it was added) holds no pins.
+    fn seal_records(
+        &self,
+        read: &redb::ReadTransaction,
+        streams: &BTreeMap<StreamId, (u64, u64)>,
+    ) -> Result<BTreeMap<StreamId, KeptSeals>, DiskError> {
+        let table = match read.open_table(SEALS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+            Err(error) => return Err(self.engine("open seals table")(error)),
+        };
+        let mut kept = BTreeMap::new();
+        for entry in table.iter().map_err(self.engine("read seals"))? {
+            let (key, value) = entry.map_err(self.engine("read seals"))?;
+            let stream = StreamId::new(key.value());
+            let bad = |detail: String| {
+                self.corrupt(format!("the seals record of stream {stream}: {detail}"))
+            };
+            let (key, seals) = decode_seals(stream, value.value()).map_err(bad)?;
+            let key = WriterPublicKey::from_bytes(&key).map_err(|e| bad(e.to_string()))?;
+            // A pin of a stream not held (its sealed run came early, and
+            // was dropped) has no stream record, and no seals.
+            let (floor, head) = streams.get(&stream).copied().unwrap_or((0, 0));
+            let mut previous = floor;
+            let mut decoded = Vec::with_capacity(seals.len());
+            for bytes in &seals {
+                let seal = Seal::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
+                if seal.stream != stream || seal.seq <= previous || seal.seq > head {
+                    return Err(bad(format!(
+                        "a seal of stream {} at seq {}, not ascending within floor {floor} \
+                         and head {head}",
+                        seal.stream, seal.seq
+                    )));
+                }
+                previous = seal.seq;
+                decoded.push(seal);
+            }
+            kept.insert(
+                stream,
+                KeptSeals {
+                    key,
+                    seals: decoded,
+                },
+            );
+        }
+        Ok(kept)
+    }
+
     /// Reads and checks the streams, the clock, the digest and the blocks'
     /// extent: per stream, the first block starts at `floor + 1` and the
     /// last block, read and crc-checked, ends at `head`; the table holds
@@ -598,6 +663,7 @@ impl DiskStore {
         }
         meta.digest = Some(digest);
         meta.chains = self.chain_records(&read, &records)?;
+        meta.seals = self.seal_records(&read, &records)?;
         Ok((meta, recorded_blocks))
     }
 
@@ -823,6 +889,19 @@ impl DiskStore {
                     .map_err(self.engine("remove chain record"))?;
             }
         }
+        if !batch.seals.is_empty() {
+            let mut seals = txn
+                .open_table(SEALS)
+                .map_err(self.engine("open seals table"))?;
+            for (stream, kept) in &batch.seals {
+                let bytes: Vec<[u8; codec::SEAL_LEN]> =
+                    kept.seals.iter().map(Seal::to_bytes).collect();
+                let record = encode_seals(*stream, kept.key.to_bytes(), &bytes);
+                seals
+                    .insert(stream.get(), record.as_slice())
+                    .map_err(self.engine("write seals record"))?;
+            }
+        }
         let mut streams = txn
             .open_table(STREAMS)
             .map_err(self.engine("open streams table"))?;
@@ -1028,6 +1107,7 @@ impl Store for DiskStore {
         }
         self.meta.clock = clock;
         self.meta.record_chains(batch);
+        self.meta.record_seals(batch);
         // The commit is durable; a view that fails to open leaves the
         // replica reading the previous one, which would hide this commit:
         // report it as the commit's failure (the replica then refuses
