@@ -25,6 +25,9 @@ use redb::{ReadableTable, TableDefinition};
 
 use disk_support::{data_file, scratch};
 
+/// A change to a record's bytes.
+type Damage = fn(&mut Vec<u8>);
+
 const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
 const RELAY: StreamId = StreamId::new(500);
 
@@ -206,7 +209,7 @@ fn a_format_4_file_without_the_seals_table_holds_no_pins() {
 fn a_damaged_seals_record_is_refused_naming_the_table_and_the_stream() {
     let writer = writer(75, 10);
     let stream = writer.stream();
-    let damages: [(&str, fn(&mut Vec<u8>)); 4] = [
+    let damages: [(&str, Damage); 4] = [
         ("checksum", |record| record[40] ^= 1),
         ("above the 72 kept", |record| {
             record[32..36].copy_from_slice(&u32::MAX.to_le_bytes())
