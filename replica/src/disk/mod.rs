@@ -552,8 +552,8 @@ impl DiskStore {
         Ok(DiskView::new(self.path.clone(), blocks))
     }
 
-    /// Reads and checks the seals records: each one's seals within its
-    /// stream's `(floor, head]`, ascending. A file without
+    /// Reads and checks the seals records: each one's seals of its stream,
+    /// ascending (those outside the stream's `(floor, head]` dropped). A file without
     /// the table (format 4 before it was added) holds no pins.
     fn seal_records(
         &self,
@@ -577,19 +577,24 @@ impl DiskStore {
             // A pin of a stream not held (its sealed run came early, and
             // was dropped) has no stream record, and no seals.
             let (floor, head) = streams.get(&stream).copied().unwrap_or((0, 0));
-            let mut previous = floor;
+            let mut previous = 0;
             let mut decoded = Vec::with_capacity(seals.len());
             for bytes in &seals {
                 let seal = Seal::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
-                if seal.stream != stream || seal.seq <= previous || seal.seq > head {
+                if seal.stream != stream || seal.seq <= previous {
                     return Err(bad(format!(
-                        "a seal of stream {} at seq {}, not ascending within floor {floor} \
-                         and head {head}",
+                        "a seal of stream {} at seq {} after seq {previous}",
                         seal.stream, seal.seq
                     )));
                 }
                 previous = seal.seq;
-                decoded.push(seal);
+                // Outside the stream's range (a build that kept no seals
+                // compacted it since): dropped, not refused.
+                if seal.seq > floor && seal.seq <= head {
+                    decoded.push(seal);
+                } else {
+                    tracing::info!(%stream, seq = seal.seq, floor, head, "a kept seal outside the stream's range is dropped");
+                }
             }
             kept.insert(
                 stream,
