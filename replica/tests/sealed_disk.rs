@@ -179,7 +179,7 @@ fn a_compaction_drops_the_seals_below_the_floor_on_disk_too() {
 #[test]
 fn a_format_4_file_without_the_seals_table_holds_no_pins() {
     let dir = scratch();
-    let writer = writer(74, 10);
+    let mut writer = writer(74, 10);
     {
         let mut relay = open_relay(dir.path());
         sync(&writer, &mut relay, usize::MAX);
@@ -193,13 +193,21 @@ fn a_format_4_file_without_the_seals_table_holds_no_pins() {
         );
         txn.commit().expect("commits");
     }
-    let relay = open_relay(dir.path());
+    let mut relay = open_relay(dir.path());
     assert!(relay.store().meta().expect("meta").seals.is_empty());
     let delta = relay.delta_for(&VersionVector::new(), usize::MAX);
     assert!(
         delta.seals.is_empty(),
         "nothing kept, nothing relayed sealed"
     );
+    // The next sealed run creates the table, and pins again.
+    writer.append(&b"next"[..]).expect("append");
+    sync(&writer, &mut relay, usize::MAX);
+    drop(relay);
+    let relay = open_relay(dir.path());
+    let meta = relay.store().meta().expect("meta");
+    let kept = &meta.seals[&writer.stream()];
+    assert_eq!(kept.seals.last().map(|s| s.seq), Some(11));
 }
 
 /// A damaged `seals` record (a flipped bit, a count above the bound, a

@@ -894,19 +894,7 @@ impl DiskStore {
                     .map_err(self.engine("remove chain record"))?;
             }
         }
-        if !batch.seals.is_empty() {
-            let mut seals = txn
-                .open_table(SEALS)
-                .map_err(self.engine("open seals table"))?;
-            for (stream, kept) in &batch.seals {
-                let bytes: Vec<[u8; codec::SEAL_LEN]> =
-                    kept.seals.iter().map(Seal::to_bytes).collect();
-                let record = encode_seals(*stream, kept.key.to_bytes(), &bytes);
-                seals
-                    .insert(stream.get(), record.as_slice())
-                    .map_err(self.engine("write seals record"))?;
-            }
-        }
+        self.write_seals(txn, batch)?;
         let mut streams = txn
             .open_table(STREAMS)
             .map_err(self.engine("open streams table"))?;
@@ -931,6 +919,25 @@ impl DiskStore {
                 encode_count(META_BLOCKS, self.blocks).as_slice(),
             )
             .map_err(self.engine("write block count"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the seals records `batch` moves, in `txn` (creating the
+    /// table in a format-4 file written before it existed).
+    fn write_seals(&self, txn: &redb::WriteTransaction, batch: &Batch) -> Result<(), DiskError> {
+        if batch.seals.is_empty() {
+            return Ok(());
+        }
+        let mut seals = txn
+            .open_table(SEALS)
+            .map_err(self.engine("open seals table"))?;
+        for (stream, kept) in &batch.seals {
+            let bytes: Vec<[u8; codec::SEAL_LEN]> = kept.seals.iter().map(Seal::to_bytes).collect();
+            let record = encode_seals(*stream, kept.key.to_bytes(), &bytes);
+            seals
+                .insert(stream.get(), record.as_slice())
+                .map_err(self.engine("write seals record"))?;
         }
         Ok(())
     }
