@@ -661,6 +661,45 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The trust configuration comes from the file and the flags, joined;
+    /// an entry that does not decode stops the start, named.
+    #[test]
+    fn trust_comes_from_the_file_and_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
+        let hex = |key: meshlog_replica::WriterPublicKey| key.to_string();
+        let (a, b) = (
+            meshlog_replica::WriterKey::from_bytes([1; 32]).public(),
+            meshlog_replica::WriterKey::from_bytes([2; 32]).public(),
+        );
+        std::fs::write(&file, format!("writers = [\"{}@4242\"]\n", hex(a))).unwrap();
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["serve", "--config", file.to_str().unwrap()];
+            argv.extend_from_slice(extra);
+            NodeConfig::from_args(Wrapper::try_parse_from(argv).unwrap().args)
+        };
+        let config = parse(&["--writer", &hex(b)]).unwrap();
+        assert!(!config.trust.is_open());
+        assert!(config.trust.admits(a.stream(), &a));
+        assert!(config.trust.admits(b.stream(), &b));
+        assert_eq!(
+            config
+                .trust
+                .binding(meshlog_cursor::StreamId::new(4242))
+                .map(|x| x.key),
+            Some(a)
+        );
+        let error = parse(&["--writer", "nothex"]).unwrap_err();
+        assert!(matches!(error, ConfigError::Trust(_)), "{error}");
+        assert!(
+            error.to_string().contains("writers entry \"nothex\""),
+            "{error}"
+        );
+        // No trust settings: open.
+        std::fs::write(&file, "").unwrap();
+        assert!(parse(&[]).unwrap().trust.is_open());
+    }
+
     /// A bounded setting is taken as given at either edge of its range
     /// (the sync frame limit: at least the 4 MiB every peer takes, at most
     /// 1 GiB) and refused one past it, with an error that names the
