@@ -159,7 +159,7 @@ fn stream_id(text: &str) -> Result<StreamId, String> {
 /// is 104 bytes), so a hostile value costs nothing.
 fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
     let text = text.trim().as_bytes();
-    if text.len() % 2 != 0 || text.len() > 512 {
+    if !text.len().is_multiple_of(2) || text.len() > 512 {
         return Err(format!(
             "not hex of a key or statement: {} digits",
             text.len()

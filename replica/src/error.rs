@@ -255,13 +255,14 @@ pub enum DeltaError {
     /// writer's key in the receiver's trust configuration.
     #[error(
         "stream {stream}: its writer{} is not admitted by this replica's trust configuration",
-        key.map(|key| format!(" (key {key})")).unwrap_or_default()
+        key.as_ref().map(|key| format!(" (key {key})")).unwrap_or_default()
     )]
     UnknownWriter {
         /// The stream.
         stream: StreamId,
-        /// The key that sealed the run, if it carried a seal.
-        key: Option<crate::WriterPublicKey>,
+        /// The key that sealed the run, if it carried a seal (boxed: a
+        /// decoded key is large, and this error travels by value).
+        key: Option<Box<crate::WriterPublicKey>>,
     },
 }
 

@@ -116,7 +116,7 @@ fn an_admitted_writer_is_taken_and_an_unknown_one_refused_with_its_stream_and_ke
         error,
         DeltaError::UnknownWriter {
             stream: stranger_key.stream(),
-            key: Some(stranger_key.public()),
+            key: Some(Box::new(stranger_key.public())),
         }
     );
     let message = error.to_string();
@@ -193,7 +193,7 @@ fn an_admission_not_signed_by_the_admin_admits_nothing() {
         refused(&mut receiver, &all_of(&writer)),
         DeltaError::UnknownWriter {
             stream: key.stream(),
-            key: Some(key.public()),
+            key: Some(Box::new(key.public())),
         }
     );
 }
@@ -258,7 +258,7 @@ fn a_shared_replica_refuses_an_unknown_writer_the_same_way() {
 /// `KeyMismatch`; a binding another key signed is refused.
 #[test]
 fn a_legacy_stream_seals_under_a_bound_key() {
-    let legacy = StreamId::new(0x1e9a_c7);
+    let legacy = StreamId::new(0x001e_9ac7);
     let key = WriterKey::from_bytes([8; 32]);
     let mut writer = Replica::open(
         Config {

@@ -441,7 +441,7 @@ impl Check<'_> {
         for run_seal in &self.delta.seals {
             let (stream, seq) = (run_seal.seal.stream, run_seal.seal.seq);
             if !membership.admits(stream, &run_seal.key) {
-                return unknown(stream, seq..=seq, Some(run_seal.key));
+                return unknown(stream, seq..=seq, Some(Box::new(run_seal.key)));
             }
         }
         let admitted = |stream: StreamId| stream == self.own || membership.admits_stream(stream);
