@@ -215,3 +215,59 @@ async fn a_closed_membership_node_refuses_an_unknown_writers_events_over_sync() 
         stop(node).await;
     }
 }
+
+/// The binary's log at start (stderr, `RUST_LOG=info`): membership open,
+/// and for a legacy directory one warning that it writes unsealed and the
+/// `writers` entry that would bind its key; then, so bound, that it seals.
+#[test]
+fn a_legacy_directory_says_once_at_start_that_it_runs_unsealed_and_what_to_do() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let key = WriterKey::from_bytes([26; 32]);
+    write_key(dir.path(), &key);
+    support::legacy_dir(dir.path(), 4343);
+    let start_log = |extra: &[String]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_meshlog"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir.path())
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env_remove("MESHLOG_PEERS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the meshlog binary runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("listening on"), "{line:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut log = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut log)
+            .unwrap();
+        log
+    };
+    let log = start_log(&[]);
+    assert!(log.contains("membership open"), "{log}");
+    let entry = format!("{}@4343", key.public());
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("UNSEALED")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("WARN")
+            && warnings[0].contains("legacy stream 4343")
+            && warnings[0].contains(&entry),
+        "{log}"
+    );
+    let log = start_log(&["--writer".into(), entry]);
+    assert!(!log.contains("UNSEALED"), "{log}");
+    assert!(log.contains("membership closed"), "{log}");
+    assert!(log.contains("legacy stream bound to its key"), "{log}");
+}
