@@ -25,11 +25,28 @@ pub struct ServeArgs {
     /// Repeatable; `MESHLOG_PEERS` takes a comma-separated list.
     #[arg(long = "peer", env = "MESHLOG_PEERS", value_delimiter = ',')]
     pub peers: Vec<String>,
-    /// The stream id to write as, on the first start only (later starts
-    /// read it from the data directory and refuse a different one).
-    /// Default: a random non-zero 64-bit id.
+    /// The stream id this node writes, as a check: a new data directory
+    /// writes the stream its `writer.key` derives (and refuses another
+    /// id); an existing one keeps the id its `stream-id` file records
+    /// (and refuses another).
     #[arg(long)]
     pub stream_id: Option<u64>,
+    /// A writer public key (64 hex digits) this node accepts events of;
+    /// `KEY@STREAM` also binds the legacy stream `STREAM` (decimal) to
+    /// it. Repeatable, joined to the `--config` file's `writers`; any
+    /// writer or admission closes membership (`docs/OPERATIONS.md`).
+    #[arg(long = "writer", env = "MESHLOG_WRITERS", value_delimiter = ',')]
+    pub writers: Vec<String>,
+    /// The mesh admin's public key (64 hex digits), which signs
+    /// admissions and bindings (not a bearer secret).
+    #[arg(long, env = "MESHLOG_ADMIN_KEY")]
+    pub admin_key: Option<String>,
+    /// A writer admission the admin signed (hex). Repeatable.
+    #[arg(long = "admission", env = "MESHLOG_ADMISSIONS", value_delimiter = ',')]
+    pub admissions: Vec<String>,
+    /// A legacy-stream binding the admin signed (hex). Repeatable.
+    #[arg(long = "binding", env = "MESHLOG_BINDINGS", value_delimiter = ',')]
+    pub bindings: Vec<String>,
     /// A TOML file with limits and timings (`docs/HTTP.md`, "Limits").
     #[arg(long, env = "MESHLOG_CONFIG")]
     pub config: Option<PathBuf>,
@@ -142,6 +159,14 @@ pub struct FileSettings {
     pub headers_max: Option<usize>,
     /// See [`Limits::inbound_sessions_max`].
     pub inbound_sessions_max: Option<usize>,
+    /// Trusted writer keys (`KEY` or `KEY@STREAM`), see [`crate::trust`].
+    pub writers: Option<Vec<String>>,
+    /// The mesh admin's public key, see [`crate::trust`].
+    pub admin_key: Option<String>,
+    /// Admissions the admin signed (hex), see [`crate::trust`].
+    pub admissions: Option<Vec<String>>,
+    /// Bindings the admin signed (hex), see [`crate::trust`].
+    pub bindings: Option<Vec<String>>,
 }
 
 /// The HTTP server's bounds.
@@ -273,8 +298,11 @@ pub struct NodeConfig {
     pub listen: String,
     /// The peers to dial, by URL.
     pub peers: Vec<String>,
-    /// The stream id to take on the first start.
+    /// The stream id expected (a check: see [`ServeArgs::stream_id`]).
     pub stream_id: Option<u64>,
+    /// Which writers the node accepts, and the legacy streams bound to
+    /// their keys (open by default; [`crate::trust`]).
+    pub trust: meshlog_replica::Membership,
     /// The HTTP server's bounds.
     pub limits: Limits,
     /// Sync timings.
@@ -308,6 +336,7 @@ impl NodeConfig {
             listen: listen.into(),
             peers: Vec::new(),
             stream_id: None,
+            trust: meshlog_replica::Membership::open(),
             limits: Limits::default(),
             sync: SyncSettings::default(),
             follow: FollowSettings::default(),
@@ -329,6 +358,13 @@ impl NodeConfig {
             .filter(|peer| !peer.is_empty())
             .collect();
         config.stream_id = args.stream_id;
+        let trust = crate::trust::TrustSettings {
+            writers: joined(file.writers.as_deref(), args.writers),
+            admin_key: args.admin_key.or_else(|| file.admin_key.clone()),
+            admissions: joined(file.admissions.as_deref(), args.admissions),
+            bindings: joined(file.bindings.as_deref(), args.bindings),
+        };
+        config.trust = trust.membership()?;
         config.security = Security {
             secrets: crate::auth::SecretSources {
                 file: args.secrets,
@@ -476,6 +512,18 @@ impl NodeConfig {
     }
 }
 
+/// A list setting: the file's entries, then the command line's (empty
+/// entries dropped).
+fn joined(file: Option<&[String]>, args: Vec<String>) -> Vec<String> {
+    file.unwrap_or_default()
+        .iter()
+        .cloned()
+        .chain(args)
+        .map(|entry| entry.trim().to_owned())
+        .filter(|entry| !entry.is_empty())
+        .collect()
+}
+
 fn as_u64(value: usize) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
 }
@@ -542,6 +590,9 @@ pub enum ConfigError {
         /// The parser's reason.
         message: String,
     },
+    /// A trust entry (file or flag) could not be decoded or verified.
+    #[error("trust configuration: {0}")]
+    Trust(#[from] crate::trust::TrustError),
     /// A setting of the `--config` file is out of the range it takes.
     #[error("{path}: {error}")]
     OutOfRange {
@@ -608,6 +659,45 @@ mod tests {
         let error = NodeConfig::from_args(args).unwrap_err();
         assert!(error.to_string().contains("body_bytes"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The trust configuration comes from the file and the flags, joined;
+    /// an entry that does not decode stops the start, named.
+    #[test]
+    fn trust_comes_from_the_file_and_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
+        let hex = |key: meshlog_replica::WriterPublicKey| key.to_string();
+        let (a, b) = (
+            meshlog_replica::WriterKey::from_bytes([1; 32]).public(),
+            meshlog_replica::WriterKey::from_bytes([2; 32]).public(),
+        );
+        std::fs::write(&file, format!("writers = [\"{}@4242\"]\n", hex(a))).unwrap();
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["serve", "--config", file.to_str().unwrap()];
+            argv.extend_from_slice(extra);
+            NodeConfig::from_args(Wrapper::try_parse_from(argv).unwrap().args)
+        };
+        let config = parse(&["--writer", &hex(b)]).unwrap();
+        assert!(!config.trust.is_open());
+        assert!(config.trust.admits(a.stream(), &a));
+        assert!(config.trust.admits(b.stream(), &b));
+        assert_eq!(
+            config
+                .trust
+                .binding(meshlog_cursor::StreamId::new(4242))
+                .map(|x| x.key),
+            Some(a)
+        );
+        let error = parse(&["--writer", "nothex"]).unwrap_err();
+        assert!(matches!(error, ConfigError::Trust(_)), "{error}");
+        assert!(
+            error.to_string().contains("writers entry \"nothex\""),
+            "{error}"
+        );
+        // No trust settings: open.
+        std::fs::write(&file, "").unwrap();
+        assert!(parse(&[]).unwrap().trust.is_open());
     }
 
     /// A bounded setting is taken as given at either edge of its range

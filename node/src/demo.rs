@@ -2,8 +2,9 @@
 //! setup, that shows the problem meshlog exists for and checks its own
 //! claims.
 //!
-//! Three in-process [`Node`]s (A, B, C: streams 1, 2, 3) on loopback, each
-//! in a temporary data directory, linked to each other by URL. The demo
+//! Three in-process [`Node`]s (A, B, C) on loopback, each in a temporary
+//! data directory and writing the stream its new writer key derives
+//! (sealed), linked to each other by URL. The demo
 //! talks to them over HTTP only, through the same client as the CLI, and
 //! prints the `curl` command that reproduces each step:
 //!
@@ -129,13 +130,12 @@ struct Mesh {
 impl Mesh {
     async fn start() -> Result<Mesh, String> {
         let mut nodes = Vec::new();
-        for (name, stream) in [("A", 1u64), ("B", 2), ("C", 3)] {
+        for name in ["A", "B", "C"] {
             let dir = tempfile::Builder::new()
                 .prefix(&format!("meshlog-demo-{name}-"))
                 .tempdir()
                 .map_err(|error| format!("a temporary directory: {error}"))?;
             let mut config = NodeConfig::new(dir.path(), "127.0.0.1:0");
-            config.stream_id = Some(stream);
             // Fast heartbeats and redials, so the demo heals in moments.
             config.sync.heartbeat = Duration::from_millis(100);
             config.sync.backoff_min = Duration::from_millis(20);
@@ -143,6 +143,7 @@ impl Mesh {
             let node = Node::start(config)
                 .await
                 .map_err(|error| format!("node {name}: {error}"))?;
+            let stream = node.stream();
             let client = Client::new(&format!("http://{}", node.local_addr()))
                 .map_err(|error| error.to_string())?;
             nodes.push(DemoNode {

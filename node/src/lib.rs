@@ -24,9 +24,13 @@
 //!   follow: a cursor's text, a limit and a stream filter to a page or a
 //!   stale answer.
 //! - `replica`: `NodeReplica`, the one place the node touches its replica,
-//!   and the data directory's `stream-id` file.
+//!   and the data directory's `stream-id` file: the stream its writer key
+//!   derives, or a legacy stream's recorded id (the upgrade policy).
 //! - [`writer_key`]: the data directory's `writer.key`, created on the
-//!   first start and checked on every start (`docs/SIGNING.md`).
+//!   first start and checked on every start (`docs/SIGNING.md`); it
+//!   seals the node's stream. [`trust`]: the trust configuration (writer
+//!   keys, admin key, admissions, bindings) decoded into the replica's
+//!   membership.
 //! - `metrics`: the Prometheus counters behind `GET /metrics`.
 //! - [`auth`]: bearer secrets in three roles, the route table of who may
 //!   do what, the middleware; `peer_auth`: the peers' challenge-response
@@ -64,6 +68,7 @@ mod read;
 mod replica;
 pub mod serve;
 pub mod tls;
+pub mod trust;
 pub mod url;
 pub mod writer_key;
 

@@ -6,8 +6,12 @@
 //! handle's committer thread, so an async handler never blocks the runtime
 //! on an fsync.
 //!
-//! Also here: the data directory's `stream-id` file, which fixes the node's
-//! writer stream on its first start.
+//! Also here: the data directory's `stream-id` file, which records the
+//! node's writer stream, and the upgrade policy (`docs/SIGNING.md`,
+//! "Storage, wire and keys on disk"): a new directory writes the stream its
+//! `writer.key` derives and seals it; a legacy directory (a `stream-id` its
+//! key does not derive) keeps its id, and seals it only where the trust
+//! configuration binds its key to it.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -15,9 +19,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    CompactReport, Config, DiskError, DiskStore, Event, Page, PageError, Replica, ReplicaError,
-    RetentionPolicy, SharedReplica, Stats, Verified,
+    CompactReport, Config, DiskError, DiskStore, Event, Membership, Page, PageError, Replica,
+    ReplicaError, RetentionPolicy, SharedReplica, Stats, Verified, WriterKey, WriterPublicKey,
 };
+
+use crate::writer_key::{self, KeyFileError};
 
 /// The file in the data directory that holds the node's stream id, in
 /// decimal, written once on the first start.
@@ -29,6 +35,7 @@ pub const STREAM_ID_FILE: &str = "stream-id";
 pub struct NodeReplica {
     shared: SharedReplica<DiskStore>,
     config: Config,
+    writer: WriterPublicKey,
 }
 
 /// Why the data directory could not be opened.
@@ -40,6 +47,9 @@ pub enum OpenError {
     /// The replica refused what the store holds.
     #[error(transparent)]
     Replica(#[from] ReplicaError),
+    /// The writer key could not be loaded or created.
+    #[error(transparent)]
+    WriterKey(#[from] KeyFileError),
     /// The `stream-id` file could not be read or written.
     #[error("{path}: {message}")]
     StreamId {
@@ -51,27 +61,49 @@ pub enum OpenError {
 }
 
 impl NodeReplica {
-    /// Opens (or creates) the durable replica in `dir`. The stream id comes
-    /// from the directory's `stream-id` file; on the first start it is
-    /// `requested`, or a random non-zero id, and is written there. A
-    /// `requested` id that differs from the recorded one is refused: a
-    /// store must not change writers. Blocks (it reads the whole log).
+    /// Opens (or creates) the durable replica in `dir`, with its writer
+    /// key (`writer.key`, created on the first start) and `trust` as its
+    /// membership. The stream is the one the key derives on the first
+    /// start (a `requested` id that differs is refused), and the one the
+    /// `stream-id` file records after (a `requested` id that differs is
+    /// refused: a store must not change writers). The node seals its
+    /// stream where its key signs for it ([`own_stream`]). Blocks (it
+    /// reads the whole log).
     pub fn open(
         dir: &Path,
         requested: Option<u64>,
+        trust: &Membership,
         payload_bytes_max: usize,
     ) -> Result<NodeReplica, OpenError> {
         // The store first: its lock keeps a second node off this
-        // directory, `stream-id` included.
+        // directory, `writer.key` and `stream-id` included.
         let store = DiskStore::open(dir)?;
-        let stream = stream_id(dir, requested)?;
-        let mut config = Config::new(stream);
+        let key = writer_key::load_or_create(Some(dir))?;
+        let (stream, sealed) = own_stream(dir, requested, &key, trust)?;
+        let writer = key.public();
+        let mut config = Config {
+            membership: trust.clone(),
+            ..Config::new(stream)
+        };
+        config.key = sealed.then_some(key);
         config.payload_bytes_max = payload_bytes_max;
         let replica = Replica::open(config.clone(), store)?;
         Ok(NodeReplica {
             shared: SharedReplica::new(replica),
             config,
+            writer,
         })
+    }
+
+    /// The public half of the node's writer key.
+    pub fn writer_key(&self) -> WriterPublicKey {
+        self.writer
+    }
+
+    /// Whether the node seals its own stream (its key derives the stream,
+    /// or the trust configuration binds it to this legacy stream).
+    pub fn sealed(&self) -> bool {
+        self.config.key.is_some()
     }
 
     /// The node's own stream.
@@ -178,7 +210,7 @@ impl NodeReplica {
             });
         }
         let store = DiskStore::open(dir)?;
-        let stream = stream_id(dir, None)?;
+        let stream = stream_id(dir, None, 0)?;
         let replica = Replica::open(Config::new(stream), store)?;
         Ok(replica.verify()?)
     }
@@ -204,8 +236,61 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Reads the recorded stream id, or records one on the first start.
-fn stream_id(dir: &Path, requested: Option<u64>) -> Result<StreamId, OpenError> {
+/// The node's stream, and whether it seals it: on the first start the
+/// stream `key` derives (recorded in `stream-id`; a `requested` id that
+/// differs is refused), sealed. On later starts the recorded id; where
+/// `key` does not derive it (a legacy directory, from before signed
+/// streams), sealed only if `trust` binds `key` to it, else unsealed, and
+/// a warning says what to do.
+fn own_stream(
+    dir: &Path,
+    requested: Option<u64>,
+    key: &WriterKey,
+    trust: &Membership,
+) -> Result<(StreamId, bool), OpenError> {
+    let derived = key.stream();
+    if !dir.join(STREAM_ID_FILE).exists() {
+        if let Some(requested) = requested.filter(|&id| id != derived.get()) {
+            return Err(OpenError::StreamId {
+                path: dir.join(STREAM_ID_FILE).display().to_string(),
+                message: format!(
+                    "a new data directory writes the stream its writer key derives, {}; \
+                     --stream-id {requested} is another (drop --stream-id; a node keeps an \
+                     older id only in the data directory that records it)",
+                    derived.get()
+                ),
+            });
+        }
+    }
+    let stream = stream_id(dir, requested, derived.get())?;
+    let bound = trust
+        .binding(stream)
+        .is_some_and(|binding| binding.key == key.public());
+    let sealed = stream == derived || bound;
+    if stream == derived {
+        tracing::info!(stream = stream.get(), key = %key.public(), "writes the stream its key derives, sealed");
+    } else if bound {
+        tracing::info!(stream = stream.get(), key = %key.public(), "writes a legacy stream bound to its key by the trust configuration, sealed");
+    } else {
+        tracing::warn!(
+            stream = stream.get(),
+            derived_stream = derived.get(),
+            key = %key.public(),
+            "this data directory writes the legacy stream {} (recorded in its stream-id file), \
+             which its writer key does not derive: the node writes it UNSEALED, and peers \
+             that require seals or close membership refuse it. To seal it, bind the key to \
+             the stream in every node's trust configuration: `writers = [\"{}@{}\"]`, or a \
+             binding the mesh admin signs (docs/OPERATIONS.md, \"Writer keys and trust\")",
+            stream.get(),
+            key.public(),
+            stream.get(),
+        );
+    }
+    Ok((stream, sealed))
+}
+
+/// Reads the recorded stream id, or records `first` on the first start.
+fn stream_id(dir: &Path, requested: Option<u64>, first: u64) -> Result<StreamId, OpenError> {
     let path = dir.join(STREAM_ID_FILE);
     let fail = |message: String| OpenError::StreamId {
         path: path.display().to_string(),
@@ -230,11 +315,10 @@ fn stream_id(dir: &Path, requested: Option<u64>) -> Result<StreamId, OpenError> 
             Ok(StreamId::new(recorded))
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let id = match requested {
-                Some(0) => return Err(fail("stream id 0 is not allowed".into())),
-                Some(id) => id,
-                None => random_nonzero(),
-            };
+            let id = requested.unwrap_or(first);
+            if id == 0 {
+                return Err(fail("stream id 0 is not allowed".into()));
+            }
             // Written aside, synced, then renamed: a crash leaves either no
             // file or the whole id.
             let text = format!("{id}\n");
@@ -248,20 +332,5 @@ fn stream_id(dir: &Path, requested: Option<u64>) -> Result<StreamId, OpenError> 
             Ok(StreamId::new(id))
         }
         Err(error) => Err(fail(error.to_string())),
-    }
-}
-
-/// A random non-zero 64-bit id, from the standard library's per-process
-/// random hash keys (seeded by the OS) mixed with the time and process id.
-fn random_nonzero() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    loop {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(now_ms());
-        hasher.write_u32(std::process::id());
-        let id = hasher.finish();
-        if id != 0 {
-            return id;
-        }
     }
 }

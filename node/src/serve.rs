@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
-use meshlog_replica::{WriterKey, WriterPublicKey};
+use meshlog_replica::WriterPublicKey;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -37,7 +37,7 @@ use crate::metrics::Metrics;
 use crate::peers::{PeerSecurity, Peers};
 use crate::replica::{NodeReplica, OpenError};
 use crate::tls::{Tls, TlsError};
-use crate::writer_key::{self, KeyFileError};
+use crate::writer_key::KeyFileError;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,7 @@ pub struct Node {
     local_addr: SocketAddr,
     stream: u64,
     writer: WriterPublicKey,
+    sealed: bool,
     stop: CancellationToken,
     done: JoinHandle<()>,
     auth: Auth,
@@ -100,7 +101,8 @@ impl Node {
             security.tls_key.as_deref(),
             security.tls_ca.as_deref(),
         )?;
-        let (replica, writer) = open_replica(&config).await?;
+        crate::trust::log(&config.trust);
+        let replica = open_replica(&config).await?;
         let (listener, local_addr) = bind(&config.listen).await?;
         auth.check_listen(local_addr, security.allow_unauthenticated)?;
         if !auth.enabled() {
@@ -137,6 +139,7 @@ impl Node {
         });
         tracing::info!(
             stream = replica.stream().get(),
+            sealed = replica.sealed(),
             addr = %local_addr,
             data = %config.data.display(),
             peers = config.peers.len(),
@@ -148,7 +151,8 @@ impl Node {
         Ok(Node {
             local_addr,
             stream: replica.stream().get(),
-            writer: writer.public(),
+            writer: replica.writer_key(),
+            sealed: replica.sealed(),
             stop,
             done,
             auth,
@@ -158,16 +162,20 @@ impl Node {
     }
 }
 
-/// Opens the data directory's replica, and then its writer key (under the
-/// store's lock), off the runtime (it reads the whole log).
-async fn open_replica(config: &NodeConfig) -> Result<(NodeReplica, WriterKey), ServeError> {
+/// Opens the data directory's replica with its writer key, off the
+/// runtime (it reads the whole log).
+async fn open_replica(config: &NodeConfig) -> Result<NodeReplica, ServeError> {
     let data = config.data.clone();
     let stream_id = config.stream_id;
+    let trust = config.trust.clone();
     let payload_bytes_max = config.limits.payload_bytes_max;
     tokio::task::spawn_blocking(move || {
-        let replica = NodeReplica::open(&data, stream_id, payload_bytes_max)?;
-        let key = writer_key::load_or_create(Some(&data))?;
-        Ok((replica, key))
+        NodeReplica::open(&data, stream_id, &trust, payload_bytes_max).map_err(
+            |error| match error {
+                OpenError::WriterKey(error) => ServeError::WriterKey(error),
+                error => ServeError::Open(error),
+            },
+        )
     })
     .await
     .expect("opening the replica panicked")
@@ -213,9 +221,17 @@ impl Node {
     }
 
     /// The public half of the node's writer key (`writer.key` in its data
-    /// directory). The node's stream is not yet the one it derives.
+    /// directory): its stream is the one the key derives, or a legacy
+    /// stream's recorded id (`docs/SIGNING.md`).
     pub fn writer_key(&self) -> WriterPublicKey {
         self.writer
+    }
+
+    /// Whether the node seals its stream: its key derives it, or the
+    /// trust configuration binds the key to this legacy stream
+    /// (`docs/SIGNING.md`, the upgrade policy).
+    pub fn sealed(&self) -> bool {
+        self.sealed
     }
 
     /// Starts a graceful shutdown.

@@ -7,9 +7,9 @@
 //! others may read, or of another size, is refused: the node does not
 //! start on a key that may have leaked or been cut.
 //!
-//! The node's stream id is not yet the one the key derives: that switch
-//! is the wiring step of issue 29. Today the key is loaded, checked and
-//! logged, so that every data directory has its key before it is used.
+//! A new data directory writes the stream the key derives, and the node
+//! seals it with the key (`crate::replica`, the upgrade policy for
+//! directories from before signed streams).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -70,7 +70,8 @@ pub fn load_or_create(dir: Option<&Path>) -> Result<WriterKey, KeyFileError> {
     let Some(dir) = dir else {
         let key = WriterKey::generate()?;
         tracing::info!(
-            derived_stream = %key.stream(),
+            key = %key.public(),
+            derived_stream = key.stream().get(),
             "no data directory: a writer key was generated for this run only"
         );
         return Ok(key);
@@ -89,7 +90,8 @@ pub fn load_or_create(dir: Option<&Path>) -> Result<WriterKey, KeyFileError> {
     };
     tracing::info!(
         path = %path.display(),
-        derived_stream = %key.stream(),
+        key = %key.public(),
+        derived_stream = key.stream().get(),
         created,
         "writer key {}", if created { "created" } else { "loaded" }
     );

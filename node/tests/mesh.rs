@@ -313,8 +313,10 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_exits_0_and_a_restart_keeps_every_acknowledged_append() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = spawn_node(dir.path(), &["--stream-id", "42"]);
+    let mut node = spawn_node(dir.path(), &[]);
     let addr = node.addr;
+    // A new directory: the stream its writer key derives.
+    let stream = marks(addr).await["stream"].as_str().unwrap().to_owned();
     // Four appenders keep appending until the node goes away; each records
     // what was acknowledged (201), which must survive.
     let mut appenders = Vec::new();
@@ -344,7 +346,7 @@ async fn sigterm_exits_0_and_a_restart_keeps_every_acknowledged_append() {
         }));
     }
     wait_until("some appends are acknowledged", || async {
-        marks(addr).await["marks"]["42"].as_u64().unwrap_or(0) >= 40
+        marks(addr).await["marks"][&stream].as_u64().unwrap_or(0) >= 40
     })
     .await;
     let status = Command::new("kill")
@@ -377,7 +379,7 @@ async fn sigterm_exits_0_and_a_restart_keeps_every_acknowledged_append() {
             )
         })
         .collect();
-    assert_eq!(marks(restarted.addr).await["stream"], "42");
+    assert_eq!(marks(restarted.addr).await["stream"], stream.as_str());
     for (seq, payload) in &acknowledged {
         assert_eq!(
             held.get(seq),
@@ -404,5 +406,9 @@ async fn sigterm_exits_0_and_a_restart_keeps_every_acknowledged_append() {
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("writes as stream 42"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(&format!("writes as stream {stream}")),
+        "{stderr}"
+    );
 }

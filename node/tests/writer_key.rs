@@ -149,7 +149,11 @@ fn the_log_names_the_key_file_and_the_stream_it_derives() {
     assert!(created.contains("writer key created"), "{created}");
     assert!(created.contains(&path.display().to_string()), "{created}");
     assert!(
-        created.contains(&format!("derived_stream={}", key.stream())),
+        created.contains(&format!("derived_stream={}", key.stream().get())),
+        "{created}"
+    );
+    assert!(
+        created.contains(&format!("key={}", key.public())),
         "{created}"
     );
     let loaded = logged(|| {

@@ -211,8 +211,9 @@ pub enum DeltaError {
         /// [`LAMPORT_MAX`](crate::LAMPORT_MAX).
         max: u64,
     },
-    /// A run's seal is signed by a key that does not derive its stream
-    /// (`docs/SIGNING.md`, "Keys and stream ids").
+    /// A run's seal is signed by a key that does not derive its stream,
+    /// is not the one bound to it (a legacy stream), or is not the key
+    /// the receiver pinned for it (`docs/SIGNING.md`, "Keys and stream ids").
     #[error("the seal on stream {stream} is signed by a key that writes stream {derived}")]
     KeyMismatch {
         /// The sealed stream.
@@ -245,6 +246,23 @@ pub enum DeltaError {
         stream: StreamId,
         /// The run's first seq.
         seq: u64,
+    },
+    /// The delta brings something new of a writer the receiver's closed
+    /// [`Membership`](crate::Membership) does not admit: events above the
+    /// receiver's head (or a floor that would raise the stream) of a
+    /// stream no admitted key writes, or a seal by a key not admitted for
+    /// its stream (`docs/SIGNING.md`, "Membership"). To take it, admit the
+    /// writer's key in the receiver's trust configuration.
+    #[error(
+        "stream {stream}: its writer{} is not admitted by this replica's trust configuration",
+        key.as_ref().map(|key| format!(" (key {key})")).unwrap_or_default()
+    )]
+    UnknownWriter {
+        /// The stream.
+        stream: StreamId,
+        /// The key that sealed the run, if it carried a seal (boxed: a
+        /// decoded key is large, and this error travels by value).
+        key: Option<Box<crate::WriterPublicKey>>,
     },
 }
 

@@ -32,6 +32,8 @@
 //!   batch check ([`verify_seals`]), and the signed statements
 //!   ([`Compaction`], [`WriterAdmission`], [`Binding`]); pure functions of
 //!   bytes, errors [`SealError`] (`docs/SIGNING.md`).
+//! - `membership`: [`Membership`], the writers a replica accepts and the
+//!   legacy streams bound to their keys (its trust configuration).
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
 //! - `store`: the [`Store`] trait, its [`StoreView`], and [`MemStore`].
 //! - `disk`: [`DiskStore`], the durable store on redb, and [`DiskError`];
@@ -67,6 +69,7 @@ mod error;
 mod event;
 mod log;
 mod mem;
+mod membership;
 mod narrow;
 mod policy;
 mod replica;
@@ -99,6 +102,7 @@ pub use values::{Piece, Values, ValuesRef};
 /// are left above it.
 pub const LAMPORT_MAX: u64 = 1 << 62;
 pub use event::Event;
+pub use membership::Membership;
 pub use policy::RetentionPolicy;
 pub use replica::{
     ApplyReport, CompactReport, Config, Delta, Digest, Page, Replica, Stats, Verified, PAGE_LEN_MAX,

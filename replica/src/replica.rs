@@ -8,8 +8,8 @@ use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
 use crate::{
-    ChainDigest, DeltaColumns, Event, MemStore, OpenWarning, PageError, ReplicaError, RunSeal,
-    Seal, Store, StreamChain, WriterKey,
+    ChainDigest, DeltaColumns, Event, MemStore, Membership, OpenWarning, PageError, ReplicaError,
+    RunSeal, Seal, Store, StreamChain, WriterKey,
 };
 
 /// The longest page a reader may ask for by default
@@ -58,6 +58,11 @@ pub struct Config {
     /// default until the node seals its stream: then a run with a seal is
     /// verified and one without is taken as before.
     pub require_seals: bool,
+    /// Which writers' events are accepted, and the legacy streams bound
+    /// to their keys ([`Membership`]): open by default (any writer whose
+    /// key derives its stream). A closed one refuses other writers'
+    /// events with [`DeltaError::UnknownWriter`](crate::DeltaError::UnknownWriter).
+    pub membership: Membership,
 }
 
 impl Config {
@@ -75,6 +80,7 @@ impl Config {
             recover_own_stream: false,
             key: None,
             require_seals: false,
+            membership: Membership::open(),
         }
     }
 

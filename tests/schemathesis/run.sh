@@ -69,7 +69,7 @@ trap cleanup EXIT
 # Test values, not secrets: they live and die with this scratch node.
 admin_secret="schemathesis-admin-secret-$$-$RANDOM"
 MESHLOG_ADMIN_SECRETS="$admin_secret" MESHLOG_PEER_SECRETS="schemathesis-peer-secret-$$" \
-  "$meshlog" serve --data "$scratch/data" --listen 127.0.0.1:0 --stream-id 1 \
+  "$meshlog" serve --data "$scratch/data" --listen 127.0.0.1:0 \
   >"$scratch/stdout" 2>"$scratch/node.log" &
 node_pid=$!
 addr=

@@ -48,8 +48,15 @@ impl Drop for Served {
 /// Starts `meshlog serve` on `data` on a free loopback port, with fast sync
 /// timings (a `--config` file written beside the data directory), dialing
 /// `peers`; returns once it prints `listening on ADDR`.
+///
+/// The data directory records `stream_id` (a legacy directory, which runs
+/// unsealed: `docs/SIGNING.md`), so that assertions can name the stream.
 pub fn serve(data: &Path, stream_id: u64, peers: &[String]) -> Served {
     std::fs::create_dir_all(data).expect("the data directory");
+    let recorded = data.join("stream-id");
+    if !recorded.exists() {
+        std::fs::write(recorded, format!("{stream_id}\n")).expect("the stream-id file");
+    }
     let config = data.with_extension("toml");
     std::fs::write(
         &config,

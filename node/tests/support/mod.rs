@@ -30,8 +30,11 @@ impl TestNode {
     }
 }
 
-/// Settings for a test node: free port, fast heartbeats and backoff.
+/// Settings for a test node: free port, fast heartbeats and backoff, and
+/// the stream id `stream_id`, so that assertions can name it: the data
+/// directory is made a legacy one ([`legacy_dir`]), which runs unsealed.
 pub fn test_config(dir: &std::path::Path, stream_id: u64) -> NodeConfig {
+    legacy_dir(dir, stream_id);
     let mut config = NodeConfig::new(dir, "127.0.0.1:0");
     config.stream_id = Some(stream_id);
     config.sync.heartbeat = Duration::from_millis(50);
@@ -39,6 +42,19 @@ pub fn test_config(dir: &std::path::Path, stream_id: u64) -> NodeConfig {
     config.sync.backoff_max = Duration::from_millis(400);
     config.sync.connect_timeout = Duration::from_secs(2);
     config
+}
+
+/// Makes `dir` a data directory that records `stream_id` (unless it
+/// records one already), as a node from before signed streams left it: a
+/// node keeps that id, which its new writer key does not derive
+/// (`docs/SIGNING.md`, the upgrade policy). A new directory without it
+/// writes the stream its key derives.
+pub fn legacy_dir(dir: &std::path::Path, stream_id: u64) {
+    std::fs::create_dir_all(dir).expect("the data directory");
+    let file = dir.join("stream-id");
+    if !file.exists() {
+        std::fs::write(file, format!("{stream_id}\n")).expect("the stream-id file");
+    }
 }
 
 pub async fn start(stream_id: u64) -> TestNode {

@@ -192,6 +192,7 @@ impl State {
             delta_floors,
         };
         check.floors()?;
+        check.membership()?;
         check.seals()?;
         // The streams of the runs, noted as they are walked: the stream
         // check needs no second walk over the events.
@@ -422,6 +423,48 @@ impl Check<'_> {
         Ok(())
     }
 
+    /// Membership ([`Config::membership`](crate::Config::membership)):
+    /// under a closed one, every seal's key must be admitted for its
+    /// stream, and every other stream the delta brings something new of
+    /// (events above the head, a floor that raises it) must be an admitted
+    /// writer's; else [`DeltaError::UnknownWriter`]. Judged before any
+    /// signature is checked, so a stranger costs no verification.
+    fn membership(&self) -> Result<(), Rejection> {
+        let membership = &self.state.config.membership;
+        if membership.is_open() {
+            return Ok(());
+        }
+        let unknown = |stream: StreamId, seqs, key| {
+            let rule = DeltaError::UnknownWriter { stream, key };
+            Err(Rejection::at(stream, seqs)(rule.into()))
+        };
+        for run_seal in &self.delta.seals {
+            let (stream, seq) = (run_seal.seal.stream, run_seal.seal.seq);
+            if !membership.admits(stream, &run_seal.key) {
+                return unknown(stream, seq..=seq, Some(Box::new(run_seal.key)));
+            }
+        }
+        let admitted = |stream: StreamId| stream == self.own || membership.admits_stream(stream);
+        for (stream, floor) in self.delta.floor.iter() {
+            // Raised (not ignored, not behind): the floor would be recorded.
+            let raised = self.delta_floors.get(&stream) == Some(&floor) && floor > 0;
+            if raised && !admitted(stream) {
+                return unknown(stream, floor..=floor, None);
+            }
+        }
+        let mut start = 0;
+        while start < self.by_name.len() {
+            let stream = self.by_name[start].stream;
+            let end = start + self.by_name[start..].partition_point(|e| e.stream == stream);
+            let last = self.by_name[end - 1].seq;
+            if last > self.head(stream) && !admitted(stream) {
+                return unknown(stream, self.by_name[start].seq..=last, None);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
     /// One seal and its stream's run.
     fn sealed_run(&self, run_seal: &crate::RunSeal) -> Result<(), Rejection> {
         let seal = &run_seal.seal;
@@ -460,7 +503,8 @@ impl Check<'_> {
                 return refuse(first.seq..=seal.seq, broken);
             }
         }
-        if seal.verify(&run_seal.key).is_err() {
+        let binding = self.state.config.membership.binding(stream);
+        if seal.verify_bound(&run_seal.key, binding.as_ref()).is_err() {
             let rule = DeltaError::BadSeal {
                 stream,
                 seq: seal.seq,
@@ -470,12 +514,14 @@ impl Check<'_> {
         Ok(())
     }
 
-    /// A seal's key: it derives the seal's stream, and is the key pinned
-    /// for the stream, if one is.
+    /// A seal's key: it derives the seal's stream (or a trusted binding
+    /// names it for it: [`Membership::binding`](crate::Membership::binding)),
+    /// and is the key pinned for the stream, if one is.
     fn seal_key(&self, run_seal: &crate::RunSeal) -> Result<(), Rejection> {
         let seal = &run_seal.seal;
         let stream = seal.stream;
-        let derived = match run_seal.key.signs_for(stream, None) {
+        let binding = self.state.config.membership.binding(stream);
+        let derived = match run_seal.key.signs_for(stream, binding.as_ref()) {
             Err(crate::SealError::KeyMismatch { derived, .. }) => derived,
             _ if self
                 .pinned(stream)

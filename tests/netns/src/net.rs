@@ -310,6 +310,16 @@ impl Mesh {
         let stdout: File = open(stdout_path.clone())?;
         let stderr: File = open(self.logs.join(format!("n{}.log", i + 1)))?;
         let data = self.scratch.join(format!("n{}", i + 1));
+        // The histories name node i's stream `i + 1`: the data directory
+        // records it before the first start (a legacy directory, which
+        // keeps its id; a new one would write the stream its key derives
+        // and refuse `--stream-id`: docs/SIGNING.md, the upgrade policy).
+        let recorded = data.join("stream-id");
+        if !recorded.exists() {
+            std::fs::create_dir_all(&data)
+                .and_then(|()| std::fs::write(&recorded, format!("{}\n", i + 1)))
+                .map_err(|e| format!("{}: {e}", recorded.display()))?;
+        }
         let mut command = Command::new("ip");
         command
             .args(["netns", "exec", &namespace(i)])

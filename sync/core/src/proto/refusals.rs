@@ -163,6 +163,9 @@ pub(super) fn refusal(peer: StreamId, source: ReplicaError) -> ProtocolError {
                 | DeltaError::Unsealed { .. } => {
                     tracing::warn!(%peer, reason = %source, "peer sent a run its seal does not vouch for");
                 }
+                DeltaError::UnknownWriter { .. } => {
+                    tracing::warn!(%peer, reason = %source, "peer relayed a writer this node does not admit");
+                }
             }
             ProtocolError::Refused { peer, source }
         }
