@@ -21,11 +21,15 @@
 //! Writes (appends, batches, deltas, compactions) are queued as requests.
 //! Whoever commits takes everything queued (up to [`ROUND_EVENTS_MAX`]
 //! events and [`ROUND_BYTES_MAX`] payload bytes) into one **round**: one
-//! plan, one store commit, one publish. With [`Commits::Thread`] a committer
-//! thread commits; callers block (`append`) or await (`append_async`, a
-//! runtime-agnostic future) their answer; when fewer requests are queued
-//! than its last round held, it waits up to 300 µs for the callers it just
-//! answered, so rounds stay full. With [`Commits::Inline`] the caller
+//! plan, one store commit, one publish. Callers are answered in submission
+//! order: a round's after its commit, one after another in the order they
+//! were queued, and all of them before the next round is planned
+//! (`replica/tests/round_fold.rs` logs the order as they are answered).
+//! With [`Commits::Thread`] a committer thread commits; callers block
+//! (`append`) or await (`append_async`, a runtime-agnostic future) their
+//! answer; when fewer requests are queued than its last round held, it
+//! waits up to 300 µs for the callers it just answered, so rounds stay
+//! full. With [`Commits::Inline`] the caller
 //! commits the queue itself under the writer lock (for a store whose commit
 //! never blocks, such as [`MemStore`]); an append that finds nothing queued
 //! there skips the round's machinery (no request, answer slot or round
@@ -1424,7 +1428,8 @@ fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
         .collect()
 }
 
-/// Answers each request of a round its outcome, in order.
+/// Answers each request of a round its outcome, in order (the handle
+/// answers in submission order: see the module docs).
 fn answer_all(round: &mut [Request], outcomes: Vec<Outcome>) {
     for (request, outcome) in round.iter_mut().zip(outcomes) {
         request.answer(outcome);

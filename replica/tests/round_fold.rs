@@ -26,7 +26,11 @@
 //! held batch: what is visible then is the rounds before it, whose requests
 //! are answered), and after every batch: every answer (reports, appended
 //! events, refusals), marks, floor, clock, digest, chain heads, pending count, a full
-//! page walk and every counter of `stats()`. At the end a catch-up from
+//! page walk and every counter of `stats()`. The order a held batch's
+//! requests are answered in must be submission order (as the handle
+//! promises): it is logged by the completions' wakers as the handle answers,
+//! not sampled by the test's looks, which could see a later answer and miss
+//! an earlier one given between two polls. At the end a catch-up from
 //! every writer releases what is pending, and the page compares the pending
 //! events themselves. Over the run, the rounds must have been group
 //! commits: the test fails if too few rounds took two requests or more, or
@@ -40,8 +44,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::mpsc;
-use std::task::{Context, Poll, Waker};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -138,22 +142,23 @@ impl Waiting {
         }
     }
 
-    /// The answer, if the request is answered already (never blocks).
-    fn poll(&mut self) -> Option<Answer> {
-        fn ready<T>(c: &mut Completion<T>) -> Option<T> {
-            match Pin::new(c).poll(&mut Context::from_waker(Waker::noop())) {
+    /// The answer, if the request is answered already (never blocks);
+    /// else `waker` is woken once it is.
+    fn poll(&mut self, waker: &Waker) -> Option<Answer> {
+        fn ready<T>(c: &mut Completion<T>, waker: &Waker) -> Option<T> {
+            match Pin::new(c).poll(&mut Context::from_waker(waker)) {
                 Poll::Ready(value) => Some(value),
                 Poll::Pending => None,
             }
         }
         Some(match self {
             Waiting::Appended(c) => Answer::Appended(
-                ready(c)?
+                ready(c, waker)?
                     .map(|e| (strip(&e), e.first().map_or(0, |e| e.time_ms)))
                     .map_err(message),
             ),
-            Waiting::Applied(c) => Answer::Applied(ready(c)?.map_err(message)),
-            Waiting::Compacted(c) => Answer::Compacted(ready(c)?.map_err(message)),
+            Waiting::Applied(c) => Answer::Applied(ready(c, waker)?.map_err(message)),
+            Waiting::Compacted(c) => Answer::Compacted(ready(c, waker)?.map_err(message)),
         })
     }
 }
@@ -511,33 +516,118 @@ impl<S: Store + Send + Sync + 'static> Bench<S> {
     }
 }
 
-/// The reference catches up with the answered requests `*done..` (their
-/// answers in `answered`), comparing each answer.
+/// The order the handle answers a batch's requests in, logged as it
+/// answers them: each request's completion is polled, before any is
+/// answered, with a `LogWaker`, and a completion wakes its waker once its
+/// request is answered (its outcome set). The committer answers on its one
+/// thread, so the log is the order of the answers themselves, whatever the
+/// timing of the test's looks.
+#[derive(Default)]
+struct AnswerLog(Mutex<Vec<usize>>);
+
+impl AnswerLog {
+    fn order(&self) -> Vec<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Logs request `index` when its completion wakes.
+struct LogWaker {
+    index: usize,
+    log: Arc<AnswerLog>,
+}
+
+impl Wake for LogWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut order = self.log.0.lock().unwrap_or_else(PoisonError::into_inner);
+        order.push(self.index);
+    }
+}
+
+/// A held batch's requests, watched: the answers are taken in the order
+/// the handle gave them (see `AnswerLog`).
+struct Watched {
+    waiting: Vec<Option<Waiting>>,
+    wakers: Vec<Waker>,
+    log: Arc<AnswerLog>,
+    /// How many answers were taken: the first `taken` requests'.
+    taken: usize,
+}
+
+impl Watched {
+    /// Registers a `LogWaker` with each request; none may be answered yet
+    /// (they are queued behind a held commit), so the log misses none.
+    fn new(mut waiting: Vec<Option<Waiting>>, batch: usize) -> Self {
+        let log = Arc::new(AnswerLog::default());
+        let wakers: Vec<Waker> = (0..waiting.len())
+            .map(|index| {
+                let log = Arc::clone(&log);
+                Waker::from(Arc::new(LogWaker { index, log }))
+            })
+            .collect();
+        for (index, (slot, waker)) in waiting.iter_mut().zip(&wakers).enumerate() {
+            let early = slot.as_mut().and_then(|waiting| waiting.poll(waker));
+            assert!(
+                early.is_none(),
+                "batch {batch} request {index}: answered behind a held commit"
+            );
+        }
+        Watched {
+            waiting,
+            wakers,
+            log,
+            taken: 0,
+        }
+    }
+
+    /// The answers given since the last call, in the order the handle gave
+    /// them, which must be submission order: `(request, answer)`.
+    fn answered(&mut self, batch: usize) -> Vec<(usize, Answer)> {
+        let order = self.log.order();
+        assert!(
+            order.iter().copied().eq(0..order.len()),
+            "batch {batch}: requests answered out of order: {order:?} (in the order answered)"
+        );
+        let new: Vec<(usize, Answer)> = order[self.taken..]
+            .iter()
+            .map(|&index| {
+                let got = self.waiting[index]
+                    .take()
+                    .and_then(|mut waiting| waiting.poll(&self.wakers[index]))
+                    .expect("a completion wakes once its answer is set");
+                (index, got)
+            })
+            .collect();
+        self.taken = order.len();
+        new
+    }
+}
+
+/// The reference catches up with the requests answered (`answered`, in
+/// submission order), comparing each answer.
 fn catch_up(
     reference: &mut Replica,
     requests: &[Request],
-    answered: &mut [Option<Answer>],
-    done: &mut usize,
+    answered: Vec<(usize, Answer)>,
     at: (usize, &mut u64),
 ) {
     let (batch, limited) = at;
-    while *done < requests.len() {
-        let Some(got) = answered[*done].take() else {
-            break;
-        };
-        let want = apply_one(reference, &requests[*done], &got);
+    for (index, got) in answered {
+        let want = apply_one(reference, &requests[index], &got);
         assert_eq!(
             got, want,
-            "batch {batch} request {done}: {:?}",
-            requests[*done]
+            "batch {batch} request {index}: {:?}",
+            requests[index]
         );
         *limited += u64::from(is_limit(&got));
-        *done += 1;
     }
-    assert!(
-        answered[*done..].iter().all(Option::is_none),
-        "batch {batch}: requests answered out of order"
-    );
 }
 
 /// Whether the request was refused for `streams_max` or
@@ -564,35 +654,23 @@ fn run_held<S: Store + Send + Sync + 'static>(
     gate.arm();
     let blocker = bench.shared.append_async("blocker");
     assert!(gate.wait_holding(HOLD_MAX), "batch {batch}: never held");
-    let mut waiting = bench.queue(requests);
-    let mut answered: Vec<Option<Answer>> = requests.iter().map(|_| None).collect();
+    let mut watched = Watched::new(bench.queue(requests), batch);
     assert!(gate.release());
     let blocker = blocker.wait().unwrap();
     reference.append_at("blocker", blocker.time_ms).unwrap();
-    let mut done = 0;
     loop {
         let holding = gate.wait_holding(LOOK_EVERY);
-        for (slot, answer) in waiting.iter_mut().zip(answered.iter_mut()) {
-            if let Some(got) = slot.as_mut().and_then(Waiting::poll) {
-                *answer = Some(got);
-                *slot = None;
-            }
-        }
-        catch_up(
-            reference,
-            requests,
-            &mut answered,
-            &mut done,
-            (batch, &mut *limited),
-        );
+        let answered = watched.answered(batch);
+        catch_up(reference, requests, answered, (batch, &mut *limited));
         if holding {
             assert_eq!(
                 seen_shared(&bench.shared),
                 seen_replica(reference),
-                "batch {batch}: before the round from request {done}"
+                "batch {batch}: before the round from request {}",
+                watched.taken
             );
             assert!(gate.release());
-        } else if done == requests.len() {
+        } else if watched.taken == requests.len() {
             break;
         }
     }
