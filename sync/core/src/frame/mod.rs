@@ -47,13 +47,14 @@
 //! panic. A length prefix is checked against [`FRAME_BYTES_MAX`] before
 //! anything is allocated for the payload. Every count a payload announces
 //! (a vector's streams, a delta's events, a run's events, a payload's
-//! length) is checked against its limit
-//! ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`]) and against the bytes left
-//! before any of its elements is decoded. Vectors are grown as their entries
-//! are read, never reserved by a count read from the input; a delta's
-//! events are reserved once, by a count already checked against
-//! [`DELTA_EVENTS_MAX`], and only after the whole delta (run headers,
-//! columns, payloads) is known to be well formed: a delta decodes into at
+//! length, a section's length, a delta's seals) is checked against its
+//! limit ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`], one seal per run) and
+//! against the bytes left before any of its elements is decoded. Vectors
+//! are grown as their entries are read, never reserved by a count read
+//! from the input; a delta's events are reserved once, by a count already
+//! checked against [`DELTA_EVENTS_MAX`], and only after the whole delta
+//! (run headers, columns, payloads, sections) is known to be well formed:
+//! a delta decodes into at
 //! most 512 KiB of events besides its payloads, whatever its size (a
 //! column's repeat lets a few bytes stand for many events), and a malformed
 //! one into nothing more than its run headers.
