@@ -233,6 +233,7 @@ async fn through_hostile_relay(
     let due: Due = Arc::default();
     let relay_due = due.clone();
     let key = key.clone();
+    // The stranger of the tamperings counted by the test.
     let stranger = WriterKey::from_bytes([99; 32]);
     let (writer_io, receiver_io) = testkit::tampering_link(move |_, delta: Delta| {
         let mut due = relay_due.lock().unwrap();
@@ -275,7 +276,13 @@ fn a_hostile_relay_in_a_session_is_refused_with_its_reason_and_the_writer_still_
             converge(&third, &writer).await;
             converge(&writer, &receiver).await;
             let foreign = third.get(third.stream(), 1).expect("held");
-            let mut order: Vec<usize> = (0..10).collect();
+            // Every tampering the kit knows, in a drawn order.
+            append(&writer, &mut rng, 3, 3);
+            let honest = writer.delta_for(&receiver.marks(), usize::MAX);
+            let head_hash = receiver.chain(key.stream()).expect("held").head_hash;
+            let stranger = WriterKey::from_bytes([99; 32]);
+            let count = tamperings(&honest, &key, head_hash, &stranger, &foreign).len();
+            let mut order: Vec<usize> = (0..count).collect();
             rng.shuffle(&mut order);
             for index in order {
                 // New events of the writer (and at times of the third
@@ -286,6 +293,7 @@ fn a_hostile_relay_in_a_session_is_refused_with_its_reason_and_the_writer_still_
                     converge(&third, &writer).await;
                 }
                 let before = snapshot(&receiver);
+                capture_log();
                 let (writer_end, receiver_end, due) =
                     through_hostile_relay(&writer, &receiver, &key, index, foreign.clone()).await;
                 let (what, refusal) = due.expect("the relay tampered with a delta");
