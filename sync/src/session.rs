@@ -213,7 +213,7 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         {
             // Our hello says which version we speak: make sure it reaches
             // a peer of another version before we close, so it can say why
-            // too (an older peer logs that we speak version 3).
+            // too (an older peer logs that we speak version 4).
             tracing::warn!(
                 %local,
                 theirs,

@@ -189,30 +189,39 @@ fn a_wrong_protocol_version_is_named() {
     refused(
         hello(B, PROTOCOL_VERSION + 1),
         false,
-        "peer speaks protocol version 4",
+        "peer speaks protocol version 5",
         |e| {
             matches!(
                 e,
                 SessionError::Core(ProtocolError::Frame(FrameError::ProtocolVersion {
-                    theirs: 4,
-                    ours: 3
+                    theirs: 5,
+                    ours: 4
                 }))
             )
         },
     );
 }
 
-/// Protocol 2 changed the delta, ack and heartbeat layouts and protocol 3
-/// the delta's again; neither keeps compatibility with the one before: a v1
-/// or v2 peer is refused after its hello, with the reason logged here, and
-/// it first receives our hello, whose version it reads (its place is fixed
-/// in every version) and refuses in turn, saying that we speak version 3.
+/// Protocol 2 changed the delta, ack and heartbeat layouts, protocol 3
+/// the delta's again, and protocol 4 ended a delta with its sections (the
+/// seals); none keeps compatibility with the one before: a v1, v2 or v3
+/// peer is refused after its hello, with the reason logged here naming
+/// both versions, and it first receives our hello, whose version it reads
+/// (its place is fixed in every version) and refuses in turn, saying that
+/// we speak version 4.
 #[test]
 fn older_peers_are_refused_with_a_logged_reason_and_hear_our_version() {
-    for theirs in [1u8, 2] {
+    for theirs in [1u8, 2, 3] {
         // An old hello, byte for byte as v1 and v2 wrote it: kind 0, the
-        // protocol, stream 0xb, marks {0xb: 1}, no floor.
-        let old_hello = vec![7, 0, 0, 0, 0x00, theirs, 0x0b, 0x01, 0x0b, 0x01, 0x00];
+        // protocol, stream 0xb, marks {0xb: 1}, no floor; v3's ends with
+        // its frame limit (4 MiB).
+        let mut old_hello = vec![0x00, theirs, 0x0b, 0x01, 0x0b, 0x01, 0x00];
+        if theirs == 3 {
+            old_hello.extend([0x80, 0x80, 0x80, 0x02]);
+        }
+        let mut prefixed = (old_hello.len() as u32).to_le_bytes().to_vec();
+        prefixed.extend(old_hello);
+        let old_hello = prefixed;
         let a = replica_a();
         let before = state(&a);
         let ((result, heard), log) = logged(async {
@@ -231,23 +240,24 @@ fn older_peers_are_refused_with_a_logged_reason_and_hear_our_version() {
         assert!(
             matches!(
                 error,
-                SessionError::Core(ProtocolError::Frame(FrameError::ProtocolVersion { theirs: t, ours: 3 }))
+                SessionError::Core(ProtocolError::Frame(FrameError::ProtocolVersion { theirs: t, ours: 4 }))
                     if t == u16::from(theirs)
             ),
             "{error:?}"
         );
         assert!(
             log.contains(&format!(
-                "refusing a peer that speaks sync protocol version {theirs}"
+                "refusing a peer that speaks sync protocol version {theirs}: this side \
+                 speaks version 4; upgrade the older side"
             )) && log.contains(&format!(
-                "peer speaks protocol version {theirs}; this side speaks version 3"
+                "peer speaks protocol version {theirs}; this side speaks version 4"
             )),
             "reason not logged:\n{log}"
         );
         // What the older peer heard: our hello, whose version sits where it
         // reads it (kind 0, then the version varint).
         let (payload, _) = frame::split_frame(&heard).unwrap().expect("our hello");
-        assert_eq!(&payload[..2], [0, 3], "{heard:02x?}");
+        assert_eq!(&payload[..2], [0, 4], "{heard:02x?}");
         assert_eq!(state(&a), before, "the replica changed");
     }
 }

@@ -73,6 +73,33 @@ fn the_fuzz_regressions_hold() {
     assert!(replayed > 0, "{} holds no regression", dir.display());
 }
 
+/// A sealed delta from a stranger's bytes (protocol 4): the seal is
+/// verified on the fuzz path as in a session, in columns and as events
+/// alike. The seeds: `docs/PROTOCOL.md`'s sealed example (a new writer's
+/// first event), taken; the same with its payload altered, refused.
+#[test]
+fn a_sealed_run_is_verified_on_the_fuzz_path() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/delta_apply");
+    for (seed, accepted) in [
+        ("seed-a-sealed-run-of-a-new-writer", true),
+        ("seed-a-sealed-run-its-seal-does-not-vouch-for", false),
+    ] {
+        let data = std::fs::read(dir.join(seed)).expect("the seed");
+        let Ok(Frame::Delta { delta, .. }) = frame::decode_payload(&data) else {
+            panic!("{seed} decodes to a delta");
+        };
+        assert_eq!(delta.seals.len(), 1, "{seed}");
+        assert_eq!(
+            check_input(&data),
+            Outcome {
+                delta: true,
+                accepted
+            },
+            "{seed}"
+        );
+    }
+}
+
 #[test]
 fn deltas_at_the_edges_are_applied_or_refused_cleanly() {
     let s = StreamId::new;

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, Event};
+use meshlog_replica::{ChainHash, Delta, Event, RunSeal, Seal, WriterKey};
 use meshlog_sync::frame::{self, Frame, Hello, MarksDiff, Receipt, Routes};
 use meshlog_sync::testkit::{self, frame_check, SplitMix64};
 use meshlog_sync::{FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION};
@@ -128,12 +128,73 @@ fn valid_frames() -> Vec<Frame> {
             loud: vec![StreamId::new(7)],
         }),
         Frame::BareAck(300),
+        sealed_delta(),
     ]
+}
+
+/// A delta of two keyed writers' runs, both sealed (the second with a
+/// base), as a replica sends it: each seal over the run's chain.
+fn sealed_delta() -> Frame {
+    let mut keys = [
+        WriterKey::from_bytes([1; 32]),
+        WriterKey::from_bytes([2; 32]),
+    ];
+    keys.sort_by_key(|key| key.stream());
+    let mut events = Vec::new();
+    let mut seals = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let run: Vec<Event> = (1..=3)
+            .map(|seq| Event {
+                stream: key.stream(),
+                seq: seq + 2 * i as u64,
+                lamport: seq,
+                time_ms: 1_700_000_000_000 + seq,
+                payload: Bytes::from(vec![seq as u8; 4]),
+            })
+            .collect();
+        let base = (i == 1).then(|| ChainHash::from_bytes([9; 32]));
+        let head = base.unwrap_or(ChainHash::GENESIS).extend(&run);
+        seals.push(RunSeal {
+            key: key.public(),
+            seal: Seal::sign(key, run[2].seq, head),
+            base,
+        });
+        events.extend(run);
+    }
+    let floor = vv(&[(keys[1].stream().get(), 2)]);
+    Frame::delta(
+        2,
+        Delta {
+            floor,
+            events,
+            seals,
+        },
+    )
+}
+
+/// The sections of a delta of [`frame_check::SECTIONS_PREFIX_RUNS`] runs
+/// of streams 1 and 2, both sealed: a valid body for mode 3.
+fn sealed_sections() -> Vec<u8> {
+    let prefix = frame_check::sections_prefix();
+    let Frame::Delta { number, mut delta } = frame::decode_payload(&prefix).unwrap() else {
+        panic!("the prefix is a delta")
+    };
+    let key = WriterKey::from_bytes([1; 32]);
+    delta.seals = [1, 2]
+        .map(|stream| RunSeal {
+            key: key.public(),
+            seal: Seal::sign_for(&key, StreamId::new(stream), 2, ChainHash::GENESIS),
+            base: (stream == 2).then_some(ChainHash::GENESIS),
+        })
+        .to_vec();
+    let payload = frame::encode_payload(&Frame::delta(number, delta)).unwrap();
+    payload[prefix.len()..].to_vec()
 }
 
 /// Hand-made inputs, each with what it must give. Mode byte first (see
 /// `frame_check`): 0 stream of frames, 1 one payload, 2 payload after a
-/// valid hello header.
+/// valid hello header, 3 a delta's sections after a valid delta of two
+/// runs.
 #[test]
 fn hand_made_inputs_give_their_typed_errors() {
     type Expect = fn(&frame_check::Outcome) -> bool;
@@ -361,15 +422,89 @@ fn hand_made_inputs_give_their_typed_errors() {
             |o| matches!(&o.errors[..], [FrameError::BadRun { detail, .. }] if detail.contains("leaves 1")),
         ),
         (
-            "delta with a byte after its events",
+            "delta with a byte after its payloads: a section cut short",
             vec![1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0, 9],
             |o| {
+                matches!(&o.errors[..], [FrameError::Malformed { kind: "delta", detail }]
+                    if detail.contains("section length"))
+            },
+        ),
+        (
+            "a sealed delta of two runs",
+            {
+                let mut input = vec![1];
+                input.extend(frame::encode_payload(&sealed_delta()).unwrap());
+                input
+            },
+            |o| o.decoded == 1 && o.errors.is_empty(),
+        ),
+        (
+            "sections: an unknown one, skipped",
+            vec![3, 9, 2, 0xff, 0xff],
+            |o| o.decoded == 1 && o.errors.is_empty(),
+        ),
+        (
+            "sections: the same tag twice",
+            vec![3, 9, 0, 9, 0],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { detail, .. }] if detail.contains("section 9 follows section 9")),
+        ),
+        ("sections: a length past the frame", vec![3, 9, 5, 1], |o| {
+            o.errors
+                == [FrameError::CountAboveBytes {
+                    field: "section",
+                    count: 5,
+                    bytes_left: 1,
+                }]
+        }),
+        (
+            "seals: more than the delta's runs",
+            vec![3, 0, 1, 3],
+            |o| matches!(&o.errors[..], [FrameError::Malformed { detail, .. }] if detail.contains("3 seals for 2 runs")),
+        ),
+        (
+            "seals: two announced in a few bytes",
+            vec![3, 0, 2, 2, 0],
+            |o| {
                 o.errors
-                    == [FrameError::TrailingBytes {
-                        kind: "delta",
-                        len: 1,
+                    == [FrameError::CountAboveBytes {
+                        field: "seals",
+                        count: 2,
+                        bytes_left: 1,
                     }]
             },
+        ),
+        (
+            "seals: the two seals of mode 3, valid",
+            {
+                let mut input = vec![3];
+                input.extend(sealed_sections());
+                input
+            },
+            |o| o.decoded == 1 && o.errors.is_empty(),
+        ),
+        (
+            "seals: a key of small order",
+            {
+                let mut input = vec![3];
+                input.extend(sealed_sections());
+                // Tag, a length of two bytes, the count; then the key:
+                // the identity point's encoding.
+                let mut identity = [0u8; 32];
+                identity[0] = 1;
+                input[5..37].copy_from_slice(&identity);
+                input
+            },
+            |o| matches!(&o.errors[..], [FrameError::BadSeal { stream, .. }] if stream.get() == 1),
+        ),
+        (
+            "seals: a base flag of 2",
+            {
+                let mut input = vec![3];
+                input.extend(sealed_sections());
+                input[5 + 144] = 2;
+                input
+            },
+            |o| matches!(&o.errors[..], [FrameError::BadSeal { detail, .. }] if detail.contains("base flag of 2")),
         ),
         (
             "hello claiming 2^32-1 marks",
@@ -408,27 +543,37 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         (
             "hello announcing a frame limit below the 4 MiB every peer takes",
-            vec![1, 0, 3, 0x0b, 0, 0, 0xff, 0xff, 0xff, 0x01],
+            vec![1, 0, 4, 0x0b, 0, 0, 0xff, 0xff, 0xff, 0x01],
             |o| matches!(&o.errors[..], [FrameError::Malformed { kind: "hello", detail }] if detail.contains("4194303 bytes, below")),
         ),
         (
             "hello announcing a frame limit of 1 GiB",
-            vec![1, 0, 3, 0x0b, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x04],
+            vec![1, 0, 4, 0x0b, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x04],
             |o| o.decoded == 1 && o.errors.is_empty(),
         ),
-        ("hello of protocol version 4", vec![1, 0, 4], |o| {
+        ("hello of protocol version 5", vec![1, 0, 5], |o| {
             matches!(
                 o.errors[..],
-                [FrameError::ProtocolVersion { theirs: 4, ours: 3 }]
+                [FrameError::ProtocolVersion { theirs: 5, ours: 4 }]
             )
         }),
+        (
+            "hello of protocol version 3, as v3 wrote it",
+            vec![1, 0, 3, 0x0b, 1, 0x0b, 1, 0, 0x80, 0x80, 0x80, 0x02],
+            |o| {
+                matches!(
+                    o.errors[..],
+                    [FrameError::ProtocolVersion { theirs: 3, ours: 4 }]
+                )
+            },
+        ),
         (
             "hello of protocol version 2, as v2 wrote it",
             vec![1, 0, 2, 0x0b, 1, 0x0b, 1, 0],
             |o| {
                 matches!(
                     o.errors[..],
-                    [FrameError::ProtocolVersion { theirs: 2, ours: 3 }]
+                    [FrameError::ProtocolVersion { theirs: 2, ours: 4 }]
                 )
             },
         ),
@@ -438,7 +583,7 @@ fn hand_made_inputs_give_their_typed_errors() {
             |o| {
                 matches!(
                     o.errors[..],
-                    [FrameError::ProtocolVersion { theirs: 1, ours: 3 }]
+                    [FrameError::ProtocolVersion { theirs: 1, ours: 4 }]
                 )
             },
         ),
@@ -654,11 +799,24 @@ fn random_and_mutated_inputs_decode_totally_in_bounded_memory() {
         .iter()
         .map(|f| frame::encode(f).unwrap())
         .collect();
+    let sections = sealed_sections();
     testkit::for_each_seed("random_and_mutated_inputs", 0xf4, 4, |seed| {
         let mut rng = SplitMix64::new(seed);
         for round in 0..3000 {
-            let mut input = vec![rng.below(3) as u8];
-            if rng.chance(0.3) {
+            let mut input = vec![rng.below(4) as u8];
+            if input[0] == 3 {
+                // Mode 3: a delta's sections, the valid seals mutated.
+                let mut body = sections.clone();
+                for _ in 0..1 + rng.below(4) {
+                    let at = rng.below(body.len() as u64) as usize;
+                    match rng.below(3) {
+                        0 if at < body.len() => body[at] = rng.next_u64() as u8,
+                        1 => body.truncate(at),
+                        _ => body.insert(at, rng.next_u64() as u8),
+                    }
+                }
+                input.extend(body);
+            } else if rng.chance(0.3) {
                 let len = rng.below(64) as usize;
                 input.extend((0..len).map(|_| rng.next_u64() as u8));
             } else {
@@ -783,10 +941,41 @@ fn any_model_delta(g: &mut Gen) -> Delta {
         let at = below(g, runs.len() as u64) as usize;
         events.extend(runs[at].pop_front());
     }
+    // Some runs sealed, at their last seq, streams ascending: what a
+    // replica sends (the decoder judges only the structure, so the hash and
+    // the signature are any bytes, under a valid key).
+    let mut seals: Vec<RunSeal> = Vec::new();
+    let mut streams: Vec<(StreamId, u64)> = Vec::new();
+    for event in &events {
+        match streams
+            .iter_mut()
+            .find(|(stream, _)| *stream == event.stream)
+        {
+            Some(last) => last.1 = last.1.max(event.seq),
+            None => streams.push((event.stream, event.seq)),
+        }
+    }
+    streams.sort_unstable();
+    for (stream, last) in streams {
+        if below(g, 2) == 0 {
+            continue;
+        }
+        let key = WriterKey::from_bytes([1 + below(g, 3) as u8; 32]);
+        seals.push(RunSeal {
+            key: key.public(),
+            seal: Seal {
+                stream,
+                seq: last,
+                head: ChainHash::from_bytes([u8::arbitrary(g); 32]),
+                signature: [u8::arbitrary(g); 64],
+            },
+            base: bool::arbitrary(g).then(|| ChainHash::from_bytes([u8::arbitrary(g); 32])),
+        });
+    }
     Delta {
         floor: any_vector(g),
         events,
-        seals: Vec::new(),
+        seals,
     }
 }
 
@@ -813,7 +1002,7 @@ fn in_stream_order(delta: &Delta) -> Delta {
     Delta {
         floor: delta.floor.clone(),
         events,
-        seals: Vec::new(),
+        seals: delta.seals.clone(),
     }
 }
 

@@ -40,7 +40,7 @@ pub struct SessionConfig {
     /// The largest frame payload this side takes, in bytes, announced in
     /// its hello; each side sends frames up to the smaller of both sides'
     /// limits. Default (and floor) [`FRAME_BYTES_MAX`], 4 MiB: events of
-    /// payloads up to 3,866,582 bytes always fit. Raise it on both sides
+    /// payloads up to 3,866,401 bytes always fit. Raise it on both sides
     /// of a link to sync larger events (each session may buffer one frame
     /// of this size); at most [`FRAME_BYTES_CEILING`].
     pub frame_bytes_max: usize,

@@ -5,24 +5,58 @@
 //! Input format (helping the fuzzer past the header): the first byte picks a
 //! mode, the rest is the body.
 //!
-//! - `byte % 3 == 0`: the body is a byte stream of length-prefixed frames,
+//! - `byte % 4 == 0`: the body is a byte stream of length-prefixed frames,
 //!   split with [`split_frame`] and each payload decoded, as a session reads.
-//! - `byte % 3 == 1`: the body is one payload, decoded as is.
-//! - `byte % 3 == 2`: the body follows a valid hello header (kind 0, this
+//! - `byte % 4 == 1`: the body is one payload, decoded as is.
+//! - `byte % 4 == 2`: the body follows a valid hello header (kind 0, this
 //!   protocol version), so the fuzzer reaches the hello's vectors at once.
+//! - `byte % 4 == 3`: the body is a delta's sections (protocol 4), after
+//!   the payload of a valid delta of two runs ([`SECTIONS_PREFIX_RUNS`]),
+//!   so the fuzzer reaches the seals at once.
 //!
 //! What must hold: no panic; a length prefix above [`FRAME_BYTES_MAX`] is
 //! [`FrameError::TooLarge`] and nothing else is; a delta that decodes holds
 //! at most [`DELTA_EVENTS_MAX`] events, grouped by stream in strictly
 //! ascending `(stream, seq)` order, and [`FrameError::TooManyEvents`] names a
-//! count above it; every frame that decodes re-encodes and decodes to
+//! count above it; its seals are at most one per run, streams strictly
+//! ascending; every frame that decodes re-encodes and decodes to
 //! itself. Re-encoding a delta also checks what its layout promises: per
 //! stream, seqs contiguous and lamport stamps rising from 1 (the encoder
 //! refuses anything else).
 
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Delta, Event};
+
 use crate::frame::{
     self, split_frame, Frame, FrameError, DELTA_EVENTS_MAX, FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };
+
+/// The runs of the delta whose payload mode 3 puts before its body: streams
+/// 1 and 2, two events each.
+pub const SECTIONS_PREFIX_RUNS: usize = 2;
+
+/// The payload of delta 1 of two runs (streams 1 and 2, seqs 1 and 2,
+/// payloads `"ab"`), without sections: what mode 3 puts before its body.
+pub fn sections_prefix() -> Vec<u8> {
+    let events = (1..=SECTIONS_PREFIX_RUNS as u64)
+        .flat_map(|stream| {
+            (1..=2).map(move |seq| Event {
+                stream: StreamId::new(stream),
+                seq,
+                lamport: seq,
+                time_ms: 1000,
+                payload: Bytes::from_static(b"ab"),
+            })
+        })
+        .collect();
+    let delta = Delta {
+        floor: VersionVector::new(),
+        events,
+        seals: Vec::new(),
+    };
+    frame::encode_payload(&Frame::delta(1, delta)).expect("a valid delta")
+}
 
 /// What one input did, for the replay test's expectations.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -39,7 +73,7 @@ pub fn check_input(data: &[u8]) -> Outcome {
     let Some((&mode, body)) = data.split_first() else {
         return outcome;
     };
-    match mode % 3 {
+    match mode % 4 {
         0 => {
             let mut rest = body;
             loop {
@@ -62,8 +96,13 @@ pub fn check_input(data: &[u8]) -> Outcome {
             }
         }
         1 => check_payload(body, &mut outcome),
-        _ => {
+        2 => {
             let mut payload = vec![0u8, PROTOCOL_VERSION as u8];
+            payload.extend_from_slice(body);
+            check_payload(&payload, &mut outcome);
+        }
+        _ => {
+            let mut payload = sections_prefix();
             payload.extend_from_slice(body);
             check_payload(&payload, &mut outcome);
         }
@@ -86,6 +125,24 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
                         "a decoded delta out of (stream, seq) order: {:?} before {:?}",
                         pair[0],
                         pair[1]
+                    );
+                }
+                let runs = 1 + delta
+                    .events
+                    .windows(2)
+                    .filter(|pair| pair[0].stream != pair[1].stream)
+                    .count();
+                assert!(
+                    delta.seals.len() <= runs.min(delta.events.len()),
+                    "decoded {} seals for {runs} runs",
+                    delta.seals.len()
+                );
+                for pair in delta.seals.windows(2) {
+                    assert!(
+                        pair[0].seal.stream < pair[1].seal.stream,
+                        "decoded seals out of stream order: {:?} before {:?}",
+                        pair[0].seal,
+                        pair[1].seal
                     );
                 }
             }

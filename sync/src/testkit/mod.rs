@@ -7,6 +7,9 @@
 //!   on command through a [`LinkControl`]. Every decision is drawn from a
 //!   seed, per connection and direction, so the k-th frame of a connection
 //!   meets the same fate whenever the seed is replayed.
+//! - [`tampering_link`]: an in-memory link whose deltas one way a test
+//!   rewrites (decoded, changed, re-encoded): a hostile relay in the middle
+//!   of a real session, for signed streams (`docs/SIGNING.md`).
 //! - [`SimMesh`]: replicas joined by in-memory fault links whose sessions
 //!   reconnect after every failure, with convergence checks. Under tokio's
 //!   paused clock on a current-thread runtime a run is deterministic.
@@ -42,8 +45,10 @@ pub mod delta_check;
 pub mod frame_check;
 mod mesh;
 mod proxy;
+mod relay;
 
 pub use mesh::{Divergence, MeshConfig, SimMesh};
+pub use relay::tampering_link;
 
 /// Hands `core` one received payload (a frame without its length prefix)
 /// and, if it carries a delta, applies it to `replica` at once and reports

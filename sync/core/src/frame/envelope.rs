@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::event_runs::{decode_columns, decode_events, encode_columns, encode_events, put_varint};
 use super::repr::{check_counts, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
+use super::sections::{put_sections, read_sections};
 use super::{
     tag, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
     FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
@@ -79,8 +80,9 @@ pub fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
 /// [`FrameError::TooManyEvents`] for a delta of more than
 /// [`DELTA_EVENTS_MAX`] events, and with [`FrameError::Encode`] for a delta
 /// whose events break the model (per stream, seqs not contiguous in the
-/// order given, or lamport stamps not rising from 1): nothing is sent that
-/// the peer would refuse.
+/// order given, or lamport stamps not rising from 1) or whose seals the
+/// peer's decoder refuses (more than its runs, streams not strictly
+/// ascending): nothing is sent that the peer would refuse.
 ///
 /// A delta's events may come in any order across streams (a replica's
 /// [`meshlog_replica::Replica::delta_for`] builds `(lamport, stream)`
@@ -172,7 +174,8 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), Frame
         }
         Frame::Delta { number, delta } => {
             put_delta_head(out, *number, &delta.floor, delta.events.len())?;
-            encode_events(&delta.events, out)?;
+            let runs = encode_events(&delta.events, out)?;
+            put_sections(out, &delta.seals, runs)?;
         }
         Frame::Ack(receipt) => {
             put_varint(out, u64::from(tag::ACK));
@@ -254,7 +257,8 @@ pub(crate) fn encode_delta_columns_limited(
     let max = max.min(FRAME_BYTES_CEILING);
     let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
     put_delta_head(&mut out, number, &columns.floor, columns.len())?;
-    encode_columns(columns, &mut out)?;
+    let runs = encode_columns(columns, &mut out)?;
+    put_sections(&mut out, &columns.seals, runs)?;
     let len = out.len() - LENGTH_PREFIX_BYTES;
     if len > max {
         return Err(FrameError::TooLarge { len, max });
@@ -564,17 +568,19 @@ fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incomi
     let (floor, events) = postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
     let floor = floor.into_vector(kind, "floor")?;
     if !columns {
+        let (events, seals) = decode_events(events, read_sections)?;
         return Ok(Incoming::Frame(Frame::Delta {
             number,
             delta: Delta {
                 floor,
-                events: decode_events(events)?,
-                seals: Vec::new(),
+                events,
+                seals,
             },
         }));
     }
-    let mut columns = decode_columns(events)?;
+    let (mut columns, seals) = decode_columns(events, read_sections)?;
     columns.floor = floor;
+    columns.seals = seals;
     Ok(Incoming::Delta { number, columns })
 }
 

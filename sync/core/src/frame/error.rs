@@ -140,6 +140,18 @@ pub enum FrameError {
         /// What is wrong, with the stream concerned.
         detail: String,
     },
+    /// A seal of a delta's seals section is not canonical: its key is not
+    /// a valid writer key, its base flag is neither 0 nor 1, or its stream
+    /// does not follow the seal before it (one seal per stream, streams
+    /// strictly ascending). Whether it vouches for its run is the
+    /// replica's to judge, after decoding.
+    #[error("seal of stream {stream} in a delta frame is not canonical: {detail}")]
+    BadSeal {
+        /// The seal's stream.
+        stream: StreamId,
+        /// What is wrong.
+        detail: String,
+    },
     /// The frame could not be encoded: postcard failed, or a delta holds
     /// what its layout cannot carry (and a receiver would refuse): per
     /// stream, events not contiguous in seq order, a lamport stamp not

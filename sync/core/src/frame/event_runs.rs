@@ -75,7 +75,7 @@ const REPEAT_MIN: u64 = 3;
 /// its gap above 0); a time is the wrapping difference from the previous
 /// event's in the column, zigzag-encoded (the first event's plain). What
 /// the layout cannot carry is refused with [`FrameError::Encode`].
-pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), FrameError> {
+pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<usize, FrameError> {
     // Grouped by stream, each stream's events in the order given: a stable
     // sort (a replica's delta comes grouped already, streams ascending).
     let mut by_stream: Vec<&Event> = events.iter().collect();
@@ -97,8 +97,12 @@ pub(super) fn encode_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), F
 /// runs must be one per stream, streams ascending, and each run's stamps
 /// must rise from 1. What a sender reads with
 /// `Replica::delta_columns_for` is written as it is: no event is made,
-/// and the payloads go in with one copy.
-pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Result<(), FrameError> {
+/// and the payloads go in with one copy. Returns the number of runs
+/// written (what bounds the delta's seals).
+pub(super) fn encode_columns(
+    columns: &DeltaColumns,
+    out: &mut Vec<u8>,
+) -> Result<usize, FrameError> {
     // Sized once for the payloads (the columns may be a few bytes for
     // thousands of events: they grow as written).
     out.reserve(columns.payloads().len() + 64);
@@ -128,7 +132,7 @@ pub(super) fn encode_columns(columns: &DeltaColumns, out: &mut Vec<u8>) -> Resul
     time_column(columns.times()).finish(out);
     len_column(columns.ends()).finish(out);
     out.extend_from_slice(columns.payloads());
-    Ok(())
+    Ok(columns.runs().len())
 }
 
 /// An encoding refused: what the delta breaks.
@@ -341,10 +345,13 @@ impl Column {
     }
 }
 
-/// Reads a delta's events, written by [`encode_events`], to the end of the
-/// payload, into columns as they were written: no [`Event`] and no payload
-/// handle per event (what a receiver applies; a [`Frame`](super::Frame)
-/// makes events of them).
+/// Reads a delta's events, written by [`encode_events`], into columns as
+/// they were written: no [`Event`] and no payload handle per event (what a
+/// receiver applies; a [`Frame`](super::Frame) makes events of them). What
+/// follows the payloads (the delta's sections) is handed to `trailer` with
+/// the delta's number of runs, after the events are checked and before
+/// anything is allocated for them; its answer comes back beside the
+/// columns.
 ///
 /// Every count is checked before anything is decoded or allocated for what
 /// it counts: the delta's against [`DELTA_EVENTS_MAX`] (so a delta decodes
@@ -354,41 +361,52 @@ impl Column {
 /// left. Seqs, lamport stamps and their sums are checked for overflow.
 /// Only canonical input decodes (shortest varints, one run per stream,
 /// streams strictly ascending, no empty run, no repeat of 0, no two pairs
-/// of a column with one value in a row, the payloads ending the frame), so
-/// the frame re-encodes to the very bytes it came from.
+/// of a column with one value in a row), so the events re-encode to the
+/// very bytes they came from.
 ///
 /// Nothing is allocated for the events until the whole delta is known to
 /// be well formed (the run headers read, the columns and payloads checked
-/// in a first pass that allocates nothing): a malformed delta costs only
-/// its run headers, however many events it claims. Then the columns are
-/// reserved once and read again, and the payloads are copied once, into
-/// one buffer.
+/// in a first pass that allocates nothing, the trailer read): a malformed
+/// delta costs only its run headers (and what its trailer decoded),
+/// however many events it claims. Then the columns are reserved once and
+/// read again, and the payloads are copied once, into one buffer.
 ///
 /// The events come out in run order: by stream, ascending, each stream's in
 /// seq order (and so with rising lamport stamps). Receipt is order-free
 /// across streams, and a receiver takes a stream's events as a run; putting
 /// them back into `(lamport, stream)` order cost a third of a convergence's
 /// time (`docs/BENCHMARKS.md`).
-pub(super) fn decode_columns(bytes: &[u8]) -> Result<DeltaColumns, FrameError> {
-    decode_columns_checked_by(bytes, check_columns)
+pub(super) fn decode_columns<T>(
+    bytes: &[u8],
+    trailer: impl FnOnce(&[u8], usize) -> Result<T, FrameError>,
+) -> Result<(DeltaColumns, T), FrameError> {
+    decode_columns_checked_by(bytes, check_columns, trailer)
 }
 
 /// A check of a delta's columns: [`check_columns`], or (in tests) its
-/// value-by-value reference.
-type ColumnsCheck = for<'a> fn(&'a [u8], &[Run], usize) -> Result<&'a [u8], FrameError>;
+/// value-by-value reference. It answers the payloads and what follows them.
+type ColumnsCheck = for<'a> fn(&'a [u8], &[Run], usize) -> Result<(&'a [u8], &'a [u8]), FrameError>;
 
 /// [`decode_columns`], as events (a [`Frame`](super::Frame)'s): reserved
 /// once, the payloads copied once into one buffer that every event's
 /// payload is a slice of.
-pub(super) fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, FrameError> {
-    decode_events_checked_by(bytes, check_columns)
+pub(super) fn decode_events<T>(
+    bytes: &[u8],
+    trailer: impl FnOnce(&[u8], usize) -> Result<T, FrameError>,
+) -> Result<(Vec<Event>, T), FrameError> {
+    decode_events_checked_by(bytes, check_columns, trailer)
 }
 
 /// [`decode_events`], its columns checked by `check`.
-fn decode_events_checked_by(bytes: &[u8], check: ColumnsCheck) -> Result<Vec<Event>, FrameError> {
+fn decode_events_checked_by<T>(
+    bytes: &[u8],
+    check: ColumnsCheck,
+    trailer: impl FnOnce(&[u8], usize) -> Result<T, FrameError>,
+) -> Result<(Vec<Event>, T), FrameError> {
     let (runs, count, columns) = read_runs(bytes)?;
     // As in `decode_columns_checked_by`: checked whole first.
-    let payload_bytes = check(columns, &runs, count)?;
+    let (payload_bytes, rest) = check(columns, &runs, count)?;
+    let after = trailer(rest, runs.len())?;
     let mut events: Vec<Event> = Vec::with_capacity(count);
     let payloads = Bytes::copy_from_slice(payload_bytes);
     let mut start = 0;
@@ -407,7 +425,7 @@ fn decode_events_checked_by(bytes: &[u8], check: ColumnsCheck) -> Result<Vec<Eve
             payload,
         });
     })?;
-    Ok(events)
+    Ok((events, after))
 }
 
 /// A delta's event count and run headers, checked (every run's count
@@ -472,15 +490,17 @@ fn read_runs(bytes: &[u8]) -> Result<(Vec<Run>, usize, &[u8]), FrameError> {
 }
 
 /// [`decode_columns`], its columns checked by `check`.
-fn decode_columns_checked_by(
+fn decode_columns_checked_by<T>(
     bytes: &[u8],
     check: ColumnsCheck,
-) -> Result<DeltaColumns, FrameError> {
+    trailer: impl FnOnce(&[u8], usize) -> Result<T, FrameError>,
+) -> Result<(DeltaColumns, T), FrameError> {
     let (runs, count, columns) = read_runs(bytes)?;
-    // The columns and the payloads are checked whole before anything is
-    // allocated for the events: a few bytes may stand for thousands of
-    // events, but only in a delta that decodes.
-    let payload_bytes = check(columns, &runs, count)?;
+    // The columns and the payloads are checked whole, and the trailer
+    // read, before anything is allocated for the events: a few bytes may
+    // stand for thousands of events, but only in a delta that decodes.
+    let (payload_bytes, rest) = check(columns, &runs, count)?;
+    let after = trailer(rest, runs.len())?;
     let (lamports, times, ends) = read_columns_whole(columns, &runs, count)?;
     let runs = runs
         .iter()
@@ -492,7 +512,7 @@ fn decode_columns_checked_by(
         .collect();
     // Checked above as a frame: columns that fail here are a bug of this
     // decoder, reported as malformed input rather than a panic.
-    DeltaColumns::from_parts(
+    let columns = DeltaColumns::from_parts(
         VersionVector::new(),
         runs,
         lamports,
@@ -503,7 +523,8 @@ fn decode_columns_checked_by(
     .map_err(|error| FrameError::Malformed {
         kind: "delta",
         detail: error.to_string(),
-    })
+    })?;
+    Ok((columns, after))
 }
 
 /// A run's header: its stream, first seq and number of events.
@@ -521,13 +542,14 @@ struct Fields {
 }
 
 /// Checks a delta's three columns (`columns` starts at the first) for
-/// `count` events in the runs' order, and that the payloads after them fill
-/// the rest exactly; returns the payloads. Allocates nothing.
+/// `count` events in the runs' order, and that the bytes after them hold
+/// the payloads; returns the payloads and the bytes after them (the
+/// delta's sections). Allocates nothing.
 fn check_columns<'a>(
     columns: &'a [u8],
     runs: &[Run],
     count: usize,
-) -> Result<&'a [u8], FrameError> {
+) -> Result<(&'a [u8], &'a [u8]), FrameError> {
     let mut reader = Reader { bytes: columns };
     let mut gaps = ColumnReader::new("lamport gaps", count);
     let mut stamps = Stamps::default();
@@ -578,14 +600,8 @@ fn check_columns<'a>(
             });
         }
     }
-    let total = total as usize;
-    if reader.bytes.len() > total {
-        return Err(FrameError::TrailingBytes {
-            kind: "delta",
-            len: reader.bytes.len() - total,
-        });
-    }
-    Ok(reader.bytes)
+    // At most the bytes left: checked as the lengths were summed.
+    Ok(reader.bytes.split_at(total as usize))
 }
 
 /// Reads the columns [`check_columns`] accepted, handing each event's
@@ -890,12 +906,12 @@ impl ColumnReader {
 
 /// Reads the hand-written part of a delta frame: shortest-form varints and
 /// byte strings, every error a [`FrameError`] of the delta kind.
-struct Reader<'a> {
-    bytes: &'a [u8],
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
 }
 
 impl Reader<'_> {
-    fn malformed(what: &str, problem: &str) -> FrameError {
+    pub(super) fn malformed(what: &str, problem: &str) -> FrameError {
         FrameError::Malformed {
             kind: "delta",
             detail: format!("{what}: {problem}"),
@@ -905,7 +921,7 @@ impl Reader<'_> {
     /// The next varint; `what` names it in errors. Refuses a varint cut
     /// short, one above `u64::MAX`, and one not in its shortest form (a
     /// last byte of 0 after others), so that every value has one encoding.
-    fn varint(&mut self, what: &str) -> Result<u64, FrameError> {
+    pub(super) fn varint(&mut self, what: &str) -> Result<u64, FrameError> {
         let mut value = 0u64;
         for (i, &byte) in self.bytes.iter().take(VARINT_BYTES_MAX).enumerate() {
             if i == VARINT_BYTES_MAX - 1 && byte > 1 {
@@ -936,13 +952,22 @@ mod tests {
     use super::*;
     use crate::frame::{decode, decode_payload, encode, Frame, LENGTH_PREFIX_BYTES};
 
+    /// A trailer of nothing: bytes after the payloads are trailing bytes
+    /// (as they were before protocol 4's sections).
+    fn nothing_after(rest: &[u8], _runs: usize) -> Result<(), FrameError> {
+        match rest.len() {
+            0 => Ok(()),
+            len => Err(FrameError::TrailingBytes { kind: "delta", len }),
+        }
+    }
+
     /// [`check_columns`] value by value, as it was before repeats were
     /// checked at once: the reference it must agree with.
     fn check_columns_one_by_one<'a>(
         columns: &'a [u8],
         runs: &[Run],
         count: usize,
-    ) -> Result<&'a [u8], FrameError> {
+    ) -> Result<(&'a [u8], &'a [u8]), FrameError> {
         let mut reader = Reader { bytes: columns };
         let mut gaps = ColumnReader::new("lamport gaps", count);
         let mut stamps = Stamps::default();
@@ -968,14 +993,7 @@ mod tests {
                 });
             }
         }
-        let total = total as usize;
-        if reader.bytes.len() > total {
-            return Err(FrameError::TrailingBytes {
-                kind: "delta",
-                len: reader.bytes.len() - total,
-            });
-        }
-        Ok(reader.bytes)
+        Ok(reader.bytes.split_at(total as usize))
     }
 
     /// Repeats checked at once decode, or fail with the very error, as the
@@ -1021,11 +1039,15 @@ mod tests {
                 1 => bytes.extend((0..rng.below(4)).map(|_| 0xffu8)),
                 _ => {}
             }
-            let at_once = decode_events_checked_by(&bytes, check_columns);
-            let one_by_one = decode_events_checked_by(&bytes, check_columns_one_by_one);
+            let at_once = decode_events_checked_by(&bytes, check_columns, nothing_after)
+                .map(|(events, ())| events);
+            let one_by_one =
+                decode_events_checked_by(&bytes, check_columns_one_by_one, nothing_after)
+                    .map(|(events, ())| events);
             assert_eq!(at_once, one_by_one, "seed {seed}, bytes {bytes:02x?}");
             // Decoded into columns, the same events or the same error.
-            let in_columns = decode_columns(&bytes).map(|columns| columns.to_delta().events);
+            let in_columns = decode_columns(&bytes, nothing_after)
+                .map(|(columns, ())| columns.to_delta().events);
             assert_eq!(in_columns, at_once, "seed {seed}, bytes {bytes:02x?}");
             compared += 1;
         }
@@ -1364,7 +1386,8 @@ mod tests {
             &[3, 0, 0, 3, 7, 0, 0, 0],
             "payload lengths: a repeat run of 3 where 2 values are left",
         );
-        // Lengths 1 and 2 where 2 bytes are left, and where 4 are.
+        // Lengths 1 and 2 where 2 bytes are left, and where 4 are: the
+        // byte after the payloads opens a section (tag 0x64), cut short.
         assert_eq!(
             delta(2, &[3, 0, 0, 3, 7, 0, 3, 1, 2, b'a', b'b']),
             Err(FrameError::CountAboveBytes {
@@ -1375,9 +1398,9 @@ mod tests {
         );
         assert_eq!(
             delta(2, &[3, 0, 0, 3, 7, 0, 3, 1, 2, b'a', b'b', b'c', b'd']),
-            Err(FrameError::TrailingBytes {
+            Err(FrameError::Malformed {
                 kind: "delta",
-                len: 1
+                detail: "section length: the frame ends inside a varint".into()
             })
         );
         // The same, well formed: stamps 1 and 2, time 7 twice, "a" and "bc".
@@ -1479,7 +1502,7 @@ mod tests {
         // (1 + 6: the first time in full) and a repeat of the step (2 + 1),
         // lengths a repeat (2 + 1).
         assert_eq!(overhead, 26, "{out:02x?}");
-        assert_eq!(decode_events(&out).unwrap(), events);
+        assert_eq!(decode_events(&out, nothing_after).unwrap().0, events);
     }
 
     /// A replica's delta interleaves its writers in `(lamport, stream)`

@@ -6,8 +6,8 @@
 //! heartbeats and a delta's floor are postcard encodings; a delta's events
 //! are written by hand: one run header per stream with seqs implied, then
 //! columns of lamport gaps, times and payload lengths in repeat and literal
-//! runs,
-//! then the payloads. The byte format is specified in
+//! runs, then the payloads, then its sections (the writers' seals). The
+//! byte format is specified in
 //! `docs/PROTOCOL.md`; this module and its submodules are its only
 //! implementation.
 //!
@@ -29,6 +29,9 @@
 //! - `event_runs`: the hand-written codec of a delta's events (per-stream
 //!   run headers, seqs implied, columns in repeat and literal runs of lamport gaps,
 //!   times and payload lengths, shortest-form varints), which postcard's layout could not make this compact.
+//! - `sections`: what follows a delta's payloads, tagged and
+//!   length-bounded (an unknown tag skipped): the seals over its runs, in
+//!   the replica's seal encodings.
 //! - the cancel-safe reader of whole frames from a tokio byte stream,
 //!   `FrameReader`, is not here: it does I/O, so it lives in the driver
 //!   crate (`meshlog_sync::frame::FrameReader`), on [`peek_len`].
@@ -44,13 +47,14 @@
 //! panic. A length prefix is checked against [`FRAME_BYTES_MAX`] before
 //! anything is allocated for the payload. Every count a payload announces
 //! (a vector's streams, a delta's events, a run's events, a payload's
-//! length) is checked against its limit
-//! ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`]) and against the bytes left
-//! before any of its elements is decoded. Vectors are grown as their entries
-//! are read, never reserved by a count read from the input; a delta's
-//! events are reserved once, by a count already checked against
-//! [`DELTA_EVENTS_MAX`], and only after the whole delta (run headers,
-//! columns, payloads) is known to be well formed: a delta decodes into at
+//! length, a section's length, a delta's seals) is checked against its
+//! limit ([`STREAMS_MAX`], [`DELTA_EVENTS_MAX`], one seal per run) and
+//! against the bytes left before any of its elements is decoded. Vectors
+//! are grown as their entries are read, never reserved by a count read
+//! from the input; a delta's events are reserved once, by a count already
+//! checked against [`DELTA_EVENTS_MAX`], and only after the whole delta
+//! (run headers, columns, payloads, sections) is known to be well formed:
+//! a delta decodes into at
 //! most 512 KiB of events besides its payloads, whatever its size (a
 //! column's repeat lets a few bytes stand for many events), and a malformed
 //! one into nothing more than its run headers.
@@ -91,6 +95,7 @@ mod envelope;
 mod error;
 mod event_runs;
 mod repr;
+mod sections;
 
 pub(crate) use envelope::encode_delta_columns_limited;
 pub use envelope::{
@@ -98,18 +103,21 @@ pub use envelope::{
     encode_payload, peek_len, split_frame, split_frame_limited, Incoming,
 };
 pub use error::FrameError;
+pub(crate) use sections::ONE_RUN_SECTIONS_BYTES_MAX;
 
 /// The protocol version this crate speaks, carried in every [`Hello`]. Peers
 /// speaking another version are refused after their hello
 /// ([`FrameError::ProtocolVersion`]); ours reaches them first, so they can
 /// say why too.
 ///
-/// Version 3 writes a delta's event fields as columns in repeat and literal runs
-/// and its payloads back to back; version 2 numbered delta frames,
+/// Version 4 ends a delta with sections, tagged and length-bounded, the
+/// first of which carries the writers' seals; version 3 writes a delta's
+/// event fields as columns in repeat and literal runs and its payloads back
+/// to back; version 2 numbered delta frames,
 /// acknowledged the last one received, and carried marks in acks and
 /// heartbeats as a difference from marks the receiver already holds
 /// (`docs/PROTOCOL.md`).
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// The largest frame payload every peer takes, in bytes (the length prefix
 /// excluded): 4 MiB, the default of `SessionConfig::frame_bytes_max` and
@@ -310,7 +318,7 @@ mod tests {
     // largest payload the doc promises always fits lands on the limit.
     use bytes::Bytes;
     use meshlog_cursor::STREAMS_MAX;
-    use meshlog_replica::Event;
+    use meshlog_replica::{ChainHash, Event, RunSeal, Seal, WriterKey};
 
     use super::*;
 
@@ -426,7 +434,7 @@ mod tests {
         };
         let expected = [
             Frame::Hello(Hello {
-                protocol: 3,
+                protocol: 4,
                 stream: StreamId::new(0xb),
                 marks: vv(&[(0xb, 3)]),
                 floor: VersionVector::new(),
@@ -468,6 +476,8 @@ mod tests {
                     seals: Vec::new(),
                 },
             ),
+            // A sealed run: the writer of key 01 02 .. 20's first event.
+            sealed_example(),
             Frame::Ack(Receipt {
                 received: 4,
                 seen: 2,
@@ -510,38 +520,75 @@ mod tests {
             assert_eq!(decode(block), Ok(arrives));
         }
         // The idle heartbeat the doc promises is 10 bytes on the wire.
-        assert_eq!(blocks[5].len(), 10);
+        assert_eq!(blocks[6].len(), 10);
+    }
+
+    /// The sealed delta of `docs/PROTOCOL.md`'s examples: number 4, one
+    /// event of the writer whose secret key is `01 02 .. 20`
+    /// (`docs/SIGNING.md`'s fixed vector: stream `5e644dd217aee78b`), seq
+    /// 1, lamport 1, time 1000 ms, payload `"hi"`, sealed at seq 1 (no
+    /// base: the run starts at seq 1).
+    pub(super) fn sealed_example() -> Frame {
+        let key = WriterKey::from_bytes(std::array::from_fn(|i| i as u8 + 1));
+        let event = Event {
+            stream: key.stream(),
+            seq: 1,
+            lamport: 1,
+            time_ms: 1000,
+            payload: Bytes::from_static(b"hi"),
+        };
+        let head = ChainHash::GENESIS.next(&event);
+        Frame::delta(
+            4,
+            Delta {
+                floor: VersionVector::new(),
+                events: vec![event],
+                seals: vec![RunSeal {
+                    key: key.public(),
+                    seal: Seal::sign(&key, 1, head),
+                    base: None,
+                }],
+            },
+        )
     }
 
     /// `docs/PROTOCOL.md` states that a delta of one event takes at most
-    /// 327,722 bytes besides its payload, so payloads up to 3,866,582 bytes
+    /// 327,903 bytes besides its payload, so payloads up to 3,866,401 bytes
     /// always fit a frame: the worst case (the largest floor vector, every
-    /// varint at its longest) lands exactly on the limit.
+    /// varint at its longest, the run sealed with a base) lands exactly on
+    /// the limit.
     #[test]
     fn the_largest_payload_that_always_fits_is_the_documented_one() {
         let floor: VersionVector = (0..STREAMS_MAX as u64)
             .map(|i| (StreamId::new(u64::MAX - i), u64::MAX))
             .collect();
+        let key = WriterKey::from_bytes([7; 32]);
+        let stream = StreamId::new(u64::MAX);
+        let seal = RunSeal {
+            key: key.public(),
+            seal: Seal::sign_for(&key, stream, u64::MAX, ChainHash::from_bytes([1; 32])),
+            base: Some(ChainHash::from_bytes([2; 32])),
+        };
         let delta = |payload_len: usize| {
             Frame::delta(
                 u64::MAX,
                 Delta {
                     floor: floor.clone(),
                     events: vec![Event {
-                        stream: StreamId::new(u64::MAX),
+                        stream,
                         seq: u64::MAX,
                         lamport: u64::MAX,
                         time_ms: u64::MAX,
                         payload: Bytes::from(vec![0u8; payload_len]),
                     }],
-                    seals: Vec::new(),
+                    seals: vec![seal],
                 },
             )
         };
-        let bytes = encode(&delta(3_866_582)).unwrap();
+        let bytes = encode(&delta(3_866_401)).unwrap();
         assert_eq!(bytes.len(), LENGTH_PREFIX_BYTES + FRAME_BYTES_MAX);
         assert_eq!(
-            encode(&delta(3_866_583)),
+            encode(&delta(3_866_402)),
             Err(FrameError::TooLarge {
                 len: FRAME_BYTES_MAX + 1,
                 max: FRAME_BYTES_MAX

@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, DeltaColumns, Event};
+use meshlog_replica::{Delta, DeltaColumns};
 
 use crate::frame::{self, DELTA_EVENTS_MAX};
 use crate::LimitHit;
 
+use super::seals::{cut_streams, split_delta};
 use super::state::{InFlight, LocalReplica, Outgoing, Protocol, Received};
 use super::view::{advance_by_spans, column_spans, skip_pending};
 
@@ -61,49 +62,75 @@ impl Protocol {
     /// What the peer misses, read in columns and sent as read, unless an
     /// event is too large for a frame, a stream runs into what the peer
     /// holds pending, or it needs more than one frame: then it is cut and
-    /// split as events. `None` if only events too large for a frame were
-    /// read (their streams are now cut: read again).
+    /// split as events, each seal kept with its run (`seals`). `None` if
+    /// only events too large for a frame were read (their streams are now
+    /// cut: read again).
     pub(super) fn delta_parts<L: LocalReplica>(
         &mut self,
         local: &L,
         marks: &VersionVector,
     ) -> Option<Vec<DeltaColumns>> {
-        let view = self.send_view(marks);
-        let columns = local.delta_columns_for(&view, self.config.delta_budget());
-        let payload_max = self.frame_payload_max(&columns.floor);
-        let as_read = columns.len() <= DELTA_EVENTS_MAX
-            && columns.payload_len_max() <= payload_max
-            && !self.send.peer_pending.iter().any(|range| {
-                view.get(range.stream) + 1 < range.from
-                    && columns
-                        .runs()
-                        .iter()
-                        .any(|run| run.stream == range.stream && run.last_seq() >= range.from)
-            });
-        drop(view);
-        if as_read {
-            return Some(vec![columns]);
-        }
-        let mut delta = columns.to_delta();
-        if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty() {
-            return None;
-        }
-        let view = self.send_view(marks);
-        // A hole below what the peer holds pending is sent up to
-        // the pending events, not through them.
-        for range in &self.send.peer_pending {
-            if view.get(range.stream) + 1 < range.from {
-                delta
-                    .events
-                    .retain(|event| event.stream != range.stream || event.seq < range.from);
+        let mut budget = self.config.delta_budget();
+        loop {
+            let view = self.send_view(marks);
+            let columns = local.delta_columns_for(&view, budget);
+            let payload_max = self.frame_payload_max(&columns.floor);
+            let pending = self.pending_cuts(&view, &columns);
+            let as_read = columns.len() <= DELTA_EVENTS_MAX
+                && columns.payload_len_max() <= payload_max
+                && !columns.runs().iter().any(|run| {
+                    pending
+                        .get(&run.stream)
+                        .is_some_and(|&from| run.last_seq() >= from)
+                });
+            drop(view);
+            if as_read {
+                return Some(vec![columns]);
+            }
+            let mut delta = columns.to_delta();
+            if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty()
+            {
+                return None;
+            }
+            // A hole below what the peer holds pending is sent up to the
+            // pending events, not through them.
+            cut_streams(&mut delta, &pending);
+            match split_delta(delta) {
+                Ok(parts) => return Some(parts.iter().map(DeltaColumns::from_delta).collect()),
+                Err(_) if budget > ONE_FRAME_BUDGET => {
+                    // A sealed run longer than a frame carries: read again
+                    // under a budget that fits one frame, in which the
+                    // replica ends each run where it holds a seal.
+                    budget = ONE_FRAME_BUDGET;
+                }
+                // Not reached: a delta read under ONE_FRAME_BUDGET holds at
+                // most DELTA_EVENTS_MAX events. Sent whole, its frame is
+                // refused by the encoder, which ends the session.
+                Err(delta) => return Some(vec![DeltaColumns::from_delta(&delta)]),
             }
         }
-        Some(
-            split_delta(delta)
-                .iter()
-                .map(DeltaColumns::from_delta)
-                .collect(),
-        )
+    }
+
+    /// Per stream of `columns` with a hole below events the peer holds
+    /// pending (as `view` sees it), the first pending seq: the stream is
+    /// sent up to it. Not for a stream the delta seals: a sealed run is
+    /// sent whole (cut, it would go without its seal), and the peer holds
+    /// nothing of such a stream pending anyway (a receiver drops an early
+    /// run of a sealed stream: `docs/SIGNING.md`).
+    fn pending_cuts(
+        &self,
+        view: &VersionVector,
+        columns: &DeltaColumns,
+    ) -> BTreeMap<StreamId, u64> {
+        let mut cuts: BTreeMap<StreamId, u64> = BTreeMap::new();
+        for range in &self.send.peer_pending {
+            let sealed = columns.seals.iter().any(|s| s.seal.stream == range.stream);
+            if view.get(range.stream) + 1 < range.from && !sealed {
+                let from = cuts.entry(range.stream).or_insert(range.from);
+                *from = (*from).min(range.from);
+            }
+        }
+        cuts
     }
 
     /// The next part of the planned delta, numbered and recorded as in
@@ -148,10 +175,11 @@ impl Protocol {
     }
 
     /// Cuts from a delta to send every event too large for a frame (with
-    /// the delta's floor), and what follows it in its stream: that stream
-    /// is not sent to this peer past it in this session, reported
-    /// ([`LimitHit::FrameBytesMax`]) and logged once. Whether anything was
-    /// cut.
+    /// the delta's floor), and what follows it in its stream (and, if the
+    /// stream is sealed, what precedes it in the delta: no seal vouches
+    /// for it): that stream is not sent to this peer past it in this
+    /// session, reported ([`LimitHit::FrameBytesMax`]) and logged once.
+    /// Whether anything was cut.
     pub(super) fn cut_unsendable(&mut self, delta: &mut Delta) -> bool {
         let limit = self.send_limit();
         let payload_max = self.frame_payload_max(&delta.floor);
@@ -181,7 +209,7 @@ impl Protocol {
                 theirs = self.hello.peer_frame_bytes_max,
                 "event not sent: with its frame it exceeds the frame limit of {limit} bytes \
                  (the smaller of this side's frame_bytes_max and the peer's; under the default \
-                 4 MiB at most 3,866,582 bytes of payload always fit): the stream is not sent \
+                 4 MiB at most 3,866,401 bytes of payload always fit): the stream is not sent \
                  to this peer past it; raise frame_bytes_max on both sides"
             );
             self.send.unsendable.insert(stream, seq);
@@ -192,11 +220,7 @@ impl Protocol {
                 limit,
             });
         }
-        let before = delta.events.len();
-        delta
-            .events
-            .retain(|event| cut.get(&event.stream).is_none_or(|&from| event.seq < from));
-        self.state.events_over_limit += (before - delta.events.len()) as u64;
+        self.state.events_over_limit += cut_streams(delta, &cut);
         self.state_changed = true;
         true
     }
@@ -254,8 +278,9 @@ impl Protocol {
 /// The most bytes a delta frame takes besides one event's payload and its
 /// floor: the kind, the number, the event count, a run's header and the
 /// event's literal run of one (a header byte, then the value) in each
-/// column, every varint at its longest (1 + 10 + 2 + 22 + 27 = 62).
-pub(super) const EVENT_FRAME_OVERHEAD_MAX: usize = 64;
+/// column, every varint at its longest (1 + 10 + 2 + 22 + 27 = 62), and
+/// the run's seal with its base in the seals section (181).
+pub(super) const EVENT_FRAME_OVERHEAD_MAX: usize = 62 + frame::ONE_RUN_SECTIONS_BYTES_MAX;
 
 /// The most delta frames in flight (sent, not acknowledged) at once: past
 /// it, no new delta is built until a receipt (or the retransmission
@@ -273,70 +298,30 @@ pub(super) enum Planned {
     Again,
 }
 
-/// Splits a delta into deltas of at most [`DELTA_EVENTS_MAX`] events, in
-/// order, the first carrying the floor: a receiver refuses a frame of more.
-/// Each part is a run of the whole's `(lamport, stream)` order, so per
-/// stream it continues where the parts before it ended, as successive
-/// deltas do.
-pub(super) fn split_delta(delta: Delta) -> Vec<Delta> {
-    if delta.events.len() <= DELTA_EVENTS_MAX {
-        return vec![delta];
-    }
-    let Delta {
-        mut floor, events, ..
-    } = delta;
-    let mut parts = Vec::with_capacity(events.len().div_ceil(DELTA_EVENTS_MAX));
-    let mut events = events.into_iter();
-    loop {
-        let part: Vec<Event> = events.by_ref().take(DELTA_EVENTS_MAX).collect();
-        if part.is_empty() {
-            return parts;
-        }
-        parts.push(Delta {
-            floor: std::mem::take(&mut floor),
-            events: part,
-            seals: Vec::new(),
-        });
-    }
-}
+/// A budget under which a delta holds at most [`DELTA_EVENTS_MAX`] events,
+/// so it goes in one frame: a replica counts at least 50 bytes an event
+/// ([`meshlog_replica::Event::size_hint`]). What a delta is read again under when a sealed
+/// run is too long to split.
+pub(super) const ONE_FRAME_BUDGET: usize = DELTA_EVENTS_MAX * 50;
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
+    use meshlog_replica::Event;
 
     use super::*;
 
-    fn event(seq: u64) -> Event {
-        Event {
-            stream: StreamId::new(1 + seq % 3),
-            seq,
-            lamport: seq,
-            time_ms: 0,
-            payload: Bytes::new(),
-        }
-    }
-
+    /// The bound rests on the replica's count of an
+    /// event's bytes; if that count shrank, a delta read under the budget
+    /// could need more than one frame again.
     #[test]
-    fn a_delta_is_split_at_the_event_limit_with_the_floor_in_the_first_part() {
-        let floor: VersionVector = [(StreamId::new(9), 4)].into_iter().collect();
-        let events: Vec<Event> = (1..=2 * DELTA_EVENTS_MAX as u64 + 1).map(event).collect();
-        let parts = split_delta(Delta {
-            floor: floor.clone(),
-            events: events.clone(),
-            seals: Vec::new(),
-        });
-        let lens: Vec<usize> = parts.iter().map(|part| part.events.len()).collect();
-        assert_eq!(lens, [DELTA_EVENTS_MAX, DELTA_EVENTS_MAX, 1]);
-        assert_eq!(parts[0].floor, floor);
-        assert!(parts[1..].iter().all(|part| part.floor.is_empty()));
-        let joined: Vec<Event> = parts.into_iter().flat_map(|part| part.events).collect();
-        assert_eq!(joined, events);
-
-        let small = Delta {
-            floor,
-            events: events[..3].to_vec(),
-            seals: Vec::new(),
+    fn a_delta_read_under_the_one_frame_budget_fits_one_frame() {
+        let empty = Event {
+            stream: StreamId::new(1),
+            seq: 1,
+            lamport: 1,
+            time_ms: 0,
+            payload: bytes::Bytes::new(),
         };
-        assert_eq!(split_delta(small.clone()), [small]);
+        assert!(ONE_FRAME_BUDGET / empty.size_hint() <= DELTA_EVENTS_MAX);
     }
 }

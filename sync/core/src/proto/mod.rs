@@ -39,6 +39,8 @@
 //! - `delta`: delta sizing, splitting and the send delay, and a received
 //!   delta;
 //! - `receipts`: acks and heartbeats both ways;
+//! - `seals`: cutting and splitting a delta so that each seal stays with
+//!   the run it vouches for, and no sealed run goes short of its seal;
 //! - `refusals`: what this side does not take (`admit`: a received delta
 //!   cut to the replica's admission), and why a refused delta ends the
 //!   session;
@@ -96,6 +98,7 @@ mod once;
 mod receipts;
 mod refusals;
 mod routing;
+mod seals;
 mod state;
 mod timeouts;
 mod view;

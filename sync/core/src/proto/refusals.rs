@@ -10,6 +10,7 @@ use meshlog_replica::{DeltaColumns, DeltaError, ReplicaError};
 
 use crate::{LimitHit, ProtocolError};
 
+use super::seals::cut_streams;
 use super::state::{LocalReplica, Protocol};
 
 impl Protocol {
@@ -113,20 +114,18 @@ impl Protocol {
 
     /// Makes a received delta again without what [`Protocol::admit`] cut:
     /// per stream, its events from the seq in `cut` on (0: the whole
-    /// stream, and its floor).
+    /// stream, and its floor), and all of a sealed stream's events when
+    /// the cut falls below its seal (the replica would refuse the run,
+    /// sealed or not: `seals`).
     pub(super) fn drop_cut(&mut self, columns: &mut DeltaColumns, cut: &BTreeMap<StreamId, u64>) {
         // Rare: the delta is made again without what was cut.
         let mut delta = std::mem::take(columns).into_delta();
-        let before = delta.events.len();
-        delta
-            .events
-            .retain(|event| cut.get(&event.stream).is_none_or(|&from| event.seq < from));
+        self.state.events_over_limit += cut_streams(&mut delta, cut);
         delta.floor = delta
             .floor
             .iter()
             .filter(|&(stream, _)| cut.get(&stream) != Some(&0))
             .collect();
-        self.state.events_over_limit += (before - delta.events.len()) as u64;
         self.state_changed = true;
         *columns = DeltaColumns::from_delta(&delta);
     }

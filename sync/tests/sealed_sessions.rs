@@ -1,0 +1,424 @@
+//! Signed streams over real sessions (issue 29, step 3: seals on the wire,
+//! protocol 4; `docs/SIGNING.md`, `docs/PROTOCOL.md`).
+//!
+//! What it proves:
+//!
+//! - A keyed writer's seals cross the wire, its own and those it relays: a
+//!   receiver syncing with it over real `Session`s verifies them and pins
+//!   both writers' keys (shown afterwards: each writer's next run with its
+//!   seal cut off is refused, `Unsealed`), and holds their chains as they
+//!   do.
+//! - A hostile relay in the middle of a real session (the kit's
+//!   `tamperings`: an event forged, altered or reordered, another writer's
+//!   spliced in, the seal cut off, replaced by an older one, by another
+//!   key's or with its signature altered): each ends the receiver's session
+//!   with `SessionError::Refused` and its typed reason, logged; the
+//!   receiver is unchanged (marks, floor, chain digest, events); the
+//!   writer's session never refuses anything; and afterwards the honest
+//!   events converge over an honest session, so the writer is never cut
+//!   off.
+//! - A delta split into frames keeps each sealed run whole with its seal,
+//!   and a sealed stream cut for a receiver's limit is cut whole, never
+//!   left as a run its seal does not end: neither ends the session (each
+//!   did: the split left the parts unsealed, `Unsealed`; the cut kept a
+//!   seal past the run, `ChainBroken`).
+//!
+//! How: keyed replicas in memory from fixed secrets; two real `Session`s
+//! over an in-memory stream, or over `testkit::tampering_link`, which
+//! decodes the writer's deltas and hands them to the test to rewrite.
+//! Seeded (event counts, payloads, the order of the tamperings); the seed is
+//! printed on failure and replayed from `MESHLOG_SEED`. Tokio's clock is
+//! paused.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{
+    ChainDigest, Commits, Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError,
+    WriterKey,
+};
+use meshlog_sync::testkit::{self, SplitMix64};
+use meshlog_sync::{
+    LimitHit, ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SharedReplica,
+};
+use meshlog_testkit::hostile::tamperings;
+
+const RECEIVER: StreamId = StreamId::new(0xa);
+const CONVERGE_WITHIN: Duration = Duration::from_secs(30);
+
+fn config() -> SessionConfig {
+    SessionConfig::with_heartbeat(Duration::from_millis(20))
+}
+
+/// A keyed replica in memory, sealing the stream its key derives.
+fn keyed(secret: u8) -> (WriterKey, SharedReplica) {
+    let key = WriterKey::from_bytes([secret; 32]);
+    let replica = Replica::open(Config::with_key(key.clone()), MemStore::default())
+        .expect("an empty store opens");
+    (key, SharedReplica::with_commits(replica, Commits::Inline))
+}
+
+/// What a refusal must leave unchanged.
+#[derive(Debug, PartialEq, Eq)]
+struct Snapshot {
+    marks: VersionVector,
+    floor: VersionVector,
+    chains: ChainDigest,
+    events: Vec<Event>,
+}
+
+fn snapshot(replica: &SharedReplica) -> Snapshot {
+    let (marks, floor) = (replica.marks(), replica.floor());
+    let mut events = Vec::new();
+    for (stream, head) in marks.iter() {
+        for seq in floor.get(stream) + 1..=head {
+            events.extend(replica.get(stream, seq));
+        }
+    }
+    Snapshot {
+        marks,
+        floor,
+        chains: replica.chain_digest(),
+        events,
+    }
+}
+
+/// Appends `low` to `high` events (drawn) of seeded payloads to `replica`.
+fn append(replica: &SharedReplica, rng: &mut SplitMix64, low: u64, high: u64) {
+    for _ in 0..rng.between(low, high) {
+        let len = rng.below(24) as usize;
+        let payload: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        replica
+            .append_at(payload, 1_000 + rng.below(1_000))
+            .expect("append");
+    }
+}
+
+/// Two real sessions between `a` and `b`, each with its config, until
+/// their marks and chain digests agree; both must end stopped.
+async fn converge_with(a: &SharedReplica, b: &SharedReplica, a_config: SessionConfig) {
+    let (a_io, b_io) = tokio::io::duplex(1 << 20);
+    let agreed = || async {
+        testkit::wait_for("convergence", CONVERGE_WITHIN, || {
+            a.marks() == b.marks() && a.chain_digest() == b.chain_digest()
+        })
+        .await;
+    };
+    let (a_end, b_end) = tokio::join!(
+        Session::new(a.clone(), a_config).run_until(a_io, agreed()),
+        Session::new(b.clone(), config()).run_until(b_io, agreed()),
+    );
+    assert!(
+        matches!(
+            (&a_end, &b_end),
+            (Ok(SessionEnd::Stopped), Ok(SessionEnd::Stopped))
+        ),
+        "{a_end:?}, {b_end:?}"
+    );
+}
+
+async fn converge(a: &SharedReplica, b: &SharedReplica) {
+    converge_with(a, b, config()).await;
+}
+
+/// `writer`'s next run of `stream`, with its seal cut off, is refused by
+/// `receiver` as unsealed: the receiver pinned the stream's key.
+fn assert_pinned(writer: &SharedReplica, receiver: &SharedReplica, stream: StreamId) {
+    let mut delta = writer.delta_for(&receiver.marks(), usize::MAX);
+    assert!(
+        delta.events.iter().any(|e| e.stream == stream),
+        "nothing new of {stream}"
+    );
+    delta.seals.retain(|s| s.seal.stream != stream);
+    let before = snapshot(receiver);
+    let refused = receiver
+        .apply(delta)
+        .expect_err("an unsealed run of a pinned stream");
+    assert!(
+        matches!(refused, ReplicaError::Delta(DeltaError::Unsealed { stream: s, .. }) if s == stream),
+        "{refused:?}"
+    );
+    assert_eq!(snapshot(receiver), before);
+}
+
+#[test]
+fn a_sealing_writer_syncs_to_a_receiver_that_pins_it_and_the_writers_it_relays() {
+    testkit::for_each_seed("sealing_writer_syncs", 0x5ea1, 4, |seed| {
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let (_, writer) = keyed(1);
+            let (_, third) = keyed(2);
+            let receiver = SharedReplica::in_memory(RECEIVER);
+            append(&third, &mut rng, 1, 40);
+            converge(&third, &writer).await;
+            append(&writer, &mut rng, 1, 40);
+            append(&receiver, &mut rng, 0, 2);
+            converge(&writer, &receiver).await;
+            for stream in [writer.stream(), third.stream()] {
+                assert_eq!(
+                    receiver.chain_digest().stream(stream),
+                    writer.chain_digest().stream(stream),
+                    "seed {seed}: the chain of {stream}"
+                );
+            }
+            // Both keys pinned: the receiver verified the writer's own seal
+            // and the third writer's, relayed, both from the frames.
+            append(&writer, &mut rng, 1, 1);
+            append(&third, &mut rng, 1, 1);
+            converge(&third, &writer).await;
+            assert_pinned(&writer, &receiver, writer.stream());
+            assert_pinned(&writer, &receiver, third.stream());
+        });
+    });
+}
+
+// The log a test captures, per thread (the paused runtime is
+// current-thread): what a session reports at `warn`.
+thread_local! {
+    static CAPTURED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+struct ThreadCapture;
+
+impl std::io::Write for ThreadCapture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        CAPTURED.with(|captured| captured.borrow_mut().extend_from_slice(bytes));
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Clears this thread's captured log, and installs the capture once.
+fn capture_log() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_writer(|| ThreadCapture)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+    });
+    CAPTURED.with(|captured| captured.borrow_mut().clear());
+}
+
+fn captured_log() -> String {
+    CAPTURED.with(|captured| String::from_utf8_lossy(&captured.borrow()).into_owned())
+}
+
+/// The refusal a tampering is due, once the relay made it: what, and why.
+type Due = Arc<Mutex<Option<(&'static str, DeltaError)>>>;
+
+/// One session from `writer` to `receiver` through a relay that replaces
+/// the first delta carrying at least three new events of `writer`'s stream
+/// by tampering `index` of it. How each side's session ended, and what
+/// was due.
+async fn through_hostile_relay(
+    writer: &SharedReplica,
+    receiver: &SharedReplica,
+    key: &WriterKey,
+    index: usize,
+    foreign: Event,
+) -> (
+    Result<SessionEnd, SessionError>,
+    Result<SessionEnd, SessionError>,
+    Option<(&'static str, DeltaError)>,
+) {
+    let stream = key.stream();
+    let head_hash = receiver.chain(stream).expect("held").head_hash;
+    let due: Due = Arc::default();
+    let relay_due = due.clone();
+    let key = key.clone();
+    // The stranger of the tamperings counted by the test.
+    let stranger = WriterKey::from_bytes([99; 32]);
+    let (writer_io, receiver_io) = testkit::tampering_link(move |_, delta: Delta| {
+        let mut due = relay_due.lock().unwrap();
+        let run = delta.events.iter().filter(|e| e.stream == stream).count();
+        if due.is_some() || run < 3 {
+            return delta;
+        }
+        let mut tampering = tamperings(&delta, &key, head_hash, &stranger, &foreign)
+            .into_iter()
+            .nth(index)
+            .expect("a tampering of that index");
+        // A relay that swaps a seal puts it back in its place among the
+        // others' (streams ascending), or the frame would not decode.
+        tampering.delta.seals.sort_by_key(|s| s.seal.stream);
+        *due = Some((tampering.what, tampering.refusal));
+        tampering.delta
+    });
+    // Bounded, so that a tampering wrongly taken fails the test rather
+    // than hang it.
+    let stop = || tokio::time::sleep(CONVERGE_WITHIN);
+    let (writer_end, receiver_end) = tokio::join!(
+        Session::new(writer.clone(), config()).run_until(writer_io, stop()),
+        Session::new(receiver.clone(), config()).run_until(receiver_io, stop()),
+    );
+    let due = due.lock().unwrap().take();
+    (writer_end, receiver_end, due)
+}
+
+#[test]
+fn a_hostile_relay_in_a_session_is_refused_with_its_reason_and_the_writer_still_syncs() {
+    testkit::for_each_seed("hostile_relay_in_a_session", 0x7a3e, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let (key, writer) = keyed(3);
+            let (_, third) = keyed(4);
+            let receiver = SharedReplica::in_memory(RECEIVER);
+            append(&writer, &mut rng, 1, 5);
+            append(&third, &mut rng, 1, 1);
+            converge(&third, &writer).await;
+            converge(&writer, &receiver).await;
+            let foreign = third.get(third.stream(), 1).expect("held");
+            // Every tampering the kit knows, in a drawn order.
+            append(&writer, &mut rng, 3, 3);
+            let honest = writer.delta_for(&receiver.marks(), usize::MAX);
+            let head_hash = receiver.chain(key.stream()).expect("held").head_hash;
+            let stranger = WriterKey::from_bytes([99; 32]);
+            let count = tamperings(&honest, &key, head_hash, &stranger, &foreign).len();
+            let mut order: Vec<usize> = (0..count).collect();
+            rng.shuffle(&mut order);
+            for index in order {
+                // New events of the writer (and at times of the third
+                // writer, relayed beside them), then the relay tampers.
+                append(&writer, &mut rng, 3, 8);
+                if rng.chance(0.5) {
+                    append(&third, &mut rng, 1, 3);
+                    converge(&third, &writer).await;
+                }
+                let before = snapshot(&receiver);
+                capture_log();
+                let (writer_end, receiver_end, due) =
+                    through_hostile_relay(&writer, &receiver, &key, index, foreign.clone()).await;
+                let (what, refusal) = due.expect("the relay tampered with a delta");
+                match receiver_end {
+                    Err(SessionError::Core(ProtocolError::Refused { peer, source })) => {
+                        assert_eq!(peer, writer.stream(), "seed {seed}: {what}");
+                        assert_eq!(source, refusal, "seed {seed}: {what}");
+                    }
+                    other => panic!("seed {seed}: {what}: the receiver's session ended {other:?}"),
+                }
+                let log = captured_log();
+                assert!(
+                    log.contains("peer sent a run its seal does not vouch for")
+                        && log.contains(&refusal.to_string()),
+                    "seed {seed}: {what}: not reported:\n{log}"
+                );
+                assert_eq!(
+                    snapshot(&receiver),
+                    before,
+                    "seed {seed}: {what} changed the receiver"
+                );
+                assert!(
+                    matches!(
+                        writer_end,
+                        Ok(SessionEnd::PeerClosed) | Err(SessionError::Io(_))
+                    ),
+                    "seed {seed}: {what}: the writer's session ended {writer_end:?}"
+                );
+                // The honest events still come through.
+                converge(&writer, &receiver).await;
+                assert_eq!(
+                    receiver.marks().get(writer.stream()),
+                    writer.marks().get(writer.stream())
+                );
+            }
+            append(&writer, &mut rng, 1, 1);
+            assert_pinned(&writer, &receiver, writer.stream());
+        });
+    });
+}
+
+/// A backlog of two sealed writers larger than a frame carries, sent by a
+/// session whose budget reads it in one delta: split at run boundaries,
+/// each run whole with its seal, so the receiver, which pinned both, takes
+/// every part. (Split as before, by the event limit alone, the parts went
+/// unsealed and the receiver refused the first: `Unsealed`.)
+#[test]
+fn a_delta_split_into_frames_keeps_each_sealed_run_whole() {
+    testkit::run_paused(async {
+        let mut rng = SplitMix64::new(0x5b17);
+        let (_, writer) = keyed(5);
+        let (_, third) = keyed(6);
+        let receiver = SharedReplica::in_memory(RECEIVER);
+        append(&writer, &mut rng, 2, 2);
+        append(&third, &mut rng, 2, 2);
+        converge(&third, &writer).await;
+        converge(&writer, &receiver).await;
+        // 5,000 events each: 10,000 in one delta under a 2 MiB budget.
+        let payloads = |n: u8| (0..5_000).map(move |i| bytes::Bytes::from(vec![n, i as u8]));
+        writer.append_batch(payloads(1).collect()).expect("append");
+        third.append_batch(payloads(2).collect()).expect("append");
+        converge(&third, &writer).await;
+        let mut large = config();
+        large.delta_bytes_max = 2 << 20;
+        converge_with(&writer, &receiver, large).await;
+        assert_eq!(receiver.marks().get(third.stream()), 5_002);
+        append(&writer, &mut rng, 1, 1);
+        append(&third, &mut rng, 1, 1);
+        converge(&third, &writer).await;
+        assert_pinned(&writer, &receiver, writer.stream());
+        assert_pinned(&writer, &receiver, third.stream());
+    });
+}
+
+/// A sealed stream the receiver cuts for its `payload_bytes_max` (an event
+/// above it amid the run) is cut whole, reported, and the rest of the
+/// delta applied: the session goes on. (Cut at the event, the run kept a
+/// seal it no longer ended at, and the receiver's replica refused the
+/// delta: `ChainBroken`.)
+#[test]
+fn a_sealed_stream_cut_for_a_limit_is_cut_whole_and_the_session_goes_on() {
+    testkit::run_paused(async {
+        let (_, writer) = keyed(7);
+        let mut limited = Config::new(RECEIVER);
+        limited.payload_bytes_max = 64;
+        let receiver = SharedReplica::with_commits(
+            Replica::open(limited, MemStore::default()).expect("opens"),
+            Commits::Inline,
+        );
+        let (_, small) = keyed(8);
+        for payload in [&[1u8; 8][..], &[2; 100], &[3; 8]] {
+            writer.append_at(payload.to_vec(), 1_000).expect("append");
+        }
+        small.append_at(&b"fits"[..], 1_000).expect("append");
+        converge(&small, &writer).await;
+        let (a_io, b_io) = tokio::io::duplex(1 << 20);
+        let session = Session::new(receiver.clone(), config());
+        let state = session.state();
+        let taken = || async {
+            testkit::wait_for("the small writer's event", CONVERGE_WITHIN, || {
+                receiver.marks().get(small.stream()) == 1
+            })
+            .await;
+        };
+        let (writer_end, receiver_end) = tokio::join!(
+            Session::new(writer.clone(), config()).run_until(a_io, taken()),
+            session.run_until(b_io, taken()),
+        );
+        assert!(
+            matches!(receiver_end, Ok(SessionEnd::Stopped)),
+            "{receiver_end:?}"
+        );
+        assert!(
+            matches!(writer_end, Ok(SessionEnd::Stopped)),
+            "{writer_end:?}"
+        );
+        assert_eq!(
+            receiver.marks().get(writer.stream()),
+            0,
+            "nothing of the cut stream"
+        );
+        let limits = state.borrow().limits.clone();
+        assert!(
+            matches!(limits[..], [LimitHit::PayloadBytesMax { stream, seq: 2, len: 100, limit: 64 }] if stream == writer.stream()),
+            "{limits:?}"
+        );
+    });
+}
