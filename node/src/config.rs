@@ -236,7 +236,7 @@ pub struct SyncSettings {
     /// The largest sync frame this node takes (announced to each peer; a
     /// link carries frames up to the smaller of both sides' settings).
     /// Default and at least 4 MiB, at most 1 GiB: raise it on both ends of
-    /// a link whose `payload_bytes_max` is above 3,866,582 bytes.
+    /// a link whose `payload_bytes_max` is above 3,866,401 bytes.
     pub frame_bytes_max: usize,
 }
 
