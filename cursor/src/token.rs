@@ -32,8 +32,8 @@ use crate::{CheckpointName, StreamId, VersionVector, STREAMS_MAX};
 mod relative;
 
 pub use relative::{
-    RelativeCursor, CHECKPOINT_DIFF_MAX, RELATIVE_BYTES_MAX, RELATIVE_TEXT_MAX,
-    TOKEN_VERSION_RELATIVE,
+    decode_any, decode_any_text, encode_relative, encode_relative_text, RelativeCursor, Token,
+    CHECKPOINT_DIFF_MAX, RELATIVE_BYTES_MAX, RELATIVE_TEXT_MAX, TOKEN_VERSION_RELATIVE,
 };
 
 /// The version of an absolute token (a whole vector): what [`encode`] writes
@@ -253,66 +253,6 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
     let entries = read_entries(&mut reader)?;
     no_trailing_bytes(&reader)?;
     Ok(VersionVector::from_sorted_entries(entries))
-}
-
-/// A token of either version, decoded by [`decode_any`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Token {
-    /// Version 1: the cursor itself.
-    Absolute(VersionVector),
-    /// Version 2: the cursor relative to a checkpoint, which
-    /// [`RelativeCursor::expand`] needs to make it a cursor.
-    Relative(RelativeCursor),
-}
-
-impl Token {
-    /// The token's canonical bytes: for a decoded token, exactly the bytes
-    /// it was decoded from.
-    pub fn encode(&self) -> Result<Vec<u8>, TokenError> {
-        match self {
-            Token::Absolute(vector) => encode(vector),
-            Token::Relative(relative) => Ok(relative.encode()),
-        }
-    }
-}
-
-/// Decodes a binary token of either version: version 1 as [`decode`] does,
-/// version 2 into a [`RelativeCursor`]. Total, like [`decode`]; a version-2
-/// token is bounded by [`RELATIVE_BYTES_MAX`] and its checksum is checked
-/// before any field is read.
-pub fn decode_any(bytes: &[u8]) -> Result<Token, TokenError> {
-    match bytes.first() {
-        Some(&TOKEN_VERSION_RELATIVE) => relative::decode(bytes).map(Token::Relative),
-        _ => decode(bytes).map(Token::Absolute),
-    }
-}
-
-/// Decodes a text token of either version; total and canonical like
-/// [`decode_text`].
-pub fn decode_any_text(text: &str) -> Result<Token, TokenError> {
-    decode_any(&text_bytes(text)?)
-}
-
-/// Encodes `cursor` as a version-2 token relative to `checkpoint`.
-///
-/// Refused, so that the caller writes version 1 ([`encode`]) instead, when
-/// the cursor differs from the checkpoint on more than
-/// [`CHECKPOINT_DIFF_MAX`] streams ([`TokenError::TooManyDifferences`]) or
-/// by more than an `i64` on one ([`TokenError::DifferenceOutOfRange`]), or
-/// has more than [`STREAMS_MAX`] streams.
-pub fn encode_relative(
-    cursor: &VersionVector,
-    checkpoint: &crate::Checkpoint,
-) -> Result<Vec<u8>, TokenError> {
-    Ok(relative::relative(cursor, checkpoint)?.encode())
-}
-
-/// [`encode_relative`] as URL-safe base64 text without padding.
-pub fn encode_relative_text(
-    cursor: &VersionVector,
-    checkpoint: &crate::Checkpoint,
-) -> Result<String, TokenError> {
-    Ok(URL_SAFE_NO_PAD.encode(encode_relative(cursor, checkpoint)?))
 }
 
 fn no_trailing_bytes(reader: &Reader<'_>) -> Result<(), TokenError> {

@@ -12,6 +12,9 @@
 //! crc32   = 4 bytes LE      ; CRC-32 (IEEE) of every byte before it, as in version 1
 //! ```
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+
 use super::{put_varint, Reader, TokenError, CRC_BYTES};
 use crate::checkpoint::CHECKPOINT_NAME_BYTES;
 use crate::{CanonicalRule, Checkpoint, CheckpointName, StreamId, VersionVector, STREAMS_MAX};
@@ -36,6 +39,66 @@ pub const RELATIVE_TEXT_MAX: usize = (RELATIVE_BYTES_MAX * 4).div_ceil(3);
 /// The smallest version-2 token (the cursor is the checkpoint): version,
 /// name, a zero count, checksum.
 const RELATIVE_BYTES_MIN: usize = 1 + CHECKPOINT_NAME_BYTES + 1 + CRC_BYTES;
+
+/// A token of either version, decoded by [`decode_any`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    /// Version 1: the cursor itself.
+    Absolute(VersionVector),
+    /// Version 2: the cursor relative to a checkpoint, which
+    /// [`RelativeCursor::expand`] needs to make it a cursor.
+    Relative(RelativeCursor),
+}
+
+impl Token {
+    /// The token's canonical bytes: for a decoded token, exactly the bytes
+    /// it was decoded from.
+    pub fn encode(&self) -> Result<Vec<u8>, TokenError> {
+        match self {
+            Token::Absolute(vector) => super::encode(vector),
+            Token::Relative(relative) => Ok(relative.encode()),
+        }
+    }
+}
+
+/// Decodes a binary token of either version: version 1 as [`decode`](super::decode) does,
+/// version 2 into a [`RelativeCursor`]. Total, like [`decode`](super::decode); a version-2
+/// token is bounded by [`RELATIVE_BYTES_MAX`] and its checksum is checked
+/// before any field is read.
+pub fn decode_any(bytes: &[u8]) -> Result<Token, TokenError> {
+    match bytes.first() {
+        Some(&TOKEN_VERSION_RELATIVE) => decode_relative(bytes).map(Token::Relative),
+        _ => super::decode(bytes).map(Token::Absolute),
+    }
+}
+
+/// Decodes a text token of either version; total and canonical like
+/// [`decode_text`](super::decode_text).
+pub fn decode_any_text(text: &str) -> Result<Token, TokenError> {
+    decode_any(&super::text_bytes(text)?)
+}
+
+/// Encodes `cursor` as a version-2 token relative to `checkpoint`.
+///
+/// Refused, so that the caller writes version 1 ([`encode`](super::encode)) instead, when
+/// the cursor differs from the checkpoint on more than
+/// [`CHECKPOINT_DIFF_MAX`] streams ([`TokenError::TooManyDifferences`]) or
+/// by more than an `i64` on one ([`TokenError::DifferenceOutOfRange`]), or
+/// has more than [`STREAMS_MAX`] streams.
+pub fn encode_relative(
+    cursor: &VersionVector,
+    checkpoint: &Checkpoint,
+) -> Result<Vec<u8>, TokenError> {
+    Ok(relative(cursor, checkpoint)?.encode())
+}
+
+/// [`encode_relative`] as URL-safe base64 text without padding.
+pub fn encode_relative_text(
+    cursor: &VersionVector,
+    checkpoint: &Checkpoint,
+) -> Result<String, TokenError> {
+    Ok(URL_SAFE_NO_PAD.encode(encode_relative(cursor, checkpoint)?))
+}
 
 /// A decoded version-2 token: a checkpoint's name and the cursor's
 /// differences from it. [`RelativeCursor::expand`] makes it a cursor again,
@@ -109,7 +172,7 @@ impl RelativeCursor {
     }
 
     /// The canonical bytes of this cursor: the one version-2 token for it.
-    pub(super) fn encode(&self) -> Vec<u8> {
+    fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(RELATIVE_BYTES_MIN + self.differences.len() * 11);
         out.push(TOKEN_VERSION_RELATIVE);
         out.extend_from_slice(self.checkpoint.as_bytes());
@@ -132,10 +195,7 @@ impl RelativeCursor {
 /// ([`TokenError::TooManyDifferences`], with the exact count), or by more
 /// than an `i64` on one ([`TokenError::DifferenceOutOfRange`]), or of more
 /// than [`STREAMS_MAX`] streams.
-pub(super) fn relative(
-    cursor: &VersionVector,
-    checkpoint: &Checkpoint,
-) -> Result<RelativeCursor, TokenError> {
+fn relative(cursor: &VersionVector, checkpoint: &Checkpoint) -> Result<RelativeCursor, TokenError> {
     if cursor.len() > STREAMS_MAX {
         return Err(TokenError::TooManyStreams {
             streams: cursor.len() as u64,
@@ -220,7 +280,7 @@ fn differing<'a>(
 /// Decodes a version-2 token (the caller saw its version byte). The
 /// envelope first, in this order: the size bound, the smallest size, the
 /// checksum; then the name, the count and the entries.
-pub(super) fn decode(bytes: &[u8]) -> Result<RelativeCursor, TokenError> {
+fn decode_relative(bytes: &[u8]) -> Result<RelativeCursor, TokenError> {
     if bytes.len() > RELATIVE_BYTES_MAX {
         return Err(TokenError::TooLarge {
             len: bytes.len(),
