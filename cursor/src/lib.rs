@@ -9,6 +9,9 @@
 //!
 //! Cursors travel as tokens (module [`token`]): versioned, canonical,
 //! checksummed bytes, or URL-safe base64 text. Decoding a token is total.
+//! A version-1 token is the whole vector; a version-2 token is relative to
+//! a [`Checkpoint`], a vector every replica can name, and carries only the
+//! streams where the cursor differs from it.
 //!
 //! # Layout
 //!
@@ -16,7 +19,10 @@
 //! - `vector`: [`VersionVector`] (wrapping the `crdts` crate's `VClock`), the
 //!   staleness check, [`StaleCursor`] and [`LostRange`], and [`STREAMS_MAX`],
 //!   the bound of every version vector (tokens, marks, floors, frames).
-//! - [`token`]: the binary and text token codec, its limits and [`TokenError`].
+//! - `checkpoint`: [`Checkpoint`], a vector named by the BLAKE3 hash of its
+//!   version-1 token, and [`CheckpointName`].
+//! - [`token`]: the binary and text token codec of both versions, its
+//!   limits and [`TokenError`]; version 2 in `token/relative.rs`.
 //!
 //! This crate does no I/O and knows nothing of events, logs or networks.
 //!
@@ -39,10 +45,12 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod checkpoint;
 mod stream;
 pub mod token;
 mod vector;
 
+pub use checkpoint::{Checkpoint, CheckpointName, CHECKPOINT_NAME_BYTES};
 pub use stream::{ParseStreamIdError, StreamId};
 pub use token::{CanonicalRule, TokenError};
 pub use vector::{LostRange, StaleCursor, VersionVector, STREAMS_MAX};

@@ -15,14 +15,34 @@
 //! Gap coding makes unsorted and repeated streams unrepresentable, so each
 //! vector has exactly one encoding: decoding rejects overlong varints, zero
 //! seqs, stream ids past 2^64, trailing bytes and a bad checksum.
+//!
+//! Version 2 ([`encode_relative`], read by [`decode_any`]) writes a cursor
+//! relative to a [`Checkpoint`]: its name and the streams where the cursor
+//! differs from it, at most [`CHECKPOINT_DIFF_MAX`]. [`decode`] and
+//! [`decode_text`] read version 1 only, as they always have; [`decode_any`]
+//! and [`decode_any_text`] read both, into a [`Token`].
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
-use crate::{StreamId, VersionVector, STREAMS_MAX};
+#[cfg(doc)]
+use crate::Checkpoint;
+use crate::{CheckpointName, StreamId, VersionVector, STREAMS_MAX};
 
-/// The format version this crate writes, and the only one it reads.
+mod relative;
+
+pub use relative::{
+    decode_any, decode_any_text, encode_relative, encode_relative_text, RelativeCursor, Token,
+    CHECKPOINT_DIFF_MAX, RELATIVE_BYTES_MAX, RELATIVE_TEXT_MAX, TOKEN_VERSION_RELATIVE,
+};
+
+/// The version of an absolute token (a whole vector): what [`encode`] writes
+/// and [`decode`] reads. Version 2 ([`TOKEN_VERSION_RELATIVE`]) is relative
+/// to a checkpoint.
 pub const TOKEN_VERSION: u8 = 1;
+
+/// The checksum's bytes, at the end of every token.
+const CRC_BYTES: usize = 4;
 
 /// Bytes that are not entries: version (1), count (at most 2), checksum (4).
 pub const TOKEN_OVERHEAD_MAX: usize = 1 + 2 + 4;
@@ -68,8 +88,11 @@ pub enum TokenError {
         /// [`TOKEN_BYTES_MAX`].
         limit: usize,
     },
-    /// The first byte names a format this crate does not read.
-    #[error("token format version {version} is unknown; this build reads version {TOKEN_VERSION}")]
+    /// The first byte names a format this decoder does not read: [`decode`]
+    /// reads version 1, [`decode_any`] versions 1 and 2.
+    #[error(
+        "token format version {version} is unknown to this decoder (decode reads version 1, decode_any versions 1 and 2)"
+    )]
     UnknownVersion {
         /// The version byte found.
         version: u8,
@@ -115,6 +138,50 @@ pub enum TokenError {
         /// How many bytes trail.
         count: usize,
     },
+    /// A version-2 token differs from its checkpoint on more streams than
+    /// [`CHECKPOINT_DIFF_MAX`]; when encoding, the cursor does, and the
+    /// caller writes version 1 instead.
+    #[error("token differs from its checkpoint on {differences} streams; the limit is {limit}")]
+    TooManyDifferences {
+        /// The count in the token, or the streams where the cursor differs.
+        differences: usize,
+        /// [`CHECKPOINT_DIFF_MAX`].
+        limit: usize,
+    },
+    /// When encoding version 2: the cursor differs from the checkpoint on
+    /// `stream` by more than an `i64` holds; the caller writes version 1.
+    #[error(
+        "stream {stream}: cursor seq {cursor_seq} and checkpoint seq {checkpoint_seq} differ by more than a version-2 token holds"
+    )]
+    DifferenceOutOfRange {
+        /// The stream.
+        stream: StreamId,
+        /// The cursor's seq there.
+        cursor_seq: u64,
+        /// The checkpoint's seq there.
+        checkpoint_seq: u64,
+    },
+    /// A version-2 token was expanded against a checkpoint of another name.
+    #[error("token is relative to checkpoint {token}, not to checkpoint {given}")]
+    CheckpointMismatch {
+        /// The checkpoint the token names.
+        token: CheckpointName,
+        /// The checkpoint it was expanded against.
+        given: CheckpointName,
+    },
+    /// A version-2 token's difference takes a seq of its checkpoint below 0
+    /// or past 2^64 − 1.
+    #[error(
+        "stream {stream}: checkpoint seq {checkpoint_seq} plus difference {difference} is not a seq"
+    )]
+    SeqOutOfRange {
+        /// The stream.
+        stream: StreamId,
+        /// The checkpoint's seq there (0 if it does not name the stream).
+        checkpoint_seq: u64,
+        /// The token's difference there.
+        difference: i64,
+    },
 }
 
 /// The canonical-form rule a token broke.
@@ -133,6 +200,13 @@ pub enum CanonicalRule {
     /// A stream gap carries the id past 2^64 - 1.
     #[error("stream id past 2^64 - 1")]
     StreamOverflow,
+    /// A version-2 entry has difference 0: streams where the cursor equals
+    /// the checkpoint are omitted.
+    #[error("stream {stream} has difference 0; equal streams are omitted")]
+    ZeroDifference {
+        /// The stream with the zero difference.
+        stream: StreamId,
+    },
 }
 
 /// Encodes a vector as a binary token.
@@ -177,13 +251,19 @@ pub fn decode(bytes: &[u8]) -> Result<VersionVector, TokenError> {
     let body = checked_body(bytes)?;
     let mut reader = Reader { body, pos: 1 };
     let entries = read_entries(&mut reader)?;
-    if reader.pos != body.len() {
-        return Err(TokenError::TrailingBytes {
-            offset: reader.pos,
-            count: body.len() - reader.pos,
-        });
-    }
+    no_trailing_bytes(&reader)?;
     Ok(VersionVector::from_sorted_entries(entries))
+}
+
+fn no_trailing_bytes(reader: &Reader<'_>) -> Result<(), TokenError> {
+    if reader.pos == reader.body.len() {
+        Ok(())
+    } else {
+        Err(TokenError::TrailingBytes {
+            offset: reader.pos,
+            count: reader.body.len() - reader.pos,
+        })
+    }
 }
 
 /// Checks a binary token's envelope: its size, its version byte and its
@@ -211,7 +291,13 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], TokenError> {
             field: "stream count and checksum",
         });
     }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    checksummed(bytes)
+}
+
+/// Checks the CRC-32 at the end of `bytes` (at least [`CRC_BYTES`] long)
+/// and answers the bytes before it.
+fn checksummed(bytes: &[u8]) -> Result<&[u8], TokenError> {
+    let (body, crc) = bytes.split_at(bytes.len() - CRC_BYTES);
     let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
     let computed = crc32fast::hash(body);
     if stored != computed {
@@ -257,6 +343,21 @@ fn read_entry(
     reader: &mut Reader<'_>,
     next_stream: Option<u64>,
 ) -> Result<(StreamId, u64), TokenError> {
+    let stream = read_stream(reader, next_stream)?;
+    let offset = reader.pos;
+    let seq = reader.varint("seq")?;
+    if seq == 0 {
+        return Err(TokenError::NonCanonical {
+            offset,
+            rule: CanonicalRule::ZeroEntry { stream },
+        });
+    }
+    Ok((stream, seq))
+}
+
+/// Reads an entry's stream: its gap from `next_stream` (the id after the
+/// previous entry's, `None` after stream `u64::MAX`).
+fn read_stream(reader: &mut Reader<'_>, next_stream: Option<u64>) -> Result<StreamId, TokenError> {
     let offset = reader.pos;
     let gap = reader.varint("stream gap")?;
     // After stream u64::MAX no id remains: any further entry overflows.
@@ -267,16 +368,7 @@ fn read_entry(
                 offset,
                 rule: CanonicalRule::StreamOverflow,
             })?;
-    let stream = StreamId::new(id);
-    let offset = reader.pos;
-    let seq = reader.varint("seq")?;
-    if seq == 0 {
-        return Err(TokenError::NonCanonical {
-            offset,
-            rule: CanonicalRule::ZeroEntry { stream },
-        });
-    }
-    Ok((stream, seq))
+    Ok(StreamId::new(id))
 }
 
 /// Encodes a vector as a text token: URL-safe base64 of [`encode`], without
@@ -295,14 +387,18 @@ pub fn encode_text(vector: &VersionVector) -> Result<String, TokenError> {
 /// Decodes a text token; total like [`decode`], and canonical: only the text
 /// [`encode_text`] gives is accepted (no padding, no stray trailing bits).
 pub fn decode_text(text: &str) -> Result<VersionVector, TokenError> {
+    decode(&text_bytes(text)?)
+}
+
+/// A text token's bytes: its length checked first, then its base64.
+fn text_bytes(text: &str) -> Result<Vec<u8>, TokenError> {
     if text.len() > TOKEN_TEXT_MAX {
         return Err(TokenError::TextTooLarge {
             len: text.len(),
             limit: TOKEN_TEXT_MAX,
         });
     }
-    let bytes = URL_SAFE_NO_PAD.decode(text).map_err(base64_error(text))?;
-    decode(&bytes)
+    URL_SAFE_NO_PAD.decode(text).map_err(base64_error(text))
 }
 
 /// The text token of the empty vector: the start of the log.

@@ -1,27 +1,38 @@
-//! Replays the `token_decode` fuzz target's regressions on stable `cargo test`.
+//! Replays the `token_decode` and `token_v2` fuzz targets' regressions on
+//! stable `cargo test`.
 //!
-//! Every file under `fuzz/regressions/token_decode/` (crashers minimized with
-//! `cargo fuzz tmin`, and hand-made tricky inputs) goes through the very checks
-//! the fuzz target runs: `fuzz/src/decode_check.rs` is compiled in here by
-//! path. The directory must exist and hold at least one input, so this test
-//! cannot pass by testing nothing.
+//! Every file under `fuzz/regressions/token_decode/` and
+//! `fuzz/regressions/token_v2/` (crashers minimized with `cargo fuzz tmin`,
+//! and hand-made tricky inputs) goes through the very checks its fuzz target
+//! runs: `fuzz/src/decode_check.rs` and `fuzz/src/relative_check.rs` are
+//! compiled in here by path. Each directory must exist and hold at least one
+//! input, so this test cannot pass by testing nothing.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 
-use meshlog_cursor::token;
+use meshlog_cursor::token::{self, Token};
 use meshlog_cursor::{CanonicalRule, StreamId, TokenError, VersionVector, STREAMS_MAX};
 
 #[path = "../../fuzz/src/decode_check.rs"]
 mod decode_check;
+#[path = "../../fuzz/src/relative_check.rs"]
+mod relative_check;
 
-fn regressions_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/token_decode")
+fn regressions_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions")
+        .join(target)
 }
 
-/// Every regression input, sorted by name, with its bytes.
+/// Every regression input of `token_decode`, sorted by name, with its bytes.
 fn regression_inputs() -> Vec<(String, Vec<u8>)> {
-    let dir = regressions_dir();
+    inputs_of("token_decode")
+}
+
+/// Every regression input of `target`, sorted by name, with its bytes.
+fn inputs_of(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = regressions_dir(target);
     let entries =
         std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
     let mut inputs: Vec<(String, Vec<u8>)> = entries
@@ -53,10 +64,19 @@ fn input(name: &str) -> Vec<u8> {
 
 #[test]
 fn every_token_decode_regression_replays_clean() {
-    let inputs = regression_inputs();
+    replay_clean("token_decode", decode_check::check_input);
+}
+
+#[test]
+fn every_token_v2_regression_replays_clean() {
+    replay_clean("token_v2", relative_check::check_input);
+}
+
+fn replay_clean(target: &str, check_input: fn(&[u8])) {
+    let inputs = inputs_of(target);
     let mut failures = Vec::new();
     for (name, bytes) in &inputs {
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| decode_check::check_input(bytes)));
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| check_input(bytes)));
         if let Err(cause) = outcome {
             let message = cause
                 .downcast_ref::<String>()
@@ -135,4 +155,83 @@ fn padded_text_is_refused() {
         token::decode_text(text),
         Err(TokenError::Base64 { offset: 8, .. })
     ));
+}
+
+// The token_v2 inputs (hand-made, see fuzz/regressions/README.md) pin
+// their outcomes too.
+
+/// The token a `token_v2` input describes, and its checkpoint.
+fn v2_input(name: &str) -> (Vec<u8>, meshlog_cursor::Checkpoint) {
+    let bytes = inputs_of("token_v2")
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("regression input {name} is missing"))
+        .1;
+    let (checkpoint, rest) = relative_check::checkpoint_of(&bytes[1..]);
+    let token = if bytes[0] & 1 == 1 {
+        relative_check::wrap(&checkpoint, rest)
+    } else {
+        rest.to_vec()
+    };
+    (token, checkpoint)
+}
+
+fn expand(name: &str) -> Result<VersionVector, TokenError> {
+    let (token, checkpoint) = v2_input(name);
+    match token::decode_any(&token)? {
+        Token::Relative(relative) => relative.expand(&checkpoint),
+        Token::Absolute(vector) => panic!("{name} decoded as version 1: {vector:?}"),
+    }
+}
+
+#[test]
+fn the_token_v2_regressions_have_their_outcomes() {
+    let stream = StreamId::new(1);
+    assert!(matches!(
+        expand("wrapped-zero-difference"),
+        Err(TokenError::NonCanonical {
+            rule: CanonicalRule::ZeroDifference { .. },
+            ..
+        })
+    ));
+    assert_eq!(
+        expand("wrapped-difference-below-the-checkpoint-seq"),
+        Err(TokenError::SeqOutOfRange {
+            stream,
+            checkpoint_seq: 5,
+            difference: -6
+        })
+    );
+    assert_eq!(
+        expand("wrapped-difference-past-the-largest-seq"),
+        Err(TokenError::SeqOutOfRange {
+            stream,
+            checkpoint_seq: u64::MAX,
+            difference: 1
+        })
+    );
+    assert_eq!(
+        expand("wrapped-smallest-difference-expands-to-nothing"),
+        Ok(VersionVector::new())
+    );
+    assert!(matches!(
+        expand("wrapped-stream-overflow"),
+        Err(TokenError::NonCanonical {
+            rule: CanonicalRule::StreamOverflow,
+            ..
+        })
+    ));
+    assert_eq!(
+        expand("wrapped-count-above-the-limit"),
+        Err(TokenError::TooManyDifferences {
+            differences: 129,
+            limit: 128
+        })
+    );
+    let (token, _) = v2_input("raw-version-1-example");
+    assert_eq!(
+        token::decode_any(&token),
+        token::decode(&token).map(Token::Absolute)
+    );
+    assert_eq!(token::decode(&token).map(|v| v.len()), Ok(3));
 }

@@ -13,7 +13,15 @@
 //!   maximum;
 //! - `dominates`, `concurrent`, `==` and `PartialOrd` agree with the model;
 //! - `check_floor` answers exactly the model's lost ranges and resume cursor,
-//!   and the resume cursor passes the same floor.
+//!   and the resume cursor passes the same floor;
+//! - version 2: a cursor relative to a checkpoint round-trips through
+//!   `encode_relative` and `decode_any` and expands back to itself, with the
+//!   documented size, or is refused exactly when the model says (more than
+//!   `CHECKPOINT_DIFF_MAX` differing streams, a difference past an `i64`);
+//!   any bytes that decode as version 2 are exactly what the encoder writes,
+//!   expansion against the named checkpoint is the model's sum or a typed
+//!   refusal and against any other is `CheckpointMismatch`; and
+//!   `decode_any` reads every version-1 input exactly as `decode` does.
 //!
 //! How: every property runs under `quickcheck` with a seeded generator. The
 //! seed is `MESHLOG_SEED` if set, else drawn from the clock, and a failure
@@ -32,8 +40,8 @@ use std::sync::OnceLock;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use meshlog_cursor::token::{self, TokenError};
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::token::{self, Token, TokenError, CHECKPOINT_DIFF_MAX};
+use meshlog_cursor::{Checkpoint, StreamId, VersionVector};
 use quickcheck::{Arbitrary, Gen, QuickCheck, Testable};
 
 /// The generator's size: the usual number of entries in a vector.
@@ -738,4 +746,275 @@ fn check_floor_agrees_with_the_model() {
     check(name, 500, property as fn(Pair) -> Result<(), String>);
     assert_seen(name, "a stale cursor", &STALE);
     assert_seen(name, "a cursor at or above the floor", &FRESH);
+}
+
+// ---------------------------------------------------------------- version 2
+
+/// The model's differences of `cursor` from `checkpoint`: per stream where
+/// they differ, `cursor - checkpoint` (as an i128: it may not fit an i64).
+fn model_differences(checkpoint: &Model, cursor: &Model) -> Vec<(u64, i128)> {
+    let streams: std::collections::BTreeSet<u64> =
+        checkpoint.keys().chain(cursor.keys()).copied().collect();
+    streams
+        .into_iter()
+        .map(|s| {
+            (
+                s,
+                i128::from(model_get(cursor, s)) - i128::from(model_get(checkpoint, s)),
+            )
+        })
+        .filter(|&(_, d)| d != 0)
+        .collect()
+}
+
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+/// The version-2 size formula of `docs/TOKEN.md`:
+/// 1 + 16 + varint_len(n) + Σ(varint_len(gap_i) + varint_len(zigzag(d_i))) + 4.
+fn model_relative_len(differences: &[(u64, i64)]) -> usize {
+    let mut len = 1 + 16 + varint_len(differences.len() as u64) + 4;
+    let mut next = 0u64;
+    for &(stream, d) in differences {
+        len += varint_len(stream - next) + varint_len(zigzag(d));
+        next = stream.wrapping_add(1);
+    }
+    len
+}
+
+/// A checkpoint and a cursor for version 2: a [`Pair`] most often, and one
+/// time in eight a cursor that differs from its checkpoint on 127 to 130
+/// streams, on both sides of the limit of 128 (a [`Pair`] alone rarely gets there).
+#[derive(Clone, Debug)]
+struct RelativePair(Pair);
+
+impl Arbitrary for RelativePair {
+    fn arbitrary(g: &mut Gen) -> RelativePair {
+        if below(g, 8) != 0 {
+            return RelativePair(Pair::arbitrary(g));
+        }
+        // Distinct ids, dense to spread over the whole id space.
+        let spread = 1 + below(g, u64::MAX / 140);
+        let streams: Vec<u64> = (0..127 + below(g, 4)).map(|i| i * spread).collect();
+        let checkpoint: Vec<(u64, u64)> =
+            streams.iter().map(|&s| (s, 1 + below(g, 1000))).collect();
+        let cursor = checkpoint.iter().map(|&(s, seq)| (s, seq + 1)).collect();
+        RelativePair(Pair(Entries(checkpoint), Entries(cursor)))
+    }
+
+    fn shrink(&self) -> Box<dyn Iterator<Item = RelativePair>> {
+        Box::new(self.0.shrink().map(RelativePair))
+    }
+}
+
+#[test]
+fn relative_tokens_round_trip_or_are_refused_as_the_model_says() {
+    static ENCODED: AtomicU64 = AtomicU64::new(0);
+    static TOO_MANY: AtomicU64 = AtomicU64::new(0);
+    static OUT_OF_RANGE: AtomicU64 = AtomicU64::new(0);
+    fn property(RelativePair(pair): RelativePair) -> Result<(), String> {
+        let (checkpoint, cursor) = (pair.0.vector(), pair.1.vector());
+        let differences = model_differences(&pair.0.model(), &pair.1.model());
+        let checkpoint = Checkpoint::new(checkpoint).map_err(|e| e.to_string())?;
+        let encoded = token::encode_relative(&cursor, &checkpoint);
+        if differences.len() > CHECKPOINT_DIFF_MAX {
+            TOO_MANY.fetch_add(1, Relaxed);
+            let want = TokenError::TooManyDifferences {
+                differences: differences.len(),
+                limit: CHECKPOINT_DIFF_MAX,
+            };
+            return match encoded {
+                Err(error) if error == want => Ok(()),
+                other => Err(format!("{other:?}, want {want:?}")),
+            };
+        }
+        let fits: Option<Vec<(u64, i64)>> = differences
+            .iter()
+            .map(|&(s, d)| i64::try_from(d).ok().map(|d| (s, d)))
+            .collect();
+        let Some(fits) = fits else {
+            OUT_OF_RANGE.fetch_add(1, Relaxed);
+            return match encoded {
+                Err(TokenError::DifferenceOutOfRange { .. }) => Ok(()),
+                other => Err(format!("{other:?}, want DifferenceOutOfRange")),
+            };
+        };
+        ENCODED.fetch_add(1, Relaxed);
+        let bytes = encoded.map_err(|e| format!("encode_relative: {e}"))?;
+        if bytes.len() != model_relative_len(&fits) {
+            return Err(format!(
+                "{} bytes, the formula says {}",
+                bytes.len(),
+                model_relative_len(&fits)
+            ));
+        }
+        let text = token::encode_relative_text(&cursor, &checkpoint).map_err(|e| e.to_string())?;
+        for decoded in [token::decode_any(&bytes), token::decode_any_text(&text)] {
+            let Ok(Token::Relative(relative)) = decoded else {
+                return Err(format!("decode_any: {decoded:?}"));
+            };
+            let got: Vec<(u64, i64)> = relative
+                .differences()
+                .iter()
+                .map(|&(s, d)| (s.get(), d))
+                .collect();
+            if got != fits || relative.checkpoint() != checkpoint.name() {
+                return Err(format!("decoded {relative:?}, model {fits:?}"));
+            }
+            let expanded = relative.expand(&checkpoint);
+            if expanded.as_ref() != Ok(&cursor) {
+                return Err(format!("expands to {expanded:?}, want {cursor:?}"));
+            }
+        }
+        Ok(())
+    }
+    let name = "relative_tokens_round_trip_or_are_refused_as_the_model_says";
+    check(
+        name,
+        500,
+        property as fn(RelativePair) -> Result<(), String>,
+    );
+    assert_seen(name, "a cursor that encodes as version 2", &ENCODED);
+    assert_seen(name, "a cursor of too many differences", &TOO_MANY);
+    assert_seen(name, "a difference past an i64", &OUT_OF_RANGE);
+}
+
+/// Bytes for `decode_any`'s version 2, with the checkpoint they may name:
+/// arbitrary bytes after a `02`, or a body (random, or a real token's body
+/// edited) between the version byte and the checkpoint's name and a valid
+/// checksum, so most inputs reach the differences and the expansion.
+#[derive(Clone, Debug)]
+struct RelativeBytes {
+    checkpoint: Entries,
+    bytes: Vec<u8>,
+}
+
+impl Arbitrary for RelativeBytes {
+    fn arbitrary(g: &mut Gen) -> RelativeBytes {
+        let Pair(checkpoint, cursor) = Pair::arbitrary(g);
+        let named = Checkpoint::new(checkpoint.vector()).expect("within STREAMS_MAX");
+        let body: Vec<u8> = match below(g, 4) {
+            0 => {
+                let mut bytes = vec![token::TOKEN_VERSION_RELATIVE];
+                bytes.extend(Vec::<u8>::arbitrary(g));
+                return RelativeBytes { checkpoint, bytes };
+            }
+            1 => (0..below(g, 24)).map(|_| edge_byte(g)).collect(),
+            _ => {
+                let Ok(token) = token::encode_relative(&cursor.vector(), &named) else {
+                    return RelativeBytes::arbitrary(g);
+                };
+                let mut body = token[17..token.len() - 4].to_vec();
+                for _ in 0..below(g, 3) {
+                    let at = below(g, body.len() as u64 + 1) as usize;
+                    match below(g, 5) {
+                        0 if at < body.len() => body[at] ^= 1 << below(g, 8),
+                        1 if at < body.len() => body[at] = edge_byte(g),
+                        2 => body.insert(at, edge_byte(g)),
+                        3 => body.truncate(at),
+                        _ => body.push(edge_byte(g)),
+                    }
+                }
+                body
+            }
+        };
+        let mut bytes = vec![token::TOKEN_VERSION_RELATIVE];
+        bytes.extend_from_slice(named.name().as_bytes());
+        bytes.extend(body);
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        RelativeBytes { checkpoint, bytes }
+    }
+}
+
+#[test]
+fn decoded_relative_bytes_are_canonical_and_expand_as_the_model_says() {
+    static EXPANDED: AtomicU64 = AtomicU64::new(0);
+    static REFUSED: AtomicU64 = AtomicU64::new(0);
+    fn property(input: RelativeBytes) -> Result<(), String> {
+        let bytes = &input.bytes;
+        let decoded = token::decode_any(bytes);
+        let text = token::decode_any_text(&URL_SAFE_NO_PAD.encode(bytes));
+        if text != decoded {
+            return Err(format!("decode_any {decoded:?}, its text {text:?}"));
+        }
+        let relative = match decoded {
+            Ok(Token::Relative(relative)) => relative,
+            Ok(Token::Absolute(vector)) => return Err(format!("version 2 read as {vector:?}")),
+            Err(_) => return Ok(()),
+        };
+        let again = Token::Relative(relative.clone()).encode();
+        if again.as_ref() != Ok(bytes) {
+            return Err(format!(
+                "{relative:?} from {bytes:02x?} re-encodes as {again:02x?}"
+            ));
+        }
+        let checkpoint = Checkpoint::new(input.checkpoint.vector()).map_err(|e| e.to_string())?;
+        let other = Checkpoint::new(VersionVector::new()).map_err(|e| e.to_string())?;
+        if other.name() != checkpoint.name() && relative.expand(&other).is_ok() {
+            return Err("expanded against a checkpoint of another name".to_owned());
+        }
+        if relative.checkpoint() != checkpoint.name() {
+            return Ok(()); // a raw input: its name is arbitrary
+        }
+        let mut model = input.checkpoint.model();
+        let mut overflow = false;
+        for &(stream, d) in relative.differences() {
+            let base = model_get(&model, stream.get());
+            match base.checked_add_signed(d) {
+                Some(0) => drop(model.remove(&stream.get())),
+                Some(seq) => drop(model.insert(stream.get(), seq)),
+                None => overflow = true,
+            }
+        }
+        match relative.expand(&checkpoint) {
+            Ok(vector) if !overflow && model_of(&vector) == model => {
+                EXPANDED.fetch_add(1, Relaxed);
+                let again = token::encode_relative(&vector, &checkpoint);
+                if again.as_ref() != Ok(bytes) {
+                    return Err(format!("expanded {vector:?} re-encodes as {again:02x?}"));
+                }
+                Ok(())
+            }
+            Err(TokenError::SeqOutOfRange { .. }) if overflow => {
+                REFUSED.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            other => Err(format!(
+                "expand: {other:?}, model {model:?} overflow {overflow}"
+            )),
+        }
+    }
+    let name = "decoded_relative_bytes_are_canonical_and_expand_as_the_model_says";
+    check(
+        name,
+        2000,
+        property as fn(RelativeBytes) -> Result<(), String>,
+    );
+    assert_seen(name, "a token that expands", &EXPANDED);
+    assert_seen(name, "a difference past a seq", &REFUSED);
+}
+
+/// Every version-1 input, valid or not, gets from `decode_any` exactly what
+/// `decode` answers: version 1 is read as it always was.
+#[test]
+fn decode_any_reads_version_1_exactly_as_decode() {
+    fn property(input: TokenBytes) -> Result<(), String> {
+        let bytes = input.bytes();
+        if bytes.first() == Some(&token::TOKEN_VERSION_RELATIVE) {
+            return Ok(());
+        }
+        let any = token::decode_any(&bytes);
+        let one = token::decode(&bytes).map(Token::Absolute);
+        if any != one {
+            return Err(format!("decode_any {any:?}, decode {one:?}"));
+        }
+        Ok(())
+    }
+    check(
+        "decode_any_reads_version_1_exactly_as_decode",
+        1000,
+        property as fn(TokenBytes) -> Result<(), String>,
+    );
 }

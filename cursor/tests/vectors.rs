@@ -13,8 +13,11 @@ use std::collections::BTreeSet;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use meshlog_cursor::token::{self, TokenError};
-use meshlog_cursor::{CanonicalRule, StreamId, VersionVector, STREAMS_MAX};
+use meshlog_cursor::{StreamId, VersionVector, STREAMS_MAX};
 use meshlog_testkit::SplitMix64;
+
+mod common;
+use common::{clip, describe, parse_fill, parse_hex, parse_vector, to_hex};
 
 const VECTORS: &str = include_str!("vectors.txt");
 
@@ -202,129 +205,6 @@ fn replay_invalid(rest: &str, variants_seen: &mut BTreeSet<String>) -> Result<()
         None => variant.to_owned(),
     });
     Ok(())
-}
-
-/// A `TokenError` as its variant name and its fields in the vector file's
-/// notation.
-fn describe(error: &TokenError) -> (&'static str, Vec<(&'static str, String)>) {
-    match error {
-        TokenError::TextTooLarge { len, limit } => (
-            "TextTooLarge",
-            vec![("len", len.to_string()), ("limit", limit.to_string())],
-        ),
-        TokenError::Base64 { offset, reason } => (
-            "Base64",
-            vec![
-                ("offset", offset.to_string()),
-                ("reason", reason.replace(' ', "-")),
-            ],
-        ),
-        TokenError::TooLarge { len, limit } => (
-            "TooLarge",
-            vec![("len", len.to_string()), ("limit", limit.to_string())],
-        ),
-        TokenError::UnknownVersion { version } => {
-            ("UnknownVersion", vec![("version", version.to_string())])
-        }
-        TokenError::Truncated { len, field } => (
-            "Truncated",
-            vec![("len", len.to_string()), ("field", field.replace(' ', "-"))],
-        ),
-        TokenError::ChecksumMismatch { stored, computed } => (
-            "ChecksumMismatch",
-            vec![
-                ("stored", format!("{stored:#010x}")),
-                ("computed", format!("{computed:#010x}")),
-            ],
-        ),
-        TokenError::TooManyStreams { streams, limit } => (
-            "TooManyStreams",
-            vec![
-                ("streams", streams.to_string()),
-                ("limit", limit.to_string()),
-            ],
-        ),
-        TokenError::NonCanonical { offset, rule } => {
-            let mut fields = vec![("offset", offset.to_string())];
-            match rule {
-                CanonicalRule::Varint => fields.push(("rule", "Varint".to_owned())),
-                CanonicalRule::ZeroEntry { stream } => {
-                    fields.push(("rule", "ZeroEntry".to_owned()));
-                    fields.push(("stream", stream.to_string()));
-                }
-                CanonicalRule::StreamOverflow => fields.push(("rule", "StreamOverflow".to_owned())),
-                other => fields.push(("rule", format!("{other:?}"))),
-            }
-            ("NonCanonical", fields)
-        }
-        TokenError::TrailingBytes { offset, count } => (
-            "TrailingBytes",
-            vec![("offset", offset.to_string()), ("count", count.to_string())],
-        ),
-        // A variant added later: the vectors cannot name it until this test
-        // learns it, so it never matches.
-        _ => ("(unknown variant)", Vec::new()),
-    }
-}
-
-/// `-`, or `<hex stream>:<decimal seq>,...` strictly ascending with nonzero
-/// seqs, so the file itself holds only canonical vectors.
-fn parse_vector(text: &str) -> Result<VersionVector, String> {
-    if text == "-" {
-        return Ok(VersionVector::new());
-    }
-    let mut entries: Vec<(StreamId, u64)> = Vec::new();
-    for entry in text.split(',') {
-        let (stream, seq) = entry
-            .split_once(':')
-            .ok_or(format!("entry {entry:?} is not stream:seq"))?;
-        let stream: StreamId = stream.parse().map_err(|e| format!("{e}"))?;
-        let seq: u64 = seq.parse().map_err(|e| format!("seq {seq:?}: {e}"))?;
-        if seq == 0 {
-            return Err(format!("entry {entry:?} has seq 0"));
-        }
-        if entries.last().is_some_and(|&(last, _)| last >= stream) {
-            return Err(format!("entry {entry:?} is not above the one before"));
-        }
-        entries.push((stream, seq));
-    }
-    let vector: VersionVector = entries.iter().copied().collect();
-    assert_eq!(vector.iter().collect::<Vec<_>>(), entries);
-    Ok(vector)
-}
-
-fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
-    let digits: Vec<u8> = text.bytes().filter(|&b| b != b'_').collect();
-    if !digits.len().is_multiple_of(2) {
-        return Err("odd number of hex digits".to_owned());
-    }
-    digits
-        .chunks(2)
-        .map(|pair| {
-            let pair = std::str::from_utf8(pair).map_err(|e| e.to_string())?;
-            u8::from_str_radix(pair, 16).map_err(|e| format!("hex {pair:?}: {e}"))
-        })
-        .collect()
-}
-
-/// `<unit>*<count>`
-fn parse_fill(text: &str) -> Result<(&str, usize), String> {
-    let (unit, count) = text
-        .split_once('*')
-        .ok_or(format!("{text:?} is not unit*count"))?;
-    let count = count.parse().map_err(|e| format!("count {count:?}: {e}"))?;
-    Ok((unit, count))
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn clip(line: &str) -> String {
-    match line.char_indices().nth(160) {
-        Some((cut, _)) => format!("{}...", &line[..cut]),
-        None => line.to_owned(),
-    }
 }
 
 /// The stream limit is exact in both directions: `STREAMS_MAX` streams encode

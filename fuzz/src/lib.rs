@@ -4,4 +4,5 @@
 
 pub mod alloc;
 pub mod decode_check;
+pub mod relative_check;
 pub mod seal_check;

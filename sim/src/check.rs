@@ -106,6 +106,15 @@ pub struct Reader {
     pub stale: u64,
     /// The largest token text seen, in bytes.
     pub token_text_max: usize,
+    /// Failovers that carried a version-2 token the target expanded.
+    pub failovers_relative: u64,
+    /// Failovers whose version-2 token named a checkpoint the target did
+    /// not keep (it would ask its peers; here the reader falls back to
+    /// version 1).
+    pub unknown_checkpoint: u64,
+    /// Failovers that carried version 1 because the cursor was beyond the
+    /// bound of every checkpoint its replica kept.
+    pub fell_back: u64,
 }
 
 impl Reader {
@@ -119,11 +128,45 @@ impl Reader {
             failovers: 0,
             stale: 0,
             token_text_max: 0,
+            failovers_relative: 0,
+            unknown_checkpoint: 0,
+            fell_back: 0,
         }
     }
 
-    /// Moves to `replica`, carrying the token as text.
+    /// Moves to `replica`, carrying the token as text: the one its
+    /// replica answers (version 2 where it is shorter), expanded by the
+    /// target if it keeps the checkpoint, else the version-1 token.
     pub fn fail_over(&mut self, mesh: &Mesh, replica: usize) -> Result<(), Violation> {
+        let answer = mesh.token(self.replica, &self.cursor);
+        self.fell_back += u64::from(answer.fell_back);
+        if let Some(name) = answer.checkpoint {
+            match mesh.checkpoint_named(replica, name) {
+                Some(checkpoint) => {
+                    let expanded = match token::decode_any_text(&answer.text) {
+                        Ok(token::Token::Relative(relative)) => relative.expand(checkpoint),
+                        other => {
+                            return Err(violation(
+                                mesh,
+                                format!("a version-2 token decodes as {other:?}"),
+                            ))
+                        }
+                    };
+                    if expanded.as_ref() != Ok(&self.cursor) {
+                        return Err(violation(
+                            mesh,
+                            format!("replica {replica} expanded a version-2 token to {expanded:?}"),
+                        ));
+                    }
+                    self.token_text_max = self.token_text_max.max(answer.text.len());
+                    self.failovers_relative += 1;
+                    self.replica = replica;
+                    self.failovers += 1;
+                    return Ok(());
+                }
+                None => self.unknown_checkpoint += 1,
+            }
+        }
         let text = token::encode_text(&self.cursor)
             .map_err(|e| violation(mesh, format!("the reader's token does not encode: {e}")))?;
         self.token_text_max = self.token_text_max.max(text.len());

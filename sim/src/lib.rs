@@ -25,6 +25,9 @@
 //! - [`mesh`]: [`Mesh`], the nodes, links, sessions and writers, the event
 //!   loop and the faults (partitions, stops, restarts, late joins,
 //!   compaction), and [`Counters`].
+//! - [`checkpoints`]: checkpoints as `docs/TOKEN.md` proposes them for the
+//!   replica and sync: minted from marks, gossiped (a cost model), and the
+//!   version-2 token a replica would answer.
 //! - [`scenario`]: [`Scenario`], a scripted run (writes, faults, readers,
 //!   then heal and converge, then a quiet window) and its [`Figures`].
 //! - [`check`]: the invariants checked as a run goes ([`check::prefix_closed`],
@@ -41,6 +44,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod checkpoints;
 pub mod mesh;
 pub mod net;
 pub mod queue;
@@ -51,4 +55,4 @@ pub use check::{Reader, Violation};
 pub use mesh::{Counters, Mesh, MeshConfig};
 pub use net::NetConfig;
 pub use queue::Queue;
-pub use scenario::{Figures, Scenario};
+pub use scenario::{Figures, Scenario, TokenFigure};

@@ -22,16 +22,18 @@
 //! its routes and sessions are gone, as a process's are.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 use meshlog_replica::{Commits, Config, MemStore, Replica, SharedReplica};
 use meshlog_sync_core::frame::LENGTH_PREFIX_BYTES;
 use meshlog_sync_core::proto::{Protocol, Received};
 use meshlog_sync_core::{PeerDirection, ProtocolError, Routes, SessionConfig};
 use meshlog_testkit::SplitMix64;
 
+use crate::checkpoints::{Answer, Kept, Minted};
 use crate::net::NetConfig;
 use crate::queue::Queue;
 use crate::topology;
@@ -94,6 +96,12 @@ pub struct Counters {
     /// Frames and bytes sent per frame kind (`docs/PROTOCOL.md`, "Frame
     /// kinds": the payload's first byte).
     pub by_kind: BTreeMap<&'static str, (u64, u64)>,
+    /// Checkpoints minted (`crate::checkpoints`).
+    pub checkpoints_minted: u64,
+    /// Checkpoint gossip frames sent, and their modelled bytes.
+    pub checkpoint_frames: u64,
+    /// Bytes of those frames.
+    pub checkpoint_bytes: u64,
 }
 
 /// A frame's kind from its first payload byte (`docs/PROTOCOL.md`).
@@ -127,6 +135,15 @@ enum Ev {
     },
     /// The dialer of `link` tries to connect.
     Redial { link: usize },
+    /// Replica `node` mints a checkpoint, if it still should.
+    Mint { node: usize },
+    /// A checkpoint arrives at `side` of `link`, for connection `epoch`.
+    Gossip {
+        link: usize,
+        side: usize,
+        epoch: u64,
+        minted: Rc<Minted>,
+    },
 }
 
 struct Node {
@@ -136,6 +153,8 @@ struct Node {
     store: Option<MemStore>,
     routes: Routes,
     links: Vec<usize>,
+    /// Its checkpoints (kept across a stop, as if stored).
+    checkpoints: Kept,
 }
 
 struct Session {
@@ -177,6 +196,9 @@ pub struct Mesh {
     counters: Counters,
     fingerprint: u64,
     steps: u64,
+    /// The checkpoint gossip's own draws, so that the protocol's run is
+    /// the same with and without it.
+    gossip_rng: SplitMix64,
 }
 
 impl Mesh {
@@ -204,6 +226,7 @@ impl Mesh {
                     store: None,
                     routes: Routes::new(),
                     links: Vec::new(),
+                    checkpoints: Kept::default(),
                 }
             })
             .collect();
@@ -226,6 +249,7 @@ impl Mesh {
             counters: Counters::default(),
             fingerprint: 0xcbf2_9ce4_8422_2325,
             steps: 0,
+            gossip_rng: SplitMix64::new(config.seed ^ 0x0063_6b70_7473),
             rng,
             config,
         };
@@ -488,6 +512,13 @@ impl Mesh {
                 } => self.deliver(link, side, epoch, &payload),
                 Ev::Wake { link, side, epoch } => self.wake(link, side, epoch, at),
                 Ev::Redial { link } => self.redial(link),
+                Ev::Mint { node } => self.mint(node),
+                Ev::Gossip {
+                    link,
+                    side,
+                    epoch,
+                    minted,
+                } => self.deliver_checkpoint(link, side, epoch, &minted),
             }
         }
         self.now = self.now.max(until);
@@ -752,5 +783,98 @@ impl Mesh {
         for &byte in bytes {
             self.fingerprint = (self.fingerprint ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
         }
+    }
+}
+
+/// Checkpoints (`crate::checkpoints`): minted at a jittered time once a
+/// replica's marks are beyond the bound of every checkpoint it keeps,
+/// flooded on connected links.
+impl Mesh {
+    /// Every replica up whose marks are beyond the bound of every
+    /// checkpoint it keeps schedules a mint within `jitter` (so that a
+    /// checkpoint minted by one reaches the others before they mint too).
+    pub fn checkpoint_step(&mut self, jitter: Duration) {
+        for node in 0..self.nodes.len() {
+            let Some(replica) = &self.nodes[node].replica else {
+                continue;
+            };
+            let kept = &self.nodes[node].checkpoints;
+            if kept.mint_pending || !kept.should_mint(&replica.marks(), self.now) {
+                continue;
+            }
+            self.nodes[node].checkpoints.mint_pending = true;
+            let delay = self.gossip_rng.below(jitter.as_micros() as u64 + 1);
+            self.queue
+                .push(self.now + Duration::from_micros(delay), Ev::Mint { node });
+        }
+    }
+
+    /// The token replica `node` would answer for `cursor`.
+    pub fn token(&self, node: usize, cursor: &VersionVector) -> Answer {
+        self.nodes[node].checkpoints.token(cursor)
+    }
+
+    /// The checkpoint named `name`, if replica `node` keeps it.
+    pub fn checkpoint_named(&self, node: usize, name: CheckpointName) -> Option<&Checkpoint> {
+        self.nodes[node].checkpoints.named(name)
+    }
+
+    /// The newest checkpoint replica `node` keeps, and its generation.
+    pub fn newest_checkpoint(&self, node: usize) -> Option<(&Checkpoint, u64)> {
+        let newest = self.nodes[node].checkpoints.newest()?;
+        Some((&newest.checkpoint, newest.generation))
+    }
+
+    fn mint(&mut self, node: usize) {
+        self.nodes[node].checkpoints.mint_pending = false;
+        let Some(replica) = &self.nodes[node].replica else {
+            return;
+        };
+        let marks = replica.marks();
+        if !self.nodes[node].checkpoints.should_mint(&marks, self.now) {
+            return; // one minted elsewhere arrived meanwhile
+        }
+        let minted = self.nodes[node].checkpoints.mint(marks, self.now);
+        self.counters.checkpoints_minted += 1;
+        self.mix(&[10, node as u64, minted.generation]);
+        self.gossip(node, &minted, None);
+    }
+
+    /// Sends `minted` on every connected link of `node` but `except`.
+    fn gossip(&mut self, node: usize, minted: &Rc<Minted>, except: Option<usize>) {
+        for link in self.nodes[node].links.clone() {
+            if Some(link) == except || self.links[link].sessions.is_none() {
+                continue;
+            }
+            let side = usize::from(self.links[link].ends[0] != node);
+            self.counters.checkpoint_frames += 1;
+            self.counters.checkpoint_bytes += minted.wire_bytes;
+            if self.links[link].cut {
+                continue;
+            }
+            let epoch = self.links[link].epoch;
+            for delay in self.config.net.deliveries(&mut self.gossip_rng) {
+                self.queue.push(
+                    self.now + delay,
+                    Ev::Gossip {
+                        link,
+                        side: 1 - side,
+                        epoch,
+                        minted: Rc::clone(minted),
+                    },
+                );
+            }
+        }
+    }
+
+    fn deliver_checkpoint(&mut self, link: usize, side: usize, epoch: u64, minted: &Rc<Minted>) {
+        if self.links[link].epoch != epoch || self.links[link].sessions.is_none() {
+            return;
+        }
+        let node = self.links[link].ends[side];
+        if self.nodes[node].replica.is_none() || !self.nodes[node].checkpoints.keep(minted) {
+            return;
+        }
+        self.gossip(node, minted, Some(link));
     }
 }

@@ -79,6 +79,29 @@ pub struct Figures {
     pub token_head_bytes: usize,
     /// The token text half-way through a walk of a converged replica.
     pub token_mid_bytes: usize,
+    /// The token text the same replica answers at its head at the end of
+    /// the quiet window, with the checkpoints it then keeps: version 2
+    /// where shorter (`docs/TOKEN.md`).
+    pub token_v2_head: TokenFigure,
+    /// The same half-way through its walk.
+    pub token_v2_mid: TokenFigure,
+    /// Readers' failovers that carried a version-2 token, expanded by the
+    /// target; that named a checkpoint the target did not keep; and that
+    /// fell back to version 1 beyond the bound.
+    pub failovers_relative: u64,
+    /// Failovers whose checkpoint the target did not keep.
+    pub unknown_checkpoint: u64,
+    /// Failovers that fell back to version 1.
+    pub fell_back: u64,
+    /// Counters at the end of the quiet window (checkpoint gossip
+    /// included).
+    pub counters_end: Counters,
+    /// The newest checkpoint's generation and how many replicas keep it,
+    /// at the end.
+    pub newest_generation: u64,
+    /// Replicas that keep replica 0's newest checkpoint at the end.
+    pub newest_kept_by: usize,
+
     /// Events each replica holds once converged.
     pub events_held: u64,
     /// Reader totals: failovers and stale answers met (each checked exact).
@@ -89,6 +112,18 @@ pub struct Figures {
     pub returned: u64,
     /// Simulated steps handled.
     pub steps: u64,
+}
+
+/// A token a replica answers: its text length, and whether it is relative
+/// to a checkpoint or fell back to version 1 beyond the bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenFigure {
+    /// Text characters.
+    pub chars: usize,
+    /// Version 2.
+    pub relative: bool,
+    /// Version 1 because no checkpoint kept was within the bound.
+    pub fell_back: bool,
 }
 
 impl Scenario {
@@ -137,6 +172,7 @@ impl Scenario {
             let until = mesh.now() + self.step;
             mesh.run_until(until);
             check::prefix_closed(&mesh)?;
+            mesh.checkpoint_step(self.step);
             if let Some(progress) = self.progress {
                 progress(&mesh, "writing");
             }
@@ -169,6 +205,7 @@ impl Scenario {
             mesh.run_until(until);
             if mesh.now() >= next_check {
                 check::prefix_closed(&mesh)?;
+                mesh.checkpoint_step(self.step);
                 next_check += self.step;
                 if let Some(progress) = self.progress {
                     progress(&mesh, "converging");
@@ -179,22 +216,19 @@ impl Scenario {
         check::prefix_closed(&mesh)?;
         let counters = mesh.counters().clone();
         // Every reader fails over once more and walks to the head.
-        let mut failovers = 0;
-        let mut stale = 0;
-        let mut returned = 0;
         for reader in &mut readers {
             let to = mesh.rng().below(replicas as u64) as usize;
             reader.fail_over(&mesh, to)?;
             reader.finish(&mesh, 100)?;
-            failovers += reader.failovers;
-            stale += reader.stale;
-            returned += reader.returned;
         }
+        let sum = |f: fn(&Reader) -> u64| readers.iter().map(f).sum::<u64>();
         let head = mesh.replica(0).expect("up").marks();
         let token_head_bytes = token::encode_text(&head).map_or(0, |t| t.len());
-        let token_mid_bytes = mid_walk_token(&mesh);
+        let token_mid_bytes = token::encode_text(&mid_walk_cursor(&mesh)).map_or(0, |t| t.len());
         let events_held = mesh.replica(0).expect("up").digest().events;
-        // Quiet: only heartbeats and their receipts.
+        // Quiet: only heartbeats and their receipts (and, apart, the
+        // checkpoint of the converged marks, minted and gossiped).
+        mesh.checkpoint_step(self.step);
         let before: u64 = mesh.link_bytes().iter().sum();
         let kinds_before = mesh.counters().by_kind.clone();
         let half = mesh.now() + self.quiet_for / 2;
@@ -218,6 +252,10 @@ impl Scenario {
             })
             .filter(|&(_, frames, _)| frames > 0)
             .collect();
+        let head = mesh.replica(0).expect("up").marks();
+        let token_v2_head = token_figure(&mesh, &head);
+        let token_v2_mid = token_figure(&mesh, &mid_walk_cursor(&mesh));
+        let (newest_generation, newest_kept_by) = newest_spread(&mesh);
         let minutes = self.quiet_for.as_secs_f64() / 60.0;
         let round_trip = self.mesh.net.round_trip_mean();
         let diameter = mesh.diameter();
@@ -240,10 +278,18 @@ impl Scenario {
             streams: head.len(),
             token_head_bytes,
             token_mid_bytes,
+            token_v2_head,
+            token_v2_mid,
+            failovers_relative: sum(|r| r.failovers_relative),
+            unknown_checkpoint: sum(|r| r.unknown_checkpoint),
+            fell_back: sum(|r| r.fell_back),
+            counters_end: mesh.counters().clone(),
+            newest_generation,
+            newest_kept_by,
             events_held,
-            failovers,
-            stale,
-            returned,
+            failovers: sum(|r| r.failovers),
+            stale: sum(|r| r.stale),
+            returned: sum(|r| r.returned),
             steps: mesh.steps(),
         };
         Ok((mesh, figures))
@@ -318,8 +364,31 @@ impl Scenario {
     }
 }
 
-/// The token half-way through a walk of replica 0, as text.
-fn mid_walk_token(mesh: &Mesh) -> usize {
+/// Replica 0's newest checkpoint's generation, and how many replicas keep
+/// it.
+fn newest_spread(mesh: &Mesh) -> (u64, usize) {
+    let Some((checkpoint, generation)) = mesh.newest_checkpoint(0) else {
+        return (0, 0);
+    };
+    let name = checkpoint.name();
+    let kept_by = (0..mesh.replicas())
+        .filter(|&n| mesh.checkpoint_named(n, name).is_some())
+        .count();
+    (generation, kept_by)
+}
+
+/// The token replica 0 answers for `cursor`.
+fn token_figure(mesh: &Mesh, cursor: &VersionVector) -> TokenFigure {
+    let answer = mesh.token(0, cursor);
+    TokenFigure {
+        chars: answer.text.len(),
+        relative: answer.checkpoint.is_some(),
+        fell_back: answer.fell_back,
+    }
+}
+
+/// The cursor half-way through a walk of replica 0.
+fn mid_walk_cursor(mesh: &Mesh) -> VersionVector {
     let replica = mesh.replica(0).expect("up");
     let half = replica.digest().events / 2;
     let mut cursor = replica.floor();
@@ -334,5 +403,5 @@ fn mid_walk_token(mesh: &Mesh) -> usize {
             break;
         }
     }
-    token::encode_text(&cursor).map_or(0, |t| t.len())
+    cursor
 }

@@ -7,7 +7,10 @@
 //! answer that names exactly what the floor took); after writes stop and
 //! everything heals, the mesh converges (marks, floors, digests) within a
 //! bound of simulated time, and each walk, finished, returned every event
-//! once or reported it lost.
+//! once or reported it lost. Replicas mint and gossip checkpoints as
+//! `docs/TOKEN.md` proposes, and a reader that fails over carries the
+//! version-2 token its replica answers, which the target must expand to
+//! exactly the reader's cursor.
 //!
 //! The property runs a handful of seeds (`MESHLOG_SCHEDULES=N` for more);
 //! `MESHLOG_SEED=<seed>` replays one. A failure prints the seed and the
@@ -85,6 +88,14 @@ fn a_faulty_mesh_of_20_replicas_and_200_writers_converges_and_walks_exactly_once
             assert!(figures.counters.frames_lost > 0 && figures.counters.frames_duplicated > 0);
             assert!(figures.failovers > 3 && figures.returned > 0);
             assert!(figures.stale > 0, "no reader met a stale answer");
+            // Checkpoints were minted and gossiped, a reader carried a
+            // version-2 token to another replica which expanded it (each
+            // expansion is checked equal to the cursor in `fail_over`),
+            // and the head token is version 2 and shorter than version 1.
+            assert!(figures.counters_end.checkpoints_minted > 0);
+            assert!(figures.failovers_relative > 0, "no version-2 failover");
+            assert!(figures.token_v2_head.relative);
+            assert!(figures.token_v2_head.chars < figures.token_head_bytes);
         }
         assert_eq!(figures.events, 1000);
         // Only timeouts, stops and duplicates end sessions: no protocol error.

@@ -13,7 +13,9 @@
 //! run measures the time to converge, bytes, duplicates, a quiet window's
 //! heartbeat bytes, memory per replica (a counting allocator: what is live
 //! once the writers' own replicas are dropped, divided by N) and token
-//! sizes. Each goal of issue 27 is printed met or not.
+//! sizes: version 1, and with checkpoints minted and gossiped
+//! (`meshlog_sim::checkpoints`) the token a replica answers (version 2
+//! where shorter). Each goal of issue 27 is printed met or not.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -217,9 +219,42 @@ fn main() -> ExitCode {
         f.token_mid_bytes,
         goal(f.token_head_bytes <= 2048)
     );
+    let version = |t: &meshlog_sim::TokenFigure| {
+        if t.relative {
+            "version 2"
+        } else if t.fell_back {
+            "version 1: beyond the bound of every checkpoint kept"
+        } else {
+            "version 1: shorter"
+        }
+    };
     println!(
-        "  readers: {} events returned exactly once, {} failovers, {} stale answers (each exact)",
-        f.returned, f.failovers, f.stale
+        "  token text with checkpoints (end of the quiet window): at the head {} bytes ({}); mid-walk {} bytes ({}); goal at most 2 KB at the head: {}",
+        f.token_v2_head.chars,
+        version(&f.token_v2_head),
+        f.token_v2_mid.chars,
+        version(&f.token_v2_mid),
+        goal(f.token_v2_head.chars <= 2048)
+    );
+    let e = &f.counters_end;
+    println!(
+        "    checkpoints: {} minted, newest generation {} kept by {} of {} replicas; gossip {} frames, {} bytes ({:.0} B per link per simulated minute over the run)",
+        e.checkpoints_minted,
+        f.newest_generation,
+        f.newest_kept_by,
+        f.replicas,
+        e.checkpoint_frames,
+        e.checkpoint_bytes,
+        e.checkpoint_bytes as f64 / f.links as f64 / (mesh.now().as_secs_f64() / 60.0)
+    );
+    println!(
+        "  readers: {} events returned exactly once, {} failovers ({} carried version 2, {} named a checkpoint the target lacked, {} fell back to version 1 beyond the bound), {} stale answers (each exact)",
+        f.returned,
+        f.failovers,
+        f.failovers_relative,
+        f.unknown_checkpoint,
+        f.fell_back,
+        f.stale
     );
     ExitCode::SUCCESS
 }
