@@ -120,12 +120,16 @@ impl DiskStore {
 
     /// Folds the segment's records after `"folded"` into redb, cuts a torn
     /// tail, and checkpoints: from then on the segment is empty and redb
-    /// holds every commit durably.
+    /// holds every commit durably, with its allocator state recorded.
     pub(super) fn replay_segment(&mut self) -> Result<(), DiskError> {
         let started = std::time::Instant::now();
         let bytes = Bytes::from(self.segment.read_all()?);
+        // Even with nothing to replay the open ends in a checkpoint: after
+        // an open on which redb walked the file (asked to, or a file of an
+        // older format), its allocator state is recorded only by a durable
+        // commit, and until one the next crash would walk the file again.
         if bytes.is_empty() {
-            return Ok(());
+            return self.checkpoint();
         }
         let segment_path = self.segment.path().to_path_buf();
         let found = scan(&bytes, self.folded, &segment_path)?;
