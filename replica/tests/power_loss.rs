@@ -274,24 +274,20 @@ fn run_case(seed: u64, tally: &mut Tally) {
 }
 
 fn open(dir: &Path, options: &DiskOptions, disk: &Disks) -> Result<Replica<DiskStore>, String> {
-    let store = DiskStore::open_with_backends(
-        dir,
-        options,
-        disk.data.backend(),
-        disk.segment.backend(),
-    )
-    .map_err(|error| {
-        // Whatever the cause, an error names the data file or the segment.
-        let text = error.to_string();
-        if !matches!(error, DiskError::Io { .. } | DiskError::Engine { .. }) {
-            assert!(
-                text.contains(&dir.join(DATA_FILE).display().to_string())
-                    || text.contains(&dir.join(SEGMENT_FILE).display().to_string()),
-                "a store error that does not name the file: {text}"
-            );
-        }
-        format!("store: {text}")
-    })?;
+    let store =
+        DiskStore::open_with_backends(dir, options, disk.data.backend(), disk.segment.backend())
+            .map_err(|error| {
+                // Whatever the cause, an error names the data file or the segment.
+                let text = error.to_string();
+                if !matches!(error, DiskError::Io { .. } | DiskError::Engine { .. }) {
+                    assert!(
+                        text.contains(&dir.join(DATA_FILE).display().to_string())
+                            || text.contains(&dir.join(SEGMENT_FILE).display().to_string()),
+                        "a store error that does not name the file: {text}"
+                    );
+                }
+                format!("store: {text}")
+            })?;
     Replica::open(Config::new(OWN), store).map_err(|error| format!("replica: {error}"))
 }
 

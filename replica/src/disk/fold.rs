@@ -108,9 +108,7 @@ impl DiskStore {
         let meta = read
             .open_table(META)
             .map_err(self.engine("open meta table"))?;
-        let record = meta
-            .get(META_FOLDED)
-            .map_err(self.engine("read folded"))?;
+        let record = meta.get(META_FOLDED).map_err(self.engine("read folded"))?;
         match record {
             None => Ok(0),
             Some(value) => decode_count(META_FOLDED, value.value())
@@ -156,7 +154,10 @@ impl DiskStore {
             let (_, batch) = decode_batch(&bytes.slice(body.clone()))
                 .map_err(|why| bad(body.start, format!("record {number}: {why}")))?;
             let touched = self.plan(&batch).map_err(|error| {
-                bad(body.start, format!("record {number} does not apply: {error}"))
+                bad(
+                    body.start,
+                    format!("record {number} does not apply: {error}"),
+                )
             })?;
             self.fold(&batch, touched, number, false)?;
             replayed += 1;

@@ -81,8 +81,8 @@ use codec::{
 pub use error::DiskError;
 use error::{corrupt_block, engine_error, guarded, io, panic_message};
 use lock::{DirLock, Waiting};
-use segment::{Segment, SegmentFile};
 pub use segment::SEGMENT_FILE;
+use segment::{Segment, SegmentFile};
 use view::BlocksTable;
 pub(crate) use view::DiskView;
 
@@ -269,7 +269,12 @@ impl DiskStore {
 
     /// [`DiskStore::open`], with `options`.
     pub fn open_with(dir: impl AsRef<Path>, options: &DiskOptions) -> Result<DiskStore, DiskError> {
-        DiskStore::open_inner(dir.as_ref(), options, None::<redb::backends::FileBackend>, None)
+        DiskStore::open_inner(
+            dir.as_ref(),
+            options,
+            None::<redb::backends::FileBackend>,
+            None,
+        )
     }
 
     /// [`DiskStore::open_with`], over the given redb storage backend instead
@@ -302,7 +307,12 @@ impl DiskStore {
         backend: impl redb::StorageBackend,
         segment: impl redb::StorageBackend,
     ) -> Result<DiskStore, DiskError> {
-        DiskStore::open_inner(dir.as_ref(), options, Some(backend), Some(Box::new(segment)))
+        DiskStore::open_inner(
+            dir.as_ref(),
+            options,
+            Some(backend),
+            Some(Box::new(segment)),
+        )
     }
 
     fn open_inner<B: redb::StorageBackend>(
