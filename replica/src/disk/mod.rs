@@ -18,11 +18,13 @@
 //!   a marker line, so that a data file deleted from under the directory is
 //!   reported rather than silently replaced by an empty log.
 //!
-//! Every [`Store::commit`] is one redb write transaction committed with
-//! [`redb::Durability::Immediate`]: it has reached the disk (fsync) when
-//! `commit` returns. Recovery on [`DiskStore::open`] lets redb verify the
-//! checksum of every page (falling back from a torn newest commit, which
-//! [`Recovery::rolled_back`] reports), then checks meshlog's own records:
+//! Every [`Store::commit`] is one record appended to the write-ahead
+//! segment `meshlog.wal` and synced (`fdatasync`) before `commit` returns,
+//! then folded into redb without durability; a checkpoint every so many
+//! commits makes redb durable and empties the segment (`fold`, `segment`).
+//! Recovery on [`DiskStore::open`] opens redb on its last checkpoint
+//! (which recorded redb's allocator state, so no page is walked), checks
+//! meshlog's own records, and replays the segment's tail:
 //! the format, the clock, every stream's `floor <= head`, that the blocks
 //! of each stream start at `floor+1` and its last block (read and
 //! crc-checked) ends at `head`, the number of blocks, and the recorded
@@ -38,6 +40,9 @@
 //! - `block`: a block's layout, its checks, and the builder.
 //! - `codec`: the records of the `streams` and `meta` tables.
 //! - `error`: [`DiskError`] and the helpers that build it.
+//! - `segment`: the write-ahead segment's file, its framing and its scan.
+//! - `record`: a commit as a segment record (the codec of a whole batch).
+//! - `fold`: the commit path through the segment, checkpoints, replay.
 //! - `lock`: the directory's lock, its bounded wait, and why it is
 //!   released explicitly.
 //! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
@@ -167,10 +172,10 @@ pub struct DiskOptions {
     pub cache_bytes: usize,
     /// Whether a *clean* open checks the checksum of every page of the
     /// file (redb's `set_check_integrity_on_open`), reading the whole file.
-    /// Off by default: after an unclean shutdown redb runs that check
-    /// anyway as it recovers (it is how a torn newest commit is found and
-    /// dropped), and a file closed cleanly holds exactly what its last
-    /// commit wrote; damage done to it since (bit rot, another program) is
+    /// Off by default: redb's last durable commit recorded its allocator
+    /// state, so even an unclean open need not walk the file (the segment
+    /// holds what came after), and a file closed cleanly holds exactly
+    /// what its last commit wrote; damage done to it since (bit rot, another program) is
     /// caught by the crc32 of the block or record that reads it, typed and
     /// naming the file, and by [`Replica::verify`](crate::Replica::verify)
     /// on demand. On: such damage is reported on open instead, at the cost
