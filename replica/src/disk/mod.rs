@@ -1,6 +1,6 @@
 //! `DiskStore`: the durable [`Store`], on the redb embedded engine.
 //!
-//! A data directory holds two files:
+//! A data directory holds three files:
 //!
 //! - `meshlog.redb`, the redb database: table `blocks` maps
 //!   `(stream, first_seq)` to a block of up to 128 consecutive events of the
@@ -11,6 +11,8 @@
 //!   clock, the digest, the number of blocks and the format version. Every
 //!   record carries a crc32 over its key and content, so a damaged value is
 //!   named, not served.
+//! - `meshlog.wal`, the write-ahead segment: the commits since redb's
+//!   last checkpoint, one checksummed record each (`segment`, `record`).
 //! - `LOCK`, locked exclusively while a store is open, so that a second
 //!   process (or a second open in this one) is refused with
 //!   [`DiskError::Locked`], after waiting up to [`DiskOptions::lock_wait`]
