@@ -20,7 +20,20 @@ use meshlog_replica::{Config, DiskStore, MemStore, Replica, SharedReplica, Store
 
 const PAYLOAD_BYTES: usize = 100;
 
+/// Set in the child that builds a log and aborts (an unclean stop).
+const UNCLEAN_CHILD_ENV: &str = "MESHLOG_BENCH_UNCLEAN_CHILD";
+
 fn main() {
+    if let Ok(dir) = std::env::var(UNCLEAN_CHILD_ENV) {
+        let events = env_number("MESHLOG_BENCH_EVENTS", 1_000_000);
+        let mut disk = Replica::open(config(), DiskStore::open(&dir).unwrap()).unwrap();
+        build(&mut disk, events);
+        // A tail of single appends after the last checkpoint, then no close.
+        for n in 0..500 {
+            disk.append(payload(n)).unwrap();
+        }
+        std::process::abort();
+    }
     let seconds: u64 = env_number("MESHLOG_BENCH_SECONDS", 3);
     let events: u64 = env_number("MESHLOG_BENCH_EVENTS", 1_000_000);
     let root = std::env::temp_dir().join(format!("meshlog-bench-storage-{}", std::process::id()));
@@ -33,6 +46,7 @@ fn main() {
         "{:<8} {:>10} {:>14} {:>12} {:>12} {:>14}",
         "store", "appenders", "events/s", "commits/s", "mean batch", "p99 ack ms"
     );
+    fdatasync_run(&root, seconds);
     let only: Option<usize> = std::env::var("MESHLOG_BENCH_APPENDERS")
         .ok()
         .map(|text| text.parse().expect("a number"));
@@ -49,6 +63,7 @@ fn main() {
     }
     if events > 0 {
         reopen_run(&root.join("reopen"), events);
+        unclean_reopen_run(&root.join("unclean"), events);
     }
     let _ = std::fs::remove_dir_all(&root);
 }
@@ -118,6 +133,69 @@ fn append_run<S: Store + Send + Sync + 'static>(
         stats.commits as f64 / elapsed,
         stats.appended as f64 / stats.commits.max(1) as f64,
         p99.as_secs_f64() * 1e3,
+    );
+}
+
+/// The limit a durable commit runs into: one 160-byte append and one
+/// `fdatasync` (`File::sync_data`) after another, on the same disk, by one
+/// writer. A `disk` row with 1 appender cannot beat it.
+fn fdatasync_run(root: &Path, seconds: u64) {
+    use std::io::Write as _;
+    std::fs::create_dir_all(root).unwrap();
+    let path = root.join("fdatasync");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let record = [7u8; 160];
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(seconds) {
+        let one = Instant::now();
+        file.write_all(&record).unwrap();
+        file.sync_data().unwrap();
+        latencies.push(one.elapsed());
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    let rate = latencies.len() as f64 / elapsed;
+    println!(
+        "{:<8} {:>10} {:>14.0} {:>12.0} {:>12.1} {:>14.3}",
+        "fdatasync",
+        1,
+        rate,
+        rate,
+        1.0,
+        p99.as_secs_f64() * 1e3,
+    );
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// A child process writes an `events`-long log and 500 single appends
+/// after it, and aborts (no close); the reopen after that unclean stop is
+/// timed: redb opens on its last checkpoint and the write-ahead segment's
+/// tail is replayed.
+fn unclean_reopen_run(dir: &Path, events: u64) {
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(UNCLEAN_CHILD_ENV, dir)
+        .env("MESHLOG_BENCH_EVENTS", events.to_string())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child aborts");
+    let start = Instant::now();
+    let store = DiskStore::open(dir).unwrap();
+    let store_open = start.elapsed();
+    let recovery = store.recovery();
+    let disk = Replica::open(config(), store).unwrap();
+    let disk_reopen = start.elapsed();
+    assert_eq!(disk.marks().get(StreamId::new(1)), events + 500);
+    println!(
+        "  disk after an unclean stop (abort): {:>6.0} ms total = {:>6.0} ms store open \
+         ({} commits replayed from the segment, data file walked: {}) + {:>6.0} ms replica recovery",
+        disk_reopen.as_secs_f64() * 1e3,
+        store_open.as_secs_f64() * 1e3,
+        recovery.replayed,
+        recovery.pages_checked,
+        (disk_reopen - store_open).as_secs_f64() * 1e3
     );
 }
 

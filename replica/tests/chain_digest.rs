@@ -89,6 +89,8 @@ fn converged_replicas_that_compacted_at_different_floors_answer_one_chain_digest
 }
 
 /// A replica on a `MemStore` or on a `DiskStore` in its own directory.
+// A handful of nodes in a test: boxing the store would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Node {
     Mem(Replica<MemStore>),
     Disk(Replica<DiskStore>, PathBuf),

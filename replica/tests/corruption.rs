@@ -23,7 +23,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     Config, Delta, DiskError, DiskStore, Event, PageError, Replica, ReplicaError, DATA_FILE,
-    LOCK_FILE,
+    LOCK_FILE, SEGMENT_FILE,
 };
 use meshlog_testkit::{seed, SplitMix64};
 use redb::{ReadableTable, TableDefinition};
@@ -138,6 +138,8 @@ fn reopen_damaged(dir: &Path, original: &BTreeMap<(StreamId, u64), Event>, case:
 /// Copies the store in `source` to `target` with its data file replaced.
 fn damaged_copy(source: &Path, target: &Path, data: &[u8]) {
     std::fs::copy(source.join(LOCK_FILE), target.join(LOCK_FILE)).unwrap();
+    // Empty after the clean close: the damage here is the data file's.
+    std::fs::copy(source.join(SEGMENT_FILE), target.join(SEGMENT_FILE)).unwrap();
     std::fs::write(target.join(DATA_FILE), data).unwrap();
 }
 

@@ -61,8 +61,10 @@ fn reopen_recovers_events_floors_and_clock_and_the_next_append_is_fresh() {
             created: false,
             rolled_back: false,
             pages_checked: false,
+            replayed: 0,
+            torn_bytes: 0,
         },
-        "a clean close leaves nothing torn, and nothing for redb to recover"
+        "a clean close leaves nothing torn, nothing for redb to recover, nothing to replay"
     );
     drop(store);
     // Asked for, the check of every page runs on a clean open too.

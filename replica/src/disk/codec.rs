@@ -11,6 +11,8 @@ pub(super) const META_FORMAT: &str = "format";
 pub(super) const META_CLOCK: &str = "clock";
 pub(super) const META_DIGEST: &str = "digest";
 pub(super) const META_BLOCKS: &str = "blocks";
+/// The number of the last write-ahead segment record redb holds.
+pub(super) const META_FOLDED: &str = "folded";
 
 const STREAM_RECORD_LEN: usize = 8 + 8 + 4;
 

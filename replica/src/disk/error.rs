@@ -110,6 +110,20 @@ pub enum DiskError {
         /// What does not follow.
         detail: String,
     },
+    /// The write-ahead segment (`meshlog.wal`) is damaged before its tail
+    /// (a bad record with a whole, later record after it: acknowledged
+    /// commits would be lost if it were cut there), or a record in it
+    /// cannot be applied, or a commit could not be framed. A torn *tail*
+    /// is not this: it is cut, with a warning (`docs/STORAGE.md`).
+    #[error("{} is damaged at byte {offset}: {detail}", path.display())]
+    Segment {
+        /// The segment file.
+        path: PathBuf,
+        /// Where in it.
+        offset: u64,
+        /// What failed.
+        detail: String,
+    },
 }
 
 /// [`DiskError::CorruptBlock`] for the block of `stream` from `first_seq`

@@ -1,6 +1,6 @@
 //! `DiskStore`: the durable [`Store`], on the redb embedded engine.
 //!
-//! A data directory holds two files:
+//! A data directory holds three files:
 //!
 //! - `meshlog.redb`, the redb database: table `blocks` maps
 //!   `(stream, first_seq)` to a block of up to 128 consecutive events of the
@@ -13,6 +13,8 @@
 //!   clock, the digest, the number of blocks and the format version. Every
 //!   record carries a crc32 over its key and content, so a damaged value is
 //!   named, not served.
+//! - `meshlog.wal`, the write-ahead segment: the commits since redb's
+//!   last checkpoint, one checksummed record each (`segment`, `record`).
 //! - `LOCK`, locked exclusively while a store is open, so that a second
 //!   process (or a second open in this one) is refused with
 //!   [`DiskError::Locked`], after waiting up to [`DiskOptions::lock_wait`]
@@ -20,11 +22,13 @@
 //!   a marker line, so that a data file deleted from under the directory is
 //!   reported rather than silently replaced by an empty log.
 //!
-//! Every [`Store::commit`] is one redb write transaction committed with
-//! [`redb::Durability::Immediate`]: it has reached the disk (fsync) when
-//! `commit` returns. Recovery on [`DiskStore::open`] lets redb verify the
-//! checksum of every page (falling back from a torn newest commit, which
-//! [`Recovery::rolled_back`] reports), then checks meshlog's own records:
+//! Every [`Store::commit`] is one record appended to the write-ahead
+//! segment `meshlog.wal` and synced (`fdatasync`) before `commit` returns,
+//! then folded into redb without durability; a checkpoint every so many
+//! commits makes redb durable and empties the segment (`fold`, `segment`).
+//! Recovery on [`DiskStore::open`] opens redb on its last checkpoint
+//! (which recorded redb's allocator state, so no page is walked), checks
+//! meshlog's own records, and replays the segment's tail:
 //! the format, the clock, every stream's `floor <= head`, that the blocks
 //! of each stream start at `floor+1` and its last block (read and
 //! crc-checked) ends at `head`, the number of blocks, and the recorded
@@ -41,6 +45,9 @@
 //! - `codec`: the records of the `streams`, `chains`, `seals` and `meta`
 //!   tables.
 //! - `error`: [`DiskError`] and the helpers that build it.
+//! - `segment`: the write-ahead segment's file, its framing and its scan.
+//! - `record`: a commit as a segment record (the codec of a whole batch).
+//! - `fold`: the commit path through the segment, checkpoints, replay.
 //! - `lock`: the directory's lock, its bounded wait, and why it is
 //!   released explicitly.
 //! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
@@ -71,7 +78,10 @@ use crate::{
 mod block;
 mod codec;
 mod error;
+mod fold;
 mod lock;
+mod record;
+mod segment;
 mod upgrade;
 pub(crate) mod view;
 
@@ -84,6 +94,8 @@ use codec::{
 pub use error::DiskError;
 use error::{corrupt_block, engine_error, guarded, io, panic_message};
 use lock::{DirLock, Waiting};
+pub use segment::SEGMENT_FILE;
+use segment::{Segment, SegmentFile};
 use view::BlocksTable;
 pub(crate) use view::DiskView;
 
@@ -99,9 +111,20 @@ pub const LOCK_FILE: &str = "LOCK";
 /// to 4 (it chains every stream's held events from its floor and writes
 /// the chains and format 4 in one commit), so that a build that does not
 /// keep chains refuses the file from then on.
-pub const FORMAT_VERSION: u32 = 4;
+///
+/// Format 5 adds the write-ahead segment (`meshlog.wal`) and the `meta`
+/// record `"folded"` (the number of the last segment record redb holds);
+/// a file of format 4 becomes format 5 by its format record alone, and a
+/// build of format 4, which would not replay the segment, refuses it.
+pub const FORMAT_VERSION: u32 = 5;
 /// The default size of the cache of the database's pages: 64 MiB.
 pub const CACHE_BYTES_DEFAULT: usize = 64 << 20;
+/// How many commits the segment holds, by default, before they are made
+/// durable in redb and the segment is emptied: 1,024.
+pub const CHECKPOINT_RECORDS_DEFAULT: u64 = 1024;
+/// How many bytes the segment holds, by default, before its commits are
+/// made durable in redb and it is emptied: 16 MiB.
+pub const CHECKPOINT_BYTES_DEFAULT: u64 = 16 << 20;
 /// How long an open waits by default for a data directory locked by
 /// another holder before answering [`DiskError::Locked`]: 2 s. A lock held
 /// only for a moment (a child process forked while the lock file was open,
@@ -144,6 +167,13 @@ pub struct Recovery {
     /// [`DiskOptions::check_pages_on_open`] asked for it. With the default
     /// options it is exactly "the last shutdown was unclean".
     pub pages_checked: bool,
+    /// Commits replayed from the write-ahead segment on this open: each was
+    /// acknowledged (or in flight) and not yet durable in redb when the
+    /// store last stopped. 0 after a clean close.
+    pub replayed: u64,
+    /// Bytes of a torn record cut from the segment's tail on this open (an
+    /// append a crash interrupted, never acknowledged); 0 if none.
+    pub torn_bytes: u64,
 }
 
 /// How a [`DiskStore`] opens.
@@ -157,10 +187,10 @@ pub struct DiskOptions {
     pub cache_bytes: usize,
     /// Whether a *clean* open checks the checksum of every page of the
     /// file (redb's `set_check_integrity_on_open`), reading the whole file.
-    /// Off by default: after an unclean shutdown redb runs that check
-    /// anyway as it recovers (it is how a torn newest commit is found and
-    /// dropped), and a file closed cleanly holds exactly what its last
-    /// commit wrote; damage done to it since (bit rot, another program) is
+    /// Off by default: redb's last durable commit recorded its allocator
+    /// state, so even an unclean open need not walk the file (the segment
+    /// holds what came after), and a file closed cleanly holds exactly
+    /// what its last commit wrote; damage done to it since (bit rot, another program) is
     /// caught by the crc32 of the block or record that reads it, typed and
     /// naming the file, and by [`Replica::verify`](crate::Replica::verify)
     /// on demand. On: such damage is reported on open instead, at the cost
@@ -176,6 +206,13 @@ pub struct DiskOptions {
     /// a store that stays open does, once this has passed. Zero refuses at
     /// once. Default [`LOCK_WAIT_DEFAULT`].
     pub lock_wait: Duration,
+    /// How many commits the write-ahead segment holds before a checkpoint
+    /// makes redb durable and empties it: a bound on what an unclean open
+    /// replays. Default [`CHECKPOINT_RECORDS_DEFAULT`]; at least 1.
+    pub checkpoint_records: u64,
+    /// How many bytes the segment holds before a checkpoint. Default
+    /// [`CHECKPOINT_BYTES_DEFAULT`].
+    pub checkpoint_bytes: u64,
 }
 
 impl Default for DiskOptions {
@@ -184,6 +221,8 @@ impl Default for DiskOptions {
             cache_bytes: CACHE_BYTES_DEFAULT,
             check_pages_on_open: false,
             lock_wait: LOCK_WAIT_DEFAULT,
+            checkpoint_records: CHECKPOINT_RECORDS_DEFAULT,
+            checkpoint_bytes: CHECKPOINT_BYTES_DEFAULT,
         }
     }
 }
@@ -222,6 +261,19 @@ pub struct DiskStore {
     blocks: u64,
     /// Scratch for laying out a block value.
     value: Vec<u8>,
+    /// The write-ahead segment: a commit is durable once its record is
+    /// appended and synced there (`fold`).
+    segment: Segment,
+    /// The number of the last segment record redb holds (its `meta`
+    /// record `"folded"`, written in the same transaction).
+    folded: u64,
+    /// A commit failed once its record may have reached the segment: redb
+    /// may lack a record the segment holds, so no commit and no
+    /// checkpoint may follow until the store is reopened (and replays it).
+    broken: bool,
+    /// [`DiskOptions::checkpoint_records`] and
+    /// [`DiskOptions::checkpoint_bytes`].
+    checkpoint_at: (u64, u64),
     /// Held for its lock; released when the store is dropped, after the
     /// database closed (fields drop in order).
     lock: DirLock,
@@ -237,7 +289,12 @@ impl DiskStore {
 
     /// [`DiskStore::open`], with `options`.
     pub fn open_with(dir: impl AsRef<Path>, options: &DiskOptions) -> Result<DiskStore, DiskError> {
-        DiskStore::open_inner(dir.as_ref(), options, None::<redb::backends::FileBackend>)
+        DiskStore::open_inner(
+            dir.as_ref(),
+            options,
+            None::<redb::backends::FileBackend>,
+            None,
+        )
     }
 
     /// [`DiskStore::open_with`], over the given redb storage backend instead
@@ -257,13 +314,32 @@ impl DiskStore {
         options: &DiskOptions,
         backend: impl redb::StorageBackend,
     ) -> Result<DiskStore, DiskError> {
-        DiskStore::open_inner(dir.as_ref(), options, Some(backend))
+        DiskStore::open_inner(dir.as_ref(), options, Some(backend), None)
+    }
+
+    /// [`DiskStore::open_with_backend`], with the write-ahead segment
+    /// (`dir/meshlog.wal`) over `segment` too: the power-loss test puts
+    /// both on simulated disks. An empty segment backend is an empty
+    /// segment (a backend cannot be told missing from empty).
+    pub fn open_with_backends(
+        dir: impl AsRef<Path>,
+        options: &DiskOptions,
+        backend: impl redb::StorageBackend,
+        segment: impl redb::StorageBackend,
+    ) -> Result<DiskStore, DiskError> {
+        DiskStore::open_inner(
+            dir.as_ref(),
+            options,
+            Some(backend),
+            Some(Box::new(segment)),
+        )
     }
 
     fn open_inner<B: redb::StorageBackend>(
         dir: &Path,
         options: &DiskOptions,
         backend: Option<B>,
+        segment: Option<Box<dyn redb::StorageBackend>>,
     ) -> Result<DiskStore, DiskError> {
         let dir = dir.to_path_buf();
         create_dir_durably(&dir)?;
@@ -271,6 +347,17 @@ impl DiskStore {
         let mut lock = DirLock::acquire(&dir, &lock_path, options.lock_wait)?;
         let marked = read_marker(&mut lock, &lock_path)?;
         let path = dir.join(DATA_FILE);
+        let segment_path = dir.join(SEGMENT_FILE);
+        let (segment, segment_missing) = match segment {
+            Some(segment) => (segment, false),
+            None => {
+                let (file, existed) = SegmentFile::open(&segment_path)?;
+                if !existed {
+                    sync_dir(&dir)?;
+                }
+                (Box::new(file) as Box<dyn redb::StorageBackend>, !existed)
+            }
+        };
         let exists = match &backend {
             // An empty backend is what a missing (or empty) file is.
             Some(backend) => backend.len().map_err(io(&path, "stat"))? > 0,
@@ -305,12 +392,17 @@ impl DiskStore {
                 created,
                 rolled_back: repair.rolled_back.load(Ordering::Relaxed),
                 pages_checked: repair.ran.load(Ordering::Relaxed),
+                ..Recovery::default()
             },
             blocks: 0,
             value: Vec::new(),
+            segment: Segment::new(segment_path, segment),
+            folded: 0,
+            broken: false,
+            checkpoint_at: (options.checkpoint_records.max(1), options.checkpoint_bytes),
             lock,
         };
-        store.load_on_open(marked, &lock_path)?;
+        store.load_on_open(marked, segment_missing, &lock_path)?;
         store.log_opened();
         Ok(store)
     }
@@ -321,7 +413,17 @@ impl DiskStore {
     /// and the first view. A plain open trusts a file redb closed cleanly,
     /// and redb may panic reading one damaged since: every read of the open
     /// is guarded, as the open itself is.
-    fn load_on_open(&mut self, marked: bool, lock_path: &Path) -> Result<(), DiskError> {
+    ///
+    /// Then it replays the segment's commits that redb does not hold
+    /// durably (`fold`). A directory whose data file is of this format but
+    /// whose segment file was missing is refused: the commits it held
+    /// would be lost.
+    fn load_on_open(
+        &mut self,
+        marked: bool,
+        segment_missing: bool,
+        lock_path: &Path,
+    ) -> Result<(), DiskError> {
         let path = self.path.clone();
         guarded(&path, "reading it on open", || {
             let found = self.init_format(marked)?;
@@ -335,8 +437,18 @@ impl DiskStore {
             }
             if found < FORMAT_VERSION {
                 self.upgrade(found)?;
+            } else if marked && segment_missing {
+                return Err(DiskError::Segment {
+                    path: self.segment.path().to_path_buf(),
+                    offset: 0,
+                    detail: "the segment file is missing, but the data file is of a format \
+                             that keeps one: commits it held would be lost"
+                        .to_string(),
+                });
             }
             (self.meta, self.blocks) = self.load_meta()?;
+            self.folded = self.folded_record()?;
+            self.replay_segment()?;
             self.view = Some(self.make_view()?);
             Ok(())
         })
@@ -350,6 +462,8 @@ impl DiskStore {
             created = self.recovery.created,
             rolled_back = self.recovery.rolled_back,
             pages_checked = self.recovery.pages_checked,
+            replayed = self.recovery.replayed,
+            torn_bytes = self.recovery.torn_bytes,
             "disk store opened"
         );
         if self.recovery.rolled_back {
@@ -772,11 +886,28 @@ impl DiskStore {
         )))
     }
 
+    /// A write transaction whose commit is durable when it returns.
     fn begin_write(&self) -> Result<redb::WriteTransaction, DiskError> {
+        self.begin_write_with(true)
+    }
+
+    /// A write transaction, durable or not. A durable commit also records
+    /// redb's allocator state and commits in two phases ("quick repair"):
+    /// an open after a crash then loads that state instead of walking and
+    /// checksumming every page of the file, so recovery costs the
+    /// segment's tail, not the file (`docs/STORAGE.md`). A commit that is
+    /// not durable is only in memory (and the page cache) until the next
+    /// durable one: the segment holds it meanwhile.
+    fn begin_write_with(&self, durable: bool) -> Result<redb::WriteTransaction, DiskError> {
         let mut txn = self.db.begin_write().map_err(self.engine("begin write"))?;
-        // The default, made explicit: the commit returns after fsync.
-        txn.set_durability(redb::Durability::Immediate)
+        let durability = if durable {
+            redb::Durability::Immediate
+        } else {
+            redb::Durability::None
+        };
+        txn.set_durability(durability)
             .map_err(self.engine("set durability"))?;
+        txn.set_quick_repair(durable);
         Ok(txn)
     }
 
@@ -1096,30 +1227,7 @@ impl Store for DiskStore {
     }
 
     fn commit(&mut self, batch: &Batch) -> Result<(), DiskError> {
-        let touched = self.plan(batch)?;
-        let clock = self.meta.clock.max(batch.clock);
-        let mut digest = self.meta.digest.unwrap_or_default();
-        let blocks_before = self.blocks;
-        let txn = self.begin_write()?;
-        let path = self.path.clone();
-        let written = guarded(&path, "writing it", || {
-            self.write_blocks(&txn, batch, &mut digest)?;
-            self.write_records(&txn, batch, &touched, clock, digest, blocks_before)?;
-            txn.commit().map_err(self.engine("commit"))
-        });
-        if let Err(error) = written {
-            // Nothing was committed: the count is the stored one again.
-            self.blocks = blocks_before;
-            return Err(error);
-        }
-        self.meta.digest = Some(digest);
-        for (stream, (floor, head)) in touched {
-            self.meta.floor.advance(stream, floor);
-            self.meta.heads.advance(stream, head);
-        }
-        self.meta.clock = clock;
-        self.meta.record_chains(batch);
-        self.meta.record_seals(batch);
+        self.commit_to_segment(batch)?;
         // The commit is durable; a view that fails to open leaves the
         // replica reading the previous one, which would hide this commit:
         // report it as the commit's failure (the replica then refuses

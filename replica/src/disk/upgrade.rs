@@ -36,6 +36,8 @@ use crate::{Digest, Event, StreamChain};
 
 /// The format of blocks without chains, which the chain upgrade starts from.
 const FORMAT_BLOCKS: u32 = 3;
+/// The format of blocks and chains, before the write-ahead segment.
+const FORMAT_CHAINS: u32 = 4;
 
 /// Formats 1 and 2: `(stream, seq)` → one event value.
 pub(super) const EVENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("events");
@@ -50,11 +52,33 @@ impl DiskStore {
     /// Rewrites a file of format `found` (1, 2 or 3) as format 4: a file
     /// of format 1 or 2 as format 3 in one commit, then format 3 as 4 in
     /// another.
+    /// Format 4 becomes format 5 by its format record alone (format 5
+    /// adds the segment, which a format-4 file never had).
     pub(super) fn upgrade(&mut self, found: u32) -> Result<(), DiskError> {
+        if found == FORMAT_CHAINS {
+            return self.record_format();
+        }
         if found < FORMAT_BLOCKS {
             self.upgrade_to_blocks(found)?;
         }
         self.upgrade_to_chains(found)
+    }
+
+    /// Records this build's format, in a durable commit.
+    fn record_format(&mut self) -> Result<(), DiskError> {
+        let txn = self.begin_write()?;
+        txn.open_table(META)
+            .map_err(self.engine("open meta table"))?
+            .insert(META_FORMAT, encode_format(FORMAT_VERSION).as_slice())
+            .map_err(self.engine("write format"))?;
+        txn.commit().map_err(self.engine("commit upgrade"))?;
+        tracing::info!(
+            path = %self.path.display(),
+            from = FORMAT_CHAINS,
+            to = FORMAT_VERSION,
+            "upgraded the data file's format: it keeps a write-ahead segment from now on"
+        );
+        Ok(())
     }
 
     /// Chains every stream's held events from its floor and records the

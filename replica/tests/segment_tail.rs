@@ -1,0 +1,229 @@
+//! The write-ahead segment's recovery (`docs/STORAGE.md`, "The write-ahead
+//! segment"): what an unclean open makes of a segment cut or damaged.
+//!
+//! Each case runs a `DiskStore` over two of testkit's simulated disks (the
+//! data file's and the segment's), commits a seeded number of appends (each
+//! one record), and loses the power with nothing unsynced kept: redb is
+//! back at its last checkpoint, the segment holds every acknowledged
+//! commit. Then the segment is edited on the simulated disk and the store
+//! reopened:
+//!
+//! - cut at every byte offset of its last record: every commit before it
+//!   is present once, the last is absent (a torn tail is refused, not
+//!   half-read), and `Recovery::torn_bytes` counts the bytes cut;
+//! - a byte flipped anywhere in the last record: the same;
+//! - a byte flipped in any earlier record: the open is refused with
+//!   `DiskError::Segment` (damage before the tail drops no acknowledged
+//!   commit silently);
+//! - untouched: every commit is present once, replayed from the segment
+//!   (a crash between the segment's fdatasync and redb's durable fold
+//!   loses nothing).
+//!
+//! Seeds are printed on failure; `MESHLOG_SEED` replays one.
+
+mod disk_support;
+
+use bytes::Bytes;
+use meshlog_cursor::StreamId;
+use meshlog_replica::{Config, DiskError, DiskOptions, DiskStore, Replica};
+use meshlog_testkit::{seed, PowerDisk, SplitMix64};
+use redb::StorageBackend as _;
+
+use disk_support::scratch;
+
+const OWN: StreamId = StreamId::new(1);
+
+/// A store's two disks after a power cut that kept only what was synced.
+struct Cut {
+    data: PowerDisk,
+    segment: PowerDisk,
+    dir: tempfile::TempDir,
+    /// The payloads acknowledged, seq 1 first.
+    acked: Vec<Bytes>,
+    /// Where the segment's last record starts, and the segment's length.
+    last_record: (u64, u64),
+    /// Where each record starts.
+    starts: Vec<u64>,
+}
+
+fn options() -> DiskOptions {
+    DiskOptions {
+        // No checkpoint during the appends: every one is in the segment.
+        checkpoint_records: 1 << 20,
+        ..DiskOptions::default()
+    }
+}
+
+fn open(cut: &Cut) -> Result<Replica<DiskStore>, DiskError> {
+    let store = DiskStore::open_with_backends(
+        cut.dir.path(),
+        &options(),
+        cut.data.backend(),
+        cut.segment.backend(),
+    )?;
+    Ok(Replica::open(Config::new(OWN), store).expect("the replica opens on a store that opened"))
+}
+
+/// A generator whose first draw makes `PowerDisk::restore` keep only what
+/// was synced.
+fn synced_only() -> SplitMix64 {
+    (0..)
+        .map(SplitMix64::new)
+        .find(|rng| rng.clone().below(4) == 0)
+        .expect("some seed draws 0")
+}
+
+/// Appends a seeded number of seeded payloads, one commit each, and cuts
+/// the power keeping only what was synced.
+fn committed_then_cut(seed: u64) -> Cut {
+    let mut rng = SplitMix64::new(seed);
+    let (data, segment) = (PowerDisk::new(), PowerDisk::new());
+    let mut cut = Cut {
+        data,
+        segment,
+        dir: scratch(),
+        acked: Vec::new(),
+        last_record: (0, 0),
+        starts: Vec::new(),
+    };
+    let mut replica = open(&cut).expect("a new store opens");
+    let probe = cut.segment.backend();
+    for step in 0..rng.between(2, 6) {
+        let len = rng.below(40) as usize;
+        let payload: Bytes = (0..len).map(|i| (seed as usize + i) as u8).collect();
+        let start = probe.len().unwrap();
+        replica.append(payload.clone()).unwrap();
+        cut.starts.push(start);
+        cut.last_record = (start, probe.len().unwrap());
+        cut.acked.push(payload);
+        assert_eq!(replica.marks().get(OWN), step + 1);
+    }
+    cut.data.restore(&mut synced_only());
+    cut.segment.restore(&mut synced_only());
+    drop(replica);
+    cut
+}
+
+/// The replica holds exactly the first `count` acknowledged payloads.
+fn holds_first(replica: &Replica<DiskStore>, cut: &Cut, count: usize, case: &str) {
+    assert_eq!(replica.marks().get(OWN), count as u64, "{case}: head");
+    for (index, payload) in cut.acked[..count].iter().enumerate() {
+        let event = replica
+            .get(OWN, index as u64 + 1)
+            .unwrap_or_else(|| panic!("{case}: seq {} missing", index + 1));
+        assert_eq!(&event.payload, payload, "{case}: seq {}", index + 1);
+    }
+    replica
+        .verify()
+        .unwrap_or_else(|error| panic!("{case}: verify: {error}"));
+}
+
+fn edit_segment(cut: &Cut, edit: impl FnOnce(&dyn redb::StorageBackend)) {
+    let backend = cut.segment.backend();
+    edit(&backend);
+    backend.sync_data().unwrap();
+}
+
+/// A crash after the segment's fdatasync and before redb's durable fold
+/// (every commit between two checkpoints) loses nothing: the open replays
+/// each commit once.
+#[test]
+fn a_crash_between_the_segment_sync_and_the_fold_loses_nothing() {
+    seed::for_each_seed(
+        "a_crash_between_the_segment_sync_and_the_fold_loses_nothing",
+        0x5e6_0001,
+        20,
+        |seed| {
+            let cut = committed_then_cut(seed);
+            let replica = open(&cut).unwrap_or_else(|error| panic!("seed {seed}: {error}"));
+            let recovery = replica.store().recovery();
+            assert_eq!(recovery.replayed, cut.acked.len() as u64, "seed {seed}");
+            assert_eq!(recovery.torn_bytes, 0, "seed {seed}");
+            assert!(
+                !recovery.pages_checked,
+                "seed {seed}: the open walked the data file"
+            );
+            holds_first(&replica, &cut, cut.acked.len(), &format!("seed {seed}"));
+            drop(replica);
+            // And once more, cleanly: nothing to replay, nothing twice.
+            let replica = open(&cut).unwrap();
+            assert_eq!(replica.store().recovery().replayed, 0);
+            holds_first(
+                &replica,
+                &cut,
+                cut.acked.len(),
+                &format!("seed {seed}, clean"),
+            );
+        },
+    );
+}
+
+/// The segment cut at every byte offset of its last record: the record is
+/// refused whole, everything before it is present once.
+#[test]
+fn a_segment_cut_inside_its_last_record_loses_only_that_record() {
+    seed::for_each_seed(
+        "a_segment_cut_inside_its_last_record_loses_only_that_record",
+        0x5e6_0002,
+        3,
+        |seed| {
+            let (start, end) = committed_then_cut(seed).last_record;
+            for at in start..end {
+                let cut = committed_then_cut(seed);
+                edit_segment(&cut, |segment| segment.set_len(at).unwrap());
+                let case = format!("seed {seed}: cut at byte {at} (last record {start}..{end})");
+                let replica = open(&cut).unwrap_or_else(|error| panic!("{case}: {error}"));
+                assert_eq!(replica.store().recovery().torn_bytes, at - start, "{case}");
+                holds_first(&replica, &cut, cut.acked.len() - 1, &case);
+            }
+        },
+    );
+}
+
+/// A byte flipped in the last record: it is refused whole. A byte flipped
+/// in an earlier one: the open is refused, typed, naming the segment.
+#[test]
+fn a_flipped_byte_is_a_torn_tail_in_the_last_record_and_refused_before_it() {
+    seed::for_each_seed(
+        "a_flipped_byte_is_a_torn_tail_in_the_last_record_and_refused_before_it",
+        0x5e6_0003,
+        3,
+        |seed| {
+            let mut rng = SplitMix64::new(seed ^ FLIP_SALT);
+            let shape = committed_then_cut(seed);
+            let (start, end) = shape.last_record;
+            // Every byte of the last record, and a sample of those before it.
+            let before: Vec<u64> = (0..16).map(|_| rng.below(start)).collect();
+            for at in before.into_iter().chain(start..end) {
+                let cut = committed_then_cut(seed);
+                let mask = 1u8 << rng.below(8);
+                edit_segment(&cut, |segment| {
+                    let mut byte = [0u8];
+                    segment.read(at, &mut byte).unwrap();
+                    segment.write(at, &[byte[0] ^ mask]).unwrap();
+                });
+                let case = format!(
+                    "seed {seed}: byte {at} ^ {mask:#04x} (records at {:?}, end {end})",
+                    shape.starts
+                );
+                match open(&cut) {
+                    Ok(replica) if at >= start => {
+                        assert_eq!(replica.store().recovery().torn_bytes, end - start, "{case}");
+                        holds_first(&replica, &cut, cut.acked.len() - 1, &case);
+                    }
+                    Ok(replica) => panic!(
+                        "{case}: damage before the tail opened, holding head {}",
+                        replica.marks().get(OWN)
+                    ),
+                    Err(DiskError::Segment { path, .. }) if at < start => {
+                        assert!(path.ends_with(meshlog_replica::SEGMENT_FILE), "{case}");
+                    }
+                    Err(error) => panic!("{case}: {error}"),
+                }
+            }
+        },
+    );
+}
+
+/// A fixed salt for the flips' generator.
+const FLIP_SALT: u64 = 0xf11b;
