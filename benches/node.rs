@@ -443,13 +443,13 @@ impl SocketAppender {
 /// What one benchmark client appends through.
 enum Appender {
     Client(Client),
-    Socket(SocketAppender),
+    Socket(Box<SocketAppender>),
 }
 
 impl Appender {
     async fn connect(system: &System, socket: bool, addr: SocketAddr) -> Result<Appender> {
         Ok(if socket {
-            Appender::Socket(SocketAppender::connect(addr).await?)
+            Appender::Socket(Box::new(SocketAppender::connect(addr).await?))
         } else {
             Appender::Client(Client::connect(system.kind, addr).await?)
         })
