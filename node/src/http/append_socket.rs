@@ -56,7 +56,7 @@ enum Reply {
     Commit {
         commit: Commit,
         started: Instant,
-        _permit: OwnedSemaphorePermit,
+        permit: OwnedSemaphorePermit,
     },
     /// A message refused before it was queued; the last reply.
     Refused(ApiError, u16),
@@ -154,7 +154,7 @@ async fn read_appends(
             Ok(payloads) => Reply::Commit {
                 commit: Box::pin(state.replica.append_batch(payloads)),
                 started: Instant::now(),
-                _permit: permit,
+                permit,
             },
             Err(error) => Reply::Refused(error, close_code::POLICY),
         };
@@ -222,22 +222,22 @@ async fn write_replies(
         reason: "".into(),
     };
     while let Some(reply) = replies.recv().await {
-        let (text, refusal) = match reply {
+        // The permit goes back once the answer is written, not before:
+        // an answer the client does not read counts as unanswered.
+        let (text, refusal, _permit) = match reply {
             Reply::Commit {
                 commit,
                 started,
-                _permit,
+                permit,
             } => match committed(&state, started, commit.await) {
                 Ok(events) => {
                     let answer = AppendCompactJson::new(state.replica.stream(), &events);
-                    (
-                        serde_json::to_string(&answer).expect("an answer is JSON"),
-                        None,
-                    )
+                    let text = serde_json::to_string(&answer).expect("an answer is JSON");
+                    (text, None, Some(permit))
                 }
-                Err(error) => (error_text(&error), Some((error, close_code::ERROR))),
+                Err(error) => (error_text(&error), Some((error, close_code::ERROR)), None),
             },
-            Reply::Refused(error, code) => (error_text(&error), Some((error, code))),
+            Reply::Refused(error, code) => (error_text(&error), Some((error, code)), None),
         };
         if !send(&mut sink, Message::Text(text.into()), write_timeout).await {
             return;
