@@ -15,7 +15,9 @@
 //!
 //! Figures, for each system: durable appends/s with 1, 8 and 64 concurrent
 //! clients, single appends and batches (each client waits for its
-//! acknowledgement before the next request), p50/p99 request latency,
+//! acknowledgement before the next request), meshlog's single appends
+//! over its WebSocket too (`GET /events/append`: one binary message, one
+//! answer; the rows set beside the others' single appends), p50/p99 request latency,
 //! events/s reading the whole log in pages of 1,000, and bytes over the
 //! wire per event (request and response bytes counted by a TCP proxy in
 //! this process, in a separate pass so the proxy does not slow the timed
@@ -35,7 +37,7 @@
 //! (no timed runs: byte counts do not depend on the machine's load).
 //! meshlog's bytes are counted twice: in the default JSON and in the
 //! compact representation (`Accept: application/vnd.meshlog.compact+json`,
-//! `docs/HTTP.md`). Figures are recorded in docs/BENCHMARKS.md ("The node
+//! `docs/HTTP.md`); and its single appends once more over the WebSocket. Figures are recorded in docs/BENCHMARKS.md ("The node
 //! beside Redis Streams and NATS JetStream").
 
 mod common;
@@ -47,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use meshlog_node::{Node, NodeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -398,6 +400,79 @@ async fn setup_nats(system: &System) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Runs.
 
+/// A client of the node's WebSocket append (`GET /events/append`): one
+/// binary message per single append, then its answer.
+struct SocketAppender {
+    socket: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>,
+}
+
+impl SocketAppender {
+    async fn connect(addr: SocketAddr) -> Result<SocketAppender> {
+        let url = format!("ws://{addr}/events/append");
+        let (socket, _) = timed("a WebSocket upgrade", REQUEST_TIMEOUT, async {
+            Ok(tokio_tungstenite::connect_async(url).await?)
+        })
+        .await?;
+        Ok(SocketAppender { socket })
+    }
+
+    /// Appends one payload and waits for its answer (an error answer is
+    /// an error).
+    async fn append(&mut self, payload: Bytes) -> Result<()> {
+        use tokio_tungstenite::tungstenite::Message;
+        let exchange = async {
+            self.socket.send(Message::Binary(payload)).await?;
+            loop {
+                match self.socket.next().await {
+                    Some(Ok(Message::Text(text))) if text.as_str().starts_with("{\"stream\"") => {
+                        return Ok(())
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    other => return Err(format!("the append socket answered {other:?}").into()),
+                }
+            }
+        };
+        timed("a WebSocket append", REQUEST_TIMEOUT, exchange).await
+    }
+
+    async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+}
+
+/// What one benchmark client appends through.
+enum Appender {
+    Client(Client),
+    Socket(Box<SocketAppender>),
+}
+
+impl Appender {
+    async fn connect(system: &System, socket: bool, addr: SocketAddr) -> Result<Appender> {
+        Ok(if socket {
+            Appender::Socket(Box::new(SocketAppender::connect(addr).await?))
+        } else {
+            Appender::Client(Client::connect(system.kind, addr).await?)
+        })
+    }
+
+    async fn append(&mut self, mut payloads: Vec<Bytes>) -> Result<()> {
+        match self {
+            Appender::Client(client) => client.append(payloads).await,
+            Appender::Socket(socket) if payloads.len() == 1 => {
+                socket.append(payloads.pop().expect("one")).await
+            }
+            Appender::Socket(_) => Err("the socket client appends single events".into()),
+        }
+    }
+
+    async fn close(self) {
+        match self {
+            Appender::Client(client) => client.close().await,
+            Appender::Socket(socket) => socket.close().await,
+        }
+    }
+}
+
 struct AppendFigures {
     events_per_s: f64,
     p50_ms: f64,
@@ -405,12 +480,14 @@ struct AppendFigures {
 }
 
 /// `clients` connections append for `seconds`, each waiting for its
-/// acknowledgement before its next request of `batch` events.
+/// acknowledgement before its next request of `batch` events; over the
+/// node's WebSocket with `socket`.
 async fn append_run(
     system: &System,
     clients: usize,
     batch: usize,
     seconds: f64,
+    socket: bool,
 ) -> Result<AppendFigures> {
     let mut connected = Vec::with_capacity(clients);
     for _ in 0..clients {
@@ -418,7 +495,7 @@ async fn append_run(
             timed(
                 "a connect",
                 REQUEST_TIMEOUT,
-                Client::connect(system.kind, system.addr),
+                Appender::connect(system, socket, system.addr),
             )
             .await?,
         );
@@ -596,6 +673,9 @@ impl WireBytes {
 
 struct ByteFigures {
     single: WireBytes,
+    /// meshlog's single appends over its WebSocket (`None` for the others,
+    /// and in the compact pass: the socket has one representation).
+    single_socket: Option<WireBytes>,
     batched: WireBytes,
     read: WireBytes,
 }
@@ -640,6 +720,19 @@ async fn byte_run(
     }
     let batched = WireBytes::per_event(before, proxy.counts(), batches * batch);
     client.close().await;
+    let single_socket = if system.kind == Kind::Meshlog && !compact {
+        let mut socket = SocketAppender::connect(proxy.addr).await?;
+        socket.append(payloads(&counter, 1).remove(0)).await?;
+        let before = proxy.counts();
+        for _ in 0..events {
+            socket.append(payloads(&counter, 1).remove(0)).await?;
+        }
+        let wire = WireBytes::per_event(before, proxy.counts(), events);
+        socket.close().await;
+        Some(wire)
+    } else {
+        None
+    };
     drop(proxy);
 
     let proxy = Proxy::start(system.read_addr).await?;
@@ -650,6 +743,7 @@ async fn byte_run(
     client.close().await;
     Ok(ByteFigures {
         single,
+        single_socket,
         batched,
         read,
     })
@@ -661,6 +755,8 @@ async fn byte_run(
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Single,
+    /// Single appends over meshlog's WebSocket.
+    SingleSocket,
     Batched,
 }
 
@@ -699,26 +795,32 @@ async fn bench(settings: &Settings, systems: &[System]) -> Results {
     };
     for &mode in modes {
         let batch = match mode {
-            Mode::Single => 1,
+            Mode::Single | Mode::SingleSocket => 1,
             Mode::Batched => settings.batch,
         };
         for &clients in &settings.clients {
             for system in systems {
-                let run = append_run(system, clients, batch, settings.seconds)
-                    .await
-                    .map_err(|error| error.to_string());
-                match &run {
-                    Ok(figures) => eprintln!(
-                        "{:<8} {:<7} batch {batch:>4} clients {clients:>3}: {:>9.0} events/s, p50 {:.2} ms, p99 {:.2} ms",
-                        system.kind.name(),
-                        "append",
-                        figures.events_per_s,
-                        figures.p50_ms,
-                        figures.p99_ms
-                    ),
-                    Err(error) => eprintln!("{} append run failed: {error}", system.kind.name()),
+                // meshlog's socket run beside its HTTP run, so that both
+                // meet the same load from elsewhere.
+                let socket_too = mode == Mode::Single && system.kind == Kind::Meshlog;
+                for socket in std::iter::once(false).chain(socket_too.then_some(true)) {
+                    let run = append_run(system, clients, batch, settings.seconds, socket)
+                        .await
+                        .map_err(|error| error.to_string());
+                    let via = if socket { "socket" } else { "append" };
+                    match &run {
+                        Ok(figures) => eprintln!(
+                            "{:<8} {via:<7} batch {batch:>4} clients {clients:>3}: {:>9.0} events/s, p50 {:.2} ms, p99 {:.2} ms",
+                            system.kind.name(),
+                            figures.events_per_s,
+                            figures.p50_ms,
+                            figures.p99_ms
+                        ),
+                        Err(error) => eprintln!("{} {via} run failed: {error}", system.kind.name()),
+                    }
+                    let mode = if socket { Mode::SingleSocket } else { mode };
+                    results.appends.push((mode, clients, system.kind, run));
                 }
-                results.appends.push((mode, clients, system.kind, run));
             }
         }
     }
@@ -836,20 +938,27 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
             "{:<22} (p50/p99 ms per request; each client waits for its ack)",
             ""
         );
-        for mode in [Mode::Single, Mode::Batched] {
+        for mode in [Mode::Single, Mode::SingleSocket, Mode::Batched] {
             for &clients in &settings.clients {
                 let noun = if clients == 1 { "client" } else { "clients" };
                 let label = match mode {
                     Mode::Single => format!("single, {clients} {noun}"),
+                    Mode::SingleSocket => format!("single WS, {clients} {noun}"),
                     Mode::Batched => format!("batch {}, {clients} {noun}", settings.batch),
                 };
                 let mut rates = Vec::new();
                 let mut cells = Vec::new();
                 for &kind in &kinds {
+                    // The socket rows: meshlog over its WebSocket, the
+                    // others' single appends beside it.
+                    let wanted = match mode {
+                        Mode::SingleSocket if kind != Kind::Meshlog => Mode::Single,
+                        mode => mode,
+                    };
                     let run = results
                         .appends
                         .iter()
-                        .find(|(m, c, k, _)| *m == mode && *c == clients && *k == kind)
+                        .find(|(m, c, k, _)| *m == wanted && *c == clients && *k == kind)
                         .map(|(_, _, _, run)| run);
                     match run {
                         Some(Ok(f)) => {
@@ -866,9 +975,7 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
                     }
                 }
                 print_row(&label, &cells, &rates);
-                if mode == Mode::Batched {
-                    goals.push((label, rates));
-                }
+                goals.push((label, rates));
             }
         }
         println!();
@@ -958,9 +1065,24 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
             }
         }
     }
+    // meshlog's single appends over its WebSocket, in its JSON column.
+    print!("{:<22}", "single append, WS");
+    for &(kind, compact) in &columns {
+        let wire = figures(kind, compact).and_then(|b| b.single_socket);
+        let cell = wire.map_or("-".to_owned(), |wire| {
+            format!("{:.0} ({:.0} + {:.0})", wire.total(), wire.up, wire.down)
+        });
+        print!(" {cell:>26}");
+    }
+    println!();
+    byte_goals.push((
+        "single append, WS".to_owned(),
+        figures(Kind::Meshlog, false).and_then(|b| b.single_socket.map(WireBytes::total)),
+        figures(Kind::Redis, false).map(|b| b.single.total()),
+    ));
     println!();
     if !settings.bytes_only {
-        println!("goal: meshlog ahead of both on batched durable appends and on paged reads");
+        println!("goal: meshlog ahead of both on durable appends (single, single over the WebSocket, batched) and on paged reads");
         for (label, rates) in &goals {
             println!("  {label:<22} {}", verdict(rates));
         }

@@ -83,7 +83,7 @@ pub fn need(method: &Method, path: &str) -> Need {
         ("GET", "/events") | ("POST", "/events/query") | ("GET", "/marks") | ("GET", "/follow") => {
             Need::Role(Role::Read)
         }
-        ("POST", "/events") => Need::Role(Role::Write),
+        ("POST", "/events") | ("GET", "/events/append") => Need::Role(Role::Write),
         ("POST", "/compact") | ("POST", "/verify") | (_, "/peers") => Need::Role(Role::Admin),
         ("GET", "/sync") => Need::Peer,
         ("GET", "/health") | ("GET", "/metrics") | ("GET", "/") | ("GET", "/openapi.json") => {

@@ -173,8 +173,13 @@ impl NodeReplica {
     /// Appends `payloads` as one durable commit, all or none; returns the
     /// events once the commit is durable. The commit runs on the handle's
     /// committer thread, grouped with other callers' appends and deltas.
-    pub async fn append_batch(&self, payloads: Vec<Bytes>) -> Result<Vec<Event>, ReplicaError> {
-        self.shared.append_batch_async(payloads).await
+    /// Queued when called, not when first polled: calls made one after
+    /// another commit in that order (the WebSocket append's pipeline).
+    pub fn append_batch(
+        &self,
+        payloads: Vec<Bytes>,
+    ) -> impl std::future::Future<Output = Result<Vec<Event>, ReplicaError>> + Send + 'static {
+        self.shared.append_batch_async(payloads)
     }
 
     /// Compacts by `policy`, never past what `peer_marks` acknowledge unless

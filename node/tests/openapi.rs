@@ -18,11 +18,12 @@ use serde_json::Value;
 use support::*;
 
 /// Every route the router serves, with each method.
-const ROUTES: [(&str, &str); 15] = [
+const ROUTES: [(&str, &str); 16] = [
     ("get", "/"),
     ("post", "/compact"),
     ("get", "/events"),
     ("post", "/events"),
+    ("get", "/events/append"),
     ("post", "/events/query"),
     ("get", "/follow"),
     ("get", "/health"),
@@ -37,12 +38,13 @@ const ROUTES: [(&str, &str); 15] = [
 ];
 
 /// The role each route needs (issue 10); the rest are open over HTTP.
-const PROTECTED: [(&str, &str, &str); 10] = [
+const PROTECTED: [(&str, &str, &str); 11] = [
     ("get", "/events", "read"),
     ("post", "/events/query", "read"),
     ("get", "/marks", "read"),
     ("get", "/follow", "read"),
     ("post", "/events", "write"),
+    ("get", "/events/append", "write"),
     ("post", "/compact", "admin"),
     ("post", "/verify", "admin"),
     ("get", "/peers", "admin"),

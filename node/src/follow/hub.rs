@@ -29,11 +29,11 @@ const SHARED_FRAME_BYTES_MAX: usize = 256 << 10;
 /// What every follow connection of a node shares: the limits, the
 /// node-wide subscription permits and one watch on the replica's changes.
 pub(crate) struct FollowHub {
-    pub(super) settings: FollowSettings,
+    pub(crate) settings: FollowSettings,
     permits: Arc<Semaphore>,
     pub(super) changes: watch::Receiver<Change>,
     _watch: meshlog_sync::ChangeWatch,
-    pub(super) stop: CancellationToken,
+    pub(crate) stop: CancellationToken,
     /// The latest `events` frames built, oldest first, for the followers
     /// at the same cursor to queue without paging and encoding again.
     shared_frames: Mutex<VecDeque<SharedFrame>>,

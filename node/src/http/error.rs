@@ -38,6 +38,21 @@ impl ApiError {
         self.message.clone()
     }
 
+    /// The stable code (`bad_body`, `payload_too_large`, ...).
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The body every answer of this error carries: `{"error", "message",
+    /// ...}`; a WebSocket error frame carries the same.
+    pub fn body(&self) -> Value {
+        let mut body = Map::new();
+        body.insert("error".into(), self.code.into());
+        body.insert("message".into(), self.message.clone().into());
+        body.extend(self.extra.clone());
+        Value::Object(body)
+    }
+
     /// `400 bad_body`.
     pub fn bad_body(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_body", message)
@@ -85,10 +100,6 @@ impl From<crate::read::ReadError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = Map::new();
-        body.insert("error".into(), self.code.into());
-        body.insert("message".into(), self.message.into());
-        body.extend(self.extra);
-        (self.status, Json(Value::Object(body))).into_response()
+        (self.status, Json(self.body())).into_response()
     }
 }

@@ -274,37 +274,9 @@ pub async fn post_events(
         "application/x-ndjson" => ndjson_batch(&body).map_err(refused)?,
         _ => vec![body],
     };
-    let payload_max = state.replica.config().payload_bytes_max;
-    if let Some((index, payload)) = payloads
-        .iter()
-        .enumerate()
-        .find(|(_, payload)| payload.len() > payload_max)
-    {
-        return Err(refused(payload_too_large(
-            index,
-            payload.len(),
-            payload_max,
-        )));
-    }
+    check_payloads(&state, &payloads)?;
     let started = Instant::now();
-    let events = state
-        .replica
-        .append_batch(payloads)
-        .await
-        .map_err(|error| {
-            state.metrics.appends_refused.inc();
-            match error {
-                ReplicaError::PayloadTooLarge { len, limit, .. } => {
-                    payload_too_large(0, len, limit)
-                }
-                error => ApiError::internal(error.to_string()),
-            }
-        })?;
-    state
-        .metrics
-        .commit_seconds
-        .observe(started.elapsed().as_secs_f64());
-    state.metrics.appends.inc_by(events.len() as u64);
+    let events = committed(&state, started, state.replica.append_batch(payloads).await)?;
     if representation(&headers) == Representation::Compact {
         let answer = AppendCompactJson::new(state.replica.stream(), &events);
         return Ok(compact_response(StatusCode::CREATED, &answer));
@@ -318,6 +290,47 @@ pub async fn post_events(
         })
         .collect();
     Ok((StatusCode::CREATED, Json(AppendJson { events: appended })).into_response())
+}
+
+/// Refuses `payloads` (counting the refusal) when one is over the
+/// replica's payload limit: `payload_too_large`, naming it. Every append
+/// route checks here before it commits.
+pub(super) fn check_payloads(state: &AppState, payloads: &[Bytes]) -> Result<(), ApiError> {
+    let payload_max = state.replica.config().payload_bytes_max;
+    match payloads
+        .iter()
+        .enumerate()
+        .find(|(_, payload)| payload.len() > payload_max)
+    {
+        Some((index, payload)) => {
+            state.metrics.appends_refused.inc();
+            Err(payload_too_large(index, payload.len(), payload_max))
+        }
+        None => Ok(()),
+    }
+}
+
+/// What every append route does with a commit's outcome: counts it (the
+/// events, the commit's latency from `started`, or the refusal) and turns
+/// a refusal into the API's error.
+pub(super) fn committed(
+    state: &AppState,
+    started: Instant,
+    outcome: Result<Vec<meshlog_replica::Event>, ReplicaError>,
+) -> Result<Vec<meshlog_replica::Event>, ApiError> {
+    let events = outcome.map_err(|error| {
+        state.metrics.appends_refused.inc();
+        match error {
+            ReplicaError::PayloadTooLarge { len, limit, .. } => payload_too_large(0, len, limit),
+            error => ApiError::internal(error.to_string()),
+        }
+    })?;
+    state
+        .metrics
+        .commit_seconds
+        .observe(started.elapsed().as_secs_f64());
+    state.metrics.appends.inc_by(events.len() as u64);
+    Ok(events)
 }
 
 fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {

@@ -1,6 +1,8 @@
 //! The HTTP API (`docs/HTTP.md`): the router, the request-reading
 //! middleware that bounds every body in size and time, the handlers, the
-//! errors; and `GET /sync`, which upgrades to the sync protocol. Public:
+//! errors; `GET /sync`, which upgrades to the sync protocol; and `GET
+//! /events/append` (`append_socket`), appends streamed over a WebSocket
+//! and answered in order by seq range. Public:
 //! [`json`], the API's JSON types, shared with clients, and [`openapi`],
 //! the OpenAPI document generated from the handlers and those types.
 
@@ -15,6 +17,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
+mod append_socket;
 mod error;
 mod guard;
 mod handlers;
@@ -22,6 +25,7 @@ pub mod json;
 pub mod openapi;
 mod state;
 
+pub use append_socket::APPENDS_IN_FLIGHT_MAX;
 pub(crate) use error::ApiError;
 pub(crate) use handlers::peer_json;
 pub(crate) use state::{AppState, ConnInfo};
@@ -34,6 +38,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(handlers::get_events).post(handlers::post_events),
         )
         .route("/events/query", post(handlers::query_events))
+        .route("/events/append", get(append_socket::append_upgrade))
         .route("/marks", get(handlers::marks))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))

@@ -52,6 +52,7 @@ use super::json;
         handlers::add_peer,
         handlers::remove_peer,
         handlers::sync_upgrade,
+        append_socket,
         follow,
         page,
         openapi_json,
@@ -308,6 +309,35 @@ impl Modify for Contract {
 #[allow(dead_code)]
 fn follow() {}
 
+/// `GET /events/append`.
+#[utoipa::path(
+    get,
+    path = "/events/append",
+    tag = "events",
+    summary = "Stream appends over WebSocket, answered in order by seq range",
+    description = "A WebSocket upgrade (`Connection: upgrade`, `Upgrade: websocket`, \
+        `Sec-WebSocket-Version: 13`, `Sec-WebSocket-Key`) for clients that pipeline appends. \
+        Each message the client sends is one append: a binary message is one event (its bytes \
+        the payload), a text message a batch (the `application/json` body `POST /events` \
+        takes; one commit, all or nothing). Each is answered, in the order sent, by one text \
+        message once its commit is durable: `AppendCompactJson` (the stream, the first and \
+        last seq, the lamport range). A refused message (`bad_body`, `payload_too_large`, \
+        `message_too_large` over `body_bytes_max`) is answered by `ErrorJson`, then a close \
+        whose reason is the code. At most 64 messages are read and not yet answered; the node \
+        reads no further until one is. The messages, byte for byte, are in `docs/HTTP.md`.",
+    responses(
+        (status = 101, description = "Switching to WebSocket; the appends follow.",
+            headers(("connection" = String, description = "`upgrade`"),
+                ("upgrade" = String, description = "`websocket`"),
+                ("sec-websocket-accept" = String))),
+        (status = 426, description = "`upgrade_required`: not a WebSocket upgrade.",
+            body = json::ErrorJson),
+        (status = 503, description = "`too_many_connections`.", body = json::ErrorJson),
+    )
+)]
+#[allow(dead_code)]
+fn append_socket() {}
+
 /// `GET /`.
 #[utoipa::path(
     get,
@@ -380,6 +410,14 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_append_pipeline_bound_is_the_sockets() {
+        assert!(document().contains(&format!(
+            "At most {} messages are read and not yet answered",
+            super::super::APPENDS_IN_FLIGHT_MAX
+        )));
+    }
+
+    #[test]
     fn the_documented_token_bound_is_the_codecs() {
         let doc = document();
         assert!(doc.contains(&format!(
@@ -397,6 +435,7 @@ mod tests {
             ("get", "/marks"),
             ("get", "/follow"),
             ("post", "/events"),
+            ("get", "/events/append"),
             ("post", "/compact"),
             ("post", "/verify"),
             ("get", "/peers"),
