@@ -92,12 +92,12 @@ impl State {
                             at.head.checked_add(1),
                             "a batch's run follows its stream's head"
                         );
+                        let (stream, last) = (run[0].stream, run[run.len() - 1].seq);
                         if at.eager {
-                            self.catch_up(run[0].stream, at)?;
-                            at.chain.head_hash = at.chain.head_hash.extend(run);
-                            at.hashed = run[run.len() - 1].seq;
+                            let sealed = checked_seal(batch, seals, stream, last, at);
+                            self.hash_run(stream, at, last, sealed, |hash| hash.extend(run))?;
                         }
-                        at.head = run[run.len() - 1].seq;
+                        at.head = last;
                     }
                 }
                 BatchPart::Columns(run) => {
@@ -108,9 +108,11 @@ impl State {
                         "a batch's run follows its stream's head"
                     );
                     if at.eager {
-                        self.catch_up(run.stream, at)?;
-                        at.chain.head_hash = chain_columns(at.chain.head_hash, &run);
-                        at.hashed = run.last_seq();
+                        let last = run.last_seq();
+                        let sealed = checked_seal(batch, seals, run.stream, last, at);
+                        self.hash_run(run.stream, at, last, sealed, |hash| {
+                            chain_columns(hash, &run)
+                        })?;
                     }
                     at.head = run.last_seq();
                 }
@@ -138,6 +140,38 @@ impl State {
         (stream == self.config.stream && self.config.key.is_some())
             || self.pinned.contains_key(&stream)
             || seals.iter().any(|run_seal| run_seal.seal.stream == stream)
+    }
+
+    /// Moves `at`'s head hash past a run of the batch that follows its
+    /// head and ends at `last`: to `sealed`, the hash there a seal of the
+    /// round proves ([`checked_seal`]), else hashed (`chain`, from the
+    /// hash at the head: caught up first). So a sealed run received costs
+    /// one hash per event (the validator's), not two.
+    fn hash_run(
+        &self,
+        stream: StreamId,
+        at: &mut Moving,
+        last: u64,
+        sealed: Option<ChainHash>,
+        chain: impl FnOnce(ChainHash) -> ChainHash,
+    ) -> Result<(), ReplicaError> {
+        if let Some(hash) = sealed {
+            if cfg!(debug_assertions) {
+                let below = self.chain_through(stream, at.chain.head_hash, at.hashed, at.head)?;
+                assert_eq!(
+                    chain(below),
+                    hash,
+                    "a seal of the round proves its stream's hash"
+                );
+            }
+            at.chain.head_hash = hash;
+            at.hashed = last;
+            return Ok(());
+        }
+        self.catch_up(stream, at)?;
+        at.chain.head_hash = chain(at.chain.head_hash);
+        at.hashed = last;
+        Ok(())
     }
 
     /// Hashes `at` up to its head (read back) where it is hashed lazily
@@ -450,6 +484,31 @@ fn chain_columns(hash: ChainHash, run: &crate::columns::RunColumns<'_>) -> Chain
         hash = hash.next_parts(run.stream, seq, lamport, time_ms, payload);
     }
     hash
+}
+
+/// The chain hash at `last` of `stream` that the round's accepted `seals`
+/// prove, where the validator chained the run to it: a seal at `last`
+/// (all of them at `last` agreeing) of a stream anchored where the batch
+/// finds it and whose floor the batch does not move (the validator chains
+/// a sealed run from the head hash exactly then: `Check::seals`).
+fn checked_seal(
+    batch: &Batch,
+    seals: &[crate::RunSeal],
+    stream: StreamId,
+    last: u64,
+    at: &Moving,
+) -> Option<ChainHash> {
+    if !at.chain.anchored || batch.floors.iter().any(|&(of, _)| of == stream) {
+        return None;
+    }
+    let mut at_last = seals
+        .iter()
+        .map(|run_seal| run_seal.seal)
+        .filter(|seal| seal.stream == stream && seal.seq == last);
+    let first = at_last.next()?;
+    at_last
+        .all(|seal| seal.head == first.head)
+        .then_some(first.head)
 }
 
 /// Whether `batch`'s events of the sealed stream, from `after + 1`, chain
