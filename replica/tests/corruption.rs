@@ -531,7 +531,11 @@ fn an_older_chain_record_is_refused_on_open_naming_the_stream() {
         replica.append_at(&b"the last"[..], 99).unwrap();
         replica.chain_digest()
     };
-    assert_ne!(read_chain(), older, "a commit after the digest rewrote the record");
+    assert_ne!(
+        read_chain(),
+        older,
+        "a commit after the digest rewrote the record"
+    );
     let same_floor = read_chain();
     {
         let db = redb::Database::open(data_file(dir.path())).unwrap();
@@ -546,7 +550,11 @@ fn an_older_chain_record_is_refused_on_open_naming_the_stream() {
         let store = DiskStore::open(dir.path()).unwrap();
         let replica = Replica::open(Config::new(OWN), store).unwrap();
         replica.verify().unwrap();
-        assert_eq!(replica.chain_digest(), digest, "an older record at the floor is true");
+        assert_eq!(
+            replica.chain_digest(),
+            digest,
+            "an older record at the floor is true"
+        );
     }
     {
         let store = DiskStore::open(dir.path()).unwrap();
@@ -554,7 +562,11 @@ fn an_older_chain_record_is_refused_on_open_naming_the_stream() {
         let floor: VersionVector = [(OWN, 40)].into_iter().collect();
         replica.compact(&floor).unwrap();
     }
-    assert_ne!(read_chain(), same_floor, "the compaction rewrote the record");
+    assert_ne!(
+        read_chain(),
+        same_floor,
+        "the compaction rewrote the record"
+    );
     let error = damage_record_in(dir.path(), |txn| {
         let mut chains = txn.open_table(CHAINS).unwrap();
         chains.insert(OWN.get(), same_floor.as_slice()).unwrap();

@@ -55,8 +55,42 @@ impl State {
         seals: &[crate::RunSeal],
     ) -> Result<(Vec<(StreamId, StreamChain)>, Vec<(StreamId, u64)>), ReplicaError> {
         let mut moving: BTreeMap<StreamId, Moving> = BTreeMap::new();
+        self.floors_after(&mut moving, batch, seals)?;
+        for run_seal in seals {
+            if run_seal.base.is_some() && batch.touched().contains(&run_seal.seal.stream) {
+                self.anchor(&mut moving, batch, run_seal, seals)?;
+            }
+        }
+        self.events_after(&mut moving, batch, seals)?;
+        // An eager stream the batch moved by a floor alone (no events to
+        // catch it up) that was hashed lazily until now.
+        for (&stream, at) in moving.iter_mut().filter(|(_, at)| at.eager) {
+            if at.hashed < at.head && at.head <= self.bounds(stream).1 {
+                self.catch_up(stream, at)?;
+            }
+        }
+        let hashed = moving
+            .iter()
+            .filter(|(_, at)| at.hashed < at.head)
+            .map(|(&stream, at)| (stream, at.hashed))
+            .collect();
+        let chains = moving
+            .into_iter()
+            .map(|(stream, at)| (stream, at.chain))
+            .collect();
+        Ok((chains, hashed))
+    }
+
+    /// [`State::chains_after`]'s floors: each raised floor moves its
+    /// stream's chain (see there).
+    fn floors_after(
+        &self,
+        moving: &mut BTreeMap<StreamId, Moving>,
+        batch: &Batch,
+        seals: &[crate::RunSeal],
+    ) -> Result<(), ReplicaError> {
         for &(stream, floor_seq) in &batch.floors {
-            let at = self.moving(&mut moving, stream, seals);
+            let at = self.moving(moving, stream, seals);
             if floor_seq <= at.floor {
                 continue;
             }
@@ -77,16 +111,22 @@ impl State {
             }
             at.floor = floor_seq;
         }
-        for run_seal in seals {
-            if run_seal.base.is_some() && batch.touched().contains(&run_seal.seal.stream) {
-                self.anchor(&mut moving, batch, run_seal, seals)?;
-            }
-        }
+        Ok(())
+    }
+
+    /// [`State::chains_after`]'s events: each run moves its stream's head,
+    /// and its head hash where the stream is hashed at every commit.
+    fn events_after(
+        &self,
+        moving: &mut BTreeMap<StreamId, Moving>,
+        batch: &Batch,
+        seals: &[crate::RunSeal],
+    ) -> Result<(), ReplicaError> {
         for part in batch.parts() {
             match part {
                 BatchPart::Events(events) => {
                     for run in events.chunk_by(|a, b| a.stream == b.stream) {
-                        let at = self.moving(&mut moving, run[0].stream, seals);
+                        let at = self.moving(moving, run[0].stream, seals);
                         assert_eq!(
                             Some(run[0].seq),
                             at.head.checked_add(1),
@@ -101,7 +141,7 @@ impl State {
                     }
                 }
                 BatchPart::Columns(run) => {
-                    let at = self.moving(&mut moving, run.stream, seals);
+                    let at = self.moving(moving, run.stream, seals);
                     assert_eq!(
                         Some(run.first_seq),
                         at.head.checked_add(1),
@@ -118,16 +158,7 @@ impl State {
                 }
             }
         }
-        let hashed = moving
-            .iter()
-            .filter(|(_, at)| at.hashed < at.head)
-            .map(|(&stream, at)| (stream, at.hashed))
-            .collect();
-        let chains = moving
-            .into_iter()
-            .map(|(stream, at)| (stream, at.chain))
-            .collect();
-        Ok((chains, hashed))
+        Ok(())
     }
 
     /// Whether `stream` is hashed at every commit: the own stream when
