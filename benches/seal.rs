@@ -1,6 +1,10 @@
 //! What signed streams cost (`docs/SIGNING.md`): signing and verifying a
 //! seal, batch verification per seal at batch sizes 1, 16 and 64, and the
-//! chain hash per event at payload sizes 16, 256 and 4,096 bytes.
+//! chain hash per event at payload sizes 16, 256 and 4,096 bytes; and a
+//! writer's deltas at a 16 KiB budget (a stream longer than one delta, cut
+//! at each budget), keyed beside unkeyed: building them (`delta_for`,
+//! swept by the receiver's marks, a fresh writer each round) and a fresh
+//! receiver applying them in order.
 //!
 //! Run: `cargo bench -p meshlog-bench --bench seal`
 //!
@@ -13,7 +17,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
-use meshlog_replica::{verify_seals, ChainHash, Event, Seal, WriterKey, WriterPublicKey};
+use meshlog_cursor::VersionVector;
+use meshlog_replica::{
+    verify_seals, ChainHash, Config, Delta, Event, MemStore, Replica, Seal, WriterKey,
+    WriterPublicKey,
+};
 use meshlog_testkit::SplitMix64;
 
 const SEED: u64 = 0x5ea1_be7c;
@@ -21,6 +29,11 @@ const ROUND_MIN: Duration = Duration::from_millis(200);
 const ROUNDS: usize = 5;
 const BATCHES: [usize; 3] = [1, 16, 64];
 const PAYLOADS: [usize; 3] = [16, 256, 4_096];
+/// The sealed-delta rows: a writer of this many events of this size, sent
+/// in deltas of this budget.
+const DELTA_EVENTS: usize = 20_000;
+const DELTA_PAYLOAD: usize = 100;
+const DELTA_BUDGET: usize = 16 * 1024;
 
 /// The best time per item over the rounds: `work` handles `items` items
 /// per call, and is called until the round's minimum has passed.
@@ -117,4 +130,79 @@ fn main() {
             cost.as_secs_f64() * 1e9 / len as f64
         );
     }
+
+    println!();
+    println!(
+        "| {DELTA_EVENTS} events of {DELTA_PAYLOAD} B, {} KiB deltas | deltas | build per delta | per event sent | apply per delta | per event received |",
+        DELTA_BUDGET / 1024
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for keyed in [false, true] {
+        sealed_delta_row(&mut rng, keyed);
+    }
+}
+
+/// A writer of [`DELTA_EVENTS`] events, keyed or not.
+fn delta_writer(key: &WriterKey, keyed: bool) -> Replica<MemStore> {
+    let config = if keyed {
+        Config::with_key(key.clone())
+    } else {
+        Config::new(key.stream())
+    };
+    let mut writer = Replica::open(config, MemStore::default()).expect("an empty store opens");
+    for batch in 0..DELTA_EVENTS / 100 {
+        let payloads = (0..100).map(|i| Bytes::from(vec![(batch + i) as u8; DELTA_PAYLOAD]));
+        writer
+            .append_batch_at(payloads, 1_700_000_000_000 + batch as u64)
+            .expect("appends");
+    }
+    writer
+}
+
+/// The writer's deltas to a receiver that takes each in turn: marks swept
+/// from 0 to the head.
+fn sweep(writer: &Replica<MemStore>) -> Vec<Delta> {
+    let stream = writer.stream();
+    let mut marks = VersionVector::new();
+    let mut deltas = Vec::new();
+    while marks.get(stream) < writer.marks().get(stream) {
+        let delta = writer.delta_for(&marks, DELTA_BUDGET);
+        let last = delta.events.last().expect("a delta moves the receiver").seq;
+        marks.advance(stream, last);
+        deltas.push(delta);
+    }
+    deltas
+}
+
+/// One row: the best of [`ROUNDS`] sweeps of a fresh writer, and of
+/// [`ROUNDS`] fresh receivers applying the deltas.
+fn sealed_delta_row(rng: &mut SplitMix64, keyed: bool) {
+    let key = key(rng);
+    let mut build = Duration::MAX;
+    let mut deltas = Vec::new();
+    for _ in 0..ROUNDS {
+        let writer = delta_writer(&key, keyed);
+        let start = Instant::now();
+        deltas = black_box(sweep(&writer));
+        build = build.min(start.elapsed());
+    }
+    let mut apply = Duration::MAX;
+    for _ in 0..ROUNDS {
+        let mut receiver = Replica::new(StreamId::new(1));
+        let start = Instant::now();
+        for delta in &deltas {
+            black_box(receiver.apply(delta)).expect("the writer's delta applies");
+        }
+        apply = apply.min(start.elapsed());
+    }
+    let n = deltas.len() as f64;
+    println!(
+        "| {} | {} | {:.1} µs | {:.0} ns | {:.1} µs | {:.0} ns |",
+        if keyed { "keyed (sealed)" } else { "unkeyed" },
+        deltas.len(),
+        build.as_secs_f64() * 1e6 / n,
+        build.as_secs_f64() * 1e9 / DELTA_EVENTS as f64,
+        apply.as_secs_f64() * 1e6 / n,
+        apply.as_secs_f64() * 1e9 / DELTA_EVENTS as f64,
+    );
 }

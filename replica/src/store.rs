@@ -47,6 +47,15 @@ pub struct Batch<'a> {
     /// the replica opened on the store chains them again from their floors
     /// ([`StreamChain::rooted`]).
     pub chains: Vec<(StreamId, StreamChain)>,
+    /// Per stream of `chains` hashed lazily (`docs/SIGNING.md`, "Hash
+    /// chain"), ascending, whose chain is recorded below its head after
+    /// the batch: the seq its `head_hash` is at (at or above the floor).
+    /// A stream of `chains` not listed here has its `head_hash` at its
+    /// head. A store records the seq with the chain; the hash at a seq
+    /// stays true whatever is appended above it, so a record older than
+    /// the head is still right after a crash, as long as the floor is
+    /// its own.
+    pub hashed: Vec<(StreamId, u64)>,
     /// Per stream whose seals the batch moves, ascending, the key pinned
     /// for it and the seals kept after the batch ([`KeptSeals`];
     /// `docs/SIGNING.md`): a store records them with the events they seal
@@ -281,6 +290,9 @@ pub struct StoreMeta {
     /// ([`Batch::chains`]); a stream missing here is chained again from
     /// its floor on open.
     pub chains: BTreeMap<StreamId, StreamChain>,
+    /// Per stream of `chains` recorded below its head (hashed lazily,
+    /// [`Batch::hashed`]): the seq its `head_hash` is at.
+    pub hashed: BTreeMap<StreamId, u64>,
     /// Per stream received sealed, the key pinned and the seals kept, as
     /// the last batch that moved them recorded ([`Batch::seals`]).
     pub seals: BTreeMap<StreamId, KeptSeals>,
@@ -293,10 +305,15 @@ impl StoreMeta {
         if batch.chains.is_empty() {
             for stream in batch.touched() {
                 self.chains.remove(&stream);
+                self.hashed.remove(&stream);
             }
         }
         for &(stream, chain) in &batch.chains {
             self.chains.insert(stream, chain);
+            self.hashed.remove(&stream);
+        }
+        for &(stream, seq) in &batch.hashed {
+            self.hashed.insert(stream, seq);
         }
     }
 

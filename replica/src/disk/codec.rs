@@ -34,10 +34,12 @@ pub(super) fn decode_stream(stream: StreamId, record: &[u8]) -> Option<(u64, u64
         .then(|| (u64_at(record, 0), u64_at(record, 8)))
 }
 
-/// A `chains` table record: the floor and head it is for (which must be
-/// the stream record's: an older record, from an earlier commit, is
-/// refused), the chain hash at the floor and at the head, whether it is
-/// anchored (1) or not (0), and a crc32 over the stream and all of that.
+/// A `chains` table record: the floor it is for (which must be the stream
+/// record's: a record from before a compaction is refused) and the seq its
+/// head hash is at (the stream record's head, or below it for a stream
+/// hashed lazily: the hash at a seq stays true as events are appended),
+/// the chain hash at the floor and at that seq, whether it is anchored (1)
+/// or not (0), and a crc32 over the stream and all of that.
 const CHAIN_RECORD_LEN: usize = 8 + 8 + 32 + 32 + 1 + 4;
 
 /// A stream's chain as the `chains` table holds it: floor, head, floor

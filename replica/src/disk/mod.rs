@@ -586,16 +586,20 @@ impl DiskStore {
     }
 
     /// Reads and checks the chain records, each of a stream with a stream
-    /// record. A stream without one is chained again on open.
+    /// record, for its floor and at or below its head (a stream hashed
+    /// lazily: the seq its head hash is at, [`Batch::hashed`]). A stream
+    /// without one is chained again on open.
+    #[allow(clippy::type_complexity)]
     fn chain_records(
         &self,
         read: &redb::ReadTransaction,
         streams: &BTreeMap<StreamId, (u64, u64)>,
-    ) -> Result<BTreeMap<StreamId, StreamChain>, DiskError> {
+    ) -> Result<(BTreeMap<StreamId, StreamChain>, BTreeMap<StreamId, u64>), DiskError> {
         let table = read
             .open_table(CHAINS)
             .map_err(self.engine("open chains table"))?;
         let mut chains = BTreeMap::new();
+        let mut hashed = BTreeMap::new();
         for entry in table.iter().map_err(self.engine("read chains"))? {
             let (key, value) = entry.map_err(self.engine("read chains"))?;
             let stream = StreamId::new(key.value());
@@ -611,12 +615,15 @@ impl DiskStore {
                         "stream {stream} has a chain record but no stream record"
                     )))
                 }
-                Some(&bounds) if bounds != (floor, head) => {
+                Some(&bounds) if bounds.0 != floor || head < floor || head > bounds.1 => {
                     return Err(self.corrupt(format!(
                         "stream {stream} records floor {} and head {}, but its chain record \
-                         is for floor {floor} and head {head}",
+                         is for floor {floor} and seq {head}",
                         bounds.0, bounds.1
                     )))
+                }
+                Some(&(_, stream_head)) if head < stream_head => {
+                    hashed.insert(stream, head);
                 }
                 Some(_) => {}
             }
@@ -629,7 +636,7 @@ impl DiskStore {
                 },
             );
         }
-        Ok(chains)
+        Ok((chains, hashed))
     }
 
     /// Reads the digest record, if there is one.
@@ -781,7 +788,7 @@ impl DiskStore {
             )));
         }
         meta.digest = Some(digest);
-        meta.chains = self.chain_records(&read, &records)?;
+        (meta.chains, meta.hashed) = self.chain_records(&read, &records)?;
         meta.seals = self.seal_records(&read, &records)?;
         Ok((meta, recorded_blocks))
     }
@@ -1007,10 +1014,16 @@ impl DiskStore {
             .open_table(CHAINS)
             .map_err(self.engine("open chains table"))?;
         for &(stream, ref chain) in &batch.chains {
-            let bounds = touched
+            let (floor, head) = touched
                 .get(&stream)
                 .copied()
                 .unwrap_or_else(|| (self.meta.floor.get(stream), self.meta.heads.get(stream)));
+            // A stream hashed lazily records the seq its hash is at.
+            let at = batch
+                .hashed
+                .binary_search_by_key(&stream, |&(of, _)| of)
+                .map_or(head, |at| batch.hashed[at].1);
+            let bounds = (floor, at);
             let record = encode_chain(stream, chain_record(bounds, chain));
             chains
                 .insert(stream.get(), record.as_slice())

@@ -9,6 +9,7 @@
 //! number u64 · clock u64
 //! floors:  count u32 · count × (stream u64 · floor_seq u64)
 //! chains:  count u32 · count × (stream u64 · floor_hash [32] · head_hash [32] · anchored u8)
+//! hashed:  count u32 · count × (stream u64 · seq u64), streams ascending
 //! seals:   count u32 · count × (stream u64 · len u32 · the stream's `seals` table record)
 //! events:  count u32 · count × (stream u64 · seq u64 · lamport u64 · time_ms u64 · len u32 · payload)
 //! ```
@@ -51,6 +52,11 @@ pub(super) fn encode_batch(number: u64, batch: &Batch, out: &mut Vec<u8>) -> Res
         out.extend_from_slice(&chain.floor_hash.to_bytes());
         out.extend_from_slice(&chain.head_hash.to_bytes());
         out.push(u8::from(chain.anchored));
+    }
+    put_count(out, batch.hashed.len(), "hashed")?;
+    for &(stream, seq) in &batch.hashed {
+        out.extend_from_slice(&stream.get().to_le_bytes());
+        out.extend_from_slice(&seq.to_le_bytes());
     }
     put_count(out, batch.seals.len(), "seals")?;
     for (stream, kept) in &batch.seals {
@@ -108,6 +114,15 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
             },
         ));
     }
+    let hashed_len = reader.count(FLOOR_LEN, "hashed")?;
+    let mut hashed: Vec<(StreamId, u64)> = Vec::with_capacity(hashed_len);
+    for _ in 0..hashed_len {
+        let (stream, seq) = (StreamId::new(reader.u64()?), reader.u64()?);
+        if hashed.last().is_some_and(|&(before, _)| before >= stream) {
+            return Err(format!("hashed: stream {stream} out of order"));
+        }
+        hashed.push((stream, seq));
+    }
     let seals_len = reader.count(SEALS_ENTRY_MIN, "seals")?;
     let mut seals = Vec::with_capacity(seals_len);
     for _ in 0..seals_len {
@@ -141,6 +156,7 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
         .with_clock(clock)
         .with_floors(floors);
     batch.chains = chains;
+    batch.hashed = hashed;
     batch.seals = seals;
     Ok((number, batch))
 }
@@ -231,6 +247,7 @@ mod tests {
                 anchored: true,
             },
         )];
+        batch.hashed = vec![(StreamId::new(7), 2)];
         let key = crate::WriterKey::from_bytes([9; 32]);
         let stream = key.stream();
         let seals = (2..=3)
@@ -258,6 +275,7 @@ mod tests {
         assert_eq!(record_number(&body), Some(42));
         assert_eq!(back, batch);
         assert_eq!(back.chains, batch.chains);
+        assert_eq!(back.hashed, batch.hashed);
         assert_eq!(back.seals, batch.seals);
     }
 

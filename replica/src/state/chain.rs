@@ -11,6 +11,7 @@
 //! [`State::verify_chains`] recomputes every held chain.
 
 use std::collections::BTreeMap;
+use std::sync::PoisonError;
 
 use meshlog_cursor::StreamId;
 
@@ -23,89 +24,196 @@ struct Moving {
     chain: StreamChain,
     floor: u64,
     head: u64,
+    /// The seq `chain.head_hash` is at: `head`, or below it while the
+    /// stream is hashed lazily.
+    hashed: u64,
+    /// Whether the stream is hashed at every commit (the own keyed
+    /// stream, a pinned one, one the round seals): [`State::eager`].
+    eager: bool,
 }
 
 impl State {
     /// Per stream `batch` touches, ascending, its chain after the batch:
     /// its floors first (a store deletes below them before it adds the
-    /// events), then its events in order. A floor at or below the held head
-    /// chains through the held events it drops (read back); a floor above
-    /// it chains through the events of the round it erased, and where
-    /// those do not reach it (a peer's floor above everything held) the
-    /// stream is unanchored from there ([`StreamChain::rooted`]). Fails
-    /// only if reading held events fails (a store on disk).
+    /// events), then its events in order; and, per stream whose chain is
+    /// left below its head (hashed lazily: [`State::eager`] says which are
+    /// not), the seq its head hash is at. A floor at or below the held
+    /// head chains through the held events it drops (read back); a floor
+    /// above it chains through the events of the round it erased, and
+    /// where those do not reach it (a peer's floor above everything held)
+    /// the stream is unanchored from there ([`StreamChain::rooted`]).
+    /// Fails only if reading held events fails (a store on disk).
     ///
     /// A stream unanchored where the batch's events start (nothing held
     /// above its floor) is anchored by a `base` of the round's accepted
     /// `seals` (`docs/SIGNING.md`, "Unanchored streams") when the batch's
     /// events chain from that base to the seal's hash.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn chains_after(
         &self,
         batch: &Batch,
         seals: &[crate::RunSeal],
-    ) -> Result<Vec<(StreamId, StreamChain)>, ReplicaError> {
+    ) -> Result<(Vec<(StreamId, StreamChain)>, Vec<(StreamId, u64)>), ReplicaError> {
         let mut moving: BTreeMap<StreamId, Moving> = BTreeMap::new();
+        self.floors_after(&mut moving, batch, seals)?;
+        for run_seal in seals {
+            if run_seal.base.is_some() && batch.touched().contains(&run_seal.seal.stream) {
+                self.anchor(&mut moving, batch, run_seal, seals)?;
+            }
+        }
+        self.events_after(&mut moving, batch, seals)?;
+        // An eager stream the batch moved by a floor alone (no events to
+        // catch it up) that was hashed lazily until now.
+        for (&stream, at) in moving.iter_mut().filter(|(_, at)| at.eager) {
+            if at.hashed < at.head && at.head <= self.bounds(stream).1 {
+                self.catch_up(stream, at)?;
+            }
+        }
+        let hashed = moving
+            .iter()
+            .filter(|(_, at)| at.hashed < at.head)
+            .map(|(&stream, at)| (stream, at.hashed))
+            .collect();
+        let chains = moving
+            .into_iter()
+            .map(|(stream, at)| (stream, at.chain))
+            .collect();
+        Ok((chains, hashed))
+    }
+
+    /// [`State::chains_after`]'s floors: each raised floor moves its
+    /// stream's chain (see there).
+    fn floors_after(
+        &self,
+        moving: &mut BTreeMap<StreamId, Moving>,
+        batch: &Batch,
+        seals: &[crate::RunSeal],
+    ) -> Result<(), ReplicaError> {
         for &(stream, floor_seq) in &batch.floors {
-            let at = self.moving(&mut moving, stream);
+            let at = self.moving(moving, stream, seals);
             if floor_seq <= at.floor {
                 continue;
             }
-            if floor_seq <= at.head {
+            if floor_seq <= at.head && at.hashed <= floor_seq {
+                // Hashed lazily below the floor: the hash there is the
+                // chain's, read through the events the floor drops.
+                at.chain.head_hash =
+                    self.chain_through(stream, at.chain.head_hash, at.hashed, floor_seq)?;
+                at.chain.floor_hash = at.chain.head_hash;
+                at.hashed = floor_seq;
+            } else if floor_seq <= at.head {
                 at.chain.floor_hash =
                     self.chain_through(stream, at.chain.floor_hash, at.floor, floor_seq)?;
             } else {
+                self.catch_up(stream, at)?;
                 erased_through(at, stream, floor_seq, batch.erased());
+                at.hashed = floor_seq;
             }
             at.floor = floor_seq;
         }
-        for run_seal in seals {
-            if run_seal.base.is_some() && batch.touched().contains(&run_seal.seal.stream) {
-                self.anchor(&mut moving, batch, run_seal)?;
-            }
-        }
+        Ok(())
+    }
+
+    /// [`State::chains_after`]'s events: each run moves its stream's head,
+    /// and its head hash where the stream is hashed at every commit.
+    fn events_after(
+        &self,
+        moving: &mut BTreeMap<StreamId, Moving>,
+        batch: &Batch,
+        seals: &[crate::RunSeal],
+    ) -> Result<(), ReplicaError> {
         for part in batch.parts() {
             match part {
                 BatchPart::Events(events) => {
                     for run in events.chunk_by(|a, b| a.stream == b.stream) {
-                        let at = self.moving(&mut moving, run[0].stream);
+                        let at = self.moving(moving, run[0].stream, seals);
                         assert_eq!(
                             Some(run[0].seq),
                             at.head.checked_add(1),
                             "a batch's run follows its stream's head"
                         );
-                        at.chain.head_hash = at.chain.head_hash.extend(run);
-                        at.head = run[run.len() - 1].seq;
+                        let (stream, last) = (run[0].stream, run[run.len() - 1].seq);
+                        if at.eager {
+                            let sealed = checked_seal(batch, seals, stream, last, at);
+                            self.hash_run(stream, at, last, sealed, |hash| hash.extend(run))?;
+                        }
+                        at.head = last;
                     }
                 }
                 BatchPart::Columns(run) => {
-                    let at = self.moving(&mut moving, run.stream);
+                    let at = self.moving(moving, run.stream, seals);
                     assert_eq!(
                         Some(run.first_seq),
                         at.head.checked_add(1),
                         "a batch's run follows its stream's head"
                     );
-                    let starts = std::iter::once(run.start as u64).chain(run.ends.iter());
-                    let mut hash = at.chain.head_hash;
-                    for (i, ((lamport, time_ms), (start, end))) in run
-                        .lamports
-                        .iter()
-                        .zip(run.times.iter())
-                        .zip(starts.zip(run.ends.iter()))
-                        .enumerate()
-                    {
-                        let payload = &run.payloads[start as usize..end as usize];
-                        let seq = run.first_seq + i as u64;
-                        hash = hash.next_parts(run.stream, seq, lamport, time_ms, payload);
+                    if at.eager {
+                        let last = run.last_seq();
+                        let sealed = checked_seal(batch, seals, run.stream, last, at);
+                        self.hash_run(run.stream, at, last, sealed, |hash| {
+                            chain_columns(hash, &run)
+                        })?;
                     }
-                    at.chain.head_hash = hash;
                     at.head = run.last_seq();
                 }
             }
         }
-        Ok(moving
-            .into_iter()
-            .map(|(stream, at)| (stream, at.chain))
-            .collect())
+        Ok(())
+    }
+
+    /// Whether `stream` is hashed at every commit: the own stream when
+    /// this replica seals it, a stream pinned (a seal seen) or sealed by
+    /// one of the round's `seals`. Any other stream is hashed lazily: its
+    /// chain is recorded where it was last hashed, and extended when
+    /// something asks ([`State::chain`], the digest, `verify`, a floor, a
+    /// seal), reading its events back.
+    fn eager(&self, stream: StreamId, seals: &[crate::RunSeal]) -> bool {
+        (stream == self.config.stream && self.config.key.is_some())
+            || self.pinned.contains_key(&stream)
+            || seals.iter().any(|run_seal| run_seal.seal.stream == stream)
+    }
+
+    /// Moves `at`'s head hash past a run of the batch that follows its
+    /// head and ends at `last`: to `sealed`, the hash there a seal of the
+    /// round proves ([`checked_seal`]), else hashed (`chain`, from the
+    /// hash at the head: caught up first). So a sealed run received costs
+    /// one hash per event (the validator's), not two.
+    fn hash_run(
+        &self,
+        stream: StreamId,
+        at: &mut Moving,
+        last: u64,
+        sealed: Option<ChainHash>,
+        chain: impl FnOnce(ChainHash) -> ChainHash,
+    ) -> Result<(), ReplicaError> {
+        if let Some(hash) = sealed {
+            if cfg!(debug_assertions) {
+                let below = self.chain_through(stream, at.chain.head_hash, at.hashed, at.head)?;
+                assert_eq!(
+                    chain(below),
+                    hash,
+                    "a seal of the round proves its stream's hash"
+                );
+            }
+            at.chain.head_hash = hash;
+            at.hashed = last;
+            return Ok(());
+        }
+        self.catch_up(stream, at)?;
+        at.chain.head_hash = chain(at.chain.head_hash);
+        at.hashed = last;
+        Ok(())
+    }
+
+    /// Hashes `at` up to its head (read back) where it is hashed lazily
+    /// below it. Only while `at.head` is the state's (held) head.
+    fn catch_up(&self, stream: StreamId, at: &mut Moving) -> Result<(), ReplicaError> {
+        if at.hashed < at.head {
+            at.chain.head_hash =
+                self.chain_through(stream, at.chain.head_hash, at.hashed, at.head)?;
+            at.hashed = at.head;
+        }
+        Ok(())
     }
 
     /// Anchors the sealed stream at its floor where it is unanchored and
@@ -118,11 +226,12 @@ impl State {
         moving: &mut BTreeMap<StreamId, Moving>,
         batch: &Batch,
         run_seal: &crate::RunSeal,
+        seals: &[crate::RunSeal],
     ) -> Result<(), ReplicaError> {
         let (Some(base), seal) = (run_seal.base, run_seal.seal) else {
             return Ok(());
         };
-        let at = self.moving(moving, seal.stream);
+        let at = self.moving(moving, seal.stream, seals);
         if at.chain.anchored || at.floor >= seal.seq {
             return Ok(());
         }
@@ -140,34 +249,110 @@ impl State {
                 head_hash,
                 anchored: true,
             };
+            at.hashed = at.head;
         }
         Ok(())
     }
 
-    /// Keeps the chains a committed batch recorded.
+    /// Keeps the chains a committed batch recorded, and where each is
+    /// hashed to; drops the hashes resolved at or below that.
     pub(crate) fn publish_chains(&mut self, batch: &Batch) {
+        let resolved = self
+            .resolved
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         for &(stream, chain) in &batch.chains {
             self.chains.insert(stream, chain);
+            self.hashed.remove(&stream);
+            resolved.remove(&stream);
+        }
+        for &(stream, seq) in &batch.hashed {
+            self.hashed.insert(stream, seq);
         }
     }
 
-    /// `stream`'s chain as the state holds it, and its floor and head.
+    /// `stream`'s chain as the state holds it, and its floor and head;
+    /// hashed from the furthest hash known ([`State::known_hash`]).
     fn moving<'m>(
         &self,
         moving: &'m mut BTreeMap<StreamId, Moving>,
         stream: StreamId,
+        seals: &[crate::RunSeal],
     ) -> &'m mut Moving {
         moving.entry(stream).or_insert_with(|| {
-            let (floor, head) = self
-                .log
-                .stream(stream)
-                .map_or((0, 0), |log| (log.floor, log.head()));
+            let (floor, head) = self.bounds(stream);
+            let mut chain = self.chains.get(&stream).copied().unwrap_or_default();
+            let (hashed, head_hash) = self.known_hash(stream);
+            chain.head_hash = head_hash;
             Moving {
-                chain: self.chains.get(&stream).copied().unwrap_or_default(),
+                chain,
                 floor,
                 head,
+                hashed,
+                eager: self.eager(stream, seals),
             }
         })
+    }
+
+    /// `stream`'s floor and head as held.
+    fn bounds(&self, stream: StreamId) -> (u64, u64) {
+        self.log
+            .stream(stream)
+            .map_or((0, 0), |log| (log.floor, log.head()))
+    }
+
+    /// The furthest chain hash of `stream` known without reading: `(seq,
+    /// hash)`, from what the chains record or, above it, what was
+    /// resolved since ([`State::resolved`]).
+    fn known_hash(&self, stream: StreamId) -> (u64, ChainHash) {
+        let (floor, head) = self.bounds(stream);
+        let recorded = self.recorded_hash(stream);
+        let resolved = self
+            .resolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&stream)
+            .copied();
+        match resolved {
+            Some((seq, hash)) if seq > recorded.0 && seq >= floor && seq <= head => (seq, hash),
+            _ => recorded,
+        }
+    }
+
+    /// The chain hash of `stream` the chains record, and the seq it is at.
+    fn recorded_hash(&self, stream: StreamId) -> (u64, ChainHash) {
+        let chain = self.chains.get(&stream).copied().unwrap_or_default();
+        let seq = match self.hashed.get(&stream) {
+            Some(&seq) => seq,
+            None => self.bounds(stream).1,
+        };
+        (seq, chain.head_hash)
+    }
+
+    /// `stream`'s chain with its head hash at its head: a stream hashed
+    /// lazily below it is extended through its held events (read back)
+    /// from the furthest hash known, which is kept for the next ask and
+    /// the next commit. `None` for a stream not held.
+    pub(crate) fn resolve_chain(
+        &self,
+        stream: StreamId,
+    ) -> Result<Option<StreamChain>, ReplicaError> {
+        let Some(mut chain) = self.chains.get(&stream).copied() else {
+            return Ok(None);
+        };
+        if !self.hashed.contains_key(&stream) {
+            return Ok(Some(chain));
+        }
+        let head = self.bounds(stream).1;
+        let (seq, hash) = self.known_hash(stream);
+        chain.head_hash = self.chain_through(stream, hash, seq, head)?;
+        if seq < head {
+            self.resolved
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(stream, (head, chain.head_hash));
+        }
+        Ok(Some(chain))
     }
 
     /// The chain hash of `stream` at `last`, from `hash` at `after`,
@@ -208,12 +393,15 @@ impl State {
         Ok(hash)
     }
 
-    /// Takes the chains the store recorded; a stream held without one is
-    /// chained from its floor ([`StreamChain::rooted`]: anchored only if
-    /// nothing was compacted), reading its events, and logged.
+    /// Takes the chains the store recorded, and where each lazily hashed
+    /// one is hashed to (a seq from its floor to its head, else the store
+    /// is corrupt); a stream held without one is chained from its floor
+    /// ([`StreamChain::rooted`]: anchored only if nothing was compacted),
+    /// reading its events, and logged.
     pub(super) fn load_chains(
         &mut self,
         recorded: &BTreeMap<StreamId, StreamChain>,
+        hashed: &BTreeMap<StreamId, u64>,
     ) -> Result<(), ReplicaError> {
         let streams: Vec<(StreamId, u64)> = self.marks.iter().collect();
         for (stream, head) in streams {
@@ -234,22 +422,42 @@ impl State {
                 }
             };
             self.chains.insert(stream, chain);
+            if let Some(&seq) = hashed
+                .get(&stream)
+                .filter(|_| recorded.contains_key(&stream))
+            {
+                let floor = self.log.stream(stream).map_or(0, |log| log.floor);
+                if seq < floor || seq > head {
+                    return Err(ReplicaError::Corrupt {
+                        stream,
+                        detail: format!(
+                            "its chain is recorded at seq {seq}, outside floor {floor} to head {head}"
+                        ),
+                    });
+                }
+                if seq < head {
+                    self.hashed.insert(stream, seq);
+                }
+            }
         }
         Ok(())
     }
 
     /// Recomputes every held stream's chain from its floor hash through
-    /// its events, against the head hash recorded.
+    /// its events, against the head hash recorded (extended to the head
+    /// from where it is recorded, for a stream hashed lazily).
     pub(super) fn verify_chains(&self) -> Result<(), ReplicaError> {
         for (stream, head) in self.marks.iter() {
             let floor = self.log.stream(stream).map_or(0, |log| log.floor);
             let chain = self.chains.get(&stream).copied().unwrap_or_default();
             let recomputed = self.chain_through(stream, chain.floor_hash, floor, head)?;
-            if recomputed != chain.head_hash {
+            let (seq, hash) = self.recorded_hash(stream);
+            let recorded = self.chain_through(stream, hash, seq, head)?;
+            if recomputed != recorded {
                 return Err(ReplicaError::ChainMismatch {
                     stream,
                     head,
-                    recorded: Box::new(chain.head_hash),
+                    recorded: Box::new(recorded),
                     recomputed: Box::new(recomputed),
                 });
             }
@@ -258,14 +466,16 @@ impl State {
     }
 
     /// Per held stream, its head and chain hash there (none when
-    /// unanchored), and the hash over them.
+    /// unanchored), and the hash over them. Streams hashed lazily are
+    /// hashed to their heads now ([`State::resolve_chain`]); one whose
+    /// events cannot be read is listed without a hash, and logged.
     pub(crate) fn chain_digest(&self) -> ChainDigest {
         let streams = self
             .marks
             .iter()
             .filter(|&(_, head)| head > 0)
             .map(|(stream, head)| {
-                let chain = self.chains.get(&stream).copied().unwrap_or_default();
+                let chain = self.chain(stream).unwrap_or_default();
                 StreamHead {
                     stream,
                     head,
@@ -276,10 +486,60 @@ impl State {
         ChainDigest::new(streams)
     }
 
-    /// `stream`'s chain as held.
+    /// `stream`'s chain, its head hash at its head ([`State::resolve_chain`]);
+    /// `None` if it is not held or its events cannot be read (logged).
     pub(crate) fn chain(&self, stream: StreamId) -> Option<StreamChain> {
-        self.chains.get(&stream).copied()
+        match self.resolve_chain(stream) {
+            Ok(chain) => chain,
+            Err(error) => {
+                tracing::error!(%stream, %error, "reading a stream to hash its chain failed");
+                None
+            }
+        }
     }
+}
+
+/// The chain hash after a run in columns, from `hash` below its first seq.
+fn chain_columns(hash: ChainHash, run: &crate::columns::RunColumns<'_>) -> ChainHash {
+    let starts = std::iter::once(run.start as u64).chain(run.ends.iter());
+    let mut hash = hash;
+    for (i, ((lamport, time_ms), (start, end))) in run
+        .lamports
+        .iter()
+        .zip(run.times.iter())
+        .zip(starts.zip(run.ends.iter()))
+        .enumerate()
+    {
+        let payload = &run.payloads[start as usize..end as usize];
+        let seq = run.first_seq + i as u64;
+        hash = hash.next_parts(run.stream, seq, lamport, time_ms, payload);
+    }
+    hash
+}
+
+/// The chain hash at `last` of `stream` that the round's accepted `seals`
+/// prove, where the validator chained the run to it: a seal at `last`
+/// (all of them at `last` agreeing) of a stream anchored where the batch
+/// finds it and whose floor the batch does not move (the validator chains
+/// a sealed run from the head hash exactly then: `Check::seals`).
+fn checked_seal(
+    batch: &Batch,
+    seals: &[crate::RunSeal],
+    stream: StreamId,
+    last: u64,
+    at: &Moving,
+) -> Option<ChainHash> {
+    if !at.chain.anchored || batch.floors.iter().any(|&(of, _)| of == stream) {
+        return None;
+    }
+    let mut at_last = seals
+        .iter()
+        .map(|run_seal| run_seal.seal)
+        .filter(|seal| seal.stream == stream && seal.seq == last);
+    let first = at_last.next()?;
+    at_last
+        .all(|seal| seal.head == first.head)
+        .then_some(first.head)
 }
 
 /// Whether `batch`'s events of the sealed stream, from `after + 1`, chain

@@ -26,8 +26,21 @@ pub(crate) struct State {
     /// reader that never asks never hashes what it receives.
     pub(super) digest: Mutex<LazyDigest>,
     /// Per stream held, its chain at the floor and at the head
-    /// (`docs/SIGNING.md`), moved by every commit (`state/chain.rs`).
+    /// (`docs/SIGNING.md`), moved by every commit (`state/chain.rs`); for
+    /// a stream in `hashed`, `head_hash` is the chain hash at that seq,
+    /// below the head (hashed lazily).
     pub(super) chains: BTreeMap<StreamId, StreamChain>,
+    /// Per stream hashed lazily (neither the own keyed stream nor pinned)
+    /// whose chain is recorded below its head: the seq its `head_hash` is
+    /// at. Recorded by the store with the chain ([`Batch::hashed`]).
+    ///
+    /// [`Batch::hashed`]: crate::Batch::hashed
+    pub(super) hashed: BTreeMap<StreamId, u64>,
+    /// Chain hashes of lazily hashed streams computed when asked (the
+    /// digest, [`State::chain`]) above what `chains` records: `(seq,
+    /// hash)`, the furthest known; the next commit of the stream records
+    /// it. A lock: asked under `&self`.
+    pub(super) resolved: Mutex<BTreeMap<StreamId, (u64, crate::ChainHash)>>,
     pub(super) stats: Stats,
     /// Whether peers may still write this replica's own stream (see
     /// [`Config::recover_own_stream`]); appends are refused meanwhile.
@@ -93,7 +106,7 @@ impl State {
         let key = self.config.key.as_ref()?;
         let stream = self.config.stream;
         let head = self.marks.get(stream);
-        let chain = self.chains.get(&stream)?;
+        let chain = self.chain(stream)?;
         if head == 0 {
             return None;
         }

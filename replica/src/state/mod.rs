@@ -84,6 +84,8 @@ impl State {
             pending_len: 0,
             digest: Mutex::default(),
             chains: BTreeMap::new(),
+            hashed: BTreeMap::new(),
+            resolved: Mutex::default(),
             stats: Stats::default(),
             recovering,
             open_warnings: Vec::new(),
@@ -99,7 +101,7 @@ impl State {
         } else {
             state.load_recorded(&streams, &meta.floor, meta.digest)?;
         }
-        state.load_chains(&meta.chains)?;
+        state.load_chains(&meta.chains, &meta.hashed)?;
         state.load_seals(&meta.seals);
         state.check_open_limits();
         tracing::debug!(

@@ -47,7 +47,7 @@ impl State {
     /// Records a commit's chains and seals in its batch: what the store
     /// records with it and publishing keeps.
     pub(crate) fn prepare_commit(&self, plan: &mut Plan<'_>) -> Result<(), ReplicaError> {
-        plan.batch.chains = self.chains_after(&plan.batch, &plan.seals)?;
+        (plan.batch.chains, plan.batch.hashed) = self.chains_after(&plan.batch, &plan.seals)?;
         plan.batch.seals = self.seals_after(&plan.batch, &plan.seals);
         Ok(())
     }
@@ -67,7 +67,8 @@ impl State {
             let (_, head) = bounds_after(self, batch, seal.stream);
             let head_hash = batch
                 .chain(seal.stream)
-                .or(self.chains.get(&seal.stream))
+                .copied()
+                .or_else(|| self.chain(seal.stream))
                 .map(|chain| chain.head_hash);
             if seal.seq == head && head_hash == Some(seal.head) {
                 kept.seals.retain(|old| old.seq < seal.seq);
@@ -116,7 +117,7 @@ impl State {
             let floor = self.floor.get(stream);
             let head = self.marks.get(stream);
             kept.thin(floor, head);
-            let head_hash = self.chains.get(&stream).map(|chain| chain.head_hash);
+            let head_hash = self.chain(stream).map(|chain| chain.head_hash);
             kept.seals.retain(|seal| {
                 let agrees = seal.seq != head || Some(seal.head) == head_hash;
                 if !agrees {

@@ -589,8 +589,8 @@ impl Check<'_> {
     /// or the round raised its floor above what the state held.
     fn head_hash(&self, stream: StreamId, head: u64) -> Option<crate::ChainHash> {
         let state_head = self.state.log.head(stream);
-        let chain = match self.state.chains.get(&stream) {
-            Some(chain) => *chain,
+        let chain = match self.state.chain(stream) {
+            Some(chain) => chain,
             None if state_head == 0 && self.state.floor.get(stream) == 0 => {
                 crate::StreamChain::default()
             }
