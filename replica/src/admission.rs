@@ -11,10 +11,11 @@ use crate::{Delta, DeltaColumns};
 
 /// How much of a delta a replica can take under its limits
 /// ([`Config::streams_max`](crate::Config::streams_max),
-/// [`Config::payload_bytes_max`](crate::Config::payload_bytes_max)):
-/// every event but those the cuts name. The rest still goes through the
-/// full validation of apply (equivocation, lamport order, the own
-/// stream); only the limits are answered here.
+/// [`Config::payload_bytes_max`](crate::Config::payload_bytes_max)) and
+/// its [`Config::membership`](crate::Config::membership): every event but
+/// those the cuts name. The rest still goes through the full validation
+/// of apply (equivocation, lamport order, seals, the own stream); only
+/// the limits and membership are answered here.
 ///
 /// ```
 /// use meshlog_cursor::{StreamId, VersionVector};
@@ -71,6 +72,16 @@ pub enum Limit {
         /// `Config::payload_bytes_max`.
         limit: usize,
     },
+    /// The stream is an unknown writer's: the replica's closed
+    /// [`Membership`](crate::Membership) admits no key that writes it,
+    /// and the delta brings something new of it or seals it. Cut whole
+    /// ([`Cut::from_seq`] 0); applied whole, the delta would be refused
+    /// with [`DeltaError::UnknownWriter`](crate::DeltaError::UnknownWriter)
+    /// (one rule: `docs/SIGNING.md`, "Membership").
+    UnknownWriter {
+        /// The key that sealed its run, if the delta carries a seal of it.
+        key: Option<crate::WriterPublicKey>,
+    },
 }
 
 impl Admission {
@@ -92,7 +103,9 @@ impl Admission {
     }
 
     /// `delta` without what does not fit: each cut stream's events from
-    /// its cut on, and the floor of a stream cut whole.
+    /// its cut on, the floor of a stream cut whole, and each seal the cut
+    /// leaves short (a seal vouches for its run up to its seq; the seals
+    /// of the streams not cut stay with their runs).
     pub fn cut_delta(&self, delta: &Delta) -> Delta {
         Delta {
             floor: delta
@@ -106,7 +119,12 @@ impl Admission {
                 .filter(|event| self.admits(event.stream, event.seq))
                 .cloned()
                 .collect(),
-            seals: Vec::new(),
+            seals: delta
+                .seals
+                .iter()
+                .filter(|run_seal| self.admits(run_seal.seal.stream, run_seal.seal.seq))
+                .copied()
+                .collect(),
         }
     }
 

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use meshlog_cursor::StreamId;
 
-use crate::{AdminPublicKey, Binding, SealError, SignedAdmission, SignedBinding, WriterPublicKey};
+use crate::{
+    AdminPublicKey, Binding, RunSeal, SealError, SignedAdmission, SignedBinding, WriterPublicKey,
+};
 
 /// The writers a replica accepts, and the legacy streams it knows the keys
 /// of: its trust configuration.
@@ -14,11 +16,16 @@ use crate::{AdminPublicKey, Binding, SealError, SignedAdmission, SignedBinding, 
 /// **Open** (the default): any writer is accepted; a seal verifies under
 /// the key that derives its stream, or the key a binding here names.
 /// **Closed** (once a writer is admitted, or [`Membership::closed`]): a
-/// received delta that brings anything new of a stream no admitted key
-/// writes (events above the receiver's head, or a floor that would raise
-/// the stream), or that carries a seal by a key not admitted for its
-/// stream, is refused whole with
-/// [`DeltaError::UnknownWriter`](crate::DeltaError::UnknownWriter). An
+/// stream no admitted key writes is an unknown writer's where a received
+/// delta brings anything new of it (events above the receiver's head, or
+/// a floor that would raise the stream) or carries a seal of it. A
+/// receiver's admission cuts such a stream out of the delta
+/// ([`Limit::UnknownWriter`](crate::Limit::UnknownWriter)) and takes the
+/// rest; a delta applied whole with one is refused with
+/// [`DeltaError::UnknownWriter`](crate::DeltaError::UnknownWriter). A
+/// seal of an admitted stream by another key than the admitted one is a
+/// forgery, refused as
+/// [`DeltaError::KeyMismatch`](crate::DeltaError::KeyMismatch). An
 /// admitted key writes the stream it derives, and a legacy stream a
 /// binding names it for. The replica's own stream is never judged.
 ///
@@ -141,6 +148,34 @@ impl Membership {
         self.writers
             .as_ref()
             .is_none_or(|writers| writers.get(&stream) == Some(key))
+    }
+
+    /// The one membership rule, which the validator and the admission both
+    /// ask (`docs/SIGNING.md`, "Membership"): the streams of a delta that
+    /// are an unknown writer's, ascending, each with the key that sealed
+    /// its run if the delta carries a seal of it. Under a closed
+    /// membership, a stream other than `own` that no admitted key writes
+    /// is unknown if the delta seals it (`seals`) or brings something new
+    /// of it (`brought`: events above the receiver's head, a floor that
+    /// raises it; the caller judges that against the state it checks).
+    pub(crate) fn unknown_writers(
+        &self,
+        own: StreamId,
+        seals: &[RunSeal],
+        brought: impl IntoIterator<Item = StreamId>,
+    ) -> BTreeMap<StreamId, Option<WriterPublicKey>> {
+        let mut unknown = BTreeMap::new();
+        if self.is_open() {
+            return unknown;
+        }
+        let stranger = |stream: StreamId| stream != own && !self.admits_stream(stream);
+        for run_seal in seals.iter().filter(|s| stranger(s.seal.stream)) {
+            unknown.insert(run_seal.seal.stream, Some(run_seal.key));
+        }
+        for stream in brought.into_iter().filter(|&s| stranger(s)) {
+            unknown.entry(stream).or_insert(None);
+        }
+        unknown
     }
 
     /// The admitted streams and their writers' keys, streams ascending

@@ -13,8 +13,9 @@
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    AdminKey, Binding, ChainDigest, Config, Delta, DeltaError, Event, MemStore, Membership,
-    Replica, ReplicaError, SealError, SharedReplica, WriterAdmission, WriterKey,
+    AdminKey, Binding, ChainDigest, Config, Cut, Delta, DeltaColumns, DeltaError, Event, Limit,
+    MemStore, Membership, Replica, ReplicaError, RunSeal, Seal, SealError, SharedReplica,
+    WriterAdmission, WriterKey,
 };
 
 fn admin() -> AdminKey {
@@ -173,6 +174,106 @@ fn a_delta_mixing_an_admitted_and_an_unknown_writer_is_refused_whole() {
     assert_eq!(receiver.marks().get(stranger_key.stream()), 0);
 }
 
+/// Issue 29 (membership liveness): the receiver's admission cuts the
+/// unknown writer's stream out of a mixed delta (`Limit::UnknownWriter`,
+/// naming the sealing key) by the validator's own rule, and the rest is
+/// taken: the admitted writer's events and its seal (the stream pinned),
+/// nothing of the stranger's, the state otherwise unchanged.
+#[test]
+fn admission_cuts_an_unknown_writers_stream_and_the_rest_of_the_delta_is_taken() {
+    let (admitted_key, admitted) = writer(2, 3);
+    let (stranger_key, stranger) = writer(3, 2);
+    let mut relay = Replica::new(StreamId::new(77));
+    relay.apply(&all_of(&admitted)).expect("open relay");
+    relay.apply(&all_of(&stranger)).expect("open relay");
+    let mixed = relay.delta_columns_for(&VersionVector::new(), usize::MAX);
+    assert_eq!(mixed.seals.len(), 2, "the relay forwards both seals");
+    let mut receiver = receiver(admitting(&[2]));
+    let before = snapshot(&receiver);
+
+    let admission = receiver.admission(&mixed);
+    assert_eq!(
+        admission.cuts,
+        [Cut {
+            stream: stranger_key.stream(),
+            from_seq: 0,
+            limit: Limit::UnknownWriter {
+                key: Some(stranger_key.public()),
+            },
+        }]
+    );
+    // Applied whole, the same delta is refused for the same stream.
+    assert!(matches!(
+        refused(&mut receiver, &mixed.to_delta()),
+        DeltaError::UnknownWriter { stream, .. } if stream == stranger_key.stream()
+    ));
+
+    let fits = admission.cut_columns(&mixed);
+    assert_eq!(fits.seals.len(), 1, "the admitted writer's seal stays");
+    let report = receiver.apply_columns(&fits).expect("the rest is taken");
+    assert_eq!(report.applied, 3);
+    let after = snapshot(&receiver);
+    assert_eq!(after.marks.get(admitted_key.stream()), 3);
+    assert_eq!(after.marks.get(stranger_key.stream()), 0);
+    assert_eq!(after.floor, before.floor);
+    let admitted_events: Vec<Event> = (1..=3)
+        .map(|seq| admitted.get(admitted_key.stream(), seq).expect("held"))
+        .collect();
+    assert_eq!(after.events, admitted_events, "only the admitted writer's");
+    assert_eq!(
+        receiver.chain_digest().stream(admitted_key.stream()),
+        admitted.chain_digest().stream(admitted_key.stream()),
+        "the admitted writer's chain, as it holds it"
+    );
+    // Its seal came through: the stream is pinned (a next run unsealed
+    // is refused).
+    let mut admitted = admitted;
+    admitted.append(&b"next"[..]).expect("append");
+    let next = Delta {
+        seals: Vec::new(),
+        ..admitted.delta_for(&receiver.marks(), usize::MAX)
+    };
+    assert!(matches!(
+        refused(&mut receiver, &next),
+        DeltaError::Unsealed { stream, .. } if stream == admitted_key.stream()
+    ));
+
+    // Open membership: nothing is cut.
+    let open = self::receiver(Membership::open());
+    assert!(open.admission(&mixed).is_whole());
+}
+
+/// A seal of an admitted writer's stream by another key is a forgery, not
+/// a stranger: it is not cut by admission but refused, `KeyMismatch`.
+#[test]
+fn a_seal_of_an_admitted_stream_by_another_key_is_refused_not_cut() {
+    let (admitted_key, admitted) = writer(2, 2);
+    let impostor = WriterKey::from_bytes([9; 32]);
+    let mut forged = all_of(&admitted);
+    let honest = forged.seals[0];
+    forged.seals[0] = RunSeal {
+        key: impostor.public(),
+        seal: Seal::sign_for(
+            &impostor,
+            admitted_key.stream(),
+            honest.seal.seq,
+            honest.seal.head,
+        ),
+        base: None,
+    };
+    let mut receiver = receiver(admitting(&[2]));
+    assert!(receiver
+        .admission(&DeltaColumns::from_delta(&forged))
+        .is_whole());
+    assert_eq!(
+        refused(&mut receiver, &forged),
+        DeltaError::KeyMismatch {
+            stream: admitted_key.stream(),
+            derived: impostor.stream(),
+        }
+    );
+}
+
 #[test]
 fn an_admission_not_signed_by_the_admin_admits_nothing() {
     let (key, writer) = writer(4, 1);
@@ -217,6 +318,17 @@ fn an_unknown_writers_floor_is_refused_under_closed_membership() {
             key: None,
         }
     );
+    // The admission cuts it by the same rule: the floor goes, nothing else.
+    let admission = receiver.admission(&DeltaColumns::from_delta(&delta));
+    assert_eq!(
+        admission.cuts,
+        [Cut {
+            stream: stranger_key.stream(),
+            from_seq: 0,
+            limit: Limit::UnknownWriter { key: None },
+        }]
+    );
+    assert!(admission.cut_delta(&delta).floor.is_empty());
     // Open membership: the floor is recorded (the range lost).
     let mut open = self::receiver(Membership::open());
     open.apply(&delta).expect("open membership");

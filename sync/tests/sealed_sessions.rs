@@ -30,7 +30,7 @@
 //! printed on failure and replayed from `MESHLOG_SEED`. Tokio's clock is
 //! paused.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
@@ -241,13 +241,10 @@ async fn through_hostile_relay(
         if due.is_some() || run < 3 {
             return delta;
         }
-        let mut tampering = tamperings(&delta, &key, head_hash, &stranger, &foreign)
+        let tampering = tamperings(&delta, &key, head_hash, &stranger, &foreign)
             .into_iter()
             .nth(index)
             .expect("a tampering of that index");
-        // A relay that swaps a seal puts it back in its place among the
-        // others' (streams ascending), or the frame would not decode.
-        tampering.delta.seals.sort_by_key(|s| s.seal.stream);
         *due = Some((tampering.what, tampering.refusal));
         tampering.delta
     });
@@ -420,5 +417,134 @@ fn a_sealed_stream_cut_for_a_limit_is_cut_whole_and_the_session_goes_on() {
             matches!(limits[..], [LimitHit::PayloadBytesMax { stream, seq: 2, len: 100, limit: 64 }] if stream == writer.stream()),
             "{limits:?}"
         );
+    });
+}
+
+/// Issue 29, membership liveness: a receiver whose closed membership
+/// admits one writer syncs with a peer holding that writer's stream and
+/// a stranger's, both sealed. Before, the receiver's replica refused each
+/// delta whole (`UnknownWriter`), the session ended `Refused`, and on
+/// every redial again: the admitted writer's events never arrived. Now
+/// the receiver's admission cuts the stranger's stream out, the session
+/// asks it quiet and reports it (`LimitHit::UnknownWriter`, logged once
+/// with its key), and takes the rest: the admitted writer converges, and
+/// its later appends keep flowing in the same session, while the
+/// stranger's (old and new) are never held.
+#[test]
+fn a_closed_receiver_cuts_an_unknown_writer_and_keeps_syncing_the_admitted_one() {
+    testkit::for_each_seed("closed_receiver_cuts_unknown_writer", 0xc105, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let (admitted_key, admitted) = keyed(11);
+            let (stranger_key, stranger) = keyed(12);
+            // An open, keyed peer relaying both (its own stream empty).
+            let (_, peer) = keyed(13);
+            append(&admitted, &mut rng, 1, 20);
+            append(&stranger, &mut rng, 1, 20);
+            converge(&admitted, &peer).await;
+            converge(&stranger, &peer).await;
+            let mut membership = meshlog_replica::Membership::closed();
+            membership.admit(admitted_key.public());
+            let closed = Config {
+                membership,
+                ..Config::new(RECEIVER)
+            };
+            let receiver = SharedReplica::with_commits(
+                Replica::open(closed, MemStore::default()).expect("opens"),
+                Commits::Inline,
+            );
+            let (a, s) = (admitted_key.stream(), stranger_key.stream());
+            let (peer_io, receiver_io) = tokio::io::duplex(1 << 20);
+            let (peer_session, receiver_session) = (
+                Session::new(peer.clone(), config()),
+                Session::new(receiver.clone(), config()),
+            );
+            let (peer_state, receiver_state) = (peer_session.state(), receiver_session.state());
+            // The test's side: it waits for the admitted writer (or the
+            // receiver's session to end), then appends more of both
+            // writers, which reach the peer, in the same session.
+            let (ended, done) = (Cell::new(false), Cell::new(false));
+            let converged = || {
+                receiver.marks().get(a) == admitted.marks().get(a)
+                    && receiver.chain_digest().stream(a) == admitted.chain_digest().stream(a)
+            };
+            let driver = async {
+                for round in 0..4 {
+                    if round > 0 {
+                        append(&admitted, &mut rng, 1, 5);
+                        append(&stranger, &mut rng, 1, 5);
+                        converge(&admitted, &peer).await;
+                        converge(&stranger, &peer).await;
+                    }
+                    testkit::wait_for("the admitted writer", CONVERGE_WITHIN, || {
+                        ended.get() || converged()
+                    })
+                    .await;
+                    if ended.get() {
+                        break;
+                    }
+                    assert_eq!(
+                        receiver.marks().get(s),
+                        0,
+                        "seed {seed}: a stranger's event held"
+                    );
+                }
+                done.set(true);
+            };
+            // The receiver stops first; the peer once the receiver ended.
+            let stop = testkit::wait_for("the test's end", CONVERGE_WITHIN, || done.get());
+            let receiver_run = async {
+                let end = receiver_session.run_until(receiver_io, stop).await;
+                ended.set(true);
+                end
+            };
+            let peer_stop =
+                testkit::wait_for("the receiver's end", CONVERGE_WITHIN, || ended.get());
+            let (peer_end, receiver_end, ()) = tokio::join!(
+                peer_session.run_until(peer_io, peer_stop),
+                receiver_run,
+                driver,
+            );
+            assert!(
+                matches!(receiver_end, Ok(SessionEnd::Stopped)),
+                "seed {seed}: the receiver's session ended {receiver_end:?}"
+            );
+            assert!(
+                matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
+                "seed {seed}: the peer's session ended {peer_end:?}"
+            );
+            let held = snapshot(&receiver);
+            assert_eq!(held.marks.get(s), 0, "seed {seed}");
+            assert_eq!(held.floor.get(s), 0, "seed {seed}");
+            assert!(held.events.iter().all(|e| e.stream == a), "seed {seed}");
+            assert_eq!(
+                receiver_state.borrow().limits,
+                [LimitHit::UnknownWriter {
+                    stream: s,
+                    key: Some(stranger_key.public()),
+                }],
+                "seed {seed}"
+            );
+            assert!(receiver_state.borrow().events_over_limit > 0, "seed {seed}");
+            assert_eq!(
+                peer_state.borrow().peer_quiet_streams,
+                1,
+                "seed {seed}: asked quiet"
+            );
+            let log = captured_log();
+            let warned: Vec<&str> = log
+                .lines()
+                .filter(|line| line.contains("peer relayed a writer this node does not admit"))
+                .collect();
+            assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+            assert!(
+                warned[0].contains("WARN")
+                    && warned[0].contains(&s.to_string())
+                    && warned[0].contains(&stranger_key.public().to_string()),
+                "seed {seed}: {}",
+                warned[0]
+            );
+        });
     });
 }

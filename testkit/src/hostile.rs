@@ -50,10 +50,14 @@ pub fn tamperings(
         change(&mut delta.events);
         delta
     };
+    // The seal swapped in its stream's place among the others' (streams
+    // ascending, as a delta lists them): a frame cannot carry seals out of
+    // that order, so a swap appended last would not even cross the wire.
     let with_seal = |seal: Option<RunSeal>| {
         let mut delta = honest.clone();
         delta.seals.retain(|s| s.seal.stream != stream);
         delta.seals.extend(seal);
+        delta.seals.sort_by_key(|s| s.seal.stream);
         delta
     };
     let mut tampered = vec![

@@ -158,6 +158,11 @@ fn limit_text(limit: &LimitHit) -> String {
             "stream {} not sent past seq {seq}: its {len}-byte payload is over the frame limit {limit}",
             stream.get()
         ),
+        LimitHit::UnknownWriter { stream, key } => format!(
+            "stream {} refused: its writer{} is not admitted by the trust configuration",
+            stream.get(),
+            key.map(|key| format!(" (key {key})")).unwrap_or_default()
+        ),
         other => format!("{other:?}"),
     }
 }
@@ -204,5 +209,19 @@ mod tests {
         let (state, reason) = link_state(&limited);
         assert_eq!(state, "limit");
         assert!(reason.unwrap().contains("streams_max 4"));
+        // A writer the trust configuration does not admit: the link stays
+        // up, limited, and says which stream.
+        let mut stranger = link(true, 1, None);
+        stranger.session.limits.push(LimitHit::UnknownWriter {
+            stream: StreamId::new(9),
+            key: None,
+        });
+        let (state, reason) = link_state(&stranger);
+        assert_eq!(state, "limit");
+        let reason = reason.unwrap();
+        assert!(
+            reason.contains("stream 9") && reason.contains("not admitted"),
+            "{reason}"
+        );
     }
 }

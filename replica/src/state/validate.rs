@@ -281,16 +281,19 @@ impl State {
         (new > 0 && streams > self.config.streams_max).then_some(streams)
     }
 
-    /// How much of `columns` the limits take: the streams that fit (as
-    /// [`State::check_streams`] counts them, in the delta's order) and,
-    /// per stream, the events up to the first payload over the limit (as
-    /// [`State::check_payload`] judges it). What apply would refuse for a
-    /// limit is cut; nothing else is judged.
+    /// How much of `columns` the limits take: none of an unknown writer's
+    /// stream (as [`Check::membership`] judges it, by the same rule), the
+    /// streams that fit (as [`State::check_streams`] counts them, in the
+    /// delta's order) and, per stream, the events up to the first payload
+    /// over the limit (as [`State::check_payload`] judges it). What apply
+    /// would refuse for membership or a limit is cut; nothing else is
+    /// judged.
     pub(crate) fn admission(&self, columns: &DeltaColumns) -> Admission {
         let own = self.config.stream;
         let mut counted = self.streams_counted(&RoundIndex::default());
         let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
-        let mut cuts: BTreeMap<StreamId, Cut> = BTreeMap::new();
+        // Unknown writers first, so that they take no slot in the count.
+        let mut cuts: BTreeMap<StreamId, Cut> = self.unknown_writer_cuts(columns);
         let mut admit = |stream: StreamId, from_seq: u64, cuts: &mut BTreeMap<StreamId, Cut>| {
             let new = stream != own && !self.log.has_stream(stream) && admitted.insert(stream);
             if new && self.streams_over_from(counted, 1).is_some() {
@@ -311,7 +314,9 @@ impl State {
             true
         };
         for (stream, _) in columns.floor.iter() {
-            admit(stream, 0, &mut cuts);
+            if !cuts.contains_key(&stream) {
+                admit(stream, 0, &mut cuts);
+            }
         }
         let mut index = 0;
         for run in columns.runs() {
@@ -351,6 +356,48 @@ impl State {
         Admission {
             cuts: cuts.into_values().collect(),
         }
+    }
+}
+
+impl State {
+    /// The cuts of the streams of `columns` an unknown writer's, each
+    /// whole, judged against this state
+    /// ([`Membership::unknown_writers`](crate::Membership::unknown_writers),
+    /// the validator's rule): sealed, or brought something new of (a run
+    /// above the head, a floor [`PeerFloor::of`] raises).
+    fn unknown_writer_cuts(&self, columns: &DeltaColumns) -> BTreeMap<StreamId, Cut> {
+        let membership = &self.config.membership;
+        if membership.is_open() {
+            return BTreeMap::new();
+        }
+        let own = self.config.stream;
+        let raised = columns.floor.iter().filter(|&(stream, floor)| {
+            let held_floor = self.floor.get(stream);
+            let head = self.log.head(stream).max(held_floor);
+            let rule = PeerFloor::of(stream, floor, own, self.recovering, held_floor, head);
+            rule == PeerFloor::Raised
+        });
+        let new_runs = columns
+            .runs()
+            .iter()
+            .filter(|run| run.last_seq() > self.log.head(run.stream));
+        let brought = raised
+            .map(|(stream, _)| stream)
+            .chain(new_runs.map(|run| run.stream));
+        let unknown = membership.unknown_writers(own, &columns.seals, brought);
+        let cut = |(stream, key)| {
+            let limit = Limit::UnknownWriter { key };
+            let from_seq = 0;
+            (
+                stream,
+                Cut {
+                    stream,
+                    from_seq,
+                    limit,
+                },
+            )
+        };
+        unknown.into_iter().map(cut).collect()
     }
 }
 
@@ -424,45 +471,48 @@ impl Check<'_> {
     }
 
     /// Membership ([`Config::membership`](crate::Config::membership)):
-    /// under a closed one, every seal's key must be admitted for its
-    /// stream, and every other stream the delta brings something new of
-    /// (events above the head, a floor that raises it) must be an admitted
-    /// writer's; else [`DeltaError::UnknownWriter`]. Judged before any
-    /// signature is checked, so a stranger costs no verification.
+    /// under a closed one, no stream the delta seals or brings something
+    /// new of (events above the head, a floor that raises it) may be an
+    /// unknown writer's ([`Membership::unknown_writers`], the rule the
+    /// admission cuts by); else [`DeltaError::UnknownWriter`], naming the
+    /// first. Judged before any signature is checked, so a stranger costs
+    /// no verification.
+    ///
+    /// [`Membership::unknown_writers`]: crate::Membership::unknown_writers
     fn membership(&self) -> Result<(), Rejection> {
         let membership = &self.state.config.membership;
         if membership.is_open() {
             return Ok(());
         }
-        let unknown = |stream: StreamId, seqs, key| {
-            let rule = DeltaError::UnknownWriter { stream, key };
-            Err(Rejection::at(stream, seqs)(rule.into()))
-        };
-        for run_seal in &self.delta.seals {
-            let (stream, seq) = (run_seal.seal.stream, run_seal.seal.seq);
-            if !membership.admits(stream, &run_seal.key) {
-                return unknown(stream, seq..=seq, Some(Box::new(run_seal.key)));
-            }
-        }
-        let admitted = |stream: StreamId| stream == self.own || membership.admits_stream(stream);
-        for (stream, floor) in self.delta.floor.iter() {
-            // Raised (not ignored, not behind): the floor would be recorded.
-            let raised = self.delta_floors.get(&stream) == Some(&floor) && floor > 0;
-            if raised && !admitted(stream) {
-                return unknown(stream, floor..=floor, None);
-            }
-        }
+        // Raised (not ignored, not behind): the floor would be recorded.
+        let raised = self
+            .delta
+            .floor
+            .iter()
+            .filter(|&(stream, floor)| floor > 0 && self.delta_floors.get(&stream) == Some(&floor))
+            .map(|(stream, _)| stream);
+        let mut new_events = Vec::new();
         let mut start = 0;
         while start < self.by_name.len() {
             let stream = self.by_name[start].stream;
             let end = start + self.by_name[start..].partition_point(|e| e.stream == stream);
-            let last = self.by_name[end - 1].seq;
-            if last > self.head(stream) && !admitted(stream) {
-                return unknown(stream, self.by_name[start].seq..=last, None);
+            if self.by_name[end - 1].seq > self.head(stream) {
+                new_events.push(stream);
             }
             start = end;
         }
-        Ok(())
+        let unknown =
+            membership.unknown_writers(self.own, &self.delta.seals, raised.chain(new_events));
+        match unknown.into_iter().next() {
+            None => Ok(()),
+            Some((stream, key)) => {
+                let rule = DeltaError::UnknownWriter {
+                    stream,
+                    key: key.map(Box::new),
+                };
+                Err(Rejection::at(stream, self.seqs_of(stream))(rule.into()))
+            }
+        }
     }
 
     /// One seal and its stream's run.
@@ -516,16 +566,21 @@ impl Check<'_> {
 
     /// A seal's key: it derives the seal's stream (or a trusted binding
     /// names it for it: [`Membership::binding`](crate::Membership::binding)),
-    /// and is the key pinned for the stream, if one is.
+    /// is the key pinned for the stream, if one is, and under a closed
+    /// membership the key admitted for it (an unknown writer's stream
+    /// never comes here: [`Check::membership`] is judged first).
     fn seal_key(&self, run_seal: &crate::RunSeal) -> Result<(), Rejection> {
         let seal = &run_seal.seal;
         let stream = seal.stream;
-        let binding = self.state.config.membership.binding(stream);
+        let membership = &self.state.config.membership;
+        let binding = membership.binding(stream);
+        let other_than_admitted = stream != self.own && !membership.admits(stream, &run_seal.key);
         let derived = match run_seal.key.signs_for(stream, binding.as_ref()) {
             Err(crate::SealError::KeyMismatch { derived, .. }) => derived,
-            _ if self
-                .pinned(stream)
-                .is_some_and(|pinned| pinned != run_seal.key) =>
+            _ if other_than_admitted
+                || self
+                    .pinned(stream)
+                    .is_some_and(|pinned| pinned != run_seal.key) =>
             {
                 run_seal.key.stream()
             }

@@ -92,6 +92,17 @@ pub enum LimitHit {
         /// `payload_bytes_max`.
         limit: usize,
     },
+    /// The peer sent a stream whose writer this replica's closed
+    /// membership does not admit (`meshlog_replica::Config::membership`,
+    /// `docs/SIGNING.md`, "Membership"): its events are not taken, the
+    /// stream is asked quiet, and the rest of the peer's deltas are.
+    /// Admit the writer's key in the trust configuration to take it.
+    UnknownWriter {
+        /// The stream refused.
+        stream: StreamId,
+        /// The key that sealed its run, if the peer sent a seal of it.
+        key: Option<meshlog_replica::WriterPublicKey>,
+    },
     /// One of our events is too large for a frame (our
     /// `payload_bytes_max` is above what a frame between us and this peer
     /// carries): its stream is not sent to this peer past it.

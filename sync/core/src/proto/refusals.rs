@@ -16,9 +16,10 @@ use super::state::{LocalReplica, Protocol};
 impl Protocol {
     /// Cuts from a received delta what this side does not take: the
     /// streams refused earlier in the session, then what the replica says
-    /// its limits cannot take ([`LocalReplica::admission`]: streams beyond
-    /// `streams_max`, each stream from its first event above
-    /// `payload_bytes_max` on). The replica alone owns its limits; this
+    /// its limits and membership cannot take ([`LocalReplica::admission`]:
+    /// an unknown writer's stream, streams beyond `streams_max`, each
+    /// stream from its first event above `payload_bytes_max` on). The
+    /// replica alone owns its limits and its membership; this
     /// only maps its cuts onto reports. A stream cut is asked quiet for
     /// the rest of the session, reported in the state
     /// ([`SessionState::limits`]) and logged once; the rest of the delta
@@ -51,6 +52,7 @@ impl Protocol {
                 Limit::PayloadBytesMax { len, limit } => {
                     self.refuse_payload(peer, cut.stream, cut.from_seq, len, limit);
                 }
+                Limit::UnknownWriter { key } => self.refuse_writer(peer, cut.stream, key),
                 // A limit this build does not know yet: cut, not reported.
                 _ => {}
             }
@@ -80,6 +82,28 @@ impl Protocol {
                 limit: streams_max,
             },
         );
+    }
+
+    /// A stream cut because its writer is not admitted (a closed
+    /// membership): logged, asked quiet, reported. The delta's other
+    /// streams are taken, so one stranger's stream does not cut the link.
+    pub(super) fn refuse_writer(
+        &mut self,
+        peer: StreamId,
+        stream: StreamId,
+        key: Option<meshlog_replica::WriterPublicKey>,
+    ) {
+        let sealed_by = key.map(|key| key.to_string());
+        tracing::warn!(
+            %peer,
+            %stream,
+            key = sealed_by.as_deref().unwrap_or("none (unsealed)"),
+            "stream refused: peer relayed a writer this node does not admit; its events \
+             are not taken nor asked of this peer again in this session (the rest of the \
+             peer's events are). Admit the writer's key in the trust configuration to \
+             take it"
+        );
+        self.refuse(stream, LimitHit::UnknownWriter { stream, key });
     }
 
     /// A stream cut from an event whose payload is over
