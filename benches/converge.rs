@@ -21,6 +21,12 @@
 //! - **yrs** 0.28: one `YArray` `log` of `Any::Buffer` per doc, client id
 //!   = writer id. An exchange is two pulls: `state_vector().encode_v1()`
 //!   answered by `encode_diff_v1`, applied with `apply_update`.
+//! - **signed**: meshlog as above, every replica a writer sealing its own
+//!   stream (`Config::with_key`, keys from a fixed seed; stream ids are
+//!   the keys' streams): each delta carries the writers' seals, each
+//!   receiver verifies them and pins the keys, relays forward the seals
+//!   they keep (docs/SIGNING.md). Issue 29's signed-mode goals are judged
+//!   against the meshlog row of the same run.
 //! - **automerge** 0.12: one list `log` made by a common root change that
 //!   every doc forks from; each event one change. An exchange is
 //!   automerge's sync protocol between fresh states, run until neither side
@@ -52,12 +58,17 @@
 //! - issue 13: meshlog's peak RSS per replica-event at or below yrs's, in
 //!   every row;
 //! - issue 14: meshlog's convergence time at or below yrs's, and its bytes
-//!   per delivered event at or below yrs's, in every row.
+//!   per delivered event at or below yrs's, in every row;
+//! - issue 29: signed convergence time at most 1.25x meshlog's (unsigned)
+//!   and at or below yrs's, in every row. Its bytes per delivered event
+//!   beside unsigned are printed, not judged here (the sync bench's
+//!   1,000-event partition judges them).
 //!
 //! Environment: `MESHLOG_CONVERGE_ROWS` (default
 //! `3x1000,3x10000,10x1000,10x10000,100x1000`; `100x10000` holds 100 M
 //! replica-events and needs several GiB for every system: add it by hand),
-//! `MESHLOG_CONVERGE_SYSTEMS` (default `meshlog,yrs,automerge`),
+//! `MESHLOG_CONVERGE_SYSTEMS` (default `meshlog,signed,yrs,automerge`;
+//! leave `signed` out to run as before it was added),
 //! `MESHLOG_CONVERGE_RUNS` (default 3),
 //! `MESHLOG_CONVERGE_TIMEOUT_S` per row (default 300),
 //! `MESHLOG_CONVERGE_AUTOMERGE_MAX` the most replica-events automerge is
@@ -72,7 +83,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
-use meshlog_replica::MemStore;
+use meshlog_replica::{Commits, Config, MemStore, Replica, WriterKey};
 use meshlog_sync::{sync_once, SessionConfig, SharedReplica};
 
 const PAYLOAD_BYTES: usize = 32;
@@ -86,7 +97,7 @@ fn main() {
     let rows = std::env::var("MESHLOG_CONVERGE_ROWS")
         .unwrap_or_else(|_| "3x1000,3x10000,10x1000,10x10000,100x1000".into());
     let systems = std::env::var("MESHLOG_CONVERGE_SYSTEMS")
-        .unwrap_or_else(|_| "meshlog,yrs,automerge".into());
+        .unwrap_or_else(|_| "meshlog,signed,yrs,automerge".into());
     let timeout = Duration::from_secs(env_u64("MESHLOG_CONVERGE_TIMEOUT_S", 300));
     let automerge_max = env_u64("MESHLOG_CONVERGE_AUTOMERGE_MAX", 1_000_000);
     let runs = env_u64("MESHLOG_CONVERGE_RUNS", 3).max(1);
@@ -198,6 +209,55 @@ fn main() {
             ours.bytes_per_event(*w, *e),
             yrs.bytes_per_event(*w, *e),
             verdict(ours.bytes_per_event(*w, *e) <= yrs.bytes_per_event(*w, *e))
+        );
+    }
+    signed_goals(&results);
+}
+
+/// The goal signed streams must keep (issue 29): signed convergence time
+/// at most this times unsigned's, in every row.
+const SIGNED_TIME_RATIO_MAX: f64 = 1.25;
+
+/// Issue 29's verdicts per row: signed beside unsigned meshlog and yrs.
+fn signed_goals(results: &BTreeMap<(u64, u64), BTreeMap<String, Outcome>>) {
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    for ((w, e), by_system) in results {
+        let done = |name: &str| match by_system.get(name) {
+            Some(Outcome::Done(m)) => Some(m),
+            _ => None,
+        };
+        let (Some(signed), Some(unsigned)) = (done("signed"), done("meshlog")) else {
+            if by_system.contains_key("signed") {
+                println!("{w}x{e}: issue 29 goals not judged (signed or meshlog did not finish)");
+            }
+            continue;
+        };
+        let ratio = signed.seconds / unsigned.seconds;
+        println!(
+            "{w}x{e}: issue 29 goal, signed convergence time <= {SIGNED_TIME_RATIO_MAX}x unsigned \
+             ({:.2} vs {:.2} ms, {ratio:.2}x): {}",
+            signed.seconds * 1e3,
+            unsigned.seconds * 1e3,
+            verdict(ratio <= SIGNED_TIME_RATIO_MAX)
+        );
+        match done("yrs") {
+            Some(yrs) => println!(
+                "{w}x{e}: issue 29 goal, signed convergence time <= yrs's ({:.2} vs {:.2} ms): {}",
+                signed.seconds * 1e3,
+                yrs.seconds * 1e3,
+                verdict(signed.seconds <= yrs.seconds)
+            ),
+            None => println!("{w}x{e}: issue 29 goal against yrs not judged (yrs did not finish)"),
+        }
+        println!(
+            "{w}x{e}: (not judged here) signed bytes per delivered event {:.1} vs unsigned {:.1} \
+             ({:.3}x); warm pass {:.2} vs {:.2} ms ({:.2}x)",
+            signed.bytes_per_event(*w, *e),
+            unsigned.bytes_per_event(*w, *e),
+            signed.bytes_per_event(*w, *e) / unsigned.bytes_per_event(*w, *e),
+            signed.warm_seconds * 1e3,
+            unsigned.warm_seconds * 1e3,
+            signed.warm_seconds / unsigned.warm_seconds
         );
     }
 }
@@ -395,7 +455,8 @@ fn child(spec: &str) {
     let e: u64 = parts.next().and_then(|p| p.parse().ok()).expect("E");
     let (_, start) = memory();
     let run = || match system.as_str() {
-        "meshlog" => meshlog_run(w, e),
+        "meshlog" => meshlog_run(w, e, false),
+        "signed" => meshlog_run(w, e, true),
         "yrs" => yrs_run(w, e),
         "automerge" => automerge_run(w, e),
         other => panic!("no system {other}"),
@@ -501,9 +562,25 @@ fn minor_faults() -> u64 {
         .unwrap_or(0)
 }
 
-fn meshlog_run(w: u64, e: u64) -> Pass {
+/// The key of signed writer `id`: drawn from splitmix64 of its id, so
+/// every run and row seals with the same keys.
+fn writer_key(id: u64) -> WriterKey {
+    let mut secret = [0u8; 32];
+    secret.copy_from_slice(&payload(id, u64::from(u32::MAX)));
+    WriterKey::from_bytes(secret)
+}
+
+fn meshlog_run(w: u64, e: u64, signed: bool) -> Pass {
     let replicas: Vec<SharedReplica<MemStore>> = (1..=w)
-        .map(|id| SharedReplica::in_memory(StreamId::new(id)))
+        .map(|id| {
+            if signed {
+                let config = Config::with_key(writer_key(id));
+                let replica = Replica::open(config, MemStore::default()).expect("open");
+                SharedReplica::with_commits(replica, Commits::Inline)
+            } else {
+                SharedReplica::in_memory(StreamId::new(id))
+            }
+        })
         .collect();
     for (index, replica) in replicas.iter().enumerate() {
         let batch: Vec<Bytes> = (1..=e)

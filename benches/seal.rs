@@ -4,7 +4,9 @@
 //! writer's deltas at a 16 KiB budget (a stream longer than one delta, cut
 //! at each budget), keyed beside unkeyed: building them (`delta_for`,
 //! swept by the receiver's marks, a fresh writer each round) and a fresh
-//! receiver applying them in order.
+//! receiver applying them in order; and a sealed run of 1, 10, 100 and
+//! 1,000 events of 32 bytes (the chain hash over it and one seal), signed
+//! and verified, per run and per event.
 //!
 //! Run: `cargo bench -p meshlog-bench --bench seal`
 //!
@@ -140,6 +142,7 @@ fn main() {
     for keyed in [false, true] {
         sealed_delta_row(&mut rng, keyed);
     }
+    sealed_runs(&writer);
 }
 
 /// A writer of [`DELTA_EVENTS`] events, keyed or not.
@@ -205,4 +208,52 @@ fn sealed_delta_row(rng: &mut SplitMix64, keyed: bool) {
         apply.as_secs_f64() * 1e6 / n,
         apply.as_secs_f64() * 1e9 / DELTA_EVENTS as f64,
     );
+
+/// Run lengths of the sealed-run table: the sync bench's partition of
+/// 1,000 events is one run of 1,000 (1 writer), 10 runs of 100 or 100 runs
+/// of 10 (10 and 100 writers).
+const RUNS: [u64; 4] = [1, 10, 100, 1_000];
+/// The converge and sync benches' payload.
+const RUN_PAYLOAD: usize = 32;
+
+/// What one sealed run of `RUNS` events costs the writer (chain hash over
+/// the run, then one signature) and a receiver (the same chain hash, then
+/// one verification), per run and per event. Unsigned streams are hashed
+/// lazily (docs/SIGNING.md, "Hash chain"), so the hash and the seal are
+/// both what signing adds on the sync path.
+fn sealed_runs(writer: &WriterKey) {
+    let public = writer.public();
+    println!();
+    println!("sealed runs of {RUN_PAYLOAD}-byte events (chain hash over the run + one seal):");
+    println!("| events in the run | sign per run | per event | verify per run | per event |");
+    println!("| --- | --- | --- | --- | --- |");
+    for len in RUNS {
+        let events: Vec<Event> = (1..=len)
+            .map(|seq| Event {
+                stream: writer.stream(),
+                seq,
+                lamport: seq,
+                time_ms: 1_700_000_000_000 + seq,
+                payload: Bytes::from(vec![seq as u8; RUN_PAYLOAD]),
+            })
+            .collect();
+        let sign = per_item(1, || {
+            let head = ChainHash::GENESIS.extend(black_box(&events));
+            black_box(Seal::sign(writer, len, head));
+        });
+        let seal = Seal::sign(writer, len, ChainHash::GENESIS.extend(&events));
+        let verify = per_item(1, || {
+            let head = ChainHash::GENESIS.extend(black_box(&events));
+            assert!(head == seal.head, "the run reaches the sealed hash");
+            black_box(seal.verify(black_box(&public))).expect("an honest seal");
+        });
+        let per_event = |d: Duration| d.as_secs_f64() * 1e9 / len as f64;
+        println!(
+            "| {len} | {} | {:.0} ns | {} | {:.0} ns |",
+            micros(sign),
+            per_event(sign),
+            micros(verify),
+            per_event(verify)
+        );
+    }
 }

@@ -17,6 +17,11 @@
 //!    100,000 events/s. Every acknowledged event was fsynced by `DiskStore`.
 //!    Two rows that are not goals run the same callers on `MemStore`, whose
 //!    commit costs nothing: what the handle itself allows on this machine.
+//!    The batching callers also run keyed (issue 29: the replica sealing its
+//!    stream, `Config::with_key`), quiet, right after the same callers
+//!    unkeyed. Goal: keyed at least 0.9× unkeyed. (A keyed replica signs
+//!    when a delta is built, not per append: nothing here reads deltas, so
+//!    the row measures what a key costs the append path.)
 //! 3. **In-memory appends beside yrs** (issue 28): W writers, each its own
 //!    replica, append E events of 32 bytes one call at a time, writer after
 //!    writer on one thread: through `SharedReplica::in_memory` (the goal
@@ -52,7 +57,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
     Batch, Config, DiskStore, Event, MemStore, Page, Replica, SharedReplica, Store, StoreMeta,
-    StoreView, ROUND_EVENTS_MAX,
+    StoreView, WriterKey, ROUND_EVENTS_MAX,
 };
 
 const CALLERS: usize = 64;
@@ -117,26 +122,32 @@ fn main() {
         "goal"
     );
     let mut rates = Vec::new();
+    let mut keyed_rates = Vec::new();
     for callers in [
         Callers::Single,
         Callers::Batch(16),
         Callers::Batch(64),
         Callers::Async,
     ] {
-        for loaded in [false, true] {
-            let dir = root.join(format!("rate-{}-{loaded}", callers.name()));
-            let (replica, commits) = open_timed(&dir, 0);
-            let row = rate_run(
-                replica,
-                &commits,
-                &callers.name(),
-                true,
-                loaded,
-                callers,
-                run,
-            );
+        // Batching callers also run keyed (issue 29), quiet, right after
+        // the same callers unkeyed.
+        let batching = matches!(callers, Callers::Batch(_));
+        for (loaded, keyed) in [(false, false), (false, true), (true, false)] {
+            if keyed && !batching {
+                continue;
+            }
+            let dir = root.join(format!("rate-{}-{loaded}-{keyed}", callers.name()));
+            let (replica, commits) = open_timed(&dir, 0, keyed);
+            let name = match keyed {
+                true => format!("{}, keyed", callers.name()),
+                false => callers.name(),
+            };
+            let row = rate_run(replica, &commits, &name, true, loaded, callers, run);
             let _ = std::fs::remove_dir_all(&dir);
-            rates.push((callers, loaded, row));
+            match keyed {
+                true => keyed_rates.push((callers, row)),
+                false => rates.push((callers, loaded, row)),
+            }
         }
     }
     // Not goals: the same callers on the in-memory store, whose commit
@@ -182,8 +193,40 @@ fn main() {
         );
     }
 
+    keyed_goals(&rates, &keyed_rates);
+
     println!();
     appends::run();
+}
+
+/// Issue 29: durable appends of batching callers with a key (the replica
+/// sealing its stream) at least this share of the same callers' rate
+/// without.
+const KEYED_RATE_RATIO_MIN: f64 = 0.9;
+
+/// Issue 29's verdict per batching row: keyed beside unkeyed, both quiet.
+fn keyed_goals(rates: &[(Callers, bool, RateRow)], keyed: &[(Callers, RateRow)]) {
+    for (callers, row) in keyed {
+        let Some((_, _, unkeyed)) = rates
+            .iter()
+            .find(|(c, loaded, _)| c.name() == callers.name() && !loaded)
+        else {
+            continue;
+        };
+        let ratio = row.events_per_s / unkeyed.events_per_s;
+        println!(
+            "  issue 29, keyed durable events/s >= {KEYED_RATE_RATIO_MIN}x unkeyed, {} quiet: \
+             {:.0} vs {:.0} ({ratio:.2}x): {}",
+            callers.name(),
+            row.events_per_s,
+            unkeyed.events_per_s,
+            if ratio >= KEYED_RATE_RATIO_MIN {
+                "met"
+            } else {
+                "not met"
+            }
+        );
+    }
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -278,10 +321,19 @@ fn timed<S>(store: S) -> (Timed<S>, Arc<Mutex<Vec<Duration>>>) {
 }
 
 /// A `DiskStore`-backed replica in `dir` holding `log_len` events written
-/// in large batches, its store timed from then on.
-fn open_timed(dir: &Path, log_len: u64) -> (Replica<Timed<DiskStore>>, Arc<Mutex<Vec<Duration>>>) {
+/// in large batches, its store timed from then on; `keyed`, it seals its
+/// stream with a key from a fixed seed (`Config::with_key`).
+fn open_timed(
+    dir: &Path,
+    log_len: u64,
+    keyed: bool,
+) -> (Replica<Timed<DiskStore>>, Arc<Mutex<Vec<Duration>>>) {
     let (store, commits) = timed(DiskStore::open(dir).expect("open the store"));
-    let mut replica = Replica::open(config(), store).expect("open the replica");
+    let config = match keyed {
+        true => Config::with_key(WriterKey::from_bytes([0x29; 32])),
+        false => config(),
+    };
+    let mut replica = Replica::open(config, store).expect("open the replica");
     let mut n = 0;
     while n < log_len {
         let len = (ROUND_EVENTS_MAX as u64).min(log_len - n);
@@ -469,7 +521,7 @@ fn join_all<T>(threads: Vec<JoinHandle<Vec<T>>>) -> Vec<T> {
 }
 
 fn read_run(dir: &Path, design: Design, log_len: u64, run: Duration) -> ReadRow {
-    let (replica, commits) = open_timed(dir, log_len);
+    let (replica, commits) = open_timed(dir, log_len, false);
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     // (page latencies, ack latencies, events appended, rounds committed)

@@ -31,6 +31,11 @@
 //!     everything (heartbeats of both sides, B's deltas, A's ack). Round
 //!     trips count from A's first frame after the heal; the wait for that
 //!     heartbeat (up to one heartbeat interval, 1 s) is printed beside it.
+//!   - *signed* (`meshlog signed`, reconnect): the same, every writer
+//!     sealing its own stream (`Config::with_key`, keys from the seed, so
+//!     the stream ids are the keys' and not the drawn ids); each writer's
+//!     event reaches B in the writer's sealed delta, B keeps and relays the
+//!     seals, A verifies and pins (docs/SIGNING.md).
 //! - **yrs** 0.28: one `YArray` named `log` holding one `Any::Buffer` per
 //!   event, one `Doc` per writer with the writer's id as client id. Sync is
 //!   the one-way pull: A sends `state_vector().encode_v1()`, B answers
@@ -65,7 +70,10 @@
 //!    more than the payload bytes plus one version vector (A's marks, as
 //!    encoded in a frame);
 //! 2. one round trip after the link heals;
-//! 3. meshlog applies faster than yrs and than automerge.
+//! 3. meshlog applies faster than yrs and than automerge;
+//! 4. issue 29: signed, bytes per delivered event at most 1.05× unsigned's
+//!    (the signed apply time beside unsigned's is printed, not judged: the
+//!    time goal is the converge bench's).
 //!
 //! Each goal is judged on the reconnect row; the bytes and round-trip goals
 //! also print the link-kept verdict in brackets (its apply work is the same
@@ -81,7 +89,7 @@ use automerge::transaction::{CommitOptions, Transactable};
 use automerge::{ActorId, AutoCommit, ChangeHash, ObjType, ReadDoc, ScalarValue, ROOT};
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, Replica};
+use meshlog_replica::{Commits, Config, Delta, MemStore, Replica, WriterKey};
 use meshlog_sync::frame::{self, Frame, MarksDiff, Receipt, LENGTH_PREFIX_BYTES};
 use meshlog_sync::proto::{Protocol, Received};
 use meshlog_sync::testkit::{Direction, FaultLink, Faults, SplitMix64};
@@ -110,6 +118,9 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const LINK_BUFFER: usize = 1 << 20;
 /// The goal's slack over payload plus one vector.
 const BYTES_SLACK: f64 = 1.10;
+/// Issue 29: signing on, bytes per delivered event at most this times
+/// unsigned's.
+const SIGNED_BYTES_RATIO_MAX: f64 = 1.05;
 /// Apply timing: in each of `APPLY_PASSES` passes over every row, at least
 /// `APPLY_ROUNDS_MIN` rounds, then more while within the budget; the best
 /// round of all. Passes spread each row's rounds over the run, so a burst of
@@ -237,7 +248,8 @@ fn best_of(mut round: impl FnMut() -> Duration) -> Duration {
 
 /// Appends `events` as the mesh would: writer 0 is B; every other writer
 /// first pulls what B holds (so its clock has seen everything), appends,
-/// and its event reaches B.
+/// and its event reaches B (in the writer's delta: sealed, when the
+/// writer has a key).
 fn meshlog_write(b: &SharedReplica, writers: &mut [Replica], events: &[Ev]) {
     for ev in events {
         if ev.writer == 0 {
@@ -248,26 +260,50 @@ fn meshlog_write(b: &SharedReplica, writers: &mut [Replica], events: &[Ev]) {
         let writer = &mut writers[ev.writer - 1];
         let missing = b.delta_for(&writer.marks(), usize::MAX);
         writer.apply(&missing).expect("writer pulls from B");
-        let event = writer
+        writer
             .append_at(ev.payload.clone(), ev.time_ms)
             .expect("append at a writer");
-        b.apply(Delta {
-            floor: VersionVector::new(),
-            events: vec![event],
-            seals: Vec::new(),
-        })
-        .expect("B receives a writer's event");
+        let event = writer.delta_for(&b.marks(), usize::MAX);
+        debug_assert_eq!(event.events.len(), 1, "the writer's new event alone");
+        b.apply(event).expect("B receives a writer's event");
+    }
+}
+
+/// The writers' keys of a signed run (`ids.len()` of them, B's first),
+/// from the seed: signed streams' ids are their keys' (`WriterKey::stream`),
+/// so a signed run's writers are these, not the scenario's ids.
+fn writer_keys(scn: &Scenario) -> Vec<WriterKey> {
+    let mut rng = SplitMix64::new(SEED ^ scn.writers as u64);
+    (0..scn.ids.len())
+        .map(|_| WriterKey::from_bytes(rng.bytes()))
+        .collect()
+}
+
+/// A writer's replica: unsealed writing `id`, or sealing with `key`.
+fn meshlog_writer(id: u64, key: Option<&WriterKey>) -> Replica {
+    match key {
+        Some(key) => {
+            Replica::open(Config::with_key(key.clone()), MemStore::default()).expect("opens")
+        }
+        None => Replica::new(StreamId::new(id)),
     }
 }
 
 /// A, B and the other writers after the shared history; returns the delta
-/// that gave A the history too (to rebuild A for the apply timing).
-fn meshlog_history(scn: &Scenario) -> (SharedReplica, SharedReplica, Vec<Replica>, Delta) {
+/// that gave A the history too (to rebuild A for the apply timing). With
+/// `keys` (one per writer), every writer seals its stream; A, a reader,
+/// verifies and pins.
+fn meshlog_history(
+    scn: &Scenario,
+    keys: Option<&[WriterKey]>,
+) -> (SharedReplica, SharedReplica, Vec<Replica>, Delta) {
+    let key = |w: usize| keys.map(|keys| &keys[w]);
     let a = SharedReplica::in_memory(StreamId::new(scn.reader));
-    let b = SharedReplica::in_memory(StreamId::new(scn.ids[0]));
+    let b = SharedReplica::with_commits(meshlog_writer(scn.ids[0], key(0)), Commits::Inline);
     let mut writers: Vec<Replica> = scn.ids[1..]
         .iter()
-        .map(|&id| Replica::new(StreamId::new(id)))
+        .enumerate()
+        .map(|(w, &id)| meshlog_writer(id, key(w + 1)))
         .collect();
     meshlog_write(&b, &mut writers, &scn.history);
     let history = b.delta_for(&a.marks(), usize::MAX);
@@ -502,9 +538,10 @@ fn config() -> SessionConfig {
 }
 
 /// A new connection after the partition: both hellos, B's deltas, A's ack.
-fn meshlog_reconnect(scn: &Scenario) -> Row {
+/// With `keys`, every writer seals its stream (the signed row).
+fn meshlog_reconnect(scn: &Scenario, keys: Option<&[WriterKey]>) -> Row {
     paused_runtime().block_on(async {
-        let (a, b, mut writers, history) = meshlog_history(scn);
+        let (a, b, mut writers, history) = meshlog_history(scn, keys);
         meshlog_write(&b, &mut writers, &scn.partition);
         let target = b.marks();
 
@@ -544,7 +581,11 @@ fn meshlog_reconnect(scn: &Scenario) -> Row {
         let session_path = meshlog_session_apply_time(scn.reader, &history, &b_to_a, &target);
         let apply_round = meshlog_apply_round(scn.reader, history, deltas, target);
         Row {
-            system: "meshlog",
+            system: if keys.is_some() {
+                "meshlog signed"
+            } else {
+                "meshlog"
+            },
             a_to_b: bytes(Dir::AtoB),
             b_to_a: bytes(Dir::BtoA),
             messages: frames.len(),
@@ -567,7 +608,7 @@ fn meshlog_reconnect(scn: &Scenario) -> Row {
 /// the heal repairs what the cut lost.
 fn meshlog_link_kept(scn: &Scenario) -> Row {
     paused_runtime().block_on(async {
-        let (a, b, mut writers, history) = meshlog_history(scn);
+        let (a, b, mut writers, history) = meshlog_history(scn, None);
 
         let log = WireLog::default();
         let link = FaultLink::new(SEED, Faults::none());
@@ -1200,6 +1241,48 @@ fn thousands(n: usize) -> String {
     out
 }
 
+/// Issue 29's goal per scenario, signed beside unsigned (both a new
+/// connection): bytes per delivered event; the apply time printed beside.
+/// Returns (goals passed, goals judged).
+fn signed_goals(results: &[(&Scenario, usize, Vec<Row>)]) -> (usize, usize) {
+    let (mut passed, mut total) = (0, 0);
+    println!();
+    println!(
+        "issue 29, signing on (every writer sealing its stream) beside unsigned, a new connection \
+         after the partition of {PARTITION_EVENTS} events:"
+    );
+    for (scn, _, rows) in results {
+        let [unsigned, _, signed, ..] = &rows[..] else {
+            unreachable!("five rows per scenario")
+        };
+        let per_event = |row: &Row| row.bytes() as f64 / PARTITION_EVENTS as f64;
+        let ratio = per_event(signed) / per_event(unsigned);
+        let pass = ratio <= SIGNED_BYTES_RATIO_MAX;
+        total += 1;
+        passed += usize::from(pass);
+        println!(
+            "  {} {:<11} bytes per delivered event ≤ {SIGNED_BYTES_RATIO_MAX}× unsigned: {:.1} vs \
+             {:.1} B ({ratio:.3}×); round trips {:.1}",
+            verdict(pass),
+            scn.name(),
+            per_event(signed),
+            per_event(unsigned),
+            signed.round_trips
+        );
+        println!(
+            "  {:<16} (not a goal here) apply, verification included: {:.1} µs vs {:.1} µs \
+             ({:.2}×, {:.0} ns more per event)",
+            "",
+            signed.apply.as_secs_f64() * 1e6,
+            unsigned.apply.as_secs_f64() * 1e6,
+            signed.apply.as_secs_f64() / unsigned.apply.as_secs_f64(),
+            (signed.apply.as_secs_f64() - unsigned.apply.as_secs_f64()) * 1e9
+                / PARTITION_EVENTS as f64
+        );
+    }
+    (passed, total)
+}
+
 fn verdict(pass: bool) -> &'static str {
     if pass {
         "PASS"
@@ -1253,8 +1336,9 @@ fn main() {
     let mut results: Vec<(&Scenario, usize, Vec<Row>)> = Vec::new();
     for scn in &scenarios {
         let rows = vec![
-            meshlog_reconnect(scn),
+            meshlog_reconnect(scn, None),
             meshlog_link_kept(scn),
+            meshlog_reconnect(scn, Some(&writer_keys(scn))),
             yrs_run(scn),
             automerge_run(scn),
         ];
@@ -1306,8 +1390,8 @@ fn main() {
     let mut passed = 0;
     let mut total = 0;
     for (scn, reference, rows) in &results {
-        let [reconnect, kept, yrs, am] = &rows[..] else {
-            unreachable!("four rows per scenario")
+        let [reconnect, kept, _signed, yrs, am] = &rows[..] else {
+            unreachable!("five rows per scenario")
         };
         let name = scn.name();
         let mut goal = |pass: bool, text: String| {
@@ -1365,6 +1449,9 @@ fn main() {
             ),
         );
     }
+    let (signed_passed, signed_total) = signed_goals(&results);
+    passed += signed_passed;
+    total += signed_total;
     println!();
     println!("idle heartbeat, two converged replicas, 1 s tick (goal: flat, under 1 KB/min):");
     let idle: Vec<(u64, u64)> = IDLE_STREAMS
