@@ -208,6 +208,7 @@ fn sealed_delta_row(rng: &mut SplitMix64, keyed: bool) {
         apply.as_secs_f64() * 1e6 / n,
         apply.as_secs_f64() * 1e9 / DELTA_EVENTS as f64,
     );
+}
 
 /// Run lengths of the sealed-run table: the sync bench's partition of
 /// 1,000 events is one run of 1,000 (1 writer), 10 runs of 100 or 100 runs
