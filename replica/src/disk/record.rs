@@ -97,22 +97,7 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     let chains_len = reader.count(CHAIN_LEN, "chains")?;
     let mut chains = Vec::with_capacity(chains_len);
     for _ in 0..chains_len {
-        let stream = StreamId::new(reader.u64()?);
-        let floor_hash = ChainHash::from_bytes(reader.hash()?);
-        let head_hash = ChainHash::from_bytes(reader.hash()?);
-        let anchored = match reader.take(1)?[0] {
-            0 => false,
-            1 => true,
-            other => return Err(format!("chain of stream {stream}: anchored byte {other}")),
-        };
-        chains.push((
-            stream,
-            StreamChain {
-                floor_hash,
-                head_hash,
-                anchored,
-            },
-        ));
+        chains.push(read_chain(&mut reader)?);
     }
     let hashed_len = reader.count(FLOOR_LEN, "hashed")?;
     let mut hashed: Vec<(StreamId, u64)> = Vec::with_capacity(hashed_len);
@@ -133,18 +118,7 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     let events_len = reader.count(EVENT_HEAD_LEN, "events")?;
     let mut events = Vec::with_capacity(events_len);
     for _ in 0..events_len {
-        let (stream, seq, lamport, time_ms) =
-            (reader.u64()?, reader.u64()?, reader.u64()?, reader.u64()?);
-        let len = reader.count(1, "payload bytes")?;
-        let start = reader.at;
-        reader.take(len)?;
-        events.push(Event {
-            stream: StreamId::new(stream),
-            seq,
-            lamport,
-            time_ms,
-            payload: body.slice(start..start + len),
-        });
+        events.push(read_event(&mut reader, body)?);
     }
     if reader.at != body.len() {
         return Err(format!(
@@ -159,6 +133,40 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     batch.hashed = hashed;
     batch.seals = seals;
     Ok((number, batch))
+}
+
+/// One chain entry: a stream and its chain.
+fn read_chain(reader: &mut Reader<'_>) -> Result<(StreamId, StreamChain), String> {
+    let stream = StreamId::new(reader.u64()?);
+    let floor_hash = ChainHash::from_bytes(reader.hash()?);
+    let head_hash = ChainHash::from_bytes(reader.hash()?);
+    let anchored = match reader.take(1)?[0] {
+        0 => false,
+        1 => true,
+        other => return Err(format!("chain of stream {stream}: anchored byte {other}")),
+    };
+    let chain = StreamChain {
+        floor_hash,
+        head_hash,
+        anchored,
+    };
+    Ok((stream, chain))
+}
+
+/// One event, its payload a slice of the body (no copy).
+fn read_event(reader: &mut Reader<'_>, body: &Bytes) -> Result<Event, String> {
+    let (stream, seq, lamport, time_ms) =
+        (reader.u64()?, reader.u64()?, reader.u64()?, reader.u64()?);
+    let len = reader.count(1, "payload bytes")?;
+    let start = reader.at;
+    reader.take(len)?;
+    Ok(Event {
+        stream: StreamId::new(stream),
+        seq,
+        lamport,
+        time_ms,
+        payload: body.slice(start..start + len),
+    })
 }
 
 /// A stream's kept seals from its `seals` record (the table's codec), or
