@@ -13,10 +13,11 @@
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    AdminKey, Binding, ChainDigest, Config, Cut, Delta, DeltaColumns, DeltaError, Event, Limit,
-    MemStore, Membership, Replica, ReplicaError, RunSeal, Seal, SealError, SharedReplica,
-    WriterAdmission, WriterKey,
+    AdminKey, Binding, Config, Cut, Delta, DeltaColumns, DeltaError, Event, Limit, MemStore,
+    Membership, Replica, ReplicaError, RunSeal, Seal, SealError, SharedReplica, WriterAdmission,
+    WriterKey,
 };
+use meshlog_testkit::Snapshot;
 
 fn admin() -> AdminKey {
     AdminKey::from_bytes([100; 32])
@@ -60,27 +61,13 @@ fn admitting(secrets: &[u8]) -> Membership {
 }
 
 /// What a refusal must leave unchanged.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    marks: VersionVector,
-    floor: VersionVector,
-    chains: ChainDigest,
-    events: Vec<Event>,
-}
-
 fn snapshot(replica: &Replica<MemStore>) -> Snapshot {
-    let mut events = Vec::new();
-    for (stream, head) in replica.marks().iter() {
-        for seq in replica.floor().get(stream) + 1..=head {
-            events.extend(replica.get(stream, seq));
-        }
-    }
-    Snapshot {
-        marks: replica.marks(),
-        floor: replica.floor(),
-        chains: replica.chain_digest(),
-        events,
-    }
+    Snapshot::new(
+        replica.marks(),
+        replica.floor(),
+        replica.chain_digest(),
+        |stream, seq| replica.get(stream, seq),
+    )
 }
 
 /// Applies `delta`, which must be refused with a `DeltaError`, and checks

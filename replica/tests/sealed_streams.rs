@@ -14,9 +14,9 @@
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    ChainDigest, Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError, RunSeal, Seal,
-    WriterKey,
+    Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError, RunSeal, Seal, WriterKey,
 };
+use meshlog_testkit::Snapshot;
 
 fn keyed(secret: u8) -> (WriterKey, Replica<MemStore>) {
     let key = WriterKey::from_bytes([secret; 32]);
@@ -62,27 +62,13 @@ fn an_unkeyed_replica_seals_nothing() {
 }
 
 /// What a refusal must leave unchanged.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    marks: VersionVector,
-    floor: VersionVector,
-    chains: ChainDigest,
-    events: Vec<Event>,
-}
-
 fn snapshot(replica: &Replica<MemStore>) -> Snapshot {
-    let mut events = Vec::new();
-    for (stream, head) in replica.marks().iter() {
-        for seq in replica.floor().get(stream) + 1..=head {
-            events.extend(replica.get(stream, seq));
-        }
-    }
-    Snapshot {
-        marks: replica.marks(),
-        floor: replica.floor(),
-        chains: replica.chain_digest(),
-        events,
-    }
+    Snapshot::new(
+        replica.marks(),
+        replica.floor(),
+        replica.chain_digest(),
+        |stream, seq| replica.get(stream, seq),
+    )
 }
 
 /// A keyed writer with `len` events, and a receiver that took its first

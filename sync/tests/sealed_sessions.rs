@@ -34,16 +34,16 @@ use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::StreamId;
 use meshlog_replica::{
-    ChainDigest, Commits, Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError,
-    WriterKey,
+    Commits, Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError, WriterKey,
 };
 use meshlog_sync::testkit::{self, SplitMix64};
 use meshlog_sync::{
     LimitHit, ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SharedReplica,
 };
 use meshlog_testkit::hostile::tamperings;
+use meshlog_testkit::Snapshot;
 
 const RECEIVER: StreamId = StreamId::new(0xa);
 const CONVERGE_WITHIN: Duration = Duration::from_secs(30);
@@ -61,28 +61,13 @@ fn keyed(secret: u8) -> (WriterKey, SharedReplica) {
 }
 
 /// What a refusal must leave unchanged.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    marks: VersionVector,
-    floor: VersionVector,
-    chains: ChainDigest,
-    events: Vec<Event>,
-}
-
 fn snapshot(replica: &SharedReplica) -> Snapshot {
-    let (marks, floor) = (replica.marks(), replica.floor());
-    let mut events = Vec::new();
-    for (stream, head) in marks.iter() {
-        for seq in floor.get(stream) + 1..=head {
-            events.extend(replica.get(stream, seq));
-        }
-    }
-    Snapshot {
-        marks,
-        floor,
-        chains: replica.chain_digest(),
-        events,
-    }
+    Snapshot::new(
+        replica.marks(),
+        replica.floor(),
+        replica.chain_digest(),
+        |stream, seq| replica.get(stream, seq),
+    )
 }
 
 /// Appends `low` to `high` events (drawn) of seeded payloads to `replica`.

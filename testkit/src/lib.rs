@@ -53,11 +53,13 @@ pub mod hostile;
 pub mod power;
 pub mod rng;
 pub mod seed;
+pub mod snapshot;
 pub mod store;
 
 pub use alloc::CountingAlloc;
 pub use power::{Loss, PowerBackend, PowerDisk};
 pub use rng::SplitMix64;
+pub use snapshot::Snapshot;
 pub use store::{CommitFaults, CommitGate, FlakyError, FlakyStore, HeldCommit, HeldStore};
 
 // The kit's own unit tests measure with the allocator they test.
