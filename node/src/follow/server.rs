@@ -96,10 +96,9 @@ pub(crate) async fn follow_upgrade(
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
         Err(error) => {
-            return ApiError::new(
-                StatusCode::UPGRADE_REQUIRED,
-                "upgrade_required",
-                format!("GET /follow is a WebSocket upgrade: {}", error.body_text()),
+            return ApiError::upgrade_required(
+                "/follow",
+                format_args!("is a WebSocket upgrade: {}", error.body_text()),
             )
             .into_response()
         }

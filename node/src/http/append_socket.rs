@@ -71,13 +71,9 @@ pub(crate) async fn append_upgrade(
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
         Err(error) => {
-            return ApiError::new(
-                StatusCode::UPGRADE_REQUIRED,
-                "upgrade_required",
-                format!(
-                    "GET /events/append is a WebSocket upgrade: {}",
-                    error.body_text()
-                ),
+            return ApiError::upgrade_required(
+                "/events/append",
+                format_args!("is a WebSocket upgrade: {}", error.body_text()),
             )
             .into_response()
         }

@@ -27,6 +27,16 @@ impl ApiError {
         }
     }
 
+    /// 426 `upgrade_required`: a WebSocket or sync route asked without
+    /// its upgrade; `why` says what `route` takes.
+    pub fn upgrade_required(route: &str, why: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            StatusCode::UPGRADE_REQUIRED,
+            "upgrade_required",
+            format!("GET {route} {why}"),
+        )
+    }
+
     /// Adds a field beside `error` and `message`.
     pub fn with(mut self, key: &str, value: Value) -> ApiError {
         self.extra.insert(key.to_owned(), value);

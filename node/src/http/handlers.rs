@@ -656,10 +656,9 @@ pub async fn remove_peer(
 )]
 pub async fn sync_upgrade(State(state): Shared, mut request: Request) -> Response {
     if !asks_sync_upgrade(request.headers()) {
-        return ApiError::new(
-            StatusCode::UPGRADE_REQUIRED,
-            "upgrade_required",
-            format!("GET /sync takes `Connection: Upgrade` and `Upgrade: {SYNC_PROTOCOL}`"),
+        return ApiError::upgrade_required(
+            "/sync",
+            format_args!("takes `Connection: Upgrade` and `Upgrade: {SYNC_PROTOCOL}`"),
         )
         .into_response();
     }
