@@ -26,11 +26,19 @@
 //!   `chains`) list the same streams at the same heads, with equal chain
 //!   hashes wherever both nodes hold the stream anchored
 //!   ([`chains_agree`]), whatever each compacted.
+//! - **No forgery.** Every event a node holds or a reader is given carries
+//!   a payload an honest writer sent, in that writer's stream; no node's
+//!   floor lies past what a compaction could set (its stream's head minus
+//!   the smallest `keep_last`; no floor at all without a compaction).
+//! - **With the hostile node** (`--hostile-node`): no forged event was
+//!   acknowledged by a node, and every kind of forgery was refused (or,
+//!   for a floor, acknowledged) at least once, so the run shows it was
+//!   really tried.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::history::{AppendOutcome, Event, PageOutcome, Record};
+use crate::history::{AppendOutcome, Event, Forgery, ForgeryOutcome, PageOutcome, Record};
 
 /// Whether two `GET /marks` `chains` objects agree: the same streams at
 /// the same heads, and equal chain hashes wherever both are non-null (a
@@ -195,6 +203,44 @@ pub enum Violation {
         /// What differs, in words.
         detail: String,
     },
+    /// An event no honest writer sent (its payload was never sent, or was
+    /// sent by another stream's writer) is held by a node or was given to
+    /// a reader.
+    Forged {
+        /// Where it was seen (`node 2`, `reader 1`).
+        seen_by: String,
+        /// The event.
+        id: EventId,
+        /// Its payload.
+        payload: String,
+    },
+    /// A node's floor on a stream lies past anything a compaction could
+    /// have set: events were erased without authority.
+    Erased {
+        /// The node.
+        node: usize,
+        /// The stream.
+        stream: u64,
+        /// The node's floor.
+        floor: u64,
+        /// The highest floor a compaction could have set.
+        bound: u64,
+    },
+    /// A node acknowledged a forged event (applied the delta carrying it).
+    ForgeryTaken {
+        /// The node.
+        node: usize,
+        /// What was forged.
+        forgery: Forgery,
+        /// The event forged or altered.
+        id: EventId,
+    },
+    /// The hostile node never had a forgery of this kind refused (or, for
+    /// a floor, acknowledged): the run does not show it was tried.
+    ForgeryUntried {
+        /// The kind.
+        forgery: Forgery,
+    },
     /// A stream id in the history is not a decimal `u64`.
     BadStream {
         /// The text.
@@ -263,6 +309,37 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "nodes {node} and {other} differ in chain heads: {detail}"
+            ),
+            Violation::Forged {
+                seen_by,
+                id: e,
+                payload,
+            } => write!(
+                f,
+                "forged: {} with payload {payload:?}, which no honest writer of that stream sent, as seen by {seen_by}",
+                id(e)
+            ),
+            Violation::Erased {
+                node,
+                stream,
+                floor,
+                bound,
+            } => write!(
+                f,
+                "erased: node {node}'s floor on stream {stream} is {floor}, past the {bound} a compaction could set"
+            ),
+            Violation::ForgeryTaken {
+                node,
+                forgery,
+                id: e,
+            } => write!(
+                f,
+                "forgery taken: node {node} acknowledged {forgery:?} at {}",
+                id(e)
+            ),
+            Violation::ForgeryUntried { forgery } => write!(
+                f,
+                "forgery untried: the hostile node never had {forgery:?} refused (or a floor acknowledged)"
             ),
             Violation::BadStream { stream } => write!(f, "stream id {stream:?} is not a u64"),
         }
@@ -430,6 +507,9 @@ pub fn check(records: &[Record]) -> Verdict {
         }
     }
     check_chains(records, &mut violations);
+    check_forged(records, &mut violations);
+    check_floors(records, &finals, &mut violations);
+    check_forgeries(records, &mut violations);
     if let Some((first_node, (first_held, _))) = finals.iter().next() {
         verdict.final_events = first_held.len();
         for (node, (held, _)) in finals.iter().skip(1) {
@@ -551,6 +631,149 @@ pub fn check(records: &[Record]) -> Verdict {
     verdict
 }
 
+/// No node holds, and no reader was given, an event whose payload no
+/// writer sent, or sent for another stream than the event's
+/// ([`Violation::Forged`]). A writer's stream is its node's (the start
+/// record); payloads are unique in a run.
+fn check_forged(records: &[Record], violations: &mut Vec<Violation>) {
+    let streams: Vec<&str> = records
+        .iter()
+        .find_map(|r| match r {
+            Record::Start { nodes, .. } => Some(nodes.iter().map(|n| n.stream.as_str()).collect()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let mut sent: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for record in records {
+        if let Record::Append {
+            writer, payloads, ..
+        } = record
+        {
+            for payload in payloads {
+                sent.insert(payload, streams.get(*writer).copied());
+            }
+        }
+    }
+    let mut judge = |seen_by: String, event: &Event| {
+        let honest = match sent.get(event.payload.as_str()) {
+            None => false,
+            Some(stream) => stream.is_none_or(|stream| stream == event.stream),
+        };
+        if !honest {
+            violations.push(Violation::Forged {
+                seen_by,
+                id: (event.stream.parse().unwrap_or(0), event.seq),
+                payload: event.payload.clone(),
+            });
+        }
+    };
+    for record in records {
+        match record {
+            Record::Final { node, events, .. } => {
+                events.iter().for_each(|e| judge(format!("node {node}"), e))
+            }
+            Record::Page {
+                reader,
+                outcome: PageOutcome::Ok { events, .. },
+                ..
+            } => events
+                .iter()
+                .for_each(|e| judge(format!("reader {reader}"), e)),
+            _ => {}
+        }
+    }
+}
+
+/// No node's floor lies past what a compaction could set
+/// ([`Violation::Erased`]): a compaction keeps each stream's last
+/// `keep_last` events (and a floor learned from a peer is that peer's), so
+/// a floor is at most the stream's highest head minus the smallest
+/// `keep_last` the history's compactions used; without one, 0.
+fn check_floors(
+    records: &[Record],
+    finals: &BTreeMap<usize, FinalLog>,
+    violations: &mut Vec<Violation>,
+) {
+    let keep_min = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Fault { action, .. } => action
+                .split("keep_last ")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok(),
+            _ => None,
+        })
+        .min();
+    let mut heads: BTreeMap<u64, u64> = BTreeMap::new();
+    for (held, _) in finals.values() {
+        for (stream, seq) in held.keys() {
+            let head = heads.entry(*stream).or_default();
+            *head = (*head).max(*seq);
+        }
+    }
+    for (node, (_, floors)) in finals {
+        for (stream, floor) in floors {
+            let head = heads.get(stream).copied().unwrap_or(0);
+            let bound = keep_min.map_or(0, |keep| head.saturating_sub(keep));
+            if *floor > bound {
+                violations.push(Violation::Erased {
+                    node: *node,
+                    stream: *stream,
+                    floor: *floor,
+                    bound,
+                });
+            }
+        }
+    }
+}
+
+/// The hostile node's attempts: no forged event acknowledged
+/// ([`Violation::ForgeryTaken`]), and, in a run the start record marks
+/// hostile, every kind refused (a floor: acknowledged) at least once
+/// ([`Violation::ForgeryUntried`]; but the stolen key's forgery, which a
+/// node cannot refuse: it is planted to be taken).
+fn check_forgeries(records: &[Record], violations: &mut Vec<Violation>) {
+    let hostile = records
+        .iter()
+        .any(|r| matches!(r, Record::Start { hostile: true, .. }));
+    let mut shown: BTreeSet<Forgery> = BTreeSet::new();
+    for record in records {
+        let Record::Forgery {
+            node,
+            forgery,
+            stream,
+            seq,
+            outcome,
+            ..
+        } = record
+        else {
+            continue;
+        };
+        match (forgery.is_event(), outcome) {
+            (true, ForgeryOutcome::Acknowledged) => violations.push(Violation::ForgeryTaken {
+                node: *node,
+                forgery: *forgery,
+                id: (stream.parse().unwrap_or(0), *seq),
+            }),
+            (true, ForgeryOutcome::Refused) | (false, ForgeryOutcome::Acknowledged) => {
+                shown.insert(*forgery);
+            }
+            _ => {}
+        }
+    }
+    if !hostile {
+        return;
+    }
+    for forgery in Forgery::ALL {
+        if forgery != Forgery::StolenKey && !shown.contains(&forgery) {
+            violations.push(Violation::ForgeryUntried { forgery });
+        }
+    }
+}
+
 fn check_page(
     reader: usize,
     page: usize,
@@ -654,6 +877,7 @@ mod tests {
                     url: "http://10.77.0.11:7070".into(),
                     stream: "1".into(),
                 }],
+                hostile: false,
             },
             append(1, 1, 1),
             append(2, 1, 1),
@@ -960,12 +1184,20 @@ mod tests {
         let mut forged = event(1, 2, 2);
         forged.payload = "forged".into();
         records[7] = page(0, vec![forged]);
+        // A payload no writer sent is also a forgery.
         assert_eq!(
             violations(&records),
-            vec![Violation::WrongPayload {
-                seen_by: "reader 0".into(),
-                id: (1, 2)
-            }]
+            vec![
+                Violation::Forged {
+                    seen_by: "reader 0".into(),
+                    id: (1, 2),
+                    payload: "forged".into()
+                },
+                Violation::WrongPayload {
+                    seen_by: "reader 0".into(),
+                    id: (1, 2)
+                }
+            ]
         );
     }
 }
