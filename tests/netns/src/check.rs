@@ -368,6 +368,10 @@ pub struct Verdict {
     /// Milliseconds from the final heal to equal digests (the first
     /// measurement, links possibly still impaired).
     pub converged_ms: Option<u64>,
+    /// Per kind of forgery the hostile node sent: `(sent, shown)`, sent
+    /// on a session (tried and answered, or not), and shown answered as
+    /// it must be (an event refused, a floor acknowledged).
+    pub forgeries: BTreeMap<Forgery, (usize, usize)>,
     /// What went wrong; empty when the history passes.
     pub violations: Vec<Violation>,
 }
@@ -395,6 +399,9 @@ fn parse_stream(text: &str, violations: &mut Vec<Violation>) -> Option<u64> {
 pub fn check(records: &[Record]) -> Verdict {
     let mut verdict = Verdict::default();
     let mut violations = Vec::new();
+    // First, so that a forgery a node took is named before what follows
+    // from it (divergence, lost and forged events).
+    check_forgeries(records, &mut verdict.forgeries, &mut violations);
 
     // What was acknowledged: id -> payload; and what was refused.
     let mut acked: BTreeMap<EventId, String> = BTreeMap::new();
@@ -509,7 +516,6 @@ pub fn check(records: &[Record]) -> Verdict {
     check_chains(records, &mut violations);
     check_forged(records, &mut violations);
     check_floors(records, &finals, &mut violations);
-    check_forgeries(records, &mut violations);
     if let Some((first_node, (first_held, _))) = finals.iter().next() {
         verdict.final_events = first_held.len();
         for (node, (held, _)) in finals.iter().skip(1) {
@@ -735,7 +741,11 @@ fn check_floors(
 /// hostile, every kind refused (a floor: acknowledged) at least once
 /// ([`Violation::ForgeryUntried`]; but the stolen key's forgery, which a
 /// node cannot refuse: it is planted to be taken).
-fn check_forgeries(records: &[Record], violations: &mut Vec<Violation>) {
+fn check_forgeries(
+    records: &[Record],
+    counts: &mut BTreeMap<Forgery, (usize, usize)>,
+    violations: &mut Vec<Violation>,
+) {
     let hostile = records
         .iter()
         .any(|r| matches!(r, Record::Start { hostile: true, .. }));
@@ -752,16 +762,23 @@ fn check_forgeries(records: &[Record], violations: &mut Vec<Violation>) {
         else {
             continue;
         };
-        match (forgery.is_event(), outcome) {
-            (true, ForgeryOutcome::Acknowledged) => violations.push(Violation::ForgeryTaken {
+        if forgery.is_event() && *outcome == ForgeryOutcome::Acknowledged {
+            violations.push(Violation::ForgeryTaken {
                 node: *node,
                 forgery: *forgery,
                 id: (stream.parse().unwrap_or(0), *seq),
-            }),
-            (true, ForgeryOutcome::Refused) | (false, ForgeryOutcome::Acknowledged) => {
-                shown.insert(*forgery);
-            }
-            _ => {}
+            });
+        }
+        let count = counts.entry(*forgery).or_default();
+        if !matches!(
+            outcome,
+            ForgeryOutcome::NoSession { .. } | ForgeryOutcome::NotTried { .. }
+        ) {
+            count.0 += 1;
+        }
+        if forgery.shown_by(outcome) {
+            count.1 += 1;
+            shown.insert(*forgery);
         }
     }
     if !hostile {
@@ -1198,6 +1215,156 @@ mod tests {
                     id: (1, 2)
                 }
             ]
+        );
+    }
+
+    /// The clean history with node 1 holding `extra` besides the rest.
+    fn held_by_node_1(extra: Event) -> Vec<Record> {
+        let mut records = clean();
+        records[11] = final_log(
+            1,
+            vec![event(1, 1, 1), event(2, 1, 1), event(1, 2, 2), extra],
+        );
+        records
+    }
+
+    #[test]
+    fn an_event_no_honest_writer_sent_is_named_forged() {
+        // A payload no writer sent, at the next seq of stream 1.
+        let mut forged = event(1, 3, 3);
+        forged.payload = "forged-1".into();
+        let found = violations(&held_by_node_1(forged));
+        assert!(
+            found.contains(&Violation::Forged {
+                seen_by: "node 1".into(),
+                id: (1, 3),
+                payload: "forged-1".into()
+            }),
+            "{found:?}"
+        );
+        // A payload writer 0 (node n1, stream 1) sent, claimed for
+        // stream 2.
+        let mut records = clean();
+        if let Record::Append { writer, .. } = &mut records[1] {
+            *writer = 0;
+        }
+        let mut moved = event(2, 2, 3);
+        moved.payload = "p1-1".into();
+        records[11] = final_log(
+            1,
+            vec![event(1, 1, 1), event(2, 1, 1), event(1, 2, 2), moved],
+        );
+        let found = violations(&records);
+        assert!(
+            found.contains(&Violation::Forged {
+                seen_by: "node 1".into(),
+                id: (2, 2),
+                payload: "p1-1".into()
+            }),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_floor_past_what_a_compaction_could_set_is_named_erased() {
+        // No compaction in the history: any floor is an erasure.
+        let mut records = clean();
+        if let Record::Final { floor, events, .. } = &mut records[11] {
+            floor.insert("1".into(), 1);
+            events.retain(|e| (e.stream.as_str(), e.seq) != ("1", 1));
+        }
+        let found = violations(&records);
+        assert!(
+            found.contains(&Violation::Erased {
+                node: 1,
+                stream: 1,
+                floor: 1,
+                bound: 0
+            }),
+            "{found:?}"
+        );
+        // A compaction keeping 1 allows floor 1 on stream 1 (head 2), not 2.
+        records.insert(
+            5,
+            Record::Fault {
+                t_ms: 3,
+                action: "compact every node, keep_last 1 (n1 dropped 1)".into(),
+            },
+        );
+        assert!(!violations(&records)
+            .iter()
+            .any(|v| matches!(v, Violation::Erased { .. })));
+        if let Record::Final { floor, .. } = &mut records[12] {
+            floor.insert("1".into(), 2);
+        }
+        assert!(violations(&records).contains(&Violation::Erased {
+            node: 1,
+            stream: 1,
+            floor: 2,
+            bound: 1
+        }));
+    }
+
+    fn forgery(forgery: Forgery, outcome: ForgeryOutcome) -> Record {
+        Record::Forgery {
+            t_ms: 1,
+            node: 0,
+            forgery,
+            stream: "2".into(),
+            seq: 2,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn a_forgery_taken_or_never_refused_is_named() {
+        let mut records = clean();
+        if let Record::Start { hostile, .. } = &mut records[0] {
+            *hostile = true;
+        }
+        // Every kind shown once: refused, or (a floor) acknowledged.
+        for kind in Forgery::ALL {
+            let outcome = if kind.is_event() {
+                ForgeryOutcome::Refused
+            } else {
+                ForgeryOutcome::Acknowledged
+            };
+            if kind != Forgery::StolenKey {
+                records.push(forgery(kind, outcome));
+            }
+        }
+        assert_eq!(violations(&records), vec![]);
+        // A node acknowledged a forged event.
+        records.push(forgery(Forgery::WrongKey, ForgeryOutcome::Acknowledged));
+        assert_eq!(
+            violations(&records),
+            vec![Violation::ForgeryTaken {
+                node: 0,
+                forgery: Forgery::WrongKey,
+                id: (2, 2)
+            }]
+        );
+        // An altered run that was never refused (only closed, not tried).
+        records.pop();
+        records.retain(|r| {
+            !matches!(
+                r,
+                Record::Forgery {
+                    forgery: Forgery::AlteredLamport,
+                    ..
+                }
+            )
+        });
+        records.push(forgery(Forgery::AlteredLamport, ForgeryOutcome::Closed));
+        records.push(forgery(
+            Forgery::AlteredLamport,
+            ForgeryOutcome::NotTried { why: "none".into() },
+        ));
+        assert_eq!(
+            violations(&records),
+            vec![Violation::ForgeryUntried {
+                forgery: Forgery::AlteredLamport
+            }]
         );
     }
 }

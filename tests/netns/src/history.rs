@@ -182,6 +182,16 @@ impl Forgery {
             Forgery::FloorAhead | Forgery::FloorMax | Forgery::FloorErasing
         )
     }
+
+    /// Whether `outcome` shows this forgery really tried and answered as
+    /// it must be: an event refused, a floor acknowledged.
+    pub fn shown_by(self, outcome: &ForgeryOutcome) -> bool {
+        match outcome {
+            ForgeryOutcome::Refused => self.is_event(),
+            ForgeryOutcome::Acknowledged => !self.is_event(),
+            _ => false,
+        }
+    }
 }
 
 /// What an honest node did with a forgery.

@@ -51,8 +51,8 @@ pub const HOSTILE_STREAM: u64 = 6;
 const HONEST_SESSION: Duration = Duration::from_millis(300);
 /// How long a dial, a hello or a node's answer to a forgery may take.
 const ANSWER_BOUND: Duration = Duration::from_secs(3);
-/// Why an altered run was not tried.
-const NO_NODE_LACKING: &str = "no node lacked anything this peer holds";
+/// Why an altered run or the stolen key's forgery was not tried.
+const NO_NODE_FITS: &str = "no node's marks fit: none lacked what this peer holds";
 /// The byte budget of the deltas it builds from its replica.
 const DELTA_BYTES: usize = 64 << 10;
 
@@ -168,6 +168,9 @@ impl Hostile {
                         self.honest_session(source).await;
                         source = (source + 1) % NODES;
                     }
+                    if let (Forgery::StolenKey, Some((_, stream))) = (forgery, &self.stolen) {
+                        self.honest_session(stream.get() as usize - 1).await;
+                    }
                     record(self.attempt(node, forgery).await);
                 }
                 node = (node + 1) % NODES;
@@ -203,13 +206,32 @@ impl Hostile {
             seq: 0,
             outcome: ForgeryOutcome::NotTried { why: String::new() },
         };
-        let opened = match forgery {
-            Forgery::AlteredPayload | Forgery::AlteredLamport => self.open_lacking().await,
+        let ours = self.replica.marks();
+        let opened = match (forgery, &self.stolen) {
+            (Forgery::AlteredPayload | Forgery::AlteredLamport, _) => {
+                // A node lacking events of another writer that this peer
+                // holds: a sealed run it lacks.
+                self.open_first(|node, marks| {
+                    ours.iter().any(|(stream, seq)| {
+                        stream.get() != node as u64 + 1 && marks.get(stream) < seq
+                    })
+                })
+                .await
+            }
+            (Forgery::StolenKey, Some((_, stolen))) => {
+                // A node holding no more of the stolen stream than this
+                // peer: the forgery can extend what it holds.
+                let stolen = *stolen;
+                self.open_first(|node, marks| {
+                    stolen.get() != node as u64 + 1 && marks.get(stolen) <= ours.get(stolen)
+                })
+                .await
+            }
             _ => open(node, self.peer_key.clone(), self.hello()).await,
         };
         let mut open = match opened {
             Ok(open) => open,
-            Err(why) if why == NO_NODE_LACKING => {
+            Err(why) if why == NO_NODE_FITS => {
                 attempt.outcome = ForgeryOutcome::NotTried { why };
                 return attempt;
             }
@@ -255,27 +277,24 @@ impl Hostile {
         })
     }
 
-    /// Sessions with every node at once; the first whose hello shows it
-    /// lacks events this peer holds of another writer (so a sealed run it
-    /// lacks can be altered before the mesh brings it), or an error when
-    /// none does.
-    async fn open_lacking(&self) -> Result<Open, String> {
-        let ours = self.replica.marks();
+    /// Sessions with every node at once; the first whose hello's marks
+    /// `fits` (so that what is forged against them is not overtaken by the
+    /// mesh while other nodes are asked), or an error when none does.
+    async fn open_first(
+        &self,
+        fits: impl Fn(usize, &VersionVector) -> bool,
+    ) -> Result<Open, String> {
         let mut opening = tokio::task::JoinSet::new();
         for node in 0..NODES {
             opening.spawn(open(node, self.peer_key.clone(), self.hello()));
         }
         while let Some(done) = opening.join_next().await {
-            let Ok(Ok(open)) = done else { continue };
-            let own = open.node as u64 + 1;
-            let lacks = ours
-                .iter()
-                .any(|(stream, seq)| stream.get() != own && open.marks.get(stream) < seq);
-            if lacks {
-                return Ok(open);
+            match done {
+                Ok(Ok(open)) if fits(open.node, &open.marks) => return Ok(open),
+                _ => {}
             }
         }
-        Err(NO_NODE_LACKING.into())
+        Err(NO_NODE_FITS.into())
     }
 
     /// The forged delta against a node holding `marks` whose own stream is

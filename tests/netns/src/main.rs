@@ -87,6 +87,27 @@ fn print_verdict(verdict: &Verdict) {
     }
 }
 
+/// The hostile node's forgeries, per kind: sent on a session, and refused
+/// (an event) or acknowledged and ignored (a floor).
+fn print_forgeries(verdict: &Verdict) {
+    if verdict.forgeries.is_empty() {
+        return;
+    }
+    let kinds: Vec<String> = verdict
+        .forgeries
+        .iter()
+        .map(|(forgery, (sent, shown))| {
+            let answer = if forgery.is_event() {
+                "refused"
+            } else {
+                "ignored"
+            };
+            format!("{forgery:?} {sent} sent/{shown} {answer}")
+        })
+        .collect();
+    println!("  hostile node: {}", kinds.join(", "));
+}
+
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
@@ -114,6 +135,7 @@ fn main() -> ExitCode {
             verdict.checked,
             verdict.violations.len()
         );
+        print_forgeries(&verdict);
         print_verdict(&verdict);
         return if verdict.passed() {
             ExitCode::SUCCESS
@@ -228,6 +250,7 @@ fn main() -> ExitCode {
                         String::new()
                     }
                 );
+                print_forgeries(verdict);
                 println!("  history: {}", outcome.history.display());
                 print_verdict(verdict);
                 failed |= !verdict.passed();
