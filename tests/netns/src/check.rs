@@ -310,6 +310,20 @@ impl fmt::Display for Violation {
                 f,
                 "nodes {node} and {other} differ in chain heads: {detail}"
             ),
+            Violation::Forged { .. }
+            | Violation::Erased { .. }
+            | Violation::ForgeryTaken { .. }
+            | Violation::ForgeryUntried { .. } => self.fmt_forgery(f),
+            Violation::BadStream { stream } => write!(f, "stream id {stream:?} is not a u64"),
+        }
+    }
+}
+
+impl Violation {
+    /// The forgery rules' violations, in words.
+    fn fmt_forgery(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = |(stream, seq): &EventId| format!("stream {stream} seq {seq}");
+        match self {
             Violation::Forged {
                 seen_by,
                 id: e,
@@ -341,7 +355,7 @@ impl fmt::Display for Violation {
                 f,
                 "forgery untried: the hostile node never had {forgery:?} refused (or a floor acknowledged)"
             ),
-            Violation::BadStream { stream } => write!(f, "stream id {stream:?} is not a u64"),
+            _ => Ok(()),
         }
     }
 }

@@ -394,8 +394,7 @@ impl Hostile {
         let last = delta
             .events
             .iter_mut()
-            .filter(|e| e.stream == stream)
-            .next_back()
+            .rfind(|e| e.stream == stream)
             .ok_or("a seal without its run")?;
         if forgery == Forgery::AlteredPayload {
             self.forged += 1;
