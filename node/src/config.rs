@@ -47,6 +47,13 @@ pub struct ServeArgs {
     /// A legacy-stream binding the admin signed (hex). Repeatable.
     #[arg(long = "binding", env = "MESHLOG_BINDINGS", value_delimiter = ',')]
     pub bindings: Vec<String>,
+    /// Refuse events of every stream that comes unsealed (a legacy
+    /// stream, from before signed streams): a peer relaying one keeps its
+    /// link, that stream is cut from its deltas (`docs/OPERATIONS.md`,
+    /// "Writer keys and trust"). Or `require_seals = true` in the
+    /// `--config` file.
+    #[arg(long, env = "MESHLOG_REQUIRE_SEALS")]
+    pub require_seals: bool,
     /// A TOML file with limits and timings (`docs/HTTP.md`, "Limits").
     #[arg(long, env = "MESHLOG_CONFIG")]
     pub config: Option<PathBuf>,
@@ -167,6 +174,8 @@ pub struct FileSettings {
     pub admissions: Option<Vec<String>>,
     /// Bindings the admin signed (hex), see [`crate::trust`].
     pub bindings: Option<Vec<String>>,
+    /// Refuse unsealed streams, see [`NodeConfig::require_seals`].
+    pub require_seals: Option<bool>,
 }
 
 /// The HTTP server's bounds.
@@ -303,6 +312,11 @@ pub struct NodeConfig {
     /// Which writers the node accepts, and the legacy streams bound to
     /// their keys (open by default; [`crate::trust`]).
     pub trust: meshlog_replica::Membership,
+    /// Refuse every stream that comes unsealed
+    /// ([`meshlog_replica::Config::require_seals`]): its events are cut
+    /// from a peer's deltas, the link kept. Off by default (a mesh with
+    /// legacy streams keeps taking them).
+    pub require_seals: bool,
     /// The HTTP server's bounds.
     pub limits: Limits,
     /// Sync timings.
@@ -337,6 +351,7 @@ impl NodeConfig {
             peers: Vec::new(),
             stream_id: None,
             trust: meshlog_replica::Membership::open(),
+            require_seals: false,
             limits: Limits::default(),
             sync: SyncSettings::default(),
             follow: FollowSettings::default(),
@@ -365,6 +380,7 @@ impl NodeConfig {
             bindings: joined(file.bindings.as_deref(), args.bindings),
         };
         config.trust = trust.membership()?;
+        config.require_seals = args.require_seals || file.require_seals.unwrap_or(false);
         config.security = Security {
             secrets: crate::auth::SecretSources {
                 file: args.secrets,
@@ -695,9 +711,14 @@ mod tests {
             error.to_string().contains("writers entry \"nothex\""),
             "{error}"
         );
-        // No trust settings: open.
+        // No trust settings: open, seals not required.
         std::fs::write(&file, "").unwrap();
         assert!(parse(&[]).unwrap().trust.is_open());
+        assert!(!parse(&[]).unwrap().require_seals);
+        // require_seals: from the flag or the file.
+        assert!(parse(&["--require-seals"]).unwrap().require_seals);
+        std::fs::write(&file, "require_seals = true\n").unwrap();
+        assert!(parse(&[]).unwrap().require_seals);
     }
 
     /// A bounded setting is taken as given at either edge of its range

@@ -60,10 +60,21 @@ pub enum OpenError {
     },
 }
 
+/// What the node's replica opens with besides its data directory.
+#[derive(Debug, Clone)]
+pub struct OpenSettings {
+    /// The trust configuration's membership (`Config::membership`).
+    pub trust: Membership,
+    /// Refuse unsealed streams (`Config::require_seals`).
+    pub require_seals: bool,
+    /// `Config::payload_bytes_max`.
+    pub payload_bytes_max: usize,
+}
+
 impl NodeReplica {
     /// Opens (or creates) the durable replica in `dir`, with its writer
-    /// key (`writer.key`, created on the first start) and `trust` as its
-    /// membership. The stream is the one the key derives on the first
+    /// key (`writer.key`, created on the first start) and `settings`'
+    /// trust as its membership. The stream is the one the key derives on the first
     /// start (a `requested` id that differs is refused), and the one the
     /// `stream-id` file records after (a `requested` id that differs is
     /// refused: a store must not change writers). The node seals its
@@ -72,21 +83,21 @@ impl NodeReplica {
     pub fn open(
         dir: &Path,
         requested: Option<u64>,
-        trust: &Membership,
-        payload_bytes_max: usize,
+        settings: &OpenSettings,
     ) -> Result<NodeReplica, OpenError> {
         // The store first: its lock keeps a second node off this
         // directory, `writer.key` and `stream-id` included.
         let store = DiskStore::open(dir)?;
         let key = writer_key::load_or_create(Some(dir))?;
-        let (stream, sealed) = own_stream(dir, requested, &key, trust)?;
+        let (stream, sealed) = own_stream(dir, requested, &key, &settings.trust)?;
         let writer = key.public();
         let mut config = Config {
-            membership: trust.clone(),
+            membership: settings.trust.clone(),
+            require_seals: settings.require_seals,
             ..Config::new(stream)
         };
         config.key = sealed.then_some(key);
-        config.payload_bytes_max = payload_bytes_max;
+        config.payload_bytes_max = settings.payload_bytes_max;
         let replica = Replica::open(config.clone(), store)?;
         Ok(NodeReplica {
             shared: SharedReplica::new(replica),

@@ -102,6 +102,12 @@ impl Node {
             security.tls_ca.as_deref(),
         )?;
         crate::trust::log(&config.trust);
+        if config.require_seals {
+            tracing::info!(
+                "require_seals: streams that come unsealed (legacy streams) are refused, \
+                 each cut from a peer's deltas with the link kept"
+            );
+        }
         let replica = open_replica(&config).await?;
         let (listener, local_addr) = bind(&config.listen).await?;
         auth.check_listen(local_addr, security.allow_unauthenticated)?;
@@ -167,15 +173,16 @@ impl Node {
 async fn open_replica(config: &NodeConfig) -> Result<NodeReplica, ServeError> {
     let data = config.data.clone();
     let stream_id = config.stream_id;
-    let trust = config.trust.clone();
-    let payload_bytes_max = config.limits.payload_bytes_max;
+    let settings = crate::replica::OpenSettings {
+        trust: config.trust.clone(),
+        require_seals: config.require_seals,
+        payload_bytes_max: config.limits.payload_bytes_max,
+    };
     tokio::task::spawn_blocking(move || {
-        NodeReplica::open(&data, stream_id, &trust, payload_bytes_max).map_err(
-            |error| match error {
-                OpenError::WriterKey(error) => ServeError::WriterKey(error),
-                error => ServeError::Open(error),
-            },
-        )
+        NodeReplica::open(&data, stream_id, &settings).map_err(|error| match error {
+            OpenError::WriterKey(error) => ServeError::WriterKey(error),
+            error => ServeError::Open(error),
+        })
     })
     .await
     .expect("opening the replica panicked")

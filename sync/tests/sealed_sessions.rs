@@ -533,3 +533,116 @@ fn a_closed_receiver_cuts_an_unknown_writer_and_keeps_syncing_the_admitted_one()
         });
     });
 }
+
+/// A receiver that requires seals, syncing with a peer that holds a
+/// sealed writer and an unsealed legacy one (a stream from before signed
+/// streams), keeps the link: it cuts the legacy stream from the peer's
+/// deltas, asks it quiet and reports it (`LimitHit::Unsealed`, logged
+/// once), and takes the sealed writer's events, later appends included.
+/// On the old code the whole delta was refused `Unsealed` and the session
+/// ended (`SessionError::Refused`): one legacy stream anywhere in the mesh
+/// cut every `require_seals` node off from its peers.
+#[test]
+fn a_receiver_requiring_seals_cuts_an_unsealed_legacy_stream_and_keeps_syncing() {
+    testkit::for_each_seed("require_seals_cuts_unsealed", 0x5ea1, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let (_, sealed) = keyed(21);
+            let legacy_stream = StreamId::new(0x1e6);
+            let legacy = SharedReplica::with_commits(Replica::new(legacy_stream), Commits::Inline);
+            // An open, keyed peer relaying both (its own stream empty).
+            let (_, peer) = keyed(23);
+            append(&sealed, &mut rng, 1, 20);
+            append(&legacy, &mut rng, 1, 20);
+            converge(&sealed, &peer).await;
+            converge(&legacy, &peer).await;
+            let strict = Config {
+                require_seals: true,
+                ..Config::new(RECEIVER)
+            };
+            let receiver = SharedReplica::with_commits(
+                Replica::open(strict, MemStore::default()).expect("opens"),
+                Commits::Inline,
+            );
+            let s = sealed.stream();
+            let (peer_io, receiver_io) = tokio::io::duplex(1 << 20);
+            let (peer_session, receiver_session) = (
+                Session::new(peer.clone(), config()),
+                Session::new(receiver.clone(), config()),
+            );
+            let (peer_state, receiver_state) = (peer_session.state(), receiver_session.state());
+            let (ended, done) = (Cell::new(false), Cell::new(false));
+            let converged = || {
+                receiver.marks().get(s) == sealed.marks().get(s)
+                    && receiver.chain_digest().stream(s) == sealed.chain_digest().stream(s)
+            };
+            let driver = async {
+                for round in 0..3 {
+                    if round > 0 {
+                        append(&sealed, &mut rng, 1, 5);
+                        append(&legacy, &mut rng, 1, 5);
+                        converge(&sealed, &peer).await;
+                        converge(&legacy, &peer).await;
+                    }
+                    testkit::wait_for("the sealed writer", CONVERGE_WITHIN, || {
+                        ended.get() || converged()
+                    })
+                    .await;
+                    if ended.get() {
+                        break;
+                    }
+                }
+                done.set(true);
+            };
+            let stop = testkit::wait_for("the test's end", CONVERGE_WITHIN, || done.get());
+            let receiver_run = async {
+                let end = receiver_session.run_until(receiver_io, stop).await;
+                ended.set(true);
+                end
+            };
+            let peer_stop =
+                testkit::wait_for("the receiver's end", CONVERGE_WITHIN, || ended.get());
+            let (peer_end, receiver_end, ()) = tokio::join!(
+                peer_session.run_until(peer_io, peer_stop),
+                receiver_run,
+                driver,
+            );
+            assert!(
+                matches!(receiver_end, Ok(SessionEnd::Stopped)),
+                "seed {seed}: the receiver's session ended {receiver_end:?}"
+            );
+            assert!(
+                matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
+                "seed {seed}: the peer's session ended {peer_end:?}"
+            );
+            let held = snapshot(&receiver);
+            assert_eq!(held.marks.get(legacy_stream), 0, "seed {seed}");
+            assert_eq!(held.marks.get(s), sealed.marks().get(s), "seed {seed}");
+            assert!(held.events.iter().all(|e| e.stream == s), "seed {seed}");
+            assert_eq!(
+                receiver_state.borrow().limits,
+                [LimitHit::Unsealed {
+                    stream: legacy_stream
+                }],
+                "seed {seed}"
+            );
+            assert_eq!(
+                peer_state.borrow().peer_quiet_streams,
+                1,
+                "seed {seed}: asked quiet"
+            );
+            let log = captured_log();
+            let warned: Vec<&str> = log
+                .lines()
+                .filter(|line| line.contains("stream refused: peer relayed an unsealed stream"))
+                .collect();
+            assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+            assert!(
+                warned[0].contains("WARN") && warned[0].contains(&legacy_stream.to_string()),
+                "seed {seed}: {}",
+                warned[0]
+            );
+        });
+    });
+}

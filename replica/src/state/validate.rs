@@ -294,6 +294,9 @@ impl State {
         let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
         // Unknown writers first, so that they take no slot in the count.
         let mut cuts: BTreeMap<StreamId, Cut> = self.unknown_writer_cuts(columns);
+        for cut in self.unsealed_cuts(columns) {
+            cuts.entry(cut.stream).or_insert(cut);
+        }
         let mut admit = |stream: StreamId, from_seq: u64, cuts: &mut BTreeMap<StreamId, Cut>| {
             let new = stream != own && !self.log.has_stream(stream) && admitted.insert(stream);
             if new && self.streams_over_from(counted, 1).is_some() {
@@ -398,6 +401,41 @@ impl State {
             )
         };
         unknown.into_iter().map(cut).collect()
+    }
+}
+
+impl State {
+    /// Under [`Config::require_seals`](crate::Config::require_seals), the
+    /// cuts of the streams of `columns` a legacy writer's: a run of
+    /// another stream with new events (above the head), no seal in the
+    /// delta and no key pinned for it, each cut whole. The validator
+    /// refuses the same runs ([`Check::seals`], `Unsealed`); a pinned
+    /// stream's unsealed run is left to it (a seal cut off in flight is a
+    /// tampering, refused). Judged against this state alone: an
+    /// admission answers for one delta before its round.
+    fn unsealed_cuts(&self, columns: &DeltaColumns) -> Vec<Cut> {
+        if !self.config.require_seals {
+            return Vec::new();
+        }
+        let own = self.config.stream;
+        let sealed = |stream| columns.seals.iter().any(|s| s.seal.stream == stream);
+        let mut cuts: Vec<Cut> = Vec::new();
+        for run in columns.runs() {
+            let stream = run.stream;
+            let legacy = stream != own
+                && run.len > 0
+                && run.last_seq() > self.log.head(stream)
+                && !self.pinned.contains_key(&stream)
+                && !sealed(stream);
+            if legacy && cuts.last().is_none_or(|cut| cut.stream != stream) {
+                cuts.push(Cut {
+                    stream,
+                    from_seq: 0,
+                    limit: Limit::Unsealed,
+                });
+            }
+        }
+        cuts
     }
 }
 
