@@ -305,6 +305,25 @@ fn own_stream(
     Ok((stream, sealed))
 }
 
+/// The stream `dir`'s `stream-id` file records, if it has one (`Ok(None)`:
+/// no such file, a directory a node never started in).
+pub(crate) fn recorded_stream(dir: &Path) -> Result<Option<StreamId>, OpenError> {
+    let path = dir.join(STREAM_ID_FILE);
+    let fail = |message: String| OpenError::StreamId {
+        path: path.display().to_string(),
+        message,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(0) => Err(fail("stream id 0 is not allowed".into())),
+            Ok(recorded) => Ok(Some(StreamId::new(recorded))),
+            Err(_) => Err(fail(format!("not a decimal stream id: {:?}", text.trim()))),
+        },
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(fail(error.to_string())),
+    }
+}
+
 /// Reads the recorded stream id, or records `first` on the first start.
 fn stream_id(dir: &Path, requested: Option<u64>, first: u64) -> Result<StreamId, OpenError> {
     let path = dir.join(STREAM_ID_FILE);
@@ -312,41 +331,23 @@ fn stream_id(dir: &Path, requested: Option<u64>, first: u64) -> Result<StreamId,
         path: path.display().to_string(),
         message,
     };
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let recorded: u64 = text
-                .trim()
-                .parse()
-                .map_err(|_| fail(format!("not a decimal stream id: {:?}", text.trim())))?;
-            if recorded == 0 {
-                return Err(fail("stream id 0 is not allowed".into()));
-            }
-            if let Some(requested) = requested {
-                if requested != recorded {
-                    return Err(fail(format!(
-                        "this data directory writes as stream {recorded}; --stream-id {requested} would change its writer"
-                    )));
-                }
-            }
-            Ok(StreamId::new(recorded))
+    if let Some(recorded) = recorded_stream(dir)? {
+        if let Some(requested) = requested.filter(|&requested| requested != recorded.get()) {
+            return Err(fail(format!(
+                "this data directory writes as stream {}; --stream-id {requested} would change its writer",
+                recorded.get()
+            )));
         }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let id = requested.unwrap_or(first);
-            if id == 0 {
-                return Err(fail("stream id 0 is not allowed".into()));
-            }
-            // Written aside, synced, then renamed: a crash leaves either no
-            // file or the whole id.
-            let text = format!("{id}\n");
-            crate::durable_file::write_aside_and_rename(
-                dir,
-                STREAM_ID_FILE,
-                text.as_bytes(),
-                0o644,
-            )
-            .map_err(|error| fail(error.to_string()))?;
-            Ok(StreamId::new(id))
-        }
-        Err(error) => Err(fail(error.to_string())),
+        return Ok(recorded);
     }
+    let id = requested.unwrap_or(first);
+    if id == 0 {
+        return Err(fail("stream id 0 is not allowed".into()));
+    }
+    // Written aside, synced, then renamed: a crash leaves either no
+    // file or the whole id.
+    let text = format!("{id}\n");
+    crate::durable_file::write_aside_and_rename(dir, STREAM_ID_FILE, text.as_bytes(), 0o644)
+        .map_err(|error| fail(error.to_string()))?;
+    Ok(StreamId::new(id))
 }

@@ -59,11 +59,9 @@ impl TrustSettings {
         let mut membership = Membership::open();
         for entry in &self.writers {
             let fail = |reason: String| error("writers", entry, reason);
-            match entry.split_once('@') {
-                None => membership.admit(writer_key(entry).map_err(fail)?),
-                Some((key, stream)) => {
-                    let key = writer_key(key).map_err(fail)?;
-                    let stream = stream_id(stream).map_err(fail)?;
+            match writer_entry(entry).map_err(fail)? {
+                (key, None) => membership.admit(key),
+                (key, Some(stream)) => {
                     membership.admit(key);
                     membership.bind(Binding { stream, key });
                 }
@@ -141,6 +139,21 @@ fn signed_by_other(error: SealError) -> String {
     }
 }
 
+/// A `writers` entry: `KEY`, or `KEY@STREAM` (a legacy stream bound to
+/// the key). `meshlog key bind` reads its argument by this rule too.
+pub fn writer_entry(entry: &str) -> Result<(WriterPublicKey, Option<StreamId>), String> {
+    match entry.split_once('@') {
+        None => Ok((writer_key(entry)?, None)),
+        Some((key, stream)) => Ok((writer_key(key)?, Some(stream_id(stream)?))),
+    }
+}
+
+/// Lowercase hex of `bytes`: how the trust configuration writes keys and
+/// statements.
+pub fn encode_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 fn writer_key(text: &str) -> Result<WriterPublicKey, String> {
     let bytes = decode_hex(text)?;
     WriterPublicKey::from_bytes(&bytes).map_err(|e| e.to_string())
@@ -182,7 +195,7 @@ mod tests {
     use meshlog_replica::{AdminKey, WriterAdmission, WriterKey};
 
     fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        encode_hex(bytes)
     }
 
     #[test]

@@ -15,6 +15,8 @@ use std::process::ExitCode;
 
 use meshlog_cursor::{token, StreamId, VersionVector};
 
+pub mod keys;
+
 /// The HTTP client the subcommands talk through (the node's one client,
 /// `crate::client`, kept at this path too).
 pub use crate::client;
