@@ -117,6 +117,12 @@ impl NodeReplica {
         self.config.key.is_some()
     }
 
+    /// Whether the replica is relearning its own stream from its peers
+    /// (`Config::recover_own_stream`): appends are refused meanwhile.
+    pub fn is_recovering(&self) -> bool {
+        self.shared.is_recovering()
+    }
+
     /// The node's own stream.
     pub fn stream(&self) -> StreamId {
         self.shared.stream()

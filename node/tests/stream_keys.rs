@@ -64,6 +64,14 @@ async fn a_new_directory_writes_the_stream_its_key_derives_sealed() {
     let answer = marks(addr).await;
     assert_eq!(answer["stream"], derived.to_string().as_str(), "{answer}");
     assert_eq!(answer["marks"][derived.to_string()], 1, "{answer}");
+    let writer = &answer["writer"];
+    assert_eq!(
+        writer["public_key"],
+        node.writer_key().to_string().as_str(),
+        "{answer}"
+    );
+    assert_eq!(writer["sealed"], true, "{answer}");
+    assert!(writer["unsealed_reason"].is_null(), "{answer}");
     assert_eq!(recorded(dir.path()), derived.to_string());
     let key = node.writer_key();
     stop(node).await;
@@ -112,7 +120,18 @@ async fn a_legacy_directory_keeps_its_id_and_seals_only_where_bound() {
     assert!(!node.sealed(), "unbound: unsealed");
     let addr = node.local_addr();
     append(addr, b"legacy").await;
-    assert_eq!(marks(addr).await["stream"], "4242");
+    let answer = marks(addr).await;
+    assert_eq!(answer["stream"], "4242");
+    // `GET /marks` says it is unsealed, and why.
+    assert_eq!(answer["writer"]["sealed"], false, "{answer}");
+    assert_eq!(
+        answer["writer"]["unsealed_reason"], "unbound_legacy_stream",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["writer"]["public_key"],
+        key.public().to_string().as_str()
+    );
     stop(node).await;
 
     // Bound in the trust configuration (`key@4242`): sealed, same id.
@@ -125,6 +144,9 @@ async fn a_legacy_directory_keeps_its_id_and_seals_only_where_bound() {
     let node = Node::start(configured).await.unwrap();
     assert_eq!((node.stream(), node.sealed()), (4242, true));
     assert_eq!(support::walk(node.local_addr(), 10).await.len(), 1);
+    let answer = marks(node.local_addr()).await;
+    assert_eq!(answer["writer"]["sealed"], true, "{answer}");
+    assert!(answer["writer"]["unsealed_reason"].is_null(), "{answer}");
     stop(node).await;
 
     // Bound by the admin's signature: sealed; by another key's: refused

@@ -22,7 +22,7 @@ use super::json::{
     AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson,
     ErrorJson, EventJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
     PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload,
-    Representation, VerifiedJson, COMPACT_MEDIA_TYPE,
+    Representation, UnsealedReason, VerifiedJson, WriterJson, COMPACT_MEDIA_TYPE,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -382,6 +382,13 @@ pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
         token,
         digest: digest_json(digest),
         chains: chains_json(&replica.chain_digest()),
+        writer: Some(WriterJson {
+            public_key: replica.writer_key().to_string(),
+            sealed: replica.sealed(),
+            // The one way a node writes unsealed (`crate::replica`).
+            unsealed_reason: (!replica.sealed()).then_some(UnsealedReason::UnboundLegacyStream),
+            recovering: replica.is_recovering(),
+        }),
         peers,
     }))
 }
