@@ -36,6 +36,13 @@ pub struct NodeReplica {
     shared: SharedReplica<DiskStore>,
     config: Config,
     writer: WriterPublicKey,
+    /// `true` while the replica relearns its own stream (opened with
+    /// `recover_own_stream`, until [`NodeReplica::end_recovery`]): what an
+    /// append waits on ([`NodeReplica::wait_recovered`]).
+    recovering: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    /// How long an append waits for the end of recovery before it is
+    /// refused.
+    append_wait: std::time::Duration,
 }
 
 /// Why the data directory could not be opened.
@@ -69,6 +76,12 @@ pub struct OpenSettings {
     pub require_seals: bool,
     /// `Config::payload_bytes_max`.
     pub payload_bytes_max: usize,
+    /// Open relearning the own stream from peers
+    /// (`Config::recover_own_stream`; `crate::recovery` ends it).
+    pub recover_own_stream: bool,
+    /// How long an append waits for the end of recovery before it is
+    /// refused (`SyncSettings::recovery_wait`).
+    pub append_wait: std::time::Duration,
 }
 
 impl NodeReplica {
@@ -98,11 +111,15 @@ impl NodeReplica {
         };
         config.key = sealed.then_some(key);
         config.payload_bytes_max = settings.payload_bytes_max;
+        config.recover_own_stream = settings.recover_own_stream;
         let replica = Replica::open(config.clone(), store)?;
+        let (recovering, _) = tokio::sync::watch::channel(settings.recover_own_stream);
         Ok(NodeReplica {
             shared: SharedReplica::new(replica),
             config,
             writer,
+            recovering: std::sync::Arc::new(recovering),
+            append_wait: settings.append_wait,
         })
     }
 
@@ -121,6 +138,23 @@ impl NodeReplica {
     /// (`Config::recover_own_stream`): appends are refused meanwhile.
     pub fn is_recovering(&self) -> bool {
         self.shared.is_recovering()
+    }
+
+    /// Ends the relearning of the own stream (queued behind what was
+    /// submitted before it), and wakes the appends waiting for it.
+    pub async fn end_recovery(&self) {
+        let _ = self.shared.end_recovery_async().await;
+        self.recovering.send_replace(false);
+    }
+
+    /// Waits, at most the append wait, until the own stream is not being
+    /// relearned; whether it is not (an append then goes ahead, else it is
+    /// answered `503 recovering`).
+    pub async fn wait_recovered(&self) -> bool {
+        let mut recovering = self.recovering.subscribe();
+        let wait = recovering.wait_for(|now| !now);
+        let recovered = tokio::time::timeout(self.append_wait, wait).await;
+        matches!(recovered, Ok(Ok(_)))
     }
 
     /// The node's own stream.

@@ -153,6 +153,13 @@ impl Node {
             authenticated = auth.enabled(),
             "node serving"
         );
+        tokio::spawn(crate::recovery::watch(
+            replica.clone(),
+            peers.clone(),
+            config.sync.recover_own_stream,
+            config.sync.recovery_wait,
+            stop.child_token(),
+        ));
         let done = tokio::spawn(accept_loop(listener, state, stop.clone()));
         Ok(Node {
             local_addr,
@@ -177,6 +184,10 @@ async fn open_replica(config: &NodeConfig) -> Result<NodeReplica, ServeError> {
         trust: config.trust.clone(),
         require_seals: config.require_seals,
         payload_bytes_max: config.limits.payload_bytes_max,
+        recover_own_stream: crate::recovery::holds_at_start(config),
+        // Longer than the hold at start, so that an append made during it
+        // sees its end rather than a 503.
+        append_wait: config.sync.recovery_wait + std::time::Duration::from_secs(1),
     };
     tokio::task::spawn_blocking(move || {
         NodeReplica::open(&data, stream_id, &settings).map_err(|error| match error {
