@@ -89,6 +89,27 @@ async fn reader_sees_every_event_once(addr: SocketAddr, stream: &str, written: &
     assert_eq!(own, expected, "the reader of {addr}");
 }
 
+/// Appends `a{seq}` to `a` for each seq of `seqs` (each must get that
+/// seq), recording the payloads in `written`, and waits until `b` holds
+/// them.
+async fn write_and_sync(
+    a: &Node,
+    b: SocketAddr,
+    written: &mut Vec<String>,
+    seqs: std::ops::RangeInclusive<u64>,
+) {
+    let stream = a.stream().to_string();
+    for seq in seqs.clone() {
+        written.push(format!("a{seq}"));
+        let payload = written.last().unwrap().as_bytes();
+        assert_eq!(append(a.local_addr(), payload).await, seq);
+    }
+    wait_until("the peer holds them", || async {
+        held(b, &stream).await == *seqs.end()
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_writer_relearns_its_stream_and_continues_after_the_peers_head() {
     let scratch = tempfile::tempdir().unwrap();
@@ -103,32 +124,12 @@ async fn a_restored_writer_relearns_its_stream_and_continues_after_the_peers_hea
 
     let a = Node::start(config(&a_dir, &[b_addr])).await.unwrap();
     let a_stream = a.stream().to_string();
-    for i in 1..=3 {
-        written.push(format!("a{i}"));
-        assert_eq!(
-            append(a.local_addr(), written.last().unwrap().as_bytes()).await,
-            i
-        );
-    }
-    wait_until("B holds A's first three", || async {
-        held(b_addr, &a_stream).await == 3
-    })
-    .await;
+    write_and_sync(&a, b_addr, &mut written, 1..=3).await;
     stop(a).await;
     copy_dir(&a_dir, &backup);
 
     let a = Node::start(config(&a_dir, &[b_addr])).await.unwrap();
-    for i in 4..=6 {
-        written.push(format!("a{i}"));
-        assert_eq!(
-            append(a.local_addr(), written.last().unwrap().as_bytes()).await,
-            i
-        );
-    }
-    wait_until("B holds A's six", || async {
-        held(b_addr, &a_stream).await == 6
-    })
-    .await;
+    write_and_sync(&a, b_addr, &mut written, 4..=6).await;
     stop(a).await;
 
     // Restored from the copy: A holds 3 of its own stream, B holds 6.
