@@ -406,20 +406,13 @@ fn a_sealed_stream_cut_for_a_limit_is_cut_whole_and_the_session_goes_on() {
     });
 }
 
-/// How a receiver's session with a relaying peer ended, and what each
-/// side's session reported.
-struct Relayed {
-    peer_end: Result<SessionEnd, SessionError>,
-    receiver_end: Result<SessionEnd, SessionError>,
-    peer_state: SessionState,
-    receiver_state: SessionState,
-}
-
 /// One real session between `peer` and `receiver` for `rounds` rounds: in
 /// each after the first, the test appends to every one of `writers` and
 /// syncs them to `peer`; every round waits until `taken()` (the receiver
 /// holds what it should) or the receiver's session ended. The receiver
-/// stops first, the peer once it did.
+/// stops first, the peer once it did. Both sessions must have ended
+/// stopped (the link kept); answers what the peer's and the receiver's
+/// sessions reported.
 async fn relay_rounds(
     peer: &SharedReplica,
     receiver: &SharedReplica,
@@ -427,7 +420,8 @@ async fn relay_rounds(
     rng: &mut SplitMix64,
     rounds: usize,
     taken: impl Fn() -> bool,
-) -> Relayed {
+    seed: u64,
+) -> (SessionState, SessionState) {
     let (peer_io, receiver_io) = tokio::io::duplex(1 << 20);
     let (peer_session, receiver_session) = (
         Session::new(peer.clone(), config()),
@@ -465,14 +459,26 @@ async fn relay_rounds(
         receiver_run,
         driver,
     );
-    let (peer_state, receiver_state) =
-        (peer_state.borrow().clone(), receiver_state.borrow().clone());
-    Relayed {
-        peer_end,
-        receiver_end,
-        peer_state,
-        receiver_state,
-    }
+    assert!(
+        matches!(receiver_end, Ok(SessionEnd::Stopped)),
+        "seed {seed}: the receiver's session ended {receiver_end:?}"
+    );
+    assert!(
+        matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
+        "seed {seed}: the peer's session ended {peer_end:?}"
+    );
+    let peer_state = peer_state.borrow().clone();
+    let receiver_state = receiver_state.borrow().clone();
+    (peer_state, receiver_state)
+}
+
+/// The one captured log line that contains `says`, at `WARN`.
+fn warned_once(says: &str, seed: u64) -> String {
+    let log = captured_log();
+    let warned: Vec<&str> = log.lines().filter(|line| line.contains(says)).collect();
+    assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+    assert!(warned[0].contains("WARN"), "seed {seed}: {}", warned[0]);
+    warned[0].to_owned()
 }
 
 /// Issue 29, membership liveness: a receiver whose closed membership
@@ -517,28 +523,16 @@ fn a_closed_receiver_cuts_an_unknown_writer_and_keeps_syncing_the_admitted_one()
                 receiver.marks().get(a) == admitted.marks().get(a)
                     && receiver.chain_digest().stream(a) == admitted.chain_digest().stream(a)
             };
-            let Relayed {
-                peer_end,
-                receiver_end,
-                peer_state,
-                receiver_state,
-            } = relay_rounds(
+            let (peer_state, receiver_state) = relay_rounds(
                 &peer,
                 &receiver,
                 &[&admitted, &stranger],
                 &mut rng,
                 4,
                 converged,
+                seed,
             )
             .await;
-            assert!(
-                matches!(receiver_end, Ok(SessionEnd::Stopped)),
-                "seed {seed}: the receiver's session ended {receiver_end:?}"
-            );
-            assert!(
-                matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
-                "seed {seed}: the peer's session ended {peer_end:?}"
-            );
             let held = snapshot(&receiver);
             assert_eq!(held.marks.get(s), 0, "seed {seed}");
             assert_eq!(held.floor.get(s), 0, "seed {seed}");
@@ -553,18 +547,11 @@ fn a_closed_receiver_cuts_an_unknown_writer_and_keeps_syncing_the_admitted_one()
             );
             assert!(receiver_state.events_over_limit > 0, "seed {seed}");
             assert_eq!(peer_state.peer_quiet_streams, 1, "seed {seed}: asked quiet");
-            let log = captured_log();
-            let warned: Vec<&str> = log
-                .lines()
-                .filter(|line| line.contains("peer relayed a writer this node does not admit"))
-                .collect();
-            assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+            let warned = warned_once("peer relayed a writer this node does not admit", seed);
             assert!(
-                warned[0].contains("WARN")
-                    && warned[0].contains(&s.to_string())
-                    && warned[0].contains(&stranger_key.public().to_string()),
-                "seed {seed}: {}",
-                warned[0]
+                warned.contains(&s.to_string())
+                    && warned.contains(&stranger_key.public().to_string()),
+                "seed {seed}: {warned}"
             );
         });
     });
@@ -606,28 +593,16 @@ fn a_receiver_requiring_seals_cuts_an_unsealed_legacy_stream_and_keeps_syncing()
                 receiver.marks().get(s) == sealed.marks().get(s)
                     && receiver.chain_digest().stream(s) == sealed.chain_digest().stream(s)
             };
-            let Relayed {
-                peer_end,
-                receiver_end,
-                peer_state,
-                receiver_state,
-            } = relay_rounds(
+            let (peer_state, receiver_state) = relay_rounds(
                 &peer,
                 &receiver,
                 &[&sealed, &legacy],
                 &mut rng,
                 3,
                 converged,
+                seed,
             )
             .await;
-            assert!(
-                matches!(receiver_end, Ok(SessionEnd::Stopped)),
-                "seed {seed}: the receiver's session ended {receiver_end:?}"
-            );
-            assert!(
-                matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
-                "seed {seed}: the peer's session ended {peer_end:?}"
-            );
             let held = snapshot(&receiver);
             assert_eq!(held.marks.get(legacy_stream), 0, "seed {seed}");
             assert_eq!(held.marks.get(s), sealed.marks().get(s), "seed {seed}");
@@ -640,16 +615,10 @@ fn a_receiver_requiring_seals_cuts_an_unsealed_legacy_stream_and_keeps_syncing()
                 "seed {seed}"
             );
             assert_eq!(peer_state.peer_quiet_streams, 1, "seed {seed}: asked quiet");
-            let log = captured_log();
-            let warned: Vec<&str> = log
-                .lines()
-                .filter(|line| line.contains("stream refused: peer relayed an unsealed stream"))
-                .collect();
-            assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+            let warned = warned_once("stream refused: peer relayed an unsealed stream", seed);
             assert!(
-                warned[0].contains("WARN") && warned[0].contains(&legacy_stream.to_string()),
-                "seed {seed}: {}",
-                warned[0]
+                warned.contains(&legacy_stream.to_string()),
+                "seed {seed}: {warned}"
             );
         });
     });
