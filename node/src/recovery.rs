@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::NodeConfig;
+use crate::config::{NodeConfig, SyncSettings};
 use crate::peers::Peers;
 use crate::replica::NodeReplica;
 
@@ -72,10 +72,28 @@ fn heard(peers: &Peers, replica: &NodeReplica) -> Heard {
     }
 }
 
+/// The watch of [`run`], for the node to spawn, with `sync`'s
+/// `recover_own_stream` and `recovery_wait`.
+pub(crate) fn watch(
+    replica: &NodeReplica,
+    peers: &Peers,
+    sync: &SyncSettings,
+    stop: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (replica, peers) = (replica.clone(), peers.clone());
+    run(
+        replica,
+        peers,
+        sync.recover_own_stream,
+        sync.recovery_wait,
+        stop,
+    )
+}
+
 /// Watches the links until the own stream is relearned, then ends the
 /// recovery (appends open). Returns at once when the replica is not
 /// relearning; ends with `stop`.
-pub(crate) async fn watch(
+async fn run(
     replica: NodeReplica,
     peers: Peers,
     forced: bool,

@@ -101,13 +101,7 @@ impl Node {
             security.tls_key.as_deref(),
             security.tls_ca.as_deref(),
         )?;
-        crate::trust::log(&config.trust);
-        if config.require_seals {
-            tracing::info!(
-                "require_seals: streams that come unsealed (legacy streams) are refused, \
-                 each cut from a peer's deltas with the link kept"
-            );
-        }
+        crate::trust::log(&config.trust, config.require_seals);
         let replica = open_replica(&config).await?;
         let (listener, local_addr) = bind(&config.listen).await?;
         auth.check_listen(local_addr, security.allow_unauthenticated)?;
@@ -116,20 +110,12 @@ impl Node {
         }
         let stop = CancellationToken::new();
         let metrics = Arc::new(Metrics::new());
-        let peers = Peers::new(
-            replica.clone(),
-            config.sync.clone(),
-            Arc::clone(&metrics),
-            stop.child_token(),
-            PeerSecurity {
-                auth: auth.clone(),
-                tls: tls.clone(),
-                inbound_max: config.limits.inbound_sessions_max,
-            },
-        );
-        for url in &config.peers {
-            peers.add(url)?;
-        }
+        let security = PeerSecurity {
+            auth: auth.clone(),
+            tls: tls.clone(),
+            inbound_max: config.limits.inbound_sessions_max,
+        };
+        let peers = start_peers(&config, &replica, &metrics, &stop, security)?;
         let state = Arc::new(AppState {
             replica: replica.clone(),
             peers: peers.clone(),
@@ -153,13 +139,6 @@ impl Node {
             authenticated = auth.enabled(),
             "node serving"
         );
-        tokio::spawn(crate::recovery::watch(
-            replica.clone(),
-            peers.clone(),
-            config.sync.recover_own_stream,
-            config.sync.recovery_wait,
-            stop.child_token(),
-        ));
         let done = tokio::spawn(accept_loop(listener, state, stop.clone()));
         Ok(Node {
             local_addr,
@@ -173,6 +152,31 @@ impl Node {
             tls,
         })
     }
+}
+
+/// The node's sync links: the configured peers dialed, and the watch that
+/// ends the start's check of the own stream against them
+/// (`crate::recovery`).
+fn start_peers(
+    config: &NodeConfig,
+    replica: &NodeReplica,
+    metrics: &Arc<Metrics>,
+    stop: &CancellationToken,
+    security: PeerSecurity,
+) -> Result<Peers, ServeError> {
+    let peers = Peers::new(
+        replica.clone(),
+        config.sync.clone(),
+        Arc::clone(metrics),
+        stop.child_token(),
+        security,
+    );
+    for url in &config.peers {
+        peers.add(url)?;
+    }
+    let watch = crate::recovery::watch(replica, &peers, &config.sync, stop.child_token());
+    tokio::spawn(watch);
+    Ok(peers)
 }
 
 /// Opens the data directory's replica with its writer key, off the

@@ -101,8 +101,14 @@ impl TrustSettings {
 }
 
 /// Logs the membership once at start: open, or closed with the writers
-/// it admits.
-pub fn log(membership: &Membership) {
+/// it admits; and whether seals are required.
+pub fn log(membership: &Membership, require_seals: bool) {
+    if require_seals {
+        tracing::info!(
+            "require_seals: streams that come unsealed (legacy streams) are refused, \
+             each cut from a peer's deltas with the link kept"
+        );
+    }
     if membership.is_open() {
         tracing::info!(
             "membership open: events of any writer whose key derives its stream are \
