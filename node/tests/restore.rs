@@ -15,8 +15,8 @@
 //!   restored head + 1: the fork.
 //! - `the_operator_flag_holds_appends_with_503_until_a_peer_brings_the_stream`:
 //!   A restored, started with `--recover-own-stream` and no peers of its
-//!   own: appends answer `503 recovering` with `retry-after` while no peer
-//!   has been heard; once B dials it, A relearns and the next append
+//!   own: appends answer `503 recovering` with `retry-after` (a WebSocket
+//!   append: close 1013) while no peer has been heard; once B dials it, A relearns and the next append
 //!   continues after B's head.
 //!
 //! Nodes are real `Node::start`s; waits poll with a deadline; nothing is
@@ -29,9 +29,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
 use meshlog_node::config::NodeConfig;
 use meshlog_node::Node;
 use support::{append, marks, request, wait_until, walk};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
 
 fn config(dir: &Path, peers: &[SocketAddr]) -> NodeConfig {
     let mut config = NodeConfig::new(dir, "127.0.0.1:0");
@@ -204,6 +207,29 @@ async fn the_operator_flag_holds_appends_with_503_until_a_peer_brings_the_stream
     );
     assert_eq!(refused.error(), "recovering");
     assert_eq!(refused.header("retry-after"), Some("1"));
+    // The WebSocket append alike: the error body, then close 1013 (try
+    // again later).
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{a_addr}/events/append"))
+        .await
+        .expect("the upgrade succeeds");
+    socket
+        .send(Message::Text(r#"["too early"]"#.into()))
+        .await
+        .unwrap();
+    let mut answers = Vec::new();
+    while !matches!(answers.last(), Some(Message::Close(_))) {
+        let next = tokio::time::timeout(support::DEADLINE, socket.next()).await;
+        match next.expect("an answer within the deadline") {
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            Some(Ok(message)) => answers.push(message),
+            _ => break,
+        }
+    }
+    assert!(
+        matches!(&answers[..], [Message::Text(body), Message::Close(Some(close)), ..]
+            if body.contains("\"recovering\"") && close.code == CloseCode::Again),
+        "{answers:?}"
+    );
 
     // B comes back and dials A: A relearns, then appends after B's head.
     let mut b_config = config(&b_dir, &[a_addr]);
