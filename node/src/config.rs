@@ -47,6 +47,20 @@ pub struct ServeArgs {
     /// A legacy-stream binding the admin signed (hex). Repeatable.
     #[arg(long = "binding", env = "MESHLOG_BINDINGS", value_delimiter = ',')]
     pub bindings: Vec<String>,
+    /// Refuse events of every stream that comes unsealed (a legacy
+    /// stream, from before signed streams): a peer relaying one keeps its
+    /// link, that stream is cut from its deltas (`docs/OPERATIONS.md`,
+    /// "Writer keys and trust"). Or `require_seals = true` in the
+    /// `--config` file.
+    #[arg(long, env = "MESHLOG_REQUIRE_SEALS")]
+    pub require_seals: bool,
+    /// Relearn this node's own stream from its peers before appending
+    /// again, waiting for every peer however long it takes: after
+    /// restoring the data directory from a backup (`docs/OPERATIONS.md`,
+    /// "Back up and restore"). Without it the node still checks its
+    /// configured peers at start, for at most `recovery_wait_ms`.
+    #[arg(long, env = "MESHLOG_RECOVER_OWN_STREAM")]
+    pub recover_own_stream: bool,
     /// A TOML file with limits and timings (`docs/HTTP.md`, "Limits").
     #[arg(long, env = "MESHLOG_CONFIG")]
     pub config: Option<PathBuf>,
@@ -137,6 +151,8 @@ pub struct FileSettings {
     pub connect_timeout_ms: Option<u64>,
     /// See [`SyncSettings::frame_bytes_max`].
     pub frame_bytes_max: Option<usize>,
+    /// See [`SyncSettings::recovery_wait`], in milliseconds.
+    pub recovery_wait_ms: Option<u64>,
     /// See [`Limits::payload_bytes_max`].
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
@@ -167,6 +183,10 @@ pub struct FileSettings {
     pub admissions: Option<Vec<String>>,
     /// Bindings the admin signed (hex), see [`crate::trust`].
     pub bindings: Option<Vec<String>>,
+    /// Refuse unsealed streams, see [`NodeConfig::require_seals`].
+    pub require_seals: Option<bool>,
+    /// See [`SyncSettings::recover_own_stream`].
+    pub recover_own_stream: Option<bool>,
 }
 
 /// The HTTP server's bounds.
@@ -238,6 +258,18 @@ pub struct SyncSettings {
     /// Default and at least 4 MiB, at most 1 GiB: raise it on both ends of
     /// a link whose `payload_bytes_max` is above 3,866,401 bytes.
     pub frame_bytes_max: usize,
+    /// At start, how long a node with configured peers holds its appends
+    /// at most while it checks that no peer holds more of its own stream
+    /// than it does (a data directory restored from an old backup): it
+    /// ends the hold as soon as every configured peer's hello has arrived
+    /// and nothing of its stream is missing. A peer that holds more keeps
+    /// the hold until the node has relearned it, whatever this says.
+    /// Default 2 s; 0 turns the check off (`crate::recovery`).
+    pub recovery_wait: Duration,
+    /// Hold appends until every configured peer (or, with none, one
+    /// inbound peer) has been heard and nothing of the own stream is
+    /// missing, with no time limit (`--recover-own-stream`).
+    pub recover_own_stream: bool,
 }
 
 impl Default for SyncSettings {
@@ -248,6 +280,8 @@ impl Default for SyncSettings {
             backoff_max: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX,
+            recovery_wait: Duration::from_secs(2),
+            recover_own_stream: false,
         }
     }
 }
@@ -303,6 +337,11 @@ pub struct NodeConfig {
     /// Which writers the node accepts, and the legacy streams bound to
     /// their keys (open by default; [`crate::trust`]).
     pub trust: meshlog_replica::Membership,
+    /// Refuse every stream that comes unsealed
+    /// ([`meshlog_replica::Config::require_seals`]): its events are cut
+    /// from a peer's deltas, the link kept. Off by default (a mesh with
+    /// legacy streams keeps taking them).
+    pub require_seals: bool,
     /// The HTTP server's bounds.
     pub limits: Limits,
     /// Sync timings.
@@ -337,6 +376,7 @@ impl NodeConfig {
             peers: Vec::new(),
             stream_id: None,
             trust: meshlog_replica::Membership::open(),
+            require_seals: false,
             limits: Limits::default(),
             sync: SyncSettings::default(),
             follow: FollowSettings::default(),
@@ -365,6 +405,8 @@ impl NodeConfig {
             bindings: joined(file.bindings.as_deref(), args.bindings),
         };
         config.trust = trust.membership()?;
+        config.require_seals = args.require_seals || file.require_seals.unwrap_or(false);
+        config.sync.recover_own_stream = args.recover_own_stream;
         config.security = Security {
             secrets: crate::auth::SecretSources {
                 file: args.secrets,
@@ -497,6 +539,10 @@ impl NodeConfig {
             sync.connect_timeout = ms(v);
         }
         sync.frame_bytes_max = file.frame_bytes_max.unwrap_or(sync.frame_bytes_max);
+        if let Some(v) = file.recovery_wait_ms {
+            sync.recovery_wait = ms(v);
+        }
+        sync.recover_own_stream |= file.recover_own_stream.unwrap_or(false);
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file
@@ -695,9 +741,14 @@ mod tests {
             error.to_string().contains("writers entry \"nothex\""),
             "{error}"
         );
-        // No trust settings: open.
+        // No trust settings: open, seals not required.
         std::fs::write(&file, "").unwrap();
         assert!(parse(&[]).unwrap().trust.is_open());
+        assert!(!parse(&[]).unwrap().require_seals);
+        // require_seals: from the flag or the file.
+        assert!(parse(&["--require-seals"]).unwrap().require_seals);
+        std::fs::write(&file, "require_seals = true\n").unwrap();
+        assert!(parse(&[]).unwrap().require_seals);
     }
 
     /// A bounded setting is taken as given at either edge of its range

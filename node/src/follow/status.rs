@@ -163,6 +163,10 @@ fn limit_text(limit: &LimitHit) -> String {
             stream.get(),
             key.map(|key| format!(" (key {key})")).unwrap_or_default()
         ),
+        LimitHit::Unsealed { stream } => format!(
+            "stream {} refused: it comes unsealed (a legacy stream) and this node requires seals",
+            stream.get()
+        ),
         other => format!("{other:?}"),
     }
 }

@@ -143,15 +143,22 @@ async fn read_appends(
                 return;
             }
         };
-        let reply = match payloads.and_then(|payloads| {
+        let checked = payloads.and_then(|payloads| {
             check_payloads(state, &payloads)?;
             Ok(payloads)
-        }) {
+        });
+        let checked = match checked {
+            Ok(payloads) => super::handlers::recovered(state).await.map(|()| payloads),
+            Err(error) => Err(error),
+        };
+        let reply = match checked {
             Ok(payloads) => Reply::Commit {
                 commit: Box::pin(state.replica.append_batch(payloads)),
                 started: Instant::now(),
                 permit,
             },
+            // Relearning the own stream: the client may retry shortly.
+            Err(error) if error.code() == "recovering" => Reply::Refused(error, close_code::AGAIN),
             Err(error) => Reply::Refused(error, close_code::POLICY),
         };
         let refused = matches!(reply, Reply::Refused(..));
