@@ -51,7 +51,9 @@ pub struct ServeArgs {
     /// stream, from before signed streams): a peer relaying one keeps its
     /// link, that stream is cut from its deltas (`docs/OPERATIONS.md`,
     /// "Writer keys and trust"). Or `require_seals = true` in the
-    /// `--config` file.
+    /// `--config` file. On by default when the membership is closed
+    /// (writers or admissions named); `require_seals = false` in the file
+    /// turns it off.
     #[arg(long, env = "MESHLOG_REQUIRE_SEALS")]
     pub require_seals: bool,
     /// Relearn this node's own stream from its peers before appending
@@ -405,7 +407,13 @@ impl NodeConfig {
             bindings: joined(file.bindings.as_deref(), args.bindings),
         };
         config.trust = trust.membership()?;
-        config.require_seals = args.require_seals || file.require_seals.unwrap_or(false);
+        // A closed membership admits writers by key, and a key-holder
+        // seals: an unsealed run of an admitted stream proves nothing of
+        // its writer (a peer could invent its first events before the
+        // receiver pins the key), so closed implies seals unless the file
+        // says `require_seals = false`.
+        config.require_seals =
+            args.require_seals || file.require_seals.unwrap_or(!config.trust.is_open());
         config.sync.recover_own_stream = args.recover_own_stream;
         config.security = Security {
             secrets: crate::auth::SecretSources {
@@ -749,6 +757,16 @@ mod tests {
         assert!(parse(&["--require-seals"]).unwrap().require_seals);
         std::fs::write(&file, "require_seals = true\n").unwrap();
         assert!(parse(&[]).unwrap().require_seals);
+        // A closed membership requires seals, unless the file says not.
+        std::fs::write(&file, format!("writers = [\"{}@4242\"]\n", hex(a))).unwrap();
+        assert!(!parse(&[]).unwrap().trust.is_open());
+        assert!(parse(&[]).unwrap().require_seals);
+        std::fs::write(
+            &file,
+            format!("writers = [\"{}@4242\"]\nrequire_seals = false\n", hex(a)),
+        )
+        .unwrap();
+        assert!(!parse(&[]).unwrap().require_seals);
     }
 
     /// A bounded setting is taken as given at either edge of its range
