@@ -197,6 +197,14 @@ impl FoldShared {
         self.changed.notify_all();
     }
 
+    /// The fold thread panicked: nothing will make room in the overlay
+    /// again, so commits are refused rather than left waiting.
+    pub(super) fn panicked(&self, why: String) {
+        tracing::error!(%why, "the fold thread stopped; the store refuses commits until reopened");
+        locked(&self.state).failed.get_or_insert(why);
+        self.changed.notify_all();
+    }
+
     fn usable(&self) -> bool {
         let state = locked(&self.state);
         state.failed.is_none() && !state.broken

@@ -23,9 +23,11 @@
 //!   reported rather than silently replaced by an empty log.
 //!
 //! Every [`Store::commit`] is one record appended to the write-ahead
-//! segment `meshlog.wal` and synced (`fdatasync`) before `commit` returns,
-//! then folded into redb without durability; a checkpoint every so many
-//! commits makes redb durable and empties the segment (`fold`, `segment`).
+//! segment `meshlog.wal` and synced (`fdatasync`) before `commit` returns;
+//! a fold thread then writes it into redb without durability, and until
+//! it has, reads serve it from memory (`overlay`); a checkpoint every so
+//! many commits makes redb durable and empties the segment (`fold`,
+//! `segment`).
 //! Recovery on [`DiskStore::open`] opens redb on its last checkpoint
 //! (which recorded redb's allocator state, so no page is walked), checks
 //! meshlog's own records, and replays the segment's tail:
@@ -47,11 +49,16 @@
 //! - `error`: [`DiskError`] and the helpers that build it.
 //! - `segment`: the write-ahead segment's file, its framing and its scan.
 //! - `record`: a commit as a segment record (the codec of a whole batch).
-//! - `fold`: the commit path through the segment, checkpoints, replay.
+//! - `fold`: the commit path through the segment, the fold thread,
+//!   checkpoints, replay.
+//! - `overlay`: the commits not folded yet, and the rule that merges them
+//!   with redb's blocks in every read.
+//! - `write`: a commit's writes into redb (blocks and records), which the
+//!   fold runs.
 //! - `lock`: the directory's lock, its bounded wait, and why it is
 //!   released explicitly.
-//! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
-//!   and its scans.
+//! - `view`: [`DiskView`](view::DiskView), the blocks as of one fold and
+//!   the overlay after it, and its scans.
 //! - `upgrade`: formats 1 and 2 (a value per event) and 3 (no chains),
 //!   upgraded on open.
 //!
@@ -692,7 +699,17 @@ impl DiskStore {
         let checkpoint_at = self.checkpoint_at;
         let thread = std::thread::Builder::new()
             .name("meshlog-fold".to_string())
-            .spawn(move || fold::run(folder, shared, segment, checkpoint_at))
+            .spawn(move || {
+                let ran = catch_unwind(AssertUnwindSafe(|| {
+                    fold::run(folder, Arc::clone(&shared), segment, checkpoint_at)
+                }));
+                if let Err(panic) = ran {
+                    shared.panicked(format!(
+                        "the fold thread panicked: {}",
+                        panic_message(&*panic)
+                    ));
+                }
+            })
             .map_err(io(&self.path, "start the fold thread"))?;
         self.fold_thread = Some(thread);
         Ok(())
