@@ -133,6 +133,7 @@ pub struct ServeArgs {
 /// request_read_timeout_ms = 10000 # a request's head and body must arrive within this
 /// connections_max = 256           # more open connections are answered 503 and closed
 /// heartbeat_ms = 1000             # sync heartbeat; sync read/write timeouts are 10x
+/// append_idle_timeout_ms = 60000  # an append socket idle this long is closed
 /// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -177,6 +178,8 @@ pub struct FileSettings {
     pub headers_max: Option<usize>,
     /// See [`Limits::inbound_sessions_max`].
     pub inbound_sessions_max: Option<usize>,
+    /// See [`Limits::append_idle_timeout`], in milliseconds.
+    pub append_idle_timeout_ms: Option<u64>,
     /// Trusted writer keys (`KEY` or `KEY@STREAM`), see [`crate::trust`].
     pub writers: Option<Vec<String>>,
     /// The mesh admin's public key, see [`crate::trust`].
@@ -224,6 +227,10 @@ pub struct Limits {
     /// The most inbound sync sessions at once; more upgrades are answered
     /// `503 too_many_sessions`. Default 64.
     pub inbound_sessions_max: usize,
+    /// An append socket (`GET /events/append`) on which the client sent
+    /// no message for this long, with no append of it unanswered, is
+    /// closed (1001, reason `idle_timeout`). Default 60 s.
+    pub append_idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -238,6 +245,7 @@ impl Default for Limits {
             header_bytes_max: 16 << 10,
             headers_max: 64,
             inbound_sessions_max: 64,
+            append_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -465,6 +473,11 @@ impl NodeConfig {
                 at_least(8192),
             ),
             ("headers_max", as_u64(limits.headers_max), at_least(1)),
+            (
+                "append_idle_timeout_ms",
+                nonzero(limits.append_idle_timeout),
+                at_least(1),
+            ),
             ("heartbeat_ms", nonzero(sync.heartbeat), at_least(1)),
             (
                 "frame_bytes_max",
@@ -533,6 +546,9 @@ impl NodeConfig {
         limits.inbound_sessions_max = file
             .inbound_sessions_max
             .unwrap_or(limits.inbound_sessions_max);
+        if let Some(v) = file.append_idle_timeout_ms {
+            limits.append_idle_timeout = ms(v);
+        }
         let sync = &mut self.sync;
         if let Some(v) = file.heartbeat_ms {
             sync.heartbeat = ms(v);
