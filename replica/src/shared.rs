@@ -877,6 +877,14 @@ impl<S: Store> SharedReplica<S> {
             .unwrap_or_default()
     }
 
+    /// The names of the checkpoints kept, oldest first: what a sync
+    /// session compares with what its peer holds, without copying vectors.
+    pub fn checkpoint_names(&self) -> Vec<CheckpointName> {
+        self.read()
+            .map(|state| state.checkpoints.iter().map(Checkpoint::name).collect())
+            .unwrap_or_default()
+    }
+
     /// The checkpoint of that name, if kept (see [`Replica::checkpoint`]).
     pub fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
         self.read()?.checkpoints.get(name).cloned()
