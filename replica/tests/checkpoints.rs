@@ -8,15 +8,18 @@
 //! tests take a seed (`MESHLOG_SEED` replays one) and print it on failure.
 
 mod common;
+#[allow(dead_code)]
+mod disk_support;
 
 use bytes::Bytes;
 use meshlog_cursor::token::{self, Token};
 use meshlog_cursor::{Checkpoint, StreamId, VersionVector};
 use meshlog_replica::{
-    Config, Delta, DiskStore, Event, MemStore, PageError, Replica, SharedReplica, Store,
+    Config, Delta, DiskError, DiskStore, Event, MemStore, PageError, Replica, SharedReplica, Store,
     CHECKPOINTS_KEPT, CHECKPOINT_INTERVAL_MS,
 };
 use meshlog_testkit::{seed, SplitMix64};
+use redb::{ReadableTable, TableDefinition};
 
 /// A time well past the epoch, so that the first mint is always due.
 const T0: u64 = 1_700_000_000_000;
@@ -318,4 +321,57 @@ fn a_shared_replica_mints_keeps_and_answers_as_the_owner_does() {
     let page = shared.page(&VersionVector::new(), 1_000).expect("page");
     assert!(is_relative(&page.token), "{}", page.token);
     assert_eq!(shared.cursor(&page.token).expect("own token"), page.next);
+}
+
+/// A damaged `checkpoints` record (a flipped bit, a hole in the positions)
+/// is refused on open, naming the table and the position: the record is
+/// a version-1 token, decoded totally.
+#[test]
+fn a_damaged_checkpoint_record_is_refused_naming_its_position() {
+    const CHECKPOINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("checkpoints");
+    let cases: [(&str, fn(&redb::WriteTransaction)); 2] = [
+        ("the checkpoint record at position 0", |txn| {
+            let mut table = txn.open_table(CHECKPOINTS).expect("the table");
+            let mut record = table
+                .get(0)
+                .expect("reads")
+                .expect("a record")
+                .value()
+                .to_vec();
+            record[2] ^= 1;
+            table.insert(0, record.as_slice()).expect("writes");
+        }),
+        ("position 5 after 1 records", |txn| {
+            let mut table = txn.open_table(CHECKPOINTS).expect("the table");
+            let record = table
+                .remove(1)
+                .expect("reads")
+                .expect("a record")
+                .value()
+                .to_vec();
+            table.insert(5, record.as_slice()).expect("writes");
+        }),
+    ];
+    for (expected, damage) in cases {
+        let dir = tempfile::tempdir().expect("scratch dir");
+        {
+            let streams: Vec<StreamId> = (2..=10).map(StreamId::new).collect();
+            let mut replica = holding(DiskStore::open(dir.path()).expect("open store"), &streams);
+            replica.mint_checkpoint(T0).expect("mint").expect("due");
+            let other = Checkpoint::new([(StreamId::new(3), 9)].into_iter().collect()).unwrap();
+            replica.keep_checkpoint(other).expect("keep");
+        }
+        {
+            let db = redb::Database::open(disk_support::data_file(dir.path())).expect("opens");
+            let txn = db.begin_write().expect("write");
+            damage(&txn);
+            txn.commit().expect("commits");
+        }
+        match DiskStore::open(dir.path()) {
+            Err(DiskError::Corrupt { detail, .. }) => {
+                assert!(detail.contains(expected), "{expected}: {detail}");
+            }
+            other => panic!("expected Corrupt for {expected}, got {other:?}"),
+        }
+    }
 }
