@@ -8,7 +8,6 @@
 //! tests take a seed (`MESHLOG_SEED` replays one) and print it on failure.
 
 mod common;
-#[allow(dead_code)]
 mod disk_support;
 
 use bytes::Bytes;
@@ -329,7 +328,8 @@ fn a_shared_replica_mints_keeps_and_answers_as_the_owner_does() {
 #[test]
 fn a_damaged_checkpoint_record_is_refused_naming_its_position() {
     const CHECKPOINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("checkpoints");
-    let cases: [(&str, fn(&redb::WriteTransaction)); 2] = [
+    type Damage = fn(&redb::WriteTransaction);
+    let cases: [(&str, Damage); 2] = [
         ("the checkpoint record at position 0", |txn| {
             let mut table = txn.open_table(CHECKPOINTS).expect("the table");
             let mut record = table
