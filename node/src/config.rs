@@ -137,6 +137,8 @@ pub struct FileSettings {
     pub connect_timeout_ms: Option<u64>,
     /// See [`SyncSettings::frame_bytes_max`].
     pub frame_bytes_max: Option<usize>,
+    /// See [`SyncSettings::checkpoints`].
+    pub sync_checkpoints: Option<bool>,
     /// See [`Limits::payload_bytes_max`].
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
@@ -238,6 +240,12 @@ pub struct SyncSettings {
     /// Default and at least 4 MiB, at most 1 GiB: raise it on both ends of
     /// a link whose `payload_bytes_max` is above 3,866,401 bytes.
     pub frame_bytes_max: usize,
+    /// Whether the sessions gossip checkpoints, and mint them
+    /// (`docs/PROTOCOL.md`, "Checkpoints"), so that pages answer version-2
+    /// tokens every node reads. Default off: a node of protocol 4 built
+    /// before the checkpoint frames ends a session that sends them; turn it
+    /// on once every node of the mesh runs a build that knows them.
+    pub checkpoints: bool,
 }
 
 impl Default for SyncSettings {
@@ -248,6 +256,7 @@ impl Default for SyncSettings {
             backoff_max: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX,
+            checkpoints: false,
         }
     }
 }
@@ -497,6 +506,7 @@ impl NodeConfig {
             sync.connect_timeout = ms(v);
         }
         sync.frame_bytes_max = file.frame_bytes_max.unwrap_or(sync.frame_bytes_max);
+        sync.checkpoints = file.sync_checkpoints.unwrap_or(sync.checkpoints);
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file
@@ -632,7 +642,8 @@ mod tests {
         let file = dir.join("node.toml");
         std::fs::write(
             &file,
-            "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n",
+            "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n\
+             sync_checkpoints = true\n",
         )
         .unwrap();
         let args = Wrapper::try_parse_from([
@@ -651,6 +662,7 @@ mod tests {
         assert_eq!(config.limits.body_bytes_max, 1024);
         assert_eq!(config.limits.connections_max, 8);
         assert_eq!(config.sync.heartbeat, Duration::from_millis(250));
+        assert!(config.sync.checkpoints);
 
         std::fs::write(&file, "body_bytes = 1\n").unwrap();
         let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])
