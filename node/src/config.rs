@@ -156,6 +156,8 @@ pub struct FileSettings {
     pub frame_bytes_max: Option<usize>,
     /// See [`SyncSettings::recovery_wait`], in milliseconds.
     pub recovery_wait_ms: Option<u64>,
+    /// See [`SyncSettings::checkpoints`].
+    pub sync_checkpoints: Option<bool>,
     /// See [`Limits::payload_bytes_max`].
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
@@ -280,6 +282,12 @@ pub struct SyncSettings {
     /// inbound peer) has been heard and nothing of the own stream is
     /// missing, with no time limit (`--recover-own-stream`).
     pub recover_own_stream: bool,
+    /// Whether the sessions gossip checkpoints, and mint them
+    /// (`docs/PROTOCOL.md`, "Checkpoints"), so that pages answer version-2
+    /// tokens every node reads. Default off: a node of protocol 4 built
+    /// before the checkpoint frames ends a session that sends them; turn it
+    /// on once every node of the mesh runs a build that knows them.
+    pub checkpoints: bool,
 }
 
 impl Default for SyncSettings {
@@ -292,6 +300,7 @@ impl Default for SyncSettings {
             frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX,
             recovery_wait: Duration::from_secs(2),
             recover_own_stream: false,
+            checkpoints: false,
         }
     }
 }
@@ -567,6 +576,7 @@ impl NodeConfig {
             sync.recovery_wait = ms(v);
         }
         sync.recover_own_stream |= file.recover_own_stream.unwrap_or(false);
+        sync.checkpoints = file.sync_checkpoints.unwrap_or(sync.checkpoints);
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file
@@ -702,7 +712,8 @@ mod tests {
         let file = dir.join("node.toml");
         std::fs::write(
             &file,
-            "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n",
+            "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n\
+             sync_checkpoints = true\n",
         )
         .unwrap();
         let args = Wrapper::try_parse_from([
@@ -721,6 +732,7 @@ mod tests {
         assert_eq!(config.limits.body_bytes_max, 1024);
         assert_eq!(config.limits.connections_max, 8);
         assert_eq!(config.sync.heartbeat, Duration::from_millis(250));
+        assert!(config.sync.checkpoints);
 
         std::fs::write(&file, "body_bytes = 1\n").unwrap();
         let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])

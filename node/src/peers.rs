@@ -135,6 +135,7 @@ impl Peers {
             shared: self.inner.replica.sync_handle(),
             config: SessionConfig {
                 frame_bytes_max: settings.frame_bytes_max,
+                checkpoints: settings.checkpoints,
                 ..SessionConfig::with_heartbeat(settings.heartbeat)
             },
             routes: self.inner.routes.clone(),

@@ -172,6 +172,12 @@ impl NodeReplica {
         self.shared.clone()
     }
 
+    /// The cursor a token's text stands for, of either version (see
+    /// `meshlog_replica::Replica::cursor`).
+    pub fn cursor(&self, token: &str) -> Result<VersionVector, PageError> {
+        self.shared.cursor(token)
+    }
+
     /// Up to `limit` events after `after`.
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
         self.shared.page(after, limit)

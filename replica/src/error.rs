@@ -1,6 +1,6 @@
 //! The replica's errors: one for what changes the log, one for paging.
 
-use meshlog_cursor::{StaleCursor, StreamId};
+use meshlog_cursor::{CheckpointName, StaleCursor, StreamId, TokenError};
 
 use crate::{ChainHash, Digest};
 
@@ -293,4 +293,18 @@ pub enum PageError {
         /// `Config::page_len_max`.
         max: usize,
     },
+    /// A version-2 token names a checkpoint this replica does not keep
+    /// (never minted nor received here, or older than the last
+    /// [`CHECKPOINTS_KEPT`](crate::CHECKPOINTS_KEPT)). Nothing is guessed:
+    /// resume from the token's version-1 form, which a replica that keeps
+    /// the checkpoint answers (`docs/TOKEN.md`, "An unknown checkpoint").
+    #[error("the token is relative to checkpoint {name}, which this replica does not keep")]
+    UnknownCheckpoint {
+        /// The checkpoint the token names.
+        name: CheckpointName,
+    },
+    /// A token that is not a cursor: it does not decode, or its
+    /// differences do not apply to the checkpoint it names.
+    #[error("bad token: {0}")]
+    BadToken(#[from] TokenError),
 }

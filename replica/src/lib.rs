@@ -13,6 +13,10 @@
 //!
 //! - `admission`: [`Admission`], how much of a received delta the
 //!   replica's limits take (asked before applying it).
+//! - `checkpoints`: the checkpoints a replica keeps ([`CHECKPOINTS_KEPT`],
+//!   minted at most every [`CHECKPOINT_INTERVAL_MS`] or received), the
+//!   shortest token a page answers, and a token of either version read
+//!   back ([`Replica::cursor`]; `docs/TOKEN.md`, "Version 2").
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash;
 //!   `chain`: [`ChainHash`], each event committed to the one below it
 //!   (`docs/SIGNING.md`), what a replica keeps of it per stream
@@ -57,12 +61,13 @@
 //! **Architecture invariant:** this crate never touches the network; its only
 //! I/O is the durable store (`disk`, files in one data directory). It knows
 //! nothing of frames or sockets (that is `meshlog-sync`) and encodes no tokens
-//! (that is `meshlog-cursor`).
+//! itself: it picks, of the encodings `meshlog-cursor` writes, the shortest.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod admission;
 mod chain;
+mod checkpoints;
 mod columns;
 mod disk;
 mod error;
@@ -82,6 +87,7 @@ mod values;
 
 pub use admission::{Admission, Cut, Limit};
 pub use chain::{ChainDigest, ChainHash, StreamChain, StreamHead};
+pub use checkpoints::{CHECKPOINTS_KEPT, CHECKPOINT_INTERVAL_MS};
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, FoldLag, Recovery, CACHE_BYTES_DEFAULT,

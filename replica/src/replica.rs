@@ -117,6 +117,12 @@ pub struct Page {
     pub events: Vec<Event>,
     /// The cursor joined with the page: pass it to the next call.
     pub next: VersionVector,
+    /// `next` as a token's text, the shortest this replica can write: a
+    /// version-2 token relative to a checkpoint it keeps, or version 1
+    /// (`docs/TOKEN.md`). What a surface answers a reader;
+    /// [`Replica::cursor`] reads it back, here or on any replica that
+    /// keeps the checkpoint.
+    pub token: String,
     /// Whether `next` covers every event this replica holds now.
     pub at_head: bool,
 }

@@ -66,8 +66,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 
+use crate::checkpoints::CheckpointWork;
 use crate::replica::now_ms;
 use crate::state::{store_error, AppendRequest, Plan, Planned, RoundItem, State};
 use crate::{
@@ -295,12 +296,18 @@ enum Work {
     /// [`SharedReplica::end_recovery`]: a round of its own, in its place
     /// in the queue.
     EndRecovery,
+    /// [`SharedReplica::mint_checkpoint`] or
+    /// [`SharedReplica::keep_checkpoint`]: a round of its own.
+    Checkpoint(CheckpointWork),
 }
 
 impl Work {
     /// Whether the request is planned as a round of its own.
     fn is_alone(&self) -> bool {
-        matches!(self, Work::Compact(_) | Work::EndRecovery)
+        matches!(
+            self,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_)
+        )
     }
 
     /// What the request counts toward [`ROUND_EVENTS_MAX`]: its events and
@@ -310,7 +317,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.len(),
             Work::Apply(delta) => delta.events.len() + delta.floor.len(),
             Work::ApplyColumns(columns) => columns.len() + columns.floor.len(),
-            Work::Compact(_) | Work::EndRecovery => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) => 0,
         }
     }
 
@@ -319,7 +326,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
             Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
             Work::ApplyColumns(columns) => columns.payloads().len(),
-            Work::Compact(_) | Work::EndRecovery => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) => 0,
         }
     }
 }
@@ -330,6 +337,8 @@ enum Outcome {
     Compacted(Result<CompactReport, ReplicaError>),
     /// The recovery of the own stream ended.
     RecoveryEnded,
+    /// The checkpoint a checkpoint round added, if any.
+    Checkpointed(Result<Option<Checkpoint>, ReplicaError>),
     /// The request was dropped unanswered (a panic, a closed queue).
     Failed,
 }
@@ -714,6 +723,50 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         })
     }
 
+    /// Mints a checkpoint from the marks if one is due at `now_ms` (see
+    /// [`Replica::mint_checkpoint`]): a round of its own, in its place in
+    /// the queue.
+    pub fn mint_checkpoint(&self, now_ms: u64) -> Result<Option<Checkpoint>, ReplicaError> {
+        self.checkpoint_async(CheckpointWork::Mint { now_ms })
+            .wait()
+    }
+
+    /// Keeps a checkpoint received from a peer (see
+    /// [`Replica::keep_checkpoint`]). Whether it was new.
+    pub fn keep_checkpoint(&self, checkpoint: Checkpoint) -> Result<bool, ReplicaError> {
+        Ok(self
+            .checkpoint_async(CheckpointWork::Keep(checkpoint))
+            .wait()?
+            .is_some())
+    }
+
+    /// [`SharedReplica::mint_checkpoint`] for an async caller.
+    pub fn mint_checkpoint_async(
+        &self,
+        now_ms: u64,
+    ) -> Completion<Result<Option<Checkpoint>, ReplicaError>> {
+        self.checkpoint_async(CheckpointWork::Mint { now_ms })
+    }
+
+    /// [`SharedReplica::keep_checkpoint`] for an async caller: the
+    /// completion answers the checkpoint if it was new.
+    pub fn keep_checkpoint_async(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Completion<Result<Option<Checkpoint>, ReplicaError>> {
+        self.checkpoint_async(CheckpointWork::Keep(checkpoint))
+    }
+
+    fn checkpoint_async(
+        &self,
+        work: CheckpointWork,
+    ) -> Completion<Result<Option<Checkpoint>, ReplicaError>> {
+        self.submit(Work::Checkpoint(work), |outcome| match outcome {
+            Outcome::Checkpointed(result) => result,
+            _ => Err(ReplicaError::Failed),
+        })
+    }
+
     /// Stops sharing and hands back the replica, if this is the last
     /// handle (otherwise hands this handle back). A poisoned replica (see
     /// the module docs) is handed back marked failed.
@@ -808,6 +861,33 @@ impl<S: Store> SharedReplica<S> {
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
         let state = self.read().ok_or(PageError::Failed)?;
         state.page(after, limit)
+    }
+
+    /// The cursor a token's text stands for, of either version (see
+    /// [`Replica::cursor`]).
+    pub fn cursor(&self, token: &str) -> Result<VersionVector, PageError> {
+        let state = self.read().ok_or(PageError::Failed)?;
+        state.checkpoints.cursor_text(token)
+    }
+
+    /// The checkpoints kept, oldest first (see [`Replica::checkpoints`]).
+    pub fn checkpoints(&self) -> Vec<Checkpoint> {
+        self.read()
+            .map(|state| state.checkpoints.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The names of the checkpoints kept, oldest first: what a sync
+    /// session compares with what its peer holds, without copying vectors.
+    pub fn checkpoint_names(&self) -> Vec<CheckpointName> {
+        self.read()
+            .map(|state| state.checkpoints.iter().map(Checkpoint::name).collect())
+            .unwrap_or_default()
+    }
+
+    /// The checkpoint of that name, if kept (see [`Replica::checkpoint`]).
+    pub fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
+        self.read()?.checkpoints.get(name).cloned()
     }
 
     /// One writer's page after `after` (see [`Replica::page_stream`]).
@@ -1128,6 +1208,11 @@ impl<S: Store> Inner<S> {
                 request.answer(Outcome::RecoveryEnded);
                 return;
             }
+            if let Work::Checkpoint(work) = &request.work {
+                let result = self.checkpoint(writer, work);
+                request.answer(Outcome::Checkpointed(result));
+                return;
+            }
             if let Work::Compact(target) = &request.work {
                 let mut plan = read(&self.state).plan_compact(target);
                 let report = plan.compact_report();
@@ -1216,6 +1301,26 @@ impl<S: Store> Inner<S> {
 
     /// Commits the plan's batch (if any) with no lock on the state, then
     /// publishes it and notifies; a failed commit publishes nothing.
+    /// A checkpoint round: planned on the state, recorded by the store,
+    /// then kept (a failed record changes nothing, and leaves the store
+    /// usable: no event was at stake).
+    fn checkpoint(
+        &self,
+        writer: &mut Writer<S>,
+        work: &CheckpointWork,
+    ) -> Result<Option<Checkpoint>, ReplicaError> {
+        let Some((next, added)) = read(&self.state).plan_checkpoint(work) else {
+            return Ok(None);
+        };
+        writer
+            .store
+            .keep_checkpoints(&next.vectors())
+            .map_err(store_error)?;
+        tracing::debug!(name = %added.name(), streams = added.vector().len(), "checkpoint kept");
+        write(&self.state).checkpoints = next;
+        Ok(Some(added))
+    }
+
     fn commit_and_publish(
         &self,
         writer: &mut Writer<S>,
@@ -1421,8 +1526,10 @@ fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
                 payloads,
                 time_ms: *time_ms,
             }),
-            Work::Compact(_) | Work::EndRecovery => {
-                unreachable!("a compaction or the end of recovery is a round of its own")
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) => {
+                unreachable!(
+                    "a compaction, the end of recovery or a checkpoint is a round of its own"
+                )
             }
         })
         .collect()

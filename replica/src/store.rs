@@ -296,6 +296,9 @@ pub struct StoreMeta {
     /// Per stream received sealed, the key pinned and the seals kept, as
     /// the last batch that moved them recorded ([`Batch::seals`]).
     pub seals: BTreeMap<StreamId, KeptSeals>,
+    /// The checkpoints' vectors the replica keeps, oldest first, as
+    /// [`Store::keep_checkpoints`] last recorded them (`docs/TOKEN.md`).
+    pub checkpoints: Vec<VersionVector>,
 }
 
 impl StoreMeta {
@@ -373,6 +376,20 @@ pub trait Store {
     /// reads every event on open and keeps its own copy in memory.
     fn view(&self) -> Option<StoreView> {
         None
+    }
+
+    /// Records the checkpoints the replica keeps (at most
+    /// [`CHECKPOINTS_KEPT`](crate::CHECKPOINTS_KEPT) vectors, oldest
+    /// first), replacing those recorded before, durably; the next
+    /// [`Store::meta`] answers them. Apart from the commits of events: a
+    /// checkpoint is minted or received at most every so often, and one
+    /// lost costs only the tokens that name it. The default records
+    /// nothing (a replica on such a store forgets its checkpoints on
+    /// reopen, and answers tokens naming them
+    /// [`PageError::UnknownCheckpoint`](crate::PageError::UnknownCheckpoint)).
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), Self::Error> {
+        let _ = vectors;
+        Ok(())
     }
 }
 
@@ -534,6 +551,11 @@ impl Store for MemStore {
         self.meta.clock = self.meta.clock.max(batch.clock);
         self.meta.record_chains(batch);
         self.meta.record_seals(batch);
+        Ok(())
+    }
+
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), Infallible> {
+        self.meta.checkpoints = vectors.to_vec();
         Ok(())
     }
 

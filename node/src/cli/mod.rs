@@ -302,6 +302,7 @@ fn print_stale(out: &mut impl Write, stale: &Stale, json: bool) {
             resume: Some(stale.resume.clone()),
             max: None,
             limit: None,
+            checkpoint: None,
         })
         .unwrap_or_default();
         let _ = writeln!(out, "{line}");

@@ -5,6 +5,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use meshlog_cursor::CheckpointName;
 use serde_json::{Map, Value};
 
 /// An error answered to an HTTP client.
@@ -96,6 +97,15 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_token", message)
     }
 
+    /// `409 unknown_checkpoint`: the token is relative to a checkpoint
+    /// this node does not keep (`docs/TOKEN.md`, "Version 2"); `checkpoint`
+    /// names it, in hex. The request is right, the node lacks what it
+    /// refers to: resume from the token's version-1 form.
+    pub fn unknown_checkpoint(message: impl Into<String>, name: CheckpointName) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, "unknown_checkpoint", message)
+            .with("checkpoint", name.to_string().into())
+    }
+
     /// `413 body_too_large`.
     pub fn body_too_large(limit: usize) -> ApiError {
         ApiError::new(
@@ -116,8 +126,10 @@ impl ApiError {
 impl From<crate::read::ReadError> for ApiError {
     fn from(error: crate::read::ReadError) -> ApiError {
         use crate::read::ReadError;
+        let message = error.to_string();
         match error {
             ReadError::BadToken(message) => ApiError::bad_token(message),
+            ReadError::UnknownCheckpoint(name) => ApiError::unknown_checkpoint(message, name),
             ReadError::BadLimit { message, max } => {
                 ApiError::bad_limit(message).with("max", max.into())
             }

@@ -73,6 +73,9 @@ type Shared = State<Arc<AppState>>;
             links(("resume" = (operation_id = "get_events",
                 parameters(("after" = "$response.body#/resume")),
                 description = "Accept the gap and page on from `resume`.")))),
+        (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
+            checkpoint this node does not keep (`checkpoint` names it); resume from the token's \
+            version-1 form, which a node that keeps the checkpoint answers.", body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
     )
 )]
@@ -150,6 +153,8 @@ fn compact_response(status: StatusCode, body: &impl serde::Serialize) -> Respons
                 parameters(("after" = "$response.body#/next")),
                 description = "The following page: `next` as `after`, on either route.")))),
         (status = 400, description = "`bad_body`, `bad_token` or `bad_limit`.", body = ErrorJson),
+        (status = 409, description = "`unknown_checkpoint`, as on `GET /events`.",
+            body = ErrorJson),
         (status = 410, description = "`stale_cursor`, as on `GET /events`.", body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
     )
@@ -191,8 +196,9 @@ fn page(
         state.metrics.pages_behind.inc();
     }
     state.metrics.pages.inc();
-    let next = token::encode_text(&page.next)
-        .map_err(|error| ApiError::internal(format!("cannot encode the next token: {error}")))?;
+    // The shortest token the replica writes: version 2 against a
+    // checkpoint it keeps (gossiped to its peers), or version 1.
+    let next = page.token.clone();
     Ok(match representation {
         Representation::Json => Json(PageJson {
             events: page.events.iter().map(EventJson::from).collect(),

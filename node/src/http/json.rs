@@ -501,6 +501,10 @@ pub struct ErrorJson {
     /// `body_too_large` and `payload_too_large`: the limit in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// `unknown_checkpoint`: the name (32 hex digits) of the checkpoint the
+    /// token is relative to, which this node does not keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 impl ErrorJson {

@@ -300,6 +300,8 @@ impl Modify for Contract {
                 ("sec-websocket-accept" = String))),
         (status = 400, description = "`bad_stream`, `bad_token` or `bad_query`.",
             body = json::ErrorJson),
+        (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
+            checkpoint this node does not keep, as on `GET /events`.", body = json::ErrorJson),
         (status = 426, description = "`upgrade_required`: not a WebSocket upgrade.",
             body = json::ErrorJson),
         (status = 503, description = "`too_many_followers` (more than `followers_max` \

@@ -9,7 +9,8 @@
 //!   its chain hash at the floor and at the head and whether it is
 //!   anchored (`docs/SIGNING.md`); table `seals` maps a stream received
 //!   sealed to the key pinned for it and the seals kept (added within
-//!   format 4: a file without it holds no pins); table `meta` holds the lamport
+//!   format 4: a file without it holds no pins); table `checkpoints` the
+//!   checkpoints kept (added within format 5, `checkpoints`); table `meta` holds the lamport
 //!   clock, the digest, the number of blocks and the format version. Every
 //!   record carries a crc32 over its key and content, so a damaged value is
 //!   named, not served.
@@ -44,6 +45,8 @@
 //! # Layout
 //!
 //! - `block`: a block's layout, its checks, and the builder.
+//! - `checkpoints`: the `checkpoints` table, written apart from the
+//!   segment.
 //! - `codec`: the records of the `streams`, `chains`, `seals` and `meta`
 //!   tables.
 //! - `error`: [`DiskError`] and the helpers that build it.
@@ -73,7 +76,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use meshlog_cursor::StreamId;
+use meshlog_cursor::{StreamId, VersionVector};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::store::{StoreView, ViewKind};
@@ -83,6 +86,7 @@ use crate::{
 };
 
 mod block;
+mod checkpoints;
 mod codec;
 mod error;
 mod fold;
@@ -864,6 +868,7 @@ impl DiskStore {
         meta.digest = Some(digest);
         (meta.chains, meta.hashed) = self.chain_records(&read, &records)?;
         meta.seals = self.seal_records(&read, &records)?;
+        meta.checkpoints = self.checkpoint_records(&read)?;
         Ok((meta, recorded_blocks))
     }
 
@@ -1023,6 +1028,10 @@ impl Store for DiskStore {
 
     fn view(&self) -> Option<StoreView> {
         self.view.clone()
+    }
+
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), DiskError> {
+        self.write_checkpoints(vectors)
     }
 }
 

@@ -66,6 +66,11 @@ pub(crate) struct State {
     pub(super) own_hashes: Mutex<BTreeMap<u64, crate::ChainHash>>,
     /// How many seals [`State::own_seal`] signed ([`Stats::seals_signed`]).
     pub(super) seals_signed: std::sync::atomic::AtomicU64,
+    /// The checkpoints kept, minted or received (`checkpoints.rs`): what
+    /// a page's token is relative to, and what a version-2 token is read
+    /// against. Recorded by the store apart from commits
+    /// ([`Store::keep_checkpoints`](crate::Store::keep_checkpoints)).
+    pub(crate) checkpoints: crate::checkpoints::Checkpoints,
 }
 
 impl State {

@@ -57,6 +57,7 @@ use std::sync::{Mutex, PoisonError};
 
 use meshlog_cursor::{StreamId, VersionVector};
 
+use crate::checkpoints::Checkpoints;
 use crate::log::{Held, Log, Walk};
 use crate::mem::MemLog;
 use crate::{Config, Digest, Event, OpenWarning, Page, PageError, ReplicaError, Stats, Store};
@@ -94,6 +95,7 @@ impl State {
             kept_seals: BTreeMap::new(),
             own_hashes: Mutex::default(),
             seals_signed: Default::default(),
+            checkpoints: Checkpoints::from_vectors(&meta.checkpoints),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
         if state.log.is_own() {
@@ -375,6 +377,18 @@ impl State {
     }
 
     pub(crate) fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
+        let mut page = self.page_untokened(after, limit)?;
+        page.token = self.checkpoints.token(&page.next)?;
+        Ok(page)
+    }
+
+    /// [`State::page`] without its token (left empty): for a caller that
+    /// changes `next` before answering it.
+    pub(crate) fn page_untokened(
+        &self,
+        after: &VersionVector,
+        limit: usize,
+    ) -> Result<Page, PageError> {
         if limit > self.config.page_len_max {
             return Err(PageError::LimitTooLarge {
                 limit,
@@ -396,6 +410,7 @@ impl State {
         Ok(Page {
             events,
             next,
+            token: String::new(),
             at_head,
         })
     }

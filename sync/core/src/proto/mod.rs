@@ -46,6 +46,8 @@
 //!   session;
 //! - `timeouts`: the tick, read timeouts, round trips and retransmission;
 //! - `routing`: the routes table and the streams asked quiet;
+//! - `gossip`: checkpoints sent as differences, checked against their
+//!   names when received, and asked for whole;
 //! - `once`: [`sync_once`] and [`hand_in`].
 //!
 //! # Example
@@ -93,6 +95,7 @@
 
 mod delta;
 mod driver;
+mod gossip;
 mod hello;
 mod once;
 mod receipts;
