@@ -82,6 +82,17 @@ pub enum Limit {
         /// The key that sealed its run, if the delta carries a seal of it.
         key: Option<crate::WriterPublicKey>,
     },
+    /// The stream is frozen at a fork: the replica keeps a proof that its
+    /// writer signed two histories of it ([`Replica::forks`]), and takes
+    /// nothing of it above its head ([`Cut::from_seq`] is the head + 1);
+    /// applied whole, the delta would be refused with
+    /// [`DeltaError::Frozen`](crate::DeltaError::Frozen).
+    ///
+    /// [`Replica::forks`]: crate::Replica::forks
+    Frozen {
+        /// The head the stream is frozen at.
+        head: u64,
+    },
 }
 
 impl Admission {

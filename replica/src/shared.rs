@@ -295,12 +295,17 @@ enum Work {
     /// [`SharedReplica::end_recovery`]: a round of its own, in its place
     /// in the queue.
     EndRecovery,
+    /// [`SharedReplica::keep_fork`]: a round of its own.
+    KeepFork(Box<crate::ForkProof>),
 }
 
 impl Work {
     /// Whether the request is planned as a round of its own.
     fn is_alone(&self) -> bool {
-        matches!(self, Work::Compact(_) | Work::EndRecovery)
+        matches!(
+            self,
+            Work::Compact(_) | Work::EndRecovery | Work::KeepFork(_)
+        )
     }
 
     /// What the request counts toward [`ROUND_EVENTS_MAX`]: its events and
@@ -310,7 +315,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.len(),
             Work::Apply(delta) => delta.events.len() + delta.floor.len(),
             Work::ApplyColumns(columns) => columns.len() + columns.floor.len(),
-            Work::Compact(_) | Work::EndRecovery => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::KeepFork(_) => 0,
         }
     }
 
@@ -319,7 +324,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
             Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
             Work::ApplyColumns(columns) => columns.payloads().len(),
-            Work::Compact(_) | Work::EndRecovery => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::KeepFork(_) => 0,
         }
     }
 }
@@ -330,6 +335,8 @@ enum Outcome {
     Compacted(Result<CompactReport, ReplicaError>),
     /// The recovery of the own stream ended.
     RecoveryEnded,
+    /// A fork proof kept (`true`), or one of its stream kept already.
+    ForkKept(Result<bool, ReplicaError>),
     /// The request was dropped unanswered (a panic, a closed queue).
     Failed,
 }
@@ -711,6 +718,28 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     pub fn end_recovery_async(&self) -> Completion<bool> {
         self.submit(Work::EndRecovery, |outcome| {
             matches!(outcome, Outcome::RecoveryEnded)
+        })
+    }
+
+    /// The proofs of forked streams kept (see [`Replica::forks`]).
+    pub fn forks(&self) -> Vec<crate::ForkProof> {
+        self.read().map(|state| state.forks()).unwrap_or_default()
+    }
+
+    /// Keeps a fork proof received from a peer (see
+    /// [`Replica::keep_fork`]), in a round of its own. Blocks.
+    pub fn keep_fork(&self, proof: crate::ForkProof) -> Result<bool, ReplicaError> {
+        self.keep_fork_async(proof).wait()
+    }
+
+    /// [`SharedReplica::keep_fork`] as a future.
+    pub fn keep_fork_async(
+        &self,
+        proof: crate::ForkProof,
+    ) -> Completion<Result<bool, ReplicaError>> {
+        self.submit(Work::KeepFork(Box::new(proof)), |outcome| match outcome {
+            Outcome::ForkKept(kept) => kept,
+            _ => Err(ReplicaError::Failed),
         })
     }
 
@@ -1128,6 +1157,11 @@ impl<S: Store> Inner<S> {
                 request.answer(Outcome::RecoveryEnded);
                 return;
             }
+            if let Work::KeepFork(proof) = &request.work {
+                let kept = self.keep_fork_now(writer, proof);
+                request.answer(Outcome::ForkKept(kept));
+                return;
+            }
             if let Work::Compact(target) = &request.work {
                 let mut plan = read(&self.state).plan_compact(target);
                 let report = plan.compact_report();
@@ -1348,6 +1382,28 @@ impl<S: Store> Inner<S> {
             .collect()
     }
 
+    /// Keeps `proof` now (see [`SharedReplica::keep_fork`]).
+    fn keep_fork_now(
+        &self,
+        writer: &mut Writer<S>,
+        proof: &crate::ForkProof,
+    ) -> Result<bool, ReplicaError> {
+        if writer.failed {
+            return Err(ReplicaError::Failed);
+        }
+        let Some(batch) = read(&self.state).fork_batch(proof)? else {
+            return Ok(false);
+        };
+        self.commit_count.fetch_add(1, Ordering::Relaxed);
+        writer.store.commit(&batch).map_err(|error| {
+            writer.failed = true;
+            tracing::error!(stream = %self.stream, %error, "store commit failed; the replica refuses changes until reopened");
+            store_error(error)
+        })?;
+        write(&self.state).publish_forks(&batch);
+        Ok(true)
+    }
+
     /// Commits the plan's batch, if any, to the store; a failure marks the
     /// writer failed (the replica refuses changes until reopened).
     fn commit_store(&self, writer: &mut Writer<S>, plan: &mut Plan) -> Result<(), ReplicaError> {
@@ -1355,7 +1411,7 @@ impl<S: Store> Inner<S> {
         // writer changes the state: it is the one the plan was made on). A
         // failed read commits nothing.
         read(&self.state).prepare_commit(plan)?;
-        if plan.batch.is_empty() && plan.batch.seals.is_empty() {
+        if plan.batch.is_empty() && plan.batch.seals.is_empty() && plan.batch.forks.is_empty() {
             return Ok(());
         }
         self.commit_count.fetch_add(1, Ordering::Relaxed);
@@ -1421,7 +1477,7 @@ fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
                 payloads,
                 time_ms: *time_ms,
             }),
-            Work::Compact(_) | Work::EndRecovery => {
+            Work::Compact(_) | Work::EndRecovery | Work::KeepFork(_) => {
                 unreachable!("a compaction or the end of recovery is a round of its own")
             }
         })

@@ -100,6 +100,7 @@ impl DiskStore {
         self.meta.clock = clock;
         self.meta.record_chains(batch);
         self.meta.record_seals(batch);
+        self.meta.record_forks(batch);
         Ok(())
     }
 

@@ -42,6 +42,7 @@
 
 mod chain;
 mod delta;
+mod forks;
 mod held;
 mod plan;
 mod publish;
@@ -94,6 +95,7 @@ impl State {
             kept_seals: BTreeMap::new(),
             own_hashes: Mutex::default(),
             seals_signed: Default::default(),
+            forks: meta.forks.clone(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
         if state.log.is_own() {
