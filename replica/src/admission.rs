@@ -145,6 +145,8 @@ impl Admission {
         if self.is_whole() {
             return columns.clone();
         }
-        DeltaColumns::from_delta(&self.cut_delta(&columns.to_delta()))
+        let mut cut = DeltaColumns::from_delta(&self.cut_delta(&columns.to_delta()));
+        cut.forks.clone_from(&columns.forks);
+        cut
     }
 }

@@ -650,6 +650,14 @@ impl<S: Store> Replica<S> {
     /// ```
     pub fn apply_columns(&mut self, columns: &DeltaColumns) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
+        for proof in &columns.forks {
+            // A proof that proves nothing is the peer's fault, logged; the
+            // delta is judged on its own.
+            match self.keep_fork(proof) {
+                Ok(_) | Err(ReplicaError::Fork(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let Some(mut plan) = self.state.plan_columns(&[RoundItem::Columns(columns)]) else {
             return self.apply(&columns.to_delta());
         };

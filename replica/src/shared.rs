@@ -689,8 +689,14 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     /// its appends; in any other round the delta joins as events.
     pub fn apply_columns_async(
         &self,
-        columns: DeltaColumns,
+        mut columns: DeltaColumns,
     ) -> Completion<Result<ApplyReport, ReplicaError>> {
+        // The proofs it passes on first, each a round of its own before
+        // it (a proof that proves nothing is logged, and the delta judged
+        // on its own).
+        for proof in std::mem::take(&mut columns.forks) {
+            drop(self.keep_fork_async(proof));
+        }
         self.submit(Work::ApplyColumns(columns), applied)
     }
 
@@ -719,11 +725,6 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
         self.submit(Work::EndRecovery, |outcome| {
             matches!(outcome, Outcome::RecoveryEnded)
         })
-    }
-
-    /// The proofs of forked streams kept (see [`Replica::forks`]).
-    pub fn forks(&self) -> Vec<crate::ForkProof> {
-        self.read().map(|state| state.forks()).unwrap_or_default()
     }
 
     /// Keeps a fork proof received from a peer (see
@@ -946,6 +947,11 @@ impl<S: Store> SharedReplica<S> {
         self.read()
             .map(|state| state.admission(columns))
             .unwrap_or_default()
+    }
+
+    /// The proofs of forked streams kept (see [`Replica::forks`]).
+    pub fn forks(&self) -> Vec<crate::ForkProof> {
+        self.read().map(|state| state.forks()).unwrap_or_default()
     }
 
     /// What `open` accepted but reports (see [`Replica::open_warnings`]).

@@ -21,6 +21,7 @@ use meshlog_replica::{
     Config, Delta, DeltaColumns, DeltaError, DiskStore, ForkError, ForkProof, Limit, MemStore,
     Replica, ReplicaError, Store, WriterKey,
 };
+use meshlog_testkit::hostile::equivocating_writers;
 use meshlog_testkit::{seed, SplitMix64};
 
 const KEY: [u8; 32] = [7; 32];
@@ -45,12 +46,20 @@ fn strict(id: u64) -> Replica<MemStore> {
     Replica::open(strict_config(id), MemStore::default()).expect("an empty store opens")
 }
 
+fn payloads(count: u64, tag: u8, rng: &mut SplitMix64) -> Vec<Bytes> {
+    (0..count)
+        .map(|_| {
+            let len = rng.below(40) as usize;
+            let mut payload = vec![tag; len + 1];
+            payload[0] = rng.next_u64() as u8;
+            Bytes::from(payload)
+        })
+        .collect()
+}
+
 fn append(writer: &mut Replica<MemStore>, count: u64, tag: u8, rng: &mut SplitMix64) {
-    for _ in 0..count {
-        let len = rng.below(40) as usize;
-        let mut payload = vec![tag; len + 1];
-        payload[0] = rng.next_u64() as u8;
-        writer.append(Bytes::from(payload)).expect("append");
+    for payload in payloads(count, tag, rng) {
+        writer.append(payload).expect("append");
     }
 }
 
@@ -78,13 +87,12 @@ struct Forked {
 }
 
 fn forked(common: u64, a_len: u64, b_extra: u64, rng: &mut SplitMix64) -> Forked {
-    let mut writer_a = keyed(KEY);
-    append(&mut writer_a, common, 1, rng);
-    let backup = writer_a.store().clone();
-    let mut writer_b = Replica::open(Config::with_key(WriterKey::from_bytes(KEY)), backup)
-        .expect("the backup opens");
-    append(&mut writer_a, a_len, 2, rng);
-    append(&mut writer_b, a_len, 3, rng);
+    let (writer_a, mut writer_b) = equivocating_writers(
+        &WriterKey::from_bytes(KEY),
+        &payloads(common, 1, rng),
+        &payloads(a_len, 2, rng),
+        &payloads(a_len, 3, rng),
+    );
     let (mut relay_a, mut relay_b) = (strict(101), strict(102));
     sync(&writer_a, &mut relay_a).expect("relay A takes history A");
     // Relay B takes B in two steps: it keeps a seal where A ends.

@@ -190,10 +190,15 @@ impl State {
         &self,
         proof: &ForkProof,
     ) -> Result<Option<Batch<'static>>, ReplicaError> {
-        if !self.judge_proof(proof)? {
-            return Ok(None);
-        }
         let stream = proof.stream();
+        match self.judge_proof(proof) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(error) => {
+                tracing::warn!(%stream, %error, "a fork proof is refused");
+                return Err(error.into());
+            }
+        }
         tracing::warn!(%stream, seq = proof.seq, "a proof that a writer signed two histories of its stream: the stream is frozen");
         let mut batch = Batch::default().with_clock(self.clock);
         batch.forks.push(proof.clone());

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Admission, Delta, DeltaColumns, SharedReplica, Store};
+use meshlog_replica::{Admission, Delta, DeltaColumns, ForkProof, SharedReplica, Store};
 
 use crate::frame::Frame;
 use crate::routes::RouteLink;
@@ -42,6 +42,13 @@ pub trait LocalReplica {
     /// default: a replica that admitted everything here would have its
     /// deltas refused whole by its own limits, ending the session.
     fn admission(&self, columns: &DeltaColumns) -> Admission;
+    /// The fork proofs the replica keeps (see
+    /// [`meshlog_replica::Replica::forks`]) but those of `streams`. By
+    /// default none: such a driver passes no proof on.
+    fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
+        let _ = streams;
+        Vec::new()
+    }
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
@@ -72,6 +79,12 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn admission(&self, columns: &DeltaColumns) -> Admission {
         SharedReplica::admission(self, columns)
+    }
+
+    fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
+        let mut forks = SharedReplica::forks(self);
+        forks.retain(|proof| !streams.contains(&proof.stream()));
+        forks
     }
 }
 
@@ -162,6 +175,8 @@ pub(super) struct Sending {
     /// Our streams the peer cannot be sent past a seq (an event too large
     /// for a frame): the view counts them as held.
     pub(super) unsendable: BTreeMap<StreamId, u64>,
+    /// The streams whose fork proof this session sent the peer (`forks`).
+    pub(super) forks_sent: BTreeSet<StreamId>,
 }
 
 /// Round trips, retransmission and read timeouts, the tick.
