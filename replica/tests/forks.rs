@@ -236,8 +236,8 @@ fn a_third_replica_learns_the_proof_and_freezes() {
     let mut third = strict(105);
     sync(&fork.writer_b, &mut third).expect("history B is taken");
     let received = ForkProof::from_bytes(&proof.to_bytes()).expect("decodes");
-    assert_eq!(third.keep_fork(&received).expect("kept"), true);
-    assert_eq!(third.keep_fork(&received).expect("kept once"), false);
+    assert!(third.keep_fork(&received).expect("kept"));
+    assert!(!third.keep_fork(&received).expect("kept once"));
     assert_eq!(third.forks(), vec![proof]);
     let mut writer_b = fork.writer_b;
     append(&mut writer_b, 1, 4, &mut rng);
