@@ -951,7 +951,18 @@ impl<S: Store> SharedReplica<S> {
 
     /// The proofs of forked streams kept (see [`Replica::forks`]).
     pub fn forks(&self) -> Vec<crate::ForkProof> {
-        self.read().map(|state| state.forks()).unwrap_or_default()
+        self.forks_except(&std::collections::BTreeSet::new())
+    }
+
+    /// [`SharedReplica::forks`] but those of `streams`, copying only the
+    /// others (what a sync session asks before every delta it plans).
+    pub fn forks_except(
+        &self,
+        streams: &std::collections::BTreeSet<StreamId>,
+    ) -> Vec<crate::ForkProof> {
+        self.read()
+            .map(|state| state.forks_except(streams))
+            .unwrap_or_default()
     }
 
     /// What `open` accepted but reports (see [`Replica::open_warnings`]).

@@ -182,6 +182,18 @@ impl State {
         self.forks.values().cloned().collect()
     }
 
+    /// The proofs kept, by stream, but those of `streams`.
+    pub(crate) fn forks_except(
+        &self,
+        streams: &std::collections::BTreeSet<StreamId>,
+    ) -> Vec<ForkProof> {
+        let others = self
+            .forks
+            .iter()
+            .filter(|(stream, _)| !streams.contains(stream));
+        others.map(|(_, proof)| proof.clone()).collect()
+    }
+
     /// The batch that keeps `proof` (received, not found here), or `None`
     /// where a proof of its stream is kept already; refused where it does
     /// not prove a fork of its stream by the stream's key, or is of the

@@ -82,9 +82,7 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
     }
 
     fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
-        let mut forks = SharedReplica::forks(self);
-        forks.retain(|proof| !streams.contains(&proof.stream()));
-        forks
+        SharedReplica::forks_except(self, streams)
     }
 }
 
