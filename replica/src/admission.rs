@@ -11,11 +11,12 @@ use crate::{Delta, DeltaColumns};
 
 /// How much of a delta a replica can take under its limits
 /// ([`Config::streams_max`](crate::Config::streams_max),
-/// [`Config::payload_bytes_max`](crate::Config::payload_bytes_max)) and
-/// its [`Config::membership`](crate::Config::membership): every event but
+/// [`Config::payload_bytes_max`](crate::Config::payload_bytes_max)), its
+/// [`Config::membership`](crate::Config::membership) and
+/// [`Config::require_seals`](crate::Config::require_seals): every event but
 /// those the cuts name. The rest still goes through the full validation
 /// of apply (equivocation, lamport order, seals, the own stream); only
-/// the limits and membership are answered here.
+/// the limits, membership and unsealed legacy streams are answered here.
 ///
 /// ```
 /// use meshlog_cursor::{StreamId, VersionVector};
@@ -93,6 +94,15 @@ pub enum Limit {
         /// The head the stream is frozen at.
         head: u64,
     },
+    /// The stream's run brings new events with no seal, and the replica
+    /// requires seals ([`Config::require_seals`](crate::Config::require_seals))
+    /// of a stream it has not pinned a key for: a legacy stream, from
+    /// before signed streams. Cut whole ([`Cut::from_seq`] 0); applied
+    /// whole, the delta would be refused with
+    /// [`DeltaError::Unsealed`](crate::DeltaError::Unsealed). (A pinned
+    /// stream's run with its seal cut off is no legacy stream but a
+    /// tampering: refused, never cut.)
+    Unsealed,
 }
 
 impl Admission {

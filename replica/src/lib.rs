@@ -87,9 +87,9 @@ pub use admission::{Admission, Cut, Limit};
 pub use chain::{ChainDigest, ChainHash, StreamChain, StreamHead};
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
-    DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, CHECKPOINT_BYTES_DEFAULT,
-    CHECKPOINT_RECORDS_DEFAULT, DATA_FILE, FORMAT_VERSION, LOCK_FILE, LOCK_WAIT_DEFAULT,
-    SEGMENT_FILE,
+    DiskError, DiskOptions, DiskStore, FoldLag, Recovery, CACHE_BYTES_DEFAULT,
+    CHECKPOINT_BYTES_DEFAULT, CHECKPOINT_RECORDS_DEFAULT, DATA_FILE, FORMAT_VERSION, LOCK_FILE,
+    LOCK_WAIT_DEFAULT, SEGMENT_FILE, UNFOLDED_BYTES_MAX_DEFAULT, UNFOLDED_RECORDS_MAX_DEFAULT,
 };
 pub use error::{DeltaError, OpenWarning, PageError, ReplicaError};
 pub use fork::{ForkBranch, ForkError, ForkProof};

@@ -40,7 +40,8 @@ use meshlog_replica::{
 };
 use meshlog_sync::testkit::{self, SplitMix64};
 use meshlog_sync::{
-    LimitHit, ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SharedReplica,
+    LimitHit, ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SessionState,
+    SharedReplica,
 };
 use meshlog_testkit::hostile::tamperings;
 use meshlog_testkit::Snapshot;
@@ -405,6 +406,81 @@ fn a_sealed_stream_cut_for_a_limit_is_cut_whole_and_the_session_goes_on() {
     });
 }
 
+/// One real session between `peer` and `receiver` for `rounds` rounds: in
+/// each after the first, the test appends to every one of `writers` and
+/// syncs them to `peer`; every round waits until `taken()` (the receiver
+/// holds what it should) or the receiver's session ended. The receiver
+/// stops first, the peer once it did. Both sessions must have ended
+/// stopped (the link kept); answers what the peer's and the receiver's
+/// sessions reported.
+async fn relay_rounds(
+    peer: &SharedReplica,
+    receiver: &SharedReplica,
+    writers: &[&SharedReplica],
+    rng: &mut SplitMix64,
+    rounds: usize,
+    taken: impl Fn() -> bool,
+    seed: u64,
+) -> (SessionState, SessionState) {
+    let (peer_io, receiver_io) = tokio::io::duplex(1 << 20);
+    let (peer_session, receiver_session) = (
+        Session::new(peer.clone(), config()),
+        Session::new(receiver.clone(), config()),
+    );
+    let (peer_state, receiver_state) = (peer_session.state(), receiver_session.state());
+    let (ended, done) = (Cell::new(false), Cell::new(false));
+    let driver = async {
+        for round in 0..rounds {
+            if round > 0 {
+                for writer in writers {
+                    append(writer, rng, 1, 5);
+                    converge(writer, peer).await;
+                }
+            }
+            testkit::wait_for("the receiver's events", CONVERGE_WITHIN, || {
+                ended.get() || taken()
+            })
+            .await;
+            if ended.get() {
+                break;
+            }
+        }
+        done.set(true);
+    };
+    let stop = testkit::wait_for("the test's end", CONVERGE_WITHIN, || done.get());
+    let receiver_run = async {
+        let end = receiver_session.run_until(receiver_io, stop).await;
+        ended.set(true);
+        end
+    };
+    let peer_stop = testkit::wait_for("the receiver's end", CONVERGE_WITHIN, || ended.get());
+    let (peer_end, receiver_end, ()) = tokio::join!(
+        peer_session.run_until(peer_io, peer_stop),
+        receiver_run,
+        driver,
+    );
+    assert!(
+        matches!(receiver_end, Ok(SessionEnd::Stopped)),
+        "seed {seed}: the receiver's session ended {receiver_end:?}"
+    );
+    assert!(
+        matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
+        "seed {seed}: the peer's session ended {peer_end:?}"
+    );
+    let peer_state = peer_state.borrow().clone();
+    let receiver_state = receiver_state.borrow().clone();
+    (peer_state, receiver_state)
+}
+
+/// The one captured log line that contains `says`, at `WARN`.
+fn warned_once(says: &str, seed: u64) -> String {
+    let log = captured_log();
+    let warned: Vec<&str> = log.lines().filter(|line| line.contains(says)).collect();
+    assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+    assert!(warned[0].contains("WARN"), "seed {seed}: {}", warned[0]);
+    warned[0].to_owned()
+}
+
 /// Issue 29, membership liveness: a receiver whose closed membership
 /// admits one writer syncs with a peer holding that writer's stream and
 /// a stranger's, both sealed. Before, the receiver's replica refused each
@@ -440,95 +516,109 @@ fn a_closed_receiver_cuts_an_unknown_writer_and_keeps_syncing_the_admitted_one()
                 Commits::Inline,
             );
             let (a, s) = (admitted_key.stream(), stranger_key.stream());
-            let (peer_io, receiver_io) = tokio::io::duplex(1 << 20);
-            let (peer_session, receiver_session) = (
-                Session::new(peer.clone(), config()),
-                Session::new(receiver.clone(), config()),
-            );
-            let (peer_state, receiver_state) = (peer_session.state(), receiver_session.state());
-            // The test's side: it waits for the admitted writer (or the
-            // receiver's session to end), then appends more of both
-            // writers, which reach the peer, in the same session.
-            let (ended, done) = (Cell::new(false), Cell::new(false));
+            // The test's side: it waits for the admitted writer, then
+            // appends more of both writers, which reach the peer, in the
+            // same session.
             let converged = || {
                 receiver.marks().get(a) == admitted.marks().get(a)
                     && receiver.chain_digest().stream(a) == admitted.chain_digest().stream(a)
             };
-            let driver = async {
-                for round in 0..4 {
-                    if round > 0 {
-                        append(&admitted, &mut rng, 1, 5);
-                        append(&stranger, &mut rng, 1, 5);
-                        converge(&admitted, &peer).await;
-                        converge(&stranger, &peer).await;
-                    }
-                    testkit::wait_for("the admitted writer", CONVERGE_WITHIN, || {
-                        ended.get() || converged()
-                    })
-                    .await;
-                    if ended.get() {
-                        break;
-                    }
-                    assert_eq!(
-                        receiver.marks().get(s),
-                        0,
-                        "seed {seed}: a stranger's event held"
-                    );
-                }
-                done.set(true);
-            };
-            // The receiver stops first; the peer once the receiver ended.
-            let stop = testkit::wait_for("the test's end", CONVERGE_WITHIN, || done.get());
-            let receiver_run = async {
-                let end = receiver_session.run_until(receiver_io, stop).await;
-                ended.set(true);
-                end
-            };
-            let peer_stop =
-                testkit::wait_for("the receiver's end", CONVERGE_WITHIN, || ended.get());
-            let (peer_end, receiver_end, ()) = tokio::join!(
-                peer_session.run_until(peer_io, peer_stop),
-                receiver_run,
-                driver,
-            );
-            assert!(
-                matches!(receiver_end, Ok(SessionEnd::Stopped)),
-                "seed {seed}: the receiver's session ended {receiver_end:?}"
-            );
-            assert!(
-                matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
-                "seed {seed}: the peer's session ended {peer_end:?}"
-            );
+            let (peer_state, receiver_state) = relay_rounds(
+                &peer,
+                &receiver,
+                &[&admitted, &stranger],
+                &mut rng,
+                4,
+                converged,
+                seed,
+            )
+            .await;
             let held = snapshot(&receiver);
             assert_eq!(held.marks.get(s), 0, "seed {seed}");
             assert_eq!(held.floor.get(s), 0, "seed {seed}");
             assert!(held.events.iter().all(|e| e.stream == a), "seed {seed}");
             assert_eq!(
-                receiver_state.borrow().limits,
+                receiver_state.limits,
                 [LimitHit::UnknownWriter {
                     stream: s,
                     key: Some(stranger_key.public()),
                 }],
                 "seed {seed}"
             );
-            assert!(receiver_state.borrow().events_over_limit > 0, "seed {seed}");
-            assert_eq!(
-                peer_state.borrow().peer_quiet_streams,
-                1,
-                "seed {seed}: asked quiet"
-            );
-            let log = captured_log();
-            let warned: Vec<&str> = log
-                .lines()
-                .filter(|line| line.contains("peer relayed a writer this node does not admit"))
-                .collect();
-            assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+            assert!(receiver_state.events_over_limit > 0, "seed {seed}");
+            assert_eq!(peer_state.peer_quiet_streams, 1, "seed {seed}: asked quiet");
+            let warned = warned_once("peer relayed a writer this node does not admit", seed);
             assert!(
-                warned[0].contains("WARN")
-                    && warned[0].contains(&s.to_string())
-                    && warned[0].contains(&stranger_key.public().to_string()),
-                "seed {seed}: {}",
-                warned[0]
+                warned.contains(&s.to_string())
+                    && warned.contains(&stranger_key.public().to_string()),
+                "seed {seed}: {warned}"
+            );
+        });
+    });
+}
+
+/// A receiver that requires seals, syncing with a peer that holds a
+/// sealed writer and an unsealed legacy one (a stream from before signed
+/// streams), keeps the link: it cuts the legacy stream from the peer's
+/// deltas, asks it quiet and reports it (`LimitHit::Unsealed`, logged
+/// once), and takes the sealed writer's events, later appends included.
+/// On the old code the whole delta was refused `Unsealed` and the session
+/// ended (`SessionError::Refused`): one legacy stream anywhere in the mesh
+/// cut every `require_seals` node off from its peers.
+#[test]
+fn a_receiver_requiring_seals_cuts_an_unsealed_legacy_stream_and_keeps_syncing() {
+    testkit::for_each_seed("require_seals_cuts_unsealed", 0x5ea1, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let (_, sealed) = keyed(21);
+            let legacy_stream = StreamId::new(0x1e6);
+            let legacy = SharedReplica::with_commits(Replica::new(legacy_stream), Commits::Inline);
+            // An open, keyed peer relaying both (its own stream empty).
+            let (_, peer) = keyed(23);
+            append(&sealed, &mut rng, 1, 20);
+            append(&legacy, &mut rng, 1, 20);
+            converge(&sealed, &peer).await;
+            converge(&legacy, &peer).await;
+            let strict = Config {
+                require_seals: true,
+                ..Config::new(RECEIVER)
+            };
+            let receiver = SharedReplica::with_commits(
+                Replica::open(strict, MemStore::default()).expect("opens"),
+                Commits::Inline,
+            );
+            let s = sealed.stream();
+            let converged = || {
+                receiver.marks().get(s) == sealed.marks().get(s)
+                    && receiver.chain_digest().stream(s) == sealed.chain_digest().stream(s)
+            };
+            let (peer_state, receiver_state) = relay_rounds(
+                &peer,
+                &receiver,
+                &[&sealed, &legacy],
+                &mut rng,
+                3,
+                converged,
+                seed,
+            )
+            .await;
+            let held = snapshot(&receiver);
+            assert_eq!(held.marks.get(legacy_stream), 0, "seed {seed}");
+            assert_eq!(held.marks.get(s), sealed.marks().get(s), "seed {seed}");
+            assert!(held.events.iter().all(|e| e.stream == s), "seed {seed}");
+            assert_eq!(
+                receiver_state.limits,
+                [LimitHit::Unsealed {
+                    stream: legacy_stream
+                }],
+                "seed {seed}"
+            );
+            assert_eq!(peer_state.peer_quiet_streams, 1, "seed {seed}: asked quiet");
+            let warned = warned_once("stream refused: peer relayed an unsealed stream", seed);
+            assert!(
+                warned.contains(&legacy_stream.to_string()),
+                "seed {seed}: {warned}"
             );
         });
     });

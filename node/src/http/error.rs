@@ -14,6 +14,8 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     extra: Map<String, Value>,
+    /// Seconds for a `retry-after` header, where retrying later helps.
+    retry_after_s: Option<u32>,
 }
 
 impl ApiError {
@@ -24,7 +26,23 @@ impl ApiError {
             code,
             message: message.into(),
             extra: Map::new(),
+            retry_after_s: None,
         }
+    }
+
+    /// `503 recovering`, `retry-after: 1`: the node is relearning its own
+    /// stream from its peers before it appends again (`crate::recovery`).
+    pub fn recovering(stream: u64, head: u64) -> ApiError {
+        let mut error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "recovering",
+            format!(
+                "this node is relearning its own stream {stream} from its peers (head {head} so \
+                 far) before it appends again; retry shortly (GET /marks: writer.recovering)"
+            ),
+        );
+        error.retry_after_s = Some(1);
+        error
     }
 
     /// 426 `upgrade_required`: a WebSocket or sync route asked without
@@ -110,6 +128,12 @@ impl From<crate::read::ReadError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }

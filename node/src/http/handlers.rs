@@ -22,7 +22,7 @@ use super::json::{
     AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson,
     ErrorJson, EventJson, ForksJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
     PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload,
-    Representation, VerifiedJson, COMPACT_MEDIA_TYPE,
+    Representation, UnsealedReason, VerifiedJson, WriterJson, COMPACT_MEDIA_TYPE,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -246,6 +246,9 @@ fn page(
         (status = 413, description = "`payload_too_large` (one payload over the replica's \
             limit, default 1 MiB; nothing appended) or `body_too_large`.", body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
+        (status = 503, description = "`recovering`: the node is relearning its own stream \
+            from its peers (at start, or a data directory restored from a backup); or \
+            `too_many_connections`. Both with `retry-after: 1`.", body = ErrorJson),
     )
 )]
 pub async fn post_events(
@@ -275,6 +278,7 @@ pub async fn post_events(
         _ => vec![body],
     };
     check_payloads(&state, &payloads)?;
+    recovered(&state).await?;
     let started = Instant::now();
     let events = committed(&state, started, state.replica.append_batch(payloads).await)?;
     if representation(&headers) == Representation::Compact {
@@ -310,6 +314,21 @@ pub(super) fn check_payloads(state: &AppState, payloads: &[Bytes]) -> Result<(),
     }
 }
 
+/// Every append route waits here, briefly, while the node relearns its
+/// own stream from its peers (`crate::recovery`), and is refused `503
+/// recovering` if it still does: appending then would fork the stream.
+pub(super) async fn recovered(state: &AppState) -> Result<(), ApiError> {
+    if state.replica.wait_recovered().await {
+        return Ok(());
+    }
+    state.metrics.appends_refused.inc();
+    let stream = state.replica.stream();
+    Err(ApiError::recovering(
+        stream.get(),
+        state.replica.marks().get(stream),
+    ))
+}
+
 /// What every append route does with a commit's outcome: counts it (the
 /// events, the commit's latency from `started`, or the refusal) and turns
 /// a refusal into the API's error.
@@ -322,6 +341,7 @@ pub(super) fn committed(
         state.metrics.appends_refused.inc();
         match error {
             ReplicaError::PayloadTooLarge { len, limit, .. } => payload_too_large(0, len, limit),
+            ReplicaError::Recovering { stream, head } => ApiError::recovering(stream.get(), head),
             error => ApiError::internal(error.to_string()),
         }
     })?;
@@ -382,6 +402,13 @@ pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
         token,
         digest: digest_json(digest),
         chains: chains_json(&replica.chain_digest()),
+        writer: Some(WriterJson {
+            public_key: replica.writer_key().to_string(),
+            sealed: replica.sealed(),
+            // The one way a node writes unsealed (`crate::replica`).
+            unsealed_reason: (!replica.sealed()).then_some(UnsealedReason::UnboundLegacyStream),
+            recovering: replica.is_recovering(),
+        }),
         peers,
     }))
 }

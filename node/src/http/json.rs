@@ -730,8 +730,43 @@ pub struct MarksJson {
     /// answer has none).
     #[serde(default)]
     pub chains: ChainsJson,
+    /// This node's writer: its public key and whether it seals its
+    /// stream (an older node's answer has none).
+    #[serde(default)]
+    pub writer: Option<WriterJson>,
     /// The dialed peers.
     pub peers: Vec<PeerJson>,
+}
+
+/// `GET /marks`' `writer`: the node's writer key, and whether peers can
+/// verify its stream (`docs/SIGNING.md`, the upgrade policy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WriterJson {
+    /// The writer's public key, 64 hex digits (`meshlog key show` prints
+    /// it as the `writers` entry other nodes take).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub public_key: String,
+    /// Whether the node seals its stream (its key derives the stream, or
+    /// the trust configuration binds it to this legacy stream).
+    pub sealed: bool,
+    /// Why not, when it does not: `unbound_legacy_stream` (a data
+    /// directory from before signed streams whose key no `writers =
+    /// ["KEY@STREAM"]` entry or admin binding names for it; peers that
+    /// require seals refuse its events). `null` when sealed.
+    pub unsealed_reason: Option<UnsealedReason>,
+    /// Whether the node is relearning its own stream from its peers
+    /// before it appends again (a data directory restored from an old
+    /// backup); appends answer `503 recovering` meanwhile.
+    #[serde(default)]
+    pub recovering: bool,
+}
+
+/// Why a node writes its stream unsealed ([`WriterJson::unsealed_reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UnsealedReason {
+    /// A legacy stream its key does not derive, and no binding names.
+    UnboundLegacyStream,
 }
 
 /// `POST /compact`'s answer.

@@ -113,6 +113,15 @@ pub enum LimitHit {
         /// The head it is frozen at.
         head: u64,
     },
+    /// The peer sent new events of a stream with no seal, and this
+    /// replica requires seals (`meshlog_replica::Config::require_seals`)
+    /// of a stream it has not pinned a key for: a legacy stream, from
+    /// before signed streams. Its events are not taken, the stream is
+    /// asked quiet, and the rest of the peer's deltas are.
+    Unsealed {
+        /// The stream refused.
+        stream: StreamId,
+    },
     /// One of our events is too large for a frame (our
     /// `payload_bytes_max` is above what a frame between us and this peer
     /// carries): its stream is not sent to this peer past it.

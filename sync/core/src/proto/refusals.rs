@@ -54,6 +54,7 @@ impl Protocol {
                 }
                 Limit::UnknownWriter { key } => self.refuse_writer(peer, cut.stream, key),
                 Limit::Frozen { head } => self.refuse_frozen(peer, cut.stream, head),
+                Limit::Unsealed => self.refuse_unsealed(peer, cut.stream),
                 // A limit this build does not know yet: cut, not reported.
                 _ => {}
             }
@@ -120,6 +121,21 @@ impl Protocol {
              session"
         );
         self.refuse(stream, LimitHit::Frozen { stream, head });
+    }
+
+    /// A legacy stream cut because it comes unsealed and this replica
+    /// requires seals: logged, asked quiet, reported. The delta's sealed
+    /// streams are taken, so one legacy stream does not cut the link.
+    pub(super) fn refuse_unsealed(&mut self, peer: StreamId, stream: StreamId) {
+        tracing::warn!(
+            %peer,
+            %stream,
+            "stream refused: peer relayed an unsealed stream (a legacy stream, from before \
+             signed streams) and this node requires seals; its events are not taken nor \
+             asked of this peer again in this session (the peer's sealed streams are). Its \
+             writer seals it once every node's trust configuration binds its key to it"
+        );
+        self.refuse(stream, LimitHit::Unsealed { stream });
     }
 
     /// A stream cut from an event whose payload is over
