@@ -222,6 +222,11 @@ impl NodeReplica {
         self.shared.chain_digest()
     }
 
+    /// The proofs of forked streams kept, one per stream (each frozen).
+    pub fn forks(&self) -> Vec<meshlog_replica::ForkProof> {
+        self.shared.forks()
+    }
+
     /// The replica's counters.
     pub fn stats(&self) -> Stats {
         self.shared.stats()

@@ -23,12 +23,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DOC: &str = include_str!("../../docs/HTTP.md");
 
 /// The routes the router serves; each must have an example.
-const ROUTES: [(&str, &str); 15] = [
+const ROUTES: [(&str, &str); 16] = [
     ("GET", "/health"),
     ("POST", "/events"),
     ("GET", "/events"),
     ("POST", "/events/query"),
     ("GET", "/marks"),
+    ("GET", "/forks"),
     ("POST", "/compact"),
     ("POST", "/verify"),
     ("GET", "/peers"),

@@ -83,6 +83,17 @@ pub enum Limit {
         /// The key that sealed its run, if the delta carries a seal of it.
         key: Option<crate::WriterPublicKey>,
     },
+    /// The stream is frozen at a fork: the replica keeps a proof that its
+    /// writer signed two histories of it ([`Replica::forks`]), and takes
+    /// nothing of it above its head ([`Cut::from_seq`] is the head + 1);
+    /// applied whole, the delta would be refused with
+    /// [`DeltaError::Frozen`](crate::DeltaError::Frozen).
+    ///
+    /// [`Replica::forks`]: crate::Replica::forks
+    Frozen {
+        /// The head the stream is frozen at.
+        head: u64,
+    },
     /// The stream's run brings new events with no seal, and the replica
     /// requires seals ([`Config::require_seals`](crate::Config::require_seals))
     /// of a stream it has not pinned a key for: a legacy stream, from
@@ -144,6 +155,8 @@ impl Admission {
         if self.is_whole() {
             return columns.clone();
         }
-        DeltaColumns::from_delta(&self.cut_delta(&columns.to_delta()))
+        let mut cut = DeltaColumns::from_delta(&self.cut_delta(&columns.to_delta()));
+        cut.forks.clone_from(&columns.forks);
+        cut
     }
 }

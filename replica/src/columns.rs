@@ -42,6 +42,11 @@ pub struct DeltaColumns {
     pub floor: VersionVector,
     /// The writers' seals over the runs (as [`Delta::seals`]).
     pub seals: Vec<crate::RunSeal>,
+    /// Proofs of forked streams a peer passes on (`docs/SIGNING.md`,
+    /// "Equivocation with valid signatures"): applying the delta keeps
+    /// each that verifies, before its events are judged. A [`Delta`] has
+    /// none ([`DeltaColumns::to_delta`] drops them).
+    pub forks: Vec<crate::ForkProof>,
     runs: Vec<ColumnRun>,
     lamports: Values,
     times: Values,
@@ -318,6 +323,7 @@ impl DeltaColumns {
         Ok(DeltaColumns {
             floor,
             seals: Vec::new(),
+            forks: Vec::new(),
             runs,
             lamports,
             times,

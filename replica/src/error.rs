@@ -27,6 +27,11 @@ pub enum ReplicaError {
     /// changed.
     #[error(transparent)]
     Delta(#[from] DeltaError),
+    /// A fork proof offered to [`Replica::keep_fork`](crate::Replica::keep_fork)
+    /// does not prove a fork of its stream by the stream's key (or is of
+    /// the own stream).
+    #[error(transparent)]
+    Fork(#[from] crate::ForkError),
     /// Accepting a delta would make the replica hold more streams than its
     /// limit. The delta was refused.
     #[error(
@@ -229,6 +234,32 @@ pub enum DeltaError {
         stream: StreamId,
         /// The seq the seal is at (or the run's first seq out of place).
         seq: u64,
+    },
+    /// The delta's sealed run of a stream and a seal the receiver holds
+    /// are two histories signed by the stream's writer: a fork
+    /// (`docs/SIGNING.md`, "Equivocation with valid signatures"). The
+    /// receiver keeps `proof` and freezes the stream.
+    #[error(
+        "stream {stream}: its writer signed two histories that differ at seq {seq} (a fork); \
+         the proof is kept and the stream frozen"
+    )]
+    Forked {
+        /// The stream.
+        stream: StreamId,
+        /// The seq the two histories are shown to differ at.
+        seq: u64,
+        /// The proof, both seals and the events between.
+        proof: Box<crate::ForkProof>,
+    },
+    /// The delta brings new events of a stream frozen at a fork: the
+    /// receiver holds a proof that its writer signed two histories, and
+    /// takes nothing of it above what it held.
+    #[error("stream {stream} is frozen at seq {head}: its writer forked it (a proof is kept)")]
+    Frozen {
+        /// The stream.
+        stream: StreamId,
+        /// The head it is frozen at.
+        head: u64,
     },
     /// A run's seal does not verify under its key.
     #[error("stream {stream}: the seal at seq {seq} does not verify")]

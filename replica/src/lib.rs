@@ -36,6 +36,8 @@
 //!   batch check ([`verify_seals`]), and the signed statements
 //!   ([`Compaction`], [`WriterAdmission`], [`Binding`]); pure functions of
 //!   bytes, errors [`SealError`] (`docs/SIGNING.md`).
+//! - `fork`: [`ForkProof`], a writer's equivocation under valid seals as
+//!   anyone can check it (its encoding and [`ForkError`]).
 //! - `membership`: [`Membership`], the writers a replica accepts and the
 //!   legacy streams bound to their keys (its trust configuration).
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
@@ -72,6 +74,7 @@ mod columns;
 mod disk;
 mod error;
 mod event;
+mod fork;
 mod log;
 mod mem;
 mod membership;
@@ -95,6 +98,7 @@ pub use disk::{
     LOCK_WAIT_DEFAULT, SEGMENT_FILE, UNFOLDED_BYTES_MAX_DEFAULT, UNFOLDED_RECORDS_MAX_DEFAULT,
 };
 pub use error::{DeltaError, OpenWarning, PageError, ReplicaError};
+pub use fork::{ForkBranch, ForkError, ForkProof};
 pub use seal::{
     verify_seals, AdminKey, AdminPublicKey, Binding, Compaction, CompactionSigner, KeptSeals,
     KeyFault, RunSeal, Seal, SealError, SignedAdmission, SignedBinding, SignedCompaction,

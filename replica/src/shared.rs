@@ -299,6 +299,8 @@ enum Work {
     /// [`SharedReplica::mint_checkpoint`] or
     /// [`SharedReplica::keep_checkpoint`]: a round of its own.
     Checkpoint(CheckpointWork),
+    /// [`SharedReplica::keep_fork`]: a round of its own.
+    KeepFork(Box<crate::ForkProof>),
 }
 
 impl Work {
@@ -306,7 +308,7 @@ impl Work {
     fn is_alone(&self) -> bool {
         matches!(
             self,
-            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_)
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_)
         )
     }
 
@@ -317,7 +319,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.len(),
             Work::Apply(delta) => delta.events.len() + delta.floor.len(),
             Work::ApplyColumns(columns) => columns.len() + columns.floor.len(),
-            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_) => 0,
         }
     }
 
@@ -326,7 +328,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
             Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
             Work::ApplyColumns(columns) => columns.payloads().len(),
-            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_) => 0,
         }
     }
 }
@@ -339,6 +341,8 @@ enum Outcome {
     RecoveryEnded,
     /// The checkpoint a checkpoint round added, if any.
     Checkpointed(Result<Option<Checkpoint>, ReplicaError>),
+    /// A fork proof kept (`true`), or one of its stream kept already.
+    ForkKept(Result<bool, ReplicaError>),
     /// The request was dropped unanswered (a panic, a closed queue).
     Failed,
 }
@@ -691,8 +695,14 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     /// its appends; in any other round the delta joins as events.
     pub fn apply_columns_async(
         &self,
-        columns: DeltaColumns,
+        mut columns: DeltaColumns,
     ) -> Completion<Result<ApplyReport, ReplicaError>> {
+        // The proofs it passes on first, each a round of its own before
+        // it (a proof that proves nothing is logged, and the delta judged
+        // on its own).
+        for proof in std::mem::take(&mut columns.forks) {
+            drop(self.keep_fork_async(proof));
+        }
         self.submit(Work::ApplyColumns(columns), applied)
     }
 
@@ -763,6 +773,23 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     ) -> Completion<Result<Option<Checkpoint>, ReplicaError>> {
         self.submit(Work::Checkpoint(work), |outcome| match outcome {
             Outcome::Checkpointed(result) => result,
+            _ => Err(ReplicaError::Failed),
+        })
+    }
+
+    /// Keeps a fork proof received from a peer (see
+    /// [`Replica::keep_fork`]), in a round of its own. Blocks.
+    pub fn keep_fork(&self, proof: crate::ForkProof) -> Result<bool, ReplicaError> {
+        self.keep_fork_async(proof).wait()
+    }
+
+    /// [`SharedReplica::keep_fork`] as a future.
+    pub fn keep_fork_async(
+        &self,
+        proof: crate::ForkProof,
+    ) -> Completion<Result<bool, ReplicaError>> {
+        self.submit(Work::KeepFork(Box::new(proof)), |outcome| match outcome {
+            Outcome::ForkKept(kept) => kept,
             _ => Err(ReplicaError::Failed),
         })
     }
@@ -999,6 +1026,22 @@ impl<S: Store> SharedReplica<S> {
             .unwrap_or_default()
     }
 
+    /// The proofs of forked streams kept (see [`Replica::forks`]).
+    pub fn forks(&self) -> Vec<crate::ForkProof> {
+        self.forks_except(&std::collections::BTreeSet::new())
+    }
+
+    /// [`SharedReplica::forks`] but those of `streams`, copying only the
+    /// others (what a sync session asks before every delta it plans).
+    pub fn forks_except(
+        &self,
+        streams: &std::collections::BTreeSet<StreamId>,
+    ) -> Vec<crate::ForkProof> {
+        self.read()
+            .map(|state| state.forks_except(streams))
+            .unwrap_or_default()
+    }
+
     /// What `open` accepted but reports (see [`Replica::open_warnings`]).
     pub fn open_warnings(&self) -> Vec<OpenWarning> {
         self.read()
@@ -1211,6 +1254,11 @@ impl<S: Store> Inner<S> {
             if let Work::Checkpoint(work) = &request.work {
                 let result = self.checkpoint(writer, work);
                 request.answer(Outcome::Checkpointed(result));
+                return;
+            }
+            if let Work::KeepFork(proof) = &request.work {
+                let kept = self.keep_fork_now(writer, proof);
+                request.answer(Outcome::ForkKept(kept));
                 return;
             }
             if let Work::Compact(target) = &request.work {
@@ -1453,6 +1501,28 @@ impl<S: Store> Inner<S> {
             .collect()
     }
 
+    /// Keeps `proof` now (see [`SharedReplica::keep_fork`]).
+    fn keep_fork_now(
+        &self,
+        writer: &mut Writer<S>,
+        proof: &crate::ForkProof,
+    ) -> Result<bool, ReplicaError> {
+        if writer.failed {
+            return Err(ReplicaError::Failed);
+        }
+        let Some(batch) = read(&self.state).fork_batch(proof)? else {
+            return Ok(false);
+        };
+        self.commit_count.fetch_add(1, Ordering::Relaxed);
+        writer.store.commit(&batch).map_err(|error| {
+            writer.failed = true;
+            tracing::error!(stream = %self.stream, %error, "store commit failed; the replica refuses changes until reopened");
+            store_error(error)
+        })?;
+        write(&self.state).publish_forks(&batch);
+        Ok(true)
+    }
+
     /// Commits the plan's batch, if any, to the store; a failure marks the
     /// writer failed (the replica refuses changes until reopened).
     fn commit_store(&self, writer: &mut Writer<S>, plan: &mut Plan) -> Result<(), ReplicaError> {
@@ -1460,7 +1530,7 @@ impl<S: Store> Inner<S> {
         // writer changes the state: it is the one the plan was made on). A
         // failed read commits nothing.
         read(&self.state).prepare_commit(plan)?;
-        if plan.batch.is_empty() && plan.batch.seals.is_empty() {
+        if plan.batch.is_empty() && plan.batch.seals.is_empty() && plan.batch.forks.is_empty() {
             return Ok(());
         }
         self.commit_count.fetch_add(1, Ordering::Relaxed);
@@ -1526,9 +1596,9 @@ fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
                 payloads,
                 time_ms: *time_ms,
             }),
-            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) => {
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_) => {
                 unreachable!(
-                    "a compaction, the end of recovery or a checkpoint is a round of its own"
+                    "a compaction, the end of recovery, a checkpoint or a kept fork is a round of its own"
                 )
             }
         })

@@ -63,6 +63,11 @@ pub struct Batch<'a> {
     /// keeps its pins and relays sealed. A replica fills it in just before
     /// the commit.
     pub seals: Vec<(StreamId, KeptSeals)>,
+    /// Proofs of forked streams the batch keeps (`docs/SIGNING.md`,
+    /// "Equivocation with valid signatures"), at most one per stream and
+    /// none of a stream the store already keeps one of: a store records
+    /// them, so a reopened replica keeps its streams frozen.
+    pub forks: Vec<crate::ForkProof>,
     /// Events of the round that a floor raised later in the same round
     /// erased (taken out of the runs by `trim_run`), in order: the chain
     /// of their stream runs through them to that floor. Not committed.
@@ -299,6 +304,8 @@ pub struct StoreMeta {
     /// The checkpoints' vectors the replica keeps, oldest first, as
     /// [`Store::keep_checkpoints`] last recorded them (`docs/TOKEN.md`).
     pub checkpoints: Vec<VersionVector>,
+    /// Per stream proven forked, the proof kept ([`Batch::forks`]).
+    pub forks: BTreeMap<StreamId, crate::ForkProof>,
 }
 
 impl StoreMeta {
@@ -324,6 +331,15 @@ impl StoreMeta {
     pub(crate) fn record_seals(&mut self, batch: &Batch) {
         for (stream, kept) in &batch.seals {
             self.seals.insert(*stream, kept.clone());
+        }
+    }
+
+    /// Records the proofs `batch` keeps (the first per stream stays).
+    pub(crate) fn record_forks(&mut self, batch: &Batch) {
+        for proof in &batch.forks {
+            self.forks
+                .entry(proof.stream())
+                .or_insert_with(|| proof.clone());
         }
     }
 
@@ -551,6 +567,7 @@ impl Store for MemStore {
         self.meta.clock = self.meta.clock.max(batch.clock);
         self.meta.record_chains(batch);
         self.meta.record_seals(batch);
+        self.meta.record_forks(batch);
         Ok(())
     }
 

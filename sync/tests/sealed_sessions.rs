@@ -623,3 +623,142 @@ fn a_receiver_requiring_seals_cuts_an_unsealed_legacy_stream_and_keeps_syncing()
         });
     });
 }
+
+/// Sessions between `a` and `b` until `done` (bounded) or one ends; how
+/// each ended.
+async fn sessions_until(
+    a: &SharedReplica,
+    b: &SharedReplica,
+    done: impl Fn() -> bool,
+) -> (
+    Result<SessionEnd, SessionError>,
+    Result<SessionEnd, SessionError>,
+    meshlog_sync::SessionState,
+) {
+    let (a_io, b_io) = tokio::io::duplex(1 << 20);
+    let stop = || testkit::wait_for("the sessions' goal", CONVERGE_WITHIN, &done);
+    let b_session = Session::new(b.clone(), config());
+    let b_state = b_session.state();
+    let (a_end, b_end) = tokio::join!(
+        Session::new(a.clone(), config()).run_until(a_io, stop()),
+        b_session.run_until(b_io, stop()),
+    );
+    let state = b_state.borrow().clone();
+    (a_end, b_end, state)
+}
+
+/// Equivocation with valid signatures over real sessions (the kit's
+/// `equivocating_writers`: one key, two histories, each sealed). A
+/// receiver takes history A from one relay, then meets history B in a
+/// session with a second relay: refused `Forked`, the proof kept. In the
+/// next session with that relay the forked stream is cut (`Frozen`) while
+/// another writer's events keep flowing, and the relay learns the proof
+/// from the receiver and freezes too. A third peer, syncing with the
+/// receiver, learns the proof first and takes nothing of the forked
+/// stream, the other writer's events all the same. On the old code the
+/// second history ended every session `ChainBroken`, kept nothing and
+/// froze nothing.
+#[test]
+fn a_forked_writer_is_proven_over_sessions_and_a_third_peer_learns_the_proof_and_freezes() {
+    testkit::for_each_seed("forked_writer_over_sessions", 0xf04c, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let key = WriterKey::from_bytes([21; 32]);
+            let stream = key.stream();
+            let mut payloads = |count: u64, tag: u8| -> Vec<bytes::Bytes> {
+                (0..count)
+                    .map(|i| bytes::Bytes::from(vec![tag, i as u8, rng.next_u64() as u8]))
+                    .collect()
+            };
+            let (common, a_len) = (payloads(2, 1), 3);
+            let (a, b) = meshlog_testkit::hostile::equivocating_writers(
+                &key,
+                &common,
+                &payloads(a_len, 2),
+                &payloads(a_len, 3),
+            );
+            let b_more = payloads(2, 4);
+            let writer_a = SharedReplica::with_commits(a, Commits::Inline);
+            let writer_b = SharedReplica::with_commits(b, Commits::Inline);
+            let (_, relay_a) = keyed(22);
+            let (_, relay_b) = keyed(23);
+            let (_, other) = keyed(24);
+            append(&other, &mut rng, 1, 6);
+            converge(&writer_a, &relay_a).await;
+            // Relay B takes B in two steps: it keeps a seal where A ends.
+            converge(&writer_b, &relay_b).await;
+            for payload in b_more {
+                writer_b.append(payload).expect("append");
+            }
+            converge(&writer_b, &relay_b).await;
+            let receiver = SharedReplica::in_memory(RECEIVER);
+            converge(&relay_a, &receiver).await;
+            let a_head = receiver.marks().get(stream);
+            // History B: refused as a fork, the proof kept.
+            let (_, receiver_end, _) =
+                sessions_until(&relay_b, &receiver, || !receiver.forks().is_empty()).await;
+            match &receiver_end {
+                Ok(SessionEnd::Stopped) => {}
+                Err(SessionError::Core(ProtocolError::Refused { source, .. })) => assert!(
+                    matches!(source, DeltaError::Forked { .. }),
+                    "seed {seed}: {source}"
+                ),
+                other => panic!("seed {seed}: the receiver's session ended {other:?}"),
+            }
+            let forks = receiver.forks();
+            assert_eq!(forks.len(), 1, "seed {seed}");
+            forks[0].verify(None).expect("the proof verifies");
+            assert_eq!(receiver.marks().get(stream), a_head, "seed {seed}");
+            // Next session: the stream is cut, the other writer flows, and
+            // the relay learns the proof.
+            append(&other, &mut rng, 1, 4);
+            converge(&other, &relay_b).await;
+            let (relay_end, receiver_end, state) = sessions_until(&relay_b, &receiver, || {
+                relay_b.forks().len() == 1
+                    && receiver.marks().get(other.stream()) == other.marks().get(other.stream())
+            })
+            .await;
+            assert!(
+                matches!(
+                    (&relay_end, &receiver_end),
+                    (Ok(SessionEnd::Stopped), Ok(SessionEnd::Stopped))
+                ),
+                "seed {seed}: {relay_end:?}, {receiver_end:?}"
+            );
+            assert_eq!(receiver.marks().get(stream), a_head, "seed {seed}");
+            assert!(
+                state.limits.iter().all(|hit| matches!(
+                    hit,
+                    LimitHit::Frozen { stream: s, head } if *s == stream && *head == a_head
+                )),
+                "seed {seed}: {:?}",
+                state.limits
+            );
+            // A third peer learns the proof first, and takes nothing of
+            // the forked stream.
+            let third = SharedReplica::in_memory(StreamId::new(0xb));
+            let (_, third_end, state) = sessions_until(&receiver, &third, || {
+                third.forks().len() == 1
+                    && third.marks().get(other.stream()) == other.marks().get(other.stream())
+            })
+            .await;
+            assert!(
+                matches!(third_end, Ok(SessionEnd::Stopped)),
+                "seed {seed}: {third_end:?}"
+            );
+            assert_eq!(third.forks(), forks, "seed {seed}");
+            assert_eq!(third.marks().get(stream), 0, "seed {seed}");
+            assert_eq!(
+                state.limits,
+                [LimitHit::Frozen { stream, head: 0 }],
+                "seed {seed}"
+            );
+            let log = captured_log();
+            assert!(
+                log.contains("a writer signed two histories of its stream"),
+                "seed {seed}: not logged:\n{log}"
+            );
+        });
+    });
+}

@@ -20,7 +20,7 @@ use super::error::ApiError;
 use super::json::{
     chains_json, decimal, digest_json, json_batch, ndjson_batch, object_body, vector_json,
     AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson,
-    ErrorJson, EventJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
+    ErrorJson, EventJson, ForksJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
     PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload,
     Representation, UnsealedReason, VerifiedJson, WriterJson, COMPACT_MEDIA_TYPE,
 };
@@ -417,6 +417,26 @@ pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
         }),
         peers,
     }))
+}
+
+/// `GET /forks`.
+#[utoipa::path(
+    get,
+    path = "/forks",
+    tag = "node",
+    summary = "The streams this node holds proven forked, with their proofs",
+    description = "A stream whose writer signed two histories (equivocation with valid \
+        signatures, `docs/SIGNING.md`): the node keeps the first proof and freezes the \
+        stream (it takes nothing of it above what it held). Read-only; a peer learns each \
+        proof over sync.",
+    responses((status = 200, description = "The proofs kept (none: an empty list).",
+        body = ForksJson)),
+)]
+pub async fn forks(State(state): Shared) -> Json<ForksJson> {
+    let forks = state.replica.forks();
+    Json(ForksJson {
+        forks: forks.iter().map(super::json::fork_json).collect(),
+    })
 }
 
 /// `GET /health`.

@@ -608,6 +608,63 @@ pub fn chains_json(digest: &meshlog_replica::ChainDigest) -> ChainsJson {
     }
 }
 
+/// `GET /forks`: the streams this node holds proven forked
+/// (`docs/SIGNING.md`, "Equivocation with valid signatures").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForksJson {
+    /// One per forked stream, streams ascending.
+    pub forks: Vec<ForkJson>,
+}
+
+/// One forked stream and the proof of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkJson {
+    /// The forked stream (its decimal id); frozen on this node.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
+    pub stream: String,
+    /// The seq at which the two histories' chain hashes differ: they
+    /// diverge at or below it.
+    pub seq: u64,
+    /// The writer's public key that signed both, 64 hex digits.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub key: String,
+    /// The two signed chain heads (each branch's seal).
+    pub heads: Vec<ForkHeadJson>,
+    /// The whole proof, standard base64 of `ForkProof::to_bytes`
+    /// (`docs/SIGNING.md` gives its layout): check it with
+    /// `ForkProof::verify`, or by hand.
+    pub proof: String,
+}
+
+/// One signed chain head of a fork.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkHeadJson {
+    /// The seq the seal is at.
+    pub seq: u64,
+    /// The chain hash it signs, 64 hex digits.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub hash: String,
+}
+
+/// A kept fork proof as JSON.
+pub fn fork_json(proof: &meshlog_replica::ForkProof) -> ForkJson {
+    use base64::Engine;
+    ForkJson {
+        stream: decimal(proof.stream()),
+        seq: proof.seq,
+        key: proof.key.to_string(),
+        heads: proof
+            .branches
+            .iter()
+            .map(|branch| ForkHeadJson {
+                seq: branch.seal.seq,
+                hash: branch.seal.head.to_string(),
+            })
+            .collect(),
+        proof: base64::engine::general_purpose::STANDARD.encode(proof.to_bytes()),
+    }
+}
+
 /// One dialed peer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeerJson {

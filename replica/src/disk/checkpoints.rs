@@ -28,7 +28,7 @@ impl DiskStore {
                 detail: format!("a checkpoint to record has no token: {error}"),
             })?);
         }
-        let txn = self.begin_write_with(true)?;
+        let txn = self.begin_write()?;
         {
             let mut table = txn
                 .open_table(CHECKPOINTS)

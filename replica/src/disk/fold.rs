@@ -319,6 +319,7 @@ impl Folder {
         self.meta.clock = clock;
         self.meta.record_chains(batch);
         self.meta.record_seals(batch);
+        self.meta.record_forks(batch);
         Ok(())
     }
 
@@ -471,6 +472,7 @@ impl DiskStore {
         }
         self.meta.record_chains(batch);
         self.meta.record_seals(batch);
+        self.meta.record_forks(batch);
         Ok(())
     }
 

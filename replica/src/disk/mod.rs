@@ -163,6 +163,9 @@ const CHAINS: TableDefinition<u64, &[u8]> = TableDefinition::new("chains");
 /// (`docs/STORAGE.md`): added within format 4, so a format-4 file
 /// without it holds no pins.
 const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
+/// Per stream proven forked, the proof kept (`docs/STORAGE.md`): added
+/// within format 5, so a file without it holds no proofs.
+const FORKS: TableDefinition<u64, &[u8]> = TableDefinition::new("forks");
 // The `seals` record's bounds are the kept seals'.
 const _: () = assert!(codec::SEALS_RECORD_MAX == KeptSeals::SEALS_MAX);
 const _: () = assert!(codec::SEAL_LEN == Seal::LEN);
@@ -805,6 +808,35 @@ impl DiskStore {
         Ok(kept)
     }
 
+    /// Reads and checks the forks records: each one's proof, decoded, of
+    /// its stream (verified when it was kept; its crc32 now). A file
+    /// without the table holds no proofs.
+    fn fork_records(
+        &self,
+        read: &redb::ReadTransaction,
+    ) -> Result<BTreeMap<StreamId, crate::ForkProof>, DiskError> {
+        let table = match read.open_table(FORKS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+            Err(error) => return Err(self.engine("open forks table")(error)),
+        };
+        let mut forks = BTreeMap::new();
+        for entry in table.iter().map_err(self.engine("read forks"))? {
+            let (key, value) = entry.map_err(self.engine("read forks"))?;
+            let stream = StreamId::new(key.value());
+            let bad = |detail: String| {
+                self.corrupt(format!("the forks record of stream {stream}: {detail}"))
+            };
+            let bytes = codec::decode_fork(stream, value.value()).map_err(bad)?;
+            let proof = crate::ForkProof::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
+            if proof.stream() != stream {
+                return Err(bad(format!("a proof of stream {}", proof.stream())));
+            }
+            forks.insert(stream, proof);
+        }
+        Ok(forks)
+    }
+
     /// Reads and checks the streams, the clock, the digest and the blocks'
     /// extent: per stream, the first block starts at `floor + 1` and the
     /// last block, read and crc-checked, ends at `head`; the table holds
@@ -869,6 +901,7 @@ impl DiskStore {
         (meta.chains, meta.hashed) = self.chain_records(&read, &records)?;
         meta.seals = self.seal_records(&read, &records)?;
         meta.checkpoints = self.checkpoint_records(&read)?;
+        meta.forks = self.fork_records(&read)?;
         Ok((meta, recorded_blocks))
     }
 

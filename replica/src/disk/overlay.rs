@@ -54,6 +54,7 @@ impl Unfolded {
         owned.chains = batch.chains.clone();
         owned.hashed = batch.hashed.clone();
         owned.seals = batch.seals.clone();
+        owned.forks = batch.forks.clone();
         Unfolded {
             number,
             batch: owned,

@@ -12,6 +12,8 @@
 //! hashed:  count u32 · count × (stream u64 · seq u64), streams ascending
 //! seals:   count u32 · count × (stream u64 · len u32 · the stream's `seals` table record)
 //! events:  count u32 · count × (stream u64 · seq u64 · lamport u64 · time_ms u64 · len u32 · payload)
+//! forks:   count u32 · count × (len u32 · `ForkProof::to_bytes`)   (only if any: a record
+//!          written before it ends after its events)
 //! ```
 //!
 //! Decoding is total: a body read back from disk is untrusted (the frame's
@@ -75,6 +77,14 @@ pub(super) fn encode_batch(number: u64, batch: &Batch, out: &mut Vec<u8>) -> Res
         put_count(out, event.payload.len(), "payload bytes")?;
         out.extend_from_slice(&event.payload);
     }
+    if !batch.forks.is_empty() {
+        put_count(out, batch.forks.len(), "forks")?;
+        for proof in &batch.forks {
+            let bytes = proof.to_bytes();
+            put_count(out, bytes.len(), "fork proof bytes")?;
+            out.extend_from_slice(&bytes);
+        }
+    }
     Ok(())
 }
 
@@ -120,6 +130,11 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     for _ in 0..events_len {
         events.push(read_event(&mut reader, body)?);
     }
+    let forks = if reader.at == body.len() {
+        Vec::new()
+    } else {
+        read_forks(&mut reader)?
+    };
     if reader.at != body.len() {
         return Err(format!(
             "{} bytes after the last event",
@@ -132,7 +147,20 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     batch.chains = chains;
     batch.hashed = hashed;
     batch.seals = seals;
+    batch.forks = forks;
     Ok((number, batch))
+}
+
+/// The forks section: each proof decoded (verified when it was kept).
+fn read_forks(reader: &mut Reader<'_>) -> Result<Vec<crate::ForkProof>, String> {
+    let len = reader.count(4, "forks")?;
+    let mut forks = Vec::with_capacity(len);
+    for _ in 0..len {
+        let bytes = reader.count(1, "fork proof bytes")?;
+        let proof = crate::ForkProof::from_bytes(reader.take(bytes)?);
+        forks.push(proof.map_err(|e| e.to_string())?);
+    }
+    Ok(forks)
 }
 
 /// One chain entry: a stream and its chain.

@@ -14,7 +14,7 @@ use super::codec::{
 };
 use super::error::corrupt_block;
 use super::fold::Folder;
-use super::{chain_record, digest_record, DiskError, BLOCKS, CHAINS, META, SEALS, STREAMS};
+use super::{chain_record, digest_record, DiskError, BLOCKS, CHAINS, FORKS, META, SEALS, STREAMS};
 use crate::{Batch, Digest, Event, Seal};
 
 impl Folder {
@@ -91,6 +91,7 @@ impl Folder {
             }
         }
         self.write_seals(txn, batch)?;
+        self.write_forks(txn, batch)?;
         let mut streams = txn
             .open_table(STREAMS)
             .map_err(self.engine("open streams table"))?;
@@ -134,6 +135,32 @@ impl Folder {
             seals
                 .insert(stream.get(), record.as_slice())
                 .map_err(self.engine("write seals record"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the proofs `batch` keeps, in `txn` (creating the table in a
+    /// file written before it existed); a stream's first proof stays.
+    fn write_forks(&self, txn: &redb::WriteTransaction, batch: &Batch) -> Result<(), DiskError> {
+        if batch.forks.is_empty() {
+            return Ok(());
+        }
+        let mut forks = txn
+            .open_table(FORKS)
+            .map_err(self.engine("open forks table"))?;
+        for proof in &batch.forks {
+            let stream = proof.stream();
+            let kept = forks
+                .get(stream.get())
+                .map_err(self.engine("read forks record"))?
+                .is_some();
+            if kept {
+                continue;
+            }
+            let record = codec::encode_fork(stream, &proof.to_bytes());
+            forks
+                .insert(stream.get(), record.as_slice())
+                .map_err(self.engine("write forks record"))?;
         }
         Ok(())
     }

@@ -42,6 +42,7 @@
 
 mod chain;
 mod delta;
+mod forks;
 mod held;
 mod plan;
 mod publish;
@@ -96,6 +97,7 @@ impl State {
             own_hashes: Mutex::default(),
             seals_signed: Default::default(),
             checkpoints: Checkpoints::from_vectors(&meta.checkpoints),
+            forks: meta.forks.clone(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
         if state.log.is_own() {

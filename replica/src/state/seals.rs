@@ -248,13 +248,34 @@ impl State {
     }
 
     /// The chain hash below `first` that a run of `stream` starting there
-    /// carries as its `base`: the floor's, when the run starts right after
-    /// it and the stream is anchored there.
+    /// carries as its `base`, where it is known without reading: the
+    /// floor's, when the run starts right after it and the stream is
+    /// anchored there; a kept seal's hash there; for the own stream, a
+    /// hash kept there or its last seal's. A receiver anchors on it
+    /// after its floor, and compares it with a seal it keeps there to
+    /// find a fork (`state/forks.rs`).
     fn base_for(&self, stream: StreamId, first: u64) -> Option<ChainHash> {
         let floor = self.floor.get(stream);
         let chain = self.chains.get(&stream)?;
-        (first.checked_sub(1) == Some(floor) && floor > 0 && chain.anchored)
-            .then_some(chain.floor_hash)
+        let below = first.checked_sub(1)?;
+        if below == floor {
+            return (floor > 0 && chain.anchored).then_some(chain.floor_hash);
+        }
+        let kept = self.kept_seals.get(&stream).into_iter().flatten();
+        if let Some(seal) = kept.into_iter().find(|seal| seal.seq == below) {
+            return Some(seal.head);
+        }
+        if stream != self.config.stream || self.config.key.is_none() {
+            return None;
+        }
+        let hashes = self
+            .own_hashes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let last_seal = *self.own_seal.lock().unwrap_or_else(PoisonError::into_inner);
+        hashes.get(&below).copied().or(last_seal
+            .filter(|seal| seal.seq == below)
+            .map(|seal| seal.head))
     }
 
     /// The seal of a run of the own stream (its events, consecutive): at
@@ -399,10 +420,11 @@ impl State {
     /// The own stream's run from `first` to its head, sealed.
     fn own_cut_seal_at_head(&self, first: u64) -> Option<RunSeal> {
         let key = self.config.key.as_ref()?;
+        let base = self.base_for(self.config.stream, first);
         Some(RunSeal {
             key: key.public(),
             seal: self.own_seal()?,
-            base: self.base_for(self.config.stream, first),
+            base,
         })
     }
 }

@@ -193,6 +193,7 @@ impl State {
         };
         check.floors()?;
         check.membership()?;
+        self.check_forks(delta, round)?;
         check.seals()?;
         // The streams of the runs, noted as they are walked: the stream
         // check needs no second walk over the events.
@@ -296,6 +297,7 @@ impl State {
         let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
         // Streams refused whole first, so that they take no slot in the count.
         let mut cuts: BTreeMap<StreamId, Cut> = self.whole_cuts(columns);
+        self.frozen_cuts(columns, &mut cuts);
         let mut admit = |stream: StreamId, from_seq: u64, cuts: &mut BTreeMap<StreamId, Cut>| {
             let new = stream != own && !self.log.has_stream(stream) && admitted.insert(stream);
             if new && self.streams_over_from(counted, 1).is_some() {

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::event_runs::{decode_columns, decode_events, encode_columns, encode_events, put_varint};
 use super::repr::{check_counts, CheckpointRepr, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
-use super::sections::{put_sections, read_sections};
+use super::sections::{put_forks, put_sections, read_sections};
 use super::{
     tag, CheckpointFrame, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
     FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
@@ -275,6 +275,7 @@ pub(crate) fn encode_delta_columns_limited(
     put_delta_head(&mut out, number, &columns.floor, columns.len())?;
     let runs = encode_columns(columns, &mut out)?;
     put_sections(&mut out, &columns.seals, runs)?;
+    put_forks(&mut out, &columns.forks);
     let len = out.len() - LENGTH_PREFIX_BYTES;
     if len > max {
         return Err(FrameError::TooLarge { len, max });
@@ -599,7 +600,9 @@ fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incomi
     let (floor, events) = postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
     let floor = floor.into_vector(kind, "floor")?;
     if !columns {
-        let (events, seals) = decode_events(events, read_sections)?;
+        // A delta as events carries no proofs (`Delta` has no place for
+        // them): a session decodes deltas in columns.
+        let (events, (seals, _forks)) = decode_events(events, read_sections)?;
         return Ok(Incoming::Frame(Frame::Delta {
             number,
             delta: Delta {
@@ -609,9 +612,10 @@ fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incomi
             },
         }));
     }
-    let (mut columns, seals) = decode_columns(events, read_sections)?;
+    let (mut columns, (seals, forks)) = decode_columns(events, read_sections)?;
     columns.floor = floor;
     columns.seals = seals;
+    columns.forks = forks;
     Ok(Incoming::Delta { number, columns })
 }
 

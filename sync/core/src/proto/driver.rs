@@ -47,6 +47,7 @@ impl Protocol {
                 acked: 0,
                 peer_pending: Vec::new(),
                 unsendable: BTreeMap::new(),
+                forks_sent: BTreeSet::new(),
             },
             timing: Timing {
                 rtt: None,

@@ -41,6 +41,8 @@
 //! - `receipts`: acks and heartbeats both ways;
 //! - `seals`: cutting and splitting a delta so that each seal stays with
 //!   the run it vouches for, and no sealed run goes short of its seal;
+//! - `forks`: the fork proofs the replica keeps, passed on once per
+//!   session in a delta of their own;
 //! - `refusals`: what this side does not take (`admit`: a received delta
 //!   cut to the replica's admission), and why a refused delta ends the
 //!   session;
@@ -96,6 +98,7 @@
 mod delta;
 mod driver;
 mod gossip;
+mod forks;
 mod hello;
 mod once;
 mod receipts;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
-use meshlog_replica::{Admission, Delta, DeltaColumns, SharedReplica, Store};
+use meshlog_replica::{Admission, Delta, DeltaColumns, ForkProof, SharedReplica, Store};
 
 use crate::frame::Frame;
 use crate::routes::RouteLink;
@@ -54,6 +54,13 @@ pub trait LocalReplica {
         let _ = name;
         None
     }
+    /// The fork proofs the replica keeps (see
+    /// [`meshlog_replica::Replica::forks`]) but those of `streams`. By
+    /// default none: such a driver passes no proof on.
+    fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
+        let _ = streams;
+        Vec::new()
+    }
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
@@ -92,6 +99,8 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
         SharedReplica::checkpoint(self, name)
+    fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
+        SharedReplica::forks_except(self, streams)
     }
 }
 
@@ -189,6 +198,8 @@ pub(super) struct Sending {
     /// Our streams the peer cannot be sent past a seq (an event too large
     /// for a frame): the view counts them as held.
     pub(super) unsendable: BTreeMap<StreamId, u64>,
+    /// The streams whose fork proof this session sent the peer (`forks`).
+    pub(super) forks_sent: BTreeSet<StreamId>,
 }
 
 /// Round trips, retransmission and read timeouts, the tick.
