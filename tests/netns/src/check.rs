@@ -1415,14 +1415,22 @@ mod tests {
                 forgery: Forgery::UnsealedFirst
             }]
         );
-        records.push(forgery(Forgery::UnsealedFirst, ForgeryOutcome::Acknowledged));
+        records.push(forgery(
+            Forgery::UnsealedFirst,
+            ForgeryOutcome::Acknowledged,
+        ));
         assert_eq!(
             violations(&records),
-            vec![Violation::ForgeryTaken {
-                node: 0,
-                forgery: Forgery::UnsealedFirst,
-                id: (2, 2)
-            }]
+            vec![
+                Violation::ForgeryTaken {
+                    node: 0,
+                    forgery: Forgery::UnsealedFirst,
+                    id: (2, 2)
+                },
+                Violation::ForgeryUntried {
+                    forgery: Forgery::UnsealedFirst
+                }
+            ]
         );
         records.pop();
         records.push(forgery(Forgery::UnsealedFirst, ForgeryOutcome::Cut));

@@ -625,9 +625,16 @@ async fn answer(open: &mut Open, refused_before: Option<u64>) -> ForgeryOutcome 
 /// chain from a forged one, so a head above `seq` is the writer's. `None`
 /// when the node did not answer.
 fn holds(node: usize, stream: StreamId, seq: u64, forged: ChainHash) -> Option<bool> {
-    let response = request_from(Some(observer()), node_addr(node), "GET", "/marks", None, b"")
-        .ok()
-        .filter(|response| response.status == 200)?;
+    let response = request_from(
+        Some(observer()),
+        node_addr(node),
+        "GET",
+        "/marks",
+        None,
+        b"",
+    )
+    .ok()
+    .filter(|response| response.status == 200)?;
     let marks: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
     let head = &marks["chains"]["streams"][stream.to_string()];
     Some(
