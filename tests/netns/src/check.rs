@@ -31,9 +31,9 @@
 //!   floor lies past what a compaction could set (its stream's head minus
 //!   the smallest `keep_last`; no floor at all without a compaction).
 //! - **With the hostile node** (`--hostile-node`): no forged event was
-//!   acknowledged by a node, and every kind of forgery was refused (or,
-//!   for a floor, acknowledged) at least once, so the run shows it was
-//!   really tried.
+//!   acknowledged and held by a node, and every kind of forgery was
+//!   refused (an unsealed first run: cut; a floor: acknowledged) at least
+//!   once, so the run shows it was really tried.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -236,7 +236,8 @@ pub enum Violation {
         id: EventId,
     },
     /// The hostile node never had a forgery of this kind refused (or, for
-    /// a floor, acknowledged): the run does not show it was tried.
+    /// an unsealed first run, cut; for a floor, acknowledged and ignored):
+    /// the run does not show it was tried.
     ForgeryUntried {
         /// The kind.
         forgery: Forgery,
@@ -353,7 +354,8 @@ impl Violation {
             ),
             Violation::ForgeryUntried { forgery } => write!(
                 f,
-                "forgery untried: the hostile node never had {forgery:?} refused (or a floor acknowledged)"
+                "forgery untried: the hostile node never had {forgery:?} {}",
+                forgery.answer_word()
             ),
             _ => Ok(()),
         }
@@ -750,9 +752,11 @@ fn check_floors(
     }
 }
 
-/// The hostile node's attempts: no forged event acknowledged
-/// ([`Violation::ForgeryTaken`]), and, in a run the start record marks
-/// hostile, every kind refused (a floor: acknowledged) at least once
+/// The hostile node's attempts: no forged event acknowledged (for an
+/// unsealed first run, acknowledged and held: [`ForgeryOutcome::Cut`] is
+/// acknowledged with nothing held) ([`Violation::ForgeryTaken`]), and, in
+/// a run the start record marks hostile, every kind refused (an unsealed
+/// first run: cut; a floor: acknowledged) at least once
 /// ([`Violation::ForgeryUntried`]; but the stolen key's forgery, which a
 /// node cannot refuse: it is planted to be taken).
 fn check_forgeries(
@@ -1336,9 +1340,12 @@ mod tests {
         if let Record::Start { hostile, .. } = &mut records[0] {
             *hostile = true;
         }
-        // Every kind shown once: refused, or (a floor) acknowledged.
+        // Every kind shown once: refused, cut (an unsealed first run), or
+        // (a floor) acknowledged.
         for kind in Forgery::ALL {
-            let outcome = if kind.is_event() {
+            let outcome = if kind == Forgery::UnsealedFirst {
+                ForgeryOutcome::Cut
+            } else if kind.is_event() {
                 ForgeryOutcome::Refused
             } else {
                 ForgeryOutcome::Acknowledged
@@ -1380,5 +1387,53 @@ mod tests {
                 forgery: Forgery::AlteredLamport
             }]
         );
+    }
+
+    /// An unsealed first run is shown only by a cut: a node that took it
+    /// (acknowledged and held) took a forgery, and one that refused it
+    /// shows only that it held the writer's real first event by then.
+    #[test]
+    fn an_unsealed_first_run_must_be_cut_not_taken() {
+        let mut records = clean();
+        if let Record::Start { hostile, .. } = &mut records[0] {
+            *hostile = true;
+        }
+        for kind in Forgery::ALL {
+            if kind != Forgery::StolenKey && kind != Forgery::UnsealedFirst {
+                let outcome = if kind.is_event() {
+                    ForgeryOutcome::Refused
+                } else {
+                    ForgeryOutcome::Acknowledged
+                };
+                records.push(forgery(kind, outcome));
+            }
+        }
+        records.push(forgery(Forgery::UnsealedFirst, ForgeryOutcome::Refused));
+        assert_eq!(
+            violations(&records),
+            vec![Violation::ForgeryUntried {
+                forgery: Forgery::UnsealedFirst
+            }]
+        );
+        records.push(forgery(
+            Forgery::UnsealedFirst,
+            ForgeryOutcome::Acknowledged,
+        ));
+        assert_eq!(
+            violations(&records),
+            vec![
+                Violation::ForgeryTaken {
+                    node: 0,
+                    forgery: Forgery::UnsealedFirst,
+                    id: (2, 2)
+                },
+                Violation::ForgeryUntried {
+                    forgery: Forgery::UnsealedFirst
+                }
+            ]
+        );
+        records.pop();
+        records.push(forgery(Forgery::UnsealedFirst, ForgeryOutcome::Cut));
+        assert_eq!(violations(&records), vec![]);
     }
 }

@@ -138,6 +138,10 @@ pub enum Record {
 pub enum Forgery {
     /// Another writer's next event, without a seal.
     UnsealedNext,
+    /// Another admitted writer's first event (seq 1), without a seal, sent
+    /// to each node as the mesh starts, before the node holds (or has
+    /// pinned a key for) that stream.
+    UnsealedFirst,
     /// Another writer's next event, sealed by a key that is not its
     /// writer's.
     WrongKey,
@@ -160,9 +164,11 @@ pub enum Forgery {
 
 impl Forgery {
     /// Every forgery the hostile peer tries, in the order it tries them
-    /// (the altered runs first, while what it just took is still new to
-    /// the others).
-    pub const ALL: [Forgery; 8] = [
+    /// (the first runs as the mesh starts, then, round after round, the
+    /// altered runs first, while what it just took is still new to the
+    /// others).
+    pub const ALL: [Forgery; 9] = [
+        Forgery::UnsealedFirst,
         Forgery::AlteredPayload,
         Forgery::AlteredLamport,
         Forgery::UnsealedNext,
@@ -173,8 +179,9 @@ impl Forgery {
         Forgery::StolenKey,
     ];
 
-    /// Whether a node must refuse it (end the session, count the delta
-    /// refused); the floors it must instead take as "this peer cannot
+    /// Whether it forges an event, which a node must never take (refuse:
+    /// end the session, count the delta refused; or, an unsealed first
+    /// run, cut); the floors it must instead take as "this peer cannot
     /// serve those" and erase nothing.
     pub fn is_event(self) -> bool {
         !matches!(
@@ -184,12 +191,26 @@ impl Forgery {
     }
 
     /// Whether `outcome` shows this forgery really tried and answered as
-    /// it must be: an event refused, a floor acknowledged.
+    /// it must be: an event refused, a floor acknowledged, an unsealed
+    /// first run cut (a refusal would show only that the node held the
+    /// writer's real event by then, not that it cuts what it cannot
+    /// verify).
     pub fn shown_by(self, outcome: &ForgeryOutcome) -> bool {
-        match outcome {
-            ForgeryOutcome::Refused => self.is_event(),
-            ForgeryOutcome::Acknowledged => !self.is_event(),
+        match (self, outcome) {
+            (Forgery::UnsealedFirst, outcome) => *outcome == ForgeryOutcome::Cut,
+            (_, ForgeryOutcome::Refused) => self.is_event(),
+            (_, ForgeryOutcome::Acknowledged) => !self.is_event(),
             _ => false,
+        }
+    }
+
+    /// What a node that did as it must did with it, in words: refused,
+    /// cut, or (a floor) ignored.
+    pub fn answer_word(self) -> &'static str {
+        match self {
+            Forgery::UnsealedFirst => "cut",
+            _ if self.is_event() => "refused",
+            _ => "ignored",
         }
     }
 }
@@ -205,8 +226,15 @@ pub enum ForgeryOutcome {
     /// refusal count did not rise (a fault cut the link, or it restarted).
     Closed,
     /// The node acknowledged the delta: applied whole (or, for a floor,
-    /// taken as what this peer cannot serve).
+    /// taken as what this peer cannot serve). For an unsealed first run,
+    /// acknowledged and held (`GET /marks`' chain head is the forged
+    /// event's).
     Acknowledged,
+    /// The node acknowledged the delta but holds none of it: its
+    /// admission cut the stream (`Limit::Unsealed`, a run it cannot
+    /// verify under `require_seals`; the stream asked quiet for the
+    /// session). Checked for an unsealed first run only.
+    Cut,
     /// Neither within the bound (a paused node, a lossy link).
     Unanswered,
     /// No session: the dial, the handshake or the hello failed.

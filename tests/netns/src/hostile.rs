@@ -9,13 +9,18 @@
 //! and sends one forged delta on each ([`Forgery`]): another writer's next
 //! event unsealed and sealed by a wrong key, a real sealed run the node
 //! lacks with one payload or lamport altered, and floors at a writer's
-//! head + 5, at `LAMPORT_MAX` and below the node's head. Each attempt is
+//! head + 5, at `LAMPORT_MAX` and below the node's head. Before all that,
+//! as the mesh starts (before the writers write), it sends each node
+//! another writer's first event, unsealed: a stream the node holds
+//! nothing of and has pinned no key for. Each attempt is
 //! recorded with what the node did ([`ForgeryOutcome`]): refused (the
 //! session closed unacknowledged and the node's
-//! `meshlog_deltas_refused_total` rose), or acknowledged. The checker
-//! demands that every event forgery was refused at least once and never
-//! acknowledged, and that the honest nodes' logs hold no event an honest
-//! writer did not send and no floor a compaction could not have set.
+//! `meshlog_deltas_refused_total` rose), cut (an unsealed first run
+//! acknowledged, and the node's chain head not the forged event's), or
+//! acknowledged. The checker demands that every event forgery was refused
+//! (the first run: cut) at least once and never taken, and that the honest
+//! nodes' logs hold no event an honest writer did not send and no floor a
+//! compaction could not have set.
 //!
 //! With `--plant stolen-key` it is also given one writer's key and seals
 //! that writer's next event with it ([`Forgery::StolenKey`]): a forgery no
@@ -32,8 +37,8 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_node::auth::{Auth, PeerKey, SecretSources};
 use meshlog_replica::{
-    Binding, Config, Delta, Event, MemStore, Membership, Replica, RunSeal, Seal, SharedReplica,
-    WriterKey, WriterPublicKey, LAMPORT_MAX,
+    Binding, ChainHash, Config, Delta, Event, MemStore, Membership, Replica, RunSeal, Seal,
+    SharedReplica, WriterKey, WriterPublicKey, LAMPORT_MAX,
 };
 use meshlog_sync::frame::{self, Frame, FrameReader, Hello};
 use meshlog_sync::{Session, SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
@@ -55,6 +60,9 @@ const ANSWER_BOUND: Duration = Duration::from_secs(3);
 const NO_NODE_FITS: &str = "no node's marks fit: none lacked what this peer holds";
 /// The byte budget of the deltas it builds from its replica.
 const DELTA_BYTES: usize = 64 << 10;
+/// How many times an unsealed first run is sent to a node whose session
+/// proved nothing (no session, closed, unanswered) as the mesh starts.
+const FIRST_RUN_TRIES: usize = 3;
 
 /// One forgery attempt, as the harness records it.
 #[derive(Debug, Clone)]
@@ -138,11 +146,12 @@ impl Hostile {
         })
     }
 
-    /// Runs until `stop` says so: with each node in turn, one session per
-    /// forgery, each altered run after an honest session (with the next
-    /// node each time) that brings this peer what is newest. Each attempt
-    /// goes to `record` as it completes.
-    pub fn run(mut self, stop: &dyn Fn() -> bool, record: &dyn Fn(Attempt)) {
+    /// Runs until `stop` says so: first an unsealed first run to each node
+    /// ([`Hostile::first_runs`]), then `started`; then with each node in
+    /// turn, one session per forgery, each altered run after an honest
+    /// session (with the next node each time) that brings this peer what
+    /// is newest. Each attempt goes to `record` as it completes.
+    pub fn run(mut self, stop: &dyn Fn() -> bool, record: &dyn Fn(Attempt), started: &dyn Fn()) {
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -154,6 +163,8 @@ impl Hostile {
             }
         };
         runtime.block_on(async {
+            self.first_runs(stop, record).await;
+            started();
             let mut node = 0;
             let mut source = 0;
             while !stop() {
@@ -161,7 +172,12 @@ impl Hostile {
                     if stop() {
                         break;
                     }
-                    if forgery == Forgery::StolenKey && self.stolen.is_none() {
+                    let skipped = match forgery {
+                        Forgery::UnsealedFirst => true,
+                        Forgery::StolenKey => self.stolen.is_none(),
+                        _ => false,
+                    };
+                    if skipped {
                         continue;
                     }
                     if matches!(forgery, Forgery::AlteredPayload | Forgery::AlteredLamport) {
@@ -176,6 +192,34 @@ impl Hostile {
                 node = (node + 1) % NODES;
             }
         });
+    }
+
+    /// As the mesh starts, before the writers write: to each node, another
+    /// admitted writer's first event, unsealed, on a stream it holds
+    /// nothing of (so has pinned no key for). Under `require_seals` (on
+    /// with a closed membership) the node must cut it, not take it: it
+    /// could not tell it from the writer's first event, and taking it
+    /// would make the writer's real one an equivocation. Sent again, up to
+    /// [`FIRST_RUN_TRIES`] times, while a session proves nothing.
+    async fn first_runs(&mut self, stop: &dyn Fn() -> bool, record: &dyn Fn(Attempt)) {
+        for node in 0..NODES {
+            for _ in 0..FIRST_RUN_TRIES {
+                if stop() {
+                    return;
+                }
+                let attempt = self.attempt(node, Forgery::UnsealedFirst).await;
+                let again = matches!(
+                    attempt.outcome,
+                    ForgeryOutcome::NoSession { .. }
+                        | ForgeryOutcome::Closed
+                        | ForgeryOutcome::Unanswered
+                );
+                record(attempt);
+                if !again {
+                    break;
+                }
+            }
+        }
     }
 
     async fn dial(&self, node: usize) -> Result<Link, String> {
@@ -251,6 +295,10 @@ impl Hostile {
         };
         attempt.stream = stream.get();
         attempt.seq = seq;
+        // An unsealed first run may be acknowledged and cut: the chain
+        // hash a node holding it would show.
+        let forged_hash =
+            (forgery == Forgery::UnsealedFirst).then(|| ChainHash::GENESIS.extend(&delta.events));
         let refused_before = refused_count(open.node);
         attempt.outcome = match frame::encode(&Frame::delta(1, delta)) {
             Ok(bytes) if open.io.write_all(&bytes).await.is_ok() => {
@@ -263,6 +311,13 @@ impl Hostile {
                 why: format!("the encoder refused it: {error}"),
             },
         };
+        if let (ForgeryOutcome::Acknowledged, Some(hash)) = (&attempt.outcome, forged_hash) {
+            attempt.outcome = match holds(open.node, stream, seq, hash) {
+                Some(true) => ForgeryOutcome::Acknowledged,
+                Some(false) => ForgeryOutcome::Cut,
+                None => ForgeryOutcome::Unanswered,
+            };
+        }
         attempt
     }
 
@@ -313,6 +368,15 @@ impl Hostile {
         match forgery {
             Forgery::AlteredPayload | Forgery::AlteredLamport => self.altered(forgery, marks, own),
             Forgery::StolenKey => self.stolen_next(marks, own),
+            Forgery::UnsealedFirst => {
+                let stream = self.unheld(marks, own)?;
+                let delta = Delta {
+                    floor: VersionVector::new(),
+                    events: vec![self.next_event(stream, 0)],
+                    seals: Vec::new(),
+                };
+                Ok((stream, 1, delta))
+            }
             _ => {
                 let stream = self.target(marks, own)?;
                 let head = marks.get(stream);
@@ -353,6 +417,18 @@ impl Hostile {
             .collect();
         if streams.is_empty() {
             return Err("the node holds two events of no other writer yet".into());
+        }
+        Ok(streams[self.rng.below(streams.len() as u64) as usize])
+    }
+
+    /// Another writer's stream the node holds nothing of, drawn at random.
+    fn unheld(&mut self, marks: &VersionVector, own: StreamId) -> Result<StreamId, String> {
+        let streams: Vec<StreamId> = (1..=NODES as u64)
+            .map(StreamId::new)
+            .filter(|&s| s != own && marks.get(s) == 0)
+            .collect();
+        if streams.is_empty() {
+            return Err("the node holds events of every other writer already".into());
         }
         Ok(streams[self.rng.below(streams.len() as u64) as usize])
     }
@@ -541,6 +617,30 @@ async fn answer(open: &mut Open, refused_before: Option<u64>) -> ForgeryOutcome 
             ForgeryOutcome::Closed
         }
     }
+}
+
+/// Whether `node` holds the forged event at `(stream, seq)`, from its
+/// `GET /marks` `chains` (asked from the observer): its head there, with
+/// the forged event's chain hash `forged`. A writer's later events cannot
+/// chain from a forged one, so a head above `seq` is the writer's. `None`
+/// when the node did not answer.
+fn holds(node: usize, stream: StreamId, seq: u64, forged: ChainHash) -> Option<bool> {
+    let response = request_from(
+        Some(observer()),
+        node_addr(node),
+        "GET",
+        "/marks",
+        None,
+        b"",
+    )
+    .ok()
+    .filter(|response| response.status == 200)?;
+    let marks: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
+    let head = &marks["chains"]["streams"][stream.to_string()];
+    Some(
+        head["head"].as_u64() == Some(seq)
+            && head["hash"].as_str() == Some(forged.to_string().as_str()),
+    )
 }
 
 /// The node's `meshlog_deltas_refused_total`, asked from the observer.

@@ -88,7 +88,8 @@ fn print_verdict(verdict: &Verdict) {
 }
 
 /// The hostile node's forgeries, per kind: sent on a session, and refused
-/// (an event) or acknowledged and ignored (a floor).
+/// (an event), cut (an unsealed first run) or acknowledged and ignored (a
+/// floor).
 fn print_forgeries(verdict: &Verdict) {
     if verdict.forgeries.is_empty() {
         return;
@@ -97,12 +98,7 @@ fn print_forgeries(verdict: &Verdict) {
         .forgeries
         .iter()
         .map(|(forgery, (sent, shown))| {
-            let answer = if forgery.is_event() {
-                "refused"
-            } else {
-                "ignored"
-            };
-            format!("{forgery:?} {sent} sent/{shown} {answer}")
+            format!("{forgery:?} {sent} sent/{shown} {}", forgery.answer_word())
         })
         .collect();
     println!("  hostile node: {}", kinds.join(", "));

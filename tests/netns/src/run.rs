@@ -176,6 +176,18 @@ pub fn run_schedule(
         hostile,
     });
 
+    // The hostile node first: its unsealed first runs go to each node
+    // before the writers write (`hostile::Hostile::first_runs`).
+    let stolen = (plant == Some(Plant::StolenKey)).then_some(2);
+    let hostile_peer = hostile.then(|| {
+        let shared = Arc::clone(&shared);
+        let (started, first_runs_sent) = std::sync::mpsc::channel();
+        let handle = std::thread::spawn(move || run_hostile(&shared, stolen, started));
+        // Bounded: a peer that cannot reach the nodes records that, and
+        // the schedule goes on (a dropped sender ends the wait too).
+        let _ = first_runs_sent.recv_timeout(FIRST_RUNS_BOUND);
+        handle
+    });
     let writers: Vec<JoinHandle<()>> = (0..NODES)
         .map(|w| {
             let shared = Arc::clone(&shared);
@@ -189,12 +201,6 @@ pub fn run_schedule(
             std::thread::spawn(move || reader(&shared, r, plant))
         })
         .collect();
-
-    let stolen = (plant == Some(Plant::StolenKey)).then_some(2);
-    let hostile_peer = hostile.then(|| {
-        let shared = Arc::clone(&shared);
-        std::thread::spawn(move || run_hostile(&shared, stolen))
-    });
 
     // The nemesis.
     let mut caught_up = Vec::new();
@@ -306,6 +312,9 @@ pub fn run_schedule(
     })
 }
 
+/// How long the writers wait for the hostile node's first runs.
+const FIRST_RUNS_BOUND: Duration = Duration::from_secs(30);
+
 /// How long the writers and the hostile node may run on after the last
 /// step, until every kind of forgery was shown tried.
 const FORGERIES_BOUND: Duration = Duration::from_secs(15);
@@ -330,8 +339,8 @@ fn await_forgeries(shared: &Shared) {
 }
 
 /// The hostile node, while the writers run; each forgery it tries goes to
-/// the history.
-fn run_hostile(shared: &Shared, stolen: Option<usize>) {
+/// the history. `started` is told once its first runs are sent.
+fn run_hostile(shared: &Shared, stolen: Option<usize>, started: std::sync::mpsc::Sender<()>) {
     let peer = match hostile::Hostile::new(shared.seed, stolen) {
         Ok(peer) => peer,
         Err(error) => {
@@ -361,7 +370,9 @@ fn run_hostile(shared: &Shared, stolen: Option<usize>) {
             outcome: attempt.outcome,
         })
     };
-    peer.run(&stop, &record);
+    peer.run(&stop, &record, &|| {
+        let _ = started.send(());
+    });
 }
 
 fn run_steps(
