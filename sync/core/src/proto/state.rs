@@ -99,6 +99,8 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
         SharedReplica::checkpoint(self, name)
+    }
+
     fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
         SharedReplica::forks_except(self, streams)
     }
