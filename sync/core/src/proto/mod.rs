@@ -97,8 +97,8 @@
 
 mod delta;
 mod driver;
-mod gossip;
 mod forks;
+mod gossip;
 mod hello;
 mod once;
 mod receipts;
