@@ -207,8 +207,8 @@ async fn the_operator_flag_holds_appends_with_503_until_a_peer_brings_the_stream
     );
     assert_eq!(refused.error(), "recovering");
     assert_eq!(refused.header("retry-after"), Some("1"));
-    // The WebSocket append alike: the error body, then close 1013 (try
-    // again later).
+    // The WebSocket append alike: the socket's first message naming its
+    // stream, the error body, then close 1013 (try again later).
     let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{a_addr}/events/append"))
         .await
         .expect("the upgrade succeeds");
@@ -226,8 +226,8 @@ async fn the_operator_flag_holds_appends_with_503_until_a_peer_brings_the_stream
         }
     }
     assert!(
-        matches!(&answers[..], [Message::Text(body), Message::Close(Some(close)), ..]
-            if body.contains("\"recovering\"") && close.code == CloseCode::Again),
+        matches!(&answers[..], [Message::Text(stream), Message::Text(body), Message::Close(Some(close)), ..]
+            if stream.contains("\"stream\"") && body.contains("\"recovering\"") && close.code == CloseCode::Again),
         "{answers:?}"
     );
 
