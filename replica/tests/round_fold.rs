@@ -890,6 +890,7 @@ fn regression_a_later_deltas_floor_is_judged_on_the_stream_as_the_round_leaves_i
         ..Delta::default()
     };
     let second = Delta {
+        floor_proofs: Default::default(),
         floor: [(writer, 5)].into_iter().collect(),
         events: vec![event(6, 100), event(7, 50)],
         seals: Vec::new(),

@@ -91,6 +91,7 @@ fn valid_frames() -> Vec<Frame> {
         Frame::delta(
             1,
             Delta {
+                floor_proofs: Default::default(),
                 floor: vv(&[(1, 2)]),
                 events: (1..=5)
                     .map(|seq| Event {
@@ -165,6 +166,7 @@ fn sealed_delta() -> Frame {
     Frame::delta(
         2,
         Delta {
+            floor_proofs: Default::default(),
             floor,
             events,
             seals,
@@ -973,6 +975,7 @@ fn any_model_delta(g: &mut Gen) -> Delta {
         });
     }
     Delta {
+        floor_proofs: Default::default(),
         floor: any_vector(g),
         events,
         seals,
@@ -1000,6 +1003,7 @@ fn in_stream_order(delta: &Delta) -> Delta {
     let mut events = delta.events.clone();
     events.sort_by_key(|event| (event.stream, event.seq));
     Delta {
+        floor_proofs: Default::default(),
         floor: delta.floor.clone(),
         events,
         seals: delta.seals.clone(),
@@ -1118,6 +1122,7 @@ fn arbitrary_events_encode_exactly_when_the_model_allows() {
             for _ in 0..2000 {
                 let raw = Vec::<(u8, u8, u8, u64, Vec<u8>)>::arbitrary(&mut gen);
                 let delta = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: events_of(raw),
                     seals: Vec::new(),
@@ -1176,6 +1181,7 @@ fn an_event_kept_pending_does_not_keep_its_frame_alive() {
     let bytes = frame::encode(&Frame::delta(
         1,
         Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events,
             seals: Vec::new(),

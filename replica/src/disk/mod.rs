@@ -141,6 +141,10 @@ const CHAINS: TableDefinition<u64, &[u8]> = TableDefinition::new("chains");
 /// (`docs/STORAGE.md`): added within format 4, so a format-4 file
 /// without it holds no pins.
 const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
+/// Per stream, the newest compaction statement kept (`docs/STORAGE.md`):
+/// its 144 bytes (`SignedCompaction::to_bytes`). Added within format 5: a
+/// file without it holds none.
+const STATEMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("statements");
 // The `seals` record's bounds are the kept seals'.
 const _: () = assert!(codec::SEALS_RECORD_MAX == KeptSeals::SEALS_MAX);
 const _: () = assert!(codec::SEAL_LEN == Seal::LEN);
@@ -790,6 +794,7 @@ impl DiskStore {
         meta.digest = Some(digest);
         (meta.chains, meta.hashed) = self.chain_records(&read, &records)?;
         meta.seals = self.seal_records(&read, &records)?;
+        meta.statements = self.statement_records(&read)?;
         Ok((meta, recorded_blocks))
     }
 
@@ -1039,6 +1044,7 @@ impl DiskStore {
             }
         }
         self.write_seals(txn, batch)?;
+        self.write_statements(txn, batch)?;
         let mut streams = txn
             .open_table(STREAMS)
             .map_err(self.engine("open streams table"))?;
@@ -1063,6 +1069,60 @@ impl DiskStore {
                 encode_count(META_BLOCKS, self.blocks).as_slice(),
             )
             .map_err(self.engine("write block count"))?;
+        }
+        Ok(())
+    }
+
+    /// Reads and checks the statements records: each one a signed
+    /// statement of its stream (its signature is judged by the replica
+    /// when a peer sends it; here only its layout and key).
+    fn statement_records(
+        &self,
+        read: &redb::ReadTransaction,
+    ) -> Result<BTreeMap<StreamId, crate::SignedCompaction>, DiskError> {
+        let table = match read.open_table(STATEMENTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+            Err(error) => return Err(self.engine("open statements table")(error)),
+        };
+        let mut kept = BTreeMap::new();
+        for entry in table.iter().map_err(self.engine("read statements"))? {
+            let (key, value) = entry.map_err(self.engine("read statements"))?;
+            let stream = StreamId::new(key.value());
+            let statement = crate::SignedCompaction::from_bytes(value.value()).map_err(|e| {
+                self.corrupt(format!("the statement record of stream {stream}: {e}"))
+            })?;
+            if statement.statement.stream != stream {
+                return Err(self.corrupt(format!(
+                    "the statement record of stream {stream} states stream {}",
+                    statement.statement.stream
+                )));
+            }
+            kept.insert(stream, statement);
+        }
+        Ok(kept)
+    }
+
+    /// Writes the statements records `batch` moves, in `txn` (creating
+    /// the table in a file written before it existed).
+    fn write_statements(
+        &self,
+        txn: &redb::WriteTransaction,
+        batch: &Batch,
+    ) -> Result<(), DiskError> {
+        if batch.statements.is_empty() {
+            return Ok(());
+        }
+        let mut table = txn
+            .open_table(STATEMENTS)
+            .map_err(self.engine("open statements table"))?;
+        for statement in &batch.statements {
+            table
+                .insert(
+                    statement.statement.stream.get(),
+                    statement.to_bytes().as_slice(),
+                )
+                .map_err(self.engine("write statement record"))?;
         }
         Ok(())
     }

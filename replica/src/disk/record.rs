@@ -12,7 +12,11 @@
 //! hashed:  count u32 · count × (stream u64 · seq u64), streams ascending
 //! seals:   count u32 · count × (stream u64 · len u32 · the stream's `seals` table record)
 //! events:  count u32 · count × (stream u64 · seq u64 · lamport u64 · time_ms u64 · len u32 · payload)
+//! [statements: count u32 · count × `SignedCompaction::to_bytes` (144), streams ascending]
 //! ```
+//!
+//! The statements are written only when the batch has some (a record
+//! without them is byte for byte what builds before them wrote).
 //!
 //! Decoding is total: a body read back from disk is untrusted (the frame's
 //! crc32 caught a torn write, but not a crafted one), so every count is
@@ -23,7 +27,9 @@ use bytes::Bytes;
 use meshlog_cursor::StreamId;
 
 use super::codec::{self, decode_seals, encode_seals, u64_at};
-use crate::{Batch, ChainHash, Event, KeptSeals, Seal, StreamChain, WriterPublicKey};
+use crate::{
+    Batch, ChainHash, Event, KeptSeals, Seal, SignedCompaction, StreamChain, WriterPublicKey,
+};
 
 /// Bytes of an event before its payload.
 const EVENT_HEAD_LEN: usize = 8 * 4 + 4;
@@ -75,6 +81,12 @@ pub(super) fn encode_batch(number: u64, batch: &Batch, out: &mut Vec<u8>) -> Res
         put_count(out, event.payload.len(), "payload bytes")?;
         out.extend_from_slice(&event.payload);
     }
+    if !batch.statements.is_empty() {
+        put_count(out, batch.statements.len(), "statements")?;
+        for statement in &batch.statements {
+            out.extend_from_slice(&statement.to_bytes());
+        }
+    }
     Ok(())
 }
 
@@ -120,9 +132,14 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     for _ in 0..events_len {
         events.push(read_event(&mut reader, body)?);
     }
+    let statements = if reader.at == body.len() {
+        Vec::new()
+    } else {
+        read_statements(&mut reader)?
+    };
     if reader.at != body.len() {
         return Err(format!(
-            "{} bytes after the last event",
+            "{} bytes after the last statement",
             body.len() - reader.at
         ));
     }
@@ -132,7 +149,31 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     batch.chains = chains;
     batch.hashed = hashed;
     batch.seals = seals;
+    batch.statements = statements;
     Ok((number, batch))
+}
+
+/// The statements after a record's events: a count of one or more, then
+/// that many, streams strictly ascending.
+fn read_statements(reader: &mut Reader<'_>) -> Result<Vec<SignedCompaction>, String> {
+    let len = reader.count(SignedCompaction::LEN, "statements")?;
+    if len == 0 {
+        return Err("a statements count of 0 (none are written as no count)".into());
+    }
+    let mut statements: Vec<SignedCompaction> = Vec::with_capacity(len);
+    for _ in 0..len {
+        let statement = SignedCompaction::from_bytes(reader.take(SignedCompaction::LEN)?)
+            .map_err(|error| format!("statements: {error}"))?;
+        let stream = statement.statement.stream;
+        if statements
+            .last()
+            .is_some_and(|before| before.statement.stream >= stream)
+        {
+            return Err(format!("statements: stream {stream} out of order"));
+        }
+        statements.push(statement);
+    }
+    Ok(statements)
 }
 
 /// One chain entry: a stream and its chain.
@@ -268,6 +309,12 @@ mod tests {
                 seals,
             },
         )];
+        let statement = crate::Compaction {
+            stream,
+            floor: 1,
+            hash: ChainHash::from_bytes([5; 32]),
+        };
+        batch.statements = vec![statement.sign_by_writer(&key)];
         batch
     }
 
@@ -285,6 +332,17 @@ mod tests {
         assert_eq!(back.chains, batch.chains);
         assert_eq!(back.hashed, batch.hashed);
         assert_eq!(back.seals, batch.seals);
+        assert_eq!(back.statements, batch.statements);
+        // Without statements, the record ends with its events, as before.
+        let mut without = sample();
+        without.statements.clear();
+        let mut old = Vec::new();
+        encode_batch(42, &without, &mut old).unwrap();
+        assert_eq!(body.len() - old.len(), 4 + SignedCompaction::LEN);
+        assert_eq!(
+            decode_batch(&Bytes::from(old)).unwrap().1.statements,
+            Vec::new()
+        );
     }
 
     /// Every prefix of a body, and every body with a byte changed in a

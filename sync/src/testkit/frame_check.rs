@@ -51,6 +51,7 @@ pub fn sections_prefix() -> Vec<u8> {
         })
         .collect();
     let delta = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events,
         seals: Vec::new(),

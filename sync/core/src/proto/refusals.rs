@@ -150,6 +150,9 @@ impl Protocol {
             .iter()
             .filter(|&(stream, _)| cut.get(&stream) != Some(&0))
             .collect();
+        delta
+            .floor_proofs
+            .retain(|stream| cut.get(&stream) != Some(&0));
         self.state_changed = true;
         *columns = DeltaColumns::from_delta(&delta);
     }
@@ -188,6 +191,11 @@ pub(super) fn refusal(peer: StreamId, source: ReplicaError) -> ProtocolError {
                 }
                 DeltaError::UnknownWriter { .. } => {
                     tracing::warn!(%peer, reason = %source, "peer relayed a writer this node does not admit");
+                }
+                DeltaError::StatementNoAuthority { .. }
+                | DeltaError::BadStatement { .. }
+                | DeltaError::StatementHashMismatch { .. } => {
+                    tracing::warn!(%peer, reason = %source, "peer sent a compaction statement without authority");
                 }
             }
             ProtocolError::Refused { peer, source }
