@@ -55,7 +55,7 @@ impl State {
             {
                 continue;
             }
-            if let Some(held) = self.held_hash(stream, floor).map_err(reject)? {
+            if let Some(held) = self.held_hash(stream, floor, round).map_err(reject)? {
                 if held != hash {
                     let rule = DeltaError::StatementHashMismatch { stream, seq: floor };
                     return Err(reject(rule.into()));
@@ -99,21 +99,35 @@ impl State {
         }
     }
 
-    /// The chain hash of `stream` at `seq`, where the store holds that
-    /// seq and the stream is anchored (read through the held events from
-    /// the floor); `None` elsewhere (nothing to compare with).
-    fn held_hash(&self, stream: StreamId, seq: u64) -> Result<Option<ChainHash>, ReplicaError> {
+    /// The chain hash of `stream` at `seq`, where the stream is anchored
+    /// and the replica holds that seq as the round leaves it: read through
+    /// the held events from the floor, then through the events the round
+    /// planned above the store's head (so a round judges as one by one
+    /// would); `None` elsewhere (nothing to compare with).
+    fn held_hash(
+        &self,
+        stream: StreamId,
+        seq: u64,
+        round: &RoundIndex,
+    ) -> Result<Option<ChainHash>, ReplicaError> {
         let Some(log) = self.log.stream(stream) else {
             return Ok(None);
         };
         let Some(chain) = self.chains.get(&stream).filter(|chain| chain.anchored) else {
             return Ok(None);
         };
-        if seq < log.floor || seq > log.head() {
+        if seq < log.floor {
             return Ok(None);
         }
-        self.chain_through(stream, chain.floor_hash, log.floor, seq)
-            .map(Some)
+        let stored = seq.min(log.head());
+        let mut hash = self.chain_through(stream, chain.floor_hash, log.floor, stored)?;
+        for next in stored + 1..=seq {
+            match round.events.get(&(stream, next)) {
+                Some(event) => hash = hash.next(event),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(hash))
     }
 
     /// Per stream `delta` carries a floor or a valid statement of, the seq
