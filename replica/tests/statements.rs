@@ -17,6 +17,7 @@ use meshlog_replica::{
     AdminKey, ChainHash, Compaction, Config, Delta, DeltaError, MemStore, Membership, PageError,
     Replica, ReplicaError, SignedCompaction, WriterKey, LAMPORT_MAX,
 };
+use meshlog_testkit::hostile::{floor_attacks, FloorOutcome};
 use meshlog_testkit::{seed, Snapshot, SplitMix64};
 
 mod disk_support;
@@ -396,6 +397,42 @@ fn an_unsigned_floor_above_held_events_erases_nothing() {
         assert_eq!(report.behind_floor, vec![(stream, floor)]);
         assert_eq!(snapshot(&receiver), before);
     }
+}
+
+/// The kit's hostile floors (`testkit::hostile::floor_attacks`), as the
+/// sync tests play them over a session: each refused or ignored as due,
+/// the receiver unchanged, and the writer's next events taken.
+#[test]
+fn the_kits_hostile_floors_are_refused_or_ignored_and_change_nothing() {
+    let admin = AdminKey::from_bytes([5; 32]);
+    let mut membership = Membership::open();
+    membership.trust_admin(admin.public());
+    let mut writer = keyed(1);
+    let mut receiver = receiver_with(membership);
+    let stream = writer.stream();
+    append(&mut writer, 5);
+    receiver
+        .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+        .expect("taken");
+    let head_hash = receiver.chain(stream).unwrap().head_hash;
+    for attack in floor_attacks(stream, 5, head_hash, &AdminKey::from_bytes([6; 32])) {
+        let before = snapshot(&receiver);
+        match (&attack.outcome, receiver.apply(&attack.delta)) {
+            (FloorOutcome::Refused(due), Err(ReplicaError::Delta(error))) => {
+                assert_eq!(&error, due, "{}", attack.what)
+            }
+            (FloorOutcome::Ignored, Ok(report)) => {
+                assert_eq!(report.behind_floor.len(), 1, "{}", attack.what)
+            }
+            (due, got) => panic!("{}: due {due:?}, got {got:?}", attack.what),
+        }
+        assert_eq!(snapshot(&receiver), before, "{}", attack.what);
+    }
+    append(&mut writer, 2);
+    receiver
+        .apply(&writer.delta_for(&receiver.marks(), usize::MAX))
+        .expect("the writer's next events");
+    assert_eq!(receiver.marks().get(stream), 7);
 }
 
 /// The seeded property: honest statements (the writer's, at floors it
