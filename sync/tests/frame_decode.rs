@@ -1245,3 +1245,46 @@ fn a_malformed_delta_allocates_nothing_for_the_events_it_claims() {
         );
     }
 }
+
+/// The fuzz regressions of delta sections 1 and 2 (statements, floor
+/// hashes; `docs/PROTOCOL.md`, "Delta sections"), hand-made in mode 3 (the
+/// prefix's floor names streams 1 and 2): each with its outcome.
+#[test]
+fn the_floor_proof_regressions_have_their_outcomes() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/frame_decode");
+    let malformed = |detail: &'static str| move |o: &frame_check::Outcome| matches!(&o.errors[..], [FrameError::Malformed { detail: d, .. }] if d.contains(detail));
+    type Expect = Box<dyn Fn(&frame_check::Outcome) -> bool>;
+    let decodes: Expect = Box::new(|o| o.decoded == 1 && o.errors.is_empty());
+    let cases: Vec<(&str, Expect)> = vec![
+        ("statements-one-valid-entry", decodes),
+        (
+            "statements-count-above-floor",
+            Box::new(malformed("one per stream of the floor at most")),
+        ),
+        (
+            "statements-stream-not-in-floor",
+            Box::new(malformed("which the delta's floor does not name")),
+        ),
+        (
+            "statements-not-ascending",
+            Box::new(malformed("streams strictly ascending")),
+        ),
+        (
+            "statements-signer-not-a-key",
+            Box::new(malformed("compaction signer")),
+        ),
+        (
+            "floor-hashes-one-entry",
+            Box::new(|o| o.decoded == 1 && o.errors.is_empty()),
+        ),
+        (
+            "floor-hashes-body-short",
+            Box::new(malformed("1 entries of 40 bytes in a body of 39")),
+        ),
+    ];
+    for (name, expect) in cases {
+        let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let outcome = check(name, &bytes);
+        assert!(expect(&outcome), "{name}: {outcome:?}");
+    }
+}
