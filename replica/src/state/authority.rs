@@ -177,9 +177,9 @@ impl State {
         let mut kept: BTreeMap<StreamId, SignedCompaction> = BTreeMap::new();
         for signed in &plan.statements {
             let stream = signed.statement.stream;
-            let newer = self
-                .statements
+            let newer = kept
                 .get(&stream)
+                .or(self.statements.get(&stream))
                 .is_none_or(|old| old.statement.floor < signed.statement.floor);
             if newer {
                 kept.insert(stream, *signed);
