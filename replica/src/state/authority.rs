@@ -99,28 +99,27 @@ impl State {
         }
     }
 
-    /// The chain hash of `stream` at `seq`, where the stream is anchored
-    /// and the replica holds that seq as the round leaves it: read through
-    /// the held events from the floor, then through the events the round
-    /// planned above the store's head (so a round judges as one by one
-    /// would); `None` elsewhere (nothing to compare with).
+    /// The chain hash of `stream` at `seq` as the round leaves it, where
+    /// it is known and the replica holds that seq: from the statement the
+    /// round took (where it anchors the stream) or the state's anchored
+    /// floor, through the held events, then the events the round planned
+    /// above the store's head (so a round judges as one by one would);
+    /// `None` elsewhere (nothing to compare with).
     fn held_hash(
         &self,
         stream: StreamId,
         seq: u64,
         round: &RoundIndex,
     ) -> Result<Option<ChainHash>, ReplicaError> {
-        let Some(log) = self.log.stream(stream) else {
+        let Some((base_seq, base_hash)) = self.chain_base(round, stream) else {
             return Ok(None);
         };
-        let Some(chain) = self.chains.get(&stream).filter(|chain| chain.anchored) else {
-            return Ok(None);
-        };
-        if seq < log.floor {
+        if seq < base_seq {
             return Ok(None);
         }
-        let stored = seq.min(log.head());
-        let mut hash = self.chain_through(stream, chain.floor_hash, log.floor, stored)?;
+        let state_head = self.log.head(stream);
+        let stored = seq.min(state_head).max(base_seq);
+        let mut hash = self.chain_through(stream, base_hash, base_seq, stored)?;
         for next in stored + 1..=seq {
             match round.events.get(&(stream, next)) {
                 Some(event) => hash = hash.next(event),
@@ -128,6 +127,33 @@ impl State {
             }
         }
         Ok(Some(hash))
+    }
+
+    /// Where `stream`'s chain is known from as the round leaves it: the
+    /// floor and hash of a statement the round took, where the commit
+    /// anchors the stream there (a floor above the state's head, or a
+    /// stream held unanchored), else the state's floor and floor hash if
+    /// anchored (a stream not held yet: 0, anchored).
+    fn chain_base(&self, round: &RoundIndex, stream: StreamId) -> Option<(u64, ChainHash)> {
+        let (floor, head) = self
+            .log
+            .stream(stream)
+            .map_or((0, 0), |log| (log.floor, log.head()));
+        let chain = match self.chains.get(&stream) {
+            Some(chain) => Some(*chain),
+            None if floor == 0 => Some(crate::StreamChain::default()),
+            None => None,
+        };
+        let anchored = chain.is_some_and(|chain| chain.anchored);
+        let taken = round.anchors.get(&stream).copied();
+        match taken {
+            Some((at, hash)) if at == round.floor(stream) && (at > head || !anchored) => {
+                Some((at, hash))
+            }
+            _ => chain
+                .filter(|chain| chain.anchored)
+                .map(|chain| (floor, chain.floor_hash)),
+        }
     }
 
     /// Per stream `delta` carries a floor or a valid statement of, the seq
@@ -229,6 +255,24 @@ impl State {
             }
         }
         proofs
+    }
+}
+
+impl State {
+    /// The chain hash at `head` of `stream` where a statement `round`
+    /// took anchors it ([`State::chain_base`]), chained from the
+    /// statement's hash through the held events, then the round's.
+    pub(super) fn anchored_head_hash(
+        &self,
+        round: &RoundIndex,
+        stream: StreamId,
+        head: u64,
+    ) -> Option<ChainHash> {
+        let (floor, _) = round.anchors.get(&stream).copied()?;
+        if self.chain_base(round, stream)?.0 != floor {
+            return None;
+        }
+        self.held_hash(stream, head, round).ok().flatten()
     }
 }
 

@@ -361,6 +361,8 @@ impl<'s, 'd> Round<'s, 'd> {
             if stream != own && floor_seq > state.sim(&mut self.sims, stream).floor {
                 self.raise_floor(stream, floor_seq, &mut report);
                 self.plan.statements.push(*signed);
+                let hash = signed.statement.hash;
+                self.index.anchors.insert(stream, (floor_seq, hash));
             }
         }
         for (stream, floor_seq) in delta.floor.iter() {

@@ -31,6 +31,9 @@ pub(crate) struct RoundIndex {
     /// The streams a delta accepted earlier in the round sealed, and the
     /// key (pinned as publishing will pin it).
     pub(super) sealed: BTreeMap<StreamId, crate::WriterPublicKey>,
+    /// Per stream a statement the round took erased to: its floor and
+    /// hash, where the commit anchors a chain left unanchored there.
+    pub(super) anchors: BTreeMap<StreamId, (u64, crate::ChainHash)>,
 }
 
 impl RoundIndex {
@@ -651,6 +654,10 @@ impl Check<'_> {
     /// or the round raised its floor above what the state held.
     fn head_hash(&self, stream: StreamId, head: u64) -> Option<crate::ChainHash> {
         let state_head = self.state.log.head(stream);
+        // A statement the round took anchors the stream at its floor.
+        if let Some(hash) = self.state.anchored_head_hash(self.round, stream, head) {
+            return Some(hash);
+        }
         let chain = match self.state.chain(stream) {
             Some(chain) => chain,
             None if state_head == 0 && self.state.floor.get(stream) == 0 => {
@@ -658,7 +665,10 @@ impl Check<'_> {
             }
             None => return None,
         };
-        if !chain.anchored || self.round.floor(stream) > state_head || head < state_head {
+        // A floor the round raised above the state's head leaves the
+        // stream chained through the round's events it erased, if they
+        // reach it (a statement's), else unanchored: a missing event below.
+        if !chain.anchored || head < state_head {
             return None;
         }
         let mut hash = chain.head_hash;
