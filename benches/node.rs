@@ -413,7 +413,30 @@ impl SocketAppender {
             Ok(tokio_tungstenite::connect_async(url).await?)
         })
         .await?;
-        Ok(SocketAppender { socket })
+        let mut appender = SocketAppender { socket };
+        // The socket's first message names its stream, once.
+        let hello = timed(
+            "the append socket's first message",
+            REQUEST_TIMEOUT,
+            async { appender.answer().await },
+        )
+        .await?;
+        if !hello.starts_with("{\"stream\"") {
+            return Err(format!("the append socket began with {hello}").into());
+        }
+        Ok(appender)
+    }
+
+    /// The node's next text message.
+    async fn answer(&mut self) -> Result<String> {
+        use tokio_tungstenite::tungstenite::Message;
+        loop {
+            match self.socket.next().await {
+                Some(Ok(Message::Text(text))) => return Ok(text.as_str().to_owned()),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => return Err(format!("the append socket answered {other:?}").into()),
+            }
+        }
     }
 
     /// Appends one payload and waits for its answer (an error answer is
@@ -422,14 +445,12 @@ impl SocketAppender {
         use tokio_tungstenite::tungstenite::Message;
         let exchange = async {
             self.socket.send(Message::Binary(payload)).await?;
-            loop {
-                match self.socket.next().await {
-                    Some(Ok(Message::Text(text))) if text.as_str().starts_with("{\"stream\"") => {
-                        return Ok(())
-                    }
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    other => return Err(format!("the append socket answered {other:?}").into()),
-                }
+            // An acknowledgement is the seq and lamport ranges alone.
+            let answer = self.answer().await?;
+            if answer.starts_with("{\"seq\"") {
+                Ok(())
+            } else {
+                Err(format!("the append socket answered {answer}").into())
             }
         };
         timed("a WebSocket append", REQUEST_TIMEOUT, exchange).await

@@ -1,10 +1,12 @@
 //! What signed streams cost (`docs/SIGNING.md`): signing and verifying a
-//! seal, batch verification per seal at batch sizes 1, 16 and 64, and the
+//! seal, judging a public key (a new one, and one judged before: kept),
+//! batch verification per seal at batch sizes 1, 16 and 64, and the
 //! chain hash per event at payload sizes 16, 256 and 4,096 bytes; and a
 //! writer's deltas at a 16 KiB budget (a stream longer than one delta, cut
 //! at each budget), keyed beside unkeyed: building them (`delta_for`,
 //! swept by the receiver's marks, a fresh writer each round) and a fresh
-//! receiver applying them in order; and a sealed run of 1, 10, 100 and
+//! receiver applying them in order; the keyed deltas in columns (as a
+//! session builds them) beside built as events; and a sealed run of 1, 10, 100 and
 //! 1,000 events of 32 bytes (the chain hash over it and one seal), signed
 //! and verified, per run and per event.
 //!
@@ -21,8 +23,8 @@ use bytes::Bytes;
 use meshlog_cursor::StreamId;
 use meshlog_cursor::VersionVector;
 use meshlog_replica::{
-    verify_seals, ChainHash, Config, Delta, Event, MemStore, Replica, Seal, WriterKey,
-    WriterPublicKey,
+    verify_seals, ChainHash, Config, Delta, DeltaColumns, Event, MemStore, Replica, Seal,
+    WriterKey, WriterPublicKey,
 };
 use meshlog_testkit::SplitMix64;
 
@@ -83,12 +85,30 @@ fn main() {
     let key_decode = per_item(1, || {
         black_box(WriterPublicKey::from_bytes(black_box(&public.to_bytes()))).expect("a key");
     });
+    // More keys than the process keeps (4,096), taken in turn: each one
+    // judged again.
+    let mut fresh_rng = SplitMix64::new(SEED ^ 1);
+    let fresh: Vec<[u8; 32]> = (0..5_000)
+        .map(|_| key(&mut fresh_rng).public().to_bytes())
+        .collect();
+    let key_judge = per_item(fresh.len(), || {
+        for bytes in &fresh {
+            black_box(WriterPublicKey::from_bytes(black_box(bytes))).expect("a key");
+        }
+    });
     println!();
     println!("| operation | per seal |");
     println!("| --- | --- |");
     println!("| sign | {} |", micros(sign));
     println!("| verify alone | {} |", micros(verify));
-    println!("| decode and check a public key | {} |", micros(key_decode));
+    println!(
+        "| decode and check a new public key | {} |",
+        micros(key_judge)
+    );
+    println!(
+        "| decode a public key judged before (kept) | {} |",
+        micros(key_decode)
+    );
 
     // Batches of seals by distinct writers, as a delta of many streams
     // carries them.
@@ -142,6 +162,7 @@ fn main() {
     for keyed in [false, true] {
         sealed_delta_row(&mut rng, keyed);
     }
+    columns_build(&mut rng);
     sealed_runs(&writer);
 }
 
@@ -175,6 +196,41 @@ fn sweep(writer: &Replica<MemStore>) -> Vec<Delta> {
         deltas.push(delta);
     }
     deltas
+}
+
+/// The keyed writer's deltas in columns, as a session builds them
+/// (`delta_columns_for`), beside the same deltas built as events and put
+/// in columns (what `delta_columns_for` did for a run of the own stream
+/// cut below the head until 2026-12-02, after reading the columns first):
+/// the best of [`ROUNDS`] sweeps of a fresh writer, per delta.
+fn columns_build(rng: &mut SplitMix64) {
+    let key = key(rng);
+    let stream = key.stream();
+    let sweep_by = |build: &dyn Fn(&Replica<MemStore>, &VersionVector) -> DeltaColumns| {
+        let mut best = Duration::MAX;
+        let mut count = 0;
+        for _ in 0..ROUNDS {
+            let writer = delta_writer(&key, true);
+            let mut marks = VersionVector::new();
+            count = 0;
+            let start = Instant::now();
+            while marks.get(stream) < writer.marks().get(stream) {
+                let columns = black_box(build(&writer, &marks));
+                let run = columns.runs().last().expect("a delta moves the receiver");
+                marks.advance(stream, run.first_seq + run.len as u64 - 1);
+                count += 1;
+            }
+            best = best.min(start.elapsed());
+        }
+        best.as_secs_f64() * 1e6 / count as f64
+    };
+    let columns = sweep_by(&|writer, marks| writer.delta_columns_for(marks, DELTA_BUDGET));
+    let events =
+        sweep_by(&|writer, marks| DeltaColumns::from_delta(&writer.delta_for(marks, DELTA_BUDGET)));
+    println!();
+    println!(
+        "keyed, in columns (a session's path): {columns:.1} µs a delta; built as events and put in columns: {events:.1} µs"
+    );
 }
 
 /// One row: the best of [`ROUNDS`] sweeps of a fresh writer, and of

@@ -46,7 +46,7 @@ fn main() {
         "{:<8} {:>10} {:>14} {:>12} {:>12} {:>14}",
         "store", "appenders", "events/s", "commits/s", "mean batch", "p99 ack ms"
     );
-    fdatasync_run(&root, seconds);
+    let fdatasync_rate = fdatasync_run(&root, seconds);
     let only: Option<usize> = std::env::var("MESHLOG_BENCH_APPENDERS")
         .ok()
         .map(|text| text.parse().expect("a number"));
@@ -58,8 +58,14 @@ fn main() {
         append_run("memory", memory, appenders, seconds);
         let dir = root.join(format!("append-{appenders}"));
         let disk = Replica::open(config(), DiskStore::open(&dir).unwrap()).unwrap();
-        append_run("disk", disk, appenders, seconds);
+        let commit_rate = append_run("disk", disk, appenders, seconds);
         std::fs::remove_dir_all(&dir).unwrap();
+        if appenders == 1 {
+            // The disk's rate drifts with the machine's load: the limit is
+            // measured again right after, and the goal taken against both.
+            let again = fdatasync_run(&root, seconds);
+            print_commit_goal(commit_rate, (fdatasync_rate + again) / 2.0);
+        }
     }
     if events > 0 {
         reopen_run(&root.join("reopen"), events);
@@ -84,14 +90,35 @@ fn payload(n: u64) -> Bytes {
     Bytes::from(bytes)
 }
 
+/// The goal of issue 30: a commit costs one append and one `fdatasync`,
+/// so one appender commits at the rate of the `fdatasync` rows of the
+/// same run (the mean of the one before and the one after it: the
+/// machine's load moves both). Met at 0.8 of it or more: the
+/// rest is the record's encoding, the handoff to the fold thread and the
+/// view.
+const COMMIT_GOAL_RATIO: f64 = 0.8;
+
+fn print_commit_goal(commit_rate: f64, fdatasync_rate: f64) {
+    let ratio = commit_rate / fdatasync_rate;
+    println!(
+        "goal: 1 appender at >= {COMMIT_GOAL_RATIO:.1}x the fdatasync rows' commits/s \
+         ({fdatasync_rate:.0}): {ratio:.2}x, {}",
+        if ratio >= COMMIT_GOAL_RATIO {
+            "met"
+        } else {
+            "not met"
+        }
+    );
+}
+
 /// `appenders` threads append in a loop, each waiting for its
-/// acknowledgement, for `seconds`.
+/// acknowledgement, for `seconds`; answers the commits per second.
 fn append_run<S: Store + Send + Sync + 'static>(
     name: &str,
     replica: Replica<S>,
     appenders: usize,
     seconds: u64,
-) {
+) -> f64 {
     let group = SharedReplica::new(replica);
     let stop = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(AtomicU64::new(0));
@@ -134,12 +161,14 @@ fn append_run<S: Store + Send + Sync + 'static>(
         stats.appended as f64 / stats.commits.max(1) as f64,
         p99.as_secs_f64() * 1e3,
     );
+    stats.commits as f64 / elapsed
 }
 
 /// The limit a durable commit runs into: one 160-byte append and one
 /// `fdatasync` (`File::sync_data`) after another, on the same disk, by one
-/// writer. A `disk` row with 1 appender cannot beat it.
-fn fdatasync_run(root: &Path, seconds: u64) {
+/// writer. A `disk` row with 1 appender cannot beat it. Answers the
+/// syncs per second.
+fn fdatasync_run(root: &Path, seconds: u64) -> f64 {
     use std::io::Write as _;
     std::fs::create_dir_all(root).unwrap();
     let path = root.join("fdatasync");
@@ -168,6 +197,7 @@ fn fdatasync_run(root: &Path, seconds: u64) {
     );
     drop(file);
     std::fs::remove_file(&path).unwrap();
+    rate
 }
 
 /// A child process writes an `events`-long log and 500 single appends

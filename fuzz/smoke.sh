@@ -25,7 +25,7 @@ case "$seconds" in
     exit 2
     ;;
 esac
-targets="${FUZZ_TARGETS:-token_decode token_roundtrip token_v2 frame_decode delta_apply seal_verify}"
+targets="${FUZZ_TARGETS:-token_decode token_roundtrip token_v2 frame_decode delta_apply seal_verify fork_verify}"
 
 # cargo-fuzz passes nightly-only flags to rustc (-Zsanitizer=..., and
 # -Cpasses=sancov-module with -Z llvm options for coverage instrumentation).

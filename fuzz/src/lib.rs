@@ -4,5 +4,6 @@
 
 pub mod alloc;
 pub mod decode_check;
+pub mod fork_check;
 pub mod relative_check;
 pub mod seal_check;

@@ -37,7 +37,7 @@ const AUTHORIZATION_LEN_MAX: usize = 1024;
 /// the ones before it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
-    /// Pages, follow, marks.
+    /// Pages, follow, marks, forks.
     Read,
     /// Append, and what `read` may.
     Write,
@@ -80,9 +80,11 @@ pub fn need(method: &Method, path: &str) -> Need {
         method.as_str()
     };
     match (method, path) {
-        ("GET", "/events") | ("POST", "/events/query") | ("GET", "/marks") | ("GET", "/follow") => {
-            Need::Role(Role::Read)
-        }
+        ("GET", "/events")
+        | ("POST", "/events/query")
+        | ("GET", "/marks")
+        | ("GET", "/forks")
+        | ("GET", "/follow") => Need::Role(Role::Read),
         ("POST", "/events") | ("GET", "/events/append") => Need::Role(Role::Write),
         ("POST", "/compact") | ("POST", "/verify") | (_, "/peers") => Need::Role(Role::Admin),
         ("GET", "/sync") => Need::Peer,

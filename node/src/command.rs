@@ -37,6 +37,9 @@ pub enum Command {
     /// serves; `meshlog openapi > docs/openapi.json` refreshes the
     /// committed copy).
     Openapi,
+    /// The keys of the trust configuration, offline: show a node's writer
+    /// key, make an admin key, sign admissions and bindings.
+    Key(cli::keys::KeyArgs),
     /// Client subcommands, talking to a running node.
     #[command(flatten)]
     Client(cli::ClientCommand),
@@ -47,7 +50,7 @@ pub fn run(cli: Cli) -> ExitCode {
     // The demo narrates on stdout; the nodes' info logs would drown it. An
     // MCP host shows the server's stderr to a person: keep it to problems.
     let level = match cli.command {
-        Command::Demo(_) | Command::Mcp(_) => "warn",
+        Command::Demo(_) | Command::Mcp(_) | Command::Key(_) => "warn",
         _ => "info",
     };
     init_tracing(cli.log_json, level);
@@ -56,6 +59,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Mcp(args) => mcp::run(args),
         Command::Openapi => cli::print_openapi(),
+        Command::Key(args) => cli::keys::run(args),
         Command::Client(command) => cli::run(command),
     }
 }

@@ -47,6 +47,22 @@ pub struct ServeArgs {
     /// A legacy-stream binding the admin signed (hex). Repeatable.
     #[arg(long = "binding", env = "MESHLOG_BINDINGS", value_delimiter = ',')]
     pub bindings: Vec<String>,
+    /// Refuse events of every stream that comes unsealed (a legacy
+    /// stream, from before signed streams): a peer relaying one keeps its
+    /// link, that stream is cut from its deltas (`docs/OPERATIONS.md`,
+    /// "Writer keys and trust"). Or `require_seals = true` in the
+    /// `--config` file. On by default when the membership is closed
+    /// (writers or admissions named); `require_seals = false` in the file
+    /// turns it off.
+    #[arg(long, env = "MESHLOG_REQUIRE_SEALS")]
+    pub require_seals: bool,
+    /// Relearn this node's own stream from its peers before appending
+    /// again, waiting for every peer however long it takes: after
+    /// restoring the data directory from a backup (`docs/OPERATIONS.md`,
+    /// "Back up and restore"). Without it the node still checks its
+    /// configured peers at start, for at most `recovery_wait_ms`.
+    #[arg(long, env = "MESHLOG_RECOVER_OWN_STREAM")]
+    pub recover_own_stream: bool,
     /// A TOML file with limits and timings (`docs/HTTP.md`, "Limits").
     #[arg(long, env = "MESHLOG_CONFIG")]
     pub config: Option<PathBuf>,
@@ -117,6 +133,7 @@ pub struct ServeArgs {
 /// request_read_timeout_ms = 10000 # a request's head and body must arrive within this
 /// connections_max = 256           # more open connections are answered 503 and closed
 /// heartbeat_ms = 1000             # sync heartbeat; sync read/write timeouts are 10x
+/// append_idle_timeout_ms = 60000  # an append socket idle this long is closed
 /// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -137,6 +154,10 @@ pub struct FileSettings {
     pub connect_timeout_ms: Option<u64>,
     /// See [`SyncSettings::frame_bytes_max`].
     pub frame_bytes_max: Option<usize>,
+    /// See [`SyncSettings::recovery_wait`], in milliseconds.
+    pub recovery_wait_ms: Option<u64>,
+    /// See [`SyncSettings::checkpoints`].
+    pub sync_checkpoints: Option<bool>,
     /// See [`Limits::payload_bytes_max`].
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
@@ -159,6 +180,8 @@ pub struct FileSettings {
     pub headers_max: Option<usize>,
     /// See [`Limits::inbound_sessions_max`].
     pub inbound_sessions_max: Option<usize>,
+    /// See [`Limits::append_idle_timeout`], in milliseconds.
+    pub append_idle_timeout_ms: Option<u64>,
     /// Trusted writer keys (`KEY` or `KEY@STREAM`), see [`crate::trust`].
     pub writers: Option<Vec<String>>,
     /// The mesh admin's public key, see [`crate::trust`].
@@ -167,6 +190,10 @@ pub struct FileSettings {
     pub admissions: Option<Vec<String>>,
     /// Bindings the admin signed (hex), see [`crate::trust`].
     pub bindings: Option<Vec<String>>,
+    /// Refuse unsealed streams, see [`NodeConfig::require_seals`].
+    pub require_seals: Option<bool>,
+    /// See [`SyncSettings::recover_own_stream`].
+    pub recover_own_stream: Option<bool>,
 }
 
 /// The HTTP server's bounds.
@@ -202,6 +229,10 @@ pub struct Limits {
     /// The most inbound sync sessions at once; more upgrades are answered
     /// `503 too_many_sessions`. Default 64.
     pub inbound_sessions_max: usize,
+    /// An append socket (`GET /events/append`) on which the client sent
+    /// no message for this long, with no append of it unanswered, is
+    /// closed (1001, reason `idle_timeout`). Default 60 s.
+    pub append_idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -216,6 +247,7 @@ impl Default for Limits {
             header_bytes_max: 16 << 10,
             headers_max: 64,
             inbound_sessions_max: 64,
+            append_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -238,6 +270,24 @@ pub struct SyncSettings {
     /// Default and at least 4 MiB, at most 1 GiB: raise it on both ends of
     /// a link whose `payload_bytes_max` is above 3,866,401 bytes.
     pub frame_bytes_max: usize,
+    /// At start, how long a node with configured peers holds its appends
+    /// at most while it checks that no peer holds more of its own stream
+    /// than it does (a data directory restored from an old backup): it
+    /// ends the hold as soon as every configured peer's hello has arrived
+    /// and nothing of its stream is missing. A peer that holds more keeps
+    /// the hold until the node has relearned it, whatever this says.
+    /// Default 2 s; 0 turns the check off (`crate::recovery`).
+    pub recovery_wait: Duration,
+    /// Hold appends until every configured peer (or, with none, one
+    /// inbound peer) has been heard and nothing of the own stream is
+    /// missing, with no time limit (`--recover-own-stream`).
+    pub recover_own_stream: bool,
+    /// Whether the sessions gossip checkpoints, and mint them
+    /// (`docs/PROTOCOL.md`, "Checkpoints"), so that pages answer version-2
+    /// tokens every node reads. Default off: a node of protocol 4 built
+    /// before the checkpoint frames ends a session that sends them; turn it
+    /// on once every node of the mesh runs a build that knows them.
+    pub checkpoints: bool,
 }
 
 impl Default for SyncSettings {
@@ -248,6 +298,9 @@ impl Default for SyncSettings {
             backoff_max: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX,
+            recovery_wait: Duration::from_secs(2),
+            recover_own_stream: false,
+            checkpoints: false,
         }
     }
 }
@@ -303,6 +356,11 @@ pub struct NodeConfig {
     /// Which writers the node accepts, and the legacy streams bound to
     /// their keys (open by default; [`crate::trust`]).
     pub trust: meshlog_replica::Membership,
+    /// Refuse every stream that comes unsealed
+    /// ([`meshlog_replica::Config::require_seals`]): its events are cut
+    /// from a peer's deltas, the link kept. Off by default (a mesh with
+    /// legacy streams keeps taking them).
+    pub require_seals: bool,
     /// The HTTP server's bounds.
     pub limits: Limits,
     /// Sync timings.
@@ -337,6 +395,7 @@ impl NodeConfig {
             peers: Vec::new(),
             stream_id: None,
             trust: meshlog_replica::Membership::open(),
+            require_seals: false,
             limits: Limits::default(),
             sync: SyncSettings::default(),
             follow: FollowSettings::default(),
@@ -365,6 +424,14 @@ impl NodeConfig {
             bindings: joined(file.bindings.as_deref(), args.bindings),
         };
         config.trust = trust.membership()?;
+        // A closed membership admits writers by key, and a key-holder
+        // seals: an unsealed run of an admitted stream proves nothing of
+        // its writer (a peer could invent its first events before the
+        // receiver pins the key), so closed implies seals unless the file
+        // says `require_seals = false`.
+        config.require_seals =
+            args.require_seals || file.require_seals.unwrap_or(!config.trust.is_open());
+        config.sync.recover_own_stream = args.recover_own_stream;
         config.security = Security {
             secrets: crate::auth::SecretSources {
                 file: args.secrets,
@@ -415,6 +482,11 @@ impl NodeConfig {
                 at_least(8192),
             ),
             ("headers_max", as_u64(limits.headers_max), at_least(1)),
+            (
+                "append_idle_timeout_ms",
+                nonzero(limits.append_idle_timeout),
+                at_least(1),
+            ),
             ("heartbeat_ms", nonzero(sync.heartbeat), at_least(1)),
             (
                 "frame_bytes_max",
@@ -483,6 +555,9 @@ impl NodeConfig {
         limits.inbound_sessions_max = file
             .inbound_sessions_max
             .unwrap_or(limits.inbound_sessions_max);
+        if let Some(v) = file.append_idle_timeout_ms {
+            limits.append_idle_timeout = ms(v);
+        }
         let sync = &mut self.sync;
         if let Some(v) = file.heartbeat_ms {
             sync.heartbeat = ms(v);
@@ -497,6 +572,11 @@ impl NodeConfig {
             sync.connect_timeout = ms(v);
         }
         sync.frame_bytes_max = file.frame_bytes_max.unwrap_or(sync.frame_bytes_max);
+        if let Some(v) = file.recovery_wait_ms {
+            sync.recovery_wait = ms(v);
+        }
+        sync.recover_own_stream |= file.recover_own_stream.unwrap_or(false);
+        sync.checkpoints = file.sync_checkpoints.unwrap_or(sync.checkpoints);
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file
@@ -632,7 +712,8 @@ mod tests {
         let file = dir.join("node.toml");
         std::fs::write(
             &file,
-            "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n",
+            "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n\
+             sync_checkpoints = true\n",
         )
         .unwrap();
         let args = Wrapper::try_parse_from([
@@ -651,6 +732,7 @@ mod tests {
         assert_eq!(config.limits.body_bytes_max, 1024);
         assert_eq!(config.limits.connections_max, 8);
         assert_eq!(config.sync.heartbeat, Duration::from_millis(250));
+        assert!(config.sync.checkpoints);
 
         std::fs::write(&file, "body_bytes = 1\n").unwrap();
         let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])
@@ -695,9 +777,24 @@ mod tests {
             error.to_string().contains("writers entry \"nothex\""),
             "{error}"
         );
-        // No trust settings: open.
+        // No trust settings: open, seals not required.
         std::fs::write(&file, "").unwrap();
         assert!(parse(&[]).unwrap().trust.is_open());
+        assert!(!parse(&[]).unwrap().require_seals);
+        // require_seals: from the flag or the file.
+        assert!(parse(&["--require-seals"]).unwrap().require_seals);
+        std::fs::write(&file, "require_seals = true\n").unwrap();
+        assert!(parse(&[]).unwrap().require_seals);
+        // A closed membership requires seals, unless the file says not.
+        std::fs::write(&file, format!("writers = [\"{}@4242\"]\n", hex(a))).unwrap();
+        assert!(!parse(&[]).unwrap().trust.is_open());
+        assert!(parse(&[]).unwrap().require_seals);
+        std::fs::write(
+            &file,
+            format!("writers = [\"{}@4242\"]\nrequire_seals = false\n", hex(a)),
+        )
+        .unwrap();
+        assert!(!parse(&[]).unwrap().require_seals);
     }
 
     /// A bounded setting is taken as given at either edge of its range

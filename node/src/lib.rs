@@ -65,6 +65,7 @@ mod metrics;
 pub mod peer_auth;
 mod peers;
 mod read;
+mod recovery;
 mod replica;
 pub mod serve;
 pub mod tls;

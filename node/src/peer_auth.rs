@@ -21,11 +21,18 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hyper::header::HeaderMap;
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::header::{HeaderMap, CONNECTION, HOST, UPGRADE};
+use hyper::upgrade::Upgraded;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::auth::PeerKey;
+use crate::peers::{REFUSED_PREFIX, SYNC_PROTOCOL};
 
 /// The header naming the dialer's peer secret by its id.
 pub const KEY_HEADER: &str = "meshlog-peer-key";
@@ -195,6 +202,73 @@ impl Dialer {
             &acceptor_nonce,
         ))
     }
+}
+
+/// A connection upgraded to the sync protocol, as [`upgrade`] answers it.
+pub type SyncLink = TokioIo<Upgraded>;
+
+/// Upgrades `GET /sync` on `io` (a connection to the peer at
+/// `authority`, `host:port`, plain or TLS) to the sync protocol, passing the
+/// peer handshake with `key` when given: the node's one dial step after
+/// the connection, used by its peer links and by anything else that must
+/// reach a node as a peer (the fault harness's hostile peer,
+/// `docs/FAULTS.md`). A peer that answers other than `101` is an error
+/// starting with `peer answered` and carrying its status and body.
+pub async fn upgrade<IO>(io: IO, authority: &str, key: Option<&PeerKey>) -> Result<SyncLink, String>
+where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|error| format!("HTTP handshake failed: {error}"))?;
+    // Drives the connection until the upgrade hands its socket over.
+    tokio::spawn(async move {
+        let _ = connection.with_upgrades().await;
+    });
+    let handshake = key.map(Dialer::new);
+    let mut request = Request::get("/sync")
+        .header(HOST, authority)
+        .header(CONNECTION, "upgrade")
+        .header(UPGRADE, SYNC_PROTOCOL);
+    if let Some(dialer) = &handshake {
+        for (name, value) in dialer.request_headers() {
+            request = request.header(name, value);
+        }
+    }
+    let request = request
+        .body(Empty::<Bytes>::new())
+        .map_err(|error| format!("cannot build the upgrade request: {error}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|error| format!("sync upgrade request failed: {error}"))?;
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let status = response.status();
+        let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+            response.into_body(),
+            4096,
+        ))
+        .await
+        .map(|body| String::from_utf8_lossy(&body.to_bytes()).into_owned())
+        .unwrap_or_default();
+        return Err(format!(
+            "{REFUSED_PREFIX} {status} to the sync upgrade: {body}"
+        ));
+    }
+    let proof = match &handshake {
+        Some(dialer) => Some(dialer.finish(response.headers())?),
+        None => None,
+    };
+    let upgraded = hyper::upgrade::on(response)
+        .await
+        .map_err(|error| format!("sync upgrade failed: {error}"))?;
+    let mut io = TokioIo::new(upgraded);
+    if let Some(proof) = proof {
+        io.write_all(&proof)
+            .await
+            .map_err(|error| format!("cannot send the peer proof: {error}"))?;
+    }
+    Ok(io)
 }
 
 #[cfg(test)]

@@ -17,10 +17,6 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::Bytes;
-use http_body_util::Empty;
-use hyper::header::{CONNECTION, HOST, UPGRADE};
-use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use meshlog_cursor::VersionVector;
 use meshlog_replica::DiskStore;
@@ -139,6 +135,7 @@ impl Peers {
             shared: self.inner.replica.sync_handle(),
             config: SessionConfig {
                 frame_bytes_max: settings.frame_bytes_max,
+                checkpoints: settings.checkpoints,
                 ..SessionConfig::with_heartbeat(settings.heartbeat)
             },
             routes: self.inner.routes.clone(),
@@ -371,63 +368,8 @@ async fn connect(peers: &Peers, slot: &HttpDial) -> Result<PeerIo, String> {
 /// peer secrets.
 async fn dial(peers: &Peers, slot: &HttpDial) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
     let io = connect(peers, slot).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|error| format!("HTTP handshake failed: {error}"))?;
-    // Drives the connection until the upgrade hands its socket over.
-    tokio::spawn(async move {
-        let _ = connection.with_upgrades().await;
-    });
     let authority = format!("{}:{}", slot.host, slot.port);
-    let handshake = peers
-        .inner
-        .auth
-        .peer_keys()
-        .first()
-        .map(peer_auth::Dialer::new);
-    let mut request = Request::get("/sync")
-        .header(HOST, authority)
-        .header(CONNECTION, "upgrade")
-        .header(UPGRADE, SYNC_PROTOCOL);
-    if let Some(dialer) = &handshake {
-        for (name, value) in dialer.request_headers() {
-            request = request.header(name, value);
-        }
-    }
-    let request = request
-        .body(Empty::<Bytes>::new())
-        .map_err(|error| format!("cannot build the upgrade request: {error}"))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|error| format!("sync upgrade request failed: {error}"))?;
-    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let status = response.status();
-        let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
-            response.into_body(),
-            4096,
-        ))
-        .await
-        .map(|body| String::from_utf8_lossy(&body.to_bytes()).into_owned())
-        .unwrap_or_default();
-        return Err(format!(
-            "{REFUSED_PREFIX} {status} to the sync upgrade: {body}"
-        ));
-    }
-    let proof = match &handshake {
-        Some(dialer) => Some(dialer.finish(response.headers())?),
-        None => None,
-    };
-    let upgraded = hyper::upgrade::on(response)
-        .await
-        .map_err(|error| format!("sync upgrade failed: {error}"))?;
-    let mut io = TokioIo::new(upgraded);
-    if let Some(proof) = proof {
-        io.write_all(&proof)
-            .await
-            .map_err(|error| format!("cannot send the peer proof: {error}"))?;
-    }
-    Ok(io)
+    peer_auth::upgrade(io, &authority, peers.inner.auth.peer_keys().first()).await
 }
 
 /// What the peer links need of the node's security settings.

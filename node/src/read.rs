@@ -7,7 +7,7 @@
 //! It knows neither HTTP nor JSON: its refusals are [`ReadError`]s, which
 //! the API answers as `400`s and follow as `error` frames.
 
-use meshlog_cursor::{token, StaleCursor, StreamId, VersionVector};
+use meshlog_cursor::{token, CheckpointName, StaleCursor, StreamId, VersionVector};
 use meshlog_replica::{Page, PageError};
 use serde_json::Value;
 
@@ -33,6 +33,13 @@ pub(crate) enum ReadError {
     /// The cursor's text is neither a token nor a scalar lamport position.
     #[error("{0}")]
     BadToken(String),
+    /// The token is relative to a checkpoint this node does not keep
+    /// (`docs/TOKEN.md`, "Version 2"): nothing is guessed.
+    #[error(
+        "the token is relative to checkpoint {0}, which this node does not keep; resume from \
+         the token's version-1 form, which a node that keeps the checkpoint answers"
+    )]
+    UnknownCheckpoint(CheckpointName),
     /// The limit is not a whole number from 1 to `max`.
     #[error("{message}")]
     BadLimit {
@@ -44,6 +51,19 @@ pub(crate) enum ReadError {
     /// The replica failed (its store).
     #[error("{0}")]
     Failed(String),
+}
+
+impl ReadError {
+    /// The stable code of the refusal, as HTTP and a follow `error` frame
+    /// name it.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            ReadError::BadToken(_) => "bad_token",
+            ReadError::UnknownCheckpoint(_) => "unknown_checkpoint",
+            ReadError::BadLimit { .. } => "bad_limit",
+            ReadError::Failed(_) => "internal",
+        }
+    }
 }
 
 /// A cursor as a reader names it: a token, a legacy scalar lamport position
@@ -70,7 +90,13 @@ pub(crate) fn cursor(
         })?;
         return Ok(replica.covering_lamport(lamport));
     }
-    token::decode_text(text).map_err(|error| ReadError::BadToken(error.to_string()))
+    // A token of either version: a version-2 token is expanded against
+    // the checkpoint it names, if the replica keeps it.
+    replica.cursor(text).map_err(|error| match error {
+        PageError::UnknownCheckpoint { name } => ReadError::UnknownCheckpoint(name),
+        PageError::BadToken(error) => ReadError::BadToken(error.to_string()),
+        error => ReadError::Failed(error.to_string()),
+    })
 }
 
 /// A page length as a reader names it: absent or `null` for the default, a

@@ -36,6 +36,13 @@ pub struct NodeReplica {
     shared: SharedReplica<DiskStore>,
     config: Config,
     writer: WriterPublicKey,
+    /// `true` while the replica relearns its own stream (opened with
+    /// `recover_own_stream`, until [`NodeReplica::end_recovery`]): what an
+    /// append waits on ([`NodeReplica::wait_recovered`]).
+    recovering: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    /// How long an append waits for the end of recovery before it is
+    /// refused.
+    append_wait: std::time::Duration,
 }
 
 /// Why the data directory could not be opened.
@@ -60,10 +67,27 @@ pub enum OpenError {
     },
 }
 
+/// What the node's replica opens with besides its data directory.
+#[derive(Debug, Clone)]
+pub struct OpenSettings {
+    /// The trust configuration's membership (`Config::membership`).
+    pub trust: Membership,
+    /// Refuse unsealed streams (`Config::require_seals`).
+    pub require_seals: bool,
+    /// `Config::payload_bytes_max`.
+    pub payload_bytes_max: usize,
+    /// Open relearning the own stream from peers
+    /// (`Config::recover_own_stream`; `crate::recovery` ends it).
+    pub recover_own_stream: bool,
+    /// How long an append waits for the end of recovery before it is
+    /// refused (`SyncSettings::recovery_wait`).
+    pub append_wait: std::time::Duration,
+}
+
 impl NodeReplica {
     /// Opens (or creates) the durable replica in `dir`, with its writer
-    /// key (`writer.key`, created on the first start) and `trust` as its
-    /// membership. The stream is the one the key derives on the first
+    /// key (`writer.key`, created on the first start) and `settings`'
+    /// trust as its membership. The stream is the one the key derives on the first
     /// start (a `requested` id that differs is refused), and the one the
     /// `stream-id` file records after (a `requested` id that differs is
     /// refused: a store must not change writers). The node seals its
@@ -72,26 +96,30 @@ impl NodeReplica {
     pub fn open(
         dir: &Path,
         requested: Option<u64>,
-        trust: &Membership,
-        payload_bytes_max: usize,
+        settings: &OpenSettings,
     ) -> Result<NodeReplica, OpenError> {
         // The store first: its lock keeps a second node off this
         // directory, `writer.key` and `stream-id` included.
         let store = DiskStore::open(dir)?;
         let key = writer_key::load_or_create(Some(dir))?;
-        let (stream, sealed) = own_stream(dir, requested, &key, trust)?;
+        let (stream, sealed) = own_stream(dir, requested, &key, &settings.trust)?;
         let writer = key.public();
         let mut config = Config {
-            membership: trust.clone(),
+            membership: settings.trust.clone(),
+            require_seals: settings.require_seals,
             ..Config::new(stream)
         };
         config.key = sealed.then_some(key);
-        config.payload_bytes_max = payload_bytes_max;
+        config.payload_bytes_max = settings.payload_bytes_max;
+        config.recover_own_stream = settings.recover_own_stream;
         let replica = Replica::open(config.clone(), store)?;
+        let (recovering, _) = tokio::sync::watch::channel(settings.recover_own_stream);
         Ok(NodeReplica {
             shared: SharedReplica::new(replica),
             config,
             writer,
+            recovering: std::sync::Arc::new(recovering),
+            append_wait: settings.append_wait,
         })
     }
 
@@ -104,6 +132,29 @@ impl NodeReplica {
     /// or the trust configuration binds it to this legacy stream).
     pub fn sealed(&self) -> bool {
         self.config.key.is_some()
+    }
+
+    /// Whether the replica is relearning its own stream from its peers
+    /// (`Config::recover_own_stream`): appends are refused meanwhile.
+    pub fn is_recovering(&self) -> bool {
+        self.shared.is_recovering()
+    }
+
+    /// Ends the relearning of the own stream (queued behind what was
+    /// submitted before it), and wakes the appends waiting for it.
+    pub async fn end_recovery(&self) {
+        let _ = self.shared.end_recovery_async().await;
+        self.recovering.send_replace(false);
+    }
+
+    /// Waits, at most the append wait, until the own stream is not being
+    /// relearned; whether it is not (an append then goes ahead, else it is
+    /// answered `503 recovering`).
+    pub async fn wait_recovered(&self) -> bool {
+        let mut recovering = self.recovering.subscribe();
+        let wait = recovering.wait_for(|now| !now);
+        let recovered = tokio::time::timeout(self.append_wait, wait).await;
+        matches!(recovered, Ok(Ok(_)))
     }
 
     /// The node's own stream.
@@ -119,6 +170,12 @@ impl NodeReplica {
     /// The handle sync sessions run on.
     pub fn sync_handle(&self) -> SharedReplica<DiskStore> {
         self.shared.clone()
+    }
+
+    /// The cursor a token's text stands for, of either version (see
+    /// `meshlog_replica::Replica::cursor`).
+    pub fn cursor(&self, token: &str) -> Result<VersionVector, PageError> {
+        self.shared.cursor(token)
     }
 
     /// Up to `limit` events after `after`.
@@ -163,6 +220,11 @@ impl NodeReplica {
     /// over them.
     pub fn chain_digest(&self) -> meshlog_replica::ChainDigest {
         self.shared.chain_digest()
+    }
+
+    /// The proofs of forked streams kept, one per stream (each frozen).
+    pub fn forks(&self) -> Vec<meshlog_replica::ForkProof> {
+        self.shared.forks()
     }
 
     /// The replica's counters.
@@ -294,6 +356,25 @@ fn own_stream(
     Ok((stream, sealed))
 }
 
+/// The stream `dir`'s `stream-id` file records, if it has one (`Ok(None)`:
+/// no such file, a directory a node never started in).
+pub(crate) fn recorded_stream(dir: &Path) -> Result<Option<StreamId>, OpenError> {
+    let path = dir.join(STREAM_ID_FILE);
+    let fail = |message: String| OpenError::StreamId {
+        path: path.display().to_string(),
+        message,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(0) => Err(fail("stream id 0 is not allowed".into())),
+            Ok(recorded) => Ok(Some(StreamId::new(recorded))),
+            Err(_) => Err(fail(format!("not a decimal stream id: {:?}", text.trim()))),
+        },
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(fail(error.to_string())),
+    }
+}
+
 /// Reads the recorded stream id, or records `first` on the first start.
 fn stream_id(dir: &Path, requested: Option<u64>, first: u64) -> Result<StreamId, OpenError> {
     let path = dir.join(STREAM_ID_FILE);
@@ -301,41 +382,23 @@ fn stream_id(dir: &Path, requested: Option<u64>, first: u64) -> Result<StreamId,
         path: path.display().to_string(),
         message,
     };
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let recorded: u64 = text
-                .trim()
-                .parse()
-                .map_err(|_| fail(format!("not a decimal stream id: {:?}", text.trim())))?;
-            if recorded == 0 {
-                return Err(fail("stream id 0 is not allowed".into()));
-            }
-            if let Some(requested) = requested {
-                if requested != recorded {
-                    return Err(fail(format!(
-                        "this data directory writes as stream {recorded}; --stream-id {requested} would change its writer"
-                    )));
-                }
-            }
-            Ok(StreamId::new(recorded))
+    if let Some(recorded) = recorded_stream(dir)? {
+        if let Some(requested) = requested.filter(|&requested| requested != recorded.get()) {
+            return Err(fail(format!(
+                "this data directory writes as stream {}; --stream-id {requested} would change its writer",
+                recorded.get()
+            )));
         }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let id = requested.unwrap_or(first);
-            if id == 0 {
-                return Err(fail("stream id 0 is not allowed".into()));
-            }
-            // Written aside, synced, then renamed: a crash leaves either no
-            // file or the whole id.
-            let text = format!("{id}\n");
-            crate::durable_file::write_aside_and_rename(
-                dir,
-                STREAM_ID_FILE,
-                text.as_bytes(),
-                0o644,
-            )
-            .map_err(|error| fail(error.to_string()))?;
-            Ok(StreamId::new(id))
-        }
-        Err(error) => Err(fail(error.to_string())),
+        return Ok(recorded);
     }
+    let id = requested.unwrap_or(first);
+    if id == 0 {
+        return Err(fail("stream id 0 is not allowed".into()));
+    }
+    // Written aside, synced, then renamed: a crash leaves either no
+    // file or the whole id.
+    let text = format!("{id}\n");
+    crate::durable_file::write_aside_and_rename(dir, STREAM_ID_FILE, text.as_bytes(), 0o644)
+        .map_err(|error| fail(error.to_string()))?;
+    Ok(StreamId::new(id))
 }

@@ -101,7 +101,7 @@ impl Node {
             security.tls_key.as_deref(),
             security.tls_ca.as_deref(),
         )?;
-        crate::trust::log(&config.trust);
+        crate::trust::log(&config.trust, config.require_seals);
         let replica = open_replica(&config).await?;
         let (listener, local_addr) = bind(&config.listen).await?;
         auth.check_listen(local_addr, security.allow_unauthenticated)?;
@@ -110,20 +110,12 @@ impl Node {
         }
         let stop = CancellationToken::new();
         let metrics = Arc::new(Metrics::new());
-        let peers = Peers::new(
-            replica.clone(),
-            config.sync.clone(),
-            Arc::clone(&metrics),
-            stop.child_token(),
-            PeerSecurity {
-                auth: auth.clone(),
-                tls: tls.clone(),
-                inbound_max: config.limits.inbound_sessions_max,
-            },
-        );
-        for url in &config.peers {
-            peers.add(url)?;
-        }
+        let security = PeerSecurity {
+            auth: auth.clone(),
+            tls: tls.clone(),
+            inbound_max: config.limits.inbound_sessions_max,
+        };
+        let peers = start_peers(&config, &replica, &metrics, &stop, security)?;
         let state = Arc::new(AppState {
             replica: replica.clone(),
             peers: peers.clone(),
@@ -162,20 +154,50 @@ impl Node {
     }
 }
 
+/// The node's sync links: the configured peers dialed, and the watch that
+/// ends the start's check of the own stream against them
+/// (`crate::recovery`).
+fn start_peers(
+    config: &NodeConfig,
+    replica: &NodeReplica,
+    metrics: &Arc<Metrics>,
+    stop: &CancellationToken,
+    security: PeerSecurity,
+) -> Result<Peers, ServeError> {
+    let peers = Peers::new(
+        replica.clone(),
+        config.sync.clone(),
+        Arc::clone(metrics),
+        stop.child_token(),
+        security,
+    );
+    for url in &config.peers {
+        peers.add(url)?;
+    }
+    let watch = crate::recovery::watch(replica, &peers, &config.sync, stop.child_token());
+    tokio::spawn(watch);
+    Ok(peers)
+}
+
 /// Opens the data directory's replica with its writer key, off the
 /// runtime (it reads the whole log).
 async fn open_replica(config: &NodeConfig) -> Result<NodeReplica, ServeError> {
     let data = config.data.clone();
     let stream_id = config.stream_id;
-    let trust = config.trust.clone();
-    let payload_bytes_max = config.limits.payload_bytes_max;
+    let settings = crate::replica::OpenSettings {
+        trust: config.trust.clone(),
+        require_seals: config.require_seals,
+        payload_bytes_max: config.limits.payload_bytes_max,
+        recover_own_stream: crate::recovery::holds_at_start(config),
+        // Longer than the hold at start, so that an append made during it
+        // sees its end rather than a 503.
+        append_wait: config.sync.recovery_wait + std::time::Duration::from_secs(1),
+    };
     tokio::task::spawn_blocking(move || {
-        NodeReplica::open(&data, stream_id, &trust, payload_bytes_max).map_err(
-            |error| match error {
-                OpenError::WriterKey(error) => ServeError::WriterKey(error),
-                error => ServeError::Open(error),
-            },
-        )
+        NodeReplica::open(&data, stream_id, &settings).map_err(|error| match error {
+            OpenError::WriterKey(error) => ServeError::WriterKey(error),
+            error => ServeError::Open(error),
+        })
     })
     .await
     .expect("opening the replica panicked")

@@ -59,11 +59,9 @@ impl TrustSettings {
         let mut membership = Membership::open();
         for entry in &self.writers {
             let fail = |reason: String| error("writers", entry, reason);
-            match entry.split_once('@') {
-                None => membership.admit(writer_key(entry).map_err(fail)?),
-                Some((key, stream)) => {
-                    let key = writer_key(key).map_err(fail)?;
-                    let stream = stream_id(stream).map_err(fail)?;
+            match writer_entry(entry).map_err(fail)? {
+                (key, None) => membership.admit(key),
+                (key, Some(stream)) => {
                     membership.admit(key);
                     membership.bind(Binding { stream, key });
                 }
@@ -103,8 +101,14 @@ impl TrustSettings {
 }
 
 /// Logs the membership once at start: open, or closed with the writers
-/// it admits.
-pub fn log(membership: &Membership) {
+/// it admits; and whether seals are required.
+pub fn log(membership: &Membership, require_seals: bool) {
+    if require_seals {
+        tracing::info!(
+            "require_seals: streams that come unsealed (legacy streams) are refused, \
+             each cut from a peer's deltas with the link kept"
+        );
+    }
     if membership.is_open() {
         tracing::info!(
             "membership open: events of any writer whose key derives its stream are \
@@ -139,6 +143,21 @@ fn signed_by_other(error: SealError) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// A `writers` entry: `KEY`, or `KEY@STREAM` (a legacy stream bound to
+/// the key). `meshlog key bind` reads its argument by this rule too.
+pub fn writer_entry(entry: &str) -> Result<(WriterPublicKey, Option<StreamId>), String> {
+    match entry.split_once('@') {
+        None => Ok((writer_key(entry)?, None)),
+        Some((key, stream)) => Ok((writer_key(key)?, Some(stream_id(stream)?))),
+    }
+}
+
+/// Lowercase hex of `bytes`: how the trust configuration writes keys and
+/// statements.
+pub fn encode_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 fn writer_key(text: &str) -> Result<WriterPublicKey, String> {
@@ -182,7 +201,7 @@ mod tests {
     use meshlog_replica::{AdminKey, WriterAdmission, WriterKey};
 
     fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        encode_hex(bytes)
     }
 
     #[test]

@@ -10,11 +10,14 @@
 //! A new data directory writes the stream the key derives, and the node
 //! seals it with the key (`crate::replica`, the upgrade policy for
 //! directories from before signed streams).
+//!
+//! The mesh admin's key file (`meshlog key new-admin`) follows the same
+//! rules: [`create_admin`], [`load_admin`].
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use meshlog_replica::{SealError, WriterKey};
+use meshlog_replica::{AdminKey, SealError, WriterKey};
 
 /// The key file's name in the data directory.
 pub const WRITER_KEY_FILE: &str = "writer.key";
@@ -25,7 +28,7 @@ pub const WRITER_KEY_FILE: &str = "writer.key";
 pub enum KeyFileError {
     /// Others than the owner may read or write the key file.
     #[error(
-        "{path}: the writer key is readable or writable by others (mode {mode:04o}); \
+        "{path}: the key file is readable or writable by others (mode {mode:04o}); \
          restrict it with `chmod 600 {path}` (and, if others may have read it, \
          treat the key as leaked)"
     )]
@@ -37,8 +40,8 @@ pub enum KeyFileError {
     },
     /// The key file does not hold exactly the 32 bytes of a key.
     #[error(
-        "{path}: a writer key file holds 32 bytes, this one {len}; restore the node's key \
-         from a backup (deleting the file makes the node a new writer on its next start)"
+        "{path}: a key file holds 32 bytes, this one {len}; restore the key from a backup \
+         (a node whose writer.key is deleted becomes a new writer on its next start)"
     )]
     WrongSize {
         /// The key file.
@@ -47,7 +50,7 @@ pub enum KeyFileError {
         len: u64,
     },
     /// The key file could not be read, created or written.
-    #[error("{path}: cannot {action} the writer key: {source}")]
+    #[error("{path}: cannot {action} the key: {source}")]
     Io {
         /// The key file (or the temporary file beside it).
         path: PathBuf,
@@ -58,8 +61,14 @@ pub enum KeyFileError {
         source: std::io::Error,
     },
     /// No randomness for a new key.
-    #[error("cannot create a writer key: {0}")]
+    #[error("cannot create a key: {0}")]
     Generate(#[from] SealError),
+    /// A new key file would replace one that exists.
+    #[error("{path}: the file exists; a new key does not replace a key (move it away first)")]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 /// The node's writer key: loaded from `dir`'s `writer.key`, or created
@@ -78,8 +87,12 @@ pub fn load_or_create(dir: Option<&Path>) -> Result<WriterKey, KeyFileError> {
     };
     let path = dir.join(WRITER_KEY_FILE);
     let (key, created) = match std::fs::File::open(&path) {
-        Ok(file) => (read(&path, file)?, false),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => (create(dir, &path)?, true),
+        Ok(file) => (WriterKey::from_bytes(read(&path, file)?), false),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let key = WriterKey::generate()?;
+            write_new(&path, &key.to_bytes())?;
+            (key, true)
+        }
         Err(source) => {
             return Err(KeyFileError::Io {
                 path,
@@ -98,9 +111,44 @@ pub fn load_or_create(dir: Option<&Path>) -> Result<WriterKey, KeyFileError> {
     Ok(key)
 }
 
-/// The key in an open key file, checked through the open file itself (its
-/// mode and size), so what is checked is what is read.
-fn read(path: &Path, mut file: std::fs::File) -> Result<WriterKey, KeyFileError> {
+/// The node's writer key in `dir`, which must exist (`meshlog key show`:
+/// a command that looks must not make a node a new writer).
+pub fn load(dir: &Path) -> Result<WriterKey, KeyFileError> {
+    let path = dir.join(WRITER_KEY_FILE);
+    Ok(WriterKey::from_bytes(read_file(&path)?))
+}
+
+/// A new mesh admin key, written to `path` (mode 0600, aside, synced,
+/// renamed); an existing file is not replaced.
+pub fn create_admin(path: &Path) -> Result<AdminKey, KeyFileError> {
+    if path.exists() {
+        return Err(KeyFileError::Exists {
+            path: path.to_owned(),
+        });
+    }
+    let key = AdminKey::generate()?;
+    write_new(path, &key.to_bytes())?;
+    Ok(key)
+}
+
+/// The mesh admin key in `path`, refused as a writer key is (others may
+/// read it, or not of 32 bytes).
+pub fn load_admin(path: &Path) -> Result<AdminKey, KeyFileError> {
+    Ok(AdminKey::from_bytes(read_file(path)?))
+}
+
+fn read_file(path: &Path) -> Result<[u8; 32], KeyFileError> {
+    let file = std::fs::File::open(path).map_err(|source| KeyFileError::Io {
+        path: path.to_owned(),
+        action: "read",
+        source,
+    })?;
+    read(path, file)
+}
+
+/// The secret in an open key file, checked through the open file itself
+/// (its mode and size), so what is checked is what is read.
+fn read(path: &Path, mut file: std::fs::File) -> Result<[u8; 32], KeyFileError> {
     let io = |source| KeyFileError::Io {
         path: path.to_owned(),
         action: "read",
@@ -136,17 +184,21 @@ fn read(path: &Path, mut file: std::fs::File) -> Result<WriterKey, KeyFileError>
         .as_slice()
         .try_into()
         .map_err(|_| wrong_size(secret.len() as u64))?;
-    Ok(WriterKey::from_bytes(secret))
+    Ok(secret)
 }
 
-/// A new key, written to `path` with mode 0600 (aside, synced, renamed).
-fn create(dir: &Path, path: &Path) -> Result<WriterKey, KeyFileError> {
-    let key = WriterKey::generate()?;
-    crate::durable_file::write_aside_and_rename(dir, WRITER_KEY_FILE, &key.to_bytes(), 0o600)
-        .map_err(|source| KeyFileError::Io {
-            path: path.to_owned(),
-            action: "write",
-            source,
-        })?;
-    Ok(key)
+/// A new key file at `path` with mode 0600 (aside, synced, renamed).
+fn write_new(path: &Path, secret: &[u8; 32]) -> Result<(), KeyFileError> {
+    let io = |source| KeyFileError::Io {
+        path: path.to_owned(),
+        action: "write",
+        source,
+    };
+    let name = path.file_name().and_then(|name| name.to_str());
+    let name = name.ok_or_else(|| io(std::io::ErrorKind::InvalidInput.into()))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    crate::durable_file::write_aside_and_rename(dir, name, secret, 0o600).map_err(io)
 }

@@ -339,3 +339,37 @@ async fn health_metrics_and_marks_answer_their_shapes() {
     assert_eq!(streams["9"]["head"], 1);
     assert_eq!(streams["9"]["hash"].as_str().unwrap().len(), 64);
 }
+
+/// A version-2 token relative to a checkpoint the node does not keep is
+/// refused on every read route with `409 unknown_checkpoint` naming it,
+/// never read as another cursor (issue 27; `docs/HTTP.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_relative_to_an_unknown_checkpoint_is_409_on_every_read() {
+    let node = start(7).await;
+    let addr = node.addr;
+    append(addr, b"x").await;
+    let vector: VersionVector = (1..=300u64).map(|s| (StreamId::new(s), 3)).collect();
+    let checkpoint = meshlog_cursor::Checkpoint::new(vector.clone()).unwrap();
+    let relative = token::encode_relative_text(&vector, &checkpoint).unwrap();
+    let name = checkpoint.name().to_string();
+    let query = post_json(addr, "/events/query", &json!({"after": relative})).await;
+    let get = get(addr, &format!("/events?after={relative}")).await;
+    let follow = get_follow(addr, &relative).await;
+    for response in [query, get, follow] {
+        assert_eq!(response.status, 409, "{}", response.error());
+        let body = response.json();
+        assert_eq!(body["error"], "unknown_checkpoint");
+        assert_eq!(body["checkpoint"], name.as_str());
+    }
+    // Its version-1 form reads as ever.
+    let v1 = token::encode_text(&vector).unwrap();
+    assert_eq!(get_events_status(addr, &v1).await, 200);
+}
+
+async fn get_follow(addr: std::net::SocketAddr, after: &str) -> Response {
+    get(addr, &format!("/follow?after={after}")).await
+}
+
+async fn get_events_status(addr: std::net::SocketAddr, after: &str) -> u16 {
+    get(addr, &format!("/events?after={after}")).await.status
+}

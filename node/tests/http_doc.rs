@@ -4,8 +4,9 @@
 //! status, the content type and the body must match what the page shows.
 //! Bodies are compared key by key and value by value, except the events'
 //! `time` (in a compact page's runs, an event's second item), the
-//! digest's `sum` and the chain heads' `hash`es (they depend on the clock;
-//! their type is checked) and each peer's and inbound session's state (it depends on
+//! digest's `sum`, the chain heads' `hash`es and the writer's
+//! `public_key` (they depend on the clock or a new key; their type is
+//! checked) and each peer's and inbound session's state (it depends on
 //! timing; its shape is checked). Prometheus text is compared line by line: every `#` line
 //! exactly, every sample by its name. Also: every route of the API has an
 //! example.
@@ -22,12 +23,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DOC: &str = include_str!("../../docs/HTTP.md");
 
 /// The routes the router serves; each must have an example.
-const ROUTES: [(&str, &str); 15] = [
+const ROUTES: [(&str, &str); 16] = [
     ("GET", "/health"),
     ("POST", "/events"),
     ("GET", "/events"),
     ("POST", "/events/query"),
     ("GET", "/marks"),
+    ("GET", "/forks"),
     ("POST", "/compact"),
     ("POST", "/verify"),
     ("GET", "/peers"),
@@ -245,7 +247,7 @@ fn compare(expected: &Value, actual: &Value, path: &str, shape_only: bool) -> Re
     // its second item.
     let compact_time =
         path.contains(".runs[") && key.starts_with("events[") && path.ends_with("][1]");
-    if key == "time" || key == "sum" || key == "hash" || compact_time {
+    if key == "time" || key == "sum" || key == "hash" || key == "public_key" || compact_time {
         return if kind(expected) == kind(actual) {
             Ok(())
         } else {

@@ -18,7 +18,7 @@ use serde_json::Value;
 use support::*;
 
 /// Every route the router serves, with each method.
-const ROUTES: [(&str, &str); 16] = [
+const ROUTES: [(&str, &str); 17] = [
     ("get", "/"),
     ("post", "/compact"),
     ("get", "/events"),
@@ -28,6 +28,7 @@ const ROUTES: [(&str, &str); 16] = [
     ("get", "/follow"),
     ("get", "/health"),
     ("get", "/marks"),
+    ("get", "/forks"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
     ("delete", "/peers"),
@@ -38,10 +39,11 @@ const ROUTES: [(&str, &str); 16] = [
 ];
 
 /// The role each route needs (issue 10); the rest are open over HTTP.
-const PROTECTED: [(&str, &str, &str); 11] = [
+const PROTECTED: [(&str, &str, &str); 12] = [
     ("get", "/events", "read"),
     ("post", "/events/query", "read"),
     ("get", "/marks", "read"),
+    ("get", "/forks", "read"),
     ("get", "/follow", "read"),
     ("post", "/events", "write"),
     ("get", "/events/append", "write"),

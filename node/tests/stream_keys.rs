@@ -6,7 +6,9 @@
 //! binds its key to it (`key@stream`, or a binding the admin signed); a
 //! node whose membership is closed takes, over a real sync session, an
 //! admitted writer's events and cuts those of a writer it does not admit
-//! from the same peer's deltas, the link kept.
+//! from the same peer's deltas, the link kept; a node that requires seals
+//! takes a sealed writer's events through a peer that also relays an
+//! unsealed legacy stream, cuts that one, and keeps the link.
 //!
 //! Nodes are real `Node::start`s on scratch directories; what they write
 //! is read back over HTTP (`GET /marks`, `GET /peers`). Waits poll a state
@@ -64,6 +66,14 @@ async fn a_new_directory_writes_the_stream_its_key_derives_sealed() {
     let answer = marks(addr).await;
     assert_eq!(answer["stream"], derived.to_string().as_str(), "{answer}");
     assert_eq!(answer["marks"][derived.to_string()], 1, "{answer}");
+    let writer = &answer["writer"];
+    assert_eq!(
+        writer["public_key"],
+        node.writer_key().to_string().as_str(),
+        "{answer}"
+    );
+    assert_eq!(writer["sealed"], true, "{answer}");
+    assert!(writer["unsealed_reason"].is_null(), "{answer}");
     assert_eq!(recorded(dir.path()), derived.to_string());
     let key = node.writer_key();
     stop(node).await;
@@ -112,7 +122,18 @@ async fn a_legacy_directory_keeps_its_id_and_seals_only_where_bound() {
     assert!(!node.sealed(), "unbound: unsealed");
     let addr = node.local_addr();
     append(addr, b"legacy").await;
-    assert_eq!(marks(addr).await["stream"], "4242");
+    let answer = marks(addr).await;
+    assert_eq!(answer["stream"], "4242");
+    // `GET /marks` says it is unsealed, and why.
+    assert_eq!(answer["writer"]["sealed"], false, "{answer}");
+    assert_eq!(
+        answer["writer"]["unsealed_reason"], "unbound_legacy_stream",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["writer"]["public_key"],
+        key.public().to_string().as_str()
+    );
     stop(node).await;
 
     // Bound in the trust configuration (`key@4242`): sealed, same id.
@@ -125,6 +146,9 @@ async fn a_legacy_directory_keeps_its_id_and_seals_only_where_bound() {
     let node = Node::start(configured).await.unwrap();
     assert_eq!((node.stream(), node.sealed()), (4242, true));
     assert_eq!(support::walk(node.local_addr(), 10).await.len(), 1);
+    let answer = marks(node.local_addr()).await;
+    assert_eq!(answer["writer"]["sealed"], true, "{answer}");
+    assert!(answer["writer"]["unsealed_reason"].is_null(), "{answer}");
     stop(node).await;
 
     // Bound by the admin's signature: sealed; by another key's: refused
@@ -276,4 +300,56 @@ fn a_legacy_directory_says_once_at_start_that_it_runs_unsealed_and_what_to_do() 
     assert!(!log.contains("UNSEALED"), "{log}");
     assert!(log.contains("membership closed"), "{log}");
     assert!(log.contains("legacy stream bound to its key"), "{log}");
+}
+
+/// Over real sync sessions: a node that requires seals dials a peer that
+/// holds a sealed writer's stream (its own) and an unsealed legacy one
+/// (relayed from a legacy node). It takes the sealed writer's events and
+/// never the legacy stream's, and the link stays up: no `last_error`, the
+/// sealed writer's later events keep arriving. (Before `Limit::Unsealed`,
+/// the whole delta was refused `Unsealed` and the link redialed for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_requiring_seals_cuts_a_legacy_stream_and_keeps_the_link() {
+    let (sealed_dir, strict_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let legacy = support::start(4646).await;
+    let mut sealed_config = config(sealed_dir.path());
+    sealed_config.peers = vec![legacy.url()];
+    let sealed = Node::start(sealed_config).await.unwrap();
+    append(legacy.addr, b"legacy").await;
+    append(sealed.local_addr(), b"sealed").await;
+    let sealed_addr = sealed.local_addr();
+    wait_until("the sealed node holds the legacy stream", || async {
+        marks(sealed_addr).await["marks"]["4646"] == 1
+    })
+    .await;
+
+    let mut strict_config = config(strict_dir.path());
+    strict_config.require_seals = true;
+    let sealed_url = format!("http://{sealed_addr}");
+    strict_config.peers = vec![sealed_url.clone()];
+    let strict = Node::start(strict_config).await.unwrap();
+    let (addr, stream) = (strict.local_addr(), sealed.stream().to_string());
+    wait_until("the sealed writer's event", || async {
+        marks(addr).await["marks"][&stream] == 1
+    })
+    .await;
+    append(sealed_addr, b"sealed again").await;
+    append(legacy.addr, b"legacy again").await;
+    wait_until("the sealed writer's later event", || async {
+        marks(addr).await["marks"][&stream] == 2
+    })
+    .await;
+    let answer = marks(addr).await;
+    assert!(
+        answer["marks"].get("4646").is_none(),
+        "the legacy stream was taken unsealed: {answer}"
+    );
+    let peers = get(addr, "/peers").await.json();
+    let link = &peers["peers"][0];
+    assert_eq!(link["url"], sealed_url.as_str(), "{peers}");
+    assert_eq!(link["connected"], true, "{link}");
+    assert!(link["last_error"].is_null(), "the link was refused: {link}");
+    for node in [strict, sealed, legacy.node] {
+        stop(node).await;
+    }
 }

@@ -11,11 +11,12 @@ use crate::{Delta, DeltaColumns};
 
 /// How much of a delta a replica can take under its limits
 /// ([`Config::streams_max`](crate::Config::streams_max),
-/// [`Config::payload_bytes_max`](crate::Config::payload_bytes_max)) and
-/// its [`Config::membership`](crate::Config::membership): every event but
+/// [`Config::payload_bytes_max`](crate::Config::payload_bytes_max)), its
+/// [`Config::membership`](crate::Config::membership) and
+/// [`Config::require_seals`](crate::Config::require_seals): every event but
 /// those the cuts name. The rest still goes through the full validation
 /// of apply (equivocation, lamport order, seals, the own stream); only
-/// the limits and membership are answered here.
+/// the limits, membership and unsealed legacy streams are answered here.
 ///
 /// ```
 /// use meshlog_cursor::{StreamId, VersionVector};
@@ -82,6 +83,26 @@ pub enum Limit {
         /// The key that sealed its run, if the delta carries a seal of it.
         key: Option<crate::WriterPublicKey>,
     },
+    /// The stream is frozen at a fork: the replica keeps a proof that its
+    /// writer signed two histories of it ([`Replica::forks`]), and takes
+    /// nothing of it above its head ([`Cut::from_seq`] is the head + 1);
+    /// applied whole, the delta would be refused with
+    /// [`DeltaError::Frozen`](crate::DeltaError::Frozen).
+    ///
+    /// [`Replica::forks`]: crate::Replica::forks
+    Frozen {
+        /// The head the stream is frozen at.
+        head: u64,
+    },
+    /// The stream's run brings new events with no seal, and the replica
+    /// requires seals ([`Config::require_seals`](crate::Config::require_seals))
+    /// of a stream it has not pinned a key for: a legacy stream, from
+    /// before signed streams. Cut whole ([`Cut::from_seq`] 0); applied
+    /// whole, the delta would be refused with
+    /// [`DeltaError::Unsealed`](crate::DeltaError::Unsealed). (A pinned
+    /// stream's run with its seal cut off is no legacy stream but a
+    /// tampering: refused, never cut.)
+    Unsealed,
 }
 
 impl Admission {
@@ -137,6 +158,8 @@ impl Admission {
         if self.is_whole() {
             return columns.clone();
         }
-        DeltaColumns::from_delta(&self.cut_delta(&columns.to_delta()))
+        let mut cut = DeltaColumns::from_delta(&self.cut_delta(&columns.to_delta()));
+        cut.forks.clone_from(&columns.forks);
+        cut
     }
 }

@@ -44,6 +44,11 @@ pub struct DeltaColumns {
     pub seals: Vec<crate::RunSeal>,
     /// What backs the floors (as [`Delta::floor_proofs`]).
     pub floor_proofs: crate::FloorProofs,
+    /// Proofs of forked streams a peer passes on (`docs/SIGNING.md`,
+    /// "Equivocation with valid signatures"): applying the delta keeps
+    /// each that verifies, before its events are judged. A [`Delta`] has
+    /// none ([`DeltaColumns::to_delta`] drops them).
+    pub forks: Vec<crate::ForkProof>,
     runs: Vec<ColumnRun>,
     lamports: Values,
     times: Values,
@@ -321,6 +326,7 @@ impl DeltaColumns {
             floor,
             seals: Vec::new(),
             floor_proofs: Default::default(),
+            forks: Vec::new(),
             runs,
             lamports,
             times,

@@ -1,6 +1,6 @@
 //! The replica's errors: one for what changes the log, one for paging.
 
-use meshlog_cursor::{StaleCursor, StreamId};
+use meshlog_cursor::{CheckpointName, StaleCursor, StreamId, TokenError};
 
 use crate::{ChainHash, Digest};
 
@@ -27,6 +27,11 @@ pub enum ReplicaError {
     /// changed.
     #[error(transparent)]
     Delta(#[from] DeltaError),
+    /// A fork proof offered to [`Replica::keep_fork`](crate::Replica::keep_fork)
+    /// does not prove a fork of its stream by the stream's key (or is of
+    /// the own stream).
+    #[error(transparent)]
+    Fork(#[from] crate::ForkError),
     /// Accepting a delta would make the replica hold more streams than its
     /// limit. The delta was refused.
     #[error(
@@ -230,6 +235,32 @@ pub enum DeltaError {
         /// The seq the seal is at (or the run's first seq out of place).
         seq: u64,
     },
+    /// The delta's sealed run of a stream and a seal the receiver holds
+    /// are two histories signed by the stream's writer: a fork
+    /// (`docs/SIGNING.md`, "Equivocation with valid signatures"). The
+    /// receiver keeps `proof` and freezes the stream.
+    #[error(
+        "stream {stream}: its writer signed two histories that differ at seq {seq} (a fork); \
+         the proof is kept and the stream frozen"
+    )]
+    Forked {
+        /// The stream.
+        stream: StreamId,
+        /// The seq the two histories are shown to differ at.
+        seq: u64,
+        /// The proof, both seals and the events between.
+        proof: Box<crate::ForkProof>,
+    },
+    /// The delta brings new events of a stream frozen at a fork: the
+    /// receiver holds a proof that its writer signed two histories, and
+    /// takes nothing of it above what it held.
+    #[error("stream {stream} is frozen at seq {head}: its writer forked it (a proof is kept)")]
+    Frozen {
+        /// The stream.
+        stream: StreamId,
+        /// The head it is frozen at.
+        head: u64,
+    },
     /// A run's seal does not verify under its key.
     #[error("stream {stream}: the seal at seq {seq} does not verify")]
     BadSeal {
@@ -330,4 +361,18 @@ pub enum PageError {
         /// `Config::page_len_max`.
         max: usize,
     },
+    /// A version-2 token names a checkpoint this replica does not keep
+    /// (never minted nor received here, or older than the last
+    /// [`CHECKPOINTS_KEPT`](crate::CHECKPOINTS_KEPT)). Nothing is guessed:
+    /// resume from the token's version-1 form, which a replica that keeps
+    /// the checkpoint answers (`docs/TOKEN.md`, "An unknown checkpoint").
+    #[error("the token is relative to checkpoint {name}, which this replica does not keep")]
+    UnknownCheckpoint {
+        /// The checkpoint the token names.
+        name: CheckpointName,
+    },
+    /// A token that is not a cursor: it does not decode, or its
+    /// differences do not apply to the checkpoint it names.
+    #[error("bad token: {0}")]
+    BadToken(#[from] TokenError),
 }

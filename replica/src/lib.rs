@@ -13,6 +13,10 @@
 //!
 //! - `admission`: [`Admission`], how much of a received delta the
 //!   replica's limits take (asked before applying it).
+//! - `checkpoints`: the checkpoints a replica keeps ([`CHECKPOINTS_KEPT`],
+//!   minted at most every [`CHECKPOINT_INTERVAL_MS`] or received), the
+//!   shortest token a page answers, and a token of either version read
+//!   back ([`Replica::cursor`]; `docs/TOKEN.md`, "Version 2").
 //! - `event`: [`Event`], named `(stream, seq)`, with its content hash;
 //!   `chain`: [`ChainHash`], each event committed to the one below it
 //!   (`docs/SIGNING.md`), what a replica keeps of it per stream
@@ -32,6 +36,8 @@
 //!   batch check ([`verify_seals`]), and the signed statements
 //!   ([`Compaction`], [`WriterAdmission`], [`Binding`]); pure functions of
 //!   bytes, errors [`SealError`] (`docs/SIGNING.md`).
+//! - `fork`: [`ForkProof`], a writer's equivocation under valid seals as
+//!   anyone can check it (its encoding and [`ForkError`]).
 //! - `membership`: [`Membership`], the writers a replica accepts and the
 //!   legacy streams bound to their keys (its trust configuration).
 //! - `policy`: [`RetentionPolicy`], which picks a floor to compact to.
@@ -57,16 +63,18 @@
 //! **Architecture invariant:** this crate never touches the network; its only
 //! I/O is the durable store (`disk`, files in one data directory). It knows
 //! nothing of frames or sockets (that is `meshlog-sync`) and encodes no tokens
-//! (that is `meshlog-cursor`).
+//! itself: it picks, of the encodings `meshlog-cursor` writes, the shortest.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod admission;
 mod chain;
+mod checkpoints;
 mod columns;
 mod disk;
 mod error;
 mod event;
+mod fork;
 mod log;
 mod mem;
 mod membership;
@@ -82,13 +90,15 @@ mod values;
 
 pub use admission::{Admission, Cut, Limit};
 pub use chain::{ChainDigest, ChainHash, StreamChain, StreamHead};
+pub use checkpoints::{CHECKPOINTS_KEPT, CHECKPOINT_INTERVAL_MS};
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
-    DiskError, DiskOptions, DiskStore, Recovery, CACHE_BYTES_DEFAULT, CHECKPOINT_BYTES_DEFAULT,
-    CHECKPOINT_RECORDS_DEFAULT, DATA_FILE, FORMAT_VERSION, LOCK_FILE, LOCK_WAIT_DEFAULT,
-    SEGMENT_FILE,
+    DiskError, DiskOptions, DiskStore, FoldLag, Recovery, CACHE_BYTES_DEFAULT,
+    CHECKPOINT_BYTES_DEFAULT, CHECKPOINT_RECORDS_DEFAULT, DATA_FILE, FORMAT_VERSION, LOCK_FILE,
+    LOCK_WAIT_DEFAULT, SEGMENT_FILE, UNFOLDED_BYTES_MAX_DEFAULT, UNFOLDED_RECORDS_MAX_DEFAULT,
 };
 pub use error::{DeltaError, OpenWarning, PageError, ReplicaError};
+pub use fork::{ForkBranch, ForkError, ForkProof};
 pub use seal::{
     verify_seals, AdminKey, AdminPublicKey, Binding, Compaction, CompactionSigner, FloorProofs,
     KeptSeals, KeyFault, RunSeal, Seal, SealError, SignedAdmission, SignedBinding,

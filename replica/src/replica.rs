@@ -117,6 +117,12 @@ pub struct Page {
     pub events: Vec<Event>,
     /// The cursor joined with the page: pass it to the next call.
     pub next: VersionVector,
+    /// `next` as a token's text, the shortest this replica can write: a
+    /// version-2 token relative to a checkpoint it keeps, or version 1
+    /// (`docs/TOKEN.md`). What a surface answers a reader;
+    /// [`Replica::cursor`] reads it back, here or on any replica that
+    /// keeps the checkpoint.
+    pub token: String,
     /// Whether `next` covers every event this replica holds now.
     pub at_head: bool,
 }
@@ -677,6 +683,14 @@ impl<S: Store> Replica<S> {
     /// ```
     pub fn apply_columns(&mut self, columns: &DeltaColumns) -> Result<ApplyReport, ReplicaError> {
         self.check_usable()?;
+        for proof in &columns.forks {
+            // A proof that proves nothing is the peer's fault, logged; the
+            // delta is judged on its own.
+            match self.keep_fork(proof) {
+                Ok(_) | Err(ReplicaError::Fork(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let Some(mut plan) = self.state.plan_columns(&[RoundItem::Columns(columns)]) else {
             return self.apply(&columns.to_delta());
         };
@@ -708,6 +722,33 @@ impl<S: Store> Replica<S> {
         Ok(report)
     }
 
+    /// The proofs of forked streams this replica keeps, one per stream
+    /// (`docs/SIGNING.md`, "Equivocation with valid signatures"): each
+    /// such stream is frozen.
+    pub fn forks(&self) -> Vec<crate::ForkProof> {
+        self.state.forks()
+    }
+
+    /// Keeps a proof received from a peer, once it verifies under the
+    /// stream's key (and the key pinned for it, if any), and freezes its
+    /// stream: `Ok(true)` if it is kept, `Ok(false)` if a proof of the
+    /// stream is kept already. A proof of the own stream is refused and
+    /// logged at `error` (its key signed two histories: it may have
+    /// leaked), and the own stream is never frozen.
+    pub fn keep_fork(&mut self, proof: &crate::ForkProof) -> Result<bool, ReplicaError> {
+        self.check_usable()?;
+        let Some(batch) = self.state.fork_batch(proof)? else {
+            return Ok(false);
+        };
+        if let Err(error) = self.store.commit(&batch) {
+            self.failed = true;
+            tracing::error!(%error, "store commit failed; the replica refuses changes until reopened");
+            return Err(store_error(error));
+        }
+        self.state.publish_forks(&batch);
+        Ok(true)
+    }
+
     fn commit_and_publish(
         &mut self,
         plan: &mut crate::state::Plan<'_>,
@@ -715,7 +756,7 @@ impl<S: Store> Replica<S> {
         // The chains and seals after the batch, recorded with it (a failed
         // read here commits nothing: the replica stays usable).
         self.state.prepare_commit(plan)?;
-        if !plan.batch.is_empty() || !plan.batch.seals.is_empty() {
+        if !plan.batch.is_empty() || !plan.batch.seals.is_empty() || !plan.batch.forks.is_empty() {
             if let Err(error) = self.store.commit(&plan.batch) {
                 self.failed = true;
                 tracing::error!(%error, "store commit failed; the replica refuses changes until reopened");

@@ -66,8 +66,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 
+use crate::checkpoints::CheckpointWork;
 use crate::replica::now_ms;
 use crate::state::{store_error, AppendRequest, Plan, Planned, RoundItem, State};
 use crate::{
@@ -295,12 +296,20 @@ enum Work {
     /// [`SharedReplica::end_recovery`]: a round of its own, in its place
     /// in the queue.
     EndRecovery,
+    /// [`SharedReplica::mint_checkpoint`] or
+    /// [`SharedReplica::keep_checkpoint`]: a round of its own.
+    Checkpoint(CheckpointWork),
+    /// [`SharedReplica::keep_fork`]: a round of its own.
+    KeepFork(Box<crate::ForkProof>),
 }
 
 impl Work {
     /// Whether the request is planned as a round of its own.
     fn is_alone(&self) -> bool {
-        matches!(self, Work::Compact(_) | Work::EndRecovery)
+        matches!(
+            self,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_)
+        )
     }
 
     /// What the request counts toward [`ROUND_EVENTS_MAX`]: its events and
@@ -310,7 +319,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.len(),
             Work::Apply(delta) => delta.events.len() + delta.floor.len(),
             Work::ApplyColumns(columns) => columns.len() + columns.floor.len(),
-            Work::Compact(_) | Work::EndRecovery => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_) => 0,
         }
     }
 
@@ -319,7 +328,7 @@ impl Work {
             Work::Append { payloads, .. } => payloads.iter().map(Bytes::len).sum(),
             Work::Apply(delta) => delta.events.iter().map(|e| e.payload.len()).sum(),
             Work::ApplyColumns(columns) => columns.payloads().len(),
-            Work::Compact(_) | Work::EndRecovery => 0,
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_) => 0,
         }
     }
 }
@@ -330,6 +339,10 @@ enum Outcome {
     Compacted(Result<CompactReport, ReplicaError>),
     /// The recovery of the own stream ended.
     RecoveryEnded,
+    /// The checkpoint a checkpoint round added, if any.
+    Checkpointed(Result<Option<Checkpoint>, ReplicaError>),
+    /// A fork proof kept (`true`), or one of its stream kept already.
+    ForkKept(Result<bool, ReplicaError>),
     /// The request was dropped unanswered (a panic, a closed queue).
     Failed,
 }
@@ -682,8 +695,14 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     /// its appends; in any other round the delta joins as events.
     pub fn apply_columns_async(
         &self,
-        columns: DeltaColumns,
+        mut columns: DeltaColumns,
     ) -> Completion<Result<ApplyReport, ReplicaError>> {
+        // The proofs it passes on first, each a round of its own before
+        // it (a proof that proves nothing is logged, and the delta judged
+        // on its own).
+        for proof in std::mem::take(&mut columns.forks) {
+            drop(self.keep_fork_async(proof));
+        }
         self.submit(Work::ApplyColumns(columns), applied)
     }
 
@@ -711,6 +730,67 @@ impl<S: Store + Send + Sync + 'static> SharedReplica<S> {
     pub fn end_recovery_async(&self) -> Completion<bool> {
         self.submit(Work::EndRecovery, |outcome| {
             matches!(outcome, Outcome::RecoveryEnded)
+        })
+    }
+
+    /// Mints a checkpoint from the marks if one is due at `now_ms` (see
+    /// [`Replica::mint_checkpoint`]): a round of its own, in its place in
+    /// the queue.
+    pub fn mint_checkpoint(&self, now_ms: u64) -> Result<Option<Checkpoint>, ReplicaError> {
+        self.checkpoint_async(CheckpointWork::Mint { now_ms })
+            .wait()
+    }
+
+    /// Keeps a checkpoint received from a peer (see
+    /// [`Replica::keep_checkpoint`]). Whether it was new.
+    pub fn keep_checkpoint(&self, checkpoint: Checkpoint) -> Result<bool, ReplicaError> {
+        Ok(self
+            .checkpoint_async(CheckpointWork::Keep(checkpoint))
+            .wait()?
+            .is_some())
+    }
+
+    /// [`SharedReplica::mint_checkpoint`] for an async caller.
+    pub fn mint_checkpoint_async(
+        &self,
+        now_ms: u64,
+    ) -> Completion<Result<Option<Checkpoint>, ReplicaError>> {
+        self.checkpoint_async(CheckpointWork::Mint { now_ms })
+    }
+
+    /// [`SharedReplica::keep_checkpoint`] for an async caller: the
+    /// completion answers the checkpoint if it was new.
+    pub fn keep_checkpoint_async(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Completion<Result<Option<Checkpoint>, ReplicaError>> {
+        self.checkpoint_async(CheckpointWork::Keep(checkpoint))
+    }
+
+    fn checkpoint_async(
+        &self,
+        work: CheckpointWork,
+    ) -> Completion<Result<Option<Checkpoint>, ReplicaError>> {
+        self.submit(Work::Checkpoint(work), |outcome| match outcome {
+            Outcome::Checkpointed(result) => result,
+            _ => Err(ReplicaError::Failed),
+        })
+    }
+
+    /// Keeps a fork proof received from a peer (see
+    /// [`Replica::keep_fork`]), in a round of its own. Blocks.
+    pub fn keep_fork(&self, proof: crate::ForkProof) -> Result<bool, ReplicaError> {
+        self.keep_fork_async(proof).wait()
+    }
+
+    /// [`SharedReplica::keep_fork`] as a future.
+    pub fn keep_fork_async(
+        &self,
+        proof: crate::ForkProof,
+    ) -> Completion<Result<bool, ReplicaError>> {
+        self.submit(Work::KeepFork(Box::new(proof)), |outcome| match outcome {
+            Outcome::ForkKept(kept) => kept,
+            _ => Err(ReplicaError::Failed),
         })
     }
 
@@ -808,6 +888,33 @@ impl<S: Store> SharedReplica<S> {
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
         let state = self.read().ok_or(PageError::Failed)?;
         state.page(after, limit)
+    }
+
+    /// The cursor a token's text stands for, of either version (see
+    /// [`Replica::cursor`]).
+    pub fn cursor(&self, token: &str) -> Result<VersionVector, PageError> {
+        let state = self.read().ok_or(PageError::Failed)?;
+        state.checkpoints.cursor_text(token)
+    }
+
+    /// The checkpoints kept, oldest first (see [`Replica::checkpoints`]).
+    pub fn checkpoints(&self) -> Vec<Checkpoint> {
+        self.read()
+            .map(|state| state.checkpoints.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The names of the checkpoints kept, oldest first: what a sync
+    /// session compares with what its peer holds, without copying vectors.
+    pub fn checkpoint_names(&self) -> Vec<CheckpointName> {
+        self.read()
+            .map(|state| state.checkpoints.iter().map(Checkpoint::name).collect())
+            .unwrap_or_default()
+    }
+
+    /// The checkpoint of that name, if kept (see [`Replica::checkpoint`]).
+    pub fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
+        self.read()?.checkpoints.get(name).cloned()
     }
 
     /// One writer's page after `after` (see [`Replica::page_stream`]).
@@ -916,6 +1023,22 @@ impl<S: Store> SharedReplica<S> {
     pub fn admission(&self, columns: &DeltaColumns) -> crate::Admission {
         self.read()
             .map(|state| state.admission(columns))
+            .unwrap_or_default()
+    }
+
+    /// The proofs of forked streams kept (see [`Replica::forks`]).
+    pub fn forks(&self) -> Vec<crate::ForkProof> {
+        self.forks_except(&std::collections::BTreeSet::new())
+    }
+
+    /// [`SharedReplica::forks`] but those of `streams`, copying only the
+    /// others (what a sync session asks before every delta it plans).
+    pub fn forks_except(
+        &self,
+        streams: &std::collections::BTreeSet<StreamId>,
+    ) -> Vec<crate::ForkProof> {
+        self.read()
+            .map(|state| state.forks_except(streams))
             .unwrap_or_default()
     }
 
@@ -1128,6 +1251,16 @@ impl<S: Store> Inner<S> {
                 request.answer(Outcome::RecoveryEnded);
                 return;
             }
+            if let Work::Checkpoint(work) = &request.work {
+                let result = self.checkpoint(writer, work);
+                request.answer(Outcome::Checkpointed(result));
+                return;
+            }
+            if let Work::KeepFork(proof) = &request.work {
+                let kept = self.keep_fork_now(writer, proof);
+                request.answer(Outcome::ForkKept(kept));
+                return;
+            }
             if let Work::Compact(target) = &request.work {
                 let mut plan = read(&self.state).plan_compact(target);
                 let report = plan.compact_report();
@@ -1216,6 +1349,26 @@ impl<S: Store> Inner<S> {
 
     /// Commits the plan's batch (if any) with no lock on the state, then
     /// publishes it and notifies; a failed commit publishes nothing.
+    /// A checkpoint round: planned on the state, recorded by the store,
+    /// then kept (a failed record changes nothing, and leaves the store
+    /// usable: no event was at stake).
+    fn checkpoint(
+        &self,
+        writer: &mut Writer<S>,
+        work: &CheckpointWork,
+    ) -> Result<Option<Checkpoint>, ReplicaError> {
+        let Some((next, added)) = read(&self.state).plan_checkpoint(work) else {
+            return Ok(None);
+        };
+        writer
+            .store
+            .keep_checkpoints(&next.vectors())
+            .map_err(store_error)?;
+        tracing::debug!(name = %added.name(), streams = added.vector().len(), "checkpoint kept");
+        write(&self.state).checkpoints = next;
+        Ok(Some(added))
+    }
+
     fn commit_and_publish(
         &self,
         writer: &mut Writer<S>,
@@ -1348,6 +1501,28 @@ impl<S: Store> Inner<S> {
             .collect()
     }
 
+    /// Keeps `proof` now (see [`SharedReplica::keep_fork`]).
+    fn keep_fork_now(
+        &self,
+        writer: &mut Writer<S>,
+        proof: &crate::ForkProof,
+    ) -> Result<bool, ReplicaError> {
+        if writer.failed {
+            return Err(ReplicaError::Failed);
+        }
+        let Some(batch) = read(&self.state).fork_batch(proof)? else {
+            return Ok(false);
+        };
+        self.commit_count.fetch_add(1, Ordering::Relaxed);
+        writer.store.commit(&batch).map_err(|error| {
+            writer.failed = true;
+            tracing::error!(stream = %self.stream, %error, "store commit failed; the replica refuses changes until reopened");
+            store_error(error)
+        })?;
+        write(&self.state).publish_forks(&batch);
+        Ok(true)
+    }
+
     /// Commits the plan's batch, if any, to the store; a failure marks the
     /// writer failed (the replica refuses changes until reopened).
     fn commit_store(&self, writer: &mut Writer<S>, plan: &mut Plan) -> Result<(), ReplicaError> {
@@ -1355,7 +1530,7 @@ impl<S: Store> Inner<S> {
         // writer changes the state: it is the one the plan was made on). A
         // failed read commits nothing.
         read(&self.state).prepare_commit(plan)?;
-        if plan.batch.is_empty() && plan.batch.seals.is_empty() {
+        if plan.batch.is_empty() && plan.batch.seals.is_empty() && plan.batch.forks.is_empty() {
             return Ok(());
         }
         self.commit_count.fetch_add(1, Ordering::Relaxed);
@@ -1421,8 +1596,10 @@ fn items_of(round: &[Request]) -> Vec<RoundItem<'_>> {
                 payloads,
                 time_ms: *time_ms,
             }),
-            Work::Compact(_) | Work::EndRecovery => {
-                unreachable!("a compaction or the end of recovery is a round of its own")
+            Work::Compact(_) | Work::EndRecovery | Work::Checkpoint(_) | Work::KeepFork(_) => {
+                unreachable!(
+                    "a compaction, the end of recovery, a checkpoint or a kept fork is a round of its own"
+                )
             }
         })
         .collect()

@@ -71,6 +71,11 @@ pub struct Batch<'a> {
     /// still sends it with its floor. A replica fills it in just before
     /// the commit.
     pub statements: Vec<crate::SignedCompaction>,
+    /// Proofs of forked streams the batch keeps (`docs/SIGNING.md`,
+    /// "Equivocation with valid signatures"), at most one per stream and
+    /// none of a stream the store already keeps one of: a store records
+    /// them, so a reopened replica keeps its streams frozen.
+    pub forks: Vec<crate::ForkProof>,
     /// Events of the round that a floor raised later in the same round
     /// erased (taken out of the runs by `trim_run`), in order: the chain
     /// of their stream runs through them to that floor. Not committed.
@@ -307,6 +312,11 @@ pub struct StoreMeta {
     /// Per stream, the newest compaction statement kept, as the last batch
     /// that moved it recorded ([`Batch::statements`]).
     pub statements: BTreeMap<StreamId, crate::SignedCompaction>,
+    /// The checkpoints' vectors the replica keeps, oldest first, as
+    /// [`Store::keep_checkpoints`] last recorded them (`docs/TOKEN.md`).
+    pub checkpoints: Vec<VersionVector>,
+    /// Per stream proven forked, the proof kept ([`Batch::forks`]).
+    pub forks: BTreeMap<StreamId, crate::ForkProof>,
 }
 
 impl StoreMeta {
@@ -336,6 +346,15 @@ impl StoreMeta {
         for statement in &batch.statements {
             self.statements
                 .insert(statement.statement.stream, *statement);
+        }
+    }
+
+    /// Records the proofs `batch` keeps (the first per stream stays).
+    pub(crate) fn record_forks(&mut self, batch: &Batch) {
+        for proof in &batch.forks {
+            self.forks
+                .entry(proof.stream())
+                .or_insert_with(|| proof.clone());
         }
     }
 
@@ -388,6 +407,20 @@ pub trait Store {
     /// reads every event on open and keeps its own copy in memory.
     fn view(&self) -> Option<StoreView> {
         None
+    }
+
+    /// Records the checkpoints the replica keeps (at most
+    /// [`CHECKPOINTS_KEPT`](crate::CHECKPOINTS_KEPT) vectors, oldest
+    /// first), replacing those recorded before, durably; the next
+    /// [`Store::meta`] answers them. Apart from the commits of events: a
+    /// checkpoint is minted or received at most every so often, and one
+    /// lost costs only the tokens that name it. The default records
+    /// nothing (a replica on such a store forgets its checkpoints on
+    /// reopen, and answers tokens naming them
+    /// [`PageError::UnknownCheckpoint`](crate::PageError::UnknownCheckpoint)).
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), Self::Error> {
+        let _ = vectors;
+        Ok(())
     }
 }
 
@@ -549,6 +582,12 @@ impl Store for MemStore {
         self.meta.clock = self.meta.clock.max(batch.clock);
         self.meta.record_chains(batch);
         self.meta.record_seals(batch);
+        self.meta.record_forks(batch);
+        Ok(())
+    }
+
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), Infallible> {
+        self.meta.checkpoints = vectors.to_vec();
         Ok(())
     }
 

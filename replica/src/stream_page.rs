@@ -35,15 +35,17 @@ impl State {
                 masked.advance(other, u64::MAX);
             }
         }
-        let page = self.page(&masked, limit)?;
+        let page = self.page_untokened(&masked, limit)?;
         debug_assert!(page.events.iter().all(|event| event.stream == stream));
         let mut next = after.clone();
         if let Some(last) = page.events.last() {
             next.advance(stream, last.seq);
         }
+        let token = self.checkpoints.token(&next)?;
         Ok(Page {
             events: page.events,
             next,
+            token,
             at_head: page.at_head,
         })
     }

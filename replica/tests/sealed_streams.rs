@@ -363,3 +363,49 @@ fn regression_a_sealed_run_from_seq_zero_is_refused_not_a_panic() {
         }
     );
 }
+
+/// Under `require_seals`, the admission cuts a legacy stream's unsealed
+/// run whole (`Limit::Unsealed`) and takes the sealed writer's run beside
+/// it; applied whole, the same delta is refused `Unsealed` (one rule). A
+/// pinned stream's run with its seal cut off is not cut: that is a
+/// tampering, refused.
+#[test]
+fn require_seals_admission_cuts_a_legacy_stream_and_leaves_a_stripped_seal_to_the_refusal() {
+    use meshlog_replica::{DeltaColumns, Limit};
+    let (key, writer, mut receiver) = writer_and_receiver(4, 2);
+    let legacy_stream = StreamId::new(0x1e6);
+    let mut legacy = Replica::new(legacy_stream);
+    legacy.append(&b"legacy"[..]).expect("append");
+    let mut delta = writer.delta_for(&receiver.marks(), usize::MAX);
+    delta
+        .events
+        .extend(legacy.delta_for(&VersionVector::new(), usize::MAX).events);
+    let columns = DeltaColumns::from_delta(&delta);
+    let admission = receiver.admission(&columns);
+    assert_eq!(admission.cuts.len(), 1, "{admission:?}");
+    assert_eq!(admission.cuts[0].stream, legacy_stream);
+    assert_eq!(admission.cuts[0].from_seq, 0);
+    assert!(matches!(admission.cuts[0].limit, Limit::Unsealed));
+    assert!(matches!(
+        refused(&mut receiver, &delta),
+        DeltaError::Unsealed { stream, seq: 1 } if stream == legacy_stream
+    ));
+    // The pinned writer's run with its seal cut off: not cut, refused.
+    let stripped = Delta {
+        seals: Vec::new(),
+        ..writer.delta_for(&receiver.marks(), usize::MAX)
+    };
+    assert!(receiver
+        .admission(&DeltaColumns::from_delta(&stripped))
+        .is_whole());
+    assert!(matches!(
+        refused(&mut receiver, &stripped),
+        DeltaError::Unsealed { stream, .. } if stream == key.stream()
+    ));
+    // What the admission leaves is taken.
+    let taken = receiver
+        .apply_columns(&admission.cut_columns(&columns))
+        .expect("the sealed run is taken");
+    assert_eq!(taken.applied, 2);
+    assert_eq!(receiver.marks().get(legacy_stream), 0);
+}

@@ -264,3 +264,50 @@ fn sync_all(source: &Replica<MemStore>, target: &mut Replica<MemStore>) {
         target.apply(&delta).expect("taken");
     }
 }
+
+/// A keyed writer's run cut below its head by the budget is sealed in
+/// columns as it is as events (the same events and seal: one hash at the
+/// cut, one signature each). Delta by delta, as a receiver syncing takes them
+/// (each delta starting where the last ended), the whole stream goes in
+/// sealed columns, each delta accepted by a receiver that requires seals.
+#[test]
+fn a_cut_of_the_own_stream_is_sealed_in_columns_as_in_events() {
+    seed::for_each_seed("own_cut_sealed_in_columns", 0xc07, 8, |seed| {
+        let mut rng = SplitMix64::new(seed);
+        let mut writer = keyed(41);
+        let count = rng.between(40, 200);
+        append_some(&mut writer, &mut rng, count);
+        let mut receiver = strict(300);
+        let budget = rng.between(300, 3_000) as usize;
+        let mut deltas = 0;
+        while !receiver.marks().dominates(&writer.marks()) {
+            let before = receiver.marks();
+            let signed = writer.stats().seals_signed;
+            let columns = writer.delta_columns_for(&before, budget);
+            let cut = columns.to_delta().events.last().expect("a run").seq
+                < writer.marks().get(writer.stream());
+            // A cut signs once; the head's seal is signed once and kept.
+            let signatures = writer.stats().seals_signed - signed;
+            assert!(
+                signatures == 1 || (!cut && signatures == 0),
+                "{signatures} signatures, cut {cut}, delta {deltas}, seed {seed}"
+            );
+            let events = writer.delta_for(&before, budget);
+            assert_eq!(columns.to_delta(), events, "delta {deltas}, seed {seed}");
+            receiver
+                .apply_columns(&columns)
+                .unwrap_or_else(|error| panic!("delta {deltas} refused: {error}, seed {seed}"));
+            assert_ne!(receiver.marks(), before, "delta {deltas}, seed {seed}");
+            deltas += 1;
+        }
+        assert!(
+            deltas > 1,
+            "cut at least once ({deltas} deltas), seed {seed}"
+        );
+        assert_eq!(
+            receiver.chain_digest(),
+            writer.chain_digest(),
+            "seed {seed}"
+        );
+    });
+}

@@ -4,7 +4,11 @@
 //! synced — leaves a `DiskStore` equal to a `MemStore` that applied the
 //! same batches one by one: the same floors, heads, clock and events.
 //! Checkpoint intervals are drawn per case, so reopens land before, on and
-//! after checkpoints. Seeds are printed on failure; `MESHLOG_SEED` replays.
+//! after checkpoints. A second mode holds the fold thread back
+//! (`DiskStore::hold_fold`) with a small bound on what it may lag, so the
+//! reads between commits are served from the overlay, and a clean reopen
+//! must then read the same digest back from redb. Seeds are printed on
+//! failure; `MESHLOG_SEED` replays.
 
 mod disk_support;
 
@@ -71,43 +75,69 @@ fn commits_and_reopens_equal_one_by_one_application_on_memstore() {
         "commits_and_reopens_equal_one_by_one_application_on_memstore",
         0x5e6_0004,
         24,
-        |seed| {
-            let mut rng = SplitMix64::new(seed);
-            let dir = scratch();
-            let disks = (PowerDisk::new(), PowerDisk::new());
-            let options = DiskOptions {
-                checkpoint_records: [1, 2, 5, 1024][rng.below(4) as usize],
-                ..DiskOptions::default()
-            };
-            let mut model = MemStore::default();
-            let mut clock = 0;
-            let mut disk = open(dir.path(), &options, &disks);
-            for step in 0..rng.between(10, 40) {
-                let batch = batch(&mut rng, &model, &mut clock);
-                disk.commit(&batch).unwrap();
-                model.commit(&batch).unwrap();
-                let case = format!("seed {seed}, step {step}");
-                assert_same(&disk, &model, &case);
-                match rng.below(8) {
-                    0 => {
-                        drop(disk);
-                        disk = open(dir.path(), &options, &disks);
-                        assert_eq!(disk.recovery().replayed, 0, "{case}: a clean close");
-                    }
-                    1 => {
-                        // The power goes off; each disk keeps a seeded part
-                        // of what was not synced. Every commit returned, so
-                        // every commit is in the segment.
-                        let (data, segment) =
-                            (disks.0.restore(&mut rng), disks.1.restore(&mut rng));
-                        drop(disk);
-                        disk = open(dir.path(), &options, &disks);
-                        let case = format!("{case}, after a cut ({data}; {segment})");
-                        assert_same(&disk, &model, &case);
-                    }
-                    _ => {}
-                }
-            }
-        },
+        |seed| run_case(seed, false),
     );
+}
+
+#[test]
+fn reads_between_commits_while_the_fold_lags_equal_memstore() {
+    seed::for_each_seed(
+        "reads_between_commits_while_the_fold_lags_equal_memstore",
+        0x5e6_0005,
+        24,
+        |seed| run_case(seed, true),
+    );
+}
+
+/// One case; with `lag`, the fold is held back to what its bound forces.
+fn run_case(seed: u64, lag: bool) {
+    let mut rng = SplitMix64::new(seed);
+    let dir = scratch();
+    let disks = (PowerDisk::new(), PowerDisk::new());
+    let options = DiskOptions {
+        checkpoint_records: [1, 2, 5, 1024][rng.below(4) as usize],
+        unfolded_records_max: if lag {
+            rng.between(1, 6) as usize
+        } else {
+            1024
+        },
+        ..DiskOptions::default()
+    };
+    let mut model = MemStore::default();
+    let mut clock = 0;
+    let mut disk = open(dir.path(), &options, &disks);
+    disk.hold_fold(lag);
+    for step in 0..rng.between(10, 40) {
+        let batch = batch(&mut rng, &model, &mut clock);
+        disk.commit(&batch).unwrap();
+        model.commit(&batch).unwrap();
+        let case = format!("seed {seed}, step {step}, {options:?}");
+        assert!(
+            disk.fold_lag().records <= options.unfolded_records_max as u64,
+            "{case}"
+        );
+        assert_same(&disk, &model, &case);
+        match rng.below(8) {
+            0 => {
+                let digest = disk.meta().unwrap().digest;
+                drop(disk);
+                disk = open(dir.path(), &options, &disks);
+                disk.hold_fold(lag);
+                assert_eq!(disk.recovery().replayed, 0, "{case}: a clean close");
+                assert_eq!(disk.meta().unwrap().digest, digest, "{case}: the digest");
+            }
+            1 => {
+                // The power goes off; each disk keeps a seeded part
+                // of what was not synced. Every commit returned, so
+                // every commit is in the segment.
+                let (data, segment) = (disks.0.restore(&mut rng), disks.1.restore(&mut rng));
+                drop(disk);
+                disk = open(dir.path(), &options, &disks);
+                disk.hold_fold(lag);
+                let case = format!("{case}, after a cut ({data}; {segment})");
+                assert_same(&disk, &model, &case);
+            }
+            _ => {}
+        }
+    }
 }

@@ -747,7 +747,9 @@ impl Mesh {
         // read from the apply's report, not by cloning the marks twice.
         let mut moved = false;
         let result = match protocol.handle_payload(now, payload, replica) {
-            Ok(Received::Nothing) => Ok(()),
+            // The simulator models checkpoints itself (`checkpoints.rs`);
+            // its sessions do not gossip them.
+            Ok(Received::Nothing | Received::Checkpoint(_)) => Ok(()),
             Ok(Received::Apply(columns)) => {
                 let applied = replica.apply_columns(columns);
                 if let Ok(report) = &applied {

@@ -135,84 +135,9 @@ impl Scenario {
         let mut readers: Vec<Reader> = (0..self.readers)
             .map(|i| Reader::new(i % (replicas - late)))
             .collect();
-        let slices = (self.write_for.as_nanos() / self.step.as_nanos()).max(1) as u64;
-        let total = self.events_per_writer * mesh.writers() as u64;
-        let mut written = 0u64;
-        let mut stopped: Vec<usize> = Vec::new();
-        let mut cut: Vec<usize> = Vec::new();
         let links = mesh.links().len();
-        for slice in 1..=slices {
-            // Writes: the events due by the end of this slice.
-            let due = total * slice / slices;
-            while written < due {
-                let writers = mesh.writers() as u64;
-                let writer = mesh.rng().below(writers) as usize;
-                mesh.append(writer);
-                written += 1;
-            }
-            if self.faults {
-                self.fault(&mut mesh, slice, slices, &mut stopped, &mut cut, links);
-            }
-            for reader in &mut readers {
-                if mesh.rng().chance(0.1) {
-                    let up = mesh.up();
-                    let i = mesh.rng().below(up.len() as u64) as usize;
-                    let to = up[i];
-                    reader.fail_over(&mesh, to)?;
-                }
-                // Slow readers (a short page, every other step), so that
-                // compaction overtakes them and they meet stale answers.
-                if mesh.rng().chance(0.5) {
-                    reader.step(&mesh, 5)?;
-                }
-            }
-            if slice == slices {
-                break; // the last writes: convergence is timed from here
-            }
-            let until = mesh.now() + self.step;
-            mesh.run_until(until);
-            check::prefix_closed(&mesh)?;
-            mesh.checkpoint_step(self.step);
-            if let Some(progress) = self.progress {
-                progress(&mesh, "writing");
-            }
-        }
-        // Writes stop; everything heals, restarts, joins.
-        mesh.heal_all();
-        for node in 0..replicas {
-            mesh.restart(node);
-        }
-        let stopped_at = mesh.now();
-        let written = mesh.written();
-        let mut next_check = stopped_at + self.step;
-        loop {
-            if check::converged(&mesh, &written) {
-                break;
-            }
-            if mesh.now() - stopped_at > self.converge_within {
-                return Err(Violation {
-                    at: mesh.now(),
-                    step: mesh.steps(),
-                    what: format!(
-                        "not converged {:?} after writes stopped and everything healed ({} of {} links connected)",
-                        self.converge_within,
-                        mesh.connected(),
-                        links
-                    ),
-                });
-            }
-            let until = mesh.now() + self.converge_poll;
-            mesh.run_until(until);
-            if mesh.now() >= next_check {
-                check::prefix_closed(&mesh)?;
-                mesh.checkpoint_step(self.step);
-                next_check += self.step;
-                if let Some(progress) = self.progress {
-                    progress(&mesh, "converging");
-                }
-            }
-        }
-        let converge_time = mesh.now() - stopped_at;
+        self.write(&mut mesh, &mut readers, links)?;
+        let converge_time = self.converge(&mut mesh, links)?;
         check::prefix_closed(&mesh)?;
         let counters = mesh.counters().clone();
         // Every reader fails over once more and walks to the head.
@@ -228,30 +153,7 @@ impl Scenario {
         let events_held = mesh.replica(0).expect("up").digest().events;
         // Quiet: only heartbeats and their receipts (and, apart, the
         // checkpoint of the converged marks, minted and gossiped).
-        mesh.checkpoint_step(self.step);
-        let before: u64 = mesh.link_bytes().iter().sum();
-        let kinds_before = mesh.counters().by_kind.clone();
-        let half = mesh.now() + self.quiet_for / 2;
-        mesh.run_until(half);
-        let middle: u64 = mesh.link_bytes().iter().sum();
-        let until = mesh.now() + (self.quiet_for - self.quiet_for / 2);
-        mesh.run_until(until);
-        let end: u64 = mesh.link_bytes().iter().sum();
-        let quiet = end - before;
-        let settled = end - middle;
-        if let Some(progress) = self.progress {
-            progress(&mesh, "quiet window done");
-        }
-        let quiet_by_kind = mesh
-            .counters()
-            .by_kind
-            .iter()
-            .map(|(&kind, &(frames, bytes))| {
-                let (f0, b0) = kinds_before.get(kind).copied().unwrap_or_default();
-                (kind, frames - f0, bytes - b0)
-            })
-            .filter(|&(_, frames, _)| frames > 0)
-            .collect();
+        let (quiet, settled, quiet_by_kind) = self.quiet(&mut mesh);
         let head = mesh.replica(0).expect("up").marks();
         let token_v2_head = token_figure(&mesh, &head);
         let token_v2_mid = token_figure(&mesh, &mid_walk_cursor(&mesh));
@@ -293,6 +195,129 @@ impl Scenario {
             steps: mesh.steps(),
         };
         Ok((mesh, figures))
+    }
+
+    /// The writing phase: writers append on schedule, faults are drawn,
+    /// readers walk and fail over; the invariants are checked each step.
+    fn write(
+        &self,
+        mesh: &mut Mesh,
+        readers: &mut [Reader],
+        links: usize,
+    ) -> Result<(), Violation> {
+        let slices = (self.write_for.as_nanos() / self.step.as_nanos()).max(1) as u64;
+        let total = self.events_per_writer * mesh.writers() as u64;
+        let mut written = 0u64;
+        let mut stopped: Vec<usize> = Vec::new();
+        let mut cut: Vec<usize> = Vec::new();
+        for slice in 1..=slices {
+            // Writes: the events due by the end of this slice.
+            let due = total * slice / slices;
+            while written < due {
+                let writers = mesh.writers() as u64;
+                let writer = mesh.rng().below(writers) as usize;
+                mesh.append(writer);
+                written += 1;
+            }
+            if self.faults {
+                self.fault(mesh, slice, slices, &mut stopped, &mut cut, links);
+            }
+            for reader in readers.iter_mut() {
+                if mesh.rng().chance(0.1) {
+                    let up = mesh.up();
+                    let i = mesh.rng().below(up.len() as u64) as usize;
+                    let to = up[i];
+                    reader.fail_over(mesh, to)?;
+                }
+                // Slow readers (a short page, every other step), so that
+                // compaction overtakes them and they meet stale answers.
+                if mesh.rng().chance(0.5) {
+                    reader.step(mesh, 5)?;
+                }
+            }
+            if slice == slices {
+                break; // the last writes: convergence is timed from here
+            }
+            let until = mesh.now() + self.step;
+            mesh.run_until(until);
+            check::prefix_closed(mesh)?;
+            mesh.checkpoint_step(self.step);
+            if let Some(progress) = self.progress {
+                progress(mesh, "writing");
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes stop, everything heals, restarts and joins; the time until
+    /// every replica holds every event written.
+    fn converge(&self, mesh: &mut Mesh, links: usize) -> Result<Duration, Violation> {
+        // Writes stop; everything heals, restarts, joins.
+        mesh.heal_all();
+        for node in 0..mesh.replicas() {
+            mesh.restart(node);
+        }
+        let stopped_at = mesh.now();
+        let written = mesh.written();
+        let mut next_check = stopped_at + self.step;
+        loop {
+            if check::converged(mesh, &written) {
+                break;
+            }
+            if mesh.now() - stopped_at > self.converge_within {
+                return Err(Violation {
+                    at: mesh.now(),
+                    step: mesh.steps(),
+                    what: format!(
+                        "not converged {:?} after writes stopped and everything healed ({} of {} links connected)",
+                        self.converge_within,
+                        mesh.connected(),
+                        links
+                    ),
+                });
+            }
+            let until = mesh.now() + self.converge_poll;
+            mesh.run_until(until);
+            if mesh.now() >= next_check {
+                check::prefix_closed(mesh)?;
+                mesh.checkpoint_step(self.step);
+                next_check += self.step;
+                if let Some(progress) = self.progress {
+                    progress(mesh, "converging");
+                }
+            }
+        }
+        Ok(mesh.now() - stopped_at)
+    }
+
+    /// The quiet window: the bytes sent over it, over its second half,
+    /// and per frame kind.
+    fn quiet(&self, mesh: &mut Mesh) -> (u64, u64, Vec<(&'static str, u64, u64)>) {
+        mesh.checkpoint_step(self.step);
+        let before: u64 = mesh.link_bytes().iter().sum();
+        let kinds_before = mesh.counters().by_kind.clone();
+        let half = mesh.now() + self.quiet_for / 2;
+        mesh.run_until(half);
+        let middle: u64 = mesh.link_bytes().iter().sum();
+        let until = mesh.now() + (self.quiet_for - self.quiet_for / 2);
+        mesh.run_until(until);
+        let end: u64 = mesh.link_bytes().iter().sum();
+        let quiet = end - before;
+        let settled = end - middle;
+        if let Some(progress) = self.progress {
+            progress(mesh, "quiet window done");
+        }
+        let quiet_by_kind = mesh
+            .counters()
+            .by_kind
+            .iter()
+            .map(|(&kind, &(frames, bytes))| {
+                let (f0, b0) = kinds_before.get(kind).copied().unwrap_or_default();
+                (kind, frames - f0, bytes - b0)
+            })
+            .filter(|&(_, frames, _)| frames > 0)
+            .collect();
+        (quiet, settled, quiet_by_kind)
     }
 
     /// This slice's faults, drawn: cut or heal a link, stop or restart a

@@ -203,6 +203,7 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
             write,
             out: BytesMut::new(),
             write_progress_at: now,
+            mint_at: now,
         };
         let result = driver.run(stop).await;
         driver.publish();
@@ -261,6 +262,10 @@ struct Driver<S: Store, R, W> {
     /// Encoded frames waiting to be written.
     out: BytesMut,
     write_progress_at: Instant,
+    /// When this session next asks the replica to mint a checkpoint, if
+    /// one is due (`SessionConfig::checkpoints`): once a heartbeat
+    /// interval; the replica's own rate limit decides.
+    mint_at: Instant,
 }
 
 impl<S, R, W> Driver<S, R, W>
@@ -312,7 +317,10 @@ where
             read_first = !matches!(turn, Turn::Read(_));
             match turn {
                 Turn::Stop => return Ok(SessionEnd::Stopped),
-                Turn::Tick => self.on_tick()?,
+                Turn::Tick => {
+                    self.on_tick()?;
+                    self.mint().await;
+                }
                 Turn::Read(read) => match read? {
                     Some(payload) => {
                         self.on_payload(payload).await?;
@@ -414,16 +422,47 @@ where
         let received =
             self.protocol
                 .handle_payload(Instant::now().into_std(), &payload, &self.shared)?;
-        if let Received::Apply(columns) = received {
-            // Awaited before the next frame is read: one session's applies
-            // run in the order its frames arrived. With a durable store the
-            // commit runs on the handle's committer thread, grouped with
-            // other sessions' deltas and local appends (see
-            // `SharedReplica`).
-            let applied = self.shared.apply_columns_async(columns).await;
-            self.protocol
-                .handle_applied(Instant::now().into_std(), applied)?;
+        match received {
+            Received::Apply(columns) => {
+                // Awaited before the next frame is read: one session's applies
+                // run in the order its frames arrived. With a durable store the
+                // commit runs on the handle's committer thread, grouped with
+                // other sessions' deltas and local appends (see
+                // `SharedReplica`).
+                let applied = self.shared.apply_columns_async(columns).await;
+                self.protocol
+                    .handle_applied(Instant::now().into_std(), applied)?;
+            }
+            Received::Checkpoint(checkpoint) => {
+                // Checked against its name by the core. A store that fails
+                // to record it costs the tokens naming it, not the session.
+                let name = checkpoint.name();
+                if let Err(error) = self.shared.keep_checkpoint_async(checkpoint).await {
+                    tracing::warn!(%name, %error, "a received checkpoint was not kept");
+                }
+            }
+            Received::Nothing => {}
         }
         Ok(())
+    }
+
+    /// Asks the replica to mint a checkpoint from its marks, once a
+    /// heartbeat interval, on a session that gossips them; the replica
+    /// mints only when one is due (`Replica::mint_checkpoint`), at the
+    /// wall clock's time.
+    async fn mint(&mut self) {
+        let now = Instant::now();
+        if !self.config.checkpoints || now < self.mint_at {
+            return;
+        }
+        self.mint_at = now + self.config.heartbeat_interval;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as u64);
+        match self.shared.mint_checkpoint_async(now_ms).await {
+            Ok(Some(checkpoint)) => tracing::debug!(name = %checkpoint.name(), "checkpoint minted"),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "minting a checkpoint failed"),
+        }
     }
 }

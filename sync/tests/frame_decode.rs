@@ -619,8 +619,9 @@ fn hand_made_inputs_give_their_typed_errors() {
             vec![1, 0, 0xff, 0xff, 0x7f],
             |o| matches!(o.errors[..], [FrameError::Malformed { kind: "hello", .. }]),
         ),
-        ("unknown kind", vec![1, 6], |o| {
-            matches!(o.errors[..], [FrameError::UnknownKind { tag: 6, .. }])
+        // Kinds 6 and 7 are the checkpoint frames: 8 is the first unknown.
+        ("unknown kind", vec![1, 8], |o| {
+            matches!(o.errors[..], [FrameError::UnknownKind { tag: 8, .. }])
         }),
         (
             "bare ack of delta 0",

@@ -49,7 +49,8 @@ use meshlog_replica::{
 };
 use meshlog_sync::testkit::{self, SplitMix64};
 use meshlog_sync::{
-    LimitHit, ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SharedReplica,
+    LimitHit, ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SessionState,
+    SharedReplica,
 };
 use meshlog_testkit::hostile::{floor_attacks, tamperings, FloorOutcome};
 use meshlog_testkit::Snapshot;
@@ -496,6 +497,81 @@ fn a_sealed_stream_cut_for_a_limit_is_cut_whole_and_the_session_goes_on() {
     });
 }
 
+/// One real session between `peer` and `receiver` for `rounds` rounds: in
+/// each after the first, the test appends to every one of `writers` and
+/// syncs them to `peer`; every round waits until `taken()` (the receiver
+/// holds what it should) or the receiver's session ended. The receiver
+/// stops first, the peer once it did. Both sessions must have ended
+/// stopped (the link kept); answers what the peer's and the receiver's
+/// sessions reported.
+async fn relay_rounds(
+    peer: &SharedReplica,
+    receiver: &SharedReplica,
+    writers: &[&SharedReplica],
+    rng: &mut SplitMix64,
+    rounds: usize,
+    taken: impl Fn() -> bool,
+    seed: u64,
+) -> (SessionState, SessionState) {
+    let (peer_io, receiver_io) = tokio::io::duplex(1 << 20);
+    let (peer_session, receiver_session) = (
+        Session::new(peer.clone(), config()),
+        Session::new(receiver.clone(), config()),
+    );
+    let (peer_state, receiver_state) = (peer_session.state(), receiver_session.state());
+    let (ended, done) = (Cell::new(false), Cell::new(false));
+    let driver = async {
+        for round in 0..rounds {
+            if round > 0 {
+                for writer in writers {
+                    append(writer, rng, 1, 5);
+                    converge(writer, peer).await;
+                }
+            }
+            testkit::wait_for("the receiver's events", CONVERGE_WITHIN, || {
+                ended.get() || taken()
+            })
+            .await;
+            if ended.get() {
+                break;
+            }
+        }
+        done.set(true);
+    };
+    let stop = testkit::wait_for("the test's end", CONVERGE_WITHIN, || done.get());
+    let receiver_run = async {
+        let end = receiver_session.run_until(receiver_io, stop).await;
+        ended.set(true);
+        end
+    };
+    let peer_stop = testkit::wait_for("the receiver's end", CONVERGE_WITHIN, || ended.get());
+    let (peer_end, receiver_end, ()) = tokio::join!(
+        peer_session.run_until(peer_io, peer_stop),
+        receiver_run,
+        driver,
+    );
+    assert!(
+        matches!(receiver_end, Ok(SessionEnd::Stopped)),
+        "seed {seed}: the receiver's session ended {receiver_end:?}"
+    );
+    assert!(
+        matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
+        "seed {seed}: the peer's session ended {peer_end:?}"
+    );
+    let peer_state = peer_state.borrow().clone();
+    let receiver_state = receiver_state.borrow().clone();
+    (peer_state, receiver_state)
+}
+
+/// The one captured log line that contains `says`, at `WARN`.
+fn warned_once(says: &str, seed: u64) -> String {
+    let log = captured_log();
+    let warned: Vec<&str> = log.lines().filter(|line| line.contains(says)).collect();
+    assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
+    assert!(warned[0].contains("WARN"), "seed {seed}: {}", warned[0]);
+    warned[0].to_owned()
+}
+
 /// Issue 29, membership liveness: a receiver whose closed membership
 /// admits one writer syncs with a peer holding that writer's stream and
 /// a stranger's, both sealed. Before, the receiver's replica refused each
@@ -531,95 +607,248 @@ fn a_closed_receiver_cuts_an_unknown_writer_and_keeps_syncing_the_admitted_one()
                 Commits::Inline,
             );
             let (a, s) = (admitted_key.stream(), stranger_key.stream());
-            let (peer_io, receiver_io) = tokio::io::duplex(1 << 20);
-            let (peer_session, receiver_session) = (
-                Session::new(peer.clone(), config()),
-                Session::new(receiver.clone(), config()),
-            );
-            let (peer_state, receiver_state) = (peer_session.state(), receiver_session.state());
-            // The test's side: it waits for the admitted writer (or the
-            // receiver's session to end), then appends more of both
-            // writers, which reach the peer, in the same session.
-            let (ended, done) = (Cell::new(false), Cell::new(false));
+            // The test's side: it waits for the admitted writer, then
+            // appends more of both writers, which reach the peer, in the
+            // same session.
             let converged = || {
                 receiver.marks().get(a) == admitted.marks().get(a)
                     && receiver.chain_digest().stream(a) == admitted.chain_digest().stream(a)
             };
-            let driver = async {
-                for round in 0..4 {
-                    if round > 0 {
-                        append(&admitted, &mut rng, 1, 5);
-                        append(&stranger, &mut rng, 1, 5);
-                        converge(&admitted, &peer).await;
-                        converge(&stranger, &peer).await;
-                    }
-                    testkit::wait_for("the admitted writer", CONVERGE_WITHIN, || {
-                        ended.get() || converged()
-                    })
-                    .await;
-                    if ended.get() {
-                        break;
-                    }
-                    assert_eq!(
-                        receiver.marks().get(s),
-                        0,
-                        "seed {seed}: a stranger's event held"
-                    );
-                }
-                done.set(true);
-            };
-            // The receiver stops first; the peer once the receiver ended.
-            let stop = testkit::wait_for("the test's end", CONVERGE_WITHIN, || done.get());
-            let receiver_run = async {
-                let end = receiver_session.run_until(receiver_io, stop).await;
-                ended.set(true);
-                end
-            };
-            let peer_stop =
-                testkit::wait_for("the receiver's end", CONVERGE_WITHIN, || ended.get());
-            let (peer_end, receiver_end, ()) = tokio::join!(
-                peer_session.run_until(peer_io, peer_stop),
-                receiver_run,
-                driver,
-            );
-            assert!(
-                matches!(receiver_end, Ok(SessionEnd::Stopped)),
-                "seed {seed}: the receiver's session ended {receiver_end:?}"
-            );
-            assert!(
-                matches!(peer_end, Ok(SessionEnd::Stopped | SessionEnd::PeerClosed)),
-                "seed {seed}: the peer's session ended {peer_end:?}"
-            );
+            let (peer_state, receiver_state) = relay_rounds(
+                &peer,
+                &receiver,
+                &[&admitted, &stranger],
+                &mut rng,
+                4,
+                converged,
+                seed,
+            )
+            .await;
             let held = snapshot(&receiver);
             assert_eq!(held.marks.get(s), 0, "seed {seed}");
             assert_eq!(held.floor.get(s), 0, "seed {seed}");
             assert!(held.events.iter().all(|e| e.stream == a), "seed {seed}");
             assert_eq!(
-                receiver_state.borrow().limits,
+                receiver_state.limits,
                 [LimitHit::UnknownWriter {
                     stream: s,
                     key: Some(stranger_key.public()),
                 }],
                 "seed {seed}"
             );
-            assert!(receiver_state.borrow().events_over_limit > 0, "seed {seed}");
+            assert!(receiver_state.events_over_limit > 0, "seed {seed}");
+            assert_eq!(peer_state.peer_quiet_streams, 1, "seed {seed}: asked quiet");
+            let warned = warned_once("peer relayed a writer this node does not admit", seed);
+            assert!(
+                warned.contains(&s.to_string())
+                    && warned.contains(&stranger_key.public().to_string()),
+                "seed {seed}: {warned}"
+            );
+        });
+    });
+}
+
+/// A receiver that requires seals, syncing with a peer that holds a
+/// sealed writer and an unsealed legacy one (a stream from before signed
+/// streams), keeps the link: it cuts the legacy stream from the peer's
+/// deltas, asks it quiet and reports it (`LimitHit::Unsealed`, logged
+/// once), and takes the sealed writer's events, later appends included.
+/// On the old code the whole delta was refused `Unsealed` and the session
+/// ended (`SessionError::Refused`): one legacy stream anywhere in the mesh
+/// cut every `require_seals` node off from its peers.
+#[test]
+fn a_receiver_requiring_seals_cuts_an_unsealed_legacy_stream_and_keeps_syncing() {
+    testkit::for_each_seed("require_seals_cuts_unsealed", 0x5ea1, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let (_, sealed) = keyed(21);
+            let legacy_stream = StreamId::new(0x1e6);
+            let legacy = SharedReplica::with_commits(Replica::new(legacy_stream), Commits::Inline);
+            // An open, keyed peer relaying both (its own stream empty).
+            let (_, peer) = keyed(23);
+            append(&sealed, &mut rng, 1, 20);
+            append(&legacy, &mut rng, 1, 20);
+            converge(&sealed, &peer).await;
+            converge(&legacy, &peer).await;
+            let strict = Config {
+                require_seals: true,
+                ..Config::new(RECEIVER)
+            };
+            let receiver = SharedReplica::with_commits(
+                Replica::open(strict, MemStore::default()).expect("opens"),
+                Commits::Inline,
+            );
+            let s = sealed.stream();
+            let converged = || {
+                receiver.marks().get(s) == sealed.marks().get(s)
+                    && receiver.chain_digest().stream(s) == sealed.chain_digest().stream(s)
+            };
+            let (peer_state, receiver_state) = relay_rounds(
+                &peer,
+                &receiver,
+                &[&sealed, &legacy],
+                &mut rng,
+                3,
+                converged,
+                seed,
+            )
+            .await;
+            let held = snapshot(&receiver);
+            assert_eq!(held.marks.get(legacy_stream), 0, "seed {seed}");
+            assert_eq!(held.marks.get(s), sealed.marks().get(s), "seed {seed}");
+            assert!(held.events.iter().all(|e| e.stream == s), "seed {seed}");
             assert_eq!(
-                peer_state.borrow().peer_quiet_streams,
-                1,
-                "seed {seed}: asked quiet"
+                receiver_state.limits,
+                [LimitHit::Unsealed {
+                    stream: legacy_stream
+                }],
+                "seed {seed}"
+            );
+            assert_eq!(peer_state.peer_quiet_streams, 1, "seed {seed}: asked quiet");
+            let warned = warned_once("stream refused: peer relayed an unsealed stream", seed);
+            assert!(
+                warned.contains(&legacy_stream.to_string()),
+                "seed {seed}: {warned}"
+            );
+        });
+    });
+}
+
+/// Sessions between `a` and `b` until `done` (bounded) or one ends; how
+/// each ended.
+async fn sessions_until(
+    a: &SharedReplica,
+    b: &SharedReplica,
+    done: impl Fn() -> bool,
+) -> (
+    Result<SessionEnd, SessionError>,
+    Result<SessionEnd, SessionError>,
+    meshlog_sync::SessionState,
+) {
+    let (a_io, b_io) = tokio::io::duplex(1 << 20);
+    let stop = || testkit::wait_for("the sessions' goal", CONVERGE_WITHIN, &done);
+    let b_session = Session::new(b.clone(), config());
+    let b_state = b_session.state();
+    let (a_end, b_end) = tokio::join!(
+        Session::new(a.clone(), config()).run_until(a_io, stop()),
+        b_session.run_until(b_io, stop()),
+    );
+    let state = b_state.borrow().clone();
+    (a_end, b_end, state)
+}
+
+/// Equivocation with valid signatures over real sessions (the kit's
+/// `equivocating_writers`: one key, two histories, each sealed). A
+/// receiver takes history A from one relay, then meets history B in a
+/// session with a second relay: refused `Forked`, the proof kept. In the
+/// next session with that relay the forked stream is cut (`Frozen`) while
+/// another writer's events keep flowing, and the relay learns the proof
+/// from the receiver and freezes too. A third peer, syncing with the
+/// receiver, learns the proof first and takes nothing of the forked
+/// stream, the other writer's events all the same. On the old code the
+/// second history ended every session `ChainBroken`, kept nothing and
+/// froze nothing.
+#[test]
+fn a_forked_writer_is_proven_over_sessions_and_a_third_peer_learns_the_proof_and_freezes() {
+    testkit::for_each_seed("forked_writer_over_sessions", 0xf04c, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let key = WriterKey::from_bytes([21; 32]);
+            let stream = key.stream();
+            let mut payloads = |count: u64, tag: u8| -> Vec<bytes::Bytes> {
+                (0..count)
+                    .map(|i| bytes::Bytes::from(vec![tag, i as u8, rng.next_u64() as u8]))
+                    .collect()
+            };
+            let (common, a_len) = (payloads(2, 1), 3);
+            let (a, b) = meshlog_testkit::hostile::equivocating_writers(
+                &key,
+                &common,
+                &payloads(a_len, 2),
+                &payloads(a_len, 3),
+            );
+            let b_more = payloads(2, 4);
+            let writer_a = SharedReplica::with_commits(a, Commits::Inline);
+            let writer_b = SharedReplica::with_commits(b, Commits::Inline);
+            let (_, relay_a) = keyed(22);
+            let (_, relay_b) = keyed(23);
+            let (_, other) = keyed(24);
+            append(&other, &mut rng, 1, 6);
+            converge(&writer_a, &relay_a).await;
+            // Relay B takes B in two steps: it keeps a seal where A ends.
+            converge(&writer_b, &relay_b).await;
+            for payload in b_more {
+                writer_b.append(payload).expect("append");
+            }
+            converge(&writer_b, &relay_b).await;
+            let receiver = SharedReplica::in_memory(RECEIVER);
+            converge(&relay_a, &receiver).await;
+            let a_head = receiver.marks().get(stream);
+            // History B: refused as a fork, the proof kept.
+            let (_, receiver_end, _) =
+                sessions_until(&relay_b, &receiver, || !receiver.forks().is_empty()).await;
+            match &receiver_end {
+                Ok(SessionEnd::Stopped) => {}
+                Err(SessionError::Core(ProtocolError::Refused { source, .. })) => assert!(
+                    matches!(source, DeltaError::Forked { .. }),
+                    "seed {seed}: {source}"
+                ),
+                other => panic!("seed {seed}: the receiver's session ended {other:?}"),
+            }
+            let forks = receiver.forks();
+            assert_eq!(forks.len(), 1, "seed {seed}");
+            forks[0].verify(None).expect("the proof verifies");
+            assert_eq!(receiver.marks().get(stream), a_head, "seed {seed}");
+            // Next session: the stream is cut, the other writer flows, and
+            // the relay learns the proof.
+            append(&other, &mut rng, 1, 4);
+            converge(&other, &relay_b).await;
+            let (relay_end, receiver_end, state) = sessions_until(&relay_b, &receiver, || {
+                relay_b.forks().len() == 1
+                    && receiver.marks().get(other.stream()) == other.marks().get(other.stream())
+            })
+            .await;
+            assert!(
+                matches!(
+                    (&relay_end, &receiver_end),
+                    (Ok(SessionEnd::Stopped), Ok(SessionEnd::Stopped))
+                ),
+                "seed {seed}: {relay_end:?}, {receiver_end:?}"
+            );
+            assert_eq!(receiver.marks().get(stream), a_head, "seed {seed}");
+            assert!(
+                state.limits.iter().all(|hit| matches!(
+                    hit,
+                    LimitHit::Frozen { stream: s, head } if *s == stream && *head == a_head
+                )),
+                "seed {seed}: {:?}",
+                state.limits
+            );
+            // A third peer learns the proof first, and takes nothing of
+            // the forked stream.
+            let third = SharedReplica::in_memory(StreamId::new(0xb));
+            let (_, third_end, state) = sessions_until(&receiver, &third, || {
+                third.forks().len() == 1
+                    && third.marks().get(other.stream()) == other.marks().get(other.stream())
+            })
+            .await;
+            assert!(
+                matches!(third_end, Ok(SessionEnd::Stopped)),
+                "seed {seed}: {third_end:?}"
+            );
+            assert_eq!(third.forks(), forks, "seed {seed}");
+            assert_eq!(third.marks().get(stream), 0, "seed {seed}");
+            assert_eq!(
+                state.limits,
+                [LimitHit::Frozen { stream, head: 0 }],
+                "seed {seed}"
             );
             let log = captured_log();
-            let warned: Vec<&str> = log
-                .lines()
-                .filter(|line| line.contains("peer relayed a writer this node does not admit"))
-                .collect();
-            assert_eq!(warned.len(), 1, "seed {seed}: logged once:\n{log}");
             assert!(
-                warned[0].contains("WARN")
-                    && warned[0].contains(&s.to_string())
-                    && warned[0].contains(&stranger_key.public().to_string()),
-                "seed {seed}: {}",
-                warned[0]
+                log.contains("a writer signed two histories of its stream"),
+                "seed {seed}: not logged:\n{log}"
             );
         });
     });

@@ -6,10 +6,47 @@
 //! receiver and check that each is refused or ignored, the receiver
 //! unchanged, and that the honest delta is still taken afterwards.
 
+//!
+//! And a hostile *writer*: [`equivocating_writers`], one key that signs
+//! two histories of its stream (equivocation with valid signatures,
+//! `docs/SIGNING.md`), which no relay can forge and every receiver must
+//! prove, keep and freeze on.
+
+
+use bytes::Bytes;
 use meshlog_cursor::StreamId;
 use meshlog_replica::{
-    AdminKey, ChainHash, Compaction, Delta, DeltaError, Event, RunSeal, Seal, WriterKey,
+    AdminKey, ChainHash, Compaction, Config, Delta, DeltaError, Event, MemStore, Replica, RunSeal,
+    Seal, WriterKey,
 };
+
+/// Two replicas of one writer `key` that share the events `common`, then
+/// each write their own history: `a` on the first, `b` on the second (a
+/// writer restored from a backup and written on, or a key copied to a
+/// second machine). Both seal their stream with `key`: two histories,
+/// each validly signed. `a` and `b` should differ in their first event
+/// (else the fork is further on).
+pub fn equivocating_writers(
+    key: &WriterKey,
+    common: &[Bytes],
+    a: &[Bytes],
+    b: &[Bytes],
+) -> (Replica<MemStore>, Replica<MemStore>) {
+    let config = || Config::with_key(key.clone());
+    let mut first = Replica::open(config(), MemStore::default()).expect("an empty store opens");
+    for payload in common {
+        first.append(payload.clone()).expect("append");
+    }
+    let backup = first.store().clone();
+    let mut second = Replica::open(config(), backup).expect("the copy opens");
+    for payload in a {
+        first.append(payload.clone()).expect("append");
+    }
+    for payload in b {
+        second.append(payload.clone()).expect("append");
+    }
+    (first, second)
+}
 
 /// One tampering: what it does, the delta it makes, and the refusal due.
 #[derive(Debug, Clone)]

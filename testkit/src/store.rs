@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use meshlog_cursor::StreamId;
+use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Batch, Event, MemStore, Store, StoreMeta, StoreView};
 
 /// The error of a [`FlakyStore`]: the injected failure, or the inner
@@ -202,6 +202,12 @@ impl<S: Store> Store for FlakyStore<S> {
     fn view(&self) -> Option<StoreView> {
         self.inner.view()
     }
+
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), Self::Error> {
+        self.inner
+            .keep_checkpoints(vectors)
+            .map_err(FlakyError::Store)
+    }
 }
 
 /// A store whose commits, once its [`CommitGate`] is armed, block until
@@ -279,6 +285,10 @@ impl<S: Store> Store for HeldStore<S> {
 
     fn view(&self) -> Option<StoreView> {
         self.inner.view()
+    }
+
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), S::Error> {
+        self.inner.keep_checkpoints(vectors)
     }
 }
 

@@ -15,6 +15,8 @@ use std::process::ExitCode;
 
 use meshlog_cursor::{token, StreamId, VersionVector};
 
+pub mod keys;
+
 /// The HTTP client the subcommands talk through (the node's one client,
 /// `crate::client`, kept at this path too).
 pub use crate::client;
@@ -300,6 +302,7 @@ fn print_stale(out: &mut impl Write, stale: &Stale, json: bool) {
             resume: Some(stale.resume.clone()),
             max: None,
             limit: None,
+            checkpoint: None,
         })
         .unwrap_or_default();
         let _ = writeln!(out, "{line}");
@@ -531,6 +534,14 @@ async fn marks(args: MarksArgs) -> Result<ExitCode, ClientError> {
     );
     // Equal on nodes that hold the same heads, whatever each compacted.
     println!("chains: {}", marks.chains.hash);
+    if let Some(writer) = &marks.writer {
+        let state = match (writer.sealed, writer.recovering) {
+            (_, true) => "recovering its stream from peers",
+            (true, false) => "sealed",
+            (false, false) => "UNSEALED: a legacy stream no binding names",
+        };
+        println!("writer: {} ({state})", writer.public_key);
+    }
     println!("token:  {}", marks.token);
     print_peers(&marks.peers);
     Ok(ExitCode::SUCCESS)

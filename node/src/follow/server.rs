@@ -483,7 +483,7 @@ impl Connection {
                 let cursor = match read::cursor(&self.state.replica, after.as_deref()) {
                     Ok(cursor) => cursor,
                     Err(error) => {
-                        return refuse(self, Some(stream), "bad_token", error.to_string())
+                        return refuse(self, Some(stream), error.code(), error.to_string())
                     }
                 };
                 let name = parsed.to_string();

@@ -163,6 +163,14 @@ fn limit_text(limit: &LimitHit) -> String {
             stream.get(),
             key.map(|key| format!(" (key {key})")).unwrap_or_default()
         ),
+        LimitHit::Frozen { stream, head } => format!(
+            "stream {} refused above seq {head}: its writer forked it (GET /forks has the proof)",
+            stream.get()
+        ),
+        LimitHit::Unsealed { stream } => format!(
+            "stream {} refused: it comes unsealed (a legacy stream) and this node requires seals",
+            stream.get()
+        ),
         other => format!("{other:?}"),
     }
 }

@@ -5,10 +5,14 @@
 //! Each message the client sends is one append request: a binary message
 //! is one event (its bytes the payload, as a raw `POST /events` body), a
 //! text message a JSON batch (a `POST /events` `application/json` body,
-//! one commit, all or nothing). Each is answered, in order, by one text
-//! message: the compact append answer (stream, first and last seq, the
-//! lamport range) once the commit is durable, or the API's error body,
-//! after which the node closes the socket with a reason.
+//! one commit, all or nothing). The node's first message names the stream
+//! the socket appends to, once (`{"stream":"<id>"}`); then each message is
+//! answered, in order, by one text message: the acknowledgement (first and
+//! last seq, the lamport range: [`AppendAckJson`]) once the commit is
+//! durable, or the API's error body, after which the node closes the
+//! socket with a reason. A socket on which the client sends nothing for
+//! `append_idle_timeout`, with none of its appends unanswered, is closed
+//! (1001, `idle_timeout`).
 //!
 //! Two tasks per connection. The reader checks a message as `POST
 //! /events` checks a body (the same functions), queues its append on the
@@ -31,6 +35,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use meshlog_replica::{Event, ReplicaError};
+use serde::Serialize;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +54,26 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 type Commit = Pin<Box<dyn Future<Output = Result<Vec<Event>, ReplicaError>> + Send>>;
 
+/// The acknowledgement of one message: the compact append answer
+/// ([`AppendCompactJson`]) without the stream, which the socket's first
+/// message named once. `{}` for an empty batch.
+#[derive(Debug, Serialize)]
+struct AppendAckJson {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<[u64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lamport: Option<[u64; 2]>,
+}
+
+impl From<AppendCompactJson> for AppendAckJson {
+    fn from(answer: AppendCompactJson) -> AppendAckJson {
+        AppendAckJson {
+            seq: answer.seq,
+            lamport: answer.lamport,
+        }
+    }
+}
+
 /// What the reader hands the writer, in the order of the client's
 /// messages.
 enum Reply {
@@ -60,6 +85,9 @@ enum Reply {
     },
     /// A message refused before it was queued; the last reply.
     Refused(ApiError, u16),
+    /// The socket was idle for `append_idle_timeout`: a close, the last
+    /// reply.
+    Idle,
 }
 
 /// `GET /events/append`: upgrades to a WebSocket of appends. Its messages
@@ -120,10 +148,14 @@ async fn read_appends(
             _ = done.cancelled() => return,
             permit = Arc::clone(&permits).acquire_owned() => permit.expect("never closed"),
         };
-        let message = tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = done.cancelled() => return,
-            message = source.next() => message,
+        let Some(message) = next_message(state, &mut source, &permits, stop, done).await else {
+            return;
+        };
+        let Ok(message) = message else {
+            let _ = replies.send(Reply::Idle).await;
+            drop(replies);
+            drain(source).await;
+            return;
         };
         let payloads = match message {
             Some(Ok(Message::Binary(payload))) => Ok(vec![payload]),
@@ -143,15 +175,22 @@ async fn read_appends(
                 return;
             }
         };
-        let reply = match payloads.and_then(|payloads| {
+        let checked = payloads.and_then(|payloads| {
             check_payloads(state, &payloads)?;
             Ok(payloads)
-        }) {
+        });
+        let checked = match checked {
+            Ok(payloads) => super::handlers::recovered(state).await.map(|()| payloads),
+            Err(error) => Err(error),
+        };
+        let reply = match checked {
             Ok(payloads) => Reply::Commit {
                 commit: Box::pin(state.replica.append_batch(payloads)),
                 started: Instant::now(),
                 permit,
             },
+            // Relearning the own stream: the client may retry shortly.
+            Err(error) if error.code() == "recovering" => Reply::Refused(error, close_code::AGAIN),
             Err(error) => Reply::Refused(error, close_code::POLICY),
         };
         let refused = matches!(reply, Reply::Refused(..));
@@ -162,6 +201,36 @@ async fn read_appends(
             drop(replies);
             drain(source).await;
             return;
+        }
+    }
+}
+
+/// An idle socket: no message for this long, and no append unanswered.
+struct IdleTimeout;
+
+/// The client's next message (`None` when the node stops or the writer
+/// ended), or [`IdleTimeout`] once it sent none for `append_idle_timeout`
+/// while none of its appends was unanswered (`permits`: one is taken for
+/// the message awaited).
+async fn next_message(
+    state: &AppState,
+    source: &mut SplitStream<WebSocket>,
+    permits: &Semaphore,
+    stop: &CancellationToken,
+    done: &CancellationToken,
+) -> Option<Result<Option<Result<Message, axum::Error>>, IdleTimeout>> {
+    let idle = state.limits.append_idle_timeout;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = done.cancelled() => return None,
+            message = source.next() => return Some(Ok(message)),
+            _ = tokio::time::sleep(idle) => {
+                // An append still unanswered: the client awaits the node.
+                if permits.available_permits() + 1 >= APPENDS_IN_FLIGHT_MAX {
+                    return Some(Err(IdleTimeout));
+                }
+            }
         }
     }
 }
@@ -217,6 +286,12 @@ async fn write_replies(
         code: close_code::NORMAL,
         reason: "".into(),
     };
+    // The stream, named once: every acknowledgement is of an append to it.
+    let hello = AppendCompactJson::new(state.replica.stream(), &[]);
+    let hello = serde_json::to_string(&hello).expect("an answer is JSON");
+    if !send(&mut sink, Message::Text(hello.into()), write_timeout).await {
+        return;
+    }
     while let Some(reply) = replies.recv().await {
         // The permit goes back once the answer is written, not before:
         // an answer the client does not read counts as unanswered.
@@ -228,12 +303,20 @@ async fn write_replies(
             } => match committed(&state, started, commit.await) {
                 Ok(events) => {
                     let answer = AppendCompactJson::new(state.replica.stream(), &events);
-                    let text = serde_json::to_string(&answer).expect("an answer is JSON");
+                    let ack = AppendAckJson::from(answer);
+                    let text = serde_json::to_string(&ack).expect("an answer is JSON");
                     (text, None, Some(permit))
                 }
                 Err(error) => (error_text(&error), Some((error, close_code::ERROR)), None),
             },
             Reply::Refused(error, code) => (error_text(&error), Some((error, code)), None),
+            Reply::Idle => {
+                close = CloseFrame {
+                    code: close_code::AWAY,
+                    reason: "idle_timeout".into(),
+                };
+                break;
+            }
         };
         if !send(&mut sink, Message::Text(text.into()), write_timeout).await {
             return;

@@ -5,6 +5,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use meshlog_cursor::CheckpointName;
 use serde_json::{Map, Value};
 
 /// An error answered to an HTTP client.
@@ -14,6 +15,8 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     extra: Map<String, Value>,
+    /// Seconds for a `retry-after` header, where retrying later helps.
+    retry_after_s: Option<u32>,
 }
 
 impl ApiError {
@@ -24,7 +27,23 @@ impl ApiError {
             code,
             message: message.into(),
             extra: Map::new(),
+            retry_after_s: None,
         }
+    }
+
+    /// `503 recovering`, `retry-after: 1`: the node is relearning its own
+    /// stream from its peers before it appends again (`crate::recovery`).
+    pub fn recovering(stream: u64, head: u64) -> ApiError {
+        let mut error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "recovering",
+            format!(
+                "this node is relearning its own stream {stream} from its peers (head {head} so \
+                 far) before it appends again; retry shortly (GET /marks: writer.recovering)"
+            ),
+        );
+        error.retry_after_s = Some(1);
+        error
     }
 
     /// 426 `upgrade_required`: a WebSocket or sync route asked without
@@ -78,6 +97,15 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_token", message)
     }
 
+    /// `409 unknown_checkpoint`: the token is relative to a checkpoint
+    /// this node does not keep (`docs/TOKEN.md`, "Version 2"); `checkpoint`
+    /// names it, in hex. The request is right, the node lacks what it
+    /// refers to: resume from the token's version-1 form.
+    pub fn unknown_checkpoint(message: impl Into<String>, name: CheckpointName) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, "unknown_checkpoint", message)
+            .with("checkpoint", name.to_string().into())
+    }
+
     /// `413 body_too_large`.
     pub fn body_too_large(limit: usize) -> ApiError {
         ApiError::new(
@@ -98,8 +126,10 @@ impl ApiError {
 impl From<crate::read::ReadError> for ApiError {
     fn from(error: crate::read::ReadError) -> ApiError {
         use crate::read::ReadError;
+        let message = error.to_string();
         match error {
             ReadError::BadToken(message) => ApiError::bad_token(message),
+            ReadError::UnknownCheckpoint(name) => ApiError::unknown_checkpoint(message, name),
             ReadError::BadLimit { message, max } => {
                 ApiError::bad_limit(message).with("max", max.into())
             }
@@ -110,6 +140,12 @@ impl From<crate::read::ReadError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }

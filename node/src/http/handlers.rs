@@ -20,9 +20,9 @@ use super::error::ApiError;
 use super::json::{
     chains_json, decimal, digest_json, json_batch, ndjson_batch, object_body, vector_json,
     AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson,
-    ErrorJson, EventJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
+    ErrorJson, EventJson, ForksJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
     PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload,
-    Representation, VerifiedJson, COMPACT_MEDIA_TYPE,
+    Representation, UnsealedReason, VerifiedJson, WriterJson, COMPACT_MEDIA_TYPE,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -73,6 +73,9 @@ type Shared = State<Arc<AppState>>;
             links(("resume" = (operation_id = "get_events",
                 parameters(("after" = "$response.body#/resume")),
                 description = "Accept the gap and page on from `resume`.")))),
+        (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
+            checkpoint this node does not keep (`checkpoint` names it); resume from the token's \
+            version-1 form, which a node that keeps the checkpoint answers.", body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
     )
 )]
@@ -150,6 +153,8 @@ fn compact_response(status: StatusCode, body: &impl serde::Serialize) -> Respons
                 parameters(("after" = "$response.body#/next")),
                 description = "The following page: `next` as `after`, on either route.")))),
         (status = 400, description = "`bad_body`, `bad_token` or `bad_limit`.", body = ErrorJson),
+        (status = 409, description = "`unknown_checkpoint`, as on `GET /events`.",
+            body = ErrorJson),
         (status = 410, description = "`stale_cursor`, as on `GET /events`.", body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
     )
@@ -191,8 +196,9 @@ fn page(
         state.metrics.pages_behind.inc();
     }
     state.metrics.pages.inc();
-    let next = token::encode_text(&page.next)
-        .map_err(|error| ApiError::internal(format!("cannot encode the next token: {error}")))?;
+    // The shortest token the replica writes: version 2 against a
+    // checkpoint it keeps (gossiped to its peers), or version 1.
+    let next = page.token.clone();
     Ok(match representation {
         Representation::Json => Json(PageJson {
             events: page.events.iter().map(EventJson::from).collect(),
@@ -246,6 +252,9 @@ fn page(
         (status = 413, description = "`payload_too_large` (one payload over the replica's \
             limit, default 1 MiB; nothing appended) or `body_too_large`.", body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
+        (status = 503, description = "`recovering`: the node is relearning its own stream \
+            from its peers (at start, or a data directory restored from a backup); or \
+            `too_many_connections`. Both with `retry-after: 1`.", body = ErrorJson),
     )
 )]
 pub async fn post_events(
@@ -275,6 +284,7 @@ pub async fn post_events(
         _ => vec![body],
     };
     check_payloads(&state, &payloads)?;
+    recovered(&state).await?;
     let started = Instant::now();
     let events = committed(&state, started, state.replica.append_batch(payloads).await)?;
     if representation(&headers) == Representation::Compact {
@@ -310,6 +320,21 @@ pub(super) fn check_payloads(state: &AppState, payloads: &[Bytes]) -> Result<(),
     }
 }
 
+/// Every append route waits here, briefly, while the node relearns its
+/// own stream from its peers (`crate::recovery`), and is refused `503
+/// recovering` if it still does: appending then would fork the stream.
+pub(super) async fn recovered(state: &AppState) -> Result<(), ApiError> {
+    if state.replica.wait_recovered().await {
+        return Ok(());
+    }
+    state.metrics.appends_refused.inc();
+    let stream = state.replica.stream();
+    Err(ApiError::recovering(
+        stream.get(),
+        state.replica.marks().get(stream),
+    ))
+}
+
 /// What every append route does with a commit's outcome: counts it (the
 /// events, the commit's latency from `started`, or the refusal) and turns
 /// a refusal into the API's error.
@@ -322,6 +347,7 @@ pub(super) fn committed(
         state.metrics.appends_refused.inc();
         match error {
             ReplicaError::PayloadTooLarge { len, limit, .. } => payload_too_large(0, len, limit),
+            ReplicaError::Recovering { stream, head } => ApiError::recovering(stream.get(), head),
             error => ApiError::internal(error.to_string()),
         }
     })?;
@@ -382,8 +408,35 @@ pub async fn marks(State(state): Shared) -> Result<Json<MarksJson>, ApiError> {
         token,
         digest: digest_json(digest),
         chains: chains_json(&replica.chain_digest()),
+        writer: Some(WriterJson {
+            public_key: replica.writer_key().to_string(),
+            sealed: replica.sealed(),
+            // The one way a node writes unsealed (`crate::replica`).
+            unsealed_reason: (!replica.sealed()).then_some(UnsealedReason::UnboundLegacyStream),
+            recovering: replica.is_recovering(),
+        }),
         peers,
     }))
+}
+
+/// `GET /forks`.
+#[utoipa::path(
+    get,
+    path = "/forks",
+    tag = "node",
+    summary = "The streams this node holds proven forked, with their proofs",
+    description = "A stream whose writer signed two histories (equivocation with valid \
+        signatures, `docs/SIGNING.md`): the node keeps the first proof and freezes the \
+        stream (it takes nothing of it above what it held). Read-only; a peer learns each \
+        proof over sync.",
+    responses((status = 200, description = "The proofs kept (none: an empty list).",
+        body = ForksJson)),
+)]
+pub async fn forks(State(state): Shared) -> Json<ForksJson> {
+    let forks = state.replica.forks();
+    Json(ForksJson {
+        forks: forks.iter().map(super::json::fork_json).collect(),
+    })
 }
 
 /// `GET /health`.

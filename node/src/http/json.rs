@@ -501,6 +501,10 @@ pub struct ErrorJson {
     /// `body_too_large` and `payload_too_large`: the limit in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// `unknown_checkpoint`: the name (32 hex digits) of the checkpoint the
+    /// token is relative to, which this node does not keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 impl ErrorJson {
@@ -604,6 +608,63 @@ pub fn chains_json(digest: &meshlog_replica::ChainDigest) -> ChainsJson {
     }
 }
 
+/// `GET /forks`: the streams this node holds proven forked
+/// (`docs/SIGNING.md`, "Equivocation with valid signatures").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForksJson {
+    /// One per forked stream, streams ascending.
+    pub forks: Vec<ForkJson>,
+}
+
+/// One forked stream and the proof of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkJson {
+    /// The forked stream (its decimal id); frozen on this node.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$", example = "1")]
+    pub stream: String,
+    /// The seq at which the two histories' chain hashes differ: they
+    /// diverge at or below it.
+    pub seq: u64,
+    /// The writer's public key that signed both, 64 hex digits.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub key: String,
+    /// The two signed chain heads (each branch's seal).
+    pub heads: Vec<ForkHeadJson>,
+    /// The whole proof, standard base64 of `ForkProof::to_bytes`
+    /// (`docs/SIGNING.md` gives its layout): check it with
+    /// `ForkProof::verify`, or by hand.
+    pub proof: String,
+}
+
+/// One signed chain head of a fork.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkHeadJson {
+    /// The seq the seal is at.
+    pub seq: u64,
+    /// The chain hash it signs, 64 hex digits.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub hash: String,
+}
+
+/// A kept fork proof as JSON.
+pub fn fork_json(proof: &meshlog_replica::ForkProof) -> ForkJson {
+    use base64::Engine;
+    ForkJson {
+        stream: decimal(proof.stream()),
+        seq: proof.seq,
+        key: proof.key.to_string(),
+        heads: proof
+            .branches
+            .iter()
+            .map(|branch| ForkHeadJson {
+                seq: branch.seal.seq,
+                hash: branch.seal.head.to_string(),
+            })
+            .collect(),
+        proof: base64::engine::general_purpose::STANDARD.encode(proof.to_bytes()),
+    }
+}
+
 /// One dialed peer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PeerJson {
@@ -673,8 +734,43 @@ pub struct MarksJson {
     /// answer has none).
     #[serde(default)]
     pub chains: ChainsJson,
+    /// This node's writer: its public key and whether it seals its
+    /// stream (an older node's answer has none).
+    #[serde(default)]
+    pub writer: Option<WriterJson>,
     /// The dialed peers.
     pub peers: Vec<PeerJson>,
+}
+
+/// `GET /marks`' `writer`: the node's writer key, and whether peers can
+/// verify its stream (`docs/SIGNING.md`, the upgrade policy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WriterJson {
+    /// The writer's public key, 64 hex digits (`meshlog key show` prints
+    /// it as the `writers` entry other nodes take).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub public_key: String,
+    /// Whether the node seals its stream (its key derives the stream, or
+    /// the trust configuration binds it to this legacy stream).
+    pub sealed: bool,
+    /// Why not, when it does not: `unbound_legacy_stream` (a data
+    /// directory from before signed streams whose key no `writers =
+    /// ["KEY@STREAM"]` entry or admin binding names for it; peers that
+    /// require seals refuse its events). `null` when sealed.
+    pub unsealed_reason: Option<UnsealedReason>,
+    /// Whether the node is relearning its own stream from its peers
+    /// before it appends again (a data directory restored from an old
+    /// backup); appends answer `503 recovering` meanwhile.
+    #[serde(default)]
+    pub recovering: bool,
+}
+
+/// Why a node writes its stream unsealed ([`WriterJson::unsealed_reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UnsealedReason {
+    /// A legacy stream its key does not derive, and no binding names.
+    UnboundLegacyStream,
 }
 
 /// `POST /compact`'s answer.

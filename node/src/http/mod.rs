@@ -40,6 +40,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/events/query", post(handlers::query_events))
         .route("/events/append", get(append_socket::append_upgrade))
         .route("/marks", get(handlers::marks))
+        .route("/forks", get(handlers::forks))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .route("/compact", post(handlers::compact))

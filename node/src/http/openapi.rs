@@ -44,6 +44,7 @@ use super::json;
         handlers::post_events,
         handlers::query_events,
         handlers::marks,
+        handlers::forks,
         handlers::health,
         handlers::metrics,
         handlers::compact,
@@ -300,6 +301,8 @@ impl Modify for Contract {
                 ("sec-websocket-accept" = String))),
         (status = 400, description = "`bad_stream`, `bad_token` or `bad_query`.",
             body = json::ErrorJson),
+        (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
+            checkpoint this node does not keep, as on `GET /events`.", body = json::ErrorJson),
         (status = 426, description = "`upgrade_required`: not a WebSocket upgrade.",
             body = json::ErrorJson),
         (status = 503, description = "`too_many_followers` (more than `followers_max` \
@@ -319,9 +322,11 @@ fn follow() {}
         `Sec-WebSocket-Version: 13`, `Sec-WebSocket-Key`) for clients that pipeline appends. \
         Each message the client sends is one append: a binary message is one event (its bytes \
         the payload), a text message a batch (the `application/json` body `POST /events` \
-        takes; one commit, all or nothing). Each is answered, in the order sent, by one text \
-        message once its commit is durable: `AppendCompactJson` (the stream, the first and \
-        last seq, the lamport range). A refused message (`bad_body`, `payload_too_large`, \
+        takes; one commit, all or nothing). The node's first message names the stream, once \
+        (`{\"stream\":\"<id>\"}`); then each message is answered, in the order sent, by one \
+        text message once its commit is durable: `{\"seq\":[first,last],\"lamport\":[first,last]}` \
+        (`AppendCompactJson` without the stream). A socket idle for `append_idle_timeout_ms` \
+        is closed (1001, `idle_timeout`). A refused message (`bad_body`, `payload_too_large`, \
         `message_too_large` over `body_bytes_max`) is answered by `ErrorJson`, then a close \
         whose reason is the code. At most 64 messages are read and not yet answered; the node \
         reads no further until one is. The messages, byte for byte, are in `docs/HTTP.md`.",
@@ -433,6 +438,7 @@ mod tests {
             ("get", "/events"),
             ("post", "/events/query"),
             ("get", "/marks"),
+            ("get", "/forks"),
             ("get", "/follow"),
             ("post", "/events"),
             ("get", "/events/append"),

@@ -129,6 +129,30 @@ pub(super) fn decode_seals(
     Ok((body[..32].try_into().expect("32 bytes"), seals))
 }
 
+/// A `forks` table record: a proof's encoding (`ForkProof::to_bytes`)
+/// and a crc32 over the stream and it.
+pub(super) fn encode_fork(stream: StreamId, proof: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(proof.len() + 4);
+    record.extend_from_slice(proof);
+    let crc = record_crc(&stream.get().to_le_bytes(), proof);
+    record.extend_from_slice(&crc.to_le_bytes());
+    record
+}
+
+/// A stream's `forks` record's proof bytes, or why it is not one (too
+/// short, or a checksum that fails). Total.
+pub(super) fn decode_fork(stream: StreamId, record: &[u8]) -> Result<&[u8], String> {
+    let Some(body_len) = record.len().checked_sub(4) else {
+        return Err(format!("{} bytes, fewer than a checksum", record.len()));
+    };
+    let (body, crc) = record.split_at(body_len);
+    let crc = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
+    if crc != record_crc(&stream.get().to_le_bytes(), body) {
+        return Err("it fails its checksum".to_string());
+    }
+    Ok(body)
+}
+
 pub(super) fn encode_clock(clock: u64) -> [u8; 12] {
     encode_count(META_CLOCK, clock)
 }

@@ -1,105 +1,325 @@
-//! The commit path through the write-ahead segment, and its recovery.
+//! The commit path through the write-ahead segment, the fold thread, and
+//! recovery.
 //!
 //! A commit is checked against the heads (`plan`), appended to the
 //! segment as one record and synced (`fdatasync`): from then on it is
-//! durable, and [`Store::commit`](crate::Store::commit) may return. It is
-//! then folded into redb in a write transaction that is *not* durable
-//! (`Durability::None`): redb's readers see it at once, so the store's
-//! view serves it, but redb writes nothing to disk for it until a durable
-//! commit. Every [`DiskOptions::checkpoint_records`](super::DiskOptions)
-//! records (or bytes), the fold is a durable commit instead, which makes
-//! every fold before it durable too; then the segment is emptied. The
-//! `meta` record `"folded"`, written in each fold's transaction, says which
-//! record redb holds last, so the records of the segment at or below it
-//! are known folded, whatever the segment still holds.
+//! durable, and [`Store::commit`](crate::Store::commit) returns. The fold
+//! thread writes it into redb later, in a write transaction that is *not*
+//! durable (`Durability::None`), together with every other record that
+//! waited meanwhile. Until redb holds it, reads serve it from memory
+//! (`overlay`): a view is a redb snapshot and the records after it.
+//!
+//! What the fold may lag is bounded ([`DiskOptions::unfolded_records_max`],
+//! [`DiskOptions::unfolded_bytes_max`]): a commit
+//! that finds the overlay full waits for the fold, so memory stays
+//! bounded whatever the disk does.
+//!
+//! Every [`DiskOptions::checkpoint_records`] records
+//! (or bytes) the fold thread checkpoints: it holds the segment (commits
+//! wait for that moment), folds what is left in one *durable* redb commit,
+//! which makes every fold before it durable too, and empties the segment.
+//! The `meta` record `"folded"`, written in each fold's transaction, says
+//! which record redb holds last, so the records of the segment at or below
+//! it are known folded, whatever the segment still holds.
 //!
 //! On open, the records after `"folded"` are folded again, in order, and
-//! a checkpoint follows; a torn tail record is cut with a warning; damage
-//! before the tail is refused (`segment::scan`). redb itself opens on its
-//! last durable commit, which recorded its allocator state ("quick
-//! repair"), so it reads no more of the file than a clean open does.
+//! a checkpoint follows, before the thread starts; a torn tail record is
+//! cut with a warning; damage before the tail is refused
+//! (`segment::scan`). redb itself opens on its last durable commit, which
+//! recorded its allocator state ("quick repair"), so it reads no more of
+//! the file than a clean open does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
 use redb::ReadableDatabase;
 
 use super::codec::{decode_count, encode_count, META_FOLDED};
-use super::error::guarded;
+use super::error::{engine_error, guarded};
+use super::overlay::{Overlay, Unfolded};
 use super::record::decode_batch;
-use super::segment::scan;
-use super::{DiskError, DiskStore, META};
-use crate::Batch;
+use super::segment::{scan, Segment};
+use super::{begin_write_with, plan, Db, DiskError, DiskOptions, DiskStore, Recovery, META};
+use crate::{Batch, Digest, StoreMeta};
 
-impl DiskStore {
-    /// Makes `batch` durable in the segment, then folds it into redb; a
-    /// checkpoint every so many records. Refused, with nothing written, if
-    /// it leaves a hole; refused altogether after a failure that may have
-    /// left redb behind the segment.
-    pub(super) fn commit_to_segment(&mut self, batch: &Batch) -> Result<(), DiskError> {
-        if self.broken {
-            return Err(DiskError::Segment {
-                path: self.segment.path().to_path_buf(),
-                offset: self.segment.len(),
-                detail: "an earlier commit failed after its record may have reached the \
-                         segment; reopen the store to replay it"
-                    .to_string(),
-            });
-        }
-        let touched = self.plan(batch)?;
-        let number = self.folded + 1;
-        // Until the fold is done, redb may lack a record the segment has.
-        self.broken = true;
-        self.segment.append(number, batch)?;
-        let (records_max, bytes_max) = self.checkpoint_at;
-        let checkpoint = self.segment.records() >= records_max || self.segment.len() >= bytes_max;
-        self.fold(batch, touched, number, checkpoint)?;
-        if checkpoint {
-            self.segment.reset()?;
-        }
-        self.broken = false;
-        Ok(())
+/// What the fold thread writes with: redb, and what redb holds.
+pub(super) struct Folder {
+    pub(super) dir: PathBuf,
+    pub(super) path: PathBuf,
+    pub(super) db: Arc<Db>,
+    /// What redb holds (the store's `meta` is what the commits returned).
+    pub(super) meta: StoreMeta,
+    /// How many blocks the blocks table holds.
+    pub(super) blocks: u64,
+    /// Scratch for laying out a block value.
+    pub(super) value: Vec<u8>,
+    /// The number of the last segment record redb holds.
+    pub(super) folded: u64,
+}
+
+/// How the fold thread and the committer share the unfolded records.
+#[derive(Debug, Default)]
+pub(super) struct FoldShared {
+    state: Mutex<FoldState>,
+    /// Notified whenever `state` changes.
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct FoldState {
+    /// The records appended and not yet folded, in order.
+    pending: VecDeque<Arc<Unfolded>>,
+    /// Their bytes ([`Unfolded::bytes`]).
+    pending_bytes: u64,
+    /// The most records and bytes `pending` holds before a commit waits.
+    max: (usize, u64),
+    /// The fold failed: redb lacks records the segment holds, and no
+    /// commit may follow until the store is reopened and replays them.
+    failed: Option<String>,
+    /// An append failed after its record may have reached the segment:
+    /// no commit and no checkpoint (which would empty the segment) may
+    /// follow until the store is reopened.
+    broken: bool,
+    /// The test hook [`DiskStore::hold_fold`]: fold only what the bounds
+    /// force.
+    held: bool,
+    /// The store is closing: fold what is left, checkpoint, stop.
+    stop: bool,
+}
+
+impl FoldState {
+    fn full(&self) -> bool {
+        !self.pending.is_empty()
+            && (self.pending.len() >= self.max.0 || self.pending_bytes >= self.max.1)
+    }
+}
+
+/// How many commits the fold has yet to write into redb, and their bytes
+/// ([`DiskStore::fold_lag`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FoldLag {
+    /// Commits served from memory, not yet in redb.
+    pub records: u64,
+    /// Their events' bytes (payloads and per-event overhead).
+    pub bytes: u64,
+}
+
+pub(super) fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl FoldShared {
+    /// With the bounds on the overlay of `options`.
+    pub(super) fn new(options: &DiskOptions) -> FoldShared {
+        let shared = FoldShared::default();
+        locked(&shared.state).max = (
+            options.unfolded_records_max.max(1),
+            options.unfolded_bytes_max,
+        );
+        shared
     }
 
-    /// Writes `batch`, record `number` of the segment, into redb in one
-    /// write transaction, durable or not, and then into the store's
-    /// metadata. `touched` is what `plan` answered for it.
-    fn fold(
+    /// Why no commit may follow, if one may not.
+    fn refusal(&self) -> Option<String> {
+        let state = locked(&self.state);
+        if let Some(why) = &state.failed {
+            return Some(format!(
+                "the fold into redb failed ({why}); reopen the store to replay the segment"
+            ));
+        }
+        state.broken.then(|| {
+            "an earlier commit failed after its record may have reached the segment; reopen \
+             the store to replay it"
+                .to_string()
+        })
+    }
+
+    /// Waits while the overlay is full (the fold makes room, or fails).
+    fn wait_for_room(&self) {
+        let mut state = locked(&self.state);
+        while state.full() && state.failed.is_none() {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn push(&self, record: Arc<Unfolded>) {
+        let mut state = locked(&self.state);
+        state.pending_bytes += record.bytes;
+        state.pending.push_back(record);
+        self.changed.notify_all();
+    }
+
+    /// The records a view serves besides redb's snapshot: take it before
+    /// the snapshot, so that the snapshot holds at least every record
+    /// before them.
+    pub(super) fn overlay(&self) -> Overlay {
+        Overlay::new(locked(&self.state).pending.iter().cloned().collect())
+    }
+
+    /// The next records to fold, once there are any (and the hook does
+    /// not hold them back); `None` once the store is closing and every
+    /// record is folded.
+    fn next_records(&self) -> Option<Vec<Arc<Unfolded>>> {
+        let mut state = locked(&self.state);
+        loop {
+            let due = !state.pending.is_empty() && (!state.held || state.full() || state.stop);
+            if due {
+                return Some(state.pending.iter().cloned().collect());
+            }
+            if state.stop {
+                return None;
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// The first `count` pending records are in redb now.
+    fn folded(&self, count: usize) {
+        let mut state = locked(&self.state);
+        for record in state.pending.drain(..count).collect::<Vec<_>>() {
+            state.pending_bytes -= record.bytes;
+        }
+        self.changed.notify_all();
+    }
+
+    fn fail(&self, error: &DiskError) {
+        tracing::error!(%error, "the fold into redb failed; the store refuses commits until reopened");
+        locked(&self.state).failed = Some(error.to_string());
+        self.changed.notify_all();
+    }
+
+    /// The fold thread panicked: nothing will make room in the overlay
+    /// again, so commits are refused rather than left waiting.
+    pub(super) fn panicked(&self, why: String) {
+        tracing::error!(%why, "the fold thread stopped; the store refuses commits until reopened");
+        locked(&self.state).failed.get_or_insert(why);
+        self.changed.notify_all();
+    }
+
+    fn usable(&self) -> bool {
+        let state = locked(&self.state);
+        state.failed.is_none() && !state.broken
+    }
+
+    fn lag(&self) -> FoldLag {
+        let state = locked(&self.state);
+        FoldLag {
+            records: state.pending.len() as u64,
+            bytes: state.pending_bytes,
+        }
+    }
+}
+
+/// The fold thread: folds what waits, checkpoints when the segment is
+/// due, and on close folds the rest and checkpoints once more.
+pub(super) fn run(
+    mut folder: Folder,
+    shared: Arc<FoldShared>,
+    segment: Arc<Mutex<Segment>>,
+    checkpoint_at: (u64, u64),
+) {
+    while let Some(records) = shared.next_records() {
+        if let Err(error) = folder.fold(&records, false) {
+            return shared.fail(&error);
+        }
+        shared.folded(records.len());
+        let due = {
+            let segment = locked(&segment);
+            segment.records() >= checkpoint_at.0 || segment.len() >= checkpoint_at.1
+        };
+        if due {
+            if let Err(error) = checkpoint(&mut folder, &shared, &segment) {
+                return shared.fail(&error);
+            }
+        }
+    }
+    if locked(&segment).len() > 0 {
+        if let Err(error) = checkpoint(&mut folder, &shared, &segment) {
+            tracing::warn!(
+                %error,
+                "the checkpoint on close failed; the next open replays the segment"
+            );
+        }
+    }
+}
+
+/// Holds the segment (a commit waits meanwhile: every record appended is
+/// then pending), folds what is pending in one durable commit and empties
+/// the segment. Not after a failed append: redb may lack a record the
+/// segment holds, and emptying it would lose it.
+fn checkpoint(
+    folder: &mut Folder,
+    shared: &FoldShared,
+    segment: &Mutex<Segment>,
+) -> Result<(), DiskError> {
+    let mut segment = locked(segment);
+    if !shared.usable() {
+        return Ok(());
+    }
+    let rest: Vec<Arc<Unfolded>> = locked(&shared.state).pending.iter().cloned().collect();
+    folder.fold(&rest, true)?;
+    shared.folded(rest.len());
+    segment.reset()
+}
+
+impl Folder {
+    /// Writes `records` (the next after `folded`, in order) into redb in
+    /// one write transaction, durable or not, with the `"folded"` record;
+    /// with none, only the `"folded"` record (a checkpoint).
+    pub(super) fn fold(
         &mut self,
-        batch: &Batch,
-        touched: BTreeMap<StreamId, (u64, u64)>,
-        number: u64,
+        records: &[Arc<Unfolded>],
         durable: bool,
     ) -> Result<(), DiskError> {
-        let clock = self.meta.clock.max(batch.clock);
-        let mut digest = self.meta.digest.unwrap_or_default();
-        let blocks_before = self.blocks;
-        let txn = self.begin_write_with(durable)?;
+        let number = records.last().map_or(self.folded, |record| record.number);
+        let txn = begin_write_with(&self.db, durable, self.engine("begin write"))?;
         let path = self.path.clone();
-        let written = guarded(&path, "writing it", || {
-            self.write_blocks(&txn, batch, &mut digest)?;
-            self.write_records(&txn, batch, &touched, clock, digest, blocks_before)?;
+        guarded(&path, "writing it", || {
+            for record in records {
+                self.fold_one(&txn, &record.batch, &record.touched)?;
+            }
             txn.open_table(META)
                 .map_err(self.engine("open meta table"))?
                 .insert(META_FOLDED, encode_count(META_FOLDED, number).as_slice())
                 .map_err(self.engine("write folded"))?;
             txn.commit().map_err(self.engine("commit"))
-        });
-        if let Err(error) = written {
-            // Nothing was committed: the count is the stored one again.
-            self.blocks = blocks_before;
-            return Err(error);
-        }
+        })?;
         self.folded = number;
+        Ok(())
+    }
+
+    /// Writes one commit in `txn`, and records it in `meta`. A failure
+    /// leaves `meta` and the block count ahead of redb: the fold has
+    /// failed then, and the store is reopened before anything follows.
+    fn fold_one(
+        &mut self,
+        txn: &redb::WriteTransaction,
+        batch: &Batch,
+        touched: &BTreeMap<StreamId, (u64, u64)>,
+    ) -> Result<(), DiskError> {
+        let clock = self.meta.clock.max(batch.clock);
+        let mut digest = self.meta.digest.unwrap_or_default();
+        let blocks_before = self.blocks;
+        self.write_blocks(txn, batch, &mut digest)?;
+        self.write_records(txn, batch, touched, clock, digest, blocks_before)?;
         self.meta.digest = Some(digest);
-        for (stream, (floor, head)) in touched {
+        for (&stream, &(floor, head)) in touched {
             self.meta.floor.advance(stream, floor);
             self.meta.heads.advance(stream, head);
         }
         self.meta.clock = clock;
         self.meta.record_chains(batch);
         self.meta.record_seals(batch);
+        self.meta.record_forks(batch);
         Ok(())
     }
 
@@ -120,17 +340,22 @@ impl DiskStore {
     /// Folds the segment's records after `"folded"` into redb, cuts a torn
     /// tail, and checkpoints: from then on the segment is empty and redb
     /// holds every commit durably, with its allocator state recorded.
-    pub(super) fn replay_segment(&mut self) -> Result<(), DiskError> {
+    pub(super) fn replay(
+        &mut self,
+        segment: &mut Segment,
+        recovery: &mut Recovery,
+    ) -> Result<(), DiskError> {
         let started = std::time::Instant::now();
-        let bytes = Bytes::from(self.segment.read_all()?);
+        let bytes = Bytes::from(segment.read_all()?);
         // Even with nothing to replay the open ends in a checkpoint: after
         // an open on which redb walked the file (asked to, or a file of an
         // older format), its allocator state is recorded only by a durable
         // commit, and until one the next crash would walk the file again.
         if bytes.is_empty() {
-            return self.checkpoint();
+            self.fold(&[], true)?;
+            return segment.reset();
         }
-        let segment_path = self.segment.path().to_path_buf();
+        let segment_path = segment.path().to_path_buf();
         let found = scan(&bytes, self.folded, &segment_path)?;
         let bad = |offset: usize, detail: String| DiskError::Segment {
             path: segment_path.clone(),
@@ -154,13 +379,13 @@ impl DiskStore {
             }
             let (_, batch) = decode_batch(&bytes.slice(body.clone()))
                 .map_err(|why| bad(body.start, format!("record {number}: {why}")))?;
-            let touched = self.plan(&batch).map_err(|error| {
+            let touched = plan(&self.meta, &self.path, &batch).map_err(|error| {
                 bad(
                     body.start,
                     format!("record {number} does not apply: {error}"),
                 )
             })?;
-            self.fold(&batch, touched, number, false)?;
+            self.fold(&[Arc::new(Unfolded::new(number, &batch, touched))], false)?;
             replayed += 1;
         }
         if let Some((offset, dropped, why)) = &found.torn {
@@ -172,10 +397,11 @@ impl DiskStore {
                 "cut a torn record from the segment's tail: an append a crash interrupted, \
                  never acknowledged"
             );
-            self.recovery.torn_bytes = *dropped;
+            recovery.torn_bytes = *dropped;
         }
-        self.recovery.replayed = replayed;
-        self.checkpoint()?;
+        recovery.replayed = replayed;
+        self.fold(&[], true)?;
+        segment.reset()?;
         tracing::info!(
             path = %segment_path.display(),
             replayed,
@@ -186,39 +412,134 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Makes every fold durable in redb (one durable commit), then empties
-    /// the segment.
-    pub(super) fn checkpoint(&mut self) -> Result<(), DiskError> {
-        let txn = self.begin_write()?;
-        let path = self.path.clone();
-        guarded(&path, "writing it", || {
-            txn.open_table(META)
-                .map_err(self.engine("open meta table"))?
-                .insert(
-                    META_FOLDED,
-                    encode_count(META_FOLDED, self.folded).as_slice(),
-                )
-                .map_err(self.engine("write folded"))?;
-            txn.commit().map_err(self.engine("checkpoint"))
-        })?;
-        self.segment.reset()
+    pub(super) fn engine<E: Into<redb::Error>>(
+        &self,
+        op: &'static str,
+    ) -> impl FnOnce(E) -> DiskError + '_ {
+        move |error| engine_error(&self.dir, &self.path, op, error.into())
+    }
+
+    pub(super) fn corrupt(&self, detail: impl Into<String>) -> DiskError {
+        DiskError::Corrupt {
+            path: self.path.clone(),
+            detail: detail.into(),
+        }
+    }
+}
+
+impl DiskStore {
+    /// Makes `batch` durable in the segment and hands it to the fold
+    /// thread. Refused, with nothing written, if it leaves a hole; refused
+    /// altogether after a failure that may have left redb behind the
+    /// segment. Waits first while the overlay is full.
+    pub(super) fn commit_to_segment(&mut self, batch: &Batch) -> Result<(), DiskError> {
+        let refused = |store: &DiskStore, detail: String| {
+            let segment = locked(&store.segment);
+            DiskError::Segment {
+                path: segment.path().to_path_buf(),
+                offset: segment.len(),
+                detail,
+            }
+        };
+        if let Some(why) = self.fold.refusal() {
+            return Err(refused(self, why));
+        }
+        let touched = plan(&self.meta, &self.path, batch)?;
+        let digest = self.digest_after(batch)?;
+        let number = self.number + 1;
+        let record = Arc::new(Unfolded::new(number, batch, touched));
+        self.fold.wait_for_room();
+        if let Some(why) = self.fold.refusal() {
+            return Err(refused(self, why));
+        }
+        {
+            // The record is pending before the segment is let go: a
+            // checkpoint, which holds the segment, then folds it before it
+            // empties the segment.
+            let mut segment = locked(&self.segment);
+            if let Err(error) = segment.append(number, batch) {
+                locked(&self.fold.state).broken = true;
+                return Err(error);
+            }
+            self.fold.push(Arc::clone(&record));
+        }
+        self.number = number;
+        self.meta.digest = Some(digest);
+        self.meta.clock = self.meta.clock.max(batch.clock);
+        for (&stream, &(floor, head)) in &record.touched {
+            self.meta.floor.advance(stream, floor);
+            self.meta.heads.advance(stream, head);
+        }
+        self.meta.record_chains(batch);
+        self.meta.record_seals(batch);
+        self.meta.record_forks(batch);
+        Ok(())
+    }
+
+    /// The digest after `batch`: the events its floors drop (read through
+    /// the current view, from redb or the overlay) out, its events in.
+    fn digest_after(&self, batch: &Batch) -> Result<Digest, DiskError> {
+        let mut digest = self.meta.digest.unwrap_or_default();
+        let mut floors: BTreeMap<StreamId, u64> = BTreeMap::new();
+        for &(stream, floor_seq) in &batch.floors {
+            let floor = *floors
+                .entry(stream)
+                .or_insert_with(|| self.meta.floor.get(stream));
+            let last = floor_seq.min(self.meta.heads.get(stream));
+            if floor_seq > floor && last > floor {
+                let view = self.current_view()?;
+                let mut scan = view.merged_scan(stream, floor + 1, last)?;
+                while let Some(event) = scan.next_event()? {
+                    digest.remove(&event);
+                }
+            }
+            floors.insert(stream, floor.max(floor_seq));
+        }
+        for event in batch.events() {
+            digest.add(event);
+        }
+        Ok(digest)
+    }
+
+    /// A test hook: while `held`, the fold thread folds only what the
+    /// bounds on the overlay force ([`DiskOptions::unfolded_records_max`]),
+    /// so that reads between commits are served from the overlay.
+    pub fn hold_fold(&self, held: bool) {
+        locked(&self.fold.state).held = held;
+        self.fold.changed.notify_all();
+    }
+
+    /// How far the fold lags: the commits served from memory, not yet
+    /// written into redb.
+    pub fn fold_lag(&self) -> FoldLag {
+        self.fold.lag()
+    }
+
+    /// Stops the fold thread: it folds what is left and checkpoints
+    /// (unless a failure forbids it), then exits.
+    pub(super) fn stop_fold(&mut self) {
+        let Some(thread) = self.fold_thread.take() else {
+            return;
+        };
+        {
+            let mut state = locked(&self.fold.state);
+            state.stop = true;
+            state.held = false;
+        }
+        self.fold.changed.notify_all();
+        if thread.join().is_err() {
+            tracing::error!(
+                path = %self.path.display(),
+                "the fold thread panicked; the next open replays the segment"
+            );
+        }
     }
 }
 
 impl Drop for DiskStore {
-    /// A clean close: a checkpoint, so that the next open replays nothing.
-    /// Not after a failed commit (redb may lack a record the segment
-    /// holds, and the checkpoint would empty it), and a failure here is
-    /// only logged: the segment still holds every commit.
+    /// A clean close: the fold thread folds the rest and checkpoints, so
+    /// that the next open replays nothing.
     fn drop(&mut self) {
-        if self.broken || self.segment.len() == 0 {
-            return;
-        }
-        if let Err(error) = self.checkpoint() {
-            tracing::warn!(
-                %error,
-                "the checkpoint on close failed; the next open replays the segment"
-            );
-        }
+        self.stop_fold();
     }
 }

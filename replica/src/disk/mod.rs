@@ -9,7 +9,8 @@
 //!   its chain hash at the floor and at the head and whether it is
 //!   anchored (`docs/SIGNING.md`); table `seals` maps a stream received
 //!   sealed to the key pinned for it and the seals kept (added within
-//!   format 4: a file without it holds no pins); table `meta` holds the lamport
+//!   format 4: a file without it holds no pins); table `checkpoints` the
+//!   checkpoints kept (added within format 5, `checkpoints`); table `meta` holds the lamport
 //!   clock, the digest, the number of blocks and the format version. Every
 //!   record carries a crc32 over its key and content, so a damaged value is
 //!   named, not served.
@@ -23,9 +24,11 @@
 //!   reported rather than silently replaced by an empty log.
 //!
 //! Every [`Store::commit`] is one record appended to the write-ahead
-//! segment `meshlog.wal` and synced (`fdatasync`) before `commit` returns,
-//! then folded into redb without durability; a checkpoint every so many
-//! commits makes redb durable and empties the segment (`fold`, `segment`).
+//! segment `meshlog.wal` and synced (`fdatasync`) before `commit` returns;
+//! a fold thread then writes it into redb without durability, and until
+//! it has, reads serve it from memory (`overlay`); a checkpoint every so
+//! many commits makes redb durable and empties the segment (`fold`,
+//! `segment`).
 //! Recovery on [`DiskStore::open`] opens redb on its last checkpoint
 //! (which recorded redb's allocator state, so no page is walked), checks
 //! meshlog's own records, and replays the segment's tail:
@@ -42,16 +45,23 @@
 //! # Layout
 //!
 //! - `block`: a block's layout, its checks, and the builder.
+//! - `checkpoints`: the `checkpoints` table, written apart from the
+//!   segment.
 //! - `codec`: the records of the `streams`, `chains`, `seals` and `meta`
 //!   tables.
 //! - `error`: [`DiskError`] and the helpers that build it.
 //! - `segment`: the write-ahead segment's file, its framing and its scan.
 //! - `record`: a commit as a segment record (the codec of a whole batch).
-//! - `fold`: the commit path through the segment, checkpoints, replay.
+//! - `fold`: the commit path through the segment, the fold thread,
+//!   checkpoints, replay.
+//! - `overlay`: the commits not folded yet, and the rule that merges them
+//!   with redb's blocks in every read.
+//! - `write`: a commit's writes into redb (blocks and records), which the
+//!   fold runs.
 //! - `lock`: the directory's lock, its bounded wait, and why it is
 //!   released explicitly.
-//! - `view`: [`DiskView`](view::DiskView), the blocks as of one commit,
-//!   and its scans.
+//! - `view`: [`DiskView`](view::DiskView), the blocks as of one fold and
+//!   the overlay after it, and its scans.
 //! - `upgrade`: formats 1 and 2 (a value per event) and 3 (no chains),
 //!   upgraded on open.
 //!
@@ -63,10 +73,10 @@ use std::io::{Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use meshlog_cursor::StreamId;
+use meshlog_cursor::{StreamId, VersionVector};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::store::{StoreView, ViewKind};
@@ -76,24 +86,30 @@ use crate::{
 };
 
 mod block;
+mod checkpoints;
 mod codec;
 mod error;
 mod fold;
 mod lock;
+mod overlay;
 mod record;
 mod segment;
 mod upgrade;
 pub(crate) mod view;
+mod write;
 
-use block::{Block, BlockBuilder, BLOCK_EVENTS_MAX};
+use block::Block;
 use codec::{
     decode_chain, decode_clock, decode_count, decode_digest, decode_format, decode_seals,
-    decode_stream, encode_chain, encode_clock, encode_count, encode_digest, encode_format,
-    encode_seals, encode_stream, META_BLOCKS, META_CLOCK, META_DIGEST, META_FORMAT,
+    decode_stream, encode_count, encode_digest, encode_format, META_BLOCKS, META_CLOCK,
+    META_DIGEST, META_FORMAT,
 };
 pub use error::DiskError;
 use error::{corrupt_block, engine_error, guarded, io, panic_message};
+pub use fold::FoldLag;
+use fold::{locked, FoldShared, Folder};
 use lock::{DirLock, Waiting};
+use overlay::Overlay;
 pub use segment::SEGMENT_FILE;
 use segment::{Segment, SegmentFile};
 use view::BlocksTable;
@@ -125,6 +141,12 @@ pub const CHECKPOINT_RECORDS_DEFAULT: u64 = 1024;
 /// How many bytes the segment holds, by default, before its commits are
 /// made durable in redb and it is emptied: 16 MiB.
 pub const CHECKPOINT_BYTES_DEFAULT: u64 = 16 << 20;
+/// How many commits, by default, reads serve from memory while the fold
+/// thread has yet to write them into redb, before a commit waits: 1,024.
+pub const UNFOLDED_RECORDS_MAX_DEFAULT: usize = 1024;
+/// How many bytes of events, by default, reads serve from memory while the
+/// fold thread has yet to write them, before a commit waits: 16 MiB.
+pub const UNFOLDED_BYTES_MAX_DEFAULT: u64 = 16 << 20;
 /// How long an open waits by default for a data directory locked by
 /// another holder before answering [`DiskError::Locked`]: 2 s. A lock held
 /// only for a moment (a child process forked while the lock file was open,
@@ -145,6 +167,9 @@ const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
 /// its 144 bytes (`SignedCompaction::to_bytes`). Added within format 5: a
 /// file without it holds none.
 const STATEMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("statements");
+/// Per stream proven forked, the proof kept (`docs/STORAGE.md`): added
+/// within format 5, so a file without it holds no proofs.
+const FORKS: TableDefinition<u64, &[u8]> = TableDefinition::new("forks");
 // The `seals` record's bounds are the kept seals'.
 const _: () = assert!(codec::SEALS_RECORD_MAX == KeptSeals::SEALS_MAX);
 const _: () = assert!(codec::SEAL_LEN == Seal::LEN);
@@ -217,6 +242,16 @@ pub struct DiskOptions {
     /// How many bytes the segment holds before a checkpoint. Default
     /// [`CHECKPOINT_BYTES_DEFAULT`].
     pub checkpoint_bytes: u64,
+    /// How many commits the fold thread may lag: reads serve the commits
+    /// it has not written into redb from memory, and a commit that finds
+    /// this many waits for it. Default [`UNFOLDED_RECORDS_MAX_DEFAULT`]; at
+    /// least 1.
+    pub unfolded_records_max: usize,
+    /// How many bytes of events (payloads and per-event overhead) the
+    /// commits not yet folded may hold before a commit waits; a single
+    /// larger commit waits until nothing else is unfolded. Default
+    /// [`UNFOLDED_BYTES_MAX_DEFAULT`].
+    pub unfolded_bytes_max: u64,
 }
 
 impl Default for DiskOptions {
@@ -227,6 +262,8 @@ impl Default for DiskOptions {
             lock_wait: LOCK_WAIT_DEFAULT,
             checkpoint_records: CHECKPOINT_RECORDS_DEFAULT,
             checkpoint_bytes: CHECKPOINT_BYTES_DEFAULT,
+            unfolded_records_max: UNFOLDED_RECORDS_MAX_DEFAULT,
+            unfolded_bytes_max: UNFOLDED_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -255,26 +292,22 @@ pub struct DiskStore {
     dir: PathBuf,
     path: PathBuf,
     db: Arc<Db>,
-    /// What the database holds, kept to validate batches without a read.
+    /// What the commits that returned hold (folded into redb or not),
+    /// kept to validate batches without a read.
     meta: StoreMeta,
     /// The events as of the last commit, for the replica to read.
     view: Option<StoreView>,
     recovery: Recovery,
-    /// How many blocks the blocks table holds (recorded with every commit,
-    /// checked against the table's length on open).
-    blocks: u64,
-    /// Scratch for laying out a block value.
-    value: Vec<u8>,
     /// The write-ahead segment: a commit is durable once its record is
-    /// appended and synced there (`fold`).
-    segment: Segment,
-    /// The number of the last segment record redb holds (its `meta`
-    /// record `"folded"`, written in the same transaction).
-    folded: u64,
-    /// A commit failed once its record may have reached the segment: redb
-    /// may lack a record the segment holds, so no commit and no
-    /// checkpoint may follow until the store is reopened (and replays it).
-    broken: bool,
+    /// appended and synced there (`fold`). Shared with the fold thread,
+    /// which empties it at a checkpoint.
+    segment: Arc<Mutex<Segment>>,
+    /// The number of the last record appended to the segment.
+    number: u64,
+    /// The records the fold thread has yet to write into redb.
+    fold: Arc<FoldShared>,
+    /// The fold thread, from the end of the open until the store drops.
+    fold_thread: Option<std::thread::JoinHandle<()>>,
     /// [`DiskOptions::checkpoint_records`] and
     /// [`DiskOptions::checkpoint_bytes`].
     checkpoint_at: (u64, u64),
@@ -398,11 +431,10 @@ impl DiskStore {
                 pages_checked: repair.ran.load(Ordering::Relaxed),
                 ..Recovery::default()
             },
-            blocks: 0,
-            value: Vec::new(),
-            segment: Segment::new(segment_path, segment),
-            folded: 0,
-            broken: false,
+            segment: Arc::new(Mutex::new(Segment::new(segment_path, segment))),
+            number: 0,
+            fold: Arc::new(FoldShared::new(options)),
+            fold_thread: None,
             checkpoint_at: (options.checkpoint_records.max(1), options.checkpoint_bytes),
             lock,
         };
@@ -443,18 +475,29 @@ impl DiskStore {
                 self.upgrade(found)?;
             } else if marked && segment_missing {
                 return Err(DiskError::Segment {
-                    path: self.segment.path().to_path_buf(),
+                    path: self.dir.join(SEGMENT_FILE),
                     offset: 0,
                     detail: "the segment file is missing, but the data file is of a format \
                              that keeps one: commits it held would be lost"
                         .to_string(),
                 });
             }
-            (self.meta, self.blocks) = self.load_meta()?;
-            self.folded = self.folded_record()?;
-            self.replay_segment()?;
-            self.view = Some(self.make_view()?);
-            Ok(())
+            let (meta, blocks) = self.load_meta()?;
+            let mut folder = Folder {
+                dir: self.dir.clone(),
+                path: self.path.clone(),
+                db: Arc::clone(&self.db),
+                meta,
+                blocks,
+                value: Vec::new(),
+                folded: 0,
+            };
+            folder.folded = folder.folded_record()?;
+            folder.replay(&mut locked(&self.segment), &mut self.recovery)?;
+            self.meta = folder.meta.clone();
+            self.number = folder.folded;
+            self.start_fold(folder)?;
+            self.make_view()
         })
     }
 
@@ -661,20 +704,57 @@ impl DiskStore {
             .transpose()
     }
 
-    /// A view of the blocks as of the last commit.
-    fn make_view(&self) -> Result<StoreView, DiskError> {
-        Ok(StoreView {
-            kind: ViewKind::Disk(Arc::new(self.disk_view()?)),
-            digest: self.meta.digest,
-        })
+    /// Starts the fold thread, which from now on writes into redb.
+    fn start_fold(&mut self, folder: Folder) -> Result<(), DiskError> {
+        let (shared, segment) = (Arc::clone(&self.fold), Arc::clone(&self.segment));
+        let checkpoint_at = self.checkpoint_at;
+        let thread = std::thread::Builder::new()
+            .name("meshlog-fold".to_string())
+            .spawn(move || {
+                let ran = catch_unwind(AssertUnwindSafe(|| {
+                    fold::run(folder, Arc::clone(&shared), segment, checkpoint_at)
+                }));
+                if let Err(panic) = ran {
+                    shared.panicked(format!(
+                        "the fold thread panicked: {}",
+                        panic_message(&*panic)
+                    ));
+                }
+            })
+            .map_err(io(&self.path, "start the fold thread"))?;
+        self.fold_thread = Some(thread);
+        Ok(())
     }
 
-    fn disk_view(&self) -> Result<DiskView, DiskError> {
+    /// Takes the view of the events as of the last commit: the commits the
+    /// fold has not written, then a redb snapshot (in that order, so the
+    /// snapshot holds every commit before them).
+    fn make_view(&mut self) -> Result<(), DiskError> {
+        let overlay = self.fold.overlay();
+        self.view = Some(StoreView {
+            kind: ViewKind::Disk(Arc::new(self.disk_view(overlay)?)),
+            digest: self.meta.digest,
+        });
+        Ok(())
+    }
+
+    /// The view of the last commit.
+    fn current_view(&self) -> Result<&DiskView, DiskError> {
+        match &self.view {
+            Some(StoreView {
+                kind: ViewKind::Disk(view),
+                ..
+            }) => Ok(view),
+            _ => Err(self.corrupt("read before the store's open finished")),
+        }
+    }
+
+    fn disk_view(&self, overlay: Overlay) -> Result<DiskView, DiskError> {
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
         let blocks = read
             .open_table(BLOCKS)
             .map_err(self.engine("open blocks table"))?;
-        Ok(DiskView::new(self.path.clone(), blocks))
+        Ok(DiskView::new(self.path.clone(), blocks, overlay))
     }
 
     /// Reads and checks the seals records: each one's seals of its stream,
@@ -732,6 +812,35 @@ impl DiskStore {
         Ok(kept)
     }
 
+    /// Reads and checks the forks records: each one's proof, decoded, of
+    /// its stream (verified when it was kept; its crc32 now). A file
+    /// without the table holds no proofs.
+    fn fork_records(
+        &self,
+        read: &redb::ReadTransaction,
+    ) -> Result<BTreeMap<StreamId, crate::ForkProof>, DiskError> {
+        let table = match read.open_table(FORKS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+            Err(error) => return Err(self.engine("open forks table")(error)),
+        };
+        let mut forks = BTreeMap::new();
+        for entry in table.iter().map_err(self.engine("read forks"))? {
+            let (key, value) = entry.map_err(self.engine("read forks"))?;
+            let stream = StreamId::new(key.value());
+            let bad = |detail: String| {
+                self.corrupt(format!("the forks record of stream {stream}: {detail}"))
+            };
+            let bytes = codec::decode_fork(stream, value.value()).map_err(bad)?;
+            let proof = crate::ForkProof::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
+            if proof.stream() != stream {
+                return Err(bad(format!("a proof of stream {}", proof.stream())));
+            }
+            forks.insert(stream, proof);
+        }
+        Ok(forks)
+    }
+
     /// Reads and checks the streams, the clock, the digest and the blocks'
     /// extent: per stream, the first block starts at `floor + 1` and the
     /// last block, read and crc-checked, ends at `head`; the table holds
@@ -770,6 +879,7 @@ impl DiskStore {
             self.path.clone(),
             read.open_table(BLOCKS)
                 .map_err(self.engine("open blocks table"))?,
+            Overlay::default(),
         );
         for (&stream, &(floor, head)) in &records {
             if head > floor && view.block_at(stream, head)?.is_none() {
@@ -795,6 +905,8 @@ impl DiskStore {
         (meta.chains, meta.hashed) = self.chain_records(&read, &records)?;
         meta.seals = self.seal_records(&read, &records)?;
         meta.statements = self.statement_records(&read)?;
+        meta.checkpoints = self.checkpoint_records(&read)?;
+        meta.forks = self.fork_records(&read)?;
         Ok((meta, recorded_blocks))
     }
 
@@ -900,62 +1012,7 @@ impl DiskStore {
 
     /// A write transaction whose commit is durable when it returns.
     fn begin_write(&self) -> Result<redb::WriteTransaction, DiskError> {
-        self.begin_write_with(true)
-    }
-
-    /// A write transaction, durable or not. A durable commit also records
-    /// redb's allocator state and commits in two phases ("quick repair"):
-    /// an open after a crash then loads that state instead of walking and
-    /// checksumming every page of the file, so recovery costs the
-    /// segment's tail, not the file (`docs/STORAGE.md`). A commit that is
-    /// not durable is only in memory (and the page cache) until the next
-    /// durable one: the segment holds it meanwhile.
-    fn begin_write_with(&self, durable: bool) -> Result<redb::WriteTransaction, DiskError> {
-        let mut txn = self.db.begin_write().map_err(self.engine("begin write"))?;
-        let durability = if durable {
-            redb::Durability::Immediate
-        } else {
-            redb::Durability::None
-        };
-        txn.set_durability(durability)
-            .map_err(self.engine("set durability"))?;
-        txn.set_quick_repair(durable);
-        Ok(txn)
-    }
-
-    /// Checks that `batch` keeps every stream gap-free against what is
-    /// stored, and returns the per-stream `(floor, head)` after it.
-    fn plan(&self, batch: &Batch) -> Result<BTreeMap<StreamId, (u64, u64)>, DiskError> {
-        let mut touched: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
-        let stored = |stream: StreamId| (self.meta.floor.get(stream), self.meta.heads.get(stream));
-        for &(stream, floor_seq) in &batch.floors {
-            let (floor, head) = touched.entry(stream).or_insert_with(|| stored(stream));
-            *floor = (*floor).max(floor_seq);
-            *head = (*head).max(floor_seq);
-        }
-        for event in batch.events() {
-            let (_, head) = touched
-                .entry(event.stream)
-                .or_insert_with(|| stored(event.stream));
-            // Checked: a head read from disk (or raised by a floor) may be
-            // `u64::MAX`, and nothing follows it.
-            if head.checked_add(1) != Some(event.seq) {
-                return Err(DiskError::BatchRefused {
-                    path: self.path.clone(),
-                    stream: event.stream,
-                    detail: format!("seq {} does not follow head {head}", event.seq),
-                });
-            }
-            if u32::try_from(event.payload.len()).is_err() {
-                return Err(DiskError::BatchRefused {
-                    path: self.path.clone(),
-                    stream: event.stream,
-                    detail: format!("seq {} has a payload over 4 GiB", event.seq),
-                });
-            }
-            *head = event.seq;
-        }
-        Ok(touched)
+        begin_write_with(&self.db, true, self.engine("begin write"))
     }
 
     fn engine<E: Into<redb::Error>>(&self, op: &'static str) -> impl FnOnce(E) -> DiskError + '_ {
@@ -971,108 +1028,6 @@ impl DiskStore {
 }
 
 impl DiskStore {
-    /// Writes the blocks of a batch, in `txn`: first its floors (dropping
-    /// what they cover), then each stream's run of events, counting both
-    /// into `digest`.
-    fn write_blocks(
-        &mut self,
-        txn: &redb::WriteTransaction,
-        batch: &Batch,
-        digest: &mut Digest,
-    ) -> Result<(), DiskError> {
-        // A batch's events are contiguous per stream but may interleave
-        // streams: gather each stream's run, in seq order.
-        let mut runs: BTreeMap<StreamId, Vec<&Event>> = BTreeMap::new();
-        for event in batch.events() {
-            runs.entry(event.stream).or_default().push(event);
-        }
-        let mut table = txn
-            .open_table(BLOCKS)
-            .map_err(self.engine("open blocks table"))?;
-        for &(stream, floor_seq) in &batch.floors {
-            if floor_seq > self.meta.floor.get(stream) {
-                self.drop_through(&mut table, stream, floor_seq, digest)?;
-            }
-        }
-        for (&stream, events) in &runs {
-            for event in events {
-                digest.add(event);
-            }
-            self.append_run(&mut table, stream, events)?;
-        }
-        Ok(())
-    }
-
-    /// Writes the records a commit changes, in `txn`: each touched stream's
-    /// `(floor, head)`, the clock if it moved, the digest, and the block
-    /// count if it moved from `blocks_before`.
-    fn write_records(
-        &self,
-        txn: &redb::WriteTransaction,
-        batch: &Batch,
-        touched: &BTreeMap<StreamId, (u64, u64)>,
-        clock: u64,
-        digest: Digest,
-        blocks_before: u64,
-    ) -> Result<(), DiskError> {
-        let mut chains = txn
-            .open_table(CHAINS)
-            .map_err(self.engine("open chains table"))?;
-        for &(stream, ref chain) in &batch.chains {
-            let (floor, head) = touched
-                .get(&stream)
-                .copied()
-                .unwrap_or_else(|| (self.meta.floor.get(stream), self.meta.heads.get(stream)));
-            // A stream hashed lazily records the seq its hash is at.
-            let at = batch
-                .hashed
-                .binary_search_by_key(&stream, |&(of, _)| of)
-                .map_or(head, |at| batch.hashed[at].1);
-            let bounds = (floor, at);
-            let record = encode_chain(stream, chain_record(bounds, chain));
-            chains
-                .insert(stream.get(), record.as_slice())
-                .map_err(self.engine("write chain record"))?;
-        }
-        if batch.chains.is_empty() {
-            // A batch built without chains: the touched streams' recorded
-            // chains are forgotten, and chained again on open.
-            for &stream in touched.keys() {
-                chains
-                    .remove(stream.get())
-                    .map_err(self.engine("remove chain record"))?;
-            }
-        }
-        self.write_seals(txn, batch)?;
-        self.write_statements(txn, batch)?;
-        let mut streams = txn
-            .open_table(STREAMS)
-            .map_err(self.engine("open streams table"))?;
-        for (&stream, &(floor, head)) in touched {
-            let record = encode_stream(stream, floor, head);
-            streams
-                .insert(stream.get(), record.as_slice())
-                .map_err(self.engine("write stream record"))?;
-        }
-        let mut meta = txn
-            .open_table(META)
-            .map_err(self.engine("open meta table"))?;
-        if clock != self.meta.clock {
-            meta.insert(META_CLOCK, encode_clock(clock).as_slice())
-                .map_err(self.engine("write clock"))?;
-        }
-        meta.insert(META_DIGEST, digest_record(digest).as_slice())
-            .map_err(self.engine("write digest"))?;
-        if self.blocks != blocks_before {
-            meta.insert(
-                META_BLOCKS,
-                encode_count(META_BLOCKS, self.blocks).as_slice(),
-            )
-            .map_err(self.engine("write block count"))?;
-        }
-        Ok(())
-    }
-
     /// Reads and checks the statements records: each one a signed
     /// statement of its stream (its signature is judged by the replica
     /// when a peer sends it; here only its layout and key).
@@ -1127,148 +1082,6 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Writes the seals records `batch` moves, in `txn` (creating the
-    /// table in a format-4 file written before it existed).
-    fn write_seals(&self, txn: &redb::WriteTransaction, batch: &Batch) -> Result<(), DiskError> {
-        if batch.seals.is_empty() {
-            return Ok(());
-        }
-        let mut seals = txn
-            .open_table(SEALS)
-            .map_err(self.engine("open seals table"))?;
-        for (stream, kept) in &batch.seals {
-            let bytes: Vec<[u8; codec::SEAL_LEN]> = kept.seals.iter().map(Seal::to_bytes).collect();
-            let record = encode_seals(*stream, kept.key.to_bytes(), &bytes);
-            seals
-                .insert(stream.get(), record.as_slice())
-                .map_err(self.engine("write seals record"))?;
-        }
-        Ok(())
-    }
-
-    /// Drops the events of `stream` at or below `floor_seq`: reads each
-    /// block holding any (their hashes leave the digest), deletes them as
-    /// one key range, and writes what is left of the boundary block, if
-    /// any, as a block starting at `floor_seq + 1`.
-    fn drop_through(
-        &mut self,
-        table: &mut redb::Table<(u64, u64), &'static [u8]>,
-        stream: StreamId,
-        floor_seq: u64,
-        digest: &mut Digest,
-    ) -> Result<(), DiskError> {
-        let range = (stream.get(), 0)..=(stream.get(), floor_seq);
-        let mut dropped = 0u64;
-        let mut rest: Option<BlockBuilder> = None;
-        for entry in table
-            .range(range.clone())
-            .map_err(self.engine("read blocks below the floor"))?
-        {
-            let (key, value) = entry.map_err(self.engine("read blocks below the floor"))?;
-            let first_seq = key.value().1;
-            let block = Block::decode(stream, first_seq, value.value())
-                .map_err(|detail| self.damaged(stream, first_seq, detail))?;
-            let kept_from = if block.last_seq() > floor_seq {
-                (floor_seq - first_seq + 1) as usize
-            } else {
-                block.len()
-            };
-            for index in 0..kept_from {
-                digest.remove(&block.event(stream, index));
-            }
-            if kept_from < block.len() {
-                rest = Some(BlockBuilder::from_block(&block, kept_from));
-            }
-            dropped += 1;
-        }
-        table
-            .retain_in(range, |_, _| false)
-            .map_err(self.engine("delete blocks below the floor"))?;
-        self.blocks -= dropped;
-        if let Some(mut rest) = rest {
-            rest.finish(stream, floor_seq + 1, &mut self.value);
-            table
-                .insert((stream.get(), floor_seq + 1), self.value.as_slice())
-                .map_err(self.engine("write block"))?;
-            self.blocks += 1;
-        }
-        Ok(())
-    }
-
-    /// Appends `events`, the next of `stream` in seq order: into its last
-    /// block while that has room (the block is read, checked and written
-    /// again whole), then into new blocks.
-    fn append_run(
-        &mut self,
-        table: &mut redb::Table<(u64, u64), &'static [u8]>,
-        stream: StreamId,
-        events: &[&Event],
-    ) -> Result<(), DiskError> {
-        let Some(first_event) = events.first() else {
-            return Ok(());
-        };
-        let last = {
-            let mut range = table
-                .range((stream.get(), 0)..=(stream.get(), u64::MAX))
-                .map_err(self.engine("read the last block"))?;
-            match range.next_back() {
-                Some(entry) => {
-                    let (key, value) = entry.map_err(self.engine("read the last block"))?;
-                    let first_seq = key.value().1;
-                    Some(
-                        Block::decode(stream, first_seq, value.value())
-                            .map_err(|detail| self.damaged(stream, first_seq, detail))?,
-                    )
-                }
-                None => None,
-            }
-        };
-        let (mut builder, mut first_seq) = match last {
-            Some(block) => {
-                if block.last_seq().checked_add(1) != Some(first_event.seq) {
-                    return Err(self.corrupt(format!(
-                        "stream {stream}: the last block ends at seq {}, but the stream \
-                         record's head is {}",
-                        block.last_seq(),
-                        first_event.seq - 1
-                    )));
-                }
-                // A full block is not copied into a builder only to be
-                // left as it is.
-                let builder = (block.len() < BLOCK_EVENTS_MAX)
-                    .then(|| BlockBuilder::from_block(&block, 0))
-                    .filter(|builder| builder.has_room(first_event.payload.len()));
-                match builder {
-                    Some(builder) => (builder, block.first_seq()),
-                    None => (BlockBuilder::default(), first_event.seq),
-                }
-            }
-            None => (BlockBuilder::default(), first_event.seq),
-        };
-        // The block read back is rewritten under its own key; every other
-        // block is new.
-        let extends = builder.len() > 0;
-        let mut new_blocks = 0u64;
-        for event in events {
-            if !builder.has_room(event.payload.len()) {
-                builder.finish(stream, first_seq, &mut self.value);
-                table
-                    .insert((stream.get(), first_seq), self.value.as_slice())
-                    .map_err(self.engine("write block"))?;
-                new_blocks += 1;
-                first_seq = event.seq;
-            }
-            builder.push_event(event);
-        }
-        builder.finish(stream, first_seq, &mut self.value);
-        table
-            .insert((stream.get(), first_seq), self.value.as_slice())
-            .map_err(self.engine("write block"))?;
-        new_blocks += 1;
-        self.blocks += new_blocks - u64::from(extends);
-        Ok(())
-    }
-
     fn damaged(&self, stream: StreamId, first_seq: u64, detail: String) -> DiskError {
         corrupt_block(&self.path, stream, first_seq, detail)
     }
@@ -1291,8 +1104,7 @@ impl Store for DiskStore {
         let Some((first, last)) = self.meta.read_range(stream, after_seq, limit) else {
             return Ok(());
         };
-        let view = self.disk_view()?;
-        let mut scan = view.scan_blocks(stream, first, last)?;
+        let mut scan = self.current_view()?.merged_scan(stream, first, last)?;
         while let Some(event) = scan.next_event()? {
             out.push(event);
         }
@@ -1305,12 +1117,15 @@ impl Store for DiskStore {
         // replica reading the previous one, which would hide this commit:
         // report it as the commit's failure (the replica then refuses
         // changes until reopened, and serves what it published before).
-        self.view = Some(self.make_view()?);
-        Ok(())
+        self.make_view()
     }
 
     fn view(&self) -> Option<StoreView> {
         self.view.clone()
+    }
+
+    fn keep_checkpoints(&mut self, vectors: &[VersionVector]) -> Result<(), DiskError> {
+        self.write_checkpoints(vectors)
     }
 }
 
@@ -1514,6 +1329,77 @@ struct RepairSeen {
     ran: AtomicBool,
     /// It fell back from a torn newest commit.
     rolled_back: AtomicBool,
+}
+
+/// A write transaction, durable or not. A durable commit also records
+/// redb's allocator state and commits in two phases ("quick repair"): an
+/// open after a crash then loads that state instead of walking and
+/// checksumming every page of the file, so recovery costs the segment's
+/// tail, not the file (`docs/STORAGE.md`). A commit that is not durable
+/// is only in memory (and the page cache) until the next durable one: the
+/// segment holds it meanwhile. `engine` names the file in an error.
+fn begin_write_with(
+    db: &Database,
+    durable: bool,
+    engine: impl FnOnce(redb::Error) -> DiskError,
+) -> Result<redb::WriteTransaction, DiskError> {
+    let durability = if durable {
+        redb::Durability::Immediate
+    } else {
+        redb::Durability::None
+    };
+    let txn = db
+        .begin_write()
+        .map_err(redb::Error::from)
+        .and_then(|mut txn| {
+            txn.set_durability(durability)?;
+            txn.set_quick_repair(durable);
+            Ok(txn)
+        });
+    txn.map_err(engine)
+}
+
+/// Checks that `batch` keeps every stream gap-free against `meta` (what
+/// the store at `path` holds), and returns the per-stream `(floor, head)`
+/// after it.
+fn plan(
+    meta: &StoreMeta,
+    path: &Path,
+    batch: &Batch,
+) -> Result<BTreeMap<StreamId, (u64, u64)>, DiskError> {
+    let mut touched: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
+    let stored = |stream: StreamId| (meta.floor.get(stream), meta.heads.get(stream));
+    for &(stream, floor_seq) in &batch.floors {
+        let (floor, head) = touched.entry(stream).or_insert_with(|| stored(stream));
+        *floor = (*floor).max(floor_seq);
+        *head = (*head).max(floor_seq);
+    }
+    for event in batch.events() {
+        let (_, head) = touched
+            .entry(event.stream)
+            .or_insert_with(|| stored(event.stream));
+        let refused = |detail: String| DiskError::BatchRefused {
+            path: path.to_path_buf(),
+            stream: event.stream,
+            detail,
+        };
+        // Checked: a head read from disk (or raised by a floor) may be
+        // `u64::MAX`, and nothing follows it.
+        if head.checked_add(1) != Some(event.seq) {
+            return Err(refused(format!(
+                "seq {} does not follow head {head}",
+                event.seq
+            )));
+        }
+        if u32::try_from(event.payload.len()).is_err() {
+            return Err(refused(format!(
+                "seq {} has a payload over 4 GiB",
+                event.seq
+            )));
+        }
+        *head = event.seq;
+    }
+    Ok(touched)
 }
 
 /// The directories of `dir`'s path, innermost first, that do not exist yet.

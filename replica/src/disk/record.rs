@@ -13,10 +13,12 @@
 //! seals:   count u32 · count × (stream u64 · len u32 · the stream's `seals` table record)
 //! events:  count u32 · count × (stream u64 · seq u64 · lamport u64 · time_ms u64 · len u32 · payload)
 //! [statements: count u32 · count × `SignedCompaction::to_bytes` (144), streams ascending]
+//! [forks:      count u32 · count × (len u32 · `ForkProof::to_bytes`)]
 //! ```
 //!
-//! The statements are written only when the batch has some (a record
-//! without them is byte for byte what builds before them wrote).
+//! The trailer (statements, then forks) is written only when the batch
+//! has some (a record without them is byte for byte what builds before
+//! them wrote); its statements' count is 0 when only forks follow.
 //!
 //! Decoding is total: a body read back from disk is untrusted (the frame's
 //! crc32 caught a torn write, but not a crafted one), so every count is
@@ -81,10 +83,19 @@ pub(super) fn encode_batch(number: u64, batch: &Batch, out: &mut Vec<u8>) -> Res
         put_count(out, event.payload.len(), "payload bytes")?;
         out.extend_from_slice(&event.payload);
     }
-    if !batch.statements.is_empty() {
+    if !batch.statements.is_empty() || !batch.forks.is_empty() {
+        // The statements' count opens the trailer, 0 when only forks follow.
         put_count(out, batch.statements.len(), "statements")?;
         for statement in &batch.statements {
             out.extend_from_slice(&statement.to_bytes());
+        }
+    }
+    if !batch.forks.is_empty() {
+        put_count(out, batch.forks.len(), "forks")?;
+        for proof in &batch.forks {
+            let bytes = proof.to_bytes();
+            put_count(out, bytes.len(), "fork proof bytes")?;
+            out.extend_from_slice(&bytes);
         }
     }
     Ok(())
@@ -132,14 +143,23 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     for _ in 0..events_len {
         events.push(read_event(&mut reader, body)?);
     }
-    let statements = if reader.at == body.len() {
-        Vec::new()
+    let (statements, forks) = if reader.at == body.len() {
+        (Vec::new(), Vec::new())
     } else {
-        read_statements(&mut reader)?
+        let statements = read_statements(&mut reader)?;
+        let forks = if reader.at == body.len() {
+            if statements.is_empty() {
+                return Err("a statements count of 0 with no forks after it (none are written as no count)".into());
+            }
+            Vec::new()
+        } else {
+            read_forks(&mut reader)?
+        };
+        (statements, forks)
     };
     if reader.at != body.len() {
         return Err(format!(
-            "{} bytes after the last statement",
+            "{} bytes after the record's trailer",
             body.len() - reader.at
         ));
     }
@@ -150,16 +170,14 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     batch.hashed = hashed;
     batch.seals = seals;
     batch.statements = statements;
+    batch.forks = forks;
     Ok((number, batch))
 }
 
-/// The statements after a record's events: a count of one or more, then
-/// that many, streams strictly ascending.
+/// The statements after a record's events: a count (0 only when forks
+/// follow), then that many, streams strictly ascending.
 fn read_statements(reader: &mut Reader<'_>) -> Result<Vec<SignedCompaction>, String> {
     let len = reader.count(SignedCompaction::LEN, "statements")?;
-    if len == 0 {
-        return Err("a statements count of 0 (none are written as no count)".into());
-    }
     let mut statements: Vec<SignedCompaction> = Vec::with_capacity(len);
     for _ in 0..len {
         let statement = SignedCompaction::from_bytes(reader.take(SignedCompaction::LEN)?)
@@ -174,6 +192,21 @@ fn read_statements(reader: &mut Reader<'_>) -> Result<Vec<SignedCompaction>, Str
         statements.push(statement);
     }
     Ok(statements)
+}
+
+/// The forks section: each proof decoded (verified when it was kept).
+fn read_forks(reader: &mut Reader<'_>) -> Result<Vec<crate::ForkProof>, String> {
+    let len = reader.count(4, "forks")?;
+    if len == 0 {
+        return Err("a forks count of 0 (none are written as no count)".into());
+    }
+    let mut forks = Vec::with_capacity(len);
+    for _ in 0..len {
+        let bytes = reader.count(1, "fork proof bytes")?;
+        let proof = crate::ForkProof::from_bytes(reader.take(bytes)?);
+        forks.push(proof.map_err(|e| e.to_string())?);
+    }
+    Ok(forks)
 }
 
 /// One chain entry: a stream and its chain.

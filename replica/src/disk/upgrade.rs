@@ -31,6 +31,7 @@ use super::codec::{
     encode_chain, encode_count, encode_format, META_BLOCKS, META_DIGEST, META_FORMAT,
 };
 use super::error::DiskError;
+use super::overlay::Overlay;
 use super::{chain_record, digest_record, DiskStore, BLOCKS, CHAINS, FORMAT_VERSION, META};
 use crate::{Digest, Event, StreamChain};
 
@@ -88,7 +89,7 @@ impl DiskStore {
         let read = self.db.begin_read().map_err(self.engine("begin read"))?;
         let streams = self.stream_records(&read)?;
         drop(read);
-        let view = self.disk_view()?;
+        let view = self.disk_view(Overlay::default())?;
         let mut chains = Vec::with_capacity(streams.len());
         let mut unanchored = 0usize;
         for (&stream, &(floor, head)) in &streams {

@@ -22,6 +22,7 @@ use meshlog_cursor::StreamId;
 
 use super::block::{Block, BLOCK_BYTES_TARGET};
 use super::error::{corrupt_block, engine_error, guarded, DiskError};
+use super::overlay::{Overlay, OverlayScan};
 use crate::mem::{ReadError, Source, StreamScan};
 use crate::Event;
 
@@ -32,19 +33,23 @@ type BlocksRange = redb::Range<'static, (u64, u64), &'static [u8]>;
 /// `BLOCK_BYTES_TARGET` or one event's payload): 256 blocks of 32 KiB, 8 MiB.
 pub(crate) const TAIL_BLOCKS_MAX: usize = 256;
 
-/// A snapshot of the blocks table as of one commit.
+/// A snapshot of the blocks table as of one fold, and the commits after
+/// it that the fold thread has not written yet (`overlay`): together, the
+/// events as of one commit.
 pub(crate) struct DiskView {
     pub(super) path: PathBuf,
     pub(super) blocks: BlocksTable,
+    pub(super) overlay: Overlay,
     /// Per stream, the block the last scan of it stopped in.
     pub(super) tails: Mutex<HashMap<StreamId, Block>>,
 }
 
 impl DiskView {
-    pub(super) fn new(path: PathBuf, blocks: BlocksTable) -> DiskView {
+    pub(super) fn new(path: PathBuf, blocks: BlocksTable, overlay: Overlay) -> DiskView {
         DiskView {
             path,
             blocks,
+            overlay,
             tails: Mutex::new(HashMap::new()),
         }
     }
@@ -143,15 +148,52 @@ impl DiskView {
     }
 }
 
+impl DiskView {
+    /// The events of `stream` with seqs `first ..= last`, all of which the
+    /// caller knows are held, from redb's blocks and the overlay: the one
+    /// place the two are merged (`overlay`'s rule), for pages, point reads
+    /// and `read_stream` alike.
+    pub(super) fn merged_scan(
+        &self,
+        stream: StreamId,
+        first: u64,
+        last: u64,
+    ) -> Result<MergedScan<'_>, DiskError> {
+        let from = self.overlay.first_seq(stream).filter(|&from| from <= last);
+        let blocks_last = from.map_or(last, |from| last.min(from - 1));
+        let blocks = if first <= blocks_last {
+            Some(self.scan_blocks(stream, first, blocks_last)?)
+        } else {
+            None
+        };
+        let overlay = match from {
+            Some(from) => self.overlay.scan(stream, first.max(from), last),
+            None => self.overlay.scan(stream, 1, 0),
+        };
+        Ok(MergedScan { blocks, overlay })
+    }
+
+    /// The held event `(stream, seq)`, by the same rule.
+    fn event_at(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, DiskError> {
+        if let Some(event) = self.overlay.event(stream, seq) {
+            return Ok(Some(event.clone()));
+        }
+        let block = self.block_at(stream, seq)?;
+        Ok(block.map(|block| block.event(stream, (seq - block.first_seq()) as usize)))
+    }
+}
+
 impl Source for DiskView {
     fn lamport(&self, stream: StreamId, seq: u64) -> Result<Option<u64>, ReadError> {
+        if let Some(event) = self.overlay.event(stream, seq) {
+            return Ok(Some(event.lamport));
+        }
         let block = self.block_at(stream, seq)?;
         Ok(block.map(|block| block.lamport((seq - block.first_seq()) as usize)))
     }
 
     fn event(&self, stream: StreamId, seq: u64) -> Result<Option<Event>, ReadError> {
-        let block = self.block_at(stream, seq)?;
-        Ok(block.map(|block| block.event(stream, (seq - block.first_seq()) as usize)))
+        Ok(self.event_at(stream, seq)?)
     }
 
     fn scan<'a>(
@@ -160,7 +202,7 @@ impl Source for DiskView {
         first: u64,
         last: u64,
     ) -> Result<Box<dyn StreamScan + 'a>, ReadError> {
-        Ok(Box::new(self.scan_blocks(stream, first, last)?))
+        Ok(Box::new(self.merged_scan(stream, first, last)?))
     }
 }
 
@@ -260,9 +302,37 @@ impl Drop for BlockScan<'_> {
     }
 }
 
-impl StreamScan for BlockScan<'_> {
+/// One stream's events from redb's blocks, then from the overlay
+/// ([`DiskView::merged_scan`]).
+pub(crate) struct MergedScan<'a> {
+    blocks: Option<BlockScan<'a>>,
+    overlay: OverlayScan,
+}
+
+impl MergedScan<'_> {
+    /// The next event, if any.
+    pub(super) fn next_event(&mut self) -> Result<Option<Event>, DiskError> {
+        if let Some(blocks) = &mut self.blocks {
+            if let Some(event) = blocks.next_event()? {
+                return Ok(Some(event));
+            }
+        }
+        let event = self.overlay.peek().cloned();
+        if event.is_some() {
+            self.overlay.advance();
+        }
+        Ok(event)
+    }
+}
+
+impl StreamScan for MergedScan<'_> {
     fn peek(&mut self) -> Result<Option<u64>, ReadError> {
-        Ok(self.position()?.map(|(block, index)| block.lamport(index)))
+        if let Some(blocks) = &mut self.blocks {
+            if let Some((block, index)) = blocks.position()? {
+                return Ok(Some(block.lamport(index)));
+            }
+        }
+        Ok(self.overlay.peek().map(|event| event.lamport))
     }
 
     fn take(&mut self) -> Result<Event, ReadError> {

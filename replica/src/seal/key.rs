@@ -218,14 +218,78 @@ impl std::fmt::Debug for AdminPublicKey {
     }
 }
 
+/// The keys [`decode_key`] judged valid, kept for the process: a delta
+/// carries its writers' keys with their seals, so a receiver is offered the
+/// same few keys in every frame, and judging one (a point decompressed and
+/// multiplied by the group order, about 40 µs) cost more than the
+/// verification it serves. Only valid keys are kept, so a fault is found
+/// again every time.
+static DECODED_KEYS: std::sync::LazyLock<KeyCache> =
+    std::sync::LazyLock::new(|| KeyCache::new(KeyCache::KEYS_MAX));
+
+/// A bounded map from a key's 32 bytes to the key they were judged to be.
+/// At its bound it is emptied, not searched for what to evict: a peer that
+/// offers ever new valid keys (each costing it a key pair) makes the
+/// receiver judge keys as often as it did without the cache, never more,
+/// and the cache never holds more than its bound.
+struct KeyCache {
+    keys_max: usize,
+    keys: std::sync::Mutex<std::collections::HashMap<[u8; 32], VerifyingKey>>,
+}
+
+impl KeyCache {
+    /// The most keys kept: about 230 bytes each, under 1 MiB in all; a
+    /// mesh of more writers than this judges keys again, as before.
+    const KEYS_MAX: usize = 4096;
+
+    fn new(keys_max: usize) -> KeyCache {
+        KeyCache {
+            keys_max,
+            keys: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The key `bytes` encode: kept, or judged by `judge` and kept if
+    /// valid.
+    fn get_or_judge(
+        &self,
+        bytes: &[u8; 32],
+        judge: impl FnOnce() -> Result<VerifyingKey, SealError>,
+    ) -> Result<VerifyingKey, SealError> {
+        let lock = || {
+            self.keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(key) = lock().get(bytes) {
+            return Ok(*key);
+        }
+        // Judged outside the lock: another thread may judge the same key
+        // meanwhile, and both keep the same value.
+        let key = judge()?;
+        let mut keys = lock();
+        if keys.len() >= self.keys_max {
+            keys.clear();
+        }
+        keys.insert(*bytes, key);
+        Ok(key)
+    }
+}
+
 /// The one decoder of a public key: 32 bytes, a point, canonical, not of
-/// small order, without a small-order component.
+/// small order, without a small-order component. A key judged valid
+/// before is taken from [`DECODED_KEYS`].
 fn decode_key(bytes: &[u8], what: &'static str) -> Result<VerifyingKey, SealError> {
     let bytes: &[u8; 32] = bytes.try_into().map_err(|_| SealError::WrongLength {
         what,
         expected: WriterPublicKey::LEN,
         got: bytes.len(),
     })?;
+    DECODED_KEYS.get_or_judge(bytes, || judge_key(bytes, what))
+}
+
+/// [`decode_key`]'s checks, every time.
+fn judge_key(bytes: &[u8; 32], what: &'static str) -> Result<VerifyingKey, SealError> {
     let fault = |fault| SealError::BadKey { what, fault };
     let key = VerifyingKey::from_bytes(bytes).map_err(|_| fault(KeyFault::NotAPoint))?;
     let point = key.to_edwards();
@@ -239,4 +303,62 @@ fn decode_key(bytes: &[u8], what: &'static str) -> Result<VerifyingKey, SealErro
         return Err(fault(KeyFault::Torsion));
     }
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    // The cache of judged keys: a kept key is the one judging gives, a
+    // fault is judged again every time (only valid keys are kept), and the
+    // cache never holds more than its bound.
+    use super::*;
+
+    fn judged(cache: &KeyCache, bytes: [u8; 32]) -> Result<VerifyingKey, SealError> {
+        cache.get_or_judge(&bytes, || judge_key(&bytes, "writer key"))
+    }
+
+    #[test]
+    fn a_kept_key_is_the_judged_one_and_a_fault_is_never_kept() {
+        let cache = KeyCache::new(2);
+        let real = WriterKey::from_bytes([3; 32]).public().to_bytes();
+        let first = judged(&cache, real).unwrap();
+        // Kept: judging is not asked again.
+        let again = cache.get_or_judge(&real, || panic!("judged twice"));
+        assert_eq!(again.unwrap(), first);
+        assert_eq!(first.to_bytes(), real);
+        // The identity, of small order: refused, and refused again.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        for _ in 0..2 {
+            assert!(matches!(
+                judged(&cache, identity),
+                Err(SealError::BadKey {
+                    fault: KeyFault::SmallOrder,
+                    ..
+                })
+            ));
+        }
+        assert_eq!(cache.keys.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_cache_is_emptied_at_its_bound() {
+        let cache = KeyCache::new(2);
+        for byte in 1..=5u8 {
+            let bytes = WriterKey::from_bytes([byte; 32]).public().to_bytes();
+            judged(&cache, bytes).unwrap();
+            assert!(cache.keys.lock().unwrap().len() <= 2);
+        }
+        // The last key is kept; the first was emptied out and is judged
+        // again, to the same key.
+        let last = WriterKey::from_bytes([5; 32]).public().to_bytes();
+        assert!(cache.get_or_judge(&last, || panic!("kept")).is_ok());
+        let first = WriterKey::from_bytes([1; 32]).public().to_bytes();
+        let mut asked = false;
+        let key = cache.get_or_judge(&first, || {
+            asked = true;
+            judge_key(&first, "writer key")
+        });
+        assert!(asked);
+        assert_eq!(key.unwrap().to_bytes(), first);
+    }
 }

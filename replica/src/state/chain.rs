@@ -536,7 +536,7 @@ impl State {
 }
 
 /// The chain hash after a run in columns, from `hash` below its first seq.
-fn chain_columns(hash: ChainHash, run: &crate::columns::RunColumns<'_>) -> ChainHash {
+pub(super) fn chain_columns(hash: ChainHash, run: &crate::columns::RunColumns<'_>) -> ChainHash {
     let starts = std::iter::once(run.start as u64).chain(run.ends.iter());
     let mut hash = hash;
     for (i, ((lamport, time_ms), (start, end))) in run

@@ -69,8 +69,18 @@ pub(crate) struct State {
     /// below the head is sealed by chaining from the nearest one
     /// (`state/seals.rs`); bounded. A lock: deltas are built under `&self`.
     pub(super) own_hashes: Mutex<BTreeMap<u64, crate::ChainHash>>,
+    /// Per stream proven forked, the first proof of it kept
+    /// (`replica/src/state/forks.rs`): the stream is frozen, nothing of it
+    /// above its head is taken. Recorded by the store
+    /// ([`Batch::forks`](crate::Batch::forks)).
+    pub(super) forks: BTreeMap<StreamId, crate::ForkProof>,
     /// How many seals [`State::own_seal`] signed ([`Stats::seals_signed`]).
     pub(super) seals_signed: std::sync::atomic::AtomicU64,
+    /// The checkpoints kept, minted or received (`checkpoints.rs`): what
+    /// a page's token is relative to, and what a version-2 token is read
+    /// against. Recorded by the store apart from commits
+    /// ([`Store::keep_checkpoints`](crate::Store::keep_checkpoints)).
+    pub(crate) checkpoints: crate::checkpoints::Checkpoints,
 }
 
 impl State {

@@ -43,6 +43,7 @@
 mod authority;
 mod chain;
 mod delta;
+mod forks;
 mod held;
 mod plan;
 mod publish;
@@ -58,6 +59,7 @@ use std::sync::{Mutex, PoisonError};
 
 use meshlog_cursor::{StreamId, VersionVector};
 
+use crate::checkpoints::Checkpoints;
 use crate::log::{Held, Log, Walk};
 use crate::mem::MemLog;
 use crate::{Config, Digest, Event, OpenWarning, Page, PageError, ReplicaError, Stats, Store};
@@ -96,6 +98,8 @@ impl State {
             statements: meta.statements.clone(),
             own_hashes: Mutex::default(),
             seals_signed: Default::default(),
+            checkpoints: Checkpoints::from_vectors(&meta.checkpoints),
+            forks: meta.forks.clone(),
         };
         let streams: Vec<(StreamId, u64)> = meta.heads.iter().collect();
         if state.log.is_own() {
@@ -377,6 +381,18 @@ impl State {
     }
 
     pub(crate) fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
+        let mut page = self.page_untokened(after, limit)?;
+        page.token = self.checkpoints.token(&page.next)?;
+        Ok(page)
+    }
+
+    /// [`State::page`] without its token (left empty): for a caller that
+    /// changes `next` before answering it.
+    pub(crate) fn page_untokened(
+        &self,
+        after: &VersionVector,
+        limit: usize,
+    ) -> Result<Page, PageError> {
         if limit > self.config.page_len_max {
             return Err(PageError::LimitTooLarge {
                 limit,
@@ -398,6 +414,7 @@ impl State {
         Ok(Page {
             events,
             next,
+            token: String::new(),
             at_head,
         })
     }

@@ -181,7 +181,10 @@ impl State {
                                 .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
                             Planned::Applied(round.delta(delta))
                         }
-                        Err(error) => Planned::Refused(error),
+                        Err(error) => {
+                            round.keep_fork(&error.rule);
+                            Planned::Refused(error)
+                        }
                     }
                 }
                 RoundItem::Append(request) => {
@@ -322,6 +325,21 @@ impl State {
 }
 
 impl<'s, 'd> Round<'s, 'd> {
+    /// Keeps the proof a refused delta carries ([`DeltaError::Forked`]:
+    /// `state/forks.rs`), the first per stream.
+    ///
+    /// [`DeltaError::Forked`]: crate::DeltaError::Forked
+    fn keep_fork(&mut self, rule: &ReplicaError) {
+        if let ReplicaError::Delta(crate::DeltaError::Forked { stream, proof, .. }) = rule {
+            let batch = &self.plan.batch;
+            if !self.state.forks.contains_key(stream)
+                && !batch.forks.iter().any(|kept| kept.stream() == *stream)
+            {
+                self.plan.batch.forks.push((**proof).clone());
+            }
+        }
+    }
+
     fn new(state: &'s State) -> Self {
         Round {
             state,

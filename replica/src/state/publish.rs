@@ -19,6 +19,7 @@ impl State {
         // A store that records the digest hands it over with its view, so
         // the events a compaction drops need not be read to subtract them.
         let recorded = view.as_ref().and_then(|view| view.digest);
+        self.publish_forks(&plan.batch);
         let mut touched: Vec<StreamId> = Vec::new();
         for op in &plan.ops {
             match *op {

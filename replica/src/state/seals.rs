@@ -24,8 +24,11 @@ use meshlog_cursor::StreamId;
 
 use super::held::State;
 use super::plan::Plan;
+use crate::columns::RunColumns;
 use crate::store::BatchPart;
-use crate::{Batch, ChainHash, DeltaColumns, Event, KeptSeals, ReplicaError, RunSeal, Seal};
+use crate::{
+    Batch, ChainHash, DeltaColumns, Event, KeptSeals, ReplicaError, RunSeal, Seal, WriterKey,
+};
 
 /// The most own-stream chain hashes kept below the head
 /// ([`State::own_hashes`](State)): beyond it, every other one is dropped.
@@ -247,13 +250,34 @@ impl State {
     }
 
     /// The chain hash below `first` that a run of `stream` starting there
-    /// carries as its `base`: the floor's, when the run starts right after
-    /// it and the stream is anchored there.
+    /// carries as its `base`, where it is known without reading: the
+    /// floor's, when the run starts right after it and the stream is
+    /// anchored there; a kept seal's hash there; for the own stream, a
+    /// hash kept there or its last seal's. A receiver anchors on it
+    /// after its floor, and compares it with a seal it keeps there to
+    /// find a fork (`state/forks.rs`).
     fn base_for(&self, stream: StreamId, first: u64) -> Option<ChainHash> {
         let floor = self.floor.get(stream);
         let chain = self.chains.get(&stream)?;
-        (first.checked_sub(1) == Some(floor) && floor > 0 && chain.anchored)
-            .then_some(chain.floor_hash)
+        let below = first.checked_sub(1)?;
+        if below == floor {
+            return (floor > 0 && chain.anchored).then_some(chain.floor_hash);
+        }
+        let kept = self.kept_seals.get(&stream).into_iter().flatten();
+        if let Some(seal) = kept.into_iter().find(|seal| seal.seq == below) {
+            return Some(seal.head);
+        }
+        if stream != self.config.stream || self.config.key.is_none() {
+            return None;
+        }
+        let hashes = self
+            .own_hashes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let last_seal = *self.own_seal.lock().unwrap_or_else(PoisonError::into_inner);
+        hashes.get(&below).copied().or(last_seal
+            .filter(|seal| seal.seq == below)
+            .map(|seal| seal.head))
     }
 
     /// The seal of a run of the own stream (its events, consecutive): at
@@ -263,32 +287,61 @@ impl State {
         let key = self.config.key.as_ref()?;
         let stream = self.config.stream;
         let (first, last) = (run.first()?.seq, run.last()?.seq);
-        let seal = if last == self.marks.get(stream) {
-            self.own_seal()?
-        } else {
-            let hash = self.own_hash_at(run)?;
-            self.seals_signed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Seal::sign_for(key, stream, last, hash)
-        };
-        Some(RunSeal {
-            key: key.public(),
-            seal,
-            base: self.base_for(stream, first),
-        })
+        if last == self.marks.get(stream) {
+            return self.own_cut_seal_at_head(first);
+        }
+        let hash = self.own_hash_at(first, last, |hash, skip| {
+            let rest = run.get(skip..)?;
+            Some(rest.iter().fold(hash, |hash, event| hash.next(event)))
+        })?;
+        Some(self.own_seal_below(key, first, last, hash))
     }
 
-    /// The own stream's chain hash at the end of `run` (its events,
-    /// consecutive, below the head): chained from the nearest hash known
+    /// [`State::own_cut_seal`] for a run in columns that ends below the
+    /// head: sealed where the hash known nearest below the run's end is at
+    /// its start or its end (a receiver syncing delta by delta); `None`
+    /// otherwise, and the caller builds the delta as events.
+    fn own_columns_seal(&self, run: &RunColumns<'_>) -> Option<RunSeal> {
+        let key = self.config.key.as_ref()?;
+        let (first, last) = (run.first_seq, run.last_seq());
+        let hash = self.own_hash_at(first, last, |hash, skip| match skip {
+            0 => Some(super::chain::chain_columns(hash, run)),
+            skip if skip == run.len() => Some(hash),
+            _ => None,
+        })?;
+        Some(self.own_seal_below(key, first, last, hash))
+    }
+
+    /// The own stream's run `first..=last`, below the head, sealed over
+    /// `hash`, the chain hash at `last`: one signature.
+    fn own_seal_below(&self, key: &WriterKey, first: u64, last: u64, hash: ChainHash) -> RunSeal {
+        let stream = self.config.stream;
+        self.seals_signed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        RunSeal {
+            key: key.public(),
+            seal: Seal::sign_for(key, stream, last, hash),
+            base: self.base_for(stream, first),
+        }
+    }
+
+    /// The own stream's chain hash at `last`, the end of a run
+    /// `first..=last` below the head: chained from the nearest hash known
     /// at or below its end (one kept, or the floor's), through the held
     /// events up to the run (read back only where that hash is below the
-    /// run's start) and the run's own. The hashes at the run's start and
-    /// end are kept, so a receiver's next delta (from the end) chains from
-    /// there and reads nothing more; a delta to a receiver elsewhere reads
-    /// at most the gap from the nearest hash kept.
-    fn own_hash_at(&self, run: &[Event]) -> Option<ChainHash> {
+    /// run's start) and the run's own, which `chain_run` hashes from the
+    /// hash given, its first `skip` events skipped (`None`: it cannot).
+    /// The hashes at the run's start and end are kept, so a receiver's
+    /// next delta (from the end) chains from there and reads nothing more;
+    /// a delta to a receiver elsewhere reads at most the gap from the
+    /// nearest hash kept.
+    fn own_hash_at(
+        &self,
+        first: u64,
+        last: u64,
+        chain_run: impl FnOnce(ChainHash, usize) -> Option<ChainHash>,
+    ) -> Option<ChainHash> {
         let stream = self.config.stream;
-        let (first, last) = (run.first()?.seq, run.last()?.seq);
         let floor = self.floor.get(stream);
         let chain = self.chains.get(&stream)?;
         let mut hashes = self
@@ -312,10 +365,7 @@ impl State {
             hashes.insert(below, hash);
         }
         let skip = usize::try_from(from - below).ok()?;
-        hash = run
-            .get(skip..)?
-            .iter()
-            .fold(hash, |hash, event| hash.next(event));
+        hash = chain_run(hash, skip)?;
         hashes.insert(last, hash);
         hashes.retain(|&seq, _| seq >= floor);
         if hashes.len() > OWN_HASHES_MAX {
@@ -333,15 +383,13 @@ impl State {
     /// left out (the caller builds the delta as events then).
     pub(super) fn columns_seals(&self, columns: &DeltaColumns) -> Option<Vec<RunSeal>> {
         let mut seals = Vec::new();
-        for run in columns.runs() {
+        let mut own = None;
+        for run in columns.run_parts() {
             let stream = run.stream;
             let first = run.first_seq;
-            let last = first + (run.len as u64 - 1);
+            let last = run.last_seq();
             if stream == self.config.stream && self.config.key.is_some() {
-                if last != self.marks.get(stream) {
-                    return None;
-                }
-                seals.extend(self.own_cut_seal_at_head(first));
+                own = Some(run);
                 continue;
             }
             let Some(kept) = self.kept_seals.get(&stream) else {
@@ -358,6 +406,15 @@ impl State {
                 None => {}
             }
         }
+        // Signed last, once every other run is known to end at a seal: a
+        // delta built as events after all would sign it again.
+        if let Some(run) = own {
+            if run.last_seq() == self.marks.get(self.config.stream) {
+                seals.extend(self.own_cut_seal_at_head(run.first_seq));
+            } else {
+                seals.push(self.own_columns_seal(&run)?);
+            }
+        }
         seals.sort_unstable_by_key(|s| s.seal.stream);
         Some(seals)
     }
@@ -365,10 +422,11 @@ impl State {
     /// The own stream's run from `first` to its head, sealed.
     fn own_cut_seal_at_head(&self, first: u64) -> Option<RunSeal> {
         let key = self.config.key.as_ref()?;
+        let base = self.base_for(self.config.stream, first);
         Some(RunSeal {
             key: key.public(),
             seal: self.own_seal()?,
-            base: self.base_for(self.config.stream, first),
+            base,
         })
     }
 }

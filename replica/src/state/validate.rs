@@ -195,6 +195,7 @@ impl State {
         };
         check.floors()?;
         check.membership()?;
+        self.check_forks(delta, round)?;
         check.seals()?;
         // The streams of the runs, noted as they are walked: the stream
         // check needs no second walk over the events.
@@ -284,7 +285,9 @@ impl State {
     }
 
     /// How much of `columns` the limits take: none of an unknown writer's
-    /// stream (as [`Check::membership`] judges it, by the same rule), the
+    /// stream (as [`Check::membership`] judges it, by the same rule) nor,
+    /// under `require_seals`, of an unsealed legacy stream (as
+    /// [`Check::seals`] judges it), the
     /// streams that fit (as [`State::check_streams`] counts them, in the
     /// delta's order) and, per stream, the events up to the first payload
     /// over the limit (as [`State::check_payload`] judges it). What apply
@@ -294,8 +297,9 @@ impl State {
         let own = self.config.stream;
         let mut counted = self.streams_counted(&RoundIndex::default());
         let mut admitted: BTreeSet<StreamId> = BTreeSet::new();
-        // Unknown writers first, so that they take no slot in the count.
-        let mut cuts: BTreeMap<StreamId, Cut> = self.unknown_writer_cuts(columns);
+        // Streams refused whole first, so that they take no slot in the count.
+        let mut cuts: BTreeMap<StreamId, Cut> = self.whole_cuts(columns);
+        self.frozen_cuts(columns, &mut cuts);
         let mut admit = |stream: StreamId, from_seq: u64, cuts: &mut BTreeMap<StreamId, Cut>| {
             let new = stream != own && !self.log.has_stream(stream) && admitted.insert(stream);
             if new && self.streams_over_from(counted, 1).is_some() {
@@ -408,6 +412,53 @@ impl State {
             )
         };
         unknown.into_iter().map(cut).collect()
+    }
+}
+
+impl State {
+    /// The streams of `columns` refused whole, each cut from seq 0: an
+    /// unknown writer's ([`State::unknown_writer_cuts`]), then an unsealed
+    /// legacy one's ([`State::unsealed_cuts`]); one cut per stream, the
+    /// first reason kept.
+    fn whole_cuts(&self, columns: &DeltaColumns) -> BTreeMap<StreamId, Cut> {
+        let mut cuts = self.unknown_writer_cuts(columns);
+        for cut in self.unsealed_cuts(columns) {
+            cuts.entry(cut.stream).or_insert(cut);
+        }
+        cuts
+    }
+
+    /// Under [`Config::require_seals`](crate::Config::require_seals), the
+    /// cuts of the streams of `columns` a legacy writer's: a run of
+    /// another stream with new events (above the head), no seal in the
+    /// delta and no key pinned for it, each cut whole. The validator
+    /// refuses the same runs ([`Check::seals`], `Unsealed`); a pinned
+    /// stream's unsealed run is left to it (a seal cut off in flight is a
+    /// tampering, refused). Judged against this state alone: an
+    /// admission answers for one delta before its round.
+    fn unsealed_cuts(&self, columns: &DeltaColumns) -> Vec<Cut> {
+        if !self.config.require_seals {
+            return Vec::new();
+        }
+        let own = self.config.stream;
+        let sealed = |stream| columns.seals.iter().any(|s| s.seal.stream == stream);
+        let mut cuts: Vec<Cut> = Vec::new();
+        for run in columns.runs() {
+            let stream = run.stream;
+            let legacy = stream != own
+                && run.len > 0
+                && run.last_seq() > self.log.head(stream)
+                && !self.pinned.contains_key(&stream)
+                && !sealed(stream);
+            if legacy && cuts.last().is_none_or(|cut| cut.stream != stream) {
+                cuts.push(Cut {
+                    stream,
+                    from_seq: 0,
+                    limit: Limit::Unsealed,
+                });
+            }
+        }
+        cuts
     }
 }
 

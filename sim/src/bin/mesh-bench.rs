@@ -20,7 +20,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use meshlog_sim::{MeshConfig, NetConfig, Scenario};
+use meshlog_sim::{Figures, MeshConfig, NetConfig, Scenario};
 use meshlog_sync_core::SessionConfig;
 use meshlog_testkit::alloc::{self, CountingAlloc};
 
@@ -91,15 +91,8 @@ fn progress(mesh: &meshlog_sim::Mesh, phase: &str) {
     );
 }
 
-fn main() -> ExitCode {
-    STARTED.get_or_init(Instant::now);
-    let args = match parse() {
-        Ok(args) => args,
-        Err(error) => {
-            eprintln!("mesh-bench: {error}");
-            return ExitCode::from(2);
-        }
-    };
+/// The scenario the arguments ask for.
+fn scenario(args: &Args) -> Scenario {
     let ms = Duration::from_millis;
     let net = if args.faults {
         NetConfig {
@@ -113,7 +106,7 @@ fn main() -> ExitCode {
     } else {
         NetConfig::clean(ms(10), ms(50))
     };
-    let scenario = Scenario {
+    Scenario {
         mesh: MeshConfig {
             seed: args.seed,
             replicas: args.replicas,
@@ -133,26 +126,21 @@ fn main() -> ExitCode {
         converge_poll: ms(5),
         quiet_for: Duration::from_secs(args.quiet_secs),
         progress: Some(progress),
-    };
-    let baseline = alloc::live_bytes();
-    let started = Instant::now();
-    let (result, measured) = alloc::measure(|| scenario.run());
-    let (mut mesh, figures) = match result {
-        Ok(run) => run,
-        Err(violation) => {
-            eprintln!("mesh-bench: seed {}: {violation}", args.seed);
-            return ExitCode::FAILURE;
-        }
-    };
-    let wall = started.elapsed();
-    let peak = measured.bytes_peak;
-    mesh.drop_writers();
-    let live = alloc::live_bytes() - baseline;
-    let per_replica = live as f64 / args.replicas as f64;
-    let f = &figures;
+    }
+}
+
+/// Prints the figures and each goal of issue 27, met or not.
+fn report(
+    args: &Args,
+    mesh: &meshlog_sim::Mesh,
+    figures: &Figures,
+    wall: Duration,
+    peak: i64,
+    per_replica: f64,
+) {
+    let f = figures;
     let c = &f.counters;
     let delivered = c.events_applied.max(1);
-    let goal = |met: bool| if met { "met" } else { "NOT met" };
     println!(
         "mesh-bench: {} replicas, {} writers, {} links (diameter {}), seed {}, faults {}",
         f.replicas, f.writers, f.links, f.diameter, f.seed, args.faults
@@ -208,6 +196,12 @@ fn main() -> ExitCode {
         f.heartbeat_bytes_per_link_minute_settled,
         goal(f.heartbeat_bytes_per_link_minute_settled < 1024.0)
     );
+    report_tokens(mesh, figures, per_replica);
+}
+
+/// The memory, token and reader lines of the report.
+fn report_tokens(mesh: &meshlog_sim::Mesh, figures: &Figures, per_replica: f64) {
+    let f = figures;
     println!(
         "  memory per replica (heap live / replicas, sessions included): {:.0} bytes, {:.1} bytes per event held",
         per_replica,
@@ -256,5 +250,42 @@ fn main() -> ExitCode {
         f.fell_back,
         f.stale
     );
+}
+
+/// A goal's verdict.
+fn goal(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+fn main() -> ExitCode {
+    STARTED.get_or_init(Instant::now);
+    let args = match parse() {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("mesh-bench: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let scenario = scenario(&args);
+    let baseline = alloc::live_bytes();
+    let started = Instant::now();
+    let (result, measured) = alloc::measure(|| scenario.run());
+    let (mut mesh, figures) = match result {
+        Ok(run) => run,
+        Err(violation) => {
+            eprintln!("mesh-bench: seed {}: {violation}", args.seed);
+            return ExitCode::FAILURE;
+        }
+    };
+    let wall = started.elapsed();
+    let peak = measured.bytes_peak;
+    mesh.drop_writers();
+    let live = alloc::live_bytes() - baseline;
+    let per_replica = live as f64 / args.replicas as f64;
+    report(&args, &mesh, &figures, wall, peak, per_replica);
     ExitCode::SUCCESS
 }

@@ -62,6 +62,15 @@ pub struct SessionConfig {
     /// whatever the peer's [`SessionConfig::ack_delay`]. Zero sends every
     /// change at once.
     pub send_delay: Duration,
+    /// Whether this session gossips checkpoints (`docs/TOKEN.md`,
+    /// "Version 2"; `docs/PROTOCOL.md`, "Checkpoints"): sends the peer
+    /// every checkpoint the replica keeps and the peer lacks, answers its
+    /// asks, and hands the checkpoints it receives to the replica to keep.
+    /// Default off: a peer of protocol 4 built before the checkpoint
+    /// frames refuses them and ends the session, so a mesh turns it on
+    /// once every replica runs a build that knows them. A session with it
+    /// off still takes the checkpoints a peer sends.
+    pub checkpoints: bool,
 }
 
 impl Default for SessionConfig {
@@ -75,6 +84,7 @@ impl Default for SessionConfig {
             frame_bytes_max: FRAME_BYTES_MAX,
             ack_delay: Duration::from_millis(20),
             send_delay: Duration::from_millis(40),
+            checkpoints: false,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use meshlog_cursor::StreamId;
+use meshlog_cursor::{CheckpointName, StreamId};
 use meshlog_replica::{DeltaError, ReplicaError};
 
 use crate::frame::FrameError;
@@ -73,6 +73,17 @@ pub enum ProtocolError {
     Protocol {
         /// What it did.
         detail: String,
+    },
+    /// The peer sent a checkpoint whose vector does not have the name it
+    /// claims (a forged or damaged vector, or a difference from a parent
+    /// that is not the one it named): nothing was kept.
+    #[error("peer sent checkpoint {claimed} with a vector of another name ({computed:?})")]
+    CheckpointForged {
+        /// The name the frame claims.
+        claimed: CheckpointName,
+        /// The name of the vector it carries (`None`: the vector has more
+        /// streams than a token holds, so no name).
+        computed: Option<CheckpointName>,
     },
     /// A frame of ours could not be encoded (an event too large for a frame:
     /// the replica's `payload_bytes_max` is set above what a frame carries).

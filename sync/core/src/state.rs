@@ -103,6 +103,25 @@ pub enum LimitHit {
         /// The key that sealed its run, if the peer sent a seal of it.
         key: Option<meshlog_replica::WriterPublicKey>,
     },
+    /// The peer sent a stream this replica froze at a fork: it keeps a
+    /// proof that the stream's writer signed two histories of it
+    /// (`docs/SIGNING.md`, "Equivocation with valid signatures"), and
+    /// takes nothing of it above `head`. The stream is asked quiet.
+    Frozen {
+        /// The stream refused.
+        stream: StreamId,
+        /// The head it is frozen at.
+        head: u64,
+    },
+    /// The peer sent new events of a stream with no seal, and this
+    /// replica requires seals (`meshlog_replica::Config::require_seals`)
+    /// of a stream it has not pinned a key for: a legacy stream, from
+    /// before signed streams. Its events are not taken, the stream is
+    /// asked quiet, and the rest of the peer's deltas are.
+    Unsealed {
+        /// The stream refused.
+        stream: StreamId,
+    },
     /// One of our events is too large for a frame (our
     /// `payload_bytes_max` is above what a frame between us and this peer
     /// carries): its stream is not sent to this peer past it.

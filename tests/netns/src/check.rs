@@ -26,11 +26,19 @@
 //!   `chains`) list the same streams at the same heads, with equal chain
 //!   hashes wherever both nodes hold the stream anchored
 //!   ([`chains_agree`]), whatever each compacted.
+//! - **No forgery.** Every event a node holds or a reader is given carries
+//!   a payload an honest writer sent, in that writer's stream; no node's
+//!   floor lies past what a compaction could set (its stream's head minus
+//!   the smallest `keep_last`; no floor at all without a compaction).
+//! - **With the hostile node** (`--hostile-node`): no forged event was
+//!   acknowledged and held by a node, and every kind of forgery was
+//!   refused (an unsealed first run: cut; a floor: acknowledged) at least
+//!   once, so the run shows it was really tried.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::history::{AppendOutcome, Event, PageOutcome, Record};
+use crate::history::{AppendOutcome, Event, Forgery, ForgeryOutcome, PageOutcome, Record};
 
 /// Whether two `GET /marks` `chains` objects agree: the same streams at
 /// the same heads, and equal chain hashes wherever both are non-null (a
@@ -195,6 +203,45 @@ pub enum Violation {
         /// What differs, in words.
         detail: String,
     },
+    /// An event no honest writer sent (its payload was never sent, or was
+    /// sent by another stream's writer) is held by a node or was given to
+    /// a reader.
+    Forged {
+        /// Where it was seen (`node 2`, `reader 1`).
+        seen_by: String,
+        /// The event.
+        id: EventId,
+        /// Its payload.
+        payload: String,
+    },
+    /// A node's floor on a stream lies past anything a compaction could
+    /// have set: events were erased without authority.
+    Erased {
+        /// The node.
+        node: usize,
+        /// The stream.
+        stream: u64,
+        /// The node's floor.
+        floor: u64,
+        /// The highest floor a compaction could have set.
+        bound: u64,
+    },
+    /// A node acknowledged a forged event (applied the delta carrying it).
+    ForgeryTaken {
+        /// The node.
+        node: usize,
+        /// What was forged.
+        forgery: Forgery,
+        /// The event forged or altered.
+        id: EventId,
+    },
+    /// The hostile node never had a forgery of this kind refused (or, for
+    /// an unsealed first run, cut; for a floor, acknowledged and ignored):
+    /// the run does not show it was tried.
+    ForgeryUntried {
+        /// The kind.
+        forgery: Forgery,
+    },
     /// A stream id in the history is not a decimal `u64`.
     BadStream {
         /// The text.
@@ -264,7 +311,53 @@ impl fmt::Display for Violation {
                 f,
                 "nodes {node} and {other} differ in chain heads: {detail}"
             ),
+            Violation::Forged { .. }
+            | Violation::Erased { .. }
+            | Violation::ForgeryTaken { .. }
+            | Violation::ForgeryUntried { .. } => self.fmt_forgery(f),
             Violation::BadStream { stream } => write!(f, "stream id {stream:?} is not a u64"),
+        }
+    }
+}
+
+impl Violation {
+    /// The forgery rules' violations, in words.
+    fn fmt_forgery(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = |(stream, seq): &EventId| format!("stream {stream} seq {seq}");
+        match self {
+            Violation::Forged {
+                seen_by,
+                id: e,
+                payload,
+            } => write!(
+                f,
+                "forged: {} with payload {payload:?}, which no honest writer of that stream sent, as seen by {seen_by}",
+                id(e)
+            ),
+            Violation::Erased {
+                node,
+                stream,
+                floor,
+                bound,
+            } => write!(
+                f,
+                "erased: node {node}'s floor on stream {stream} is {floor}, past the {bound} a compaction could set"
+            ),
+            Violation::ForgeryTaken {
+                node,
+                forgery,
+                id: e,
+            } => write!(
+                f,
+                "forgery taken: node {node} acknowledged {forgery:?} at {}",
+                id(e)
+            ),
+            Violation::ForgeryUntried { forgery } => write!(
+                f,
+                "forgery untried: the hostile node never had {forgery:?} {}",
+                forgery.answer_word()
+            ),
+            _ => Ok(()),
         }
     }
 }
@@ -291,6 +384,10 @@ pub struct Verdict {
     /// Milliseconds from the final heal to equal digests (the first
     /// measurement, links possibly still impaired).
     pub converged_ms: Option<u64>,
+    /// Per kind of forgery the hostile node sent: `(sent, shown)`, sent
+    /// on a session (tried and answered, or not), and shown answered as
+    /// it must be (an event refused, a floor acknowledged).
+    pub forgeries: BTreeMap<Forgery, (usize, usize)>,
     /// What went wrong; empty when the history passes.
     pub violations: Vec<Violation>,
 }
@@ -318,6 +415,9 @@ fn parse_stream(text: &str, violations: &mut Vec<Violation>) -> Option<u64> {
 pub fn check(records: &[Record]) -> Verdict {
     let mut verdict = Verdict::default();
     let mut violations = Vec::new();
+    // First, so that a forgery a node took is named before what follows
+    // from it (divergence, lost and forged events).
+    check_forgeries(records, &mut verdict.forgeries, &mut violations);
 
     // What was acknowledged: id -> payload; and what was refused.
     let mut acked: BTreeMap<EventId, String> = BTreeMap::new();
@@ -430,6 +530,8 @@ pub fn check(records: &[Record]) -> Verdict {
         }
     }
     check_chains(records, &mut violations);
+    check_forged(records, &mut violations);
+    check_floors(records, &finals, &mut violations);
     if let Some((first_node, (first_held, _))) = finals.iter().next() {
         verdict.final_events = first_held.len();
         for (node, (held, _)) in finals.iter().skip(1) {
@@ -551,6 +653,162 @@ pub fn check(records: &[Record]) -> Verdict {
     verdict
 }
 
+/// No node holds, and no reader was given, an event whose payload no
+/// writer sent, or sent for another stream than the event's
+/// ([`Violation::Forged`]). A writer's stream is its node's (the start
+/// record); payloads are unique in a run.
+fn check_forged(records: &[Record], violations: &mut Vec<Violation>) {
+    let streams: Vec<&str> = records
+        .iter()
+        .find_map(|r| match r {
+            Record::Start { nodes, .. } => Some(nodes.iter().map(|n| n.stream.as_str()).collect()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let mut sent: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for record in records {
+        if let Record::Append {
+            writer, payloads, ..
+        } = record
+        {
+            for payload in payloads {
+                sent.insert(payload, streams.get(*writer).copied());
+            }
+        }
+    }
+    let mut judge = |seen_by: String, event: &Event| {
+        let honest = match sent.get(event.payload.as_str()) {
+            None => false,
+            Some(stream) => stream.is_none_or(|stream| stream == event.stream),
+        };
+        if !honest {
+            violations.push(Violation::Forged {
+                seen_by,
+                id: (event.stream.parse().unwrap_or(0), event.seq),
+                payload: event.payload.clone(),
+            });
+        }
+    };
+    for record in records {
+        match record {
+            Record::Final { node, events, .. } => {
+                events.iter().for_each(|e| judge(format!("node {node}"), e))
+            }
+            Record::Page {
+                reader,
+                outcome: PageOutcome::Ok { events, .. },
+                ..
+            } => events
+                .iter()
+                .for_each(|e| judge(format!("reader {reader}"), e)),
+            _ => {}
+        }
+    }
+}
+
+/// No node's floor lies past what a compaction could set
+/// ([`Violation::Erased`]): a compaction keeps each stream's last
+/// `keep_last` events (and a floor learned from a peer is that peer's), so
+/// a floor is at most the stream's highest head minus the smallest
+/// `keep_last` the history's compactions used; without one, 0.
+fn check_floors(
+    records: &[Record],
+    finals: &BTreeMap<usize, FinalLog>,
+    violations: &mut Vec<Violation>,
+) {
+    let keep_min = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Fault { action, .. } => action
+                .split("keep_last ")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok(),
+            _ => None,
+        })
+        .min();
+    let mut heads: BTreeMap<u64, u64> = BTreeMap::new();
+    for (held, _) in finals.values() {
+        for (stream, seq) in held.keys() {
+            let head = heads.entry(*stream).or_default();
+            *head = (*head).max(*seq);
+        }
+    }
+    for (node, (_, floors)) in finals {
+        for (stream, floor) in floors {
+            let head = heads.get(stream).copied().unwrap_or(0);
+            let bound = keep_min.map_or(0, |keep| head.saturating_sub(keep));
+            if *floor > bound {
+                violations.push(Violation::Erased {
+                    node: *node,
+                    stream: *stream,
+                    floor: *floor,
+                    bound,
+                });
+            }
+        }
+    }
+}
+
+/// The hostile node's attempts: no forged event acknowledged (for an
+/// unsealed first run, acknowledged and held: [`ForgeryOutcome::Cut`] is
+/// acknowledged with nothing held) ([`Violation::ForgeryTaken`]), and, in
+/// a run the start record marks hostile, every kind refused (an unsealed
+/// first run: cut; a floor: acknowledged) at least once
+/// ([`Violation::ForgeryUntried`]; but the stolen key's forgery, which a
+/// node cannot refuse: it is planted to be taken).
+fn check_forgeries(
+    records: &[Record],
+    counts: &mut BTreeMap<Forgery, (usize, usize)>,
+    violations: &mut Vec<Violation>,
+) {
+    let hostile = records
+        .iter()
+        .any(|r| matches!(r, Record::Start { hostile: true, .. }));
+    let mut shown: BTreeSet<Forgery> = BTreeSet::new();
+    for record in records {
+        let Record::Forgery {
+            node,
+            forgery,
+            stream,
+            seq,
+            outcome,
+            ..
+        } = record
+        else {
+            continue;
+        };
+        if forgery.is_event() && *outcome == ForgeryOutcome::Acknowledged {
+            violations.push(Violation::ForgeryTaken {
+                node: *node,
+                forgery: *forgery,
+                id: (stream.parse().unwrap_or(0), *seq),
+            });
+        }
+        let count = counts.entry(*forgery).or_default();
+        if !matches!(
+            outcome,
+            ForgeryOutcome::NoSession { .. } | ForgeryOutcome::NotTried { .. }
+        ) {
+            count.0 += 1;
+        }
+        if forgery.shown_by(outcome) {
+            count.1 += 1;
+            shown.insert(*forgery);
+        }
+    }
+    if !hostile {
+        return;
+    }
+    for forgery in Forgery::ALL {
+        if forgery != Forgery::StolenKey && !shown.contains(&forgery) {
+            violations.push(Violation::ForgeryUntried { forgery });
+        }
+    }
+}
+
 fn check_page(
     reader: usize,
     page: usize,
@@ -654,6 +912,7 @@ mod tests {
                     url: "http://10.77.0.11:7070".into(),
                     stream: "1".into(),
                 }],
+                hostile: false,
             },
             append(1, 1, 1),
             append(2, 1, 1),
@@ -960,12 +1219,221 @@ mod tests {
         let mut forged = event(1, 2, 2);
         forged.payload = "forged".into();
         records[7] = page(0, vec![forged]);
+        // A payload no writer sent is also a forgery.
         assert_eq!(
             violations(&records),
-            vec![Violation::WrongPayload {
-                seen_by: "reader 0".into(),
-                id: (1, 2)
+            vec![
+                Violation::Forged {
+                    seen_by: "reader 0".into(),
+                    id: (1, 2),
+                    payload: "forged".into()
+                },
+                Violation::WrongPayload {
+                    seen_by: "reader 0".into(),
+                    id: (1, 2)
+                }
+            ]
+        );
+    }
+
+    /// The clean history with node 1 holding `extra` besides the rest.
+    fn held_by_node_1(extra: Event) -> Vec<Record> {
+        let mut records = clean();
+        records[11] = final_log(
+            1,
+            vec![event(1, 1, 1), event(2, 1, 1), event(1, 2, 2), extra],
+        );
+        records
+    }
+
+    #[test]
+    fn an_event_no_honest_writer_sent_is_named_forged() {
+        // A payload no writer sent, at the next seq of stream 1.
+        let mut forged = event(1, 3, 3);
+        forged.payload = "forged-1".into();
+        let found = violations(&held_by_node_1(forged));
+        assert!(
+            found.contains(&Violation::Forged {
+                seen_by: "node 1".into(),
+                id: (1, 3),
+                payload: "forged-1".into()
+            }),
+            "{found:?}"
+        );
+        // A payload writer 0 (node n1, stream 1) sent, claimed for
+        // stream 2.
+        let mut records = clean();
+        if let Record::Append { writer, .. } = &mut records[1] {
+            *writer = 0;
+        }
+        let mut moved = event(2, 2, 3);
+        moved.payload = "p1-1".into();
+        records[11] = final_log(
+            1,
+            vec![event(1, 1, 1), event(2, 1, 1), event(1, 2, 2), moved],
+        );
+        let found = violations(&records);
+        assert!(
+            found.contains(&Violation::Forged {
+                seen_by: "node 1".into(),
+                id: (2, 2),
+                payload: "p1-1".into()
+            }),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_floor_past_what_a_compaction_could_set_is_named_erased() {
+        // No compaction in the history: any floor is an erasure.
+        let mut records = clean();
+        if let Record::Final { floor, events, .. } = &mut records[11] {
+            floor.insert("1".into(), 1);
+            events.retain(|e| (e.stream.as_str(), e.seq) != ("1", 1));
+        }
+        let found = violations(&records);
+        assert!(
+            found.contains(&Violation::Erased {
+                node: 1,
+                stream: 1,
+                floor: 1,
+                bound: 0
+            }),
+            "{found:?}"
+        );
+        // A compaction keeping 1 allows floor 1 on stream 1 (head 2), not 2.
+        records.insert(
+            5,
+            Record::Fault {
+                t_ms: 3,
+                action: "compact every node, keep_last 1 (n1 dropped 1)".into(),
+            },
+        );
+        assert!(!violations(&records)
+            .iter()
+            .any(|v| matches!(v, Violation::Erased { .. })));
+        if let Record::Final { floor, .. } = &mut records[12] {
+            floor.insert("1".into(), 2);
+        }
+        assert!(violations(&records).contains(&Violation::Erased {
+            node: 1,
+            stream: 1,
+            floor: 2,
+            bound: 1
+        }));
+    }
+
+    fn forgery(forgery: Forgery, outcome: ForgeryOutcome) -> Record {
+        Record::Forgery {
+            t_ms: 1,
+            node: 0,
+            forgery,
+            stream: "2".into(),
+            seq: 2,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn a_forgery_taken_or_never_refused_is_named() {
+        let mut records = clean();
+        if let Record::Start { hostile, .. } = &mut records[0] {
+            *hostile = true;
+        }
+        // Every kind shown once: refused, cut (an unsealed first run), or
+        // (a floor) acknowledged.
+        for kind in Forgery::ALL {
+            let outcome = if kind == Forgery::UnsealedFirst {
+                ForgeryOutcome::Cut
+            } else if kind.is_event() {
+                ForgeryOutcome::Refused
+            } else {
+                ForgeryOutcome::Acknowledged
+            };
+            if kind != Forgery::StolenKey {
+                records.push(forgery(kind, outcome));
+            }
+        }
+        assert_eq!(violations(&records), vec![]);
+        // A node acknowledged a forged event.
+        records.push(forgery(Forgery::WrongKey, ForgeryOutcome::Acknowledged));
+        assert_eq!(
+            violations(&records),
+            vec![Violation::ForgeryTaken {
+                node: 0,
+                forgery: Forgery::WrongKey,
+                id: (2, 2)
             }]
         );
+        // An altered run that was never refused (only closed, not tried).
+        records.pop();
+        records.retain(|r| {
+            !matches!(
+                r,
+                Record::Forgery {
+                    forgery: Forgery::AlteredLamport,
+                    ..
+                }
+            )
+        });
+        records.push(forgery(Forgery::AlteredLamport, ForgeryOutcome::Closed));
+        records.push(forgery(
+            Forgery::AlteredLamport,
+            ForgeryOutcome::NotTried { why: "none".into() },
+        ));
+        assert_eq!(
+            violations(&records),
+            vec![Violation::ForgeryUntried {
+                forgery: Forgery::AlteredLamport
+            }]
+        );
+    }
+
+    /// An unsealed first run is shown only by a cut: a node that took it
+    /// (acknowledged and held) took a forgery, and one that refused it
+    /// shows only that it held the writer's real first event by then.
+    #[test]
+    fn an_unsealed_first_run_must_be_cut_not_taken() {
+        let mut records = clean();
+        if let Record::Start { hostile, .. } = &mut records[0] {
+            *hostile = true;
+        }
+        for kind in Forgery::ALL {
+            if kind != Forgery::StolenKey && kind != Forgery::UnsealedFirst {
+                let outcome = if kind.is_event() {
+                    ForgeryOutcome::Refused
+                } else {
+                    ForgeryOutcome::Acknowledged
+                };
+                records.push(forgery(kind, outcome));
+            }
+        }
+        records.push(forgery(Forgery::UnsealedFirst, ForgeryOutcome::Refused));
+        assert_eq!(
+            violations(&records),
+            vec![Violation::ForgeryUntried {
+                forgery: Forgery::UnsealedFirst
+            }]
+        );
+        records.push(forgery(
+            Forgery::UnsealedFirst,
+            ForgeryOutcome::Acknowledged,
+        ));
+        assert_eq!(
+            violations(&records),
+            vec![
+                Violation::ForgeryTaken {
+                    node: 0,
+                    forgery: Forgery::UnsealedFirst,
+                    id: (2, 2)
+                },
+                Violation::ForgeryUntried {
+                    forgery: Forgery::UnsealedFirst
+                }
+            ]
+        );
+        records.pop();
+        records.push(forgery(Forgery::UnsealedFirst, ForgeryOutcome::Cut));
+        assert_eq!(violations(&records), vec![]);
     }
 }

@@ -20,6 +20,11 @@ pub enum Record {
         seed: u64,
         /// The nodes, by index: name, URL and stream id.
         nodes: Vec<NodeInfo>,
+        /// Whether a hostile peer ran beside the nodes (`--hostile-node`):
+        /// then the checker also demands that its forgeries were tried
+        /// and refused (absent from histories recorded before it existed).
+        #[serde(default)]
+        hostile: bool,
     },
     /// A writer's append, one HTTP request carrying `payloads`.
     Append {
@@ -102,12 +107,146 @@ pub enum Record {
         #[serde(default)]
         chains: serde_json::Value,
     },
+    /// One forgery the hostile peer sent to an honest node, on a sync
+    /// session of its own, and what came of it.
+    Forgery {
+        /// Milliseconds since the schedule started.
+        t_ms: u64,
+        /// The honest node it was sent to.
+        node: usize,
+        /// What was forged.
+        forgery: Forgery,
+        /// The stream it names (decimal; empty when not tried).
+        stream: String,
+        /// The seq forged, altered or claimed as a floor.
+        seq: u64,
+        /// What the node did with it.
+        outcome: ForgeryOutcome,
+    },
     /// A node's final read failed.
     FinalFailed {
         /// Which node.
         node: usize,
         /// Why.
         message: String,
+    },
+}
+
+/// What the hostile peer forges (`docs/FAULTS.md`, "The hostile node").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Forgery {
+    /// Another writer's next event, without a seal.
+    UnsealedNext,
+    /// Another admitted writer's first event (seq 1), without a seal, sent
+    /// to each node as the mesh starts, before the node holds (or has
+    /// pinned a key for) that stream.
+    UnsealedFirst,
+    /// Another writer's next event, sealed by a key that is not its
+    /// writer's.
+    WrongKey,
+    /// A real sealed run the node lacks, one payload altered.
+    AlteredPayload,
+    /// A real sealed run the node lacks, one lamport altered (still
+    /// rising).
+    AlteredLamport,
+    /// A floor at a writer's head on the node plus 5.
+    FloorAhead,
+    /// A floor at `LAMPORT_MAX`.
+    FloorMax,
+    /// A floor below the node's head: it would erase held events.
+    FloorErasing,
+    /// Another writer's next event, sealed with that writer's own key,
+    /// which the hostile peer was given (`--plant stolen-key`): the one
+    /// forgery the nodes cannot tell from the writer's.
+    StolenKey,
+}
+
+impl Forgery {
+    /// Every forgery the hostile peer tries, in the order it tries them
+    /// (the first runs as the mesh starts, then, round after round, the
+    /// altered runs first, while what it just took is still new to the
+    /// others).
+    pub const ALL: [Forgery; 9] = [
+        Forgery::UnsealedFirst,
+        Forgery::AlteredPayload,
+        Forgery::AlteredLamport,
+        Forgery::UnsealedNext,
+        Forgery::WrongKey,
+        Forgery::FloorAhead,
+        Forgery::FloorMax,
+        Forgery::FloorErasing,
+        Forgery::StolenKey,
+    ];
+
+    /// Whether it forges an event, which a node must never take (refuse:
+    /// end the session, count the delta refused; or, an unsealed first
+    /// run, cut); the floors it must instead take as "this peer cannot
+    /// serve those" and erase nothing.
+    pub fn is_event(self) -> bool {
+        !matches!(
+            self,
+            Forgery::FloorAhead | Forgery::FloorMax | Forgery::FloorErasing
+        )
+    }
+
+    /// Whether `outcome` shows this forgery really tried and answered as
+    /// it must be: an event refused, a floor acknowledged, an unsealed
+    /// first run cut (a refusal would show only that the node held the
+    /// writer's real event by then, not that it cuts what it cannot
+    /// verify).
+    pub fn shown_by(self, outcome: &ForgeryOutcome) -> bool {
+        match (self, outcome) {
+            (Forgery::UnsealedFirst, outcome) => *outcome == ForgeryOutcome::Cut,
+            (_, ForgeryOutcome::Refused) => self.is_event(),
+            (_, ForgeryOutcome::Acknowledged) => !self.is_event(),
+            _ => false,
+        }
+    }
+
+    /// What a node that did as it must did with it, in words: refused,
+    /// cut, or (a floor) ignored.
+    pub fn answer_word(self) -> &'static str {
+        match self {
+            Forgery::UnsealedFirst => "cut",
+            _ if self.is_event() => "refused",
+            _ => "ignored",
+        }
+    }
+}
+
+/// What an honest node did with a forgery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ForgeryOutcome {
+    /// The node closed the session without acknowledging the delta, and
+    /// its `meshlog_deltas_refused_total` rose.
+    Refused,
+    /// The node closed the session without acknowledging it, but its
+    /// refusal count did not rise (a fault cut the link, or it restarted).
+    Closed,
+    /// The node acknowledged the delta: applied whole (or, for a floor,
+    /// taken as what this peer cannot serve). For an unsealed first run,
+    /// acknowledged and held (`GET /marks`' chain head is the forged
+    /// event's).
+    Acknowledged,
+    /// The node acknowledged the delta but holds none of it: its
+    /// admission cut the stream (`Limit::Unsealed`, a run it cannot
+    /// verify under `require_seals`; the stream asked quiet for the
+    /// session). Checked for an unsealed first run only.
+    Cut,
+    /// Neither within the bound (a paused node, a lossy link).
+    Unanswered,
+    /// No session: the dial, the handshake or the hello failed.
+    NoSession {
+        /// Why.
+        message: String,
+    },
+    /// Nothing to forge from (no stream the node holds two events of, no
+    /// sealed run it lacks).
+    NotTried {
+        /// Why.
+        why: String,
     },
 }
 

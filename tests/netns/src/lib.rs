@@ -17,6 +17,9 @@
 //! - [`http`]: a small blocking HTTP/1.1 client with timeouts.
 //! - [`net`]: the namespaces, bridge, nodes and kernel faults, and the
 //!   guard that removes them.
+//! - [`hostile`]: the hostile node (`--hostile-node`): a peer holding the
+//!   peer secret but no writer key, which syncs honestly with the nodes
+//!   and between sessions sends them forged events and floors.
 //! - [`run`]: one schedule end to end: clients, nemesis, final heal,
 //!   convergence, final reads.
 //!
@@ -27,6 +30,7 @@
 
 pub mod check;
 pub mod history;
+pub mod hostile;
 pub mod http;
 pub mod net;
 pub mod run;

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! meshlog-faults [--seed N] [--schedules N] [--steps N] [--meshlog PATH]
-//!                [--out DIR] [--plant drop-event|skip-cursor] [--dry-run]
+//!                [--out DIR] [--plant drop-event|skip-cursor|stolen-key]
+//!                [--hostile-node] [--dry-run]
 //! meshlog-faults --check HISTORY.jsonl
 //! ```
 //!
@@ -29,11 +30,12 @@ struct Args {
     meshlog: Option<PathBuf>,
     out: PathBuf,
     plant: Option<Plant>,
+    hostile: bool,
     check: Option<PathBuf>,
     dry_run: bool,
 }
 
-const USAGE: &str = "usage: meshlog-faults [--seed N] [--schedules N] [--steps N] [--meshlog PATH] [--out DIR] [--plant drop-event|skip-cursor] [--dry-run]\n       meshlog-faults --check HISTORY.jsonl";
+const USAGE: &str = "usage: meshlog-faults [--seed N] [--schedules N] [--steps N] [--meshlog PATH] [--out DIR] [--plant drop-event|skip-cursor|stolen-key] [--hostile-node] [--dry-run]\n       meshlog-faults --check HISTORY.jsonl";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -43,6 +45,7 @@ fn parse_args() -> Result<Args, String> {
         meshlog: None,
         out: PathBuf::from("target/meshlog-faults"),
         plant: None,
+        hostile: false,
         check: None,
         dry_run: false,
     };
@@ -63,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
             "--plant" => args.plant = Some(value()?.parse()?),
             "--check" => args.check = Some(value()?.into()),
             "--dry-run" => args.dry_run = true,
+            "--hostile-node" => args.hostile = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -81,6 +85,23 @@ fn print_verdict(verdict: &Verdict) {
     if verdict.violations.len() > 20 {
         println!("  ... and {} more", verdict.violations.len() - 20);
     }
+}
+
+/// The hostile node's forgeries, per kind: sent on a session, and refused
+/// (an event), cut (an unsealed first run) or acknowledged and ignored (a
+/// floor).
+fn print_forgeries(verdict: &Verdict) {
+    if verdict.forgeries.is_empty() {
+        return;
+    }
+    let kinds: Vec<String> = verdict
+        .forgeries
+        .iter()
+        .map(|(forgery, (sent, shown))| {
+            format!("{forgery:?} {sent} sent/{shown} {}", forgery.answer_word())
+        })
+        .collect();
+    println!("  hostile node: {}", kinds.join(", "));
 }
 
 fn main() -> ExitCode {
@@ -110,6 +131,7 @@ fn main() -> ExitCode {
             verdict.checked,
             verdict.violations.len()
         );
+        print_forgeries(&verdict);
         print_verdict(&verdict);
         return if verdict.passed() {
             ExitCode::SUCCESS
@@ -191,7 +213,7 @@ fn main() -> ExitCode {
                 step.fault, step.hold_ms, step.rest_ms
             );
         }
-        match run_schedule(&schedule, &binary, &args.out, args.plant) {
+        match run_schedule(&schedule, &binary, &args.out, args.plant, args.hostile) {
             Ok(outcome) => {
                 let verdict = &outcome.verdict;
                 let ms = |v: Option<u64>| v.map_or("never".to_owned(), |v| format!("{v} ms"));
@@ -224,6 +246,7 @@ fn main() -> ExitCode {
                         String::new()
                     }
                 );
+                print_forgeries(verdict);
                 println!("  history: {}", outcome.history.display());
                 print_verdict(verdict);
                 failed |= !verdict.passed();

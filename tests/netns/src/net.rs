@@ -27,6 +27,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -194,9 +195,23 @@ struct NodeProcess {
     paused: bool,
 }
 
+/// The nodes' writer keys and the trust configuration naming them, for a
+/// mesh whose nodes seal their streams (`--hostile-node`): node `i` gets
+/// `keys[i]` as its `writer.key` before its first start, and every node's
+/// `node.toml` lists `writers` (`KEY@STREAM`, binding each legacy stream
+/// to its writer's key, which closes membership: `docs/SIGNING.md`).
+#[derive(Debug, Clone)]
+pub struct Sealing {
+    /// Each node's writer secret key, 32 bytes.
+    pub keys: Vec<[u8; 32]>,
+    /// The `writers` entries.
+    pub writers: Vec<String>,
+}
+
 /// The five hosts. Dropping it removes everything it created.
 pub struct Mesh {
     binary: PathBuf,
+    keys: Option<Vec<[u8; 32]>>,
     scratch: PathBuf,
     logs: PathBuf,
     nodes: Vec<NodeProcess>,
@@ -209,10 +224,16 @@ pub struct Mesh {
 impl Mesh {
     /// Builds the network and starts the five nodes. `logs` receives each
     /// node's stdout and stderr (kept as artifacts).
-    pub fn start(binary: &Path, logs: &Path, seed: u64) -> Result<Mesh, String> {
+    pub fn start(
+        binary: &Path,
+        logs: &Path,
+        seed: u64,
+        sealing: Option<Sealing>,
+    ) -> Result<Mesh, String> {
         let scratch = std::env::temp_dir().join(format!("mlf-run-{seed}-{}", std::process::id()));
         let mut mesh = Mesh {
             binary: binary.to_owned(),
+            keys: sealing.as_ref().map(|s| s.keys.clone()),
             scratch,
             logs: logs.to_owned(),
             nodes: (0..NODES)
@@ -230,11 +251,15 @@ impl Mesh {
         std::fs::create_dir_all(&mesh.logs).map_err(|e| format!("logs: {e}"))?;
         // Short heartbeats and backoff, so a healed link is redialed fast
         // (the defaults, 1 s and up to 10 s, would dominate convergence).
-        std::fs::write(
-            mesh.scratch.join("node.toml"),
+        let mut settings = String::from(
             "heartbeat_ms = 200\nbackoff_min_ms = 50\nbackoff_max_ms = 1000\nconnect_timeout_ms = 1000\n",
-        )
-        .map_err(|e| format!("node.toml: {e}"))?;
+        );
+        if let Some(sealing) = &sealing {
+            let quoted: Vec<String> = sealing.writers.iter().map(|w| format!("{w:?}")).collect();
+            settings.push_str(&format!("writers = [{}]\n", quoted.join(", ")));
+        }
+        std::fs::write(mesh.scratch.join("node.toml"), settings)
+            .map_err(|e| format!("node.toml: {e}"))?;
         mesh.build_network()?;
         for i in 0..NODES {
             mesh.spawn(i)?;
@@ -319,6 +344,19 @@ impl Mesh {
             std::fs::create_dir_all(&data)
                 .and_then(|()| std::fs::write(&recorded, format!("{}\n", i + 1)))
                 .map_err(|e| format!("{}: {e}", recorded.display()))?;
+            // A sealing mesh's key, bound to the legacy stream by the
+            // trust configuration (the node refuses a key file others may
+            // read).
+            if let Some(key) = self.keys.as_ref().map(|keys| keys[i]) {
+                let path = data.join("writer.key");
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .and_then(|mut file| std::io::Write::write_all(&mut file, &key))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
         }
         let mut command = Command::new("ip");
         command

@@ -3,7 +3,7 @@
 //! measure convergence, let the readers finish their walks, read every node
 //! to the end, tear the mesh down and judge the history.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -18,10 +18,12 @@ use serde_json::Value;
 
 use crate::check::{chains_agree, check, Verdict};
 use crate::history::{
-    read_history, write_record, Ack, AppendOutcome, Event, LostRange, NodeInfo, PageOutcome, Record,
+    read_history, write_record, Ack, AppendOutcome, Event, Forgery, LostRange, NodeInfo,
+    PageOutcome, Record,
 };
+use crate::hostile;
 use crate::http::{request, request_from, RequestError};
-use crate::net::{node_addr, node_url, observer, Mesh};
+use crate::net::{node_addr, node_url, observer, Mesh, Sealing};
 use crate::schedule::{Fault, Schedule, NODES};
 
 /// Set by SIGINT or SIGTERM: every loop stops, the guard cleans up.
@@ -43,6 +45,10 @@ pub enum Plant {
     /// Resumes from a cursor one seq past the page's `next` on the stream
     /// of its last event (once).
     SkipCursor,
+    /// Runs the hostile node (as `--hostile-node`) and gives it node 3's
+    /// writer key, so that its forgery of stream 3's next event is sealed
+    /// by the writer's own key ([`crate::history::Forgery::StolenKey`]).
+    StolenKey,
 }
 
 impl std::str::FromStr for Plant {
@@ -51,8 +57,9 @@ impl std::str::FromStr for Plant {
         match text {
             "drop-event" => Ok(Plant::DropEvent),
             "skip-cursor" => Ok(Plant::SkipCursor),
+            "stolen-key" => Ok(Plant::StolenKey),
             other => Err(format!(
-                "unknown plant {other:?}: drop-event or skip-cursor"
+                "unknown plant {other:?}: drop-event, skip-cursor or stolen-key"
             )),
         }
     }
@@ -97,6 +104,9 @@ struct Shared {
     started: Instant,
     phase: AtomicU8,
     seed: u64,
+    /// The forgeries the hostile node has shown tried and answered as they
+    /// must be ([`crate::history::Forgery::shown_by`]).
+    forgeries_shown: Mutex<BTreeSet<Forgery>>,
 }
 
 impl Shared {
@@ -123,25 +133,36 @@ fn nap(time: Duration) {
 }
 
 /// Runs one schedule and judges it. The history and node logs go under
-/// `out/seed-<seed>/`.
+/// `out/seed-<seed>/`. With `hostile` (or the stolen-key plant), the nodes
+/// seal their streams under a closed trust configuration and the hostile
+/// node runs beside them ([`crate::hostile`]).
 pub fn run_schedule(
     schedule: &Schedule,
     binary: &Path,
     out: &Path,
     plant: Option<Plant>,
+    hostile: bool,
 ) -> Result<Outcome, String> {
     let began = Instant::now();
+    let hostile = hostile || plant == Some(Plant::StolenKey);
     let dir = out.join(format!("seed-{}", schedule.seed));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let history_path = dir.join("history.jsonl");
     let file = File::create(&history_path).map_err(|e| format!("history: {e}"))?;
-    let mut mesh = Mesh::start(binary, &dir, schedule.seed)?;
+    let sealing = hostile.then(|| Sealing {
+        keys: (0..NODES)
+            .map(|i| hostile::writer_key(schedule.seed, i).to_bytes())
+            .collect(),
+        writers: hostile::trust_entries(schedule.seed),
+    });
+    let mut mesh = Mesh::start(binary, &dir, schedule.seed, sealing)?;
     let shared = Arc::new(Shared {
         history: Mutex::new(BufWriter::new(file)),
         started: Instant::now(),
         phase: AtomicU8::new(RUNNING),
         seed: schedule.seed,
+        forgeries_shown: Mutex::new(BTreeSet::new()),
     });
     shared.record(&Record::Start {
         seed: schedule.seed,
@@ -152,8 +173,21 @@ pub fn run_schedule(
                 stream: (i + 1).to_string(),
             })
             .collect(),
+        hostile,
     });
 
+    // The hostile node first: its unsealed first runs go to each node
+    // before the writers write (`hostile::Hostile::first_runs`).
+    let stolen = (plant == Some(Plant::StolenKey)).then_some(2);
+    let hostile_peer = hostile.then(|| {
+        let shared = Arc::clone(&shared);
+        let (started, first_runs_sent) = std::sync::mpsc::channel();
+        let handle = std::thread::spawn(move || run_hostile(&shared, stolen, started));
+        // Bounded: a peer that cannot reach the nodes records that, and
+        // the schedule goes on (a dropped sender ends the wait too).
+        let _ = first_runs_sent.recv_timeout(FIRST_RUNS_BOUND);
+        handle
+    });
     let writers: Vec<JoinHandle<()>> = (0..NODES)
         .map(|w| {
             let shared = Arc::clone(&shared);
@@ -171,10 +205,15 @@ pub fn run_schedule(
     // The nemesis.
     let mut caught_up = Vec::new();
     let nemesis = run_steps(&mut mesh, schedule, &shared, &mut caught_up);
+    if hostile {
+        await_forgeries(&shared);
+    }
     let faults_s = shared.started.elapsed().as_secs_f64();
     shared.phase.store(HEALING, Ordering::SeqCst);
-    for handle in writers {
-        handle.join().map_err(|_| "a writer panicked".to_owned())?;
+    for handle in writers.into_iter().chain(hostile_peer) {
+        handle
+            .join()
+            .map_err(|_| "a writer or the hostile peer panicked".to_owned())?;
     }
     // The final heal: everything but the link impairments.
     let healed = heal_all(&mut mesh, &shared).and(nemesis);
@@ -271,6 +310,69 @@ pub fn run_schedule(
         faults_s,
         total_s: began.elapsed().as_secs_f64(),
     })
+}
+
+/// How long the writers wait for the hostile node's first runs.
+const FIRST_RUNS_BOUND: Duration = Duration::from_secs(30);
+
+/// How long the writers and the hostile node may run on after the last
+/// step, until every kind of forgery was shown tried.
+const FORGERIES_BOUND: Duration = Duration::from_secs(15);
+
+/// After the steps, with the hostile node: lets the writers and the
+/// hostile node run on (the mesh healed, impairments kept) until every
+/// kind of forgery but the planted one was shown tried, bounded by
+/// [`FORGERIES_BOUND`]; the checker names any that was not. An altered run
+/// needs events a node still lacks, which a short schedule on a lossy mesh
+/// may not have offered yet.
+fn await_forgeries(shared: &Shared) {
+    let started = Instant::now();
+    let done = || {
+        let shown = shared.forgeries_shown.lock().expect("the forgeries lock");
+        Forgery::ALL
+            .iter()
+            .all(|f| *f == Forgery::StolenKey || shown.contains(f))
+    };
+    while !done() && started.elapsed() < FORGERIES_BOUND && !shared.stopping() {
+        nap(Duration::from_millis(50));
+    }
+}
+
+/// The hostile node, while the writers run; each forgery it tries goes to
+/// the history. `started` is told once its first runs are sent.
+fn run_hostile(shared: &Shared, stolen: Option<usize>, started: std::sync::mpsc::Sender<()>) {
+    let peer = match hostile::Hostile::new(shared.seed, stolen) {
+        Ok(peer) => peer,
+        Err(error) => {
+            eprintln!("hostile peer: {error}");
+            return;
+        }
+    };
+    if let Some(node) = stolen {
+        eprintln!("planted: the hostile peer holds n{}'s writer key", node + 1);
+    }
+    let stop = || shared.phase.load(Ordering::SeqCst) != RUNNING || shared.stopping();
+    let record = |attempt: hostile::Attempt| {
+        if attempt.forgery.shown_by(&attempt.outcome) {
+            let mut shown = shared.forgeries_shown.lock().expect("the forgeries lock");
+            shown.insert(attempt.forgery);
+        }
+        shared.record(&Record::Forgery {
+            t_ms: shared.t_ms(),
+            node: attempt.node,
+            forgery: attempt.forgery,
+            stream: if attempt.stream == 0 {
+                String::new()
+            } else {
+                attempt.stream.to_string()
+            },
+            seq: attempt.seq,
+            outcome: attempt.outcome,
+        })
+    };
+    peer.run(&stop, &record, &|| {
+        let _ = started.send(());
+    });
 }
 
 fn run_steps(

@@ -13,15 +13,15 @@
 //! frame shares (prefix, kind, size limit) is read in one place, and each
 //! codec only knows its own layout.
 
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::{CheckpointName, StreamId, VersionVector, CHECKPOINT_NAME_BYTES};
 use meshlog_replica::{Delta, DeltaColumns};
 use serde::Deserialize;
 
 use super::event_runs::{decode_columns, decode_events, encode_columns, encode_events, put_varint};
-use super::repr::{check_counts, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
-use super::sections::{put_sections, read_sections};
+use super::repr::{check_counts, CheckpointRepr, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
+use super::sections::{put_forks, put_sections, read_sections};
 use super::{
-    tag, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
+    tag, CheckpointFrame, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
     FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
 };
 // Named by `decode`'s docs only.
@@ -213,6 +213,22 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), Frame
                 }
             }
         }
+        Frame::Checkpoint(checkpoint) => {
+            put_varint(out, u64::from(tag::CHECKPOINT));
+            out.extend_from_slice(checkpoint.name.as_bytes());
+            match checkpoint.parent {
+                None => out.push(0),
+                Some(parent) => {
+                    out.push(1);
+                    out.extend_from_slice(parent.as_bytes());
+                }
+            }
+            put_vector(out, &checkpoint.changes);
+        }
+        Frame::CheckpointWant(name) => {
+            put_varint(out, u64::from(tag::CHECKPOINT_WANT));
+            out.extend_from_slice(name.as_bytes());
+        }
     }
     let len = out.len() - start;
     if len > max {
@@ -267,6 +283,7 @@ pub(crate) fn encode_delta_columns_limited(
         &columns.floor,
         &columns.floor_proofs,
     )?;
+    put_forks(&mut out, &columns.forks);
     let len = out.len() - LENGTH_PREFIX_BYTES;
     if len > max {
         return Err(FrameError::TooLarge { len, max });
@@ -477,6 +494,19 @@ fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, Fra
             check_routes(&routes).map_err(|detail| FrameError::Malformed { kind, detail })?;
             Frame::Routes(routes)
         }
+        tag::CHECKPOINT => {
+            let repr: CheckpointRepr = take_all(body, kind)?;
+            Frame::Checkpoint(CheckpointFrame {
+                name: CheckpointName::from_bytes(repr.name),
+                parent: repr.parent.map(CheckpointName::from_bytes),
+                changes: repr.changes.into_vector(kind, "changes")?,
+            })
+        }
+        tag::CHECKPOINT_WANT => {
+            Frame::CheckpointWant(CheckpointName::from_bytes(take_all::<
+                [u8; CHECKPOINT_NAME_BYTES],
+            >(body, kind)?))
+        }
         _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
     }))
 }
@@ -502,6 +532,8 @@ fn decode_header(payload: &[u8], max: usize) -> Result<(u32, &'static str, &[u8]
         tag::HEARTBEAT => "heartbeat",
         tag::ROUTES => "routes",
         tag::BARE_ACK => "bare ack",
+        tag::CHECKPOINT => "checkpoint",
+        tag::CHECKPOINT_WANT => "checkpoint want",
         _ => {
             return Err(FrameError::UnknownKind {
                 tag,
@@ -576,8 +608,10 @@ fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incomi
     let (floor, events) = postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
     let floor = floor.into_vector(kind, "floor")?;
     if !columns {
+        // A delta as events carries no proofs of forks (`Delta` has no
+        // place for them): a session decodes deltas in columns.
         let sections = |rest: &[u8], runs| read_sections(rest, runs, &floor);
-        let (events, (seals, floor_proofs)) = decode_events(events, sections)?;
+        let (events, (seals, floor_proofs, _forks)) = decode_events(events, sections)?;
         return Ok(Incoming::Frame(Frame::Delta {
             number,
             delta: Delta {
@@ -589,10 +623,11 @@ fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incomi
         }));
     }
     let sections = |rest: &[u8], runs| read_sections(rest, runs, &floor);
-    let (mut columns, (seals, floor_proofs)) = decode_columns(events, sections)?;
+    let (mut columns, (seals, floor_proofs, forks)) = decode_columns(events, sections)?;
     columns.floor = floor;
     columns.seals = seals;
     columns.floor_proofs = floor_proofs;
+    columns.forks = forks;
     Ok(Incoming::Delta { number, columns })
 }
 

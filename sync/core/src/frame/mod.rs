@@ -88,7 +88,7 @@
 // Named by the docs here only.
 #[cfg(doc)]
 use meshlog_cursor::STREAMS_MAX;
-use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::{CheckpointName, StreamId, VersionVector};
 use meshlog_replica::Delta;
 
 mod envelope;
@@ -165,6 +165,8 @@ mod tag {
     pub const HEARTBEAT: u32 = 3;
     pub const ROUTES: u32 = 4;
     pub const BARE_ACK: u32 = 5;
+    pub const CHECKPOINT: u32 = 6;
+    pub const CHECKPOINT_WANT: u32 = 7;
 }
 
 /// One message between two replicas.
@@ -214,6 +216,15 @@ pub enum Frame {
     /// marks an ack would carry (every stream moving in the mesh) tell the
     /// peer nothing it sends by; the tick's heartbeat carries them.
     BareAck(u64),
+    /// A checkpoint the sender keeps (`docs/TOKEN.md`, "Version 2"), as a
+    /// difference from one it sent or received before on the session.
+    /// Sent only on a session configured for it
+    /// (`SessionConfig::checkpoints`): a peer of protocol 4 built before
+    /// this kind refuses it.
+    Checkpoint(CheckpointFrame),
+    /// Asks the peer for the whole vector of a checkpoint it sent as a
+    /// difference from a parent the sender does not hold.
+    CheckpointWant(CheckpointName),
 }
 
 impl Frame {
@@ -227,6 +238,8 @@ impl Frame {
             Frame::Heartbeat(_) => "heartbeat",
             Frame::Routes(_) => "routes",
             Frame::BareAck(_) => "bare ack",
+            Frame::Checkpoint(_) => "checkpoint",
+            Frame::CheckpointWant(_) => "checkpoint want",
         }
     }
 
@@ -283,6 +296,23 @@ pub struct Routes {
     pub quiet: Vec<StreamId>,
     /// Streams to push again, strictly ascending, none also quiet.
     pub loud: Vec<StreamId>,
+}
+
+/// A checkpoint on the wire: its name and its vector, as the streams where
+/// it is above a parent checkpoint (the vector is `parent ⊔ changes`: a
+/// checkpoint is sent as a difference only from one it dominates), or
+/// whole. The receiver recomputes the name from the vector and refuses a
+/// vector that does not have it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointFrame {
+    /// The checkpoint's name, as the sender claims it.
+    pub name: CheckpointName,
+    /// The checkpoint `changes` are relative to, sent or received before
+    /// on this session; `None`: `changes` is the whole vector.
+    pub parent: Option<CheckpointName>,
+    /// Every stream whose seq is above the parent's, with its seq (with
+    /// no parent, every stream of the vector).
+    pub changes: VersionVector,
 }
 
 /// The opening frame of a session.
@@ -376,6 +406,12 @@ mod tests {
                 quiet: vec![StreamId::new(1), StreamId::new(u64::MAX)],
                 loud: vec![StreamId::new(2)],
             }),
+            Frame::Checkpoint(CheckpointFrame {
+                name: CheckpointName::from_bytes([0xff; 16]),
+                parent: Some(CheckpointName::from_bytes([0; 16])),
+                changes: vv(&[(u64::MAX, u64::MAX)]),
+            }),
+            Frame::CheckpointWant(CheckpointName::from_bytes([7; 16])),
         ]
     }
 
@@ -388,6 +424,14 @@ mod tests {
             assert_eq!(decode_payload(payload).unwrap(), frame);
             assert_eq!(decode(&bytes).unwrap(), frame);
         }
+    }
+
+    /// The name of the checkpoint of `entries`: the doc's examples carry
+    /// true names.
+    fn checkpoint_name(entries: &[(u64, u64)]) -> CheckpointName {
+        meshlog_cursor::Checkpoint::new(vv(entries))
+            .expect("named")
+            .name()
     }
 
     /// The hex bytes of every example block of `docs/PROTOCOL.md`'s
@@ -513,6 +557,25 @@ mod tests {
             Frame::BareAck(4),
             // A floor backed by the writer's statement and its hash.
             statement_example(),
+            Frame::Checkpoint(CheckpointFrame {
+                name: checkpoint_name(&[(1, 300), (2, 5), (0x9e37_79b9_7f4a_7c15, 1)]),
+                parent: None,
+                changes: vv(&[(1, 300), (2, 5), (0x9e37_79b9_7f4a_7c15, 1)]),
+            }),
+            Frame::Checkpoint(CheckpointFrame {
+                name: checkpoint_name(&[(1, 302), (2, 5), (0x9e37_79b9_7f4a_7c15, 1)]),
+                parent: Some(checkpoint_name(&[
+                    (1, 300),
+                    (2, 5),
+                    (0x9e37_79b9_7f4a_7c15, 1),
+                ])),
+                changes: vv(&[(1, 302)]),
+            }),
+            Frame::CheckpointWant(checkpoint_name(&[
+                (1, 302),
+                (2, 5),
+                (0x9e37_79b9_7f4a_7c15, 1),
+            ])),
         ];
         let blocks = doc_examples();
         assert_eq!(blocks.len(), expected.len(), "{blocks:02x?}");

@@ -10,8 +10,8 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_cursor::{CHECKPOINT_NAME_BYTES, STREAMS_MAX};
 use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -47,6 +47,16 @@ pub(super) struct RoutesRepr {
     pub(super) number: u64,
     pub(super) quiet: StreamsRepr,
     pub(super) loud: StreamsRepr,
+}
+
+/// A checkpoint frame's fields after its kind: its name (16 bytes), its
+/// parent's name if it is a difference (a byte 0 or 1, then 16 bytes),
+/// and the changes.
+#[derive(Serialize, Deserialize)]
+pub(super) struct CheckpointRepr {
+    pub(super) name: [u8; CHECKPOINT_NAME_BYTES],
+    pub(super) parent: Option<[u8; CHECKPOINT_NAME_BYTES]>,
+    pub(super) changes: VectorRepr,
 }
 
 /// A set of streams on the wire: their ids, strictly ascending.
@@ -242,6 +252,17 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
                 skip_streams(loud, kind, "loud")?;
             }
         }
+        tag::CHECKPOINT => {
+            type Names = (
+                [u8; CHECKPOINT_NAME_BYTES],
+                Option<[u8; CHECKPOINT_NAME_BYTES]>,
+            );
+            let Some((_, changes)) = take::<Names>(body) else {
+                return Ok(());
+            };
+            skip_vector(changes, kind, "changes")?;
+        }
+        tag::CHECKPOINT_WANT => {}
         _ => {
             let Some((_, changes)) = take::<(u64, u64, u64, u64)>(body) else {
                 return Ok(());

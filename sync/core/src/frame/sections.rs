@@ -20,7 +20,9 @@
 //! its stream, is the replica's one acceptance path (`docs/SIGNING.md`).
 
 use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{ChainHash, FloorProofs, RunSeal, Seal, SignedCompaction, WriterPublicKey};
+use meshlog_replica::{
+    ChainHash, FloorProofs, ForkProof, RunSeal, Seal, SignedCompaction, WriterPublicKey,
+};
 
 use super::event_runs::{put_varint, Reader};
 use super::FrameError;
@@ -33,6 +35,9 @@ mod tag {
     pub const STATEMENTS: u64 = 1;
     /// The chain hash at each of the delta's floors.
     pub const FLOOR_HASHES: u64 = 2;
+    /// Proofs that writers forked their streams (`docs/SIGNING.md`,
+    /// "Equivocation with valid signatures").
+    pub const FORKS: u64 = 3;
 }
 
 /// The bytes of a floor hash entry: the stream and the hash (40).
@@ -46,6 +51,68 @@ pub(crate) fn floor_proofs_bytes_max(floor_len: usize) -> usize {
         return 0;
     }
     2 * (1 + 5 + 5) + floor_len * (SignedCompaction::LEN + FLOOR_HASH_ENTRY_BYTES)
+}
+
+/// The fewest bytes a fork proof's encoding takes (no events in either
+/// branch): the domain string, the key, the seq and two branch heads.
+const FORK_PROOF_BYTES_MIN: usize = 15 + 32 + 8 + 2 * (Seal::LEN + 32 + 4);
+
+/// Appends the forks section (tag 3) after the sections before it, if
+/// there are proofs: a count, then each proof's length and encoding
+/// (`ForkProof::to_bytes`).
+pub(super) fn put_forks(out: &mut Vec<u8>, forks: &[ForkProof]) {
+    if forks.is_empty() {
+        return;
+    }
+    let mut body = Vec::new();
+    put_varint(&mut body, forks.len() as u64);
+    for proof in forks {
+        let bytes = proof.to_bytes();
+        put_varint(&mut body, bytes.len() as u64);
+        body.extend_from_slice(&bytes);
+    }
+    put_varint(out, tag::FORKS);
+    put_varint(out, body.len() as u64);
+    out.extend_from_slice(&body);
+}
+
+/// A forks section's body: a count (1 or more, and what the body can hold
+/// at the smallest proof's size, checked before anything is allocated),
+/// then each proof's length (at most `ForkProof::BYTES_MAX`) and its
+/// encoding, decoded totally, filling the body exactly. Whether a proof
+/// proves anything is the replica's to judge.
+fn read_forks(body: &[u8]) -> Result<Vec<ForkProof>, FrameError> {
+    let mut reader = Reader { bytes: body };
+    let count = reader.varint("fork count")?;
+    let bytes_left = reader.bytes.len();
+    if count == 0 {
+        return Err(Reader::malformed(
+            "forks",
+            "a forks section holds one proof or more",
+        ));
+    }
+    if count.saturating_mul(FORK_PROOF_BYTES_MIN as u64) > bytes_left as u64 {
+        return Err(FrameError::CountAboveBytes {
+            field: "forks",
+            count,
+            bytes_left,
+        });
+    }
+    let mut forks = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = reader.varint("fork proof length")?;
+        let bytes = take(&mut reader, len, "fork proof")?;
+        let proof = ForkProof::from_bytes(bytes)
+            .map_err(|error| Reader::malformed("fork proof", &error.to_string()))?;
+        forks.push(proof);
+    }
+    if !reader.bytes.is_empty() {
+        return Err(Reader::malformed(
+            "forks",
+            &format!("{} bytes after the last proof", reader.bytes.len()),
+        ));
+    }
+    Ok(forks)
 }
 
 /// The bytes of a seal entry without a base: the key, the seal, the base's
@@ -178,18 +245,20 @@ fn put_seals(out: &mut Vec<u8>, seals: &[RunSeal], runs: usize) -> Result<(), Fr
 
 /// Reads a delta's sections, the bytes after its payloads to the end of
 /// the frame, for a delta of `runs` runs whose floor is `floor`: its seals
-/// and what backs its floors (none of a section it does not carry).
+/// what backs its floors, and the proofs of forks it passes on (none of
+/// a section it does not carry).
 /// Sections go tags strictly ascending, each within the bytes left; one
 /// of a tag this side does not know is skipped.
 pub(super) fn read_sections(
     bytes: &[u8],
     runs: usize,
     floor: &VersionVector,
-) -> Result<(Vec<RunSeal>, FloorProofs), FrameError> {
+) -> Result<Sections, FrameError> {
     let mut reader = Reader { bytes };
     let mut previous: Option<u64> = None;
     let mut seals = Vec::new();
     let mut proofs = FloorProofs::default();
+    let mut forks = Vec::new();
     while !reader.bytes.is_empty() {
         let tag = reader.varint("section tag")?;
         if let Some(previous) = previous.filter(|&previous| tag <= previous) {
@@ -241,12 +310,13 @@ pub(super) fn read_sections(
                     })
                     .collect();
             }
+            tag::FORKS => forks = read_forks(body)?,
             // Any other tag: a later version's addition, which this side
             // may ignore (skipped by its length, nothing decoded of it).
             _ => {}
         }
     }
-    Ok((seals, proofs))
+    Ok((seals, proofs, forks))
 }
 
 fn u64_le(bytes: &[u8]) -> u64 {
@@ -314,6 +384,10 @@ fn read_floor_entries<'a, const N: usize>(
     }
     Ok(entries)
 }
+
+/// What a delta's sections carry: its seals, what backs its floors, and
+/// the fork proofs.
+pub(super) type Sections = (Vec<RunSeal>, FloorProofs, Vec<ForkProof>);
 
 /// The next `len` bytes of `reader`; `field` names the count in the error
 /// when fewer are left.

@@ -26,6 +26,10 @@ impl Protocol {
         }
         let marks = local.marks();
         skip_pending(&mut self.send.view, &self.send.peer_pending);
+        if let Some(part) = self.forks_part(local) {
+            self.send.parts.push_back(part);
+            return Planned::Parts;
+        }
         if self.send_view(&marks).dominates(&marks) {
             self.send.hold_until = None;
             return Planned::Nothing;

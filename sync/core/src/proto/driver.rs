@@ -47,6 +47,7 @@ impl Protocol {
                 acked: 0,
                 peer_pending: Vec::new(),
                 unsendable: BTreeMap::new(),
+                forks_sent: BTreeSet::new(),
             },
             timing: Timing {
                 rtt: None,
@@ -87,6 +88,7 @@ impl Protocol {
                 refused: BTreeSet::new(),
                 behind: BTreeMap::new(),
             },
+            gossip: Default::default(),
         }
     }
 
@@ -160,6 +162,7 @@ impl Protocol {
                     && !self.acks.ack_due
                     && self.acks.ack_at.is_none()
                     && self.routing.routes_due.is_empty()
+                    && !self.checkpoint_due(local)
                     && self.send_view(&local.marks()).dominates(&local.marks())))
     }
 
@@ -215,6 +218,9 @@ impl Protocol {
         }
         if let Some(routes) = self.routes_frame() {
             return Some(Outgoing::Frame(routes));
+        }
+        if let Some(checkpoint) = self.checkpoint_frame(local) {
+            return Some(Outgoing::Frame(checkpoint));
         }
         if self.send.parts.is_empty() {
             match self.plan_delta(now, local) {
@@ -305,6 +311,11 @@ impl Protocol {
         }
         match incoming {
             Incoming::Delta { number, columns } => Ok(self.on_delta(now, number, columns, local)),
+            Incoming::Frame(Frame::Checkpoint(checkpoint)) => self.on_checkpoint(checkpoint, local),
+            Incoming::Frame(Frame::CheckpointWant(name)) => {
+                self.on_checkpoint_want(name);
+                Ok(Received::Nothing)
+            }
             Incoming::Frame(frame) => {
                 self.on_control(now, frame)?;
                 Ok(Received::Nothing)

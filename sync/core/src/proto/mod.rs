@@ -41,11 +41,15 @@
 //! - `receipts`: acks and heartbeats both ways;
 //! - `seals`: cutting and splitting a delta so that each seal stays with
 //!   the run it vouches for, and no sealed run goes short of its seal;
+//! - `forks`: the fork proofs the replica keeps, passed on once per
+//!   session in a delta of their own;
 //! - `refusals`: what this side does not take (`admit`: a received delta
 //!   cut to the replica's admission), and why a refused delta ends the
 //!   session;
 //! - `timeouts`: the tick, read timeouts, round trips and retransmission;
 //! - `routing`: the routes table and the streams asked quiet;
+//! - `gossip`: checkpoints sent as differences, checked against their
+//!   names when received, and asked for whole;
 //! - `once`: [`sync_once`] and [`hand_in`].
 //!
 //! # Example
@@ -93,6 +97,8 @@
 
 mod delta;
 mod driver;
+mod forks;
+mod gossip;
 mod hello;
 mod once;
 mod receipts;

@@ -143,9 +143,17 @@ pub fn hand_in<S: Store + Send + Sync + 'static>(
     payload: &[u8],
     replica: &SharedReplica<S>,
 ) -> Result<(), ProtocolError> {
-    if let Received::Apply(columns) = core.handle_payload(now, payload, replica)? {
-        let applied = replica.apply_columns(columns);
-        core.handle_applied(now, applied)?;
+    match core.handle_payload(now, payload, replica)? {
+        Received::Apply(columns) => {
+            let applied = replica.apply_columns(columns);
+            core.handle_applied(now, applied)?;
+        }
+        Received::Checkpoint(checkpoint) => {
+            replica
+                .keep_checkpoint(checkpoint)
+                .map_err(ProtocolError::Replica)?;
+        }
+        Received::Nothing => {}
     }
     Ok(())
 }

@@ -122,7 +122,9 @@ impl Protocol {
                 self.routing.lag_check_due = true;
             }
             Frame::Routes(routes) => self.on_routes(routes),
-            Frame::Hello(_) => unreachable!("handled above"),
+            Frame::Hello(_) | Frame::Checkpoint(_) | Frame::CheckpointWant(_) => {
+                unreachable!("handled by the driver")
+            }
         }
         Ok(())
     }

@@ -53,6 +53,8 @@ impl Protocol {
                     self.refuse_payload(peer, cut.stream, cut.from_seq, len, limit);
                 }
                 Limit::UnknownWriter { key } => self.refuse_writer(peer, cut.stream, key),
+                Limit::Frozen { head } => self.refuse_frozen(peer, cut.stream, head),
+                Limit::Unsealed => self.refuse_unsealed(peer, cut.stream),
                 // A limit this build does not know yet: cut, not reported.
                 _ => {}
             }
@@ -106,6 +108,36 @@ impl Protocol {
         self.refuse(stream, LimitHit::UnknownWriter { stream, key });
     }
 
+    /// A stream cut because it is frozen at a fork (the replica keeps a
+    /// proof that its writer signed two histories): logged, asked quiet,
+    /// reported. The delta's other streams are taken.
+    pub(super) fn refuse_frozen(&mut self, peer: StreamId, stream: StreamId, head: u64) {
+        tracing::warn!(
+            %peer,
+            %stream,
+            head,
+            "stream refused: its writer forked it (this node keeps the proof, GET /forks); \
+             nothing of it above seq {head} is taken, nor asked of this peer again in this \
+             session"
+        );
+        self.refuse(stream, LimitHit::Frozen { stream, head });
+    }
+
+    /// A legacy stream cut because it comes unsealed and this replica
+    /// requires seals: logged, asked quiet, reported. The delta's sealed
+    /// streams are taken, so one legacy stream does not cut the link.
+    pub(super) fn refuse_unsealed(&mut self, peer: StreamId, stream: StreamId) {
+        tracing::warn!(
+            %peer,
+            %stream,
+            "stream refused: peer relayed an unsealed stream (a legacy stream, from before \
+             signed streams) and this node requires seals; its events are not taken nor \
+             asked of this peer again in this session (the peer's sealed streams are). Its \
+             writer seals it once every node's trust configuration binds its key to it"
+        );
+        self.refuse(stream, LimitHit::Unsealed { stream });
+    }
+
     /// A stream cut from an event whose payload is over
     /// `payload_bytes_max`: logged, asked quiet, reported.
     pub(super) fn refuse_payload(
@@ -143,6 +175,7 @@ impl Protocol {
     /// sealed or not: `seals`).
     pub(super) fn drop_cut(&mut self, columns: &mut DeltaColumns, cut: &BTreeMap<StreamId, u64>) {
         // Rare: the delta is made again without what was cut.
+        let forks = std::mem::take(&mut columns.forks);
         let mut delta = std::mem::take(columns).into_delta();
         self.state.events_over_limit += cut_streams(&mut delta, cut);
         delta.floor = delta
@@ -155,6 +188,7 @@ impl Protocol {
             .retain(|stream| cut.get(&stream) != Some(&0));
         self.state_changed = true;
         *columns = DeltaColumns::from_delta(&delta);
+        columns.forks = forks;
     }
 
     /// Records a stream this side cannot take: asked quiet, reported.
@@ -196,6 +230,9 @@ pub(super) fn refusal(peer: StreamId, source: ReplicaError) -> ProtocolError {
                 | DeltaError::BadStatement { .. }
                 | DeltaError::StatementHashMismatch { .. } => {
                     tracing::warn!(%peer, reason = %source, "peer sent a compaction statement without authority");
+                }
+                DeltaError::Forked { .. } | DeltaError::Frozen { .. } => {
+                    tracing::warn!(%peer, reason = %source, "peer relayed a forked writer's other history: the proof is kept, the stream frozen");
                 }
             }
             ProtocolError::Refused { peer, source }

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Admission, Delta, DeltaColumns, SharedReplica, Store};
+use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
+use meshlog_replica::{Admission, Delta, DeltaColumns, ForkProof, SharedReplica, Store};
 
 use crate::frame::Frame;
 use crate::routes::RouteLink;
@@ -42,6 +42,25 @@ pub trait LocalReplica {
     /// default: a replica that admitted everything here would have its
     /// deltas refused whole by its own limits, ending the session.
     fn admission(&self, columns: &DeltaColumns) -> Admission;
+    /// The names of the checkpoints the replica keeps, oldest first (see
+    /// [`meshlog_replica::Replica::checkpoints`]). By default none: such a
+    /// replica gossips no checkpoint.
+    fn checkpoint_names(&self) -> Vec<CheckpointName> {
+        Vec::new()
+    }
+    /// The checkpoint of that name, if the replica keeps it. By default
+    /// none.
+    fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
+        let _ = name;
+        None
+    }
+    /// The fork proofs the replica keeps (see
+    /// [`meshlog_replica::Replica::forks`]) but those of `streams`. By
+    /// default none: such a driver passes no proof on.
+    fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
+        let _ = streams;
+        Vec::new()
+    }
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
@@ -73,6 +92,18 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
     fn admission(&self, columns: &DeltaColumns) -> Admission {
         SharedReplica::admission(self, columns)
     }
+
+    fn checkpoint_names(&self) -> Vec<CheckpointName> {
+        SharedReplica::checkpoint_names(self)
+    }
+
+    fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
+        SharedReplica::checkpoint(self, name)
+    }
+
+    fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
+        SharedReplica::forks_except(self, streams)
+    }
 }
 
 /// What a received frame asks of the driver.
@@ -90,6 +121,11 @@ pub enum Received {
     /// [`DeltaColumns::to_delta`]), then report with
     /// [`Protocol::handle_applied`] before the next frame is handled.
     Apply(DeltaColumns),
+    /// A checkpoint from the peer, its vector checked against its name, that
+    /// the replica does not keep yet: keep it
+    /// ([`SharedReplica::keep_checkpoint`] or its async form). Nothing to
+    /// report back.
+    Checkpoint(Checkpoint),
 }
 
 /// One peer's side of the sync protocol, without I/O (see the module docs).
@@ -111,6 +147,8 @@ pub struct Protocol {
     pub(super) marks: MarksExchange,
     /// The routes table and the streams asked quiet both ways, and the streams refused for a limit.
     pub(super) routing: Routing,
+    /// The checkpoints the peer holds, and the frames owed of them.
+    pub(super) gossip: super::gossip::Gossip,
 }
 
 /// The hello exchange: who the peer is and what it takes.
@@ -162,6 +200,8 @@ pub(super) struct Sending {
     /// Our streams the peer cannot be sent past a seq (an event too large
     /// for a frame): the view counts them as held.
     pub(super) unsendable: BTreeMap<StreamId, u64>,
+    /// The streams whose fork proof this session sent the peer (`forks`).
+    pub(super) forks_sent: BTreeSet<StreamId>,
 }
 
 /// Round trips, retransmission and read timeouts, the tick.

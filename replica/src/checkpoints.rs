@@ -1,0 +1,362 @@
+//! The checkpoints a replica keeps (`docs/TOKEN.md`, "Version 2"): the
+//! vectors its version-2 tokens are relative to, minted from its marks or
+//! received from peers, the last [`CHECKPOINTS_KEPT`] by name.
+//!
+//! The rules here are the simulator's (`sim/src/checkpoints.rs`): mint
+//! from the marks when no checkpoint kept is within
+//! [`CHECKPOINT_DIFF_MAX`] streams of them, at most one every
+//! [`CHECKPOINT_INTERVAL_MS`] plus a jitter of up to half that (so that a
+//! mesh under writes neither mints on every change nor all at once); a
+//! token is the shortest of version 2 against each checkpoint kept and
+//! version 1. The time is always an argument: nothing here reads a clock.
+
+use std::collections::VecDeque;
+
+use meshlog_cursor::token::{self, Token, CHECKPOINT_DIFF_MAX};
+use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, TokenError, VersionVector};
+
+use crate::state::{store_error, State};
+use crate::{PageError, Replica, ReplicaError, Store};
+
+/// How many checkpoints a replica keeps, minted or received: 16. A token
+/// naming an older one is answered [`PageError::UnknownCheckpoint`].
+pub const CHECKPOINTS_KEPT: usize = 16;
+
+/// The least time between two checkpoints a replica mints: 2 s (the
+/// simulator's), plus a jitter of up to half of it.
+pub const CHECKPOINT_INTERVAL_MS: u64 = 2_000;
+
+/// The checkpoints kept, oldest first, and when the next may be minted.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Checkpoints {
+    kept: VecDeque<Checkpoint>,
+    /// The earliest time (ms) of the next mint: the last mint's time, the
+    /// interval and a jitter. 0: none minted since open.
+    next_mint_ms: u64,
+    /// Mints since open: with the stream, what the jitter is drawn from.
+    minted: u64,
+}
+
+impl Checkpoints {
+    /// The checkpoints a store recorded, oldest first. A vector that has no
+    /// name (more streams than a token holds) cannot have been kept: it is
+    /// dropped, with a warning.
+    pub(crate) fn from_vectors(vectors: &[VersionVector]) -> Self {
+        let mut checkpoints = Checkpoints::default();
+        for vector in vectors {
+            match Checkpoint::new(vector.clone()) {
+                Ok(checkpoint) => {
+                    checkpoints.insert(checkpoint);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "a stored checkpoint has no name; dropped");
+                }
+            }
+        }
+        checkpoints
+    }
+
+    /// The checkpoints kept, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Checkpoint> + '_ {
+        self.kept.iter()
+    }
+
+    /// The vectors kept, oldest first: what a store records.
+    pub(crate) fn vectors(&self) -> Vec<VersionVector> {
+        self.kept.iter().map(|c| c.vector().clone()).collect()
+    }
+
+    /// The checkpoint of that name, if kept.
+    pub(crate) fn get(&self, name: CheckpointName) -> Option<&Checkpoint> {
+        self.kept.iter().find(|c| c.name() == name)
+    }
+
+    /// Keeps `checkpoint` as the newest, dropping the oldest past
+    /// [`CHECKPOINTS_KEPT`]. Whether it was new (one kept already is not
+    /// moved: keeping is idempotent).
+    pub(crate) fn insert(&mut self, checkpoint: Checkpoint) -> bool {
+        if self.get(checkpoint.name()).is_some() {
+            return false;
+        }
+        if self.kept.len() == CHECKPOINTS_KEPT {
+            self.kept.pop_front();
+        }
+        self.kept.push_back(checkpoint);
+        true
+    }
+
+    /// The checkpoint to mint from `marks` at `now_ms`, if one is due: no
+    /// checkpoint kept is within [`CHECKPOINT_DIFF_MAX`] streams of the
+    /// marks, and the interval since the last mint (with its jitter) has
+    /// passed. `None` too for marks with no name (more streams than a
+    /// token holds). Changes nothing: [`Checkpoints::minted`] records it.
+    pub(crate) fn due(&self, marks: &VersionVector, now_ms: u64) -> Option<Checkpoint> {
+        if marks.is_empty() || now_ms < self.next_mint_ms {
+            return None;
+        }
+        // The newest first: the likeliest to be close.
+        if self
+            .kept
+            .iter()
+            .rev()
+            .any(|c| within_bound(c.vector(), marks))
+        {
+            return None;
+        }
+        Checkpoint::new(marks.clone()).ok()
+    }
+
+    /// Records a mint at `now_ms`: the next is due after the interval and
+    /// a jitter of up to half of it, drawn from the replica's stream and
+    /// the number of mints (deterministic: no randomness in tests, and
+    /// replicas of one mesh spread apart).
+    pub(crate) fn minted(&mut self, now_ms: u64, stream: StreamId) {
+        let jitter = mix(stream.get() ^ self.minted.rotate_left(32)) % (CHECKPOINT_INTERVAL_MS / 2);
+        self.minted += 1;
+        self.next_mint_ms = now_ms.saturating_add(CHECKPOINT_INTERVAL_MS + jitter);
+    }
+
+    /// The shortest token for `cursor`, as text: version 2 against each
+    /// checkpoint kept, or version 1 (which every replica reads) when none
+    /// is shorter.
+    pub(crate) fn token(&self, cursor: &VersionVector) -> Result<String, TokenError> {
+        let mut best = token::encode_text(cursor)?;
+        for checkpoint in self.kept.iter().rev() {
+            if let Ok(relative) = token::encode_relative_text(cursor, checkpoint) {
+                if relative.len() < best.len() {
+                    best = relative;
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    /// The cursor a token's text stands for: version 1 as it is, version 2
+    /// expanded against the checkpoint it names, never guessed.
+    pub(crate) fn cursor_text(&self, text: &str) -> Result<VersionVector, PageError> {
+        self.cursor(&token::decode_any_text(text)?)
+    }
+
+    /// The cursor a decoded token stands for: version 1 as it is, version 2
+    /// expanded against the checkpoint it names, never guessed:
+    /// [`PageError::UnknownCheckpoint`] if none kept has that name, and
+    /// [`PageError::BadToken`] if the expansion is refused.
+    pub(crate) fn cursor(&self, token: &Token) -> Result<VersionVector, PageError> {
+        match token {
+            Token::Absolute(vector) => Ok(vector.clone()),
+            Token::Relative(relative) => {
+                let name = relative.checkpoint();
+                let checkpoint = self
+                    .get(name)
+                    .ok_or(PageError::UnknownCheckpoint { name })?;
+                Ok(relative.expand(checkpoint)?)
+            }
+        }
+    }
+}
+
+/// A change to the checkpoints a replica keeps: a round of its own.
+#[derive(Debug, Clone)]
+pub(crate) enum CheckpointWork {
+    /// Mint one from the marks, if due at `now_ms`.
+    Mint {
+        /// The time, in ms since the epoch.
+        now_ms: u64,
+    },
+    /// Keep one received from a peer (its name is its vector's: a
+    /// [`Checkpoint`] cannot be built otherwise).
+    Keep(Checkpoint),
+}
+
+impl State {
+    /// The checkpoints after `work` and the one it adds, or `None` if it
+    /// changes nothing (no mint due, or the checkpoint is kept already).
+    /// Copies the checkpoints kept only when they change.
+    pub(crate) fn plan_checkpoint(
+        &self,
+        work: &CheckpointWork,
+    ) -> Option<(Checkpoints, Checkpoint)> {
+        match work {
+            CheckpointWork::Mint { now_ms } => {
+                let minted = self.checkpoints.due(self.marks(), *now_ms)?;
+                let mut next = self.checkpoints.clone();
+                next.insert(minted.clone());
+                next.minted(*now_ms, self.config().stream);
+                Some((next, minted))
+            }
+            CheckpointWork::Keep(received) => {
+                if self.checkpoints.get(received.name()).is_some() {
+                    return None;
+                }
+                let mut next = self.checkpoints.clone();
+                next.insert(received.clone());
+                Some((next, received.clone()))
+            }
+        }
+    }
+}
+
+impl<S: Store> Replica<S> {
+    /// Mints a checkpoint from the marks if one is due at `now_ms` (ms
+    /// since the epoch): no checkpoint kept is within
+    /// [`CHECKPOINT_DIFF_MAX`] streams of the marks, and
+    /// [`CHECKPOINT_INTERVAL_MS`] and a jitter have passed since the last
+    /// mint. Recorded by the store before it is kept; answers it, or
+    /// `None` when none was due. Pages answer tokens relative to it from
+    /// then on; a peer reads them once it keeps it too (sync gossips it).
+    pub fn mint_checkpoint(&mut self, now_ms: u64) -> Result<Option<Checkpoint>, ReplicaError> {
+        self.checkpoint_work(&CheckpointWork::Mint { now_ms })
+    }
+
+    /// Keeps a checkpoint received from a peer (recorded by the store
+    /// first), dropping the oldest past [`CHECKPOINTS_KEPT`]. Whether it
+    /// was new; keeping one twice changes nothing.
+    pub fn keep_checkpoint(&mut self, checkpoint: Checkpoint) -> Result<bool, ReplicaError> {
+        Ok(self
+            .checkpoint_work(&CheckpointWork::Keep(checkpoint))?
+            .is_some())
+    }
+
+    fn checkpoint_work(
+        &mut self,
+        work: &CheckpointWork,
+    ) -> Result<Option<Checkpoint>, ReplicaError> {
+        if self.failed {
+            return Err(ReplicaError::Failed);
+        }
+        let Some((next, added)) = self.state.plan_checkpoint(work) else {
+            return Ok(None);
+        };
+        self.store
+            .keep_checkpoints(&next.vectors())
+            .map_err(store_error)?;
+        tracing::debug!(name = %added.name(), streams = added.vector().len(), "checkpoint kept");
+        self.state.checkpoints = next;
+        Ok(Some(added))
+    }
+
+    /// The checkpoints kept, oldest first.
+    pub fn checkpoints(&self) -> Vec<Checkpoint> {
+        self.state.checkpoints.iter().cloned().collect()
+    }
+
+    /// The checkpoint of that name, if kept: what a peer asks for by name.
+    pub fn checkpoint(&self, name: CheckpointName) -> Option<Checkpoint> {
+        self.state.checkpoints.get(name).cloned()
+    }
+
+    /// The cursor a token's text stands for, of either version: version 1
+    /// as it is, version 2 expanded against the checkpoint it names.
+    /// Never guesses: [`PageError::UnknownCheckpoint`] if this replica
+    /// does not keep it, [`PageError::BadToken`] if the text is no token.
+    pub fn cursor(&self, token: &str) -> Result<VersionVector, PageError> {
+        self.state.checkpoints.cursor_text(token)
+    }
+}
+
+/// Whether `cursor` differs from `checkpoint` on at most
+/// [`CHECKPOINT_DIFF_MAX`] streams (a version-2 token of it can be
+/// written), stopping at the first stream past the bound.
+fn within_bound(checkpoint: &VersionVector, cursor: &VersionVector) -> bool {
+    let mut differences = 0usize;
+    let mut a = checkpoint.iter().peekable();
+    let mut b = cursor.iter().peekable();
+    loop {
+        let differ = match (a.peek(), b.peek()) {
+            (None, None) => return true,
+            (Some(_), None) => a.next().is_some(),
+            (None, Some(_)) => b.next().is_some(),
+            (Some(&(sa, qa)), Some(&(sb, qb))) => {
+                if sa < sb {
+                    a.next();
+                } else if sb < sa {
+                    b.next();
+                } else {
+                    a.next();
+                    b.next();
+                }
+                sa != sb || qa != qb
+            }
+        };
+        if differ {
+            differences += 1;
+            if differences > CHECKPOINT_DIFF_MAX {
+                return false;
+            }
+        }
+    }
+}
+
+/// A 64-bit mixer (SplitMix64's finalizer): spreads a stream id and a count
+/// over the jitter's range.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vector(entries: impl IntoIterator<Item = (u64, u64)>) -> VersionVector {
+        entries
+            .into_iter()
+            .map(|(s, q)| (StreamId::new(s), q))
+            .collect()
+    }
+
+    #[test]
+    fn the_bound_counts_streams_on_either_side_and_stops_past_the_limit() {
+        let base = vector((1..=200).map(|s| (s, 5)));
+        assert!(within_bound(&base, &base));
+        // 128 streams ahead: still a version-2 token.
+        let ahead = vector((1..=200).map(|s| (s, if s <= 128 { 6 } else { 5 })));
+        assert!(within_bound(&base, &ahead));
+        // One more, on a stream the checkpoint lacks: past it.
+        let mut past = ahead.clone();
+        past.advance(StreamId::new(999), 1);
+        assert!(!within_bound(&base, &past));
+        // Streams the cursor lacks count too.
+        let fewer = vector((1..=71).map(|s| (s, 5)));
+        assert!(!within_bound(&base, &fewer));
+        assert!(within_bound(&base, &vector((1..=72).map(|s| (s, 5)))));
+    }
+
+    #[test]
+    fn keeping_is_bounded_idempotent_and_drops_the_oldest() {
+        let mut kept = Checkpoints::default();
+        let checkpoints: Vec<Checkpoint> = (1..=20)
+            .map(|q| Checkpoint::new(vector([(1, q)])).expect("named"))
+            .collect();
+        for checkpoint in &checkpoints {
+            assert!(kept.insert(checkpoint.clone()));
+            assert!(!kept.insert(checkpoint.clone()));
+        }
+        assert_eq!(kept.iter().count(), CHECKPOINTS_KEPT);
+        assert!(kept.get(checkpoints[3].name()).is_none());
+        assert!(kept.get(checkpoints[4].name()).is_some());
+        let reread = Checkpoints::from_vectors(&kept.vectors());
+        let names = |c: &Checkpoints| c.iter().map(Checkpoint::name).collect::<Vec<_>>();
+        assert_eq!(names(&reread), names(&kept));
+    }
+
+    #[test]
+    fn minting_waits_for_the_interval_and_its_jitter() {
+        let stream = StreamId::new(7);
+        let mut kept = Checkpoints::default();
+        let marks = vector((1..=300).map(|s| (s, 1)));
+        let first = kept.due(&marks, 1_000).expect("nothing kept: due");
+        kept.insert(first);
+        kept.minted(1_000, stream);
+        let moved = vector((1..=300).map(|s| (s, 2)));
+        assert!(kept
+            .due(&moved, 1_000 + CHECKPOINT_INTERVAL_MS - 1)
+            .is_none());
+        let latest = 1_000 + CHECKPOINT_INTERVAL_MS + CHECKPOINT_INTERVAL_MS / 2;
+        assert!(kept.due(&moved, latest).is_some());
+        // Within the bound of one kept: never due, however late.
+        assert!(kept.due(&marks, u64::MAX).is_none());
+    }
+}

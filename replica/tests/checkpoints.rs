@@ -1,0 +1,377 @@
+//! Checkpoints in the replica (issue 27, `docs/TOKEN.md` "Version 2"): a
+//! replica mints them from its marks (rate-limited, the time an argument),
+//! keeps the last 16 by name on both stores across a reopen, answers each
+//! page the shortest token (version 2 against a checkpoint kept, or
+//! version 1), and reads a token of either version back, here or on a
+//! replica that received the checkpoint; one naming a checkpoint it does
+//! not keep is a typed `UnknownCheckpoint`, never a guess. Randomized
+//! tests take a seed (`MESHLOG_SEED` replays one) and print it on failure.
+
+mod common;
+mod disk_support;
+
+use bytes::Bytes;
+use meshlog_cursor::token::{self, Token};
+use meshlog_cursor::{Checkpoint, StreamId, VersionVector};
+use meshlog_replica::{
+    Config, Delta, DiskError, DiskStore, Event, MemStore, PageError, Replica, SharedReplica, Store,
+    CHECKPOINTS_KEPT, CHECKPOINT_INTERVAL_MS,
+};
+use meshlog_testkit::{seed, SplitMix64};
+use redb::{ReadableTable, TableDefinition};
+
+/// A time well past the epoch, so that the first mint is always due.
+const T0: u64 = 1_700_000_000_000;
+
+/// A delta of one event on each of `streams`, at `seq` (so each stream's
+/// events come in order from 1), stamped from `lamport`.
+fn delta(streams: &[StreamId], seq: u64, lamport: u64) -> Delta {
+    let events = streams
+        .iter()
+        .enumerate()
+        .map(|(i, &stream)| Event {
+            stream,
+            seq,
+            lamport: lamport + i as u64,
+            time_ms: 0,
+            payload: Bytes::from_static(b"x"),
+        })
+        .collect();
+    Delta {
+        events,
+        ..Delta::default()
+    }
+}
+
+/// `count` random 64-bit stream ids, ascending, none the reader's own.
+fn random_streams(rng: &mut SplitMix64, count: usize) -> Vec<StreamId> {
+    let mut streams: Vec<StreamId> = (0..count)
+        .map(|_| StreamId::new(rng.next_u64() | 1 << 63))
+        .collect();
+    streams.sort_unstable();
+    streams.dedup();
+    streams
+}
+
+/// A replica holding one event of each of `streams` (applied as peers'
+/// deltas), on `store`.
+fn holding<S: Store>(store: S, streams: &[StreamId]) -> Replica<S> {
+    let mut replica = Replica::open(Config::new(StreamId::new(1)), store).expect("open");
+    for chunk in streams.chunks(4096) {
+        replica.apply(&delta(chunk, 1, 1)).expect("apply");
+    }
+    replica
+}
+
+fn is_relative(text: &str) -> bool {
+    matches!(token::decode_any_text(text), Ok(Token::Relative(_)))
+}
+
+#[test]
+fn a_mint_is_due_only_past_the_bound_and_the_interval() {
+    let streams: Vec<StreamId> = (2..=400).map(StreamId::new).collect();
+    let mut replica = holding(MemStore::default(), &streams);
+    let first = replica.mint_checkpoint(T0).expect("mint").expect("due");
+    assert_eq!(first.vector(), &replica.marks());
+    assert_eq!(replica.checkpoints(), vec![first.clone()]);
+    // The marks moved on more than 128 streams, but within the interval.
+    replica
+        .apply(&delta(&streams[..200], 2, 1_000))
+        .expect("apply");
+    let soon = T0 + CHECKPOINT_INTERVAL_MS - 1;
+    assert_eq!(replica.mint_checkpoint(soon).expect("mint"), None);
+    // Past the interval and its jitter (at most half the interval).
+    let late = T0 + CHECKPOINT_INTERVAL_MS * 3 / 2;
+    let second = replica.mint_checkpoint(late).expect("mint").expect("due");
+    assert_eq!(second.vector(), &replica.marks());
+    // Within 128 streams of one kept: never due, however late.
+    replica
+        .apply(&delta(&streams[..128], 3, 5_000))
+        .expect("apply");
+    assert_eq!(replica.mint_checkpoint(u64::MAX).expect("mint"), None);
+    assert_eq!(replica.checkpoints(), vec![first, second]);
+}
+
+#[test]
+fn the_last_16_are_kept_by_name_and_a_reopen_keeps_them_in_memory() {
+    let streams: Vec<StreamId> = (2..=200).map(StreamId::new).collect();
+    let replica = holding(MemStore::default(), &streams);
+    let kept = keep_twenty(replica);
+    let reopened = Replica::open(Config::new(StreamId::new(1)), kept.0.into_store()).expect("open");
+    assert_eq!(reopened.checkpoints(), kept.1);
+}
+
+#[test]
+fn the_last_16_are_kept_by_name_and_a_reopen_keeps_them_on_disk() {
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let streams: Vec<StreamId> = (2..=200).map(StreamId::new).collect();
+    let replica = holding(DiskStore::open(dir.path()).expect("open store"), &streams);
+    let (replica, kept) = keep_twenty(replica);
+    drop(replica);
+    let store = DiskStore::open(dir.path()).expect("reopen store");
+    let reopened = Replica::open(Config::new(StreamId::new(1)), store).expect("open");
+    assert_eq!(reopened.checkpoints(), kept);
+    // A token relative to one of them still reads after the reopen.
+    let newest = kept.last().expect("kept");
+    let relative = token::encode_relative_text(newest.vector(), newest).expect("encodes");
+    assert_eq!(&reopened.cursor(&relative).expect("kept"), newest.vector());
+}
+
+/// Keeps 20 checkpoints (minted and received); answers the replica and
+/// the 16 it must keep, oldest first.
+fn keep_twenty<S: Store>(mut replica: Replica<S>) -> (Replica<S>, Vec<Checkpoint>) {
+    let minted = replica.mint_checkpoint(T0).expect("mint").expect("due");
+    let mut all = vec![minted];
+    for seq in 1..=19u64 {
+        let vector: VersionVector = [(StreamId::new(2), seq + 1)].into_iter().collect();
+        let checkpoint = Checkpoint::new(vector).expect("named");
+        assert!(replica.keep_checkpoint(checkpoint.clone()).expect("keep"));
+        assert!(!replica
+            .keep_checkpoint(checkpoint.clone())
+            .expect("keep again"));
+        all.push(checkpoint);
+    }
+    let kept = all.split_off(all.len() - CHECKPOINTS_KEPT);
+    assert_eq!(replica.checkpoints(), kept);
+    for checkpoint in &kept {
+        assert_eq!(
+            replica.checkpoint(checkpoint.name()).as_ref(),
+            Some(checkpoint)
+        );
+    }
+    (replica, kept)
+}
+
+#[test]
+fn a_token_from_one_replica_reads_at_another_once_it_keeps_the_checkpoint() {
+    let mut rng = SplitMix64::new(seed::replay_or(27));
+    let streams = random_streams(&mut rng, 1_000);
+    let mut a = holding(MemStore::default(), &streams);
+    let mut b = holding(MemStore::default(), &streams);
+    let checkpoint = a.mint_checkpoint(T0).expect("mint").expect("due");
+    // Both move on a few streams; a reader walks A to its head.
+    a.apply(&delta(&streams[..5], 2, 9_000)).expect("apply");
+    b.apply(&delta(&streams[..5], 2, 9_000)).expect("apply");
+    let head = a.page(&VersionVector::new(), 2_000).expect("page");
+    assert!(head.at_head);
+    assert!(is_relative(&head.token), "the head token is version 2");
+    let v1 = token::encode_text(&head.next).expect("encodes");
+    println!(
+        "head token at 1,000 random streams: {} chars (version 1: {})",
+        head.token.len(),
+        v1.len()
+    );
+    assert!(head.token.len() < 100 && v1.len() > 10_000);
+    // B does not keep it: a typed refusal naming it, never a guess.
+    match b.cursor(&head.token) {
+        Err(PageError::UnknownCheckpoint { name }) => assert_eq!(name, checkpoint.name()),
+        other => panic!("expected UnknownCheckpoint, got {other:?}"),
+    }
+    // The version-1 form reads anywhere.
+    assert_eq!(b.cursor(&v1).expect("version 1"), head.next);
+    // Once B keeps the checkpoint (as gossip delivers it), the token reads.
+    assert!(b.keep_checkpoint(checkpoint).expect("keep"));
+    assert_eq!(b.cursor(&head.token).expect("version 2"), head.next);
+    let at_b = b.page(&head.next, 10).expect("page");
+    assert!(at_b.events.is_empty() && at_b.at_head);
+    assert_eq!(
+        at_b.token, head.token,
+        "both answer the same shortest token"
+    );
+}
+
+#[test]
+fn every_token_accepted_today_reads_as_it_did() {
+    let replica = Replica::new(StreamId::new(1));
+    let vectors = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../cursor/tests/vectors.txt"
+    ))
+    .expect("the version-1 vectors");
+    let mut valid = 0;
+    for line in vectors
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let text = fields[2];
+        match fields[0] {
+            "valid" => {
+                let expected = token::decode_text(text).expect("a valid vector");
+                assert_eq!(replica.cursor(text).expect(line), expected, "{line}");
+                valid += 1;
+            }
+            _ => assert!(replica.cursor(text).is_err(), "{line}"),
+        }
+    }
+    assert!(valid >= 10, "the vectors were read");
+}
+
+#[test]
+fn a_cursor_pages_identically_from_either_version() {
+    seed::for_each_seed(
+        "a_cursor_pages_identically_from_either_version",
+        0x2727,
+        16,
+        |seed| {
+            let mut rng = SplitMix64::new(seed);
+            let streams = random_streams(&mut rng, 300);
+            let mut replica = holding(MemStore::default(), &streams);
+            for round in 0..6u64 {
+                let moved: Vec<StreamId> = streams
+                    .iter()
+                    .copied()
+                    .filter(|_| rng.chance(0.5))
+                    .collect();
+                let marks = replica.marks();
+                let events = moved
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &stream)| Event {
+                        stream,
+                        seq: marks.get(stream) + 1,
+                        lamport: 10_000 * (round + 1) + i as u64,
+                        time_ms: 0,
+                        payload: Bytes::from_static(b"y"),
+                    })
+                    .collect();
+                replica
+                    .apply(&Delta {
+                        events,
+                        ..Delta::default()
+                    })
+                    .expect("apply");
+                let now = T0 + round * CHECKPOINT_INTERVAL_MS * 2;
+                replica.mint_checkpoint(now).expect("mint");
+            }
+            for _ in 0..40 {
+                let cursor = random_cursor(&mut rng, &replica.marks());
+                let v1 = token::encode_text(&cursor).expect("encodes");
+                let by_v1 = replica.page(&replica.cursor(&v1).expect("v1"), 50);
+                for checkpoint in replica.checkpoints() {
+                    let Ok(v2) = token::encode_relative_text(&cursor, &checkpoint) else {
+                        continue;
+                    };
+                    let by_v2 = replica.page(&replica.cursor(&v2).expect("v2"), 50);
+                    assert_eq!(by_v2, by_v1, "seed {seed}: {v2} against {v1}");
+                }
+                if let Ok(page) = &by_v1 {
+                    assert_eq!(replica.cursor(&page.token).expect("own token"), page.next);
+                    assert!(page.token.len() <= token::encode_text(&page.next).unwrap().len());
+                }
+            }
+        },
+    );
+}
+
+/// A cursor near `marks`: each stream at, a little behind, or ahead of its
+/// mark, or absent.
+fn random_cursor(rng: &mut SplitMix64, marks: &VersionVector) -> VersionVector {
+    marks
+        .iter()
+        .filter_map(|(stream, seq)| match rng.below(8) {
+            0 => None,
+            1 => Some((stream, seq + rng.below(3))),
+            2 | 3 => Some((stream, seq.saturating_sub(rng.below(3)))),
+            _ => Some((stream, seq)),
+        })
+        .filter(|&(_, seq)| seq > 0)
+        .collect()
+}
+
+#[test]
+fn the_head_token_of_a_replica_holding_10000_streams_is_under_2_kb() {
+    let mut rng = SplitMix64::new(seed::replay_or(10_000));
+    let streams = random_streams(&mut rng, 10_000);
+    let mut replica = holding(MemStore::default(), &streams);
+    replica.mint_checkpoint(T0).expect("mint").expect("due");
+    // Writes go on after the mint on 128 of the streams, a few events each.
+    let mut moved = streams.clone();
+    rng.shuffle(&mut moved);
+    moved.truncate(128);
+    moved.sort_unstable();
+    for seq in 2..=4 {
+        replica
+            .apply(&delta(&moved, seq, seq * 20_000))
+            .expect("apply");
+    }
+    let head = replica.page(&replica.marks(), 1).expect("page");
+    let v1 = token::encode_text(&head.next).expect("encodes");
+    println!(
+        "head token at 10,000 random streams, 128 moved since the checkpoint: {} chars \
+         (version 1: {} chars)",
+        head.token.len(),
+        v1.len()
+    );
+    assert!(is_relative(&head.token));
+    assert!(head.token.len() <= 2048, "{} chars", head.token.len());
+}
+
+#[test]
+fn a_shared_replica_mints_keeps_and_answers_as_the_owner_does() {
+    let streams: Vec<StreamId> = (2..=300).map(StreamId::new).collect();
+    let shared = SharedReplica::in_memory(StreamId::new(1));
+    shared.apply(delta(&streams, 1, 1)).expect("apply");
+    let minted = shared.mint_checkpoint(T0).expect("mint").expect("due");
+    assert_eq!(shared.mint_checkpoint(T0 + 1).expect("mint"), None);
+    assert_eq!(shared.checkpoints(), vec![minted.clone()]);
+    assert!(!shared.keep_checkpoint(minted.clone()).expect("keep"));
+    assert_eq!(shared.checkpoint(minted.name()), Some(minted));
+    let page = shared.page(&VersionVector::new(), 1_000).expect("page");
+    assert!(is_relative(&page.token), "{}", page.token);
+    assert_eq!(shared.cursor(&page.token).expect("own token"), page.next);
+}
+
+/// A damaged `checkpoints` record (a flipped bit, a hole in the positions)
+/// is refused on open, naming the table and the position: the record is
+/// a version-1 token, decoded totally.
+#[test]
+fn a_damaged_checkpoint_record_is_refused_naming_its_position() {
+    const CHECKPOINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("checkpoints");
+    type Damage = fn(&redb::WriteTransaction);
+    let cases: [(&str, Damage); 2] = [
+        ("the checkpoint record at position 0", |txn| {
+            let mut table = txn.open_table(CHECKPOINTS).expect("the table");
+            let mut record = table
+                .get(0)
+                .expect("reads")
+                .expect("a record")
+                .value()
+                .to_vec();
+            record[2] ^= 1;
+            table.insert(0, record.as_slice()).expect("writes");
+        }),
+        ("position 5 after 1 records", |txn| {
+            let mut table = txn.open_table(CHECKPOINTS).expect("the table");
+            let record = table
+                .remove(1)
+                .expect("reads")
+                .expect("a record")
+                .value()
+                .to_vec();
+            table.insert(5, record.as_slice()).expect("writes");
+        }),
+    ];
+    for (expected, damage) in cases {
+        let dir = tempfile::tempdir().expect("scratch dir");
+        {
+            let streams: Vec<StreamId> = (2..=10).map(StreamId::new).collect();
+            let mut replica = holding(DiskStore::open(dir.path()).expect("open store"), &streams);
+            replica.mint_checkpoint(T0).expect("mint").expect("due");
+            let other = Checkpoint::new([(StreamId::new(3), 9)].into_iter().collect()).unwrap();
+            replica.keep_checkpoint(other).expect("keep");
+        }
+        {
+            let db = redb::Database::open(disk_support::data_file(dir.path())).expect("opens");
+            let txn = db.begin_write().expect("write");
+            damage(&txn);
+            txn.commit().expect("commits");
+        }
+        match DiskStore::open(dir.path()) {
+            Err(DiskError::Corrupt { detail, .. }) => {
+                assert!(detail.contains(expected), "{expected}: {detail}");
+            }
+            other => panic!("expected Corrupt for {expected}, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Checkpoint gossip (`docs/PROTOCOL.md`, "Checkpoints"): each checkpoint
+//! the replica keeps and the peer does not is sent once, as a difference
+//! from one the peer holds when it dominates one, else whole; a
+//! checkpoint received is checked against its name before it is handed to
+//! the driver to keep; a difference from a parent this side does not hold
+//! is answered with an ask for the whole vector.
+//!
+//! Sending is on only when `SessionConfig::checkpoints` is (a peer of
+//! protocol 4 built before these frames refuses them); receiving always.
+
+use std::collections::VecDeque;
+
+use meshlog_cursor::{Checkpoint, CheckpointName};
+
+use crate::frame::{CheckpointFrame, Frame};
+use crate::ProtocolError;
+
+use super::state::{LocalReplica, Protocol, Received};
+
+/// The most names a session remembers the peer holding, and the most
+/// asks or checkpoints it holds in each queue: a few times what a replica
+/// keeps, so a long session's memory stays bounded.
+const NAMES_MAX: usize = 64;
+const QUEUE_MAX: usize = 16;
+
+/// What this session knows and owes of checkpoints.
+#[derive(Debug, Default)]
+pub(super) struct Gossip {
+    /// Names the peer holds, as far as this session knows (sent to it, or
+    /// received from it), oldest first.
+    peer_knows: VecDeque<CheckpointName>,
+    /// Checkpoints the peer asked for whole, to send.
+    asked: VecDeque<CheckpointName>,
+    /// Checkpoints to ask the peer for whole (their parent is unknown here).
+    wants: VecDeque<CheckpointName>,
+    /// Checkpoints received on this session, oldest first: the parents of
+    /// those that follow, before the replica has kept them.
+    received: VecDeque<Checkpoint>,
+}
+
+impl Gossip {
+    fn know(&mut self, name: CheckpointName) {
+        if !self.peer_knows.contains(&name) {
+            if self.peer_knows.len() == NAMES_MAX {
+                self.peer_knows.pop_front();
+            }
+            self.peer_knows.push_back(name);
+        }
+    }
+}
+
+/// Pushes `name` on a bounded queue, once.
+fn enqueue(queue: &mut VecDeque<CheckpointName>, name: CheckpointName) {
+    if !queue.contains(&name) && queue.len() < QUEUE_MAX {
+        queue.push_back(name);
+    }
+}
+
+impl Protocol {
+    /// The checkpoint frame due next, if any: an ask, then a whole vector
+    /// asked for, then (gossip on) the oldest checkpoint kept that the
+    /// peer does not hold.
+    pub(super) fn checkpoint_frame<L: LocalReplica>(&mut self, local: &L) -> Option<Frame> {
+        if let Some(name) = self.gossip.wants.pop_front() {
+            return Some(Frame::CheckpointWant(name));
+        }
+        while let Some(name) = self.gossip.asked.pop_front() {
+            if let Some(checkpoint) = local.checkpoint(name) {
+                self.gossip.know(name);
+                return Some(Frame::Checkpoint(CheckpointFrame {
+                    name,
+                    parent: None,
+                    changes: checkpoint.vector().clone(),
+                }));
+            }
+        }
+        if !self.config.checkpoints {
+            return None;
+        }
+        let names = local.checkpoint_names();
+        let at = names
+            .iter()
+            .position(|name| !self.gossip.peer_knows.contains(name))?;
+        let checkpoint = local.checkpoint(names[at])?;
+        self.gossip.know(checkpoint.name());
+        Some(Frame::Checkpoint(self.difference(
+            &checkpoint,
+            &names[..at],
+            local,
+        )))
+    }
+
+    /// `checkpoint` as a difference from the newest of `older` that the
+    /// peer holds and it dominates, or whole.
+    fn difference<L: LocalReplica>(
+        &self,
+        checkpoint: &Checkpoint,
+        older: &[CheckpointName],
+        local: &L,
+    ) -> CheckpointFrame {
+        let parent = older
+            .iter()
+            .rev()
+            .filter(|name| self.gossip.peer_knows.contains(name))
+            .find_map(|&name| local.checkpoint(name))
+            .filter(|parent| checkpoint.vector().dominates(parent.vector()));
+        let changes = match &parent {
+            None => checkpoint.vector().clone(),
+            Some(parent) => checkpoint
+                .vector()
+                .iter()
+                .filter(|&(stream, seq)| seq > parent.vector().get(stream))
+                .collect(),
+        };
+        CheckpointFrame {
+            name: checkpoint.name(),
+            parent: parent.map(|parent| parent.name()),
+            changes,
+        }
+    }
+
+    /// Whether a checkpoint frame is due (for quiescence).
+    pub(super) fn checkpoint_due<L: LocalReplica>(&self, local: &L) -> bool {
+        !self.gossip.wants.is_empty()
+            || !self.gossip.asked.is_empty()
+            || (self.config.checkpoints
+                && local
+                    .checkpoint_names()
+                    .iter()
+                    .any(|name| !self.gossip.peer_knows.contains(name)))
+    }
+
+    /// A checkpoint from the peer: its vector rebuilt (from the parent it
+    /// names, or asked for whole if this side lacks it) and checked
+    /// against its name; handed to the driver to keep if it is new.
+    pub(super) fn on_checkpoint<L: LocalReplica>(
+        &mut self,
+        frame: CheckpointFrame,
+        local: &L,
+    ) -> Result<Received, ProtocolError> {
+        self.gossip.know(frame.name);
+        if self.holds(frame.name, local) {
+            return Ok(Received::Nothing);
+        }
+        let vector = match frame.parent {
+            None => frame.changes,
+            Some(parent) => match self.find(parent, local) {
+                Some(parent) => parent.vector().joined(&frame.changes),
+                None => {
+                    tracing::debug!(name = %frame.name, %parent, "checkpoint parent unknown: asking for the whole");
+                    enqueue(&mut self.gossip.wants, frame.name);
+                    return Ok(Received::Nothing);
+                }
+            },
+        };
+        let checkpoint = match Checkpoint::new(vector) {
+            Ok(checkpoint) if checkpoint.name() == frame.name => checkpoint,
+            named => {
+                return Err(ProtocolError::CheckpointForged {
+                    claimed: frame.name,
+                    computed: named.ok().map(|checkpoint| checkpoint.name()),
+                })
+            }
+        };
+        if self.gossip.received.len() == QUEUE_MAX {
+            self.gossip.received.pop_front();
+        }
+        self.gossip.received.push_back(checkpoint.clone());
+        Ok(Received::Checkpoint(checkpoint))
+    }
+
+    /// The peer asks for a checkpoint whole: sent if the replica keeps it.
+    pub(super) fn on_checkpoint_want(&mut self, name: CheckpointName) {
+        enqueue(&mut self.gossip.asked, name);
+    }
+
+    fn holds<L: LocalReplica>(&self, name: CheckpointName, local: &L) -> bool {
+        self.gossip.received.iter().any(|c| c.name() == name)
+            || local.checkpoint_names().contains(&name)
+    }
+
+    fn find<L: LocalReplica>(&self, name: CheckpointName, local: &L) -> Option<Checkpoint> {
+        self.gossip
+            .received
+            .iter()
+            .find(|c| c.name() == name)
+            .cloned()
+            .or_else(|| local.checkpoint(name))
+    }
+}
