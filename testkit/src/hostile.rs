@@ -12,7 +12,6 @@
 //! `docs/SIGNING.md`), which no relay can forge and every receiver must
 //! prove, keep and freeze on.
 
-
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
 use meshlog_replica::{

@@ -166,7 +166,7 @@ const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
 /// Per stream, the newest compaction statement kept (`docs/STORAGE.md`):
 /// its 144 bytes (`SignedCompaction::to_bytes`). Added within format 5: a
 /// file without it holds none.
-const STATEMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("statements");
+pub(super) const STATEMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("statements");
 /// Per stream proven forked, the proof kept (`docs/STORAGE.md`): added
 /// within format 5, so a file without it holds no proofs.
 const FORKS: TableDefinition<u64, &[u8]> = TableDefinition::new("forks");
@@ -1056,30 +1056,6 @@ impl DiskStore {
             kept.insert(stream, statement);
         }
         Ok(kept)
-    }
-
-    /// Writes the statements records `batch` moves, in `txn` (creating
-    /// the table in a file written before it existed).
-    fn write_statements(
-        &self,
-        txn: &redb::WriteTransaction,
-        batch: &Batch,
-    ) -> Result<(), DiskError> {
-        if batch.statements.is_empty() {
-            return Ok(());
-        }
-        let mut table = txn
-            .open_table(STATEMENTS)
-            .map_err(self.engine("open statements table"))?;
-        for statement in &batch.statements {
-            table
-                .insert(
-                    statement.statement.stream.get(),
-                    statement.to_bytes().as_slice(),
-                )
-                .map_err(self.engine("write statement record"))?;
-        }
-        Ok(())
     }
 
     fn damaged(&self, stream: StreamId, first_seq: u64, detail: String) -> DiskError {

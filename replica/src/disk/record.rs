@@ -149,7 +149,10 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
         let statements = read_statements(&mut reader)?;
         let forks = if reader.at == body.len() {
             if statements.is_empty() {
-                return Err("a statements count of 0 with no forks after it (none are written as no count)".into());
+                return Err(
+                    "a statements count of 0 with no forks after it (none are written as no count)"
+                        .into(),
+                );
             }
             Vec::new()
         } else {
@@ -376,6 +379,61 @@ mod tests {
             decode_batch(&Bytes::from(old)).unwrap().1.statements,
             Vec::new()
         );
+    }
+
+    /// A proof of a fork of `key`'s stream at seq 1 (as `ForkProof`'s
+    /// example builds one).
+    fn proof(key: &crate::WriterKey) -> crate::ForkProof {
+        let stream = key.stream();
+        let branch = |payload: &'static [u8]| {
+            let event = Event {
+                stream,
+                seq: 1,
+                lamport: 1,
+                time_ms: 0,
+                payload: payload.into(),
+            };
+            let head = ChainHash::GENESIS.next(&event);
+            crate::ForkBranch {
+                seal: Seal::sign(key, 1, head),
+                hash_at: head,
+                events: Vec::new(),
+            }
+        };
+        crate::ForkProof {
+            key: key.public(),
+            seq: 1,
+            branches: [branch(b"a"), branch(b"b")],
+        }
+    }
+
+    /// The trailer carries statements, forks, both or neither, each back
+    /// as it went: forks alone open it with a statements count of 0, and a
+    /// count of 0 with nothing after it is refused.
+    #[test]
+    fn statements_and_forks_share_the_trailer() {
+        let key = crate::WriterKey::from_bytes([3; 32]);
+        for (statements, forks) in [(true, true), (false, true), (true, false), (false, false)] {
+            let mut batch = sample();
+            if !statements {
+                batch.statements.clear();
+            }
+            if forks {
+                batch.forks = vec![proof(&key)];
+            }
+            let mut body = Vec::new();
+            encode_batch(5, &batch, &mut body).unwrap();
+            let (_, back) = decode_batch(&Bytes::from(body.clone())).unwrap();
+            assert_eq!(back.statements, batch.statements, "{statements} {forks}");
+            assert_eq!(back.forks, batch.forks, "{statements} {forks}");
+            if !statements && forks {
+                // The forks cut off: a statements count of 0 alone.
+                let proof_len = 4 + 4 + batch.forks[0].to_bytes().len();
+                let cut = Bytes::copy_from_slice(&body[..body.len() - proof_len]);
+                let error = decode_batch(&cut).unwrap_err();
+                assert!(error.contains("statements count of 0"), "{error}");
+            }
+        }
     }
 
     /// Every prefix of a body, and every body with a byte changed in a
