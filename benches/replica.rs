@@ -69,6 +69,7 @@ fn measure(n: u64) -> Row {
         .collect::<Vec<_>>()
         .chunks(1_000)
         .map(|chunk| Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: chunk.iter().map(|&i| event(i)).collect(),
             seals: Vec::new(),

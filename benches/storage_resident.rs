@@ -114,6 +114,7 @@ fn measure(events: u64, base: &std::path::Path) -> Row {
         while i < events {
             let end = (i + DELTA_LEN).min(events);
             let delta = Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: (i..end).map(event).collect(),
                 seals: Vec::new(),

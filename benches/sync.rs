@@ -996,6 +996,7 @@ fn idle_heartbeat_bytes_per_minute(streams: u64) -> u64 {
         for chunk in events.chunks(4_096) {
             replica
                 .apply(Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: chunk.to_vec(),
                     seals: Vec::new(),

@@ -584,6 +584,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         (
             "a floor above A's own head",
             Delta {
+                floor_proofs: Default::default(),
                 floor: [(StreamId::new(1), 50)].into_iter().collect(),
                 events: Vec::new(),
                 seals: Vec::new(),
@@ -592,6 +593,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         (
             "a floor past the honest peer's head",
             Delta {
+                floor_proofs: Default::default(),
                 floor: [(StreamId::new(2), 2 + 5)].into_iter().collect(),
                 events: Vec::new(),
                 seals: Vec::new(),
@@ -618,6 +620,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         (
             "a floor no stream can reach, on the honest peer's stream",
             Delta {
+                floor_proofs: Default::default(),
                 floor: [(StreamId::new(2), u64::MAX)].into_iter().collect(),
                 events: Vec::new(),
                 seals: Vec::new(),
@@ -626,6 +629,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         (
             "an equivocation: another event named (2, 1)",
             Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: vec![event(2, 1, 1, "forged")],
                 seals: Vec::new(),
@@ -634,6 +638,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         (
             "lamports going backwards: (2, 3) stamped below (2, 2)",
             Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: vec![event(2, 3, 1, "x")],
                 seals: Vec::new(),
@@ -642,6 +647,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         (
             "events of A's own stream",
             Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: vec![event(1, 2, 99, "mine?")],
                 seals: Vec::new(),

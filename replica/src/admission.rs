@@ -124,11 +124,14 @@ impl Admission {
     }
 
     /// `delta` without what does not fit: each cut stream's events from
-    /// its cut on, the floor of a stream cut whole, and each seal the cut
+    /// its cut on, the floor (and what backs it) of a stream cut whole, and each seal the cut
     /// leaves short (a seal vouches for its run up to its seq; the seals
     /// of the streams not cut stay with their runs).
     pub fn cut_delta(&self, delta: &Delta) -> Delta {
+        let mut floor_proofs = delta.floor_proofs.clone();
+        floor_proofs.retain(|stream| self.cut_of(stream) != Some(0));
         Delta {
+            floor_proofs,
             floor: delta
                 .floor
                 .iter()

@@ -42,6 +42,8 @@ pub struct DeltaColumns {
     pub floor: VersionVector,
     /// The writers' seals over the runs (as [`Delta::seals`]).
     pub seals: Vec<crate::RunSeal>,
+    /// What backs the floors (as [`Delta::floor_proofs`]).
+    pub floor_proofs: crate::FloorProofs,
     /// Proofs of forked streams a peer passes on (`docs/SIGNING.md`,
     /// "Equivocation with valid signatures"): applying the delta keeps
     /// each that verifies, before its events are judged. A [`Delta`] has
@@ -323,6 +325,7 @@ impl DeltaColumns {
         Ok(DeltaColumns {
             floor,
             seals: Vec::new(),
+            floor_proofs: Default::default(),
             forks: Vec::new(),
             runs,
             lamports,
@@ -352,6 +355,7 @@ impl DeltaColumns {
             columns.push(event);
         }
         columns.seals.clone_from(&delta.seals);
+        columns.floor_proofs.clone_from(&delta.floor_proofs);
         columns
     }
 
@@ -379,7 +383,7 @@ impl DeltaColumns {
     ///     time_ms: 0,
     ///     payload: Bytes::from_static(b"kept"),
     /// };
-    /// let delta = Delta { floor: VersionVector::new(), events: vec![event], seals: Vec::new() };
+    /// let delta = Delta { floor: VersionVector::new(), events: vec![event], ..Delta::default() };
     /// let columns = DeltaColumns::from_delta(&delta);
     /// assert_eq!(columns.to_delta(), delta);
     /// assert_eq!(columns.into_delta(), delta);
@@ -418,6 +422,7 @@ impl DeltaColumns {
             }
         }
         Delta {
+            floor_proofs: self.floor_proofs.clone(),
             floor,
             events,
             seals: self.seals.clone(),
@@ -629,6 +634,7 @@ mod tests {
     #[test]
     fn columns_from_parts_are_checked_whole() {
         let delta = Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: vec![event(3, 4, b"a"), event(3, 5, b""), event(1, 9, b"bcd")],
             seals: Vec::new(),
@@ -709,6 +715,7 @@ mod tests {
             event(3, 8, b"f"),
         ];
         let delta = Delta {
+            floor_proofs: Default::default(),
             floor: [(StreamId::new(2), 5)].into_iter().collect(),
             events: events.clone(),
             seals: Vec::new(),

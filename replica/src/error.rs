@@ -295,6 +295,43 @@ pub enum DeltaError {
         /// decoded key is large, and this error travels by value).
         key: Option<Box<crate::WriterPublicKey>>,
     },
+    /// A compaction statement is signed by a key with no authority over
+    /// its stream: neither the stream's writer (the key that derives it,
+    /// or the one bound, pinned or admitted for it) nor the admin key the
+    /// receiver trusts (`docs/SIGNING.md`, "Floors with an authority").
+    #[error(
+        "stream {stream}: the compaction statement at floor {floor} is signed by a key \
+         that writes stream {derived}, neither this stream's writer nor the trusted admin key"
+    )]
+    StatementNoAuthority {
+        /// The stream.
+        stream: StreamId,
+        /// The floor stated.
+        floor: u64,
+        /// The stream the signing key derives.
+        derived: StreamId,
+    },
+    /// A compaction statement's signature does not verify.
+    #[error("stream {stream}: the compaction statement at floor {floor} does not verify")]
+    BadStatement {
+        /// The stream.
+        stream: StreamId,
+        /// The floor stated.
+        floor: u64,
+    },
+    /// A compaction statement's chain hash at its floor differs from the
+    /// receiver's, which holds that seq: the statement is over another
+    /// history of the stream.
+    #[error(
+        "stream {stream}: the compaction statement's chain hash at seq {seq} differs from \
+         the one this replica holds there"
+    )]
+    StatementHashMismatch {
+        /// The stream.
+        stream: StreamId,
+        /// The statement's floor, a seq the receiver holds.
+        seq: u64,
+    },
 }
 
 /// Why a page was refused.

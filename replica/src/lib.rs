@@ -100,9 +100,9 @@ pub use disk::{
 pub use error::{DeltaError, OpenWarning, PageError, ReplicaError};
 pub use fork::{ForkBranch, ForkError, ForkProof};
 pub use seal::{
-    verify_seals, AdminKey, AdminPublicKey, Binding, Compaction, CompactionSigner, KeptSeals,
-    KeyFault, RunSeal, Seal, SealError, SignedAdmission, SignedBinding, SignedCompaction,
-    WriterAdmission, WriterKey, WriterPublicKey,
+    verify_seals, AdminKey, AdminPublicKey, Binding, Compaction, CompactionSigner, FloorProofs,
+    KeptSeals, KeyFault, RunSeal, Seal, SealError, SignedAdmission, SignedBinding,
+    SignedCompaction, WriterAdmission, WriterKey, WriterPublicKey,
 };
 pub use values::{Piece, Values, ValuesRef};
 

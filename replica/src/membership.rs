@@ -55,6 +55,9 @@ pub struct Membership {
     writers: Option<BTreeMap<StreamId, WriterPublicKey>>,
     /// Legacy streams and the keys they are bound to (trusted bindings).
     bindings: BTreeMap<StreamId, WriterPublicKey>,
+    /// The mesh admin key, if this replica trusts one: its compaction
+    /// statements erase any writer's stream but the own.
+    admin: Option<AdminPublicKey>,
 }
 
 impl Membership {
@@ -68,7 +71,7 @@ impl Membership {
     pub fn closed() -> Membership {
         Membership {
             writers: Some(BTreeMap::new()),
-            bindings: BTreeMap::new(),
+            ..Membership::default()
         }
     }
 
@@ -123,6 +126,19 @@ impl Membership {
         let binding = binding.verify(admin)?;
         self.bind(binding);
         Ok(binding)
+    }
+
+    /// Trusts `admin` as the mesh admin key: a compaction statement it
+    /// signs erases any writer's stream but the own (`docs/SIGNING.md`,
+    /// "Floors with an authority"). Leaves the membership open or closed
+    /// as it was.
+    pub fn trust_admin(&mut self, admin: AdminPublicKey) {
+        self.admin = Some(admin);
+    }
+
+    /// The mesh admin key trusted, if any.
+    pub fn admin(&self) -> Option<&AdminPublicKey> {
+        self.admin.as_ref()
     }
 
     /// The trusted binding of `stream`, if it is a bound legacy stream.

@@ -146,6 +146,10 @@ pub struct Delta {
     /// the stream as sealed or requires seals
     /// ([`Config::require_seals`]).
     pub seals: Vec<RunSeal>,
+    /// What backs the delta's floors: compaction statements and the
+    /// sender's chain hash at each floor (`docs/SIGNING.md`, "Floors with
+    /// an authority").
+    pub floor_proofs: crate::FloorProofs,
 }
 
 /// What applying a delta did.
@@ -380,6 +384,29 @@ impl<S: Store> Replica<S> {
     /// `stream`'s chain at its floor and head, if it is held.
     pub fn chain(&self, stream: StreamId) -> Option<StreamChain> {
         self.state.chain(stream)
+    }
+
+    /// The newest compaction statement kept of `stream`: the own stream's,
+    /// signed when a keyed replica compacts it, or one that erased the
+    /// stream here. Sent with the floor (`docs/SIGNING.md`, "Floors with
+    /// an authority").
+    pub fn statement(&self, stream: StreamId) -> Option<crate::SignedCompaction> {
+        self.state.statement(stream)
+    }
+
+    /// What a compaction statement of `stream` at this replica's floor
+    /// says, for a key with authority to sign (the mesh admin:
+    /// [`Compaction::sign_by_admin`](crate::Compaction::sign_by_admin)):
+    /// `None` where nothing of it is compacted or its chain is unanchored
+    /// (the hash at the floor is not known).
+    pub fn compaction(&self, stream: StreamId) -> Option<crate::Compaction> {
+        let floor = self.state.floor().get(stream);
+        let chain = self.chain(stream).filter(|chain| chain.anchored)?;
+        (floor > 0).then_some(crate::Compaction {
+            stream,
+            floor,
+            hash: chain.floor_hash,
+        })
     }
 
     /// Counters since open.

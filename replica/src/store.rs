@@ -63,6 +63,14 @@ pub struct Batch<'a> {
     /// keeps its pins and relays sealed. A replica fills it in just before
     /// the commit.
     pub seals: Vec<(StreamId, KeptSeals)>,
+    /// Per stream whose newest compaction statement the batch moves,
+    /// ascending (`docs/SIGNING.md`, "Floors with an authority"): the
+    /// own stream's, signed when a keyed replica compacts it, or one a
+    /// delta brought that erased the stream to its floor. A store records
+    /// it (replacing what it held for the stream), so a reopened replica
+    /// still sends it with its floor. A replica fills it in just before
+    /// the commit.
+    pub statements: Vec<crate::SignedCompaction>,
     /// Proofs of forked streams the batch keeps (`docs/SIGNING.md`,
     /// "Equivocation with valid signatures"), at most one per stream and
     /// none of a stream the store already keeps one of: a store records
@@ -301,6 +309,9 @@ pub struct StoreMeta {
     /// Per stream received sealed, the key pinned and the seals kept, as
     /// the last batch that moved them recorded ([`Batch::seals`]).
     pub seals: BTreeMap<StreamId, KeptSeals>,
+    /// Per stream, the newest compaction statement kept, as the last batch
+    /// that moved it recorded ([`Batch::statements`]).
+    pub statements: BTreeMap<StreamId, crate::SignedCompaction>,
     /// The checkpoints' vectors the replica keeps, oldest first, as
     /// [`Store::keep_checkpoints`] last recorded them (`docs/TOKEN.md`).
     pub checkpoints: Vec<VersionVector>,
@@ -331,6 +342,10 @@ impl StoreMeta {
     pub(crate) fn record_seals(&mut self, batch: &Batch) {
         for (stream, kept) in &batch.seals {
             self.seals.insert(*stream, kept.clone());
+        }
+        for statement in &batch.statements {
+            self.statements
+                .insert(statement.statement.stream, *statement);
         }
     }
 
@@ -606,6 +621,7 @@ mod tests {
             })
             .collect();
         let columns = DeltaColumns::from_delta(&Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: events.clone(),
             seals: Vec::new(),

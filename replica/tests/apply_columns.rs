@@ -129,6 +129,7 @@ fn delta(rng: &mut SplitMix64, marks: &VersionVector, clock: u64) -> Delta {
         floor.advance(stream, marks.get(stream) + rng.below(3));
     }
     Delta {
+        floor_proofs: Default::default(),
         floor,
         events,
         seals: Vec::new(),

@@ -62,6 +62,7 @@ fn write_log(dir: &Path) -> BTreeMap<(StreamId, u64), Event> {
                 payload: Bytes::from(format!("peer {seq}")),
             };
             let delta = Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: vec![event],
                 seals: Vec::new(),

@@ -111,6 +111,7 @@ fn crash_child_process() {
             // is still the head when the delta is applied.
             let event = peer_event(group.marks().get(PEER) + 1);
             let delta = Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: vec![event.clone()],
                 seals: Vec::new(),

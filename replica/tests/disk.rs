@@ -38,6 +38,7 @@ fn reopen_recovers_events_floors_and_clock_and_the_next_append_is_fresh() {
         replica.append_at(format!("own {i}"), i).unwrap();
     }
     let delta = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: (1..=10).map(peer_event).collect(),
         seals: Vec::new(),
@@ -290,6 +291,7 @@ fn disk_replica_equals_memory_replica_across_random_reopens() {
                     events.remove(0);
                 }
                 let delta = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events,
                     seals: Vec::new(),

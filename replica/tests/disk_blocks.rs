@@ -53,6 +53,7 @@ fn receive(replica: &mut Replica<DiskStore>, model: &mut Model, count: u64) {
     let events: Vec<Event> = (first..first + count).map(peer_event).collect();
     replica
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: events.clone(),
             seals: Vec::new(),

@@ -103,6 +103,7 @@ fn run(seed: u64) {
                     events.remove(0);
                 }
                 let delta = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events,
                     seals: Vec::new(),
@@ -132,12 +133,14 @@ fn run(seed: u64) {
                 let p = rng.below(3) as usize;
                 let peer = PEERS[p];
                 let early = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: vec![peer_event(peer, sent[p] + 3)],
                     seals: Vec::new(),
                 };
                 assert_eq!(disk.apply(&early).unwrap(), memory.apply(&early).unwrap());
                 let fill = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: (sent[p] + 1..=sent[p] + 2)
                         .map(|s| peer_event(peer, s))

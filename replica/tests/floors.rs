@@ -62,6 +62,7 @@ fn snapshot(replica: &Replica) -> Snapshot {
 
 fn floor(stream: StreamId, seq: u64) -> Delta {
     Delta {
+        floor_proofs: Default::default(),
         floor: [(stream, seq)].into_iter().collect(),
         events: Vec::new(),
         seals: Vec::new(),
@@ -130,6 +131,7 @@ fn a_hostile_floor_past_a_writers_head_erases_nothing() {
         payload: "invented above the floor".into(),
     };
     let hostile = Delta {
+        floor_proofs: Default::default(),
         floor: [(WRITER, 15)].into_iter().collect(),
         events: vec![invented],
         seals: Vec::new(),

@@ -41,6 +41,7 @@ fn operate<S: meshlog_replica::Store>(replica: &mut Replica<S>, roll: u64, arg: 
     } else if roll < 8 {
         let from = replica.marks().get(PEER) + 1;
         let delta = Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: (from..from + 1 + arg % 3).map(peer_event).collect(),
             seals: Vec::new(),

@@ -160,6 +160,7 @@ fn a_writer_that_signs_two_histories_is_proven_forked_and_its_stream_frozen() {
     assert!(matches!(admission.cuts[0].limit, Limit::Frozen { head: 6 }));
     // Other streams keep syncing, alone or beside the frozen one.
     let mixed = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: next
             .events

@@ -42,6 +42,7 @@ fn replica_with(own: u64, peer: u64) -> Replica {
     let events = (1..=peer).map(|seq| event(PEER, seq, 1000 + seq)).collect();
     replica
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events,
             seals: Vec::new(),
@@ -70,6 +71,7 @@ fn a_peer_floor_above_our_own_head_is_ignored_and_deletes_nothing() {
     let mut replica = replica_with(5, 0);
     let before = snapshot(&replica);
     let hostile = Delta {
+        floor_proofs: Default::default(),
         floor: vector(&[(OWN, 10)]),
         events: Vec::new(),
         seals: Vec::new(),
@@ -88,6 +90,7 @@ fn a_peer_floor_on_our_own_stream_below_our_head_compacts_nothing() {
     let before = snapshot(&replica);
     replica
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: vector(&[(OWN, 3)]),
             events: Vec::new(),
             seals: Vec::new(),
@@ -114,6 +117,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
     // pending buffer.
     replica
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: vec![event(THIRD, 9, 2000)],
             seals: Vec::new(),
@@ -122,6 +126,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
     assert_eq!(replica.pending_len(), 1);
     assert!(replica
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: vector(&[(THIRD, u64::MAX)]),
             events: Vec::new(),
             seals: Vec::new(),
@@ -130,6 +135,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
     assert_eq!(replica.pending_len(), 1);
     let report = replica
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: vector(&[(PEER, top), (THIRD, top)]),
             events: Vec::new(),
             seals: Vec::new(),
@@ -151,6 +157,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
 
     let before = snapshot(&replica);
     let hostile = Delta {
+        floor_proofs: Default::default(),
         floor: vector(&[(OWN, u64::MAX)]),
         events: Vec::new(),
         seals: Vec::new(),
@@ -158,6 +165,7 @@ fn a_peer_floor_of_u64_max_does_not_overflow() {
     assert!(replica.apply(&hostile).is_err());
     assert_eq!(snapshot(&replica), before);
     let hostile = Delta {
+        floor_proofs: Default::default(),
         floor: vector(&[(OWN, top)]),
         events: Vec::new(),
         seals: Vec::new(),
@@ -201,6 +209,7 @@ fn a_peer_stamp_near_u64_max_cannot_exhaust_our_clock() {
     let mut replica = replica_with(1, 0);
     let before = snapshot(&replica);
     let hostile = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(PEER, 1, u64::MAX - 2)],
         seals: Vec::new(),
@@ -211,6 +220,7 @@ fn a_peer_stamp_near_u64_max_cannot_exhaust_our_clock() {
     ));
     assert_eq!(snapshot(&replica), before);
     let at_the_cap = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(PEER, 1, meshlog_replica::LAMPORT_MAX)],
         seals: Vec::new(),
@@ -231,6 +241,7 @@ fn a_floor_no_stream_can_reach_is_refused_and_changes_nothing() {
     let before = snapshot(&replica);
     for floor in [u64::MAX, meshlog_replica::LAMPORT_MAX + 1] {
         let hostile = Delta {
+            floor_proofs: Default::default(),
             floor: vector(&[(PEER, floor)]),
             events: Vec::new(),
             seals: Vec::new(),
@@ -244,6 +255,7 @@ fn a_floor_no_stream_can_reach_is_refused_and_changes_nothing() {
     // At the bound it is a legal (if odd) compaction claim: this replica
     // holds PEER's events, so it keeps them and is behind that floor.
     let at_the_cap = Delta {
+        floor_proofs: Default::default(),
         floor: vector(&[(PEER, meshlog_replica::LAMPORT_MAX)]),
         events: Vec::new(),
         seals: Vec::new(),
@@ -261,6 +273,7 @@ fn a_delta_writing_our_own_stream_beyond_its_head_is_refused() {
     let mut replica = replica_with(2, 0);
     let before = snapshot(&replica);
     let forged = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(PEER, 1, 5), event(OWN, 3, 50), event(OWN, 4, 51)],
         seals: Vec::new(),
@@ -281,6 +294,7 @@ fn a_delta_writing_our_own_stream_beyond_its_head_is_refused() {
     assert_eq!(replica.append_at("mine", 0).unwrap().seq, 3);
     // Our own events echoed back by a peer are duplicates, not a threat.
     let echo = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![replica.get(OWN, 1).unwrap()],
         seals: Vec::new(),
@@ -290,6 +304,7 @@ fn a_delta_writing_our_own_stream_beyond_its_head_is_refused() {
     let mut altered = replica.get(OWN, 2).unwrap();
     altered.payload = "not what I wrote".into();
     let altered = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![altered],
         seals: Vec::new(),
@@ -334,6 +349,7 @@ fn a_writer_that_lost_its_store_relearns_its_stream_before_appending() {
     assert!(next.lamport > peer.get(OWN, 4).unwrap().lamport);
     // And from now on the stream is its own again.
     let forged = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(OWN, 6, 10_000)],
         seals: Vec::new(),
@@ -419,6 +435,7 @@ fn hostile_steps_never_remove_our_own_events(steps: Vec<Hostile>) -> TestResult 
             },
             Hostile::Delta { floors, events } => {
                 let delta = Delta {
+                    floor_proofs: Default::default(),
                     floor: floors
                         .iter()
                         .map(|&(s, Edge(seq))| (stream(s), seq))

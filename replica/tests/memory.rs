@@ -66,6 +66,7 @@ fn bytes_per_event_beyond_the_payload(wander: bool) -> f64 {
         .collect::<Vec<_>>()
         .chunks(1_000)
         .map(|chunk| Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: chunk
                 .iter()

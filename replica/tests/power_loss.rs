@@ -506,6 +506,7 @@ fn workload(
             let events: Vec<_> = (from..from + len).map(peer_event).collect();
             let top = from + len - 1;
             let delta = Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events,
                 seals: Vec::new(),

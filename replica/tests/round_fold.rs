@@ -14,7 +14,9 @@
 //! columns (late, early, gapped, duplicated, overlapping, equivocating —
 //! a twin writer of one stream — claiming the receiver's own stream, with
 //! floors, honest or not — past a writer's head, at `LAMPORT_MAX`, past the
-//! receiver's own head — at every position of a round), and compactions.
+//! receiver's own head — at every position of a round; the sealed
+//! writer's compaction statements, over its chain hash or another), and
+//! compactions.
 //! A third of the batches hand every delta in columns, so that rounds of
 //! clean deltas are planned as columns. The writers also receive from one
 //! another and the receiver's own stream, so stamps interleave and events
@@ -284,6 +286,34 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         5 => {
             if let Some(event) = delta.events.last_mut() {
                 event.lamport = rng.below(event.lamport + 2);
+            }
+        }
+        // The sealed writer's compaction statement (issue 29), over its
+        // chain hash or another, with its floor: a later delta's statement
+        // is judged against the events the round planned before it.
+        9 | 10 => {
+            let sealed = &writers[2];
+            let stream = sealed.stream();
+            let sealed_head = sealed.marks().get(stream);
+            let sealed_floor = sealed.floor().get(stream);
+            let below = sealed.chain(stream).map(|chain| chain.floor_hash);
+            if let Some(below) = below.filter(|_| sealed_head > sealed_floor) {
+                let floor = sealed_floor + 1 + rng.below(sealed_head - sealed_floor);
+                let events: Vec<Event> = (sealed_floor + 1..=floor)
+                    .map(|seq| sealed.get(stream, seq).expect("the writer holds it"))
+                    .collect();
+                let hash = match rng.chance(0.5) {
+                    true => below.extend(&events),
+                    false => meshlog_replica::ChainHash::from_bytes([7; 32]),
+                };
+                let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+                let statement = meshlog_replica::Compaction {
+                    stream,
+                    floor,
+                    hash,
+                };
+                delta.floor.advance(stream, floor);
+                delta.floor_proofs.statements = vec![statement.sign_by_writer(&key)];
             }
         }
         _ => {}
@@ -890,6 +920,7 @@ fn regression_a_later_deltas_floor_is_judged_on_the_stream_as_the_round_leaves_i
         ..Delta::default()
     };
     let second = Delta {
+        floor_proofs: Default::default(),
         floor: [(writer, 5)].into_iter().collect(),
         events: vec![event(6, 100), event(7, 50)],
         seals: Vec::new(),

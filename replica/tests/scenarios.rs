@@ -301,6 +301,7 @@ fn equivocation_is_reported_and_the_first_event_kept() {
         ..first.clone()
     };
     let delta = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![forged],
         seals: Vec::new(),
@@ -323,6 +324,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
     let mut b = replica(2);
     // seq 3 arrives early and waits; a different seq 3 is then refused.
     b.apply(&Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![events[2].clone()],
         seals: Vec::new(),
@@ -334,6 +336,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
         ..events[2].clone()
     };
     let refused = b.apply(&Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![forged.clone()],
         seals: Vec::new(),
@@ -343,6 +346,7 @@ fn equivocation_inside_one_delta_and_against_a_pending_event_is_refused() {
         Err(ReplicaError::Delta(DeltaError::Equivocation { seq: 3, .. }))
     ));
     let twice = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![
             events[3].clone(),
@@ -365,6 +369,7 @@ fn a_lamport_that_does_not_rise_with_seq_is_refused() {
     let events: Vec<Event> = (0..2u8).map(|i| a.append(vec![i]).unwrap()).collect();
     let mut b = replica(2);
     b.apply(&Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![events[0].clone()],
         seals: Vec::new(),
@@ -375,6 +380,7 @@ fn a_lamport_that_does_not_rise_with_seq_is_refused() {
         ..events[1].clone()
     };
     let refused = b.apply(&Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![bad],
         seals: Vec::new(),
@@ -403,6 +409,7 @@ fn early_events_wait_hidden_and_overflow_is_dropped_then_refetched() {
     // Seqs 3..=10 arrive, 1 and 2 are lost: nothing is visible with a hole.
     let report = b
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: events[2..].to_vec(),
             seals: Vec::new(),
@@ -419,6 +426,7 @@ fn early_events_wait_hidden_and_overflow_is_dropped_then_refetched() {
     // what overflowed.
     let report = b
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: vec![events[0].clone()],
             seals: Vec::new(),
@@ -427,6 +435,7 @@ fn early_events_wait_hidden_and_overflow_is_dropped_then_refetched() {
     assert_eq!(report.applied, 1);
     let report = b
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: vec![events[1].clone()],
             seals: Vec::new(),
@@ -573,6 +582,7 @@ fn lamport_order_inside_one_delta_is_checked_in_any_order() {
     ] {
         let mut b = replica(2);
         let delta = Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events,
             seals: Vec::new(),
@@ -589,6 +599,7 @@ fn lamport_order_inside_one_delta_is_checked_in_any_order() {
     }
     let mut b = replica(2);
     let twice = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(2, 6), event(1, 5), event(2, 6)],
         seals: Vec::new(),

@@ -238,6 +238,7 @@ fn a_received_base_anchors_an_unanchored_stream() {
     // Unanchored first (a floor learned without a hash), then anchored.
     let mut late = Replica::new(StreamId::new(401));
     late.apply(&Delta {
+        floor_proofs: Default::default(),
         floor: [(stream, 12)].into_iter().collect(),
         events: Vec::new(),
         seals: Vec::new(),

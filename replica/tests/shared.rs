@@ -43,6 +43,7 @@ fn event(stream: StreamId, seq: u64, lamport: u64, payload: &str) -> Event {
 
 fn delta(events: Vec<Event>) -> Delta {
     Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events,
         seals: Vec::new(),
@@ -167,6 +168,7 @@ fn a_commit_failing_in_the_middle_of_an_apply_leaves_the_readable_state_unchange
     // New events, a released early one, a raised floor: all in one commit
     // that fails.
     let failing = Delta {
+        floor_proofs: Default::default(),
         floor: [(OTHER, 1)].into_iter().collect(),
         events: vec![event(PEER, 3, 8, "p3"), event(OTHER, 2, 10, "o2")],
         seals: Vec::new(),

@@ -61,6 +61,7 @@ fn calls(shared: &SharedReplica, thread: u64, rng: &mut SplitMix64) -> Vec<Event
                 // delta goes through a round and may wait pending.
                 let seq = thread * CALLS + call + 1;
                 let delta = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: vec![Event {
                         stream: PEER,

@@ -89,6 +89,7 @@ fn replica_a() -> SharedReplica {
     let a = SharedReplica::in_memory(A);
     a.append_at(&b"a1"[..], 0).unwrap();
     a.apply(Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(B, 1, 1, b"original")],
         seals: Vec::new(),
@@ -277,6 +278,7 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
     .unwrap();
     // A holds its own seq 1 only; the peer "sends" seqs 2 and 3 of A.
     let forged = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(A, 2, 10, b"forged a2"), event(A, 3, 11, b"forged a3")],
         seals: Vec::new(),
@@ -310,6 +312,7 @@ fn a_peer_forging_our_own_stream_is_flagged_and_refused() {
     // that peer for good): it is ignored, and the session goes on.
     let mut bytes = hello(B, PROTOCOL_VERSION);
     let hostile_floor = Delta {
+        floor_proofs: Default::default(),
         floor: [(A, 9)].into_iter().collect(),
         events: Vec::new(),
         seals: Vec::new(),
@@ -341,6 +344,7 @@ fn an_equivocating_event_is_refused_whole() {
     // B's seq 1 with another payload, and a valid seq 2 in the same delta:
     // nothing of it may be applied.
     let forged = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![event(B, 1, 1, b"forged"), event(B, 2, 2, b"b2")],
         seals: Vec::new(),
@@ -461,6 +465,7 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
             .map(|stream| event(StreamId::new(stream), 1, 1, b"x"))
             .collect();
         a.apply(Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: many,
             seals: Vec::new(),
@@ -480,6 +485,7 @@ fn acks_to_a_peer_that_never_reads_stay_within_the_queue_bound() {
                 frame::encode(&Frame::delta(
                     seq - 1,
                     Delta {
+                        floor_proofs: Default::default(),
                         floor: VersionVector::new(),
                         events: vec![event(B, seq, seq, b"b")],
                         seals: Vec::new(),

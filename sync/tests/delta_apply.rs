@@ -33,6 +33,7 @@ fn payload(delta: Delta) -> Option<Vec<u8>> {
 
 fn delta(floor: &[(u64, u64)], events: Vec<Event>) -> Delta {
     Delta {
+        floor_proofs: Default::default(),
         floor: floor
             .iter()
             .map(|&(stream, seq)| (StreamId::new(stream), seq))
@@ -221,6 +222,7 @@ fn near_the_heads(rng: &mut SplitMix64) -> Delta {
         }
     }
     Delta {
+        floor_proofs: Default::default(),
         floor,
         events,
         seals: Vec::new(),

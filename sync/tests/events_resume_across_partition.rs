@@ -151,6 +151,7 @@ async fn events_resume_across_partition_test() {
     let digest = a.digest();
     let report = a
         .apply(Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: vec![late.clone()],
             seals: Vec::new(),

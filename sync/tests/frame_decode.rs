@@ -91,6 +91,7 @@ fn valid_frames() -> Vec<Frame> {
         Frame::delta(
             1,
             Delta {
+                floor_proofs: Default::default(),
                 floor: vv(&[(1, 2)]),
                 events: (1..=5)
                     .map(|seq| Event {
@@ -165,6 +166,7 @@ fn sealed_delta() -> Frame {
     Frame::delta(
         2,
         Delta {
+            floor_proofs: Default::default(),
             floor,
             events,
             seals,
@@ -974,6 +976,7 @@ fn any_model_delta(g: &mut Gen) -> Delta {
         });
     }
     Delta {
+        floor_proofs: Default::default(),
         floor: any_vector(g),
         events,
         seals,
@@ -1001,6 +1004,7 @@ fn in_stream_order(delta: &Delta) -> Delta {
     let mut events = delta.events.clone();
     events.sort_by_key(|event| (event.stream, event.seq));
     Delta {
+        floor_proofs: Default::default(),
         floor: delta.floor.clone(),
         events,
         seals: delta.seals.clone(),
@@ -1119,6 +1123,7 @@ fn arbitrary_events_encode_exactly_when_the_model_allows() {
             for _ in 0..2000 {
                 let raw = Vec::<(u8, u8, u8, u64, Vec<u8>)>::arbitrary(&mut gen);
                 let delta = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: events_of(raw),
                     seals: Vec::new(),
@@ -1177,6 +1182,7 @@ fn an_event_kept_pending_does_not_keep_its_frame_alive() {
     let bytes = frame::encode(&Frame::delta(
         1,
         Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events,
             seals: Vec::new(),
@@ -1238,5 +1244,48 @@ fn a_malformed_delta_allocates_nothing_for_the_events_it_claims() {
             peak <= ALLOC_SLACK,
             "refusing {payload:02x?} ({decoded:?}) held {peak} heap bytes"
         );
+    }
+}
+
+/// The fuzz regressions of delta sections 1 and 2 (statements, floor
+/// hashes; `docs/PROTOCOL.md`, "Delta sections"), hand-made in mode 3 (the
+/// prefix's floor names streams 1 and 2): each with its outcome.
+#[test]
+fn the_floor_proof_regressions_have_their_outcomes() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/frame_decode");
+    let malformed = |detail: &'static str| move |o: &frame_check::Outcome| matches!(&o.errors[..], [FrameError::Malformed { detail: d, .. }] if d.contains(detail));
+    type Expect = Box<dyn Fn(&frame_check::Outcome) -> bool>;
+    let decodes: Expect = Box::new(|o| o.decoded == 1 && o.errors.is_empty());
+    let cases: Vec<(&str, Expect)> = vec![
+        ("statements-one-valid-entry", decodes),
+        (
+            "statements-count-above-floor",
+            Box::new(malformed("one per stream of the floor at most")),
+        ),
+        (
+            "statements-stream-not-in-floor",
+            Box::new(malformed("which the delta's floor does not name")),
+        ),
+        (
+            "statements-not-ascending",
+            Box::new(malformed("streams strictly ascending")),
+        ),
+        (
+            "statements-signer-not-a-key",
+            Box::new(malformed("compaction signer")),
+        ),
+        (
+            "floor-hashes-one-entry",
+            Box::new(|o| o.decoded == 1 && o.errors.is_empty()),
+        ),
+        (
+            "floor-hashes-body-short",
+            Box::new(malformed("1 entries of 40 bytes in a body of 39")),
+        ),
+    ];
+    for (name, expect) in cases {
+        let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let outcome = check(name, &bytes);
+        assert!(expect(&outcome), "{name}: {outcome:?}");
     }
 }

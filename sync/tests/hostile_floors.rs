@@ -115,6 +115,7 @@ fn hostile_floors_neither_end_the_session_nor_cut_the_writer_off() {
         let (receiver, writer) = receiver_and_writer();
         let before = state(&receiver);
         let floor = |stream: StreamId, seq: u64| Delta {
+            floor_proofs: Default::default(),
             floor: [(stream, seq)].into_iter().collect(),
             events: Vec::new(),
             seals: Vec::new(),

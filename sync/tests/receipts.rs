@@ -118,6 +118,7 @@ fn replica_with_streams(id: u64, streams: u64) -> SharedReplica {
     for chunk in events.chunks(4096) {
         replica
             .apply(Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: chunk.to_vec(),
                 seals: Vec::new(),

@@ -59,6 +59,7 @@ fn delta_from_b(seq: u64) -> Vec<u8> {
     frame::encode(&Frame::delta(
         1,
         Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events: vec![Event {
                 stream: B,

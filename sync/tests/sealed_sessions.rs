@@ -23,6 +23,14 @@
 //!   did: the split left the parts unsealed, `Unsealed`; the cut kept a
 //!   seal past the run, `ChainBroken`).
 //!
+//! - Hostile floors in the middle of a session (the kit's
+//!   `floor_attacks`): an unsigned floor above the receiver's held events
+//!   is taken and ignored (nothing erased, the session goes on), and a
+//!   floor whose statement is signed by a key that is not the trusted
+//!   admin's ends the session `Refused` with `StatementNoAuthority`,
+//!   logged; either way the receiver is unchanged and the writer's events
+//!   converge afterwards.
+//!
 //! How: keyed replicas in memory from fixed secrets; two real `Session`s
 //! over an in-memory stream, or over `testkit::tampering_link`, which
 //! decodes the writer's deltas and hands them to the test to rewrite.
@@ -36,14 +44,15 @@ use std::time::Duration;
 
 use meshlog_cursor::StreamId;
 use meshlog_replica::{
-    Commits, Config, Delta, DeltaError, Event, MemStore, Replica, ReplicaError, WriterKey,
+    AdminKey, Commits, Config, Delta, DeltaError, Event, MemStore, Membership, Replica,
+    ReplicaError, WriterKey,
 };
 use meshlog_sync::testkit::{self, SplitMix64};
 use meshlog_sync::{
     LimitHit, ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SessionState,
     SharedReplica,
 };
-use meshlog_testkit::hostile::tamperings;
+use meshlog_testkit::hostile::{floor_attacks, tamperings, FloorOutcome};
 use meshlog_testkit::Snapshot;
 
 const RECEIVER: StreamId = StreamId::new(0xa);
@@ -314,6 +323,88 @@ fn a_hostile_relay_in_a_session_is_refused_with_its_reason_and_the_writer_still_
             }
             append(&writer, &mut rng, 1, 1);
             assert_pinned(&writer, &receiver, writer.stream());
+        });
+    });
+}
+
+/// Issue 29's hostile floors over a real session: every delta the writer
+/// sends is replaced by the attack's floor (no events). The unsigned floor
+/// above the receiver's held events erases nothing and ends nothing; the
+/// floor signed by a key that is not the admin's is refused with its
+/// reason and logged. The receiver is unchanged either way, and the
+/// writer's events converge over an honest session afterwards.
+#[test]
+fn hostile_floors_in_a_session_erase_nothing_and_the_writer_still_syncs() {
+    testkit::for_each_seed("hostile_floors_in_a_session", 0x29f1, 2, |seed| {
+        capture_log();
+        testkit::run_paused(async move {
+            let mut rng = SplitMix64::new(seed);
+            let (key, writer) = keyed(3);
+            let stream = key.stream();
+            let admin = AdminKey::from_bytes([40; 32]);
+            let not_admin = AdminKey::from_bytes([41; 32]);
+            let mut membership = Membership::open();
+            membership.trust_admin(admin.public());
+            let receiver_config = Config {
+                membership,
+                ..Config::new(RECEIVER)
+            };
+            let receiver = SharedReplica::with_commits(
+                Replica::open(receiver_config, MemStore::default()).expect("opens"),
+                Commits::Inline,
+            );
+            append(&writer, &mut rng, 3, 6);
+            converge(&writer, &receiver).await;
+            let head = receiver.marks().get(stream);
+            let head_hash = receiver.chain(stream).expect("held").head_hash;
+            for attack in floor_attacks(stream, head, head_hash, &not_admin) {
+                let what = attack.what;
+                append(&writer, &mut rng, 1, 4);
+                let before = snapshot(&receiver);
+                capture_log();
+                let hostile = attack.delta.clone();
+                let (writer_io, receiver_io) = testkit::tampering_link(move |_, _| hostile.clone());
+                let stop = || tokio::time::sleep(Duration::from_secs(2));
+                let (writer_end, receiver_end) = tokio::join!(
+                    Session::new(writer.clone(), config()).run_until(writer_io, stop()),
+                    Session::new(receiver.clone(), config()).run_until(receiver_io, stop()),
+                );
+                match &attack.outcome {
+                    FloorOutcome::Refused(reason) => {
+                        match receiver_end {
+                            Err(SessionError::Core(ProtocolError::Refused { peer, source })) => {
+                                assert_eq!(peer, writer.stream(), "seed {seed}: {what}");
+                                assert_eq!(&source, reason, "seed {seed}: {what}");
+                            }
+                            other => panic!("seed {seed}: {what}: ended {other:?}"),
+                        }
+                        let log = captured_log();
+                        assert!(
+                            log.contains("peer sent a compaction statement without authority"),
+                            "seed {seed}: {what}: not reported:\n{log}"
+                        );
+                    }
+                    FloorOutcome::Ignored => assert!(
+                        matches!(receiver_end, Ok(SessionEnd::Stopped)),
+                        "seed {seed}: {what}: ended {receiver_end:?}"
+                    ),
+                }
+                assert!(
+                    matches!(
+                        writer_end,
+                        Ok(SessionEnd::Stopped | SessionEnd::PeerClosed) | Err(SessionError::Io(_))
+                    ),
+                    "seed {seed}: {what}: the writer's session ended {writer_end:?}"
+                );
+                assert_eq!(
+                    snapshot(&receiver),
+                    before,
+                    "seed {seed}: {what} changed the receiver"
+                );
+                // The writer is not cut off: its events converge.
+                converge(&writer, &receiver).await;
+                assert_eq!(receiver.marks().get(stream), writer.marks().get(stream));
+            }
         });
     });
 }

@@ -1,8 +1,11 @@
-//! A hostile relay at the replica level (`docs/SIGNING.md`, "Seals"): the
-//! ways a relay can tamper with a writer's sealed delta, each with the
-//! refusal a receiver must answer. Any crate's tests can play them against
-//! a receiver and check that each is refused, the receiver unchanged, and
-//! that the honest delta is still taken afterwards.
+//! A hostile relay at the replica level (`docs/SIGNING.md`, "Seals" and
+//! "Floors with an authority"): the ways a relay can tamper with a
+//! writer's sealed delta, each with the refusal a receiver must answer,
+//! and the floors it can send to erase a writer's events, each with the
+//! refusal or the ignoring due. Any crate's tests can play them against a
+//! receiver and check that each is refused or ignored, the receiver
+//! unchanged, and that the honest delta is still taken afterwards.
+
 //!
 //! And a hostile *writer*: [`equivocating_writers`], one key that signs
 //! two histories of its stream (equivocation with valid signatures,
@@ -10,8 +13,10 @@
 //! prove, keep and freeze on.
 
 use bytes::Bytes;
+use meshlog_cursor::StreamId;
 use meshlog_replica::{
-    Config, Delta, DeltaError, Event, MemStore, Replica, RunSeal, Seal, WriterKey,
+    AdminKey, ChainHash, Compaction, Config, Delta, DeltaError, Event, MemStore, Replica, RunSeal,
+    Seal, WriterKey,
 };
 
 /// Two replicas of one writer `key` that share the events `common`, then
@@ -197,4 +202,70 @@ pub fn tamperings(
 
 fn bytes_of(bytes: &'static [u8]) -> bytes::Bytes {
     bytes::Bytes::from_static(bytes)
+}
+
+/// What a receiver must answer a hostile floor with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FloorOutcome {
+    /// Refused with this reason (the session ends, nothing changes).
+    Refused(DeltaError),
+    /// Taken and ignored: nothing erased, the stream reported behind the
+    /// floor (`ApplyReport::behind_floor`), the delta's events of the
+    /// stream not taken; the session goes on.
+    Ignored,
+}
+
+/// One hostile floor: what it claims, the delta carrying it (no events),
+/// and the outcome due.
+#[derive(Debug, Clone)]
+pub struct FloorAttack {
+    /// What the relay did, for the failure message.
+    pub what: &'static str,
+    /// The delta (a floor, and for a signed one its statement).
+    pub delta: Delta,
+    /// What the receiver must answer.
+    pub outcome: FloorOutcome,
+}
+
+/// The hostile floors against a receiver that holds `stream` up to `head`
+/// (events above its floor), whose chain hash there is `head_hash`, and
+/// trusts an admin key other than `not_admin`: an unsigned floor above the
+/// held events (ignored: nothing erased), and a floor at `head` with a
+/// statement over the right hash signed by `not_admin` (refused,
+/// `StatementNoAuthority`: only the writer or the trusted admin may
+/// erase).
+pub fn floor_attacks(
+    stream: StreamId,
+    head: u64,
+    head_hash: ChainHash,
+    not_admin: &AdminKey,
+) -> Vec<FloorAttack> {
+    let floor_delta = |floor: u64| Delta {
+        floor: [(stream, floor)].into_iter().collect(),
+        ..Delta::default()
+    };
+    let mut signed = floor_delta(head);
+    let statement = Compaction {
+        stream,
+        floor: head,
+        hash: head_hash,
+    }
+    .sign_by_admin(not_admin);
+    signed.floor_proofs.statements.push(statement);
+    vec![
+        FloorAttack {
+            what: "an unsigned floor above held events",
+            delta: floor_delta(head + 5),
+            outcome: FloorOutcome::Ignored,
+        },
+        FloorAttack {
+            what: "a floor signed by a key that is not the admin's",
+            delta: signed,
+            outcome: FloorOutcome::Refused(DeltaError::StatementNoAuthority {
+                stream,
+                floor: head,
+                derived: statement.signer.stream(),
+            }),
+        },
+    ]
 }

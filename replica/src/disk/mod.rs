@@ -163,6 +163,10 @@ const CHAINS: TableDefinition<u64, &[u8]> = TableDefinition::new("chains");
 /// (`docs/STORAGE.md`): added within format 4, so a format-4 file
 /// without it holds no pins.
 const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
+/// Per stream, the newest compaction statement kept (`docs/STORAGE.md`):
+/// its 144 bytes (`SignedCompaction::to_bytes`). Added within format 5: a
+/// file without it holds none.
+pub(super) const STATEMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("statements");
 /// Per stream proven forked, the proof kept (`docs/STORAGE.md`): added
 /// within format 5, so a file without it holds no proofs.
 const FORKS: TableDefinition<u64, &[u8]> = TableDefinition::new("forks");
@@ -900,6 +904,7 @@ impl DiskStore {
         meta.digest = Some(digest);
         (meta.chains, meta.hashed) = self.chain_records(&read, &records)?;
         meta.seals = self.seal_records(&read, &records)?;
+        meta.statements = self.statement_records(&read)?;
         meta.checkpoints = self.checkpoint_records(&read)?;
         meta.forks = self.fork_records(&read)?;
         Ok((meta, recorded_blocks))
@@ -1019,6 +1024,38 @@ impl DiskStore {
             path: self.path.clone(),
             detail: detail.into(),
         }
+    }
+}
+
+impl DiskStore {
+    /// Reads and checks the statements records: each one a signed
+    /// statement of its stream (its signature is judged by the replica
+    /// when a peer sends it; here only its layout and key).
+    fn statement_records(
+        &self,
+        read: &redb::ReadTransaction,
+    ) -> Result<BTreeMap<StreamId, crate::SignedCompaction>, DiskError> {
+        let table = match read.open_table(STATEMENTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+            Err(error) => return Err(self.engine("open statements table")(error)),
+        };
+        let mut kept = BTreeMap::new();
+        for entry in table.iter().map_err(self.engine("read statements"))? {
+            let (key, value) = entry.map_err(self.engine("read statements"))?;
+            let stream = StreamId::new(key.value());
+            let statement = crate::SignedCompaction::from_bytes(value.value()).map_err(|e| {
+                self.corrupt(format!("the statement record of stream {stream}: {e}"))
+            })?;
+            if statement.statement.stream != stream {
+                return Err(self.corrupt(format!(
+                    "the statement record of stream {stream} states stream {}",
+                    statement.statement.stream
+                )));
+            }
+            kept.insert(stream, statement);
+        }
+        Ok(kept)
     }
 
     fn damaged(&self, stream: StreamId, first_seq: u64, detail: String) -> DiskError {

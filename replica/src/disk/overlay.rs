@@ -55,6 +55,7 @@ impl Unfolded {
         owned.hashed = batch.hashed.clone();
         owned.seals = batch.seals.clone();
         owned.forks = batch.forks.clone();
+        owned.statements = batch.statements.clone();
         Unfolded {
             number,
             batch: owned,

@@ -12,9 +12,13 @@
 //! hashed:  count u32 · count × (stream u64 · seq u64), streams ascending
 //! seals:   count u32 · count × (stream u64 · len u32 · the stream's `seals` table record)
 //! events:  count u32 · count × (stream u64 · seq u64 · lamport u64 · time_ms u64 · len u32 · payload)
-//! forks:   count u32 · count × (len u32 · `ForkProof::to_bytes`)   (only if any: a record
-//!          written before it ends after its events)
+//! [statements: count u32 · count × `SignedCompaction::to_bytes` (144), streams ascending]
+//! [forks:      count u32 · count × (len u32 · `ForkProof::to_bytes`)]
 //! ```
+//!
+//! The trailer (statements, then forks) is written only when the batch
+//! has some (a record without them is byte for byte what builds before
+//! them wrote); its statements' count is 0 when only forks follow.
 //!
 //! Decoding is total: a body read back from disk is untrusted (the frame's
 //! crc32 caught a torn write, but not a crafted one), so every count is
@@ -25,7 +29,9 @@ use bytes::Bytes;
 use meshlog_cursor::StreamId;
 
 use super::codec::{self, decode_seals, encode_seals, u64_at};
-use crate::{Batch, ChainHash, Event, KeptSeals, Seal, StreamChain, WriterPublicKey};
+use crate::{
+    Batch, ChainHash, Event, KeptSeals, Seal, SignedCompaction, StreamChain, WriterPublicKey,
+};
 
 /// Bytes of an event before its payload.
 const EVENT_HEAD_LEN: usize = 8 * 4 + 4;
@@ -76,6 +82,13 @@ pub(super) fn encode_batch(number: u64, batch: &Batch, out: &mut Vec<u8>) -> Res
         out.extend_from_slice(&event.time_ms.to_le_bytes());
         put_count(out, event.payload.len(), "payload bytes")?;
         out.extend_from_slice(&event.payload);
+    }
+    if !batch.statements.is_empty() || !batch.forks.is_empty() {
+        // The statements' count opens the trailer, 0 when only forks follow.
+        put_count(out, batch.statements.len(), "statements")?;
+        for statement in &batch.statements {
+            out.extend_from_slice(&statement.to_bytes());
+        }
     }
     if !batch.forks.is_empty() {
         put_count(out, batch.forks.len(), "forks")?;
@@ -130,14 +143,26 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     for _ in 0..events_len {
         events.push(read_event(&mut reader, body)?);
     }
-    let forks = if reader.at == body.len() {
-        Vec::new()
+    let (statements, forks) = if reader.at == body.len() {
+        (Vec::new(), Vec::new())
     } else {
-        read_forks(&mut reader)?
+        let statements = read_statements(&mut reader)?;
+        let forks = if reader.at == body.len() {
+            if statements.is_empty() {
+                return Err(
+                    "a statements count of 0 with no forks after it (none are written as no count)"
+                        .into(),
+                );
+            }
+            Vec::new()
+        } else {
+            read_forks(&mut reader)?
+        };
+        (statements, forks)
     };
     if reader.at != body.len() {
         return Err(format!(
-            "{} bytes after the last event",
+            "{} bytes after the record's trailer",
             body.len() - reader.at
         ));
     }
@@ -147,13 +172,37 @@ pub(super) fn decode_batch(body: &Bytes) -> Result<(u64, Batch<'static>), String
     batch.chains = chains;
     batch.hashed = hashed;
     batch.seals = seals;
+    batch.statements = statements;
     batch.forks = forks;
     Ok((number, batch))
+}
+
+/// The statements after a record's events: a count (0 only when forks
+/// follow), then that many, streams strictly ascending.
+fn read_statements(reader: &mut Reader<'_>) -> Result<Vec<SignedCompaction>, String> {
+    let len = reader.count(SignedCompaction::LEN, "statements")?;
+    let mut statements: Vec<SignedCompaction> = Vec::with_capacity(len);
+    for _ in 0..len {
+        let statement = SignedCompaction::from_bytes(reader.take(SignedCompaction::LEN)?)
+            .map_err(|error| format!("statements: {error}"))?;
+        let stream = statement.statement.stream;
+        if statements
+            .last()
+            .is_some_and(|before| before.statement.stream >= stream)
+        {
+            return Err(format!("statements: stream {stream} out of order"));
+        }
+        statements.push(statement);
+    }
+    Ok(statements)
 }
 
 /// The forks section: each proof decoded (verified when it was kept).
 fn read_forks(reader: &mut Reader<'_>) -> Result<Vec<crate::ForkProof>, String> {
     let len = reader.count(4, "forks")?;
+    if len == 0 {
+        return Err("a forks count of 0 (none are written as no count)".into());
+    }
     let mut forks = Vec::with_capacity(len);
     for _ in 0..len {
         let bytes = reader.count(1, "fork proof bytes")?;
@@ -296,6 +345,12 @@ mod tests {
                 seals,
             },
         )];
+        let statement = crate::Compaction {
+            stream,
+            floor: 1,
+            hash: ChainHash::from_bytes([5; 32]),
+        };
+        batch.statements = vec![statement.sign_by_writer(&key)];
         batch
     }
 
@@ -313,17 +368,93 @@ mod tests {
         assert_eq!(back.chains, batch.chains);
         assert_eq!(back.hashed, batch.hashed);
         assert_eq!(back.seals, batch.seals);
+        assert_eq!(back.statements, batch.statements);
+        // Without statements, the record ends with its events, as before.
+        let mut without = sample();
+        without.statements.clear();
+        let mut old = Vec::new();
+        encode_batch(42, &without, &mut old).unwrap();
+        assert_eq!(body.len() - old.len(), 4 + SignedCompaction::LEN);
+        assert_eq!(
+            decode_batch(&Bytes::from(old)).unwrap().1.statements,
+            Vec::new()
+        );
+    }
+
+    /// A proof of a fork of `key`'s stream at seq 1 (as `ForkProof`'s
+    /// example builds one).
+    fn proof(key: &crate::WriterKey) -> crate::ForkProof {
+        let stream = key.stream();
+        let branch = |payload: &'static [u8]| {
+            let event = Event {
+                stream,
+                seq: 1,
+                lamport: 1,
+                time_ms: 0,
+                payload: payload.into(),
+            };
+            let head = ChainHash::GENESIS.next(&event);
+            crate::ForkBranch {
+                seal: Seal::sign(key, 1, head),
+                hash_at: head,
+                events: Vec::new(),
+            }
+        };
+        crate::ForkProof {
+            key: key.public(),
+            seq: 1,
+            branches: [branch(b"a"), branch(b"b")],
+        }
+    }
+
+    /// The trailer carries statements, forks, both or neither, each back
+    /// as it went: forks alone open it with a statements count of 0, and a
+    /// count of 0 with nothing after it is refused.
+    #[test]
+    fn statements_and_forks_share_the_trailer() {
+        let key = crate::WriterKey::from_bytes([3; 32]);
+        for (statements, forks) in [(true, true), (false, true), (true, false), (false, false)] {
+            let mut batch = sample();
+            if !statements {
+                batch.statements.clear();
+            }
+            if forks {
+                batch.forks = vec![proof(&key)];
+            }
+            let mut body = Vec::new();
+            encode_batch(5, &batch, &mut body).unwrap();
+            let (_, back) = decode_batch(&Bytes::from(body.clone())).unwrap();
+            assert_eq!(back.statements, batch.statements, "{statements} {forks}");
+            assert_eq!(back.forks, batch.forks, "{statements} {forks}");
+            if !statements && forks {
+                // The forks cut off: a statements count of 0 alone.
+                let proof_len = 4 + 4 + batch.forks[0].to_bytes().len();
+                let cut = Bytes::copy_from_slice(&body[..body.len() - proof_len]);
+                let error = decode_batch(&cut).unwrap_err();
+                assert!(error.contains("statements count of 0"), "{error}");
+            }
+        }
     }
 
     /// Every prefix of a body, and every body with a byte changed in a
     /// count, decodes to a batch or a reason: never a panic, never an
-    /// allocation the bytes cannot back.
+    /// allocation the bytes cannot back. One prefix decodes: the body cut
+    /// right after its events, which is the record without its statements
+    /// (as builds before them wrote it; a torn write is caught by the
+    /// segment frame's crc32, not here).
     #[test]
     fn a_damaged_body_is_refused_not_panicked_on() {
         let mut body = Vec::new();
-        encode_batch(1, &sample(), &mut body).unwrap();
+        let batch = sample();
+        encode_batch(1, &batch, &mut body).unwrap();
+        let events_end = body.len() - 4 - batch.statements.len() * SignedCompaction::LEN;
         for len in 0..body.len() {
-            assert!(decode_batch(&Bytes::copy_from_slice(&body[..len])).is_err());
+            let decoded = decode_batch(&Bytes::copy_from_slice(&body[..len]));
+            if len == events_end {
+                assert!(decoded.unwrap().1.statements.is_empty());
+            } else {
+                assert!(decoded.is_err(), "a prefix of {len} bytes decoded");
+            }
         }
         for at in 0..body.len() {
             let mut changed = body.clone();

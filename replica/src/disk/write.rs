@@ -14,7 +14,9 @@ use super::codec::{
 };
 use super::error::corrupt_block;
 use super::fold::Folder;
-use super::{chain_record, digest_record, DiskError, BLOCKS, CHAINS, FORKS, META, SEALS, STREAMS};
+use super::{
+    chain_record, digest_record, DiskError, BLOCKS, CHAINS, FORKS, META, SEALS, STATEMENTS, STREAMS,
+};
 use crate::{Batch, Digest, Event, Seal};
 
 impl Folder {
@@ -92,6 +94,7 @@ impl Folder {
         }
         self.write_seals(txn, batch)?;
         self.write_forks(txn, batch)?;
+        self.write_statements(txn, batch)?;
         let mut streams = txn
             .open_table(STREAMS)
             .map_err(self.engine("open streams table"))?;
@@ -161,6 +164,30 @@ impl Folder {
             forks
                 .insert(stream.get(), record.as_slice())
                 .map_err(self.engine("write forks record"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the statements records `batch` moves, in `txn` (creating
+    /// the table in a file written before it existed).
+    fn write_statements(
+        &self,
+        txn: &redb::WriteTransaction,
+        batch: &Batch,
+    ) -> Result<(), DiskError> {
+        if batch.statements.is_empty() {
+            return Ok(());
+        }
+        let mut table = txn
+            .open_table(STATEMENTS)
+            .map_err(self.engine("open statements table"))?;
+        for statement in &batch.statements {
+            table
+                .insert(
+                    statement.statement.stream.get(),
+                    statement.to_bytes().as_slice(),
+                )
+                .map_err(self.engine("write statement record"))?;
         }
         Ok(())
     }

@@ -179,6 +179,36 @@ pub struct RunSeal {
     pub base: Option<ChainHash>,
 }
 
+/// What a delta carries to back its floors (`docs/SIGNING.md`, "Floors
+/// with an authority"; on the wire, delta sections 1 and 2): compaction
+/// statements, and the sender's chain hash at each floor it sends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FloorProofs {
+    /// Per stream at most one signed compaction statement, streams
+    /// strictly ascending: the newest the sender keeps of each stream
+    /// whose floor the delta carries. One that verifies under the
+    /// stream's writer key or the receiver's admin key erases the
+    /// receiver's events of the stream up to its floor.
+    pub statements: Vec<SignedCompaction>,
+    /// Per stream of the delta's floor the sender is anchored at, its
+    /// chain hash there, streams strictly ascending. Unsigned: a receiver
+    /// takes it only where a statement vouches for the same hash.
+    pub hashes: Vec<(StreamId, ChainHash)>,
+}
+
+impl FloorProofs {
+    /// Whether it carries nothing.
+    pub fn is_empty(&self) -> bool {
+        self.statements.is_empty() && self.hashes.is_empty()
+    }
+
+    /// Keeps only the streams `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(StreamId) -> bool) {
+        self.statements.retain(|s| keep(s.statement.stream));
+        self.hashes.retain(|&(stream, _)| keep(stream));
+    }
+}
+
 /// What a replica keeps of one writer's stream it received sealed
 /// (`docs/SIGNING.md`, "Seals"): the key it pinned (the first that
 /// verified: any other is refused for the stream) and the seals it holds

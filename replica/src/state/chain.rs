@@ -47,15 +47,19 @@ impl State {
     /// A stream unanchored where the batch's events start (nothing held
     /// above its floor) is anchored by a `base` of the round's accepted
     /// `seals` (`docs/SIGNING.md`, "Unanchored streams") when the batch's
-    /// events chain from that base to the seal's hash.
+    /// events chain from that base to the seal's hash, and one left
+    /// unanchored at the floor of one of the round's accepted
+    /// `statements` by the statement's hash.
     #[allow(clippy::type_complexity)]
     pub(crate) fn chains_after(
         &self,
         batch: &Batch,
         seals: &[crate::RunSeal],
+        statements: &[crate::SignedCompaction],
     ) -> Result<(Vec<(StreamId, StreamChain)>, Vec<(StreamId, u64)>), ReplicaError> {
         let mut moving: BTreeMap<StreamId, Moving> = BTreeMap::new();
         self.floors_after(&mut moving, batch, seals)?;
+        self.anchor_statements(&mut moving, seals, statements)?;
         for run_seal in seals {
             if run_seal.base.is_some() && batch.touched().contains(&run_seal.seal.stream) {
                 self.anchor(&mut moving, batch, run_seal, seals)?;
@@ -250,6 +254,38 @@ impl State {
                 anchored: true,
             };
             at.hashed = at.head;
+        }
+        Ok(())
+    }
+
+    /// Anchors each stream a round's accepted statement left unanchored
+    /// at the statement's floor by its hash (signed by the writer or the
+    /// admin: `state/authority.rs`), chained on through the held events
+    /// above the floor.
+    fn anchor_statements(
+        &self,
+        moving: &mut BTreeMap<StreamId, Moving>,
+        seals: &[crate::RunSeal],
+        statements: &[crate::SignedCompaction],
+    ) -> Result<(), ReplicaError> {
+        for signed in statements {
+            let crate::Compaction {
+                stream,
+                floor,
+                hash,
+            } = signed.statement;
+            let at = self.moving(moving, stream, seals);
+            if at.chain.anchored || at.floor != floor {
+                continue;
+            }
+            let held_head = at.head.min(self.bounds(stream).1).max(floor);
+            let head_hash = self.chain_through(stream, hash, floor, held_head)?;
+            at.chain = StreamChain {
+                floor_hash: hash,
+                head_hash,
+                anchored: true,
+            };
+            at.hashed = held_head;
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ impl State {
         let mut delta = self.unsealed_delta_for(their_marks, byte_budget);
         // Each stream's run ends where it can be sealed (`state/seals.rs`).
         delta.seals = self.seal_runs(&mut delta.events);
+        delta.floor_proofs = self.floor_proofs(&delta.floor);
         delta
     }
 
@@ -25,6 +26,7 @@ impl State {
         // read stream by stream.
         if let Some(events) = self.delta_by_ranges(source.get(), &places, byte_budget) {
             return Delta {
+                floor_proofs: Default::default(),
                 floor,
                 events,
                 seals: Vec::new(),
@@ -48,6 +50,7 @@ impl State {
             match self.whole_delta(source.get(), &places, byte_budget, &mut events) {
                 Ok(true) => {
                     return Delta {
+                        floor_proofs: Default::default(),
                         floor,
                         events,
                         seals: Vec::new(),
@@ -62,6 +65,7 @@ impl State {
         }
         oldest_that_fit(source.get(), places, byte_budget, &mut events);
         Delta {
+            floor_proofs: Default::default(),
             floor,
             events,
             seals: Vec::new(),
@@ -117,6 +121,7 @@ impl State {
                 None => return DeltaColumns::from_delta(&self.delta_for(their_marks, byte_budget)),
             }
         }
+        columns.floor_proofs = self.floor_proofs(&columns.floor);
         columns
     }
 

@@ -59,6 +59,11 @@ pub(crate) struct State {
     /// ascending, thinned ([`crate::KeptSeals::thin`]): a delta relaying
     /// the stream ends its run at one of them (`state/seals.rs`).
     pub(super) kept_seals: BTreeMap<StreamId, Vec<Seal>>,
+    /// Per stream, the newest compaction statement kept: the own stream's
+    /// (signed when it compacts, keyed) and those that erased a stream
+    /// here; sent with the floor (`state/authority.rs`). Recorded by the
+    /// store ([`Batch::statements`](crate::Batch::statements)).
+    pub(super) statements: BTreeMap<StreamId, crate::SignedCompaction>,
     /// Chain hashes of the own stream at some seqs below its head (where
     /// a delta was cut, and where the gaps were read), so that a run cut
     /// below the head is sealed by chaining from the nearest one

@@ -40,6 +40,7 @@
 //!   carries: each run cut where a seal is held, or the own stream sealed
 //!   where it is cut.
 
+mod authority;
 mod chain;
 mod delta;
 mod forks;
@@ -94,6 +95,7 @@ impl State {
             own_seal: Mutex::default(),
             pinned: meta.seals.iter().map(|(&s, kept)| (s, kept.key)).collect(),
             kept_seals: BTreeMap::new(),
+            statements: meta.statements.clone(),
             own_hashes: Mutex::default(),
             seals_signed: Default::default(),
             checkpoints: Checkpoints::from_vectors(&meta.checkpoints),
@@ -504,6 +506,7 @@ mod tests {
             floor.advance(stream, replica.marks().get(stream) + rng.below(3));
         }
         Delta {
+            floor_proofs: Default::default(),
             floor,
             events,
             seals: Vec::new(),

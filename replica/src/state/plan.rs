@@ -88,6 +88,9 @@ pub(crate) struct Plan<'d> {
     /// The seals of the deltas the round accepted, in order: kept by
     /// publishing where they are at their stream's head.
     pub(crate) seals: Vec<crate::RunSeal>,
+    /// The compaction statements of the deltas the round accepted that
+    /// erased their stream, in order (`state/authority.rs`).
+    pub(crate) statements: Vec<crate::SignedCompaction>,
 }
 
 impl Plan<'_> {
@@ -369,16 +372,24 @@ impl<'s, 'd> Round<'s, 'd> {
         let state = self.state;
         let own = state.config.stream;
         let mut report = ApplyReport::default();
+        // A statement with authority (validated) erases first, as a
+        // compaction: never the own stream.
+        for signed in &delta.floor_proofs.statements {
+            let (stream, floor_seq) = (signed.statement.stream, signed.statement.floor);
+            if stream != own && floor_seq > state.sim(&mut self.sims, stream).floor {
+                self.raise_floor(stream, floor_seq, &mut report);
+                self.plan.statements.push(*signed);
+                let hash = signed.statement.hash;
+                self.index.anchors.insert(stream, (floor_seq, hash));
+            }
+        }
         for (stream, floor_seq) in delta.floor.iter() {
+            let pinned =
+                state.pinned.contains_key(&stream) || self.index.sealed.contains_key(&stream);
+            let needed = pinned && !super::authority::vouched(delta, stream, floor_seq);
             let sim = state.sim(&mut self.sims, stream);
-            let rule = PeerFloor::of(
-                stream,
-                floor_seq,
-                own,
-                state.recovering,
-                sim.floor,
-                sim.head,
-            );
+            let bounds = (sim.floor, sim.head);
+            let rule = PeerFloor::of(stream, floor_seq, own, state.recovering, bounds, needed);
             match rule {
                 PeerFloor::Ignored => {}
                 PeerFloor::Raised => self.raise_floor(stream, floor_seq, &mut report),
@@ -653,7 +664,7 @@ impl<'s, 'd> Round<'s, 'd> {
         heads: &mut BTreeMap<StreamId, (u64, u64)>,
     ) -> Option<ApplyReport> {
         let state = self.state;
-        if !columns.floor.is_empty() {
+        if !columns.floor.is_empty() || !columns.floor_proofs.statements.is_empty() {
             return None;
         }
         let mut report = ApplyReport::default();

@@ -43,6 +43,7 @@ impl State {
         self.clock = self.clock.max(plan.batch.clock);
         self.publish_chains(&plan.batch);
         self.publish_seals(&plan.batch);
+        self.publish_statements(&plan.batch.statements);
         if let Some(view) = view {
             self.log.set_view(view);
         }

@@ -50,8 +50,10 @@ impl State {
     /// Records a commit's chains and seals in its batch: what the store
     /// records with it and publishing keeps.
     pub(crate) fn prepare_commit(&self, plan: &mut Plan<'_>) -> Result<(), ReplicaError> {
-        (plan.batch.chains, plan.batch.hashed) = self.chains_after(&plan.batch, &plan.seals)?;
+        (plan.batch.chains, plan.batch.hashed) =
+            self.chains_after(&plan.batch, &plan.seals, &plan.statements)?;
         plan.batch.seals = self.seals_after(&plan.batch, &plan.seals);
+        plan.batch.statements = self.statements_after(plan);
         Ok(())
     }
 

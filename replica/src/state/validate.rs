@@ -31,14 +31,17 @@ pub(crate) struct RoundIndex {
     /// The streams a delta accepted earlier in the round sealed, and the
     /// key (pinned as publishing will pin it).
     pub(super) sealed: BTreeMap<StreamId, crate::WriterPublicKey>,
+    /// Per stream a statement the round took erased to: its floor and
+    /// hash, where the commit anchors a chain left unanchored there.
+    pub(super) anchors: BTreeMap<StreamId, (u64, crate::ChainHash)>,
 }
 
 impl RoundIndex {
-    fn floor(&self, stream: StreamId) -> u64 {
+    pub(super) fn floor(&self, stream: StreamId) -> u64 {
         self.floors.get(&stream).copied().unwrap_or(0)
     }
 
-    fn head(&self, stream: StreamId) -> Option<u64> {
+    pub(super) fn head(&self, stream: StreamId) -> Option<u64> {
         self.heads.get(&stream).copied()
     }
 
@@ -61,7 +64,10 @@ pub(crate) struct Rejection {
 }
 
 impl Rejection {
-    fn at(stream: StreamId, seqs: RangeInclusive<u64>) -> impl FnOnce(ReplicaError) -> Self {
+    pub(super) fn at(
+        stream: StreamId,
+        seqs: RangeInclusive<u64>,
+    ) -> impl FnOnce(ReplicaError) -> Self {
         move |rule| Rejection { stream, seqs, rule }
     }
 
@@ -91,8 +97,9 @@ struct Check<'a> {
     by_name: Vec<&'a Event>,
     own: StreamId,
     own_head: u64,
-    /// Per stream of the delta's floor, the seq at or below which the
-    /// delta's events of it are ignored ([`PeerFloor::ignored_to`]).
+    /// Per stream of the delta's floor or statements, the seq at or below
+    /// which the delta's events of it are ignored
+    /// ([`State::ignored_floors`]).
     delta_floors: BTreeMap<StreamId, u64>,
 }
 
@@ -108,7 +115,8 @@ pub(super) enum PeerFloor {
     /// serve what follows its head).
     Ignored,
     /// The receiver holds nothing of the stream above its floor: the
-    /// floor is raised to the peer's, recording the range as lost.
+    /// floor is raised to the peer's, recording the range as lost (on a
+    /// pinned stream, only with the writer's authority: else `Behind`).
     Raised,
     /// The receiver holds events of the stream below the peer's floor:
     /// kept, and the delta's events of the stream (which cannot attach
@@ -119,17 +127,21 @@ pub(super) enum PeerFloor {
 impl PeerFloor {
     /// The rule, for a peer's `floor` of `stream` on a receiver whose own
     /// stream is `own` (written by peers only while `recovering`), holding
-    /// the stream from `held_floor` to `head`.
+    /// the stream from `held_floor` to `head`; `authority_needed` for a
+    /// pinned stream whose floor comes without the writer's seal at it (a
+    /// raise would let a peer invent a floor past the writer's head).
     pub(super) fn of(
         stream: StreamId,
         floor: u64,
         own: StreamId,
         recovering: bool,
-        held_floor: u64,
-        head: u64,
+        (held_floor, head): (u64, u64),
+        authority_needed: bool,
     ) -> PeerFloor {
         if (stream == own && !recovering) || floor <= held_floor {
             PeerFloor::Ignored
+        } else if head <= held_floor && authority_needed {
+            PeerFloor::Behind
         } else if head <= held_floor {
             PeerFloor::Raised
         } else if floor > head {
@@ -142,7 +154,7 @@ impl PeerFloor {
     /// The seq at or below which the delta's events of the stream are
     /// ignored (judged for their limits only, never taken): the peer's
     /// floor where it is raised, every seq where the stream is behind it.
-    fn ignored_to(self, floor: u64) -> u64 {
+    pub(super) fn ignored_to(self, floor: u64) -> u64 {
         match self {
             PeerFloor::Ignored => 0,
             PeerFloor::Raised => floor,
@@ -169,19 +181,9 @@ impl State {
         runs: bool,
     ) -> Result<(), Rejection> {
         let own = self.config.stream;
-        let delta_floors = delta
-            .floor
-            .iter()
-            .map(|(stream, floor)| {
-                let held_floor = self.floor.get(stream).max(round.floor(stream));
-                let head = round
-                    .head(stream)
-                    .unwrap_or_else(|| self.log.head(stream))
-                    .max(held_floor);
-                let rule = PeerFloor::of(stream, floor, own, self.recovering, held_floor, head);
-                (stream, rule.ignored_to(floor))
-            })
-            .collect();
+        // Statements first: what they erase is how the floors are judged.
+        let signed = self.statement_floors(delta, round)?;
+        let delta_floors = self.ignored_floors(delta, round, &signed);
         let check = Check {
             state: self,
             round,
@@ -378,7 +380,15 @@ impl State {
         let raised = columns.floor.iter().filter(|&(stream, floor)| {
             let held_floor = self.floor.get(stream);
             let head = self.log.head(stream).max(held_floor);
-            let rule = PeerFloor::of(stream, floor, own, self.recovering, held_floor, head);
+            let pinned = self.pinned.contains_key(&stream);
+            let rule = PeerFloor::of(
+                stream,
+                floor,
+                own,
+                self.recovering,
+                (held_floor, head),
+                pinned,
+            );
             rule == PeerFloor::Raised
         });
         let new_runs = columns
@@ -695,6 +705,10 @@ impl Check<'_> {
     /// or the round raised its floor above what the state held.
     fn head_hash(&self, stream: StreamId, head: u64) -> Option<crate::ChainHash> {
         let state_head = self.state.log.head(stream);
+        // A statement the round took anchors the stream at its floor.
+        if let Some(hash) = self.state.anchored_head_hash(self.round, stream, head) {
+            return Some(hash);
+        }
         let chain = match self.state.chain(stream) {
             Some(chain) => chain,
             None if state_head == 0 && self.state.floor.get(stream) == 0 => {
@@ -702,7 +716,10 @@ impl Check<'_> {
             }
             None => return None,
         };
-        if !chain.anchored || self.round.floor(stream) > state_head || head < state_head {
+        // A floor the round raised above the state's head leaves the
+        // stream chained through the round's events it erased, if they
+        // reach it (a statement's), else unanchored: a missing event below.
+        if !chain.anchored || head < state_head {
             return None;
         }
         let mut hash = chain.head_hash;

@@ -102,6 +102,7 @@ fn a_hostile_delta_is_refused_by_the_core_with_the_replicas_reason() {
     );
     // Events of A's own stream beyond its head: only A writes its stream.
     let forged = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: vec![Event {
             stream: StreamId::new(1),

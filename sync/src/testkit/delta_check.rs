@@ -55,6 +55,7 @@ pub fn receiver() -> Replica {
             .expect("an append");
     }
     let history = Delta {
+        floor_proofs: Default::default(),
         floor: VersionVector::new(),
         events: (1..=5)
             .map(|seq| event(2, seq, 10 + seq))
@@ -155,6 +156,7 @@ fn check_one_by_one(delta: &Delta, whole: &Replica) {
     let mut one_by_one = receiver();
     let report = one_by_one
         .apply(&Delta {
+            floor_proofs: Default::default(),
             floor: delta.floor.clone(),
             events: Vec::new(),
             seals: Vec::new(),
@@ -169,6 +171,7 @@ fn check_one_by_one(delta: &Delta, whole: &Replica) {
     for event in delta.events.iter().filter(|event| !behind(event)) {
         one_by_one
             .apply(&Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: vec![event.clone()],
                 seals: Vec::new(),

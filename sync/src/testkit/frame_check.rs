@@ -11,15 +11,18 @@
 //! - `byte % 4 == 2`: the body follows a valid hello header (kind 0, this
 //!   protocol version), so the fuzzer reaches the hello's vectors at once.
 //! - `byte % 4 == 3`: the body is a delta's sections (protocol 4), after
-//!   the payload of a valid delta of two runs ([`SECTIONS_PREFIX_RUNS`]),
-//!   so the fuzzer reaches the seals at once.
+//!   the payload of a valid delta of two runs ([`SECTIONS_PREFIX_RUNS`])
+//!   whose floor names both streams, so the fuzzer reaches the seals, the
+//!   statements and the floor hashes at once.
 //!
 //! What must hold: no panic; a length prefix above [`FRAME_BYTES_MAX`] is
 //! [`FrameError::TooLarge`] and nothing else is; a delta that decodes holds
 //! at most [`DELTA_EVENTS_MAX`] events, grouped by stream in strictly
 //! ascending `(stream, seq)` order, and [`FrameError::TooManyEvents`] names a
 //! count above it; its seals are at most one per run, streams strictly
-//! ascending; every frame that decodes re-encodes and decodes to
+//! ascending; its statements and floor hashes at most one per stream of
+//! its floor, streams strictly ascending, each named by the floor; every
+//! frame that decodes re-encodes and decodes to
 //! itself. Re-encoding a delta also checks what its layout promises: per
 //! stream, seqs contiguous and lamport stamps rising from 1 (the encoder
 //! refuses anything else).
@@ -37,7 +40,9 @@ use crate::frame::{
 pub const SECTIONS_PREFIX_RUNS: usize = 2;
 
 /// The payload of delta 1 of two runs (streams 1 and 2, seqs 1 and 2,
-/// payloads `"ab"`), without sections: what mode 3 puts before its body.
+/// payloads `"ab"`) with the floor `{1: 5, 2: 5}` (so statements and floor
+/// hashes of either stream are well formed), without sections: what mode
+/// 3 puts before its body.
 pub fn sections_prefix() -> Vec<u8> {
     let events = (1..=SECTIONS_PREFIX_RUNS as u64)
         .flat_map(|stream| {
@@ -51,7 +56,10 @@ pub fn sections_prefix() -> Vec<u8> {
         })
         .collect();
     let delta = Delta {
-        floor: VersionVector::new(),
+        floor_proofs: Default::default(),
+        floor: [(StreamId::new(1), 5), (StreamId::new(2), 5)]
+            .into_iter()
+            .collect::<VersionVector>(),
         events,
         seals: Vec::new(),
     };
@@ -137,6 +145,23 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
                     "decoded {} seals for {runs} runs",
                     delta.seals.len()
                 );
+                let proofs = &delta.floor_proofs;
+                let streams = proofs.statements.iter().map(|s| s.statement.stream);
+                let hashed = proofs.hashes.iter().map(|&(stream, _)| stream);
+                for streams in [streams.collect::<Vec<_>>(), hashed.collect()] {
+                    assert!(
+                        streams.len() <= delta.floor.len(),
+                        "more floor proofs than floors"
+                    );
+                    assert!(
+                        streams.windows(2).all(|pair| pair[0] < pair[1]),
+                        "floor proofs out of order"
+                    );
+                    assert!(
+                        streams.iter().all(|&s| delta.floor.get(s) > 0),
+                        "a floor proof of a stream without a floor"
+                    );
+                }
                 for pair in delta.seals.windows(2) {
                     assert!(
                         pair[0].seal.stream < pair[1].seal.stream,

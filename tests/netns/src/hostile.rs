@@ -361,6 +361,7 @@ impl Hostile {
         own: StreamId,
     ) -> Result<(StreamId, u64, Delta), String> {
         let floor = |stream: StreamId, seq: u64| Delta {
+            floor_proofs: Default::default(),
             floor: [(stream, seq)].into_iter().collect(),
             events: Vec::new(),
             seals: Vec::new(),
@@ -371,6 +372,7 @@ impl Hostile {
             Forgery::UnsealedFirst => {
                 let stream = self.unheld(marks, own)?;
                 let delta = Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: vec![self.next_event(stream, 0)],
                     seals: Vec::new(),
@@ -397,6 +399,7 @@ impl Hostile {
                             Vec::new()
                         };
                         let delta = Delta {
+                            floor_proofs: Default::default(),
                             floor: VersionVector::new(),
                             events: vec![event],
                             seals,
@@ -510,6 +513,7 @@ impl Hostile {
         events.push(forged);
         let seal = Seal::sign_for(&key, stream, held + 1, hash);
         let delta = Delta {
+            floor_proofs: Default::default(),
             floor: VersionVector::new(),
             events,
             seals: vec![RunSeal {

@@ -104,6 +104,7 @@ pub fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
 /// };
 /// // Two writers' events, interleaved as a replica sends them.
 /// let delta = Delta {
+///     floor_proofs: Default::default(),
 ///     floor: VersionVector::new(),
 ///     events: vec![event(2, 1, 1), event(1, 4, 2), event(2, 2, 3), event(1, 5, 4)],
 ///     seals: Vec::new(),
@@ -111,6 +112,7 @@ pub fn peek_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
 /// let bytes = frame::encode(&Frame::delta(1, delta.clone()))?;
 /// // They arrive grouped by stream.
 /// let grouped = Delta {
+///     floor_proofs: Default::default(),
 ///     floor: VersionVector::new(),
 ///     events: vec![event(1, 4, 2), event(1, 5, 4), event(2, 1, 1), event(2, 2, 3)],
 ///     seals: Vec::new(),
@@ -175,7 +177,7 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), Frame
         Frame::Delta { number, delta } => {
             put_delta_head(out, *number, &delta.floor, delta.events.len())?;
             let runs = encode_events(&delta.events, out)?;
-            put_sections(out, &delta.seals, runs)?;
+            put_sections(out, &delta.seals, runs, &delta.floor, &delta.floor_proofs)?;
         }
         Frame::Ack(receipt) => {
             put_varint(out, u64::from(tag::ACK));
@@ -274,7 +276,13 @@ pub(crate) fn encode_delta_columns_limited(
     let mut out = vec![0u8; LENGTH_PREFIX_BYTES];
     put_delta_head(&mut out, number, &columns.floor, columns.len())?;
     let runs = encode_columns(columns, &mut out)?;
-    put_sections(&mut out, &columns.seals, runs)?;
+    put_sections(
+        &mut out,
+        &columns.seals,
+        runs,
+        &columns.floor,
+        &columns.floor_proofs,
+    )?;
     put_forks(&mut out, &columns.forks);
     let len = out.len() - LENGTH_PREFIX_BYTES;
     if len > max {
@@ -600,21 +608,25 @@ fn decode_delta(body: &[u8], kind: &'static str, columns: bool) -> Result<Incomi
     let (floor, events) = postcard::take_from_bytes::<VectorRepr>(rest).map_err(malformed(kind))?;
     let floor = floor.into_vector(kind, "floor")?;
     if !columns {
-        // A delta as events carries no proofs (`Delta` has no place for
-        // them): a session decodes deltas in columns.
-        let (events, (seals, _forks)) = decode_events(events, read_sections)?;
+        // A delta as events carries no proofs of forks (`Delta` has no
+        // place for them): a session decodes deltas in columns.
+        let sections = |rest: &[u8], runs| read_sections(rest, runs, &floor);
+        let (events, (seals, floor_proofs, _forks)) = decode_events(events, sections)?;
         return Ok(Incoming::Frame(Frame::Delta {
             number,
             delta: Delta {
+                floor_proofs,
                 floor,
                 events,
                 seals,
             },
         }));
     }
-    let (mut columns, (seals, forks)) = decode_columns(events, read_sections)?;
+    let sections = |rest: &[u8], runs| read_sections(rest, runs, &floor);
+    let (mut columns, (seals, floor_proofs, forks)) = decode_columns(events, sections)?;
     columns.floor = floor;
     columns.seals = seals;
+    columns.floor_proofs = floor_proofs;
     columns.forks = forks;
     Ok(Incoming::Delta { number, columns })
 }

@@ -1105,6 +1105,7 @@ mod tests {
         let at_limit = Frame::delta(
             1,
             Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: tiny_events(DELTA_EVENTS_MAX),
                 seals: Vec::new(),
@@ -1115,6 +1116,7 @@ mod tests {
         let above = Frame::delta(
             1,
             Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: tiny_events(DELTA_EVENTS_MAX + 1),
                 seals: Vec::new(),
@@ -1162,6 +1164,7 @@ mod tests {
         Frame::delta(
             1,
             Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events,
                 seals: Vec::new(),

@@ -103,7 +103,7 @@ pub use envelope::{
     encode_payload, peek_len, split_frame, split_frame_limited, Incoming,
 };
 pub use error::FrameError;
-pub(crate) use sections::ONE_RUN_SECTIONS_BYTES_MAX;
+pub(crate) use sections::{floor_proofs_bytes_max, ONE_RUN_SECTIONS_BYTES_MAX};
 
 /// The protocol version this crate speaks, carried in every [`Hello`]. Peers
 /// speaking another version are refused after their hello
@@ -371,6 +371,7 @@ mod tests {
             Frame::delta(
                 1,
                 Delta {
+                    floor_proofs: Default::default(),
                     floor: vv(&[(2, 4)]),
                     events: vec![Event {
                         stream: StreamId::new(2),
@@ -487,6 +488,7 @@ mod tests {
             Frame::delta(
                 1,
                 Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: vec![event(2, 5, 11, 1000, b"hi")],
                     seals: Vec::new(),
@@ -496,6 +498,7 @@ mod tests {
             Frame::delta(
                 2,
                 Delta {
+                    floor_proofs: Default::default(),
                     floor: vv(&[(2, 8)]),
                     events: vec![
                         event(7, 3, 20, 5000, b"a"),
@@ -510,6 +513,7 @@ mod tests {
             Frame::delta(
                 3,
                 Delta {
+                    floor_proofs: Default::default(),
                     floor: VersionVector::new(),
                     events: vec![
                         event(3, 1, 1, 1000, b"a"),
@@ -551,6 +555,8 @@ mod tests {
                 loud: vec![StreamId::new(7)],
             }),
             Frame::BareAck(4),
+            // A floor backed by the writer's statement and its hash.
+            statement_example(),
             Frame::Checkpoint(CheckpointFrame {
                 name: checkpoint_name(&[(1, 300), (2, 5), (0x9e37_79b9_7f4a_7c15, 1)]),
                 parent: None,
@@ -604,6 +610,7 @@ mod tests {
         Frame::delta(
             4,
             Delta {
+                floor_proofs: Default::default(),
                 floor: VersionVector::new(),
                 events: vec![event],
                 seals: vec![RunSeal {
@@ -613,6 +620,33 @@ mod tests {
                 }],
             },
         )
+    }
+
+    /// The delta with a signed floor of `docs/PROTOCOL.md`'s examples:
+    /// number 5, no events, floor `{0x5e644dd217aee78b: 1}` (the writer of
+    /// [`sealed_example`] compacted its first event), with the writer's
+    /// compaction statement at seq 1 and the chain hash there.
+    pub(super) fn statement_example() -> Frame {
+        let Frame::Delta { delta: sealed, .. } = sealed_example() else {
+            unreachable!("a delta")
+        };
+        let key = WriterKey::from_bytes(std::array::from_fn(|i| i as u8 + 1));
+        let hash = ChainHash::GENESIS.next(&sealed.events[0]);
+        let statement = meshlog_replica::Compaction {
+            stream: key.stream(),
+            floor: 1,
+            hash,
+        };
+        let mut delta = Delta {
+            floor: [(key.stream(), 1)].into_iter().collect(),
+            ..Delta::default()
+        };
+        delta
+            .floor_proofs
+            .statements
+            .push(statement.sign_by_writer(&key));
+        delta.floor_proofs.hashes.push((key.stream(), hash));
+        Frame::delta(5, delta)
     }
 
     /// `docs/PROTOCOL.md` states that a delta of one event takes at most
@@ -636,6 +670,7 @@ mod tests {
             Frame::delta(
                 u64::MAX,
                 Delta {
+                    floor_proofs: Default::default(),
                     floor: floor.clone(),
                     events: vec![Event {
                         stream,

@@ -1,21 +1,28 @@
 //! A delta's sections (protocol 4): what follows its payloads, each a
 //! tagged, length-bounded part (`docs/PROTOCOL.md`, "Delta sections").
 //!
-//! One section is known today, the **seals**: per stream at most one
-//! writer's [`RunSeal`] over the delta's run of it, in the encodings of
-//! `meshlog_replica::seal` (the key's 32 bytes, [`Seal::to_bytes`], the
-//! optional base's 32). Later additions of signed streams (a compaction
-//! statement, the chain hash at a floor: issue 29's next steps) are new
-//! tags: a receiver skips a section whose tag it does not know, by its
-//! length, so they need no new protocol version as long as an older
-//! receiver may ignore them (it then behaves as it did before them). An
-//! addition an older receiver must not ignore needs a new version.
+//! Three sections are known: the **seals** (tag 0): per stream at most
+//! one writer's [`RunSeal`] over the delta's run of it, in the encodings
+//! of `meshlog_replica::seal` (the key's 32 bytes, [`Seal::to_bytes`], the
+//! optional base's 32); the **statements** (tag 1): per stream of the
+//! delta's floor at most one [`SignedCompaction`] (its 144 bytes); the
+//! **floor hashes** (tag 2): per stream of the delta's floor at most one
+//! chain hash there (stream u64 LE, the hash's 32 bytes). Those two are
+//! [`FloorProofs`]. Later additions are new tags: a receiver skips a
+//! section whose tag it does not know, by its length, so they need no new
+//! protocol version as long as an older receiver may ignore them (it then
+//! behaves as it did before them; an older v4 receiver ignores statements
+//! and keeps every held event, as before them). An addition an older
+//! receiver must not ignore needs a new version.
 //!
 //! Only structure is judged here (counts, order, lengths, a key that is a
 //! key): whether a seal vouches for its run, whether its key may sign for
 //! its stream, is the replica's one acceptance path (`docs/SIGNING.md`).
 
-use meshlog_replica::{ChainHash, ForkProof, RunSeal, Seal, WriterPublicKey};
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{
+    ChainHash, FloorProofs, ForkProof, RunSeal, Seal, SignedCompaction, WriterPublicKey,
+};
 
 use super::event_runs::{put_varint, Reader};
 use super::FrameError;
@@ -24,9 +31,26 @@ use super::FrameError;
 mod tag {
     /// The writers' seals over the delta's runs.
     pub const SEALS: u64 = 0;
+    /// The compaction statements backing the delta's floors.
+    pub const STATEMENTS: u64 = 1;
+    /// The chain hash at each of the delta's floors.
+    pub const FLOOR_HASHES: u64 = 2;
     /// Proofs that writers forked their streams (`docs/SIGNING.md`,
     /// "Equivocation with valid signatures").
     pub const FORKS: u64 = 3;
+}
+
+/// The bytes of a floor hash entry: the stream and the hash (40).
+const FLOOR_HASH_ENTRY_BYTES: usize = 8 + 32;
+
+/// The most bytes the statements and floor hashes of a delta whose floor
+/// has `floor_len` streams take: per section its tag, a length and a
+/// count of at most 5 bytes each, and per stream a statement and a hash.
+pub(crate) fn floor_proofs_bytes_max(floor_len: usize) -> usize {
+    if floor_len == 0 {
+        return 0;
+    }
+    2 * (1 + 5 + 5) + floor_len * (SignedCompaction::LEN + FLOOR_HASH_ENTRY_BYTES)
 }
 
 /// The fewest bytes a fork proof's encoding takes (no events in either
@@ -104,14 +128,79 @@ const SEAL_ENTRY_BYTES_MAX: usize = SEAL_ENTRY_BYTES_MIN + 32;
 pub(crate) const ONE_RUN_SECTIONS_BYTES_MAX: usize = 1 + 2 + 1 + SEAL_ENTRY_BYTES_MAX;
 
 /// Appends a delta's sections after its payloads: the seals section if it
-/// has seals (an empty section is never written). Refuses seals a receiver
-/// would: more than the delta's `runs`, or streams not strictly ascending
+/// has seals, then the statements and the floor hashes if it has any (an
+/// empty section is never written). Refuses what a receiver would: more
+/// seals than the delta's `runs`, streams not strictly ascending, a
+/// statement or hash of a stream not in the delta's `floor`
 /// ([`FrameError::Encode`]).
 pub(super) fn put_sections(
     out: &mut Vec<u8>,
     seals: &[RunSeal],
     runs: usize,
+    floor: &VersionVector,
+    proofs: &FloorProofs,
 ) -> Result<(), FrameError> {
+    put_seals(out, seals, runs)?;
+    let statements: Vec<(StreamId, [u8; SignedCompaction::LEN])> = proofs
+        .statements
+        .iter()
+        .map(|s| (s.statement.stream, s.to_bytes()))
+        .collect();
+    put_floor_entries(out, tag::STATEMENTS, "statement", &statements, floor)?;
+    let hashes: Vec<(StreamId, [u8; FLOOR_HASH_ENTRY_BYTES])> = proofs
+        .hashes
+        .iter()
+        .map(|&(stream, hash)| {
+            let mut entry = [0u8; FLOOR_HASH_ENTRY_BYTES];
+            entry[..8].copy_from_slice(&stream.get().to_le_bytes());
+            entry[8..].copy_from_slice(hash.as_bytes());
+            (stream, entry)
+        })
+        .collect();
+    put_floor_entries(out, tag::FLOOR_HASHES, "floor hash", &hashes, floor)
+}
+
+/// Appends a section of fixed-size entries, one per stream of `floor` at
+/// most, streams strictly ascending: its tag, length, count and entries.
+fn put_floor_entries<const N: usize>(
+    out: &mut Vec<u8>,
+    tag: u64,
+    what: &str,
+    entries: &[(StreamId, [u8; N])],
+    floor: &VersionVector,
+) -> Result<(), FrameError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let refuse = |detail: String| FrameError::Encode {
+        kind: "delta",
+        detail,
+    };
+    if let Some(pair) = entries.windows(2).find(|pair| pair[1].0 <= pair[0].0) {
+        return Err(refuse(format!(
+            "the {what} of stream {} follows the {what} of stream {}: one per stream, \
+             streams strictly ascending",
+            pair[1].0, pair[0].0
+        )));
+    }
+    if let Some((stream, _)) = entries.iter().find(|(stream, _)| floor.get(*stream) == 0) {
+        return Err(refuse(format!(
+            "a {what} of stream {stream}, which the delta's floor does not name"
+        )));
+    }
+    let mut body = Vec::with_capacity(5 + entries.len() * N);
+    put_varint(&mut body, entries.len() as u64);
+    for (_, entry) in entries {
+        body.extend_from_slice(entry);
+    }
+    put_varint(out, tag);
+    put_varint(out, body.len() as u64);
+    out.extend_from_slice(&body);
+    Ok(())
+}
+
+/// The seals section, if there are seals (see [`put_sections`]).
+fn put_seals(out: &mut Vec<u8>, seals: &[RunSeal], runs: usize) -> Result<(), FrameError> {
     if seals.is_empty() {
         return Ok(());
     }
@@ -155,13 +244,20 @@ pub(super) fn put_sections(
 }
 
 /// Reads a delta's sections, the bytes after its payloads to the end of
-/// the frame, for a delta of `runs` runs: its seals (none if it has no
-/// seals section). Sections go tags strictly ascending, each within the
-/// bytes left; one of a tag this side does not know is skipped.
-pub(super) fn read_sections(bytes: &[u8], runs: usize) -> Result<Sections, FrameError> {
+/// the frame, for a delta of `runs` runs whose floor is `floor`: its seals
+/// what backs its floors, and the proofs of forks it passes on (none of
+/// a section it does not carry).
+/// Sections go tags strictly ascending, each within the bytes left; one
+/// of a tag this side does not know is skipped.
+pub(super) fn read_sections(
+    bytes: &[u8],
+    runs: usize,
+    floor: &VersionVector,
+) -> Result<Sections, FrameError> {
     let mut reader = Reader { bytes };
     let mut previous: Option<u64> = None;
     let mut seals = Vec::new();
+    let mut proofs = FloorProofs::default();
     let mut forks = Vec::new();
     while !reader.bytes.is_empty() {
         let tag = reader.varint("section tag")?;
@@ -174,19 +270,124 @@ pub(super) fn read_sections(bytes: &[u8], runs: usize) -> Result<Sections, Frame
         previous = Some(tag);
         let len = reader.varint("section length")?;
         let body = take(&mut reader, len, "section")?;
-        if tag == tag::SEALS {
-            seals = read_seals(body, runs)?;
-        } else if tag == tag::FORKS {
-            forks = read_forks(body)?;
+        match tag {
+            tag::SEALS => seals = read_seals(body, runs)?,
+            tag::STATEMENTS => {
+                let entries = read_floor_entries::<{ SignedCompaction::LEN }>(
+                    body,
+                    "statements",
+                    floor,
+                    |entry| u64_le(&entry[..8]),
+                )?;
+                proofs.statements = entries
+                    .iter()
+                    .map(|entry| {
+                        SignedCompaction::from_bytes(entry).map_err(|error| {
+                            Reader::malformed(
+                                "statements",
+                                &format!("stream {}: {error}", StreamId::new(u64_le(&entry[..8]))),
+                            )
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            tag::FLOOR_HASHES => {
+                let entries = read_floor_entries::<FLOOR_HASH_ENTRY_BYTES>(
+                    body,
+                    "floor hashes",
+                    floor,
+                    |entry| u64_le(&entry[..8]),
+                )?;
+                proofs.hashes = entries
+                    .iter()
+                    .map(|entry| {
+                        let mut hash = [0u8; 32];
+                        hash.copy_from_slice(&entry[8..]);
+                        (
+                            StreamId::new(u64_le(&entry[..8])),
+                            ChainHash::from_bytes(hash),
+                        )
+                    })
+                    .collect();
+            }
+            tag::FORKS => forks = read_forks(body)?,
+            // Any other tag: a later version's addition, which this side
+            // may ignore (skipped by its length, nothing decoded of it).
+            _ => {}
         }
-        // Any other tag: a later version's addition, which this side may
-        // ignore (skipped by its length, nothing decoded of it).
     }
-    Ok((seals, forks))
+    Ok((seals, proofs, forks))
 }
 
-/// What a delta's sections carry: its seals, and the fork proofs.
-pub(super) type Sections = (Vec<RunSeal>, Vec<ForkProof>);
+fn u64_le(bytes: &[u8]) -> u64 {
+    let mut le = [0u8; 8];
+    le.copy_from_slice(bytes);
+    u64::from_le_bytes(le)
+}
+
+/// A section of fixed-size entries, one per stream of the delta's `floor`
+/// at most: its count (1 to the floor's streams, and what the body holds,
+/// checked before anything is allocated), then that many entries of `N`
+/// bytes, their streams (`stream_of`) strictly ascending and each named by
+/// the floor, filling the body exactly.
+fn read_floor_entries<'a, const N: usize>(
+    body: &'a [u8],
+    section: &'static str,
+    floor: &VersionVector,
+    stream_of: impl Fn(&[u8]) -> u64,
+) -> Result<Vec<&'a [u8]>, FrameError> {
+    let mut reader = Reader { bytes: body };
+    let count = reader.varint(section)?;
+    if count == 0 || count > floor.len() as u64 {
+        return Err(Reader::malformed(
+            section,
+            &format!(
+                "{count} entries for a floor of {} streams: one per stream of the floor at most, \
+                 and a section holds one or more",
+                floor.len()
+            ),
+        ));
+    }
+    if count as usize * N != reader.bytes.len() {
+        return Err(Reader::malformed(
+            section,
+            &format!(
+                "{count} entries of {N} bytes in a body of {} bytes after its count",
+                reader.bytes.len()
+            ),
+        ));
+    }
+    let entries: Vec<&[u8]> = reader.bytes.chunks_exact(N).collect();
+    let mut previous: Option<u64> = None;
+    for entry in &entries {
+        let stream = stream_of(entry);
+        if previous.is_some_and(|previous| stream <= previous) {
+            return Err(Reader::malformed(
+                section,
+                &format!(
+                    "stream {} follows stream {}: streams strictly ascending",
+                    StreamId::new(stream),
+                    StreamId::new(previous.unwrap_or(0))
+                ),
+            ));
+        }
+        if floor.get(StreamId::new(stream)) == 0 {
+            return Err(Reader::malformed(
+                section,
+                &format!(
+                    "stream {}, which the delta's floor does not name",
+                    StreamId::new(stream)
+                ),
+            ));
+        }
+        previous = Some(stream);
+    }
+    Ok(entries)
+}
+
+/// What a delta's sections carry: its seals, what backs its floors, and
+/// the fork proofs.
+pub(super) type Sections = (Vec<RunSeal>, FloorProofs, Vec<ForkProof>);
 
 /// The next `len` bytes of `reader`; `field` names the count in the error
 /// when fewer are left.
@@ -329,6 +530,7 @@ mod tests {
         }
         let floor: VersionVector = [(keys[1].stream(), 3)].into_iter().collect();
         Delta {
+            floor_proofs: Default::default(),
             floor,
             events,
             seals,
@@ -382,7 +584,7 @@ mod tests {
             ..delta
         };
         let mut payload = encode_payload(&Frame::delta(1, unsealed.clone())).unwrap();
-        payload.extend([1, 0]);
+        payload.extend([9, 0]);
         assert_eq!(decode_payload(&payload), Ok(Frame::delta(1, unsealed)));
     }
 
@@ -515,5 +717,140 @@ mod tests {
         let seal = delta.seals[0];
         assert_eq!(seal.seal.stream, StreamId::new(0x5e64_4dd2_17ae_e78b));
         seal.seal.verify(&seal.key).unwrap();
+    }
+
+    /// A delta whose floor names two writers (secrets 1 and 2, streams
+    /// ascending), both with a statement and a hash, and one sealed run.
+    fn floor_backed() -> Delta {
+        let mut delta = two_sealed_runs();
+        let mut keys = [key(1), key(2)];
+        keys.sort_by_key(|key| key.stream());
+        delta.floor = keys.iter().map(|key| (key.stream(), 3)).collect();
+        // The run of the second writer starts at 4, after the floor.
+        for (i, key) in keys.iter().enumerate() {
+            let hash = ChainHash::from_bytes([i as u8 + 1; 32]);
+            let statement = meshlog_replica::Compaction {
+                stream: key.stream(),
+                floor: 3,
+                hash,
+            };
+            delta
+                .floor_proofs
+                .statements
+                .push(statement.sign_by_writer(key));
+            delta.floor_proofs.hashes.push((key.stream(), hash));
+        }
+        delta
+    }
+
+    #[test]
+    fn statements_and_floor_hashes_round_trip_in_both_representations() {
+        let delta = floor_backed();
+        let frame = Frame::delta(1, delta.clone());
+        let payload = encode_payload(&frame).unwrap();
+        assert_eq!(decode_payload(&payload), Ok(frame));
+        let Ok(Incoming::Delta { columns, .. }) = decode_incoming(&payload, FRAME_BYTES_MAX) else {
+            panic!("a delta")
+        };
+        assert_eq!(columns.floor_proofs, delta.floor_proofs);
+        let bytes =
+            crate::frame::encode_delta_columns_limited(1, &columns, FRAME_BYTES_MAX).unwrap();
+        assert_eq!(bytes[4..], payload[..]);
+        // What the sync layer reserves for them covers them.
+        let unbacked = Delta {
+            floor_proofs: FloorProofs::default(),
+            ..delta.clone()
+        };
+        let without = encode_payload(&Frame::delta(1, unbacked)).unwrap();
+        assert!(payload.len() - without.len() <= floor_proofs_bytes_max(delta.floor.len()));
+    }
+
+    /// The payload of `delta` with its sections from tag 1 on replaced by
+    /// `sections`.
+    fn with_floor_sections(delta: &Delta, sections: &[u8]) -> Vec<u8> {
+        let unbacked = Delta {
+            floor_proofs: FloorProofs::default(),
+            ..delta.clone()
+        };
+        let mut payload = encode_payload(&Frame::delta(1, unbacked)).unwrap();
+        payload.extend_from_slice(sections);
+        payload
+    }
+
+    #[test]
+    fn floor_sections_that_break_their_layout_are_refused() {
+        let delta = floor_backed();
+        let [first, second] = [0, 1].map(|i| delta.floor_proofs.statements[i].to_bytes());
+        let section = |tag: u8, count: u8, entries: &[&[u8]]| {
+            let mut body = vec![count];
+            for entry in entries {
+                body.extend_from_slice(entry);
+            }
+            let mut out = vec![tag];
+            put_varint(&mut out, body.len() as u64);
+            out.extend(body);
+            out
+        };
+        let malformed = |bytes: Vec<u8>, what: &str| {
+            let err = decode_payload(&with_floor_sections(&delta, &bytes)).unwrap_err();
+            assert!(
+                matches!(&err, FrameError::Malformed { detail, .. } if detail.contains(what)),
+                "{what}: {err}"
+            );
+        };
+        malformed(section(1, 0, &[]), "a section holds one or more");
+        malformed(
+            section(1, 3, &[&first, &second, &first]),
+            "one per stream of the floor at most",
+        );
+        malformed(
+            section(1, 2, &[&first]),
+            "2 entries of 144 bytes in a body of 144",
+        );
+        malformed(
+            section(1, 2, &[&second, &first]),
+            "streams strictly ascending",
+        );
+        let mut stranger = first;
+        stranger[..8].copy_from_slice(&77u64.to_le_bytes());
+        malformed(
+            section(1, 1, &[&stranger]),
+            "which the delta's floor does not name",
+        );
+        let mut bad_key = first;
+        bad_key[48..80].copy_from_slice(&[0xff; 32]);
+        malformed(section(1, 1, &[&bad_key]), "compaction signer");
+        let mut hash = [0u8; 40];
+        hash[..8].copy_from_slice(&first[..8]);
+        malformed(
+            section(2, 1, &[&hash[..39]]),
+            "1 entries of 40 bytes in a body of 39",
+        );
+        // The encoder refuses what the decoder would.
+        let mut unnamed = delta.clone();
+        unnamed.floor = VersionVector::new();
+        assert!(matches!(
+            encode_payload(&Frame::delta(1, unnamed)),
+            Err(FrameError::Encode { detail, .. }) if detail.contains("does not name")
+        ));
+        let mut swapped = delta.clone();
+        swapped.floor_proofs.hashes.reverse();
+        assert!(matches!(
+            encode_payload(&Frame::delta(1, swapped)),
+            Err(FrameError::Encode { detail, .. }) if detail.contains("strictly ascending")
+        ));
+    }
+
+    #[test]
+    fn the_doc_example_decodes_to_a_statement_that_verifies() {
+        let Frame::Delta { delta, .. } = crate::frame::tests::statement_example() else {
+            panic!()
+        };
+        let signed = delta.floor_proofs.statements[0];
+        signed.verify(None, None).unwrap();
+        assert_eq!(
+            delta.floor_proofs.hashes,
+            vec![(signed.statement.stream, signed.statement.hash)]
+        );
     }
 }

@@ -173,7 +173,9 @@ impl Protocol {
     /// The largest payload that fits a frame we send with a delta's
     /// `floor` (whatever else the frame holds).
     pub(super) fn frame_payload_max(&self, floor: &VersionVector) -> usize {
-        let floor_bytes = frame::vector_bytes_max(floor);
+        // The floor, and what backs it (statements and hashes).
+        let floor_bytes =
+            frame::vector_bytes_max(floor) + frame::floor_proofs_bytes_max(floor.len());
         self.send_limit()
             .saturating_sub(floor_bytes + EVENT_FRAME_OVERHEAD_MAX)
     }

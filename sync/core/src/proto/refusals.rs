@@ -183,6 +183,9 @@ impl Protocol {
             .iter()
             .filter(|&(stream, _)| cut.get(&stream) != Some(&0))
             .collect();
+        delta
+            .floor_proofs
+            .retain(|stream| cut.get(&stream) != Some(&0));
         self.state_changed = true;
         *columns = DeltaColumns::from_delta(&delta);
         columns.forks = forks;
@@ -222,6 +225,11 @@ pub(super) fn refusal(peer: StreamId, source: ReplicaError) -> ProtocolError {
                 }
                 DeltaError::UnknownWriter { .. } => {
                     tracing::warn!(%peer, reason = %source, "peer relayed a writer this node does not admit");
+                }
+                DeltaError::StatementNoAuthority { .. }
+                | DeltaError::BadStatement { .. }
+                | DeltaError::StatementHashMismatch { .. } => {
+                    tracing::warn!(%peer, reason = %source, "peer sent a compaction statement without authority");
                 }
                 DeltaError::Forked { .. } | DeltaError::Frozen { .. } => {
                     tracing::warn!(%peer, reason = %source, "peer relayed a forked writer's other history: the proof is kept, the stream frozen");

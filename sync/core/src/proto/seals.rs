@@ -78,6 +78,7 @@ pub(super) fn split_delta(delta: Delta) -> Result<Vec<Delta>, Delta> {
         floor,
         events,
         seals,
+        floor_proofs,
     } = delta;
     // Per part, its events and how many it holds or keeps room for.
     let mut parts: Vec<(Vec<Event>, usize)> = vec![(Vec::new(), 0)];
@@ -104,18 +105,23 @@ pub(super) fn split_delta(delta: Delta) -> Result<Vec<Delta>, Delta> {
         };
         parts[at].0.push(event);
     }
-    let mut floor = Some(floor);
+    // What backs the floor goes with it, in the first part.
+    let mut floor = Some((floor, floor_proofs));
     Ok(parts
         .into_iter()
         .enumerate()
-        .map(|(at, (events, _))| Delta {
-            floor: floor.take().unwrap_or_default(),
-            events,
-            seals: seals
-                .iter()
-                .filter(|run_seal| part_of.get(&run_seal.seal.stream) == Some(&at))
-                .copied()
-                .collect(),
+        .map(|(at, (events, _))| {
+            let (floor, floor_proofs) = floor.take().unwrap_or_default();
+            Delta {
+                floor,
+                floor_proofs,
+                events,
+                seals: seals
+                    .iter()
+                    .filter(|run_seal| part_of.get(&run_seal.seal.stream) == Some(&at))
+                    .copied()
+                    .collect(),
+            }
         })
         .collect())
 }
@@ -171,6 +177,7 @@ mod tests {
             .collect();
         seals.sort_by_key(|s| s.seal.stream);
         Delta {
+            floor_proofs: Default::default(),
             floor: [(StreamId::new(9), 4)].into_iter().collect(),
             events,
             seals,
@@ -261,6 +268,7 @@ mod tests {
             .collect();
         let floor: VersionVector = [(StreamId::new(9), 4)].into_iter().collect();
         let whole = Delta {
+            floor_proofs: Default::default(),
             floor: floor.clone(),
             events: events.clone(),
             seals: Vec::new(),
@@ -273,6 +281,7 @@ mod tests {
         let joined: Vec<Event> = parts.into_iter().flat_map(|part| part.events).collect();
         assert_eq!(joined, events);
         let small = Delta {
+            floor_proofs: Default::default(),
             floor,
             events: events[..3].to_vec(),
             seals: Vec::new(),
