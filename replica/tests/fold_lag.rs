@@ -8,7 +8,7 @@
 //! per case) and runs the same seeded operations — appends, received
 //! deltas, compactions, clean reopens, the fold let go and held again — on
 //! a replica over a `DiskStore` and one over a `MemStore`. After every
-//! operation the two must answer the same: every event by `get`, a walk
+//! operation the two must answer the same: every event by `get`, deltas, a walk
 //! of pages from the floor, the marks, floors, clock and digest;
 //! and the overlay never holds more commits than its bound. Without the
 //! overlay the first read of an unfolded commit finds no block and the
@@ -92,6 +92,15 @@ fn assert_same(disk: &Replica<DiskStore>, model: &Replica<MemStore>, limit: usiz
         walk(model, limit),
         "{case}: a walk of pages"
     );
+    // A delta reads by other paths than a page (whole streams, or the
+    // oldest that fit a budget).
+    for budget in [usize::MAX, limit * 300] {
+        assert_eq!(
+            disk.delta_for(&VersionVector::new(), budget),
+            model.delta_for(&VersionVector::new(), budget),
+            "{case}: a delta of {budget} bytes"
+        );
+    }
 }
 
 #[test]
