@@ -8,11 +8,13 @@
 //! per case) and runs the same seeded operations — appends, received
 //! deltas, compactions, clean reopens, the fold let go and held again — on
 //! a replica over a `DiskStore` and one over a `MemStore`. After every
-//! operation the two must answer the same: every event by `get`, a walk
+//! operation the two must answer the same: every event by `get`, deltas, a walk
 //! of pages from the floor, the marks, floors, clock and digest;
 //! and the overlay never holds more commits than its bound. Without the
 //! overlay the first read of an unfolded commit finds no block and the
-//! case fails. Seeds are printed on failure; `MESHLOG_SEED` replays one.
+//! case fails. A second test races views against the fold thread with
+//! two more hooks (see its comment). Seeds are printed on failure;
+//! `MESHLOG_SEED` replays one.
 
 mod disk_support;
 
@@ -91,6 +93,15 @@ fn assert_same(disk: &Replica<DiskStore>, model: &Replica<MemStore>, limit: usiz
         walk(model, limit),
         "{case}: a walk of pages"
     );
+    // A delta reads by other paths than a page (whole streams, or the
+    // oldest that fit a budget).
+    for budget in [usize::MAX, limit * 300] {
+        assert_eq!(
+            disk.delta_for(&VersionVector::new(), budget),
+            model.delta_for(&VersionVector::new(), budget),
+            "{case}: a delta of {budget} bytes"
+        );
+    }
 }
 
 #[test]
@@ -138,6 +149,84 @@ fn a_read_right_after_a_commit_sees_it_while_the_fold_lags() {
             assert!(
                 options.unfolded_records_max == 1 || lagged > 0,
                 "seed {seed}: the fold never lagged"
+            );
+        },
+    );
+}
+
+/// The fold and the views race (issue 30): a view takes the overlay, then
+/// redb's snapshot, while the fold thread commits to redb, then trims the
+/// overlay. Two test hooks widen the two windows to the whole step, drawn
+/// per step: `pause_fold_before_trim` stops the fold thread between its
+/// redb commit and the trim (a view taken then finds the folded records
+/// in both its overlay and its snapshot), and `fold_between_view_reads`
+/// makes each view wait between its two reads until the fold has written
+/// its overlay's records (its snapshot is then newer than its overlay,
+/// trimmed or not). Checkpoints (every 1 or 3 records, or rarely) and
+/// clean reopens, which stop a paused fold, run between them. After every
+/// step the disk replica answers as the memory one, and the case fails
+/// unless both interleavings were taken.
+#[test]
+fn a_view_taken_while_the_fold_commits_and_trims_reads_every_event() {
+    seed::for_each_seed(
+        "a_view_taken_while_the_fold_commits_and_trims_reads_every_event",
+        0xf01d_0002,
+        16,
+        |seed| {
+            let mut rng = SplitMix64::new(seed);
+            let dir = scratch();
+            let options = DiskOptions {
+                // Above what a case commits: a paused fold never blocks a commit.
+                unfolded_records_max: 1024,
+                checkpoint_records: [1, 3, 1024][rng.below(3) as usize],
+                ..DiskOptions::default()
+            };
+            let open = |dir: &std::path::Path| {
+                let store = DiskStore::open_with(dir, &options).expect("open the store");
+                Replica::open(Config::new(OWN), store).expect("recover the replica")
+            };
+            let mut disk = open(dir.path());
+            let mut model = Replica::open(Config::new(OWN), MemStore::default()).unwrap();
+            let limit = rng.between(1, 7) as usize;
+            let (mut paused, mut draining, mut waiting) = (false, false, false);
+            let (mut both_held, mut snapshot_newer) = (0u64, 0u64);
+            for step in 0..rng.between(20, 60) {
+                let (roll, arg) = (rng.below(10), rng.next_u64());
+                operate(&mut disk, roll, arg, step);
+                operate(&mut model, roll, arg, step);
+                let case = format!(
+                    "seed {seed}, step {step}, paused {paused}, draining {draining}, {options:?}"
+                );
+                // This commit's view was taken with the fold waiting before
+                // a trim of records it wrote, or after a drain.
+                both_held += u64::from(waiting);
+                snapshot_newer += u64::from(draining);
+                assert_same(&disk, &model, limit, &case);
+                match rng.below(8) {
+                    0 => {
+                        drop(disk);
+                        disk = open(dir.path());
+                        (paused, draining) = (false, false);
+                        assert_same(&disk, &model, limit, &format!("{case}, reopened"));
+                    }
+                    1 | 2 => {
+                        paused = !paused;
+                        disk.store().pause_fold_before_trim(paused);
+                    }
+                    3 => {
+                        draining = !draining;
+                        disk.store().fold_between_view_reads(draining);
+                    }
+                    _ => {}
+                }
+                // With records pending, the paused fold writes them and
+                // waits before the trim: the next view finds them twice.
+                waiting = paused && disk.store().wait_fold_paused();
+            }
+            assert!(both_held > 0, "seed {seed}: no view found records in both");
+            assert!(
+                snapshot_newer > 0,
+                "seed {seed}: no view waited for the fold"
             );
         },
     );

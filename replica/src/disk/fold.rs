@@ -88,6 +88,17 @@ struct FoldState {
     held: bool,
     /// The store is closing: fold what is left, checkpoint, stop.
     stop: bool,
+    /// The test hook [`DiskStore::pause_fold_before_trim`]: after each
+    /// fold's redb commit, the fold thread waits before it trims the
+    /// overlay.
+    pause_before_trim: bool,
+    /// The fold thread waits there now (redb holds records the overlay
+    /// still serves).
+    paused: bool,
+    /// The test hook [`DiskStore::fold_between_view_reads`]: a view waits
+    /// between taking the overlay and redb's snapshot until the fold has
+    /// written every record of that overlay.
+    drain_in_view: bool,
 }
 
 impl FoldState {
@@ -182,6 +193,41 @@ impl FoldShared {
         }
     }
 
+    /// The test hook's pause between a fold's redb commit and the trim of
+    /// the overlay ([`DiskStore::pause_fold_before_trim`]); not on close.
+    fn pause_point(&self) {
+        let mut state = locked(&self.state);
+        while state.pause_before_trim && !state.stop {
+            state.paused = true;
+            self.changed.notify_all();
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.paused = false;
+        self.changed.notify_all();
+    }
+
+    /// The test hook's wait between a view's two reads
+    /// ([`DiskStore::fold_between_view_reads`]): until the fold has
+    /// written every pending record into redb (trimmed, or paused before
+    /// the trim), or failed.
+    pub(super) fn view_pause_point(&self) {
+        let mut state = locked(&self.state);
+        while state.drain_in_view
+            && !state.pending.is_empty()
+            && !state.paused
+            && !state.held
+            && state.failed.is_none()
+        {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
     /// The first `count` pending records are in redb now.
     fn folded(&self, count: usize) {
         let mut state = locked(&self.state);
@@ -231,6 +277,7 @@ pub(super) fn run(
         if let Err(error) = folder.fold(&records, false) {
             return shared.fail(&error);
         }
+        shared.pause_point();
         shared.folded(records.len());
         let due = {
             let segment = locked(&segment);
@@ -506,6 +553,53 @@ impl DiskStore {
     /// so that reads between commits are served from the overlay.
     pub fn hold_fold(&self, held: bool) {
         locked(&self.fold.state).held = held;
+        self.fold.changed.notify_all();
+    }
+
+    /// A test hook: while `paused`, the fold thread, after each fold's
+    /// redb commit, waits before it trims the overlay, so that a view
+    /// taken meanwhile finds its records both in redb's snapshot and in
+    /// the overlay. A commit that finds the overlay full waits for the
+    /// trim: keep [`DiskOptions::unfolded_records_max`] above what the
+    /// test commits while paused. Let go (`false`), it returns once the
+    /// fold thread has left the pause.
+    #[doc(hidden)]
+    pub fn pause_fold_before_trim(&self, paused: bool) {
+        let mut state = locked(&self.fold.state);
+        state.pause_before_trim = paused;
+        self.fold.changed.notify_all();
+        while !paused && state.paused && state.failed.is_none() {
+            state = self
+                .fold
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// A test hook: waits until the fold thread is paused before a trim
+    /// ([`DiskStore::pause_fold_before_trim`]), or has nothing left to
+    /// fold, or is held, or has failed; answers whether it is paused.
+    #[doc(hidden)]
+    pub fn wait_fold_paused(&self) -> bool {
+        let mut state = locked(&self.fold.state);
+        while !state.paused && !state.pending.is_empty() && !state.held && state.failed.is_none() {
+            state = self
+                .fold
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.paused
+    }
+
+    /// A test hook: while `on`, every view (one per commit) waits between
+    /// taking the overlay and redb's snapshot until the fold has written
+    /// every record of that overlay, so that the snapshot is as new as
+    /// the overlay or newer. Not with the fold held.
+    #[doc(hidden)]
+    pub fn fold_between_view_reads(&self, on: bool) {
+        locked(&self.fold.state).drain_in_view = on;
         self.fold.changed.notify_all();
     }
 

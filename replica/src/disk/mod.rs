@@ -731,6 +731,7 @@ impl DiskStore {
     /// snapshot holds every commit before them).
     fn make_view(&mut self) -> Result<(), DiskError> {
         let overlay = self.fold.overlay();
+        self.fold.view_pause_point();
         self.view = Some(StoreView {
             kind: ViewKind::Disk(Arc::new(self.disk_view(overlay)?)),
             digest: self.meta.digest,
