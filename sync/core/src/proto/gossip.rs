@@ -15,28 +15,13 @@ use meshlog_cursor::{Checkpoint, CheckpointName};
 use crate::frame::{CheckpointFrame, Frame};
 use crate::ProtocolError;
 
-use super::state::{LocalReplica, Protocol, Received};
+use super::state::{Gossip, LocalReplica, Protocol, Received};
 
 /// The most names a session remembers the peer holding, and the most
 /// asks or checkpoints it holds in each queue: a few times what a replica
 /// keeps, so a long session's memory stays bounded.
 const NAMES_MAX: usize = 64;
 const QUEUE_MAX: usize = 16;
-
-/// What this session knows and owes of checkpoints.
-#[derive(Debug, Default)]
-pub(super) struct Gossip {
-    /// Names the peer holds, as far as this session knows (sent to it, or
-    /// received from it), oldest first.
-    peer_knows: VecDeque<CheckpointName>,
-    /// Checkpoints the peer asked for whole, to send.
-    asked: VecDeque<CheckpointName>,
-    /// Checkpoints to ask the peer for whole (their parent is unknown here).
-    wants: VecDeque<CheckpointName>,
-    /// Checkpoints received on this session, oldest first: the parents of
-    /// those that follow, before the replica has kept them.
-    received: VecDeque<Checkpoint>,
-}
 
 impl Gossip {
     fn know(&mut self, name: CheckpointName) {

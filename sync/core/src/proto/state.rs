@@ -148,7 +148,7 @@ pub struct Protocol {
     /// The routes table and the streams asked quiet both ways, and the streams refused for a limit.
     pub(super) routing: Routing,
     /// The checkpoints the peer holds, and the frames owed of them.
-    pub(super) gossip: super::gossip::Gossip,
+    pub(super) gossip: Gossip,
 }
 
 /// The hello exchange: who the peer is and what it takes.
@@ -302,6 +302,22 @@ pub(super) struct Routing {
     /// filled or we hold nothing of it above our floor (the peer's floor
     /// is then taken as lost).
     pub(super) behind: BTreeMap<StreamId, u64>,
+}
+
+/// What this session knows and owes of checkpoints (its rules and bounds
+/// are `gossip`'s).
+#[derive(Debug, Default)]
+pub(super) struct Gossip {
+    /// Names the peer holds, as far as this session knows (sent to it, or
+    /// received from it), oldest first.
+    pub(super) peer_knows: VecDeque<CheckpointName>,
+    /// Checkpoints the peer asked for whole, to send.
+    pub(super) asked: VecDeque<CheckpointName>,
+    /// Checkpoints to ask the peer for whole (their parent is unknown here).
+    pub(super) wants: VecDeque<CheckpointName>,
+    /// Checkpoints received on this session, oldest first: the parents of
+    /// those that follow, before the replica has kept them.
+    pub(super) received: VecDeque<Checkpoint>,
 }
 
 /// What the protocol sends next: a frame, or a delta held in columns.
