@@ -156,24 +156,20 @@ pub fn encode_payload(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 /// what `repr` reads back with postcard.
 fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), FrameError> {
     let start = out.len();
+    put_frame(frame, out)?;
+    let len = out.len() - start;
+    if len > max {
+        out.truncate(start);
+        return Err(FrameError::TooLarge { len, max });
+    }
+    Ok(())
+}
+
+/// Appends a frame's payload to `out`, its kind first, refusing one the
+/// peer's decoder would refuse (the size limit is the caller's).
+fn put_frame(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
     match frame {
-        Frame::Hello(hello) => {
-            put_varint(out, u64::from(tag::HELLO));
-            put_varint(out, u64::from(hello.protocol));
-            put_varint(out, hello.stream.get());
-            put_vector(out, &hello.marks);
-            put_vector(out, &hello.floor);
-            if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
-                return Err(FrameError::Encode {
-                    kind: "hello",
-                    detail: format!(
-                        "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
-                        hello.frame_bytes_max
-                    ),
-                });
-            }
-            put_varint(out, u64::from(hello.frame_bytes_max));
-        }
+        Frame::Hello(hello) => put_hello(out, hello)?,
         Frame::Delta { number, delta } => {
             put_delta_head(out, *number, &delta.floor, delta.events.len())?;
             let runs = encode_events(&delta.events, out)?;
@@ -197,45 +193,71 @@ fn encode_into(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), Frame
             put_varint(out, u64::from(tag::BARE_ACK));
             put_varint(out, *received);
         }
-        Frame::Routes(routes) => {
-            if let Err(detail) = check_routes(routes) {
-                return Err(FrameError::Encode {
-                    kind: "routes",
-                    detail,
-                });
-            }
-            put_varint(out, u64::from(tag::ROUTES));
-            put_varint(out, routes.number);
-            for streams in [&routes.quiet, &routes.loud] {
-                put_varint(out, streams.len() as u64);
-                for stream in streams {
-                    put_varint(out, stream.get());
-                }
-            }
-        }
-        Frame::Checkpoint(checkpoint) => {
-            put_varint(out, u64::from(tag::CHECKPOINT));
-            out.extend_from_slice(checkpoint.name.as_bytes());
-            match checkpoint.parent {
-                None => out.push(0),
-                Some(parent) => {
-                    out.push(1);
-                    out.extend_from_slice(parent.as_bytes());
-                }
-            }
-            put_vector(out, &checkpoint.changes);
-        }
+        Frame::Routes(routes) => put_routes(out, routes)?,
+        Frame::Checkpoint(checkpoint) => put_checkpoint(out, checkpoint),
         Frame::CheckpointWant(name) => {
             put_varint(out, u64::from(tag::CHECKPOINT_WANT));
             out.extend_from_slice(name.as_bytes());
         }
     }
-    let len = out.len() - start;
-    if len > max {
-        out.truncate(start);
-        return Err(FrameError::TooLarge { len, max });
+    Ok(())
+}
+
+/// Appends a hello: its kind, protocol, stream, marks, floor and frame
+/// limit, refusing a limit below the one every peer takes.
+fn put_hello(out: &mut Vec<u8>, hello: &Hello) -> Result<(), FrameError> {
+    put_varint(out, u64::from(tag::HELLO));
+    put_varint(out, u64::from(hello.protocol));
+    put_varint(out, hello.stream.get());
+    put_vector(out, &hello.marks);
+    put_vector(out, &hello.floor);
+    if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
+        return Err(FrameError::Encode {
+            kind: "hello",
+            detail: format!(
+                "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
+                hello.frame_bytes_max
+            ),
+        });
+    }
+    put_varint(out, u64::from(hello.frame_bytes_max));
+    Ok(())
+}
+
+/// Appends a routes frame: its kind, number, then the quiet and the loud
+/// streams, each as a count then the streams; refuses one
+/// [`check_routes`] refuses, before anything is written.
+fn put_routes(out: &mut Vec<u8>, routes: &Routes) -> Result<(), FrameError> {
+    if let Err(detail) = check_routes(routes) {
+        return Err(FrameError::Encode {
+            kind: "routes",
+            detail,
+        });
+    }
+    put_varint(out, u64::from(tag::ROUTES));
+    put_varint(out, routes.number);
+    for streams in [&routes.quiet, &routes.loud] {
+        put_varint(out, streams.len() as u64);
+        for stream in streams {
+            put_varint(out, stream.get());
+        }
     }
     Ok(())
+}
+
+/// Appends a checkpoint frame: its kind, name, parent (0, or 1 and the
+/// parent's name) and changes.
+fn put_checkpoint(out: &mut Vec<u8>, checkpoint: &CheckpointFrame) {
+    put_varint(out, u64::from(tag::CHECKPOINT));
+    out.extend_from_slice(checkpoint.name.as_bytes());
+    match checkpoint.parent {
+        None => out.push(0),
+        Some(parent) => {
+            out.push(1);
+            out.extend_from_slice(parent.as_bytes());
+        }
+    }
+    put_vector(out, &checkpoint.changes);
 }
 
 /// Appends a delta frame's kind, number and floor, refusing number 0 and
@@ -326,8 +348,6 @@ fn check_marks(number: u64, base: u64, changes: &VersionVector) -> Result<(), St
     Ok(())
 }
 
-/// Appends a version vector in postcard's layout of a sequence of
-/// `(u64, u64)` pairs: the count, then each stream and seq.
 /// What a routes frame must be: numbered from 1, each set within the limit
 /// (its order and the limit are the decoder's checks too), no stream both
 /// quiet and loud.
@@ -357,6 +377,8 @@ fn check_routes(routes: &Routes) -> Result<(), String> {
     Ok(())
 }
 
+/// Appends a version vector in postcard's layout of a sequence of
+/// `(u64, u64)` pairs: the count, then each stream and seq.
 fn put_vector(out: &mut Vec<u8>, vector: &VersionVector) {
     put_varint(out, vector.len() as u64);
     for (stream, seq) in vector.iter() {
