@@ -286,9 +286,12 @@ fn put_delta_head(
     Ok(())
 }
 
-/// [`encode_limited`] of delta `number` holding `columns`: the bytes of
-/// `Frame::delta(number, columns.to_delta())`, written from the columns
-/// as they are.
+/// [`encode_limited`] of delta `number` holding `columns`, written from
+/// the columns as they are. Without fork proofs, the bytes of
+/// `Frame::delta(number, columns.to_delta())`; with them, those bytes
+/// followed by a forks section (the length prefix counting it, the limit
+/// applying to the whole), which a [`Delta`] has no place for
+/// ([`DeltaColumns::to_delta`] drops the proofs).
 pub(crate) fn encode_delta_columns_limited(
     number: u64,
     columns: &DeltaColumns,
@@ -777,5 +780,75 @@ mod tests {
             matches!(err, FrameError::BadVector { kind: "ack", field: "changes", ref detail } if detail.starts_with("4294967295 streams")),
             "{err}"
         );
+    }
+
+    /// What `encode_delta_columns_limited`'s docs say: without fork proofs
+    /// its bytes are the delta's as events; with them, those bytes and then
+    /// the forks section, the prefix counting it and the limit applying to
+    /// the whole. (The docs said "the bytes of the delta as events" alone,
+    /// false with proofs, which `DeltaColumns::to_delta` drops.)
+    #[test]
+    fn delta_columns_encode_as_their_delta_then_their_fork_proofs() {
+        use meshlog_replica::{ChainHash, Event, ForkBranch, ForkProof, Seal, WriterKey};
+        let key = WriterKey::from_bytes([5; 32]);
+        let stream = key.stream();
+        // A proof of two one-event histories, as `ForkProof`'s docs build.
+        let branch = |payload: &'static [u8]| {
+            let event = Event {
+                stream,
+                seq: 1,
+                lamport: 1,
+                time_ms: 0,
+                payload: payload.into(),
+            };
+            let head = ChainHash::GENESIS.next(&event);
+            ForkBranch {
+                seal: Seal::sign(&key, 1, head),
+                hash_at: ChainHash::GENESIS,
+                events: vec![event],
+            }
+        };
+        let proof = ForkProof {
+            key: key.public(),
+            seq: 0,
+            branches: [branch(b"a"), branch(b"b")],
+        };
+        let Frame::Delta { delta, .. } = &sample_frames()[1] else {
+            panic!("the second sample is a delta")
+        };
+        let mut columns = DeltaColumns::from_delta(delta);
+        let plain = encode(&Frame::delta(3, columns.to_delta())).unwrap();
+        assert_eq!(
+            encode_delta_columns_limited(3, &columns, FRAME_BYTES_MAX),
+            Ok(plain.clone())
+        );
+        columns.forks = vec![proof.clone()];
+        let forked = encode_delta_columns_limited(3, &columns, FRAME_BYTES_MAX).unwrap();
+        let mut section = Vec::new();
+        put_forks(&mut section, &columns.forks);
+        assert!(!section.is_empty());
+        let payload = [&plain[LENGTH_PREFIX_BYTES..], &section[..]].concat();
+        assert_eq!(forked[LENGTH_PREFIX_BYTES..], payload[..]);
+        assert_eq!(
+            forked[..LENGTH_PREFIX_BYTES],
+            (payload.len() as u32).to_le_bytes()
+        );
+        // The limit counts the proofs.
+        assert_eq!(
+            encode_delta_columns_limited(3, &columns, payload.len() - 1),
+            Err(FrameError::TooLarge {
+                len: payload.len(),
+                max: payload.len() - 1
+            })
+        );
+        // In columns the proofs come back; as events, the delta alone.
+        let Ok(Incoming::Delta {
+            columns: decoded, ..
+        }) = decode_incoming(&payload, FRAME_BYTES_MAX)
+        else {
+            panic!("a delta")
+        };
+        assert_eq!(decoded.forks, vec![proof]);
+        assert_eq!(decode(&forked), decode(&plain));
     }
 }
