@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -286,65 +287,80 @@ where
             if let Some(peer) = self.protocol.duplicate_of() {
                 return Ok(SessionEnd::Duplicate { peer });
             }
-            let next_tick = Instant::from_std(self.protocol.poll_timeout());
-            let has_output = !self.out.is_empty();
-            // Biased, in an order fixed per turn: a run under tokio's paused
-            // clock replays exactly from its seeds. Two selects rather than
-            // one, because a select's order is fixed where it is written.
-            // The tick goes first, even before a frame that is ready: it can
-            // then time out a peer whose frame waits unread only if this
-            // session went unpolled for a whole read timeout, in which case
-            // it sent no heartbeat for as long and the peer times out too.
-            let turn = if read_first {
-                tokio::select! {
-                    biased;
-                    _ = &mut stop => Turn::Stop,
-                    _ = sleep_until(next_tick) => Turn::Tick,
-                    read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
-                    written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
-                    _ = self.marks.receiver().changed() => Turn::MarksChanged,
-                }
-            } else {
-                tokio::select! {
-                    biased;
-                    _ = &mut stop => Turn::Stop,
-                    _ = sleep_until(next_tick) => Turn::Tick,
-                    written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
-                    read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
-                    _ = self.marks.receiver().changed() => Turn::MarksChanged,
-                }
-            };
+            let turn = self.next_turn(stop.as_mut(), read_first).await;
             read_first = !matches!(turn, Turn::Read(_));
-            match turn {
-                Turn::Stop => return Ok(SessionEnd::Stopped),
-                Turn::Tick => {
-                    self.on_tick()?;
-                    self.mint().await;
-                }
-                Turn::Read(read) => match read? {
-                    Some(payload) => {
-                        self.on_payload(payload).await?;
-                        // Frames served from our own buffer touch no socket,
-                        // so nothing else would make us yield under a flood.
-                        tokio::task::coop::consume_budget().await;
-                    }
-                    None => return Ok(SessionEnd::PeerClosed),
-                },
-                Turn::Wrote(written) => {
-                    let written = written?;
-                    if written == 0 {
-                        return Err(SessionError::Io(io::ErrorKind::WriteZero.into()));
-                    }
-                    self.out.advance(written);
-                    self.write_progress_at = Instant::now();
-                    if self.out.is_empty() {
-                        self.flush().await?;
-                    }
-                }
-                // New events here: loop round to fill.
-                Turn::MarksChanged => {}
+            if let Some(end) = self.serve(turn).await? {
+                return Ok(end);
             }
         }
+    }
+
+    /// Waits for the first branch ready in this turn's order: `stop`, the
+    /// tick, then reading and writing (reading first if `read_first`),
+    /// then the replica's marks.
+    async fn next_turn<F: Future>(&mut self, stop: Pin<&mut F>, read_first: bool) -> Turn {
+        let next_tick = Instant::from_std(self.protocol.poll_timeout());
+        let has_output = !self.out.is_empty();
+        // Biased, in an order fixed per turn: a run under tokio's paused
+        // clock replays exactly from its seeds. Two selects rather than
+        // one, because a select's order is fixed where it is written.
+        // The tick goes first, even before a frame that is ready: it can
+        // then time out a peer whose frame waits unread only if this
+        // session went unpolled for a whole read timeout, in which case
+        // it sent no heartbeat for as long and the peer times out too.
+        if read_first {
+            tokio::select! {
+                biased;
+                _ = stop => Turn::Stop,
+                _ = sleep_until(next_tick) => Turn::Tick,
+                read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
+                written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
+                _ = self.marks.receiver().changed() => Turn::MarksChanged,
+            }
+        } else {
+            tokio::select! {
+                biased;
+                _ = stop => Turn::Stop,
+                _ = sleep_until(next_tick) => Turn::Tick,
+                written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
+                read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
+                _ = self.marks.receiver().changed() => Turn::MarksChanged,
+            }
+        }
+    }
+
+    /// Serves one turn; how the session ends, if it ends there.
+    async fn serve(&mut self, turn: Turn) -> Result<Option<SessionEnd>, SessionError> {
+        match turn {
+            Turn::Stop => return Ok(Some(SessionEnd::Stopped)),
+            Turn::Tick => {
+                self.on_tick()?;
+                self.mint().await;
+            }
+            Turn::Read(read) => match read? {
+                Some(payload) => {
+                    self.on_payload(payload).await?;
+                    // Frames served from our own buffer touch no socket,
+                    // so nothing else would make us yield under a flood.
+                    tokio::task::coop::consume_budget().await;
+                }
+                None => return Ok(Some(SessionEnd::PeerClosed)),
+            },
+            Turn::Wrote(written) => {
+                let written = written?;
+                if written == 0 {
+                    return Err(SessionError::Io(io::ErrorKind::WriteZero.into()));
+                }
+                self.out.advance(written);
+                self.write_progress_at = Instant::now();
+                if self.out.is_empty() {
+                    self.flush().await?;
+                }
+            }
+            // New events here: loop round to fill.
+            Turn::MarksChanged => {}
+        }
+        Ok(None)
     }
 
     /// Writes what is queued and flushes, for at most the write timeout
