@@ -118,69 +118,16 @@ pub fn check_input(data: &[u8]) -> Outcome {
     outcome
 }
 
+/// Decodes one payload and checks what holds of it: of a frame that
+/// decodes, its delta's limits and orders and its round trip; of an
+/// error, that it names a limit only when one was passed.
 fn check_payload(payload: &[u8], outcome: &mut Outcome) {
     match frame::decode_payload(payload) {
         Ok(decoded) => {
             if let Frame::Delta { delta, .. } = &decoded {
-                assert!(
-                    delta.events.len() <= DELTA_EVENTS_MAX,
-                    "decoded a delta of {} events",
-                    delta.events.len()
-                );
-                for pair in delta.events.windows(2) {
-                    assert!(
-                        (pair[0].stream, pair[0].seq) < (pair[1].stream, pair[1].seq),
-                        "a decoded delta out of (stream, seq) order: {:?} before {:?}",
-                        pair[0],
-                        pair[1]
-                    );
-                }
-                let runs = 1 + delta
-                    .events
-                    .windows(2)
-                    .filter(|pair| pair[0].stream != pair[1].stream)
-                    .count();
-                assert!(
-                    delta.seals.len() <= runs.min(delta.events.len()),
-                    "decoded {} seals for {runs} runs",
-                    delta.seals.len()
-                );
-                let proofs = &delta.floor_proofs;
-                let streams = proofs.statements.iter().map(|s| s.statement.stream);
-                let hashed = proofs.hashes.iter().map(|&(stream, _)| stream);
-                for streams in [streams.collect::<Vec<_>>(), hashed.collect()] {
-                    assert!(
-                        streams.len() <= delta.floor.len(),
-                        "more floor proofs than floors"
-                    );
-                    assert!(
-                        streams.windows(2).all(|pair| pair[0] < pair[1]),
-                        "floor proofs out of order"
-                    );
-                    assert!(
-                        streams.iter().all(|&s| delta.floor.get(s) > 0),
-                        "a floor proof of a stream without a floor"
-                    );
-                }
-                for pair in delta.seals.windows(2) {
-                    assert!(
-                        pair[0].seal.stream < pair[1].seal.stream,
-                        "decoded seals out of stream order: {:?} before {:?}",
-                        pair[0].seal,
-                        pair[1].seal
-                    );
-                }
+                check_delta(delta);
             }
-            let encoded = frame::encode(&decoded)
-                .unwrap_or_else(|error| panic!("a decoded frame does not re-encode: {error}"));
-            let (again, _) = split_frame(&encoded)
-                .expect("a re-encoded frame is within the limit")
-                .expect("a re-encoded frame is whole");
-            assert_eq!(
-                frame::decode_payload(again).as_ref(),
-                Ok(&decoded),
-                "a frame does not survive re-encoding"
-            );
+            check_round_trip(&decoded);
             outcome.decoded += 1;
         }
         Err(error) => {
@@ -194,4 +141,80 @@ fn check_payload(payload: &[u8], outcome: &mut Outcome) {
             outcome.errors.push(error);
         }
     }
+}
+
+/// A decoded delta: at most [`DELTA_EVENTS_MAX`] events, in strictly
+/// ascending `(stream, seq)` order; at most a seal per run, streams
+/// strictly ascending; its floor proofs as [`check_floor_proofs`] says.
+fn check_delta(delta: &Delta) {
+    assert!(
+        delta.events.len() <= DELTA_EVENTS_MAX,
+        "decoded a delta of {} events",
+        delta.events.len()
+    );
+    for pair in delta.events.windows(2) {
+        assert!(
+            (pair[0].stream, pair[0].seq) < (pair[1].stream, pair[1].seq),
+            "a decoded delta out of (stream, seq) order: {:?} before {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let runs = 1 + delta
+        .events
+        .windows(2)
+        .filter(|pair| pair[0].stream != pair[1].stream)
+        .count();
+    assert!(
+        delta.seals.len() <= runs.min(delta.events.len()),
+        "decoded {} seals for {runs} runs",
+        delta.seals.len()
+    );
+    check_floor_proofs(delta);
+    for pair in delta.seals.windows(2) {
+        assert!(
+            pair[0].seal.stream < pair[1].seal.stream,
+            "decoded seals out of stream order: {:?} before {:?}",
+            pair[0].seal,
+            pair[1].seal
+        );
+    }
+}
+
+/// A decoded delta's statements and floor hashes: each kind at most one
+/// per stream of its floor, streams strictly ascending, each named by
+/// the floor.
+fn check_floor_proofs(delta: &Delta) {
+    let proofs = &delta.floor_proofs;
+    let streams = proofs.statements.iter().map(|s| s.statement.stream);
+    let hashed = proofs.hashes.iter().map(|&(stream, _)| stream);
+    for streams in [streams.collect::<Vec<_>>(), hashed.collect()] {
+        assert!(
+            streams.len() <= delta.floor.len(),
+            "more floor proofs than floors"
+        );
+        assert!(
+            streams.windows(2).all(|pair| pair[0] < pair[1]),
+            "floor proofs out of order"
+        );
+        assert!(
+            streams.iter().all(|&s| delta.floor.get(s) > 0),
+            "a floor proof of a stream without a floor"
+        );
+    }
+}
+
+/// A decoded frame re-encodes, within the limit, to a frame that decodes
+/// to itself.
+fn check_round_trip(decoded: &Frame) {
+    let encoded = frame::encode(decoded)
+        .unwrap_or_else(|error| panic!("a decoded frame does not re-encode: {error}"));
+    let (again, _) = split_frame(&encoded)
+        .expect("a re-encoded frame is within the limit")
+        .expect("a re-encoded frame is whole");
+    assert_eq!(
+        frame::decode_payload(again).as_ref(),
+        Ok(decoded),
+        "a frame does not survive re-encoding"
+    );
 }
