@@ -73,102 +73,175 @@ pub fn tamperings(
     stranger: &WriterKey,
     foreign: &Event,
 ) -> Vec<Tampering> {
-    let stream = key.stream();
-    let sealed = *honest
-        .seals
-        .iter()
-        .find(|s| s.seal.stream == stream)
-        .expect("the honest delta seals the writer's run");
-    let run: Vec<usize> = (0..honest.events.len())
-        .filter(|&i| honest.events[i].stream == stream)
-        .collect();
-    assert!(run.len() >= 3, "the run has three events or more");
-    let last = sealed.seal.seq;
-    let first = honest.events[run[0]].seq;
-    let broken = DeltaError::ChainBroken { stream, seq: last };
-    let with = |change: &dyn Fn(&mut Vec<Event>)| {
-        let mut delta = honest.clone();
+    let run = SealedRun::of(honest, key);
+    let mut tampered = altered_events(&run);
+    tampered.extend(added_events(&run, foreign));
+    tampered.extend(swapped_seals(&run, key, head_hash, stranger));
+    tampered
+}
+
+/// The honest delta's sealed run of the writer's stream: what each kind
+/// of tampering starts from.
+struct SealedRun<'a> {
+    honest: &'a Delta,
+    stream: StreamId,
+    /// The run's seal.
+    sealed: RunSeal,
+    /// Where the run's events are in the delta, in order.
+    at: Vec<usize>,
+    /// The seqs of its first and last events.
+    first: u64,
+    last: u64,
+}
+
+impl<'a> SealedRun<'a> {
+    /// Panics if `honest` carries no sealed run of three events or more of
+    /// `key`'s stream.
+    fn of(honest: &'a Delta, key: &WriterKey) -> Self {
+        let stream = key.stream();
+        let sealed = *honest
+            .seals
+            .iter()
+            .find(|s| s.seal.stream == stream)
+            .expect("the honest delta seals the writer's run");
+        let at: Vec<usize> = (0..honest.events.len())
+            .filter(|&i| honest.events[i].stream == stream)
+            .collect();
+        assert!(at.len() >= 3, "the run has three events or more");
+        SealedRun {
+            honest,
+            stream,
+            sealed,
+            first: honest.events[at[0]].seq,
+            last: sealed.seal.seq,
+            at,
+        }
+    }
+
+    /// The run's last event, in the delta.
+    fn end(&self) -> usize {
+        self.at[self.at.len() - 1]
+    }
+
+    /// What a run whose events do not chain to its seal is refused with.
+    fn broken(&self) -> DeltaError {
+        DeltaError::ChainBroken {
+            stream: self.stream,
+            seq: self.last,
+        }
+    }
+
+    /// The honest delta with its events changed.
+    fn with(&self, change: impl Fn(&mut Vec<Event>)) -> Delta {
+        let mut delta = self.honest.clone();
         change(&mut delta.events);
         delta
-    };
-    // The seal swapped in its stream's place among the others' (streams
-    // ascending, as a delta lists them): a frame cannot carry seals out of
-    // that order, so a swap appended last would not even cross the wire.
-    let with_seal = |seal: Option<RunSeal>| {
-        let mut delta = honest.clone();
-        delta.seals.retain(|s| s.seal.stream != stream);
+    }
+
+    /// The honest delta with the run's seal swapped for `seal`, in its
+    /// stream's place among the others' (streams ascending, as a delta
+    /// lists them): a frame cannot carry seals out of that order, so a
+    /// swap appended last would not even cross the wire.
+    fn with_seal(&self, seal: Option<RunSeal>) -> Delta {
+        let mut delta = self.honest.clone();
+        delta.seals.retain(|s| s.seal.stream != self.stream);
         delta.seals.extend(seal);
         delta.seals.sort_by_key(|s| s.seal.stream);
         delta
-    };
-    let mut tampered = vec![
+    }
+}
+
+/// The run's events altered in place: each breaks the chain to the seal.
+fn altered_events(run: &SealedRun) -> Vec<Tampering> {
+    let at = &run.at;
+    vec![
         Tampering {
             what: "a payload altered",
-            delta: with(&|events| events[run[1]].payload = bytes_of(b"forged")),
-            refusal: broken.clone(),
+            delta: run.with(|events| events[at[1]].payload = bytes_of(b"forged")),
+            refusal: run.broken(),
         },
         Tampering {
             what: "a lamport altered (still rising)",
-            delta: with(&|events| events[run[run.len() - 1]].lamport += 1),
-            refusal: broken.clone(),
+            delta: run.with(|events| events[run.end()].lamport += 1),
+            refusal: run.broken(),
         },
         Tampering {
             what: "a time altered",
-            delta: with(&|events| events[run[0]].time_ms ^= 1),
-            refusal: broken.clone(),
+            delta: run.with(|events| events[at[0]].time_ms ^= 1),
+            refusal: run.broken(),
         },
         Tampering {
             what: "two events' contents swapped inside the run",
-            delta: with(&|events| {
-                let (a, b) = (
-                    events[run[0]].payload.clone(),
-                    events[run[1]].payload.clone(),
-                );
-                events[run[0]].payload = b;
-                events[run[1]].payload = a;
+            delta: run.with(|events| {
+                let (a, b) = (events[at[0]].payload.clone(), events[at[1]].payload.clone());
+                events[at[0]].payload = b;
+                events[at[1]].payload = a;
             }),
-            refusal: broken.clone(),
+            refusal: run.broken(),
         },
+    ]
+}
+
+/// Events the writer did not write passed off as its own: one added
+/// under the seal, one of another writer spliced into the run.
+fn added_events(run: &SealedRun, foreign: &Event) -> Vec<Tampering> {
+    let stream = run.stream;
+    vec![
         Tampering {
             what: "the writer's next event forged under the seal",
-            delta: with(&|events| {
-                let mut next = events[run[run.len() - 1]].clone();
+            delta: run.with(|events| {
+                let mut next = events[run.end()].clone();
                 next.seq += 1;
                 next.lamport += 1;
                 next.payload = bytes_of(b"forged next");
                 events.push(next);
             }),
-            refusal: broken.clone(),
+            refusal: run.broken(),
         },
         Tampering {
             what: "another writer's event spliced into the run",
-            delta: with(&|events| {
-                let at = &events[run[1]];
-                events[run[1]] = Event {
+            delta: run.with(|events| {
+                let at = &events[run.at[1]];
+                events[run.at[1]] = Event {
                     stream,
                     seq: at.seq,
                     lamport: at.lamport,
                     ..foreign.clone()
                 };
             }),
-            refusal: broken.clone(),
+            refusal: run.broken(),
         },
+    ]
+}
+
+/// The run's seal replaced (an older one of `key`'s, one `stranger`
+/// signs, one whose signature is altered) or cut off; the events intact.
+fn swapped_seals(
+    run: &SealedRun,
+    key: &WriterKey,
+    head_hash: ChainHash,
+    stranger: &WriterKey,
+) -> Vec<Tampering> {
+    let (stream, sealed) = (run.stream, run.sealed);
+    let mut signature = sealed.seal.signature;
+    signature[0] ^= 1;
+    vec![
         Tampering {
             what: "the seal replaced with an older one",
-            delta: with_seal(Some(RunSeal {
-                seal: Seal::sign(key, first - 1, head_hash),
+            delta: run.with_seal(Some(RunSeal {
+                seal: Seal::sign(key, run.first - 1, head_hash),
                 ..sealed
             })),
             refusal: DeltaError::ChainBroken {
                 stream,
-                seq: first - 1,
+                seq: run.first - 1,
             },
         },
         Tampering {
             what: "a seal by another key",
-            delta: with_seal(Some(RunSeal {
+            delta: run.with_seal(Some(RunSeal {
                 key: stranger.public(),
-                seal: Seal::sign_for(stranger, stream, last, sealed.seal.head),
+                seal: Seal::sign_for(stranger, stream, run.last, sealed.seal.head),
                 base: None,
             })),
             refusal: DeltaError::KeyMismatch {
@@ -178,26 +251,27 @@ pub fn tamperings(
         },
         Tampering {
             what: "the seal's signature altered",
-            delta: with_seal(Some(RunSeal {
+            delta: run.with_seal(Some(RunSeal {
                 seal: Seal {
-                    signature: {
-                        let mut signature = sealed.seal.signature;
-                        signature[0] ^= 1;
-                        signature
-                    },
+                    signature,
                     ..sealed.seal
                 },
                 ..sealed
             })),
-            refusal: DeltaError::BadSeal { stream, seq: last },
+            refusal: DeltaError::BadSeal {
+                stream,
+                seq: run.last,
+            },
         },
-    ];
-    tampered.push(Tampering {
-        what: "the seal cut off",
-        delta: with_seal(None),
-        refusal: DeltaError::Unsealed { stream, seq: first },
-    });
-    tampered
+        Tampering {
+            what: "the seal cut off",
+            delta: run.with_seal(None),
+            refusal: DeltaError::Unsealed {
+                stream,
+                seq: run.first,
+            },
+        },
+    ]
 }
 
 fn bytes_of(bytes: &'static [u8]) -> bytes::Bytes {
