@@ -32,7 +32,14 @@ use ring::rand::{SecureRandom, SystemRandom};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::auth::PeerKey;
-use crate::peers::{REFUSED_PREFIX, SYNC_PROTOCOL};
+
+/// The protocol named in the `Upgrade` header of `GET /sync`.
+pub(crate) const SYNC_PROTOCOL: &str = "meshlog-sync";
+
+/// How the reason of a dial the peer answered without upgrading begins
+/// (`peer answered 401 Unauthorized to the sync upgrade: ...`, from
+/// [`upgrade`]): the status stream calls such a link `refused`.
+pub(crate) const REFUSED_PREFIX: &str = "peer answered";
 
 /// The header naming the dialer's peer secret by its id.
 pub const KEY_HEADER: &str = "meshlog-peer-key";

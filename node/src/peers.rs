@@ -36,13 +36,10 @@ use crate::peer_auth;
 use crate::replica::NodeReplica;
 use crate::tls::Tls;
 
-/// The protocol named in the `Upgrade` header of `GET /sync`.
-pub const SYNC_PROTOCOL: &str = "meshlog-sync";
-
-/// How the reason of a dial the peer answered without upgrading begins
-/// (`peer answered 401 Unauthorized to the sync upgrade: ...`): the status
-/// stream calls such a link `refused`.
-pub(crate) const REFUSED_PREFIX: &str = "peer answered";
+// Defined beside the upgrade that names them (`peer_auth::upgrade`), so
+// that the handshake does not import the links that use it; named here too
+// for the node's other users of the links.
+pub(crate) use crate::peer_auth::{REFUSED_PREFIX, SYNC_PROTOCOL};
 
 /// One dialed peer as the node sees it now: the link's status, the peer
 /// named by its normalized URL (`http://host:port`).
