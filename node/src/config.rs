@@ -463,13 +463,31 @@ impl NodeConfig {
     /// as one configured by file: it refuses to start rather than run on
     /// another value than it was given.
     pub fn check(&self) -> Result<(), OutOfRange> {
+        match self
+            .bounds()
+            .into_iter()
+            .find(|&(_, value, range)| value < range.min || value > range.max)
+        {
+            Some((setting, value, range)) => Err(OutOfRange {
+                setting,
+                value,
+                range,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Each bounded setting as the `--config` file names it, its value
+    /// (durations in milliseconds) and the range it takes, in the order
+    /// [`NodeConfig::check`] looks for the first out of range.
+    fn bounds(&self) -> impl IntoIterator<Item = (&'static str, u64, SettingRange)> {
         let at_least = |min: u64| SettingRange { min, max: u64::MAX };
         let ms = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         // A duration is refused at zero (less than a millisecond but more
         // than nothing is taken).
         let nonzero = |duration: Duration| u64::from(!duration.is_zero()).max(ms(duration));
         let (limits, sync, follow) = (&self.limits, &self.sync, &self.follow);
-        let bounds = [
+        [
             (
                 "connections_per_ip_max",
                 as_u64(limits.connections_per_ip_max),
@@ -520,18 +538,7 @@ impl NodeConfig {
                     max: ms(sync.backoff_max),
                 },
             ),
-        ];
-        match bounds
-            .into_iter()
-            .find(|&(_, value, range)| value < range.min || value > range.max)
-        {
-            Some((setting, value, range)) => Err(OutOfRange {
-                setting,
-                value,
-                range,
-            }),
-            None => Ok(()),
-        }
+        ]
     }
 
     /// Takes the file's settings (then checked by [`NodeConfig::check`]).
