@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use meshlog_cursor::token::{self, Token, CHECKPOINT_DIFF_MAX};
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, TokenError, VersionVector};
 
-use crate::state::{store_error, State};
+use crate::error::store_error;
 use crate::{PageError, Replica, ReplicaError, Store};
 
 /// How many checkpoints a replica keeps, minted or received: 16. A token
@@ -116,6 +116,35 @@ impl Checkpoints {
         self.next_mint_ms = now_ms.saturating_add(CHECKPOINT_INTERVAL_MS + jitter);
     }
 
+    /// The checkpoints after `work` and the one it adds, or `None` if it
+    /// changes nothing (no mint due from `marks`, or the checkpoint is
+    /// kept already). A mint's jitter is drawn from `stream`, the
+    /// replica's own. Copies the checkpoints kept only when they change.
+    pub(crate) fn plan(
+        &self,
+        work: &CheckpointWork,
+        marks: &VersionVector,
+        stream: StreamId,
+    ) -> Option<(Checkpoints, Checkpoint)> {
+        match work {
+            CheckpointWork::Mint { now_ms } => {
+                let minted = self.due(marks, *now_ms)?;
+                let mut next = self.clone();
+                next.insert(minted.clone());
+                next.minted(*now_ms, stream);
+                Some((next, minted))
+            }
+            CheckpointWork::Keep(received) => {
+                if self.get(received.name()).is_some() {
+                    return None;
+                }
+                let mut next = self.clone();
+                next.insert(received.clone());
+                Some((next, received.clone()))
+            }
+        }
+    }
+
     /// The shortest token for `cursor`, as text: version 2 against each
     /// checkpoint kept, or version 1 (which every replica reads) when none
     /// is shorter.
@@ -168,34 +197,6 @@ pub(crate) enum CheckpointWork {
     Keep(Checkpoint),
 }
 
-impl State {
-    /// The checkpoints after `work` and the one it adds, or `None` if it
-    /// changes nothing (no mint due, or the checkpoint is kept already).
-    /// Copies the checkpoints kept only when they change.
-    pub(crate) fn plan_checkpoint(
-        &self,
-        work: &CheckpointWork,
-    ) -> Option<(Checkpoints, Checkpoint)> {
-        match work {
-            CheckpointWork::Mint { now_ms } => {
-                let minted = self.checkpoints.due(self.marks(), *now_ms)?;
-                let mut next = self.checkpoints.clone();
-                next.insert(minted.clone());
-                next.minted(*now_ms, self.config().stream);
-                Some((next, minted))
-            }
-            CheckpointWork::Keep(received) => {
-                if self.checkpoints.get(received.name()).is_some() {
-                    return None;
-                }
-                let mut next = self.checkpoints.clone();
-                next.insert(received.clone());
-                Some((next, received.clone()))
-            }
-        }
-    }
-}
-
 impl<S: Store> Replica<S> {
     /// Mints a checkpoint from the marks if one is due at `now_ms` (ms
     /// since the epoch): no checkpoint kept is within
@@ -224,7 +225,11 @@ impl<S: Store> Replica<S> {
         if self.failed {
             return Err(ReplicaError::Failed);
         }
-        let Some((next, added)) = self.state.plan_checkpoint(work) else {
+        let state = &self.state;
+        let planned = state
+            .checkpoints
+            .plan(work, state.marks(), state.config().stream);
+        let Some((next, added)) = planned else {
             return Ok(None);
         };
         self.store

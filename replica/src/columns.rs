@@ -269,24 +269,7 @@ impl DeltaColumns {
         ends: Values,
         payloads: Vec<u8>,
     ) -> Result<Self, ColumnsError> {
-        let mut events = 0usize;
-        for (index, run) in runs.iter().enumerate() {
-            if run.len == 0 {
-                return Err(ColumnsError::EmptyRun {
-                    index,
-                    stream: run.stream,
-                });
-            }
-            if run.first_seq.checked_add(run.len as u64 - 1).is_none() {
-                return Err(ColumnsError::SeqOverflow {
-                    index,
-                    stream: run.stream,
-                    first_seq: run.first_seq,
-                    len: run.len,
-                });
-            }
-            events = events.saturating_add(run.len);
-        }
+        let events = run_events(&runs)?;
         for (column, len) in [
             ("lamport", lamports.len()),
             ("time", times.len()),
@@ -300,28 +283,7 @@ impl DeltaColumns {
                 });
             }
         }
-        // Rising (or staying) to exactly the payloads' length: a steady
-        // piece is checked at once; value by value only to say where not.
-        let bytes = payloads.len() as u64;
-        if !(ends.as_ref().rises(false) && ends.as_ref().last().unwrap_or(0) == bytes) {
-            let clamp = |end: u64| usize::try_from(end).unwrap_or(usize::MAX);
-            let mut previous = 0;
-            for (index, end) in ends.iter().enumerate() {
-                if end < previous || end > bytes {
-                    return Err(ColumnsError::BadEnd {
-                        index,
-                        end: clamp(end),
-                        payload_bytes: payloads.len(),
-                    });
-                }
-                previous = end;
-            }
-            return Err(ColumnsError::BadEnd {
-                index: events.saturating_sub(1),
-                end: clamp(previous),
-                payload_bytes: payloads.len(),
-            });
-        }
+        check_ends(&ends, events, payloads.len())?;
         Ok(DeltaColumns {
             floor,
             seals: Vec::new(),
@@ -611,6 +573,58 @@ impl DeltaColumns {
     pub fn size_hint(&self) -> usize {
         self.payloads.len() + 50 * self.len()
     }
+}
+
+/// The number of events `runs` hold, each run checked: not empty, and
+/// its seqs fit a `u64` (the first step of [`DeltaColumns::from_parts`]).
+fn run_events(runs: &[ColumnRun]) -> Result<usize, ColumnsError> {
+    let mut events = 0usize;
+    for (index, run) in runs.iter().enumerate() {
+        if run.len == 0 {
+            return Err(ColumnsError::EmptyRun {
+                index,
+                stream: run.stream,
+            });
+        }
+        if run.first_seq.checked_add(run.len as u64 - 1).is_none() {
+            return Err(ColumnsError::SeqOverflow {
+                index,
+                stream: run.stream,
+                first_seq: run.first_seq,
+                len: run.len,
+            });
+        }
+        events = events.saturating_add(run.len);
+    }
+    Ok(events)
+}
+
+/// Checks that the payload `ends` of `events` events rise (or stay) to
+/// exactly `payload_bytes` (the last step of [`DeltaColumns::from_parts`]).
+fn check_ends(ends: &Values, events: usize, payload_bytes: usize) -> Result<(), ColumnsError> {
+    // Rising (or staying) to exactly the payloads' length: a steady
+    // piece is checked at once; value by value only to say where not.
+    let bytes = payload_bytes as u64;
+    if !(ends.as_ref().rises(false) && ends.as_ref().last().unwrap_or(0) == bytes) {
+        let clamp = |end: u64| usize::try_from(end).unwrap_or(usize::MAX);
+        let mut previous = 0;
+        for (index, end) in ends.iter().enumerate() {
+            if end < previous || end > bytes {
+                return Err(ColumnsError::BadEnd {
+                    index,
+                    end: clamp(end),
+                    payload_bytes,
+                });
+            }
+            previous = end;
+        }
+        return Err(ColumnsError::BadEnd {
+            index: events.saturating_sub(1),
+            end: clamp(previous),
+            payload_bytes,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,7 +1,11 @@
-//! The replica's errors: one for what changes the log, one for paging.
+//! The replica's errors: one for what changes the log, one for paging;
+//! and the conversions of a store's errors into them (`store_error`,
+//! `read_error`). A leaf: it imports none of the modules that answer
+//! these errors.
 
 use meshlog_cursor::{CheckpointName, StaleCursor, StreamId, TokenError};
 
+use crate::mem::ReadError;
 use crate::{ChainHash, Digest};
 
 /// Why an append, apply, compaction or open failed. Nothing was changed
@@ -108,6 +112,18 @@ pub enum ReplicaError {
         /// Its head so far.
         head: u64,
     },
+}
+
+/// A store's error (a commit, a meta read, a checkpoint record) as the
+/// replica answers it: [`ReplicaError::Store`].
+pub(crate) fn store_error<E: std::error::Error + Send + Sync + 'static>(error: E) -> ReplicaError {
+    ReplicaError::Store(Box::new(error))
+}
+
+/// A failed read of held events as the replica answers it:
+/// [`ReplicaError::Store`].
+pub(crate) fn read_error(error: ReadError) -> ReplicaError {
+    ReplicaError::Store(error)
 }
 
 /// Something [`Replica::open`](crate::Replica::open) accepted but an

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{StreamId, VersionVector};
 
-use crate::state::{store_error, AppendRequest, Planned, RoundIndex, RoundItem, State};
+use crate::error::store_error;
+use crate::state::{AppendRequest, Planned, RoundIndex, RoundItem, State};
 use crate::{
     ChainDigest, DeltaColumns, Event, MemStore, Membership, OpenWarning, PageError, ReplicaError,
     RunSeal, Seal, Store, StreamChain, WriterKey,

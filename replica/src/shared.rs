@@ -69,8 +69,9 @@ use bytes::Bytes;
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 
 use crate::checkpoints::CheckpointWork;
+use crate::error::store_error;
 use crate::replica::now_ms;
-use crate::state::{store_error, AppendRequest, Plan, Planned, RoundItem, State};
+use crate::state::{AppendRequest, Plan, Planned, RoundItem, State};
 use crate::{
     ApplyReport, ChainDigest, CompactReport, Config, Delta, DeltaColumns, Digest, Event, MemStore,
     OpenWarning, Page, PageError, Replica, ReplicaError, RetentionPolicy, Stats, Store,
@@ -1357,7 +1358,13 @@ impl<S: Store> Inner<S> {
         writer: &mut Writer<S>,
         work: &CheckpointWork,
     ) -> Result<Option<Checkpoint>, ReplicaError> {
-        let Some((next, added)) = read(&self.state).plan_checkpoint(work) else {
+        let planned = {
+            let state = read(&self.state);
+            state
+                .checkpoints
+                .plan(work, state.marks(), state.config().stream)
+        };
+        let Some((next, added)) = planned else {
             return Ok(None);
         };
         writer

@@ -8,9 +8,9 @@
 //! that verifies, one that does not), so this test cannot pass by testing
 //! nothing. A seeded sweep of signed inputs runs the same checks.
 
-use std::path::PathBuf;
-
 use meshlog_testkit::{seed, SplitMix64};
+
+mod common;
 
 #[path = "../../fuzz/src/fork_check.rs"]
 mod fork_check;
@@ -18,19 +18,7 @@ mod fork_check;
 use fork_check::Outcome;
 
 fn regression_inputs() -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/fork_verify");
-    let mut inputs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("a readable directory entry").path())
-        .filter(|path| path.is_file())
-        .map(|path| {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&path).expect("a readable input"))
-        })
-        .collect();
-    inputs.sort();
-    assert!(inputs.len() >= 4, "{} holds too few inputs", dir.display());
-    inputs
+    common::fuzz_regressions("fork_verify", 4)
 }
 
 #[test]

@@ -7,25 +7,13 @@
 //! the raw-mode seeds must reach both verdicts, so this test cannot pass by
 //! testing nothing.
 
-use std::path::PathBuf;
+mod common;
 
 #[path = "../../fuzz/src/seal_check.rs"]
 mod seal_check;
 
 fn regression_inputs() -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/seal_verify");
-    let mut inputs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("a readable directory entry").path())
-        .filter(|path| path.is_file())
-        .map(|path| {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&path).expect("a readable input"))
-        })
-        .collect();
-    inputs.sort();
-    assert!(inputs.len() >= 2, "{} holds too few inputs", dir.display());
-    inputs
+    common::fuzz_regressions("seal_verify", 2)
 }
 
 #[test]

@@ -30,7 +30,8 @@
 //! the file than a clean open does.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
@@ -38,12 +39,14 @@ use meshlog_cursor::StreamId;
 use redb::ReadableDatabase;
 
 use super::codec::{decode_count, encode_count, META_FOLDED};
+use super::db::{begin_write_with, Db, META};
+use super::error::DiskError;
 use super::error::{engine_error, guarded};
+use super::options::{DiskOptions, Recovery};
 use super::overlay::{Overlay, Unfolded};
 use super::record::decode_batch;
 use super::segment::{scan, Segment};
-use super::{begin_write_with, plan, Db, DiskError, DiskOptions, DiskStore, Recovery, META};
-use crate::{Batch, Digest, StoreMeta};
+use crate::{Batch, StoreMeta};
 
 /// What the fold thread writes with: redb, and what redb holds.
 pub(super) struct Folder {
@@ -63,42 +66,42 @@ pub(super) struct Folder {
 /// How the fold thread and the committer share the unfolded records.
 #[derive(Debug, Default)]
 pub(super) struct FoldShared {
-    state: Mutex<FoldState>,
+    pub(super) state: Mutex<FoldState>,
     /// Notified whenever `state` changes.
-    changed: Condvar,
+    pub(super) changed: Condvar,
 }
 
 #[derive(Debug, Default)]
-struct FoldState {
+pub(super) struct FoldState {
     /// The records appended and not yet folded, in order.
-    pending: VecDeque<Arc<Unfolded>>,
+    pub(super) pending: VecDeque<Arc<Unfolded>>,
     /// Their bytes ([`Unfolded::bytes`]).
     pending_bytes: u64,
     /// The most records and bytes `pending` holds before a commit waits.
     max: (usize, u64),
     /// The fold failed: redb lacks records the segment holds, and no
     /// commit may follow until the store is reopened and replays them.
-    failed: Option<String>,
+    pub(super) failed: Option<String>,
     /// An append failed after its record may have reached the segment:
     /// no commit and no checkpoint (which would empty the segment) may
     /// follow until the store is reopened.
-    broken: bool,
-    /// The test hook [`DiskStore::hold_fold`]: fold only what the bounds
+    pub(super) broken: bool,
+    /// The test hook `DiskStore::hold_fold`: fold only what the bounds
     /// force.
-    held: bool,
+    pub(super) held: bool,
     /// The store is closing: fold what is left, checkpoint, stop.
-    stop: bool,
-    /// The test hook [`DiskStore::pause_fold_before_trim`]: after each
+    pub(super) stop: bool,
+    /// The test hook `DiskStore::pause_fold_before_trim`: after each
     /// fold's redb commit, the fold thread waits before it trims the
     /// overlay.
-    pause_before_trim: bool,
+    pub(super) pause_before_trim: bool,
     /// The fold thread waits there now (redb holds records the overlay
     /// still serves).
-    paused: bool,
-    /// The test hook [`DiskStore::fold_between_view_reads`]: a view waits
+    pub(super) paused: bool,
+    /// The test hook `DiskStore::fold_between_view_reads`: a view waits
     /// between taking the overlay and redb's snapshot until the fold has
     /// written every record of that overlay.
-    drain_in_view: bool,
+    pub(super) drain_in_view: bool,
 }
 
 impl FoldState {
@@ -109,7 +112,7 @@ impl FoldState {
 }
 
 /// How many commits the fold has yet to write into redb, and their bytes
-/// ([`DiskStore::fold_lag`]).
+/// ([`DiskStore::fold_lag`](super::DiskStore::fold_lag)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FoldLag {
     /// Commits served from memory, not yet in redb.
@@ -134,7 +137,7 @@ impl FoldShared {
     }
 
     /// Why no commit may follow, if one may not.
-    fn refusal(&self) -> Option<String> {
+    pub(super) fn refusal(&self) -> Option<String> {
         let state = locked(&self.state);
         if let Some(why) = &state.failed {
             return Some(format!(
@@ -149,7 +152,7 @@ impl FoldShared {
     }
 
     /// Waits while the overlay is full (the fold makes room, or fails).
-    fn wait_for_room(&self) {
+    pub(super) fn wait_for_room(&self) {
         let mut state = locked(&self.state);
         while state.full() && state.failed.is_none() {
             state = self
@@ -159,7 +162,7 @@ impl FoldShared {
         }
     }
 
-    fn push(&self, record: Arc<Unfolded>) {
+    pub(super) fn push(&self, record: Arc<Unfolded>) {
         let mut state = locked(&self.state);
         state.pending_bytes += record.bytes;
         state.pending.push_back(record);
@@ -194,7 +197,7 @@ impl FoldShared {
     }
 
     /// The test hook's pause between a fold's redb commit and the trim of
-    /// the overlay ([`DiskStore::pause_fold_before_trim`]); not on close.
+    /// the overlay (`DiskStore::pause_fold_before_trim`); not on close.
     fn pause_point(&self) {
         let mut state = locked(&self.state);
         while state.pause_before_trim && !state.stop {
@@ -210,7 +213,7 @@ impl FoldShared {
     }
 
     /// The test hook's wait between a view's two reads
-    /// ([`DiskStore::fold_between_view_reads`]): until the fold has
+    /// (`DiskStore::fold_between_view_reads`): until the fold has
     /// written every pending record into redb (trimmed, or paused before
     /// the trim), or failed.
     pub(super) fn view_pause_point(&self) {
@@ -256,7 +259,7 @@ impl FoldShared {
         state.failed.is_none() && !state.broken
     }
 
-    fn lag(&self) -> FoldLag {
+    pub(super) fn lag(&self) -> FoldLag {
         let state = locked(&self.state);
         FoldLag {
             records: state.pending.len() as u64,
@@ -316,6 +319,49 @@ fn checkpoint(
     folder.fold(&rest, true)?;
     shared.folded(rest.len());
     segment.reset()
+}
+
+/// Checks that `batch` keeps every stream gap-free against `meta` (what
+/// the store at `path` holds), and returns the per-stream `(floor, head)`
+/// after it.
+pub(super) fn plan(
+    meta: &StoreMeta,
+    path: &Path,
+    batch: &Batch,
+) -> Result<BTreeMap<StreamId, (u64, u64)>, DiskError> {
+    let mut touched: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
+    let stored = |stream: StreamId| (meta.floor.get(stream), meta.heads.get(stream));
+    for &(stream, floor_seq) in &batch.floors {
+        let (floor, head) = touched.entry(stream).or_insert_with(|| stored(stream));
+        *floor = (*floor).max(floor_seq);
+        *head = (*head).max(floor_seq);
+    }
+    for event in batch.events() {
+        let (_, head) = touched
+            .entry(event.stream)
+            .or_insert_with(|| stored(event.stream));
+        let refused = |detail: String| DiskError::BatchRefused {
+            path: path.to_path_buf(),
+            stream: event.stream,
+            detail,
+        };
+        // Checked: a head read from disk (or raised by a floor) may be
+        // `u64::MAX`, and nothing follows it.
+        if head.checked_add(1) != Some(event.seq) {
+            return Err(refused(format!(
+                "seq {} does not follow head {head}",
+                event.seq
+            )));
+        }
+        if u32::try_from(event.payload.len()).is_err() {
+            return Err(refused(format!(
+                "seq {} has a payload over 4 GiB",
+                event.seq
+            )));
+        }
+        *head = event.seq;
+    }
+    Ok(touched)
 }
 
 impl Folder {
@@ -404,37 +450,7 @@ impl Folder {
         }
         let segment_path = segment.path().to_path_buf();
         let found = scan(&bytes, self.folded, &segment_path)?;
-        let bad = |offset: usize, detail: String| DiskError::Segment {
-            path: segment_path.clone(),
-            offset: offset as u64 - 8,
-            detail,
-        };
-        let mut replayed = 0u64;
-        for (number, body) in found.records {
-            if number <= self.folded {
-                continue;
-            }
-            if number != self.folded + 1 {
-                return Err(bad(
-                    body.start,
-                    format!(
-                        "record {number} follows record {} (the last redb holds): the records \
-                         between are missing",
-                        self.folded
-                    ),
-                ));
-            }
-            let (_, batch) = decode_batch(&bytes.slice(body.clone()))
-                .map_err(|why| bad(body.start, format!("record {number}: {why}")))?;
-            let touched = plan(&self.meta, &self.path, &batch).map_err(|error| {
-                bad(
-                    body.start,
-                    format!("record {number} does not apply: {error}"),
-                )
-            })?;
-            self.fold(&[Arc::new(Unfolded::new(number, &batch, touched))], false)?;
-            replayed += 1;
-        }
+        let replayed = self.replay_records(&bytes, found.records, &segment_path)?;
         if let Some((offset, dropped, why)) = &found.torn {
             tracing::warn!(
                 path = %segment_path.display(),
@@ -459,6 +475,50 @@ impl Folder {
         Ok(())
     }
 
+    /// Folds the scanned `records` of the segment's `bytes` after
+    /// `"folded"`, in order, each in a fold of its own (not durable), and
+    /// answers how many. A record missing between them, or one that does
+    /// not decode or apply, refuses the open, naming its offset.
+    fn replay_records(
+        &mut self,
+        bytes: &Bytes,
+        records: Vec<(u64, Range<usize>)>,
+        segment_path: &Path,
+    ) -> Result<u64, DiskError> {
+        let bad = |offset: usize, detail: String| DiskError::Segment {
+            path: segment_path.to_path_buf(),
+            offset: offset as u64 - 8,
+            detail,
+        };
+        let mut replayed = 0u64;
+        for (number, body) in records {
+            if number <= self.folded {
+                continue;
+            }
+            if number != self.folded + 1 {
+                return Err(bad(
+                    body.start,
+                    format!(
+                        "record {number} follows record {} (the last redb holds): the records \
+                         between are missing",
+                        self.folded
+                    ),
+                ));
+            }
+            let (_, batch) = decode_batch(&bytes.slice(body.clone()))
+                .map_err(|why| bad(body.start, format!("record {number}: {why}")))?;
+            let touched = plan(&self.meta, &self.path, &batch).map_err(|error| {
+                bad(
+                    body.start,
+                    format!("record {number} does not apply: {error}"),
+                )
+            })?;
+            self.fold(&[Arc::new(Unfolded::new(number, &batch, touched))], false)?;
+            replayed += 1;
+        }
+        Ok(replayed)
+    }
+
     pub(super) fn engine<E: Into<redb::Error>>(
         &self,
         op: &'static str,
@@ -471,169 +531,5 @@ impl Folder {
             path: self.path.clone(),
             detail: detail.into(),
         }
-    }
-}
-
-impl DiskStore {
-    /// Makes `batch` durable in the segment and hands it to the fold
-    /// thread. Refused, with nothing written, if it leaves a hole; refused
-    /// altogether after a failure that may have left redb behind the
-    /// segment. Waits first while the overlay is full.
-    pub(super) fn commit_to_segment(&mut self, batch: &Batch) -> Result<(), DiskError> {
-        let refused = |store: &DiskStore, detail: String| {
-            let segment = locked(&store.segment);
-            DiskError::Segment {
-                path: segment.path().to_path_buf(),
-                offset: segment.len(),
-                detail,
-            }
-        };
-        if let Some(why) = self.fold.refusal() {
-            return Err(refused(self, why));
-        }
-        let touched = plan(&self.meta, &self.path, batch)?;
-        let digest = self.digest_after(batch)?;
-        let number = self.number + 1;
-        let record = Arc::new(Unfolded::new(number, batch, touched));
-        self.fold.wait_for_room();
-        if let Some(why) = self.fold.refusal() {
-            return Err(refused(self, why));
-        }
-        {
-            // The record is pending before the segment is let go: a
-            // checkpoint, which holds the segment, then folds it before it
-            // empties the segment.
-            let mut segment = locked(&self.segment);
-            if let Err(error) = segment.append(number, batch) {
-                locked(&self.fold.state).broken = true;
-                return Err(error);
-            }
-            self.fold.push(Arc::clone(&record));
-        }
-        self.number = number;
-        self.meta.digest = Some(digest);
-        self.meta.clock = self.meta.clock.max(batch.clock);
-        for (&stream, &(floor, head)) in &record.touched {
-            self.meta.floor.advance(stream, floor);
-            self.meta.heads.advance(stream, head);
-        }
-        self.meta.record_chains(batch);
-        self.meta.record_seals(batch);
-        self.meta.record_forks(batch);
-        Ok(())
-    }
-
-    /// The digest after `batch`: the events its floors drop (read through
-    /// the current view, from redb or the overlay) out, its events in.
-    fn digest_after(&self, batch: &Batch) -> Result<Digest, DiskError> {
-        let mut digest = self.meta.digest.unwrap_or_default();
-        let mut floors: BTreeMap<StreamId, u64> = BTreeMap::new();
-        for &(stream, floor_seq) in &batch.floors {
-            let floor = *floors
-                .entry(stream)
-                .or_insert_with(|| self.meta.floor.get(stream));
-            let last = floor_seq.min(self.meta.heads.get(stream));
-            if floor_seq > floor && last > floor {
-                let view = self.current_view()?;
-                let mut scan = view.merged_scan(stream, floor + 1, last)?;
-                while let Some(event) = scan.next_event()? {
-                    digest.remove(&event);
-                }
-            }
-            floors.insert(stream, floor.max(floor_seq));
-        }
-        for event in batch.events() {
-            digest.add(event);
-        }
-        Ok(digest)
-    }
-
-    /// A test hook: while `held`, the fold thread folds only what the
-    /// bounds on the overlay force ([`DiskOptions::unfolded_records_max`]),
-    /// so that reads between commits are served from the overlay.
-    pub fn hold_fold(&self, held: bool) {
-        locked(&self.fold.state).held = held;
-        self.fold.changed.notify_all();
-    }
-
-    /// A test hook: while `paused`, the fold thread, after each fold's
-    /// redb commit, waits before it trims the overlay, so that a view
-    /// taken meanwhile finds its records both in redb's snapshot and in
-    /// the overlay. A commit that finds the overlay full waits for the
-    /// trim: keep [`DiskOptions::unfolded_records_max`] above what the
-    /// test commits while paused. Let go (`false`), it returns once the
-    /// fold thread has left the pause.
-    #[doc(hidden)]
-    pub fn pause_fold_before_trim(&self, paused: bool) {
-        let mut state = locked(&self.fold.state);
-        state.pause_before_trim = paused;
-        self.fold.changed.notify_all();
-        while !paused && state.paused && state.failed.is_none() {
-            state = self
-                .fold
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-
-    /// A test hook: waits until the fold thread is paused before a trim
-    /// ([`DiskStore::pause_fold_before_trim`]), or has nothing left to
-    /// fold, or is held, or has failed; answers whether it is paused.
-    #[doc(hidden)]
-    pub fn wait_fold_paused(&self) -> bool {
-        let mut state = locked(&self.fold.state);
-        while !state.paused && !state.pending.is_empty() && !state.held && state.failed.is_none() {
-            state = self
-                .fold
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        state.paused
-    }
-
-    /// A test hook: while `on`, every view (one per commit) waits between
-    /// taking the overlay and redb's snapshot until the fold has written
-    /// every record of that overlay, so that the snapshot is as new as
-    /// the overlay or newer. Not with the fold held.
-    #[doc(hidden)]
-    pub fn fold_between_view_reads(&self, on: bool) {
-        locked(&self.fold.state).drain_in_view = on;
-        self.fold.changed.notify_all();
-    }
-
-    /// How far the fold lags: the commits served from memory, not yet
-    /// written into redb.
-    pub fn fold_lag(&self) -> FoldLag {
-        self.fold.lag()
-    }
-
-    /// Stops the fold thread: it folds what is left and checkpoints
-    /// (unless a failure forbids it), then exits.
-    pub(super) fn stop_fold(&mut self) {
-        let Some(thread) = self.fold_thread.take() else {
-            return;
-        };
-        {
-            let mut state = locked(&self.fold.state);
-            state.stop = true;
-            state.held = false;
-        }
-        self.fold.changed.notify_all();
-        if thread.join().is_err() {
-            tracing::error!(
-                path = %self.path.display(),
-                "the fold thread panicked; the next open replays the segment"
-            );
-        }
-    }
-}
-
-impl Drop for DiskStore {
-    /// A clean close: the fold thread folds the rest and checkpoints, so
-    /// that the next open replays nothing.
-    fn drop(&mut self) {
-        self.stop_fold();
     }
 }

@@ -52,8 +52,14 @@
 //! - `error`: [`DiskError`] and the helpers that build it.
 //! - `segment`: the write-ahead segment's file, its framing and its scan.
 //! - `record`: a commit as a segment record (the codec of a whole batch).
-//! - `fold`: the commit path through the segment, the fold thread,
-//!   checkpoints, replay.
+//! - `db`: the redb tables, the database handle closed under a guard,
+//!   and write transactions, durable or not.
+//! - `options`: [`DiskOptions`] and their defaults, and [`Recovery`].
+//! - `fold`: the fold thread and what it shares with the committer,
+//!   a commit's check against the heads (`plan`), checkpoints, replay.
+//! - `commit`: the store's side of the fold: a commit's path into the
+//!   segment and on to the fold thread, closing, and the fold's test
+//!   hooks.
 //! - `overlay`: the commits not folded yet, and the rule that merges them
 //!   with redb's blocks in every read.
 //! - `write`: a commit's writes into redb (blocks and records), which the
@@ -65,6 +71,12 @@
 //! - `upgrade`: formats 1 and 2 (a value per event) and 3 (no chains),
 //!   upgraded on open.
 //!
+//! Imports flow one way: the leaves (`error`, `db`, `options`, `codec`,
+//! `record`, `segment`, `overlay`) import nothing of the store, `fold`
+//! imports only leaves, and the files that add to [`DiskStore`]
+//! (`commit`, `write`, `upgrade`, `checkpoints`) import this module,
+//! which imports none of them.
+//!
 //! See `docs/STORAGE.md` for the engine choice and its measurements.
 
 use std::collections::BTreeMap;
@@ -74,10 +86,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use meshlog_cursor::{StreamId, VersionVector};
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::store::{StoreView, ViewKind};
 use crate::{
@@ -88,9 +99,12 @@ use crate::{
 mod block;
 mod checkpoints;
 mod codec;
+mod commit;
+mod db;
 mod error;
 mod fold;
 mod lock;
+mod options;
 mod overlay;
 mod record;
 mod segment;
@@ -104,11 +118,17 @@ use codec::{
     decode_stream, encode_count, encode_digest, encode_format, META_BLOCKS, META_CLOCK,
     META_DIGEST, META_FORMAT,
 };
+use db::{begin_write_with, Db, BLOCKS, CHAINS, FORKS, META, SEALS, STATEMENTS, STREAMS};
 pub use error::DiskError;
 use error::{corrupt_block, engine_error, guarded, io, panic_message};
 pub use fold::FoldLag;
 use fold::{locked, FoldShared, Folder};
 use lock::{DirLock, Waiting};
+pub use options::{
+    DiskOptions, Recovery, CACHE_BYTES_DEFAULT, CHECKPOINT_BYTES_DEFAULT,
+    CHECKPOINT_RECORDS_DEFAULT, LOCK_WAIT_DEFAULT, UNFOLDED_BYTES_MAX_DEFAULT,
+    UNFOLDED_RECORDS_MAX_DEFAULT,
+};
 use overlay::Overlay;
 pub use segment::SEGMENT_FILE;
 use segment::{Segment, SegmentFile};
@@ -133,140 +153,11 @@ pub const LOCK_FILE: &str = "LOCK";
 /// a file of format 4 becomes format 5 by its format record alone, and a
 /// build of format 4, which would not replay the segment, refuses it.
 pub const FORMAT_VERSION: u32 = 5;
-/// The default size of the cache of the database's pages: 64 MiB.
-pub const CACHE_BYTES_DEFAULT: usize = 64 << 20;
-/// How many commits the segment holds, by default, before they are made
-/// durable in redb and the segment is emptied: 1,024.
-pub const CHECKPOINT_RECORDS_DEFAULT: u64 = 1024;
-/// How many bytes the segment holds, by default, before its commits are
-/// made durable in redb and it is emptied: 16 MiB.
-pub const CHECKPOINT_BYTES_DEFAULT: u64 = 16 << 20;
-/// How many commits, by default, reads serve from memory while the fold
-/// thread has yet to write them into redb, before a commit waits: 1,024.
-pub const UNFOLDED_RECORDS_MAX_DEFAULT: usize = 1024;
-/// How many bytes of events, by default, reads serve from memory while the
-/// fold thread has yet to write them, before a commit waits: 16 MiB.
-pub const UNFOLDED_BYTES_MAX_DEFAULT: u64 = 16 << 20;
-/// How long an open waits by default for a data directory locked by
-/// another holder before answering [`DiskError::Locked`]: 2 s. A lock held
-/// only for a moment (a child process forked while the lock file was open,
-/// until it execs; a store another process is closing) is gone well within
-/// it; a supervisor's restart may overlap the old process's exit by about
-/// that much.
-pub const LOCK_WAIT_DEFAULT: Duration = Duration::from_secs(2);
-
-const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
-const STREAMS: TableDefinition<u64, &[u8]> = TableDefinition::new("streams");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const CHAINS: TableDefinition<u64, &[u8]> = TableDefinition::new("chains");
-/// Per stream received sealed, the key pinned and the seals kept
-/// (`docs/STORAGE.md`): added within format 4, so a format-4 file
-/// without it holds no pins.
-const SEALS: TableDefinition<u64, &[u8]> = TableDefinition::new("seals");
-/// Per stream, the newest compaction statement kept (`docs/STORAGE.md`):
-/// its 144 bytes (`SignedCompaction::to_bytes`). Added within format 5: a
-/// file without it holds none.
-pub(super) const STATEMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("statements");
-/// Per stream proven forked, the proof kept (`docs/STORAGE.md`): added
-/// within format 5, so a file without it holds no proofs.
-const FORKS: TableDefinition<u64, &[u8]> = TableDefinition::new("forks");
 // The `seals` record's bounds are the kept seals'.
 const _: () = assert!(codec::SEALS_RECORD_MAX == KeptSeals::SEALS_MAX);
 const _: () = assert!(codec::SEAL_LEN == Seal::LEN);
 /// Written to `LOCK` once the database exists; see the module docs.
 const LOCK_MARKER: &[u8] = b"meshlog-replica data directory, format 1\n";
-
-/// What recovery found on open, beyond the log itself.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Recovery {
-    /// The data file did not exist, or no open had ever returned on it and
-    /// it was damaged (set aside as `meshlog.redb.damaged-<ns>`): a new,
-    /// empty store was created.
-    pub created: bool,
-    /// redb found the newest commit torn (its pages do not match the
-    /// checksum its commit slot records) and fell back to the commit before
-    /// it. A commit torn by a crash never returned, so nothing in it was
-    /// acknowledged; the log read back is a correct prefix either way, and
-    /// this says that the newest commit on disk was dropped.
-    pub rolled_back: bool,
-    /// redb's recovery ran on this open and checked the checksum of every
-    /// page of the newest commit (reading the whole file): because the
-    /// store was not closed cleanly (a crash, a kill, a power cut: redb's
-    /// recovery flag was still set), or because
-    /// [`DiskOptions::check_pages_on_open`] asked for it. With the default
-    /// options it is exactly "the last shutdown was unclean".
-    pub pages_checked: bool,
-    /// Commits replayed from the write-ahead segment on this open: each was
-    /// acknowledged (or in flight) and not yet durable in redb when the
-    /// store last stopped. 0 after a clean close.
-    pub replayed: u64,
-    /// Bytes of a torn record cut from the segment's tail on this open (an
-    /// append a crash interrupted, never acknowledged); 0 if none.
-    pub torn_bytes: u64,
-}
-
-/// How a [`DiskStore`] opens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiskOptions {
-    /// The most memory, in bytes, the cache of the database's pages takes
-    /// (redb's read cache and write buffer). Events are read from disk
-    /// through it; nothing else of the log is kept in memory but, per
-    /// stream, its floor, head and pending buffer. Default
-    /// [`CACHE_BYTES_DEFAULT`].
-    pub cache_bytes: usize,
-    /// Whether a *clean* open checks the checksum of every page of the
-    /// file (redb's `set_check_integrity_on_open`), reading the whole file.
-    /// Off by default: redb's last durable commit recorded its allocator
-    /// state, so even an unclean open need not walk the file (the segment
-    /// holds what came after), and a file closed cleanly holds exactly
-    /// what its last commit wrote; damage done to it since (bit rot, another program) is
-    /// caught by the crc32 of the block or record that reads it, typed and
-    /// naming the file, and by [`Replica::verify`](crate::Replica::verify)
-    /// on demand. On: such damage is reported on open instead, at the cost
-    /// of reading the whole file (1.3 s for a million events of 100 bytes
-    /// in format 2; `docs/STORAGE.md`).
-    pub check_pages_on_open: bool,
-    /// How long an open waits for a data directory locked by another
-    /// holder before answering [`DiskError::Locked`], trying again with
-    /// pauses of 1 ms growing to 50 ms: SQLite's busy timeout, for the
-    /// directory. A lock held only for a moment (a child process forked by
-    /// any thread while a store's lock file was open keeps the lock until it
-    /// execs; a store another process is closing) does not refuse the open;
-    /// a store that stays open does, once this has passed. Zero refuses at
-    /// once. Default [`LOCK_WAIT_DEFAULT`].
-    pub lock_wait: Duration,
-    /// How many commits the write-ahead segment holds before a checkpoint
-    /// makes redb durable and empties it: a bound on what an unclean open
-    /// replays. Default [`CHECKPOINT_RECORDS_DEFAULT`]; at least 1.
-    pub checkpoint_records: u64,
-    /// How many bytes the segment holds before a checkpoint. Default
-    /// [`CHECKPOINT_BYTES_DEFAULT`].
-    pub checkpoint_bytes: u64,
-    /// How many commits the fold thread may lag: reads serve the commits
-    /// it has not written into redb from memory, and a commit that finds
-    /// this many waits for it. Default [`UNFOLDED_RECORDS_MAX_DEFAULT`]; at
-    /// least 1.
-    pub unfolded_records_max: usize,
-    /// How many bytes of events (payloads and per-event overhead) the
-    /// commits not yet folded may hold before a commit waits; a single
-    /// larger commit waits until nothing else is unfolded. Default
-    /// [`UNFOLDED_BYTES_MAX_DEFAULT`].
-    pub unfolded_bytes_max: u64,
-}
-
-impl Default for DiskOptions {
-    fn default() -> Self {
-        DiskOptions {
-            cache_bytes: CACHE_BYTES_DEFAULT,
-            check_pages_on_open: false,
-            lock_wait: LOCK_WAIT_DEFAULT,
-            checkpoint_records: CHECKPOINT_RECORDS_DEFAULT,
-            checkpoint_bytes: CHECKPOINT_BYTES_DEFAULT,
-            unfolded_records_max: UNFOLDED_RECORDS_MAX_DEFAULT,
-            unfolded_bytes_max: UNFOLDED_BYTES_MAX_DEFAULT,
-        }
-    }
-}
 
 /// The durable [`Store`]: a redb database in a locked data directory.
 ///
@@ -1260,45 +1151,6 @@ fn open_database<B: redb::StorageBackend>(
     }
 }
 
-/// The redb database, closed under a guard. redb's close writes its
-/// allocator state back; on a file damaged outside redb that opened without
-/// redb noticing, that can panic (a flipped bit in an allocator page does,
-/// `corruption::a_flipped_bit_in_the_data_file_is_refused_or_repaired_never_a_panic`).
-/// Closing a damaged file must not take the process down: the panic is
-/// caught and logged, naming the file.
-#[derive(Debug)]
-struct Db {
-    /// Taken only when dropped.
-    db: Option<Database>,
-    path: PathBuf,
-}
-
-impl std::ops::Deref for Db {
-    type Target = Database;
-
-    fn deref(&self) -> &Database {
-        self.db
-            .as_ref()
-            .expect("the database is taken only when dropped")
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let Some(db) = self.db.take() else {
-            return;
-        };
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(db))) {
-            tracing::error!(
-                path = %self.path.display(),
-                panic = %panic_message(&*panic),
-                "the storage engine panicked closing the data file: it is damaged; \
-                 reopen it (redb checks and repairs it) or run Replica::verify"
-            );
-        }
-    }
-}
-
 /// What redb's repair callback saw during an open.
 #[derive(Default)]
 struct RepairSeen {
@@ -1306,77 +1158,6 @@ struct RepairSeen {
     ran: AtomicBool,
     /// It fell back from a torn newest commit.
     rolled_back: AtomicBool,
-}
-
-/// A write transaction, durable or not. A durable commit also records
-/// redb's allocator state and commits in two phases ("quick repair"): an
-/// open after a crash then loads that state instead of walking and
-/// checksumming every page of the file, so recovery costs the segment's
-/// tail, not the file (`docs/STORAGE.md`). A commit that is not durable
-/// is only in memory (and the page cache) until the next durable one: the
-/// segment holds it meanwhile. `engine` names the file in an error.
-fn begin_write_with(
-    db: &Database,
-    durable: bool,
-    engine: impl FnOnce(redb::Error) -> DiskError,
-) -> Result<redb::WriteTransaction, DiskError> {
-    let durability = if durable {
-        redb::Durability::Immediate
-    } else {
-        redb::Durability::None
-    };
-    let txn = db
-        .begin_write()
-        .map_err(redb::Error::from)
-        .and_then(|mut txn| {
-            txn.set_durability(durability)?;
-            txn.set_quick_repair(durable);
-            Ok(txn)
-        });
-    txn.map_err(engine)
-}
-
-/// Checks that `batch` keeps every stream gap-free against `meta` (what
-/// the store at `path` holds), and returns the per-stream `(floor, head)`
-/// after it.
-fn plan(
-    meta: &StoreMeta,
-    path: &Path,
-    batch: &Batch,
-) -> Result<BTreeMap<StreamId, (u64, u64)>, DiskError> {
-    let mut touched: BTreeMap<StreamId, (u64, u64)> = BTreeMap::new();
-    let stored = |stream: StreamId| (meta.floor.get(stream), meta.heads.get(stream));
-    for &(stream, floor_seq) in &batch.floors {
-        let (floor, head) = touched.entry(stream).or_insert_with(|| stored(stream));
-        *floor = (*floor).max(floor_seq);
-        *head = (*head).max(floor_seq);
-    }
-    for event in batch.events() {
-        let (_, head) = touched
-            .entry(event.stream)
-            .or_insert_with(|| stored(event.stream));
-        let refused = |detail: String| DiskError::BatchRefused {
-            path: path.to_path_buf(),
-            stream: event.stream,
-            detail,
-        };
-        // Checked: a head read from disk (or raised by a floor) may be
-        // `u64::MAX`, and nothing follows it.
-        if head.checked_add(1) != Some(event.seq) {
-            return Err(refused(format!(
-                "seq {} does not follow head {head}",
-                event.seq
-            )));
-        }
-        if u32::try_from(event.payload.len()).is_err() {
-            return Err(refused(format!(
-                "seq {} has a payload over 4 GiB",
-                event.seq
-            )));
-        }
-        *head = event.seq;
-    }
-    Ok(touched)
 }
 
 /// The directories of `dir`'s path, innermost first, that do not exist yet.

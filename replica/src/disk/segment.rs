@@ -26,9 +26,8 @@ use std::path::{Path, PathBuf};
 
 use redb::StorageBackend;
 
-use super::error::io;
+use super::error::{io, DiskError};
 use super::record::{encode_batch, record_number};
-use super::DiskError;
 use crate::Batch;
 
 /// The name of the segment file inside a data directory.

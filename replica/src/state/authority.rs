@@ -16,10 +16,9 @@ use std::collections::BTreeMap;
 use meshlog_cursor::StreamId;
 
 use super::held::State;
-use super::plan::Plan;
 use super::validate::{PeerFloor, Rejection, RoundIndex};
 use crate::{
-    ChainHash, Compaction, CompactionSigner, Delta, DeltaError, FloorProofs, ReplicaError,
+    Batch, ChainHash, Compaction, CompactionSigner, Delta, DeltaError, FloorProofs, ReplicaError,
     SealError, SignedCompaction,
 };
 
@@ -195,13 +194,17 @@ impl State {
         ignored
     }
 
-    /// The statements a commit keeps, newest per stream: the round's
-    /// accepted ones that erased their stream, and the own stream's, signed
-    /// here when a keyed replica's batch raises its floor over the chain
-    /// hash there. Needs the batch's chains.
-    pub(super) fn statements_after(&self, plan: &Plan<'_>) -> Vec<SignedCompaction> {
+    /// The statements a commit of `batch` keeps, newest per stream: the
+    /// round's accepted `statements` that erased their stream, and the own
+    /// stream's, signed here when a keyed replica's batch raises its floor
+    /// over the chain hash there. Needs the batch's chains.
+    pub(super) fn statements_after(
+        &self,
+        batch: &Batch,
+        statements: &[SignedCompaction],
+    ) -> Vec<SignedCompaction> {
         let mut kept: BTreeMap<StreamId, SignedCompaction> = BTreeMap::new();
-        for signed in &plan.statements {
+        for signed in statements {
             let stream = signed.statement.stream;
             let newer = kept
                 .get(&stream)
@@ -212,9 +215,9 @@ impl State {
             }
         }
         let own = self.config.stream;
-        let own_floor = plan.batch.floors.iter().find(|&&(s, _)| s == own);
+        let own_floor = batch.floors.iter().find(|&&(s, _)| s == own);
         if let (Some(key), Some(&(_, floor))) = (&self.config.key, own_floor) {
-            let chain = plan.batch.chain(own).copied();
+            let chain = batch.chain(own).copied();
             if let Some(chain) = chain.filter(|chain| chain.anchored) {
                 let statement = Compaction {
                     stream: own,

@@ -15,7 +15,8 @@ use std::sync::PoisonError;
 
 use meshlog_cursor::StreamId;
 
-use super::held::{read_error, State};
+use super::held::State;
+use crate::error::read_error;
 use crate::store::BatchPart;
 use crate::{Batch, ChainDigest, ChainHash, Event, ReplicaError, StreamChain, StreamHead};
 

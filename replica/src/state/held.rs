@@ -1,8 +1,8 @@
 //! What a replica holds, and nothing that acts on it: the `State` struct
-//! and its fields' types (`LazyDigest`), its plain accessors, the digest's
-//! arithmetic and the store-error conversions. The leaf of `state`: it
-//! imports none of its siblings, and every sibling (`validate`, `plan`,
-//! `publish`, `delta`) and `state` itself import the state from here.
+//! and its fields' types (`LazyDigest`), its plain accessors and the
+//! digest's arithmetic. The leaf of `state`: it imports none of its
+//! siblings, and every sibling (`validate`, `plan`, `publish`, `delta`)
+//! and `state` itself import the state from here.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -10,8 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::log::Log;
-use crate::mem::ReadError;
-use crate::{Config, Digest, Event, OpenWarning, ReplicaError, Seal, Stats, StreamChain};
+use crate::{Config, Digest, Event, OpenWarning, Seal, Stats, StreamChain};
 
 /// A replica's readable state: the log, its vectors and counters.
 #[derive(Debug)]
@@ -149,14 +148,6 @@ impl State {
     pub(crate) fn is_recovering(&self) -> bool {
         self.recovering
     }
-}
-
-pub(crate) fn read_error(error: ReadError) -> ReplicaError {
-    ReplicaError::Store(error)
-}
-
-pub(crate) fn store_error<E: std::error::Error + Send + Sync + 'static>(error: E) -> ReplicaError {
-    ReplicaError::Store(Box::new(error))
 }
 
 impl Digest {

@@ -27,8 +27,8 @@
 //!   for a batch just before its commit, kept when published, taken on
 //!   open, recomputed by `verify`; the digest of them;
 //! - `held`: the `State` struct and its fields' types (`LazyDigest`), its
-//!   plain accessors, the digest's arithmetic, the store-error conversions;
-//!   the leaf, importing none of its siblings;
+//!   plain accessors, the digest's arithmetic; the leaf, importing none of
+//!   its siblings (the store-error conversions are `crate::error`'s);
 //! - `validate`: the one validator: what a replica accepts, for a run of
 //!   events (a delta's floors and runs, local appends), and its limits;
 //! - `plan`: a round (one request, or a group commit's queue) folded in
@@ -50,7 +50,7 @@ mod publish;
 mod seals;
 mod validate;
 
-pub(crate) use held::{store_error, State};
+pub(crate) use held::State;
 pub(crate) use plan::{AppendRequest, Plan, Planned, RoundItem};
 pub(crate) use validate::RoundIndex;
 
@@ -60,11 +60,12 @@ use std::sync::{Mutex, PoisonError};
 use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::checkpoints::Checkpoints;
+use crate::error::{read_error, store_error};
 use crate::log::{Held, Log, Walk};
 use crate::mem::MemLog;
 use crate::{Config, Digest, Event, OpenWarning, Page, PageError, ReplicaError, Stats, Store};
 use delta::read_whole;
-use held::{read_error, LazyDigest};
+use held::LazyDigest;
 
 impl State {
     /// Reads what `store` holds and checks it: per stream the events

@@ -53,7 +53,7 @@ impl State {
         (plan.batch.chains, plan.batch.hashed) =
             self.chains_after(&plan.batch, &plan.seals, &plan.statements)?;
         plan.batch.seals = self.seals_after(&plan.batch, &plan.seals);
-        plan.batch.statements = self.statements_after(plan);
+        plan.batch.statements = self.statements_after(&plan.batch, &plan.statements);
         Ok(())
     }
 

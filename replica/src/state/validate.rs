@@ -6,7 +6,8 @@ use std::ops::RangeInclusive;
 
 use meshlog_cursor::StreamId;
 
-use super::held::{read_error, State};
+use super::held::State;
+use crate::error::read_error;
 use crate::log::StreamLog;
 use crate::{Admission, Cut, Delta, DeltaColumns, DeltaError, Event, Limit, ReplicaError};
 

@@ -1,6 +1,7 @@
 //! Helpers shared by the replica's integration tests: an in-process link
 //! between replicas that a test can cut and heal, a walker that pages a log
-//! and checks exactly-once. (Seeds come from `meshlog_testkit::seed`.)
+//! and checks exactly-once, and the inputs of a fuzz target's regression
+//! directory. (Seeds come from `meshlog_testkit::seed`.)
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
@@ -107,4 +108,29 @@ pub fn held<S: Store>(replica: &Replica<S>) -> BTreeSet<(StreamId, u64)> {
         .iter()
         .flat_map(|(stream, head)| (floor.get(stream) + 1..=head).map(move |seq| (stream, seq)))
         .collect()
+}
+
+/// The inputs under `fuzz/regressions/<target>/`, by name, sorted: what a
+/// `*_fuzz_regressions.rs` test replays. Fails unless there are at least
+/// `min`, so a replay cannot pass by reading an empty directory.
+pub fn fuzz_regressions(target: &str, min: usize) -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions")
+        .join(target);
+    let mut inputs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a readable directory entry").path())
+        .filter(|path| path.is_file())
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).expect("a readable input"))
+        })
+        .collect();
+    inputs.sort();
+    assert!(
+        inputs.len() >= min,
+        "{} holds too few inputs",
+        dir.display()
+    );
+    inputs
 }
