@@ -15,7 +15,9 @@
 //! a twin writer of one stream — claiming the receiver's own stream, with
 //! floors, honest or not — past a writer's head, at `LAMPORT_MAX`, past the
 //! receiver's own head — at every position of a round; the sealed
-//! writer's compaction statements, over its chain hash or another), and
+//! writer's compaction statements, over its chain hash or another; in half
+//! the schedules a twin of the sealed writer, its key on another history,
+//! whose sealed runs prove a fork and freeze the stream mid-round), and
 //! compactions.
 //! A third of the batches hand every delta in columns, so that rounds of
 //! clean deltas are planned as columns. The writers also receive from one
@@ -87,8 +89,14 @@ struct Tally {
     grouped: u64,
     with_four: u64,
     limited: u64,
-    /// Schedules whose receiver ended holding the sealed writer's head.
+    /// Schedules without the sealed writer's twin whose receiver ended
+    /// holding the sealed writer's head, of `unforked`.
     sealed_held: u64,
+    unforked: u64,
+    /// Schedules whose receiver ended with the sealed stream proven
+    /// forked, and rounds planned after that that refused its stream
+    /// `Frozen`.
+    forked: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -207,8 +215,10 @@ fn apply_one(reference: &mut Replica, request: &Request, got: &Answer) -> Answer
 
 /// The writers whose histories deltas are cut from: one per stream of
 /// `WRITERS`, and a twin of the first that writes other payloads under
-/// the same stream (its events equivocate with the first's).
-fn writers() -> Vec<Replica> {
+/// the same stream (its events equivocate with the first's); with
+/// `forking`, a twin of the sealed writer (`SEALED_TWIN`): its key on
+/// another history.
+fn writers(forking: bool) -> Vec<Replica> {
     let mut writers: Vec<Replica> = WRITERS[..2].iter().map(|&s| Replica::new(s)).collect();
     let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
     assert_eq!(
@@ -217,9 +227,50 @@ fn writers() -> Vec<Replica> {
         "the sealed writer's stream is its key's"
     );
     let config = meshlog_replica::Config::with_key(key);
-    writers.push(Replica::open(config, meshlog_replica::MemStore::default()).expect("opens"));
-    writers.push(Replica::new(WRITERS[0]));
     writers
+        .push(Replica::open(config.clone(), meshlog_replica::MemStore::default()).expect("opens"));
+    writers.push(Replica::new(WRITERS[0]));
+    if forking {
+        writers.push(Replica::open(config, meshlog_replica::MemStore::default()).expect("opens"));
+    }
+    writers
+}
+
+/// The index in `writers` of the sealed writer's twin, when there is one.
+const SEALED_TWIN: usize = 4;
+
+/// A sealed run of the sealed writer's twin (its other history, under the
+/// writer's key), from a seq at or near the receiver's head, with its base
+/// (the chain hash below its first seq) and the twin's seal at its end:
+/// where the receiver keeps a seal of the writer's own history within the
+/// run, the run proves a fork (`DeltaError::Forked`) and the stream is
+/// frozen.
+fn draw_fork(rng: &mut SplitMix64, twin: &Replica, marks: &VersionVector) -> Delta {
+    let stream = WRITERS[2];
+    let (floor, head) = (twin.floor().get(stream), twin.marks().get(stream));
+    let Some(chain) = twin.chain(stream).filter(|_| head > floor) else {
+        return Delta::default();
+    };
+    let since = match rng.chance(0.5) {
+        true => marks.get(stream).clamp(floor, head - 1),
+        false => rng.between(floor, head - 1),
+    };
+    let last = rng.between(since + 1, head);
+    let get = |seq| twin.get(stream, seq).expect("the twin holds it");
+    let below: Vec<Event> = (floor + 1..=since).map(get).collect();
+    let events: Vec<Event> = (since + 1..=last).map(get).collect();
+    let base = chain.floor_hash.extend(&below);
+    let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+    let seal = meshlog_replica::Seal::sign_for(&key, stream, last, base.extend(&events));
+    Delta {
+        events,
+        seals: vec![meshlog_replica::RunSeal {
+            key: key.public(),
+            seal,
+            base: Some(base),
+        }],
+        ..Delta::default()
+    }
 }
 
 /// A delta cut from a writer's history, relative to the receiver's marks
@@ -227,7 +278,11 @@ fn writers() -> Vec<Replica> {
 /// a repeat, and sometimes altered, reordered, claiming the receiver's own
 /// stream, or carrying a floor (honest or not, the own stream's included).
 fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) -> Delta {
-    let writer = &writers[rng.below(writers.len() as u64) as usize];
+    let index = rng.below(writers.len() as u64) as usize;
+    if index == SEALED_TWIN {
+        return draw_fork(rng, &writers[index], marks);
+    }
+    let writer = &writers[index];
     let stream = writer.stream();
     let head = writer.marks().get(stream);
     let since = match rng.below(4) {
@@ -245,6 +300,12 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         delta.events.remove(1);
     }
     let own_head = marks.get(OWN);
+    // With the sealed writer's twin, no unsigned floor of the sealed
+    // stream: a round in which one leaves it unanchored and a seal's base
+    // anchors it is not yet judged as one by one (see `unanchored`
+    // below), and would hide what the twin's forks test.
+    let forking = writers.len() > SEALED_TWIN;
+    let floor_of = |stream: StreamId| !(forking && stream == WRITERS[2]);
     match rng.below(17) {
         0 => {
             if let Some(event) = delta.events.first_mut() {
@@ -260,9 +321,10 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         }),
         2 | 3 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
-            delta
-                .floor
-                .advance(stream, marks.get(stream) + rng.below(4));
+            let floor = marks.get(stream) + rng.below(4);
+            if floor_of(stream) {
+                delta.floor.advance(stream, floor);
+            }
         }
         4 => delta.floor.advance(OWN, own_head + rng.below(2)),
         // Hostile floors (issue 29): past a writer's head (the receiver
@@ -270,14 +332,17 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         // far past the receiver's own head.
         6 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
-            delta
-                .floor
-                .advance(stream, marks.get(stream) + rng.between(4, 6));
+            let floor = marks.get(stream) + rng.between(4, 6);
+            if floor_of(stream) {
+                delta.floor.advance(stream, floor);
+            }
         }
         7 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
-            let top = meshlog_replica::LAMPORT_MAX;
-            delta.floor.advance(stream, top - rng.below(2));
+            let top = meshlog_replica::LAMPORT_MAX - rng.below(2);
+            if floor_of(stream) {
+                delta.floor.advance(stream, top);
+            }
         }
         8 => match rng.chance(0.5) {
             true => delta.floor.advance(OWN, own_head + 9),
@@ -710,7 +775,8 @@ fn run_held<S: Store + Send + Sync + 'static>(
 /// One schedule over the store `inner`; what it tallies goes to `tally`.
 fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut Tally) {
     let mut rng = SplitMix64::new(seed);
-    let mut writers = writers();
+    let forking = rng.chance(0.5);
+    let mut writers = writers(forking);
     let mut config = Config::new(OWN);
     // Small, so that full buffers drop early events, which must go the same
     // way in a round as one by one.
@@ -767,7 +833,12 @@ fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut T
         "after the catch-up"
     );
     let sealed = WRITERS[2];
-    tally.sealed_held += u64::from(reference.marks().get(sealed) == writers[2].marks().get(sealed));
+    if !forking {
+        tally.unforked += 1;
+        tally.sealed_held +=
+            u64::from(reference.marks().get(sealed) == writers[2].marks().get(sealed));
+    }
+    tally.forked += u64::from(!reference.forks().is_empty());
     let stats = bench.finish();
     tally.schedules += 1;
     tally.rounds += stats.rounds;
@@ -793,6 +864,8 @@ fn assert_grouped(tally: &Tally) {
             with_four,
             limited,
             sealed_held,
+            unforked,
+            forked,
         } = *tally;
         assert!(
             grouped * 4 >= rounds,
@@ -806,8 +879,14 @@ fn assert_grouped(tally: &Tally) {
         // About as often as an unsealed writer (two in five: hostile
         // floors and limits keep the rest behind, alike).
         assert!(
-            sealed_held * 5 >= schedules,
-            "{sealed_held} of {schedules} receivers took the sealed writer's runs"
+            sealed_held * 5 >= unforked,
+            "{sealed_held} of {unforked} receivers took the sealed writer's runs"
+        );
+        // The twin's runs proved a fork in some of the half of schedules
+        // that have one.
+        assert!(
+            forked * 10 >= schedules,
+            "{forked} of {schedules} receivers proved the sealed stream forked"
         );
     }
 }
