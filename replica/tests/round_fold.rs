@@ -301,9 +301,11 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
     }
     let own_head = marks.get(OWN);
     // With the sealed writer's twin, no unsigned floor of the sealed
-    // stream: a round in which one leaves it unanchored and a seal's base
-    // anchors it is not yet judged as one by one (see `unanchored`
-    // below), and would hide what the twin's forks test.
+    // stream: a round in which one left it unanchored and a seal's base
+    // anchors it is not yet judged as one by one (a later delta of the
+    // round is not chained from that anchor, and the commit's chain
+    // trusts its seal: found by this case, seed 12745679532043946228
+    // without this guard; open).
     let forking = writers.len() > SEALED_TWIN;
     let floor_of = |stream: StreamId| !(forking && stream == WRITERS[2]);
     match rng.below(17) {
@@ -1026,6 +1028,72 @@ fn regression_a_later_deltas_floor_is_judged_on_the_stream_as_the_round_leaves_i
     assert_eq!(want_second.behind_events, 2);
     assert_eq!(got.0, want_first);
     assert_eq!(got.1.unwrap(), want_second, "the second, as one by one");
+    assert_eq!(seen_shared(&shared), seen_replica(&reference));
+    assert_eq!(shared.commit_stats().largest_round, 2, "one round of two");
+}
+
+/// A statement names the stream whose head a later delta is judged
+/// against, whether or not its delta's floor does (review of issue 29's
+/// statements): a hand-built delta carrying only the sealed writer's
+/// statement at seq 5, on a receiver holding the stream's 1..=3, erases
+/// up to 5 and moves the head there; a second delta then brings seqs 4
+/// and 5 unsealed. One by one they are below the floor (taken, nothing
+/// applied); a round that left the stream's head at 3 for the second
+/// delta refused it `Unsealed`.
+#[test]
+fn regression_a_statement_outside_its_deltas_floor_moves_the_head_a_later_delta_sees() {
+    let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+    let stream = key.stream();
+    let mut writer = Replica::open(Config::with_key(key.clone()), MemStore::default()).unwrap();
+    for seq in 1..=3 {
+        writer.append_at(format!("w #{seq}"), 0).unwrap();
+    }
+    let sealed = writer.delta_for(&VersionVector::new(), usize::MAX);
+    for seq in 4..=5 {
+        writer.append_at(format!("w #{seq}"), 0).unwrap();
+    }
+    let statement = meshlog_replica::Compaction {
+        stream,
+        floor: 5,
+        hash: writer.chain(stream).expect("the writer's chain").head_hash,
+    };
+    let first = Delta {
+        floor_proofs: meshlog_replica::FloorProofs {
+            statements: vec![statement.sign_by_writer(&key)],
+            hashes: Vec::new(),
+        },
+        ..Delta::default()
+    };
+    let second = Delta {
+        events: (4..=5)
+            .map(|seq| writer.get(stream, seq).unwrap())
+            .collect(),
+        ..Delta::default()
+    };
+
+    let store = HeldStore::new(MemStore::default(), HOLD_MAX);
+    let gate = store.gate();
+    let mut receiver = Replica::open(Config::new(OWN), store).unwrap();
+    receiver.apply(&sealed).expect("the sealed run is taken");
+    let shared = SharedReplica::new(receiver);
+    gate.arm();
+    let blocker = shared.append_async("blocker");
+    assert!(gate.wait_holding(HOLD_MAX), "the blocker's commit is held");
+    let got_first = shared.apply_async(first.clone());
+    let got_second = shared.apply_async(second.clone());
+    gate.disarm();
+    assert!(gate.release());
+    let blocker = blocker.wait().unwrap();
+    let got = (got_first.wait(), got_second.wait().map_err(message));
+
+    let mut reference = Replica::new(OWN);
+    reference.apply(&sealed).unwrap();
+    reference.append_at("blocker", blocker.time_ms).unwrap();
+    let want_first = reference.apply(&first).unwrap();
+    let want_second = reference.apply(&second).map_err(message);
+    assert_eq!(want_second.as_ref().map(|r| r.below_floor), Ok(2));
+    assert_eq!(got.0.unwrap(), want_first);
+    assert_eq!(got.1, want_second, "the second, as one by one");
     assert_eq!(seen_shared(&shared), seen_replica(&reference));
     assert_eq!(shared.commit_stats().largest_round, 2, "one round of two");
 }
