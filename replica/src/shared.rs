@@ -934,8 +934,20 @@ impl<S: Store> SharedReplica<S> {
     /// handle is poisoned.
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
         self.read()
-            .map(|state| state.delta_for(their_marks, byte_budget))
+            .map(|state| state.delta_for_or_empty(their_marks, byte_budget))
             .unwrap_or_default()
+    }
+
+    /// See [`Replica::try_delta_for`]; [`ReplicaError::Failed`] once the
+    /// handle is poisoned.
+    pub fn try_delta_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReplicaError> {
+        let state = self.read().ok_or(ReplicaError::Failed)?;
+        let delta = state.delta_for(their_marks, byte_budget);
+        delta.map_err(ReplicaError::Store)
     }
 
     /// See [`Replica::delta_columns_for`].
@@ -945,8 +957,20 @@ impl<S: Store> SharedReplica<S> {
         byte_budget: usize,
     ) -> DeltaColumns {
         self.read()
-            .map(|state| state.delta_columns_for(their_marks, byte_budget))
+            .map(|state| state.delta_columns_for_or_empty(their_marks, byte_budget))
             .unwrap_or_default()
+    }
+
+    /// See [`Replica::try_delta_columns_for`]; [`ReplicaError::Failed`]
+    /// once the handle is poisoned.
+    pub fn try_delta_columns_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<DeltaColumns, ReplicaError> {
+        let state = self.read().ok_or(ReplicaError::Failed)?;
+        let columns = state.delta_columns_for(their_marks, byte_budget);
+        columns.map_err(ReplicaError::Store)
     }
 
     /// The marks as last published.

@@ -240,7 +240,13 @@ fn block_key(txn: &redb::WriteTransaction, stream: StreamId, seq: u64) -> (u64, 
 
 /// Flips a bit inside the block holding `(OWN, 77)`; answers its first seq.
 fn flip_in_block_of_77(txn: &redb::WriteTransaction) -> u64 {
-    let key = block_key(txn, OWN, 77);
+    flip_in_block_of(txn, 77)
+}
+
+/// Flips a bit inside the block holding `(OWN, seq)`; answers its first
+/// seq.
+fn flip_in_block_of(txn: &redb::WriteTransaction, seq: u64) -> u64 {
+    let key = block_key(txn, OWN, seq);
     let mut blocks = txn.open_table(BLOCKS).unwrap();
     let mut value = blocks.get(key).unwrap().unwrap().value().to_vec();
     value[30] ^= 0x10;
@@ -312,6 +318,66 @@ fn a_page_reaching_a_damaged_block_is_refused_naming_it() {
         }
         other => panic!("expected PageError::Store, got {other}"),
     }
+}
+
+/// A delta that reaches a damaged block is the store's error, not the
+/// shorter delta before it (review of the signed-streams work: the delta
+/// path logged the read error and answered the events read so far, which
+/// hid the fault from the sender). `try_delta_for` and
+/// `try_delta_columns_for` answer `ReplicaError::Store` naming the file,
+/// the stream and the block, whatever the budget that reaches it (one that
+/// does not is a delta); `delta_for`, which
+/// takes no error, answers the empty delta. The damaged block is in the
+/// middle of the own stream, so the events before it would make a
+/// shorter delta (the last block is read on open, which refuses it).
+#[test]
+fn a_delta_reaching_a_damaged_block_is_the_stores_error_not_a_shorter_delta() {
+    let dir = scratch();
+    let original = write_log(dir.path());
+    let own_head = original.keys().filter(|(s, _)| *s == OWN).count() as u64 + 30;
+    let first_seq;
+    {
+        let db = redb::Database::open(data_file(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        first_seq = flip_in_block_of(&txn, own_head - 100);
+        txn.commit().unwrap();
+    }
+    let replica = Replica::open(Config::new(OWN), DiskStore::open(dir.path()).unwrap()).unwrap();
+    let named = format!("block of stream 1 from seq {first_seq}");
+    // Every event, and the oldest that fit a budget that reaches the block.
+    for budget in [usize::MAX, 20_000] {
+        let error = replica
+            .try_delta_for(&VersionVector::new(), budget)
+            .expect_err("the damaged block is reached");
+        assert!(matches!(error, ReplicaError::Store(_)), "{error}");
+        let text = error.to_string();
+        assert!(text.contains(DATA_FILE) && text.contains(&named), "{text}");
+        let error = replica
+            .try_delta_columns_for(&VersionVector::new(), budget)
+            .expect_err("the damaged block is reached, in columns");
+        assert!(error.to_string().contains(&named), "{error}");
+        let delta = replica.delta_for(&VersionVector::new(), budget);
+        assert!(delta.events.is_empty(), "not a shorter delta");
+    }
+    // A budget that stops before it, or marks past it, read nothing of it:
+    // a delta is answered.
+    let short = replica.try_delta_for(&VersionVector::new(), 2_000);
+    assert!(
+        short
+            .expect("the damaged block is not reached")
+            .events
+            .len()
+            > 1
+    );
+    let past: VersionVector = [(OWN, own_head - 20)].into_iter().collect();
+    let delta = replica
+        .try_delta_for(&past, usize::MAX)
+        .expect("no damaged block read");
+    assert_eq!(delta.events.iter().filter(|e| e.stream == OWN).count(), 20);
+    assert!(
+        delta.events.iter().any(|e| e.stream == PEER),
+        "the peer's events are sent"
+    );
 }
 
 #[test]
