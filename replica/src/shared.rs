@@ -1371,8 +1371,6 @@ impl<S: Store> Inner<S> {
         outcomes
     }
 
-    /// Commits the plan's batch (if any) with no lock on the state, then
-    /// publishes it and notifies; a failed commit publishes nothing.
     /// A checkpoint round: planned on the state, recorded by the store,
     /// then kept (a failed record changes nothing, and leaves the store
     /// usable: no event was at stake).
@@ -1393,6 +1391,8 @@ impl<S: Store> Inner<S> {
         Ok(Some(added))
     }
 
+    /// Commits the plan's batch (if any) with no lock on the state, then
+    /// publishes it and notifies; a failed commit publishes nothing.
     fn commit_and_publish(
         &self,
         writer: &mut Writer<S>,
