@@ -259,14 +259,16 @@ impl State {
         for item in items {
             let planned = match *item {
                 RoundItem::Columns(columns) => {
-                    // Seals are judged only in the one validator: a
-                    // sealed delta, or any under `require_seals`, goes
-                    // the events' way.
-                    let pinned = !self.pinned.is_empty()
-                        && columns
-                            .runs()
-                            .iter()
-                            .any(|run| self.pinned.contains_key(&run.stream));
+                    // Seals and forks are judged only in the one
+                    // validator: a sealed delta, any under
+                    // `require_seals`, and one of a pinned or frozen
+                    // stream (a proof received before anything of it
+                    // freezes a stream never pinned) go the events' way.
+                    let judged = |stream| {
+                        self.pinned.contains_key(&stream) || self.forks.contains_key(&stream)
+                    };
+                    let pinned = !(self.pinned.is_empty() && self.forks.is_empty())
+                        && columns.runs().iter().any(|run| judged(run.stream));
                     if !columns.seals.is_empty() || self.config.require_seals || pinned {
                         return None;
                     }
