@@ -301,11 +301,12 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
     }
     let own_head = marks.get(OWN);
     // With the sealed writer's twin, no unsigned floor of the sealed
-    // stream: a round in which one left it unanchored and a seal's base
-    // anchors it is not yet judged as one by one (a later delta of the
-    // round is not chained from that anchor, and the commit's chain
-    // trusts its seal: found by this case, seed 12745679532043946228
-    // without this guard; open).
+    // stream: where one left it unanchored, a seal's base that anchors it
+    // in a round is not seen by the round's later deltas (the validator
+    // does not chain their runs from it, as one by one it would), and the
+    // commit then takes a later seal's hash for the chain (a debug
+    // assertion in `State::hash_run`). Open: seed 12745679532043946228
+    // fails without this guard.
     let forking = writers.len() > SEALED_TWIN;
     let floor_of = |stream: StreamId| !(forking && stream == WRITERS[2]);
     match rng.below(17) {
@@ -1096,4 +1097,19 @@ fn regression_a_statement_outside_its_deltas_floor_moves_the_head_a_later_delta_
     assert_eq!(got.1, want_second, "the second, as one by one");
     assert_eq!(seen_shared(&shared), seen_replica(&reference));
     assert_eq!(shared.commit_stats().largest_round, 2, "one round of two");
+}
+
+/// Regression (found by 800 schedules of the property above): a round's
+/// sealed delta whose run it did not hold (left behind a floor) anchored
+/// the stream's chain on its base once another delta of the round held a
+/// run of the stream, where one by one that delta commits no event of it
+/// and anchors nothing: the chain digests differed. The commit's chains
+/// now take only the seals whose run the round holds.
+#[test]
+fn regression_a_seal_whose_run_the_round_does_not_hold_anchors_nothing() {
+    seed::with_seed(
+        "round_fold_held_seals",
+        14_567_015_891_656_417_390,
+        |seed| schedule(seed, MemStore::default(), &mut Tally::default()),
+    );
 }

@@ -99,6 +99,12 @@ pub(crate) struct Plan<'d> {
     /// [`State::seals_after`] goes on from there with the rest.
     pub(crate) seals_noted: usize,
     pub(crate) kept_seals: BTreeMap<StreamId, KeptSeals>,
+    /// Of `seals`, those whose run the round holds (the delta's events of
+    /// the stream, not left behind a floor or dropped as early): what the
+    /// commit's chains may anchor on or take a hash from
+    /// ([`State::chains_after`]), as one by one, where a seal whose run is
+    /// not held commits with no event of its stream.
+    pub(crate) held_seals: Vec<crate::RunSeal>,
 }
 
 impl Plan<'_> {
@@ -161,6 +167,8 @@ struct Round<'s, 'd> {
     event_ops: BTreeMap<StreamId, Vec<usize>>,
     /// Per stream, where its floor is in `plan.batch.floors`.
     floor_at: BTreeMap<StreamId, usize>,
+    /// The streams the delta being planned holds events of.
+    held_streams: std::collections::BTreeSet<StreamId>,
 }
 
 impl State {
@@ -188,6 +196,10 @@ impl State {
                                 .sealed
                                 .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
                             let report = round.delta(delta);
+                            let held = &round.held_streams;
+                            let held_seals =
+                                delta.seals.iter().filter(|s| held.contains(&s.seal.stream));
+                            round.plan.held_seals.extend(held_seals);
                             if round.indexing {
                                 round.note_seals(delta);
                                 round.plan.seals_noted = round.plan.seals.len();
@@ -410,6 +422,7 @@ impl<'s, 'd> Round<'s, 'd> {
             indexing: false,
             event_ops: BTreeMap::new(),
             floor_at: BTreeMap::new(),
+            held_streams: Default::default(),
         }
     }
 
@@ -431,6 +444,7 @@ impl<'s, 'd> Round<'s, 'd> {
     fn delta(&mut self, delta: &'d Delta) -> ApplyReport {
         let state = self.state;
         let own = state.config.stream;
+        self.held_streams.clear();
         let mut report = ApplyReport::default();
         // A statement with authority (validated) erases first, as a
         // compaction: never the own stream.
@@ -568,6 +582,7 @@ impl<'s, 'd> Round<'s, 'd> {
         if self.plan.batch.run_len(run) == 0 {
             return run;
         }
+        self.held_streams.insert(stream);
         self.push_events(stream, run, source);
         if self.indexing {
             self.note_stream(stream);
