@@ -598,9 +598,22 @@ impl<S: Store> Replica<S> {
     /// longest prefix of them in `(lamport, stream)` order that fits, so
     /// every missing event stamped below its newest (in memory it is found
     /// from the streams' lamports, without merging the streams).
-    /// Only committed events are ever sent.
+    /// Only committed events are ever sent. Where reading the store fails
+    /// (a damaged block on disk), the failure is logged and the delta is
+    /// empty, never a shorter one; [`Replica::try_delta_for`] answers it.
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
-        self.state.delta_for(their_marks, byte_budget)
+        self.state.delta_for_or_empty(their_marks, byte_budget)
+    }
+
+    /// [`Replica::delta_for`], or [`ReplicaError::Store`] where reading
+    /// the store fails (naming, for a `DiskStore`, the file and the block).
+    pub fn try_delta_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReplicaError> {
+        let delta = self.state.delta_for(their_marks, byte_budget);
+        delta.map_err(ReplicaError::Store)
     }
 
     /// [`Replica::delta_for`] as columns: the same events, read a slice of
@@ -612,7 +625,19 @@ impl<S: Store> Replica<S> {
         their_marks: &VersionVector,
         byte_budget: usize,
     ) -> DeltaColumns {
-        self.state.delta_columns_for(their_marks, byte_budget)
+        self.state
+            .delta_columns_for_or_empty(their_marks, byte_budget)
+    }
+
+    /// [`Replica::delta_columns_for`], or the store's read error (as
+    /// [`Replica::try_delta_for`]).
+    pub fn try_delta_columns_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<DeltaColumns, ReplicaError> {
+        let columns = self.state.delta_columns_for(their_marks, byte_budget);
+        columns.map_err(ReplicaError::Store)
     }
 
     /// How much of a received delta this replica's limits take (see

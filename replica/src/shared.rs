@@ -935,8 +935,20 @@ impl<S: Store> SharedReplica<S> {
     /// handle is poisoned.
     pub fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
         self.read()
-            .map(|state| state.delta_for(their_marks, byte_budget))
+            .map(|state| state.delta_for_or_empty(their_marks, byte_budget))
             .unwrap_or_default()
+    }
+
+    /// See [`Replica::try_delta_for`]; [`ReplicaError::Failed`] once the
+    /// handle is poisoned.
+    pub fn try_delta_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReplicaError> {
+        let state = self.read().ok_or(ReplicaError::Failed)?;
+        let delta = state.delta_for(their_marks, byte_budget);
+        delta.map_err(ReplicaError::Store)
     }
 
     /// See [`Replica::delta_columns_for`].
@@ -946,8 +958,20 @@ impl<S: Store> SharedReplica<S> {
         byte_budget: usize,
     ) -> DeltaColumns {
         self.read()
-            .map(|state| state.delta_columns_for(their_marks, byte_budget))
+            .map(|state| state.delta_columns_for_or_empty(their_marks, byte_budget))
             .unwrap_or_default()
+    }
+
+    /// See [`Replica::try_delta_columns_for`]; [`ReplicaError::Failed`]
+    /// once the handle is poisoned.
+    pub fn try_delta_columns_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<DeltaColumns, ReplicaError> {
+        let state = self.read().ok_or(ReplicaError::Failed)?;
+        let columns = state.delta_columns_for(their_marks, byte_budget);
+        columns.map_err(ReplicaError::Store)
     }
 
     /// The marks as last published.
@@ -1348,8 +1372,6 @@ impl<S: Store> Inner<S> {
         outcomes
     }
 
-    /// Commits the plan's batch (if any) with no lock on the state, then
-    /// publishes it and notifies; a failed commit publishes nothing.
     /// A checkpoint round: planned on the state, recorded by the store,
     /// then kept (a failed record changes nothing, and leaves the store
     /// usable: no event was at stake).
@@ -1376,6 +1398,8 @@ impl<S: Store> Inner<S> {
         Ok(Some(added))
     }
 
+    /// Commits the plan's batch (if any) with no lock on the state, then
+    /// publishes it and notifies; a failed commit publishes nothing.
     fn commit_and_publish(
         &self,
         writer: &mut Writer<S>,

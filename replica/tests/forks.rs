@@ -248,6 +248,38 @@ fn a_third_replica_learns_the_proof_and_freezes() {
     ));
 }
 
+/// A stream frozen by a proof received before anything of it (so not
+/// pinned) takes no event as columns either (review of the signed-streams
+/// work): a clean delta in columns skipped the validator, so its events
+/// were held where the same delta as events is refused `Frozen`.
+#[test]
+fn a_frozen_stream_never_pinned_takes_no_delta_in_columns() {
+    let mut rng = SplitMix64::new(5);
+    let fork = forked(1, 2, 2, &mut rng);
+    let proof = take_both(&fork, &mut strict(103));
+    let mut receiver = Replica::new(StreamId::new(106));
+    assert!(receiver.keep_fork(&proof).expect("kept"));
+    let mut delta = fork.writer_a.delta_for(&VersionVector::new(), usize::MAX);
+    delta.seals.clear();
+    let as_events = receiver.apply(&delta);
+    assert!(
+        matches!(
+            as_events,
+            Err(ReplicaError::Delta(DeltaError::Frozen { head: 0, .. }))
+        ),
+        "{as_events:?}"
+    );
+    let as_columns = receiver.apply_columns(&DeltaColumns::from_delta(&delta));
+    assert!(
+        matches!(
+            as_columns,
+            Err(ReplicaError::Delta(DeltaError::Frozen { head: 0, .. }))
+        ),
+        "{as_columns:?}"
+    );
+    assert_eq!(receiver.marks().get(stream()), 0, "nothing of it is held");
+}
+
 #[test]
 fn forged_proofs_are_refused_and_freeze_nothing() {
     let mut rng = SplitMix64::new(4);

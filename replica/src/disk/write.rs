@@ -182,11 +182,10 @@ impl Folder {
             .open_table(STATEMENTS)
             .map_err(self.engine("open statements table"))?;
         for statement in &batch.statements {
+            let stream = statement.statement.stream;
+            let record = codec::encode_statement(stream, &statement.to_bytes());
             table
-                .insert(
-                    statement.statement.stream.get(),
-                    statement.to_bytes().as_slice(),
-                )
+                .insert(stream.get(), record.as_slice())
                 .map_err(self.engine("write statement record"))?;
         }
         Ok(())

@@ -111,14 +111,22 @@ impl SignedCompaction {
                 derived: self.signer.stream(),
             });
         };
+        self.verify_signature()?;
+        Ok(signer)
+    }
+
+    /// Whether the signature verifies under the key that claims it,
+    /// whatever that key's authority (judged by [`SignedCompaction::verify`]
+    /// when the statement is received): what a store checks of a
+    /// statement it kept.
+    pub(crate) fn verify_signature(&self) -> Result<(), SealError> {
         verify(
             &self.signer,
             &self.statement.message(),
             &self.signature,
             "compaction",
-            Some(stream),
-        )?;
-        Ok(signer)
+            Some(self.statement.stream),
+        )
     }
 
     /// The encoding's [`SignedCompaction::LEN`] bytes.

@@ -9,28 +9,59 @@ use crate::mem::{ReadError, Through};
 use crate::{Delta, DeltaColumns, Event};
 
 impl State {
-    pub(crate) fn delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
-        let mut delta = self.unsealed_delta_for(their_marks, byte_budget);
+    /// What a peer with `their_marks` misses, within `byte_budget`, or
+    /// the store's read error: a read that fails is never answered as a
+    /// shorter delta (it would hide the fault).
+    pub(crate) fn delta_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReadError> {
+        let mut delta = self.unsealed_delta_for(their_marks, byte_budget)?;
         // Each stream's run ends where it can be sealed (`state/seals.rs`).
         delta.seals = self.seal_runs(&mut delta.events);
         delta.floor_proofs = self.floor_proofs(&delta.floor);
-        delta
+        Ok(delta)
+    }
+
+    /// [`State::delta_for`] for a caller that takes no error (the public
+    /// `delta_for`): a read that fails is logged and answered as the
+    /// empty delta, never a shorter one; `try_delta_for` answers it.
+    pub(crate) fn delta_for_or_empty(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Delta {
+        or_empty(self.delta_for(their_marks, byte_budget))
+    }
+
+    /// [`State::delta_columns_for`] as [`State::delta_for_or_empty`].
+    pub(crate) fn delta_columns_for_or_empty(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> DeltaColumns {
+        or_empty(self.delta_columns_for(their_marks, byte_budget))
     }
 
     /// [`State::delta_for`] before the seals are put on.
-    fn unsealed_delta_for(&self, their_marks: &VersionVector, byte_budget: usize) -> Delta {
+    fn unsealed_delta_for(
+        &self,
+        their_marks: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReadError> {
         let floor = self.floor_below(their_marks);
         let source = self.log.source();
         let places = self.log.places(their_marks);
         // Where the source counts from its columns: the ranges that fit,
         // read stream by stream.
-        if let Some(events) = self.delta_by_ranges(source.get(), &places, byte_budget) {
-            return Delta {
+        if let Some(events) = self.delta_by_ranges(source.get(), &places, byte_budget)? {
+            return Ok(Delta {
                 floor_proofs: Default::default(),
                 floor,
                 events,
                 seals: Vec::new(),
-            };
+            });
         }
         // Sized once: what they miss, at most what the budget holds (an
         // event's size hint is at least 50 bytes).
@@ -47,82 +78,68 @@ impl State {
         // stream (no merge): a delta that carries all of it has no prefix
         // to keep in order, and a receiver takes it a stream at a time.
         if missing <= fits as u64 {
-            match self.whole_delta(source.get(), &places, byte_budget, &mut events) {
-                Ok(true) => {
-                    return Delta {
-                        floor_proofs: Default::default(),
-                        floor,
-                        events,
-                        seals: Vec::new(),
-                    }
-                }
-                Ok(false) => events.clear(),
-                Err(error) => {
-                    tracing::error!(%error, "reading the log for a delta failed");
-                    events.clear();
-                }
+            if self.whole_delta(source.get(), &places, byte_budget, &mut events)? {
+                return Ok(Delta {
+                    floor_proofs: Default::default(),
+                    floor,
+                    events,
+                    seals: Vec::new(),
+                });
             }
+            events.clear();
         }
-        oldest_that_fit(source.get(), places, byte_budget, &mut events);
-        Delta {
+        oldest_that_fit(source.get(), places, byte_budget, &mut events)?;
+        Ok(Delta {
             floor_proofs: Default::default(),
             floor,
             events,
             seals: Vec::new(),
-        }
+        })
     }
 
     /// The delta's events read by the ranges [`State::delta_ranges`]
     /// finds, where the source counts from its columns (`None` where it
-    /// cannot, or a read failed: the caller walks instead).
+    /// cannot: the caller walks instead), or the read error.
     fn delta_by_ranges(
         &self,
         source: &dyn crate::mem::Source,
         places: &[crate::log::Place],
         byte_budget: usize,
-    ) -> Option<Vec<Event>> {
-        let delta = match self.delta_ranges(source, places, byte_budget) {
-            Ok(Some(delta)) => delta,
-            Ok(None) => return None,
-            Err(error) => {
-                tracing::error!(%error, "reading the log for a delta failed");
-                return None;
-            }
+    ) -> Result<Option<Vec<Event>>, ReadError> {
+        let Some(delta) = self.delta_ranges(source, places, byte_budget)? else {
+            return Ok(None);
         };
         let mut events = Vec::with_capacity(delta.events);
         let mut used = 0usize;
-        let read = delta.ranges.iter().try_for_each(|&(stream, first, last)| {
+        for &(stream, first, last) in &delta.ranges {
             let before = events.len();
             source.read_into(stream, first, last, usize::MAX, &mut used, &mut events)?;
-            read_whole(stream, first, last, events.len() - before)
-        });
-        match read {
-            Ok(()) => Some(events),
-            Err(error) => {
-                tracing::error!(%error, "reading the log for a delta failed");
-                None
-            }
+            read_whole(stream, first, last, events.len() - before)?;
         }
+        Ok(Some(events))
     }
 
     /// [`State::delta_for`] as columns: read a slice of the memory log's
     /// columns at a time; from a store on disk, the delta's events put in
-    /// columns.
+    /// columns. A read that fails is the error, as there.
     pub(crate) fn delta_columns_for(
         &self,
         their_marks: &VersionVector,
         byte_budget: usize,
-    ) -> DeltaColumns {
-        let mut columns = self.unsealed_columns_for(their_marks, byte_budget);
+    ) -> Result<DeltaColumns, ReadError> {
+        let mut columns = self.unsealed_columns_for(their_marks, byte_budget)?;
         if columns.seals.is_empty() && !(self.config.key.is_none() && self.kept_seals.is_empty()) {
             match self.columns_seals(&columns) {
                 Some(seals) => columns.seals = seals,
                 // A run must end elsewhere: built as events, sealed there.
-                None => return DeltaColumns::from_delta(&self.delta_for(their_marks, byte_budget)),
+                None => {
+                    let delta = self.delta_for(their_marks, byte_budget)?;
+                    return Ok(DeltaColumns::from_delta(&delta));
+                }
             }
         }
         columns.floor_proofs = self.floor_proofs(&columns.floor);
-        columns
+        Ok(columns)
     }
 
     /// [`State::delta_columns_for`] before the seals are put on (the
@@ -131,31 +148,23 @@ impl State {
         &self,
         their_marks: &VersionVector,
         byte_budget: usize,
-    ) -> DeltaColumns {
+    ) -> Result<DeltaColumns, ReadError> {
         let source = self.log.source();
         let places = self.log.places(their_marks);
-        match self.delta_ranges(source.get(), &places, byte_budget) {
-            Ok(Some(delta)) => {
-                let mut columns = DeltaColumns::new(self.floor_below(their_marks));
-                columns.reserve(delta.events, delta.payload_bytes);
-                let read = delta.ranges.iter().try_for_each(|&(stream, first, last)| {
-                    let before = columns.len();
-                    source
-                        .get()
-                        .read_columns(stream, first, last, &mut columns)?;
-                    read_whole(stream, first, last, columns.len() - before)
-                });
-                match read {
-                    Ok(()) => return columns,
-                    Err(error) => {
-                        tracing::error!(%error, "reading the log for a delta failed");
-                    }
-                }
-            }
-            Ok(None) => {}
-            Err(error) => tracing::error!(%error, "reading the log for a delta failed"),
+        let Some(delta) = self.delta_ranges(source.get(), &places, byte_budget)? else {
+            let delta = self.delta_for(their_marks, byte_budget)?;
+            return Ok(DeltaColumns::from_delta(&delta));
+        };
+        let mut columns = DeltaColumns::new(self.floor_below(their_marks));
+        columns.reserve(delta.events, delta.payload_bytes);
+        for &(stream, first, last) in &delta.ranges {
+            let before = columns.len();
+            source
+                .get()
+                .read_columns(stream, first, last, &mut columns)?;
+            read_whole(stream, first, last, columns.len() - before)?;
         }
-        DeltaColumns::from_delta(&self.delta_for(their_marks, byte_budget))
+        Ok(columns)
     }
 
     /// Our floor where `their_marks` is below it.
@@ -270,6 +279,14 @@ struct DeltaRanges {
     payload_bytes: usize,
 }
 
+/// A delta built, or the empty one where a read failed (logged).
+fn or_empty<T: Default>(built: Result<T, ReadError>) -> T {
+    built.unwrap_or_else(|error| {
+        tracing::error!(%error, "reading the log for a delta failed: the empty delta is answered");
+        T::default()
+    })
+}
+
 /// Whether a read of seqs `first ..= last` of `stream` gave all of them.
 pub(super) fn read_whole(
     stream: StreamId,
@@ -293,7 +310,7 @@ fn oldest_that_fit(
     places: Vec<crate::log::Place>,
     byte_budget: usize,
     events: &mut Vec<Event>,
-) {
+) -> Result<(), ReadError> {
     let mut used = 0usize;
     let mut walk = Walk::new(source, places);
     for event in walk.by_ref() {
@@ -304,12 +321,12 @@ fn oldest_that_fit(
         used = used.saturating_add(size);
         events.push(event);
     }
-    // The events up to a failed read form a valid delta (per stream
-    // contiguous from their mark); the peer asks again for the rest.
+    // A failed read is the error, not the shorter delta before it.
     if let Some(error) = walk.error {
-        tracing::error!(%error, "reading the log for a delta failed");
+        return Err(error);
     }
     events.sort_unstable_by_key(|event| (event.stream, event.seq));
+    Ok(())
 }
 
 /// Counts, per range of a delta (`(stream, first, last)`), the events

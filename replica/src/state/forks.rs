@@ -39,18 +39,18 @@ impl State {
     /// a sealed run that proves a fork is refused [`DeltaError::Forked`]
     /// with the proof.
     pub(super) fn check_forks(&self, delta: &Delta, round: &RoundIndex) -> Result<(), Rejection> {
-        if !self.forks.is_empty() {
+        if !self.forks.is_empty() || !round.forked.is_empty() {
             self.check_frozen(delta, round)?;
         }
-        if self.kept_seals.is_empty() {
+        if self.kept_seals.is_empty() && round.seals.is_empty() {
             return Ok(());
         }
         for run_seal in &delta.seals {
             let stream = run_seal.seal.stream;
-            if stream == self.config.stream || self.forks.contains_key(&stream) {
+            if stream == self.config.stream || self.frozen(stream, round) {
                 continue;
             }
-            if let Some(proof) = self.fork_of(delta, run_seal) {
+            if let Some(proof) = self.fork_of(delta, run_seal, round) {
                 let seq = proof.seq;
                 tracing::warn!(%stream, seq, key = %run_seal.key, "a writer signed two histories of its stream: the stream is frozen");
                 let rule = DeltaError::Forked {
@@ -84,10 +84,16 @@ impl State {
         }
     }
 
+    /// Whether `stream` is frozen as the round leaves it: a proof is kept,
+    /// or a delta refused earlier in the round proved it forked.
+    fn frozen(&self, stream: StreamId, round: &RoundIndex) -> bool {
+        self.forks.contains_key(&stream) || round.forked.contains(&stream)
+    }
+
     /// No event of a frozen stream above its head (as the round leaves it).
     fn check_frozen(&self, delta: &Delta, round: &RoundIndex) -> Result<(), Rejection> {
         for event in &delta.events {
-            if !self.forks.contains_key(&event.stream) {
+            if !self.frozen(event.stream, round) {
                 continue;
             }
             let stream = event.stream;
@@ -104,16 +110,21 @@ impl State {
         Ok(())
     }
 
-    /// The proof that `run_seal`'s run of `delta` and a seal kept are two
-    /// histories (see the module docs), if it is one.
-    fn fork_of(&self, delta: &Delta, run_seal: &RunSeal) -> Option<ForkProof> {
+    /// The proof that `run_seal`'s run of `delta` and a seal kept (as the
+    /// round leaves the seals kept and the keys pinned) are two histories
+    /// (see the module docs), if it is one.
+    fn fork_of(&self, delta: &Delta, run_seal: &RunSeal, round: &RoundIndex) -> Option<ForkProof> {
         let seal = run_seal.seal;
         let stream = seal.stream;
         let base = run_seal.base?;
-        if self.pinned.get(&stream) != Some(&run_seal.key) {
+        let pinned = self.pinned.get(&stream).or(round.sealed.get(&stream));
+        if pinned != Some(&run_seal.key) {
             return None;
         }
-        let kept = self.kept_seals.get(&stream)?;
+        let kept = match round.seals.get(&stream) {
+            Some(kept) => &kept.seals,
+            None => self.kept_seals.get(&stream)?,
+        };
         let run: Vec<&Event> = delta.events.iter().filter(|e| e.stream == stream).collect();
         let below = run.first()?.seq.checked_sub(1)?;
         let consecutive = run.iter().zip(below + 1..).all(|(e, seq)| e.seq == seq);

@@ -18,7 +18,9 @@ use meshlog_cursor::{StreamId, VersionVector};
 use super::held::State;
 use super::validate::{PeerFloor, Rejection, RoundIndex};
 use crate::log::StreamLog;
-use crate::{ApplyReport, Batch, CompactReport, Delta, DeltaColumns, Event, ReplicaError};
+use crate::{
+    ApplyReport, Batch, CompactReport, Delta, DeltaColumns, Event, KeptSeals, ReplicaError,
+};
 
 /// Where an event of a plan comes from, which decides what publishing it
 /// does besides holding it.
@@ -91,6 +93,18 @@ pub(crate) struct Plan<'d> {
     /// The compaction statements of the deltas the round accepted that
     /// erased their stream, in order (`state/authority.rs`).
     pub(crate) statements: Vec<crate::SignedCompaction>,
+    /// How many of `seals` the planner kept already, delta by delta, as
+    /// publishing each delta alone would (every delta's but the round's
+    /// last: [`Round::note_seals`]), and per stream what it kept:
+    /// [`State::seals_after`] goes on from there with the rest.
+    pub(crate) seals_noted: usize,
+    pub(crate) kept_seals: BTreeMap<StreamId, KeptSeals>,
+    /// Of `seals`, those whose run the round holds (the delta's events of
+    /// the stream, not left behind a floor or dropped as early): what the
+    /// commit's chains may anchor on or take a hash from
+    /// ([`State::chains_after`]), as one by one, where a seal whose run is
+    /// not held commits with no event of its stream.
+    pub(crate) held_seals: Vec<crate::RunSeal>,
 }
 
 impl Plan<'_> {
@@ -153,6 +167,8 @@ struct Round<'s, 'd> {
     event_ops: BTreeMap<StreamId, Vec<usize>>,
     /// Per stream, where its floor is in `plan.batch.floors`.
     floor_at: BTreeMap<StreamId, usize>,
+    /// The streams the delta being planned holds events of.
+    held_streams: std::collections::BTreeSet<StreamId>,
 }
 
 impl State {
@@ -179,7 +195,16 @@ impl State {
                                 .index
                                 .sealed
                                 .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
-                            Planned::Applied(round.delta(delta))
+                            let report = round.delta(delta);
+                            let held = &round.held_streams;
+                            let held_seals =
+                                delta.seals.iter().filter(|s| held.contains(&s.seal.stream));
+                            round.plan.held_seals.extend(held_seals);
+                            if round.indexing {
+                                round.note_seals(delta);
+                                round.plan.seals_noted = round.plan.seals.len();
+                            }
+                            Planned::Applied(report)
                         }
                         Err(error) => {
                             round.keep_fork(&error.rule);
@@ -246,14 +271,16 @@ impl State {
         for item in items {
             let planned = match *item {
                 RoundItem::Columns(columns) => {
-                    // Seals are judged only in the one validator: a
-                    // sealed delta, or any under `require_seals`, goes
-                    // the events' way.
-                    let pinned = !self.pinned.is_empty()
-                        && columns
-                            .runs()
-                            .iter()
-                            .any(|run| self.pinned.contains_key(&run.stream));
+                    // Seals and forks are judged only in the one
+                    // validator: a sealed delta, any under
+                    // `require_seals`, and one of a pinned or frozen
+                    // stream (a proof received before anything of it
+                    // freezes a stream never pinned) go the events' way.
+                    let judged = |stream| {
+                        self.pinned.contains_key(&stream) || self.forks.contains_key(&stream)
+                    };
+                    let pinned = !(self.pinned.is_empty() && self.forks.is_empty())
+                        && columns.runs().iter().any(|run| judged(run.stream));
                     if !columns.seals.is_empty() || self.config.require_seals || pinned {
                         return None;
                     }
@@ -326,17 +353,61 @@ impl State {
 
 impl<'s, 'd> Round<'s, 'd> {
     /// Keeps the proof a refused delta carries ([`DeltaError::Forked`]:
-    /// `state/forks.rs`), the first per stream.
+    /// `state/forks.rs`), the first per stream, and freezes its stream
+    /// for the rest of the round, as publishing the proof would one by
+    /// one.
     ///
     /// [`DeltaError::Forked`]: crate::DeltaError::Forked
     fn keep_fork(&mut self, rule: &ReplicaError) {
         if let ReplicaError::Delta(crate::DeltaError::Forked { stream, proof, .. }) = rule {
+            self.index.forked.insert(*stream);
             let batch = &self.plan.batch;
             if !self.state.forks.contains_key(stream)
                 && !batch.forks.iter().any(|kept| kept.stream() == *stream)
             {
                 self.plan.batch.forks.push((**proof).clone());
             }
+        }
+    }
+
+    /// Moves the seals the round keeps as publishing `delta` alone would
+    /// ([`State::seals_after`]): its seal of a stream at the stream's
+    /// head, over the chain hash there, is kept (the seals at and above
+    /// it dropped); each pinned stream it sealed or raised a floor of is
+    /// thinned to its bounds. For a later delta's fork check
+    /// (`state/forks.rs`).
+    fn note_seals(&mut self, delta: &Delta) {
+        let state = self.state;
+        let statements = delta.floor_proofs.statements.iter();
+        let floors = delta.floor.iter().map(|(stream, _)| stream);
+        let floors = floors.chain(statements.map(|signed| signed.statement.stream));
+        let pinned = |index: &RoundIndex, stream| {
+            let key = state.pinned.get(&stream).or(index.sealed.get(&stream));
+            key.copied()
+        };
+        let mut moved: Vec<(StreamId, Option<crate::Seal>)> = Vec::new();
+        for run_seal in &delta.seals {
+            let (stream, head) = (run_seal.seal.stream, run_seal.seal.head);
+            let at = state.sim(&mut self.sims, stream).head;
+            let kept = run_seal.seal.seq == at
+                && state.round_head_hash(&self.index, stream, at) == Some(head);
+            moved.push((stream, kept.then_some(run_seal.seal)));
+        }
+        moved.extend(floors.map(|stream| (stream, None)));
+        for (stream, seal) in moved {
+            let Some(key) = pinned(&self.index, stream) else {
+                continue;
+            };
+            let sim = state.sim(&mut self.sims, stream);
+            let kept = self.index.seals.entry(stream).or_insert_with(|| KeptSeals {
+                key,
+                seals: state.kept_seals.get(&stream).cloned().unwrap_or_default(),
+            });
+            if let Some(seal) = seal {
+                kept.seals.retain(|old| old.seq < seal.seq);
+                kept.seals.push(seal);
+            }
+            kept.thin(sim.floor, sim.head);
         }
     }
 
@@ -351,10 +422,12 @@ impl<'s, 'd> Round<'s, 'd> {
             indexing: false,
             event_ops: BTreeMap::new(),
             floor_at: BTreeMap::new(),
+            held_streams: Default::default(),
         }
     }
 
     fn finish(mut self) -> Plan<'d> {
+        self.plan.kept_seals = std::mem::take(&mut self.index.seals);
         self.plan.batch.clock = self.clock;
         self.plan.pending_len_after = self.pending_len;
         self.plan.heads_after = self
@@ -371,6 +444,7 @@ impl<'s, 'd> Round<'s, 'd> {
     fn delta(&mut self, delta: &'d Delta) -> ApplyReport {
         let state = self.state;
         let own = state.config.stream;
+        self.held_streams.clear();
         let mut report = ApplyReport::default();
         // A statement with authority (validated) erases first, as a
         // compaction: never the own stream.
@@ -416,8 +490,12 @@ impl<'s, 'd> Round<'s, 'd> {
             self.index.own_head = Some(sim.head);
         }
         if self.indexing {
-            // What a later delta's floors are judged against.
+            // What a later delta's floors are judged against: the
+            // streams of its floor, its statements (a hand-built delta's
+            // statement need not be in its floor) and its events.
+            let statements = delta.floor_proofs.statements.iter();
             let touched = delta.floor.iter().map(|(stream, _)| stream);
+            let touched = touched.chain(statements.map(|signed| signed.statement.stream));
             let mut last = None;
             let touched = touched.chain(delta.events.iter().filter_map(|event| {
                 (last.replace(event.stream) != Some(event.stream)).then_some(event.stream)
@@ -504,6 +582,7 @@ impl<'s, 'd> Round<'s, 'd> {
         if self.plan.batch.run_len(run) == 0 {
             return run;
         }
+        self.held_streams.insert(stream);
         self.push_events(stream, run, source);
         if self.indexing {
             self.note_stream(stream);

@@ -51,22 +51,29 @@ impl State {
     /// records with it and publishing keeps.
     pub(crate) fn prepare_commit(&self, plan: &mut Plan<'_>) -> Result<(), ReplicaError> {
         (plan.batch.chains, plan.batch.hashed) =
-            self.chains_after(&plan.batch, &plan.seals, &plan.statements)?;
-        plan.batch.seals = self.seals_after(&plan.batch, &plan.seals);
+            self.chains_after(&plan.batch, &plan.held_seals, &plan.statements)?;
+        let noted = (&plan.kept_seals, plan.seals_noted);
+        plan.batch.seals = self.seals_after(&plan.batch, &plan.seals, noted);
         plan.batch.statements = self.statements_after(&plan.batch, &plan.statements);
         Ok(())
     }
 
     /// Per stream whose kept seals `batch` moves (the round's accepted
     /// `run_seals`, or a floor over kept seals), ascending, its pin and
-    /// seals after the batch. Needs the batch's chains.
+    /// seals after the batch. Needs the batch's chains. `noted`: the
+    /// seals the planner kept already for the first of `run_seals`, delta
+    /// by delta as one by one ([`Plan::kept_seals`]), and how many; the
+    /// rest (the round's last delta's) are kept here, at the head after
+    /// the batch.
     pub(crate) fn seals_after(
         &self,
         batch: &Batch,
         run_seals: &[RunSeal],
+        noted: (&BTreeMap<StreamId, KeptSeals>, usize),
     ) -> Vec<(StreamId, KeptSeals)> {
-        let mut moved: BTreeMap<StreamId, KeptSeals> = BTreeMap::new();
-        for run_seal in run_seals {
+        let (kept_by_round, noted) = noted;
+        let mut moved: BTreeMap<StreamId, KeptSeals> = kept_by_round.clone();
+        for run_seal in &run_seals[noted..] {
             let seal = run_seal.seal;
             let kept = self.kept_entry(&mut moved, seal.stream, run_seal.key);
             let (_, head) = bounds_after(self, batch, seal.stream);

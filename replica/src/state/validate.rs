@@ -35,6 +35,15 @@ pub(crate) struct RoundIndex {
     /// Per stream a statement the round took erased to: its floor and
     /// hash, where the commit anchors a chain left unanchored there.
     pub(super) anchors: BTreeMap<StreamId, (u64, crate::ChainHash)>,
+    /// The streams a delta refused earlier in the round proved forked:
+    /// frozen for the deltas after it, as publishing its proof freezes
+    /// them one by one (`state/forks.rs`).
+    pub(super) forked: BTreeSet<StreamId>,
+    /// Per pinned stream whose kept seals the round moved, the seals
+    /// applying its deltas one by one would keep by now (what a later
+    /// delta's run is compared with to find a fork; kept only while a
+    /// later delta may be checked).
+    pub(super) seals: BTreeMap<StreamId, crate::KeptSeals>,
 }
 
 impl RoundIndex {
@@ -471,6 +480,41 @@ fn run_payload_bytes(columns: &DeltaColumns, start: usize, end: usize) -> usize 
     (ends.get(end - 1) - from) as usize
 }
 
+impl State {
+    /// The chain hash at `head` of `stream` as `round` leaves it: the
+    /// state's head hash chained through the events the round holds
+    /// above it. `None` where it is not known: the stream is unanchored,
+    /// or the round raised its floor above what the state held.
+    pub(super) fn round_head_hash(
+        &self,
+        round: &RoundIndex,
+        stream: StreamId,
+        head: u64,
+    ) -> Option<crate::ChainHash> {
+        let state_head = self.log.head(stream);
+        // A statement the round took anchors the stream at its floor.
+        if let Some(hash) = self.anchored_head_hash(round, stream, head) {
+            return Some(hash);
+        }
+        let chain = match self.chain(stream) {
+            Some(chain) => chain,
+            None if state_head == 0 && self.floor.get(stream) == 0 => crate::StreamChain::default(),
+            None => return None,
+        };
+        // A floor the round raised above the state's head leaves the
+        // stream chained through the round's events it erased, if they
+        // reach it (a statement's), else unanchored: a missing event below.
+        if !chain.anchored || head < state_head {
+            return None;
+        }
+        let mut hash = chain.head_hash;
+        for seq in state_head + 1..=head {
+            hash = hash.next(round.events.get(&(stream, seq))?);
+        }
+        Some(hash)
+    }
+}
+
 impl Check<'_> {
     /// The delta's floors: none above `LAMPORT_MAX`. Any other floor is
     /// taken as [`PeerFloor::of`] says (on the receiver's own stream,
@@ -700,34 +744,10 @@ impl Check<'_> {
             .unwrap_or_else(|| self.state.log.head(stream))
     }
 
-    /// The chain hash at `head` of `stream` as the round leaves it: the
-    /// state's head hash chained through the events the round holds
-    /// above it. `None` where it is not known: the stream is unanchored,
-    /// or the round raised its floor above what the state held.
+    /// The chain hash at `head` of `stream` as the round leaves it
+    /// ([`State::round_head_hash`]).
     fn head_hash(&self, stream: StreamId, head: u64) -> Option<crate::ChainHash> {
-        let state_head = self.state.log.head(stream);
-        // A statement the round took anchors the stream at its floor.
-        if let Some(hash) = self.state.anchored_head_hash(self.round, stream, head) {
-            return Some(hash);
-        }
-        let chain = match self.state.chain(stream) {
-            Some(chain) => chain,
-            None if state_head == 0 && self.state.floor.get(stream) == 0 => {
-                crate::StreamChain::default()
-            }
-            None => return None,
-        };
-        // A floor the round raised above the state's head leaves the
-        // stream chained through the round's events it erased, if they
-        // reach it (a statement's), else unanchored: a missing event below.
-        if !chain.anchored || head < state_head {
-            return None;
-        }
-        let mut hash = chain.head_hash;
-        for seq in state_head + 1..=head {
-            hash = hash.next(self.round.events.get(&(stream, seq))?);
-        }
-        Some(hash)
+        self.state.round_head_hash(self.round, stream, head)
     }
 
     /// Where the run of `by_name` that starts at `start` ends: one stream,
