@@ -15,7 +15,10 @@ use crate::frame::DELTA_EVENTS_MAX;
 pub struct SessionConfig {
     /// How often a session sends a heartbeat with its marks (the periodic
     /// re-exchange that repairs lost frames), re-sends an unanswered hello,
-    /// and checks its timeouts. Default 1 s.
+    /// and checks its timeouts. Default 1 s. On a quiet link (three
+    /// heartbeats in a row said the same, and the peer holds our marks)
+    /// heartbeats go every other tick, when
+    /// [`SessionConfig::read_timeout`] is at least ten ticks.
     pub heartbeat_interval: Duration,
     /// A session that receives no frame for this long (or no hello) ends
     /// with [`ProtocolError::ReadTimeout`](crate::ProtocolError::ReadTimeout).

@@ -200,7 +200,8 @@ pub enum Frame {
     /// (the receiver counts that as held, pending, until a receipt's marks
     /// show it).
     Ack(Receipt),
-    /// The periodic re-exchange, every tick, and the receipt of a repair (a
+    /// The periodic re-exchange, every tick (every other tick on a quiet
+    /// link, once three in a row said the same), and the receipt of a repair (a
     /// delta after a gap, events held above a hole or dropped): the same
     /// fields as an ack, with the sender's current marks, sent whether or
     /// not deltas arrived. An idle one is a few bytes.
@@ -516,7 +517,7 @@ mod tests {
                 stream: StreamId::new(0xb),
                 marks: vv(&[(0xb, 3)]),
                 floor: VersionVector::new(),
-                frame_bytes_max: FRAME_BYTES_MAX as u32,
+                frame_bytes_max: FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS,
             }),
             Frame::delta(
                 1,

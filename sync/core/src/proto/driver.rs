@@ -268,10 +268,12 @@ impl Protocol {
         self.state.last_frame_at = Some(now);
         let incoming = match frame::decode_incoming(payload, self.config.receive_limit()) {
             Ok(incoming) => incoming,
-            Err(FrameError::UnknownKind { tag, .. }) => {
-                // A kind added after this build (our hello says we skip
-                // them): skipped whole, bounded by the frame limit its
-                // bytes were read under; the session goes on.
+            // A kind added after this build, from a peer that said hello
+            // (our hello says we skip them): skipped whole, bounded by the
+            // frame limit its bytes were read under; the session goes on.
+            // Before the peer's hello it is garbage: no peer that speaks
+            // the protocol sends it, so the session ends as before.
+            Err(FrameError::UnknownKind { tag, .. }) if self.hello.peer.is_some() => {
                 self.state.frames_skipped += 1;
                 tracing::debug!(tag, len, "frame of a kind this side does not know skipped");
                 return Ok(Received::Nothing);
