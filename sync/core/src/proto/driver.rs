@@ -59,19 +59,8 @@ impl Protocol {
                 last_frame_at: now,
                 next_tick: now + interval,
             },
-            acks: Acking {
-                heartbeat_due: false,
-                tick_due: false,
-                last_heartbeat: (0, 0, 0),
-                heartbeats_alike: 0,
-                ticks_quiet: 0,
-                ack_due: false,
-                ack_at: None,
-                unacked: 0,
-                hole_seen: false,
-                received: 0,
-                applying: None,
-            },
+            // Nothing due, nothing received.
+            acks: Acking::default(),
             marks: MarksExchange {
                 peer_marks: VersionVector::new(),
                 peer_marks_number: 0,

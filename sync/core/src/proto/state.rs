@@ -229,7 +229,7 @@ pub(super) struct Timing {
 }
 
 /// Our receipts to the peer: which deltas arrived, and when an ack or heartbeat is due.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Acking {
     /// A heartbeat is due for a repair: sent at once.
     pub(super) heartbeat_due: bool,
