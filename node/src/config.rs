@@ -284,9 +284,10 @@ pub struct SyncSettings {
     pub recover_own_stream: bool,
     /// Whether the sessions gossip checkpoints, and mint them
     /// (`docs/PROTOCOL.md`, "Checkpoints"), so that pages answer version-2
-    /// tokens every node reads. Default off: a node of protocol 4 built
-    /// before the checkpoint frames ends a session that sends them; turn it
-    /// on once every node of the mesh runs a build that knows them.
+    /// tokens every node reads. Default on, and then only with peers whose
+    /// hello says they skip frame kinds they do not know: a node of
+    /// protocol 4 built before that, which would end a session on them,
+    /// is sent none.
     pub checkpoints: bool,
 }
 
@@ -300,7 +301,7 @@ impl Default for SyncSettings {
             frame_bytes_max: meshlog_sync::FRAME_BYTES_MAX,
             recovery_wait: Duration::from_secs(2),
             recover_own_stream: false,
-            checkpoints: false,
+            checkpoints: true,
         }
     }
 }
@@ -720,7 +721,7 @@ mod tests {
         std::fs::write(
             &file,
             "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n\
-             sync_checkpoints = true\n",
+             sync_checkpoints = false\n",
         )
         .unwrap();
         let args = Wrapper::try_parse_from([
@@ -739,7 +740,8 @@ mod tests {
         assert_eq!(config.limits.body_bytes_max, 1024);
         assert_eq!(config.limits.connections_max, 8);
         assert_eq!(config.sync.heartbeat, Duration::from_millis(250));
-        assert!(config.sync.checkpoints);
+        // On by default: the key turns it off.
+        assert!(!config.sync.checkpoints);
 
         std::fs::write(&file, "body_bytes = 1\n").unwrap();
         let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])

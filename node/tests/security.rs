@@ -674,7 +674,9 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
     peer.hello(66).await;
     let _ = peer
         .stream
-        .write_all(&((FRAME_BYTES_MAX as u32) + 1).to_le_bytes())
+        // (A side reads one byte more than the limit: the flag its hello
+        // sets in the limit's lowest bit.)
+        .write_all(&((FRAME_BYTES_MAX as u32) + 2).to_le_bytes())
         .await;
     assert!(
         peer.closed_within(DEADLINE).await,

@@ -192,7 +192,7 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         if let Some((routes, direction)) = &self.routes {
             protocol = protocol.with_routes(routes, *direction);
         }
-        let reader = FrameReader::with_limit(self.config.frame_limit());
+        let reader = FrameReader::with_limit(self.config.receive_limit());
         let mut driver = Driver {
             protocol,
             marks,
@@ -463,12 +463,13 @@ where
     }
 
     /// Asks the replica to mint a checkpoint from its marks, once a
-    /// heartbeat interval, on a session that gossips them; the replica
+    /// heartbeat interval, on a session that gossips them (configured so,
+    /// with a peer whose hello says it takes them); the replica
     /// mints only when one is due (`Replica::mint_checkpoint`), at the
     /// wall clock's time.
     async fn mint(&mut self) {
         let now = Instant::now();
-        if !self.config.checkpoints || now < self.mint_at {
+        if !self.protocol.gossips_checkpoints() || now < self.mint_at {
             return;
         }
         self.mint_at = now + self.config.heartbeat_interval;

@@ -3,8 +3,10 @@
 //! first whole, the next as a difference from it), so that a version-2
 //! token one replica answers reads on the other; a peer that sends a
 //! vector under another vector's name is refused with a typed error and
-//! nothing is kept; and a receiver lacking a difference's parent asks for
-//! the whole and keeps it.
+//! nothing is kept; a receiver lacking a difference's parent asks for
+//! the whole and keeps it; and a frame of a kind this build does not know,
+//! after the peer's hello, is skipped and the session goes on (what lets
+//! a later kind reach a peer whose hello says it skips them).
 //!
 //! All in memory under tokio's paused clock; the checkpoints are minted by
 //! the test at a fixed time (`mint_checkpoint`), not by the wall clock.
@@ -204,5 +206,40 @@ fn a_difference_from_an_unknown_parent_is_asked_for_whole_and_kept() {
         assert_eq!(b.checkpoints(), vec![child]);
         // Keep the peer's end open until here.
         drop(peer);
+    });
+}
+
+#[test]
+fn a_later_kind_after_the_hello_is_skipped_and_the_session_goes_on() {
+    run_paused(async {
+        let b = SharedReplica::in_memory(StreamId::new(2));
+        let (ours, mut peer) = tokio::io::duplex(1 << 20);
+        let session = tokio::spawn(Session::new(b.clone(), config()).run(ours));
+        peer.write_all(&hello()).await.unwrap();
+        // Kind 40, which no build knows yet, with a body of its own; then
+        // a delta of the peer's first event.
+        peer.write_all(&[4, 0, 0, 0, 40, 0xff, 0x01, 0x02])
+            .await
+            .unwrap();
+        let delta = Delta {
+            events: vec![Event {
+                stream: StreamId::new(9),
+                seq: 1,
+                lamport: 1,
+                time_ms: 0,
+                payload: Bytes::from_static(b"after"),
+            }],
+            ..Delta::default()
+        };
+        peer.write_all(&frame::encode(&Frame::delta(1, delta)).unwrap())
+            .await
+            .unwrap();
+        wait_for("b to apply the delta after the unknown kind", WAIT, || {
+            b.marks().get(StreamId::new(9)) == 1
+        })
+        .await;
+        assert!(!session.is_finished(), "the session ended");
+        drop(peer);
+        assert!(session.await.unwrap().is_ok());
     });
 }

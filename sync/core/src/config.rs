@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::frame::{FRAME_BYTES_CEILING, FRAME_BYTES_MAX};
+use crate::frame::{FRAME_BYTES_CEILING, FRAME_BYTES_MAX, HELLO_SKIPS_UNKNOWN_KINDS};
 // Named by the docs only.
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
@@ -15,7 +15,10 @@ use crate::frame::DELTA_EVENTS_MAX;
 pub struct SessionConfig {
     /// How often a session sends a heartbeat with its marks (the periodic
     /// re-exchange that repairs lost frames), re-sends an unanswered hello,
-    /// and checks its timeouts. Default 1 s.
+    /// and checks its timeouts. Default 1 s. On a quiet link (three
+    /// heartbeats in a row said the same, and the peer holds our marks)
+    /// heartbeats go every other tick, when
+    /// [`SessionConfig::read_timeout`] is at least ten ticks.
     pub heartbeat_interval: Duration,
     /// A session that receives no frame for this long (or no hello) ends
     /// with [`ProtocolError::ReadTimeout`](crate::ProtocolError::ReadTimeout).
@@ -66,10 +69,12 @@ pub struct SessionConfig {
     /// "Version 2"; `docs/PROTOCOL.md`, "Checkpoints"): sends the peer
     /// every checkpoint the replica keeps and the peer lacks, answers its
     /// asks, and hands the checkpoints it receives to the replica to keep.
-    /// Default off: a peer of protocol 4 built before the checkpoint
-    /// frames refuses them and ends the session, so a mesh turns it on
-    /// once every replica runs a build that knows them. A session with it
-    /// off still takes the checkpoints a peer sends.
+    /// Default on, and then only with a peer whose hello says it skips
+    /// frame kinds it does not know
+    /// ([`Hello::skips_unknown_kinds`](crate::frame::Hello::skips_unknown_kinds)):
+    /// a peer of protocol 4 built before that ends the session on a
+    /// checkpoint frame, so it gets none. A session with it off still
+    /// takes the checkpoints a peer sends.
     pub checkpoints: bool,
 }
 
@@ -84,7 +89,7 @@ impl Default for SessionConfig {
             frame_bytes_max: FRAME_BYTES_MAX,
             ack_delay: Duration::from_millis(20),
             send_delay: Duration::from_millis(40),
-            checkpoints: false,
+            checkpoints: true,
         }
     }
 }
@@ -113,9 +118,19 @@ impl SessionConfig {
         self.delta_bytes_max.clamp(1, FRAME_BYTES_MAX / 2)
     }
 
-    /// [`SessionConfig::frame_bytes_max`] within its bounds.
+    /// [`SessionConfig::frame_bytes_max`] within its bounds: the most
+    /// this side sends (to a peer that takes as much).
     pub fn frame_limit(&self) -> usize {
         self.frame_bytes_max
             .clamp(FRAME_BYTES_MAX, FRAME_BYTES_CEILING)
+    }
+
+    /// What this side announces in its hello and reads: its
+    /// [`SessionConfig::frame_limit`] with the hello's flag bit set
+    /// ([`HELLO_SKIPS_UNKNOWN_KINDS`]), so one byte more when the limit is
+    /// even: a peer built before the flag reads it as the limit, and may
+    /// send a frame that large.
+    pub fn receive_limit(&self) -> usize {
+        self.frame_limit() | HELLO_SKIPS_UNKNOWN_KINDS as usize
     }
 }

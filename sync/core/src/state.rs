@@ -24,6 +24,10 @@ pub struct SessionState {
     pub frames_sent: u64,
     /// Frames received.
     pub frames_received: u64,
+    /// Received frames of a kind this side does not know (added by a later
+    /// build), skipped whole: counted in [`SessionState::frames_received`]
+    /// too, and logged at `debug`.
+    pub frames_skipped: u64,
     /// Bytes sent, prefixes included.
     pub bytes_sent: u64,
     /// Bytes received, prefixes included.

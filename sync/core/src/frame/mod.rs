@@ -200,7 +200,8 @@ pub enum Frame {
     /// (the receiver counts that as held, pending, until a receipt's marks
     /// show it).
     Ack(Receipt),
-    /// The periodic re-exchange, every tick, and the receipt of a repair (a
+    /// The periodic re-exchange, every tick (every other tick on a quiet
+    /// link, once three in a row said the same), and the receipt of a repair (a
     /// delta after a gap, events held above a hole or dropped): the same
     /// fields as an ack, with the sender's current marks, sent whether or
     /// not deltas arrived. An idle one is a few bytes.
@@ -218,9 +219,10 @@ pub enum Frame {
     BareAck(u64),
     /// A checkpoint the sender keeps (`docs/TOKEN.md`, "Version 2"), as a
     /// difference from one it sent or received before on the session.
-    /// Sent only on a session configured for it
-    /// (`SessionConfig::checkpoints`): a peer of protocol 4 built before
-    /// this kind refuses it.
+    /// Sent only to a peer whose hello says it skips kinds it does not
+    /// know ([`Hello::skips_unknown_kinds`]), on a session configured for
+    /// it (`SessionConfig::checkpoints`, on by default): a peer of
+    /// protocol 4 built before this kind ends the session on it.
     Checkpoint(CheckpointFrame),
     /// Asks the peer for the whole vector of a checkpoint it sent as a
     /// difference from a parent the sender does not hold.
@@ -331,8 +333,40 @@ pub struct Hello {
     /// The largest frame payload the sender takes, in bytes: its
     /// `SessionConfig::frame_bytes_max`, at least [`FRAME_BYTES_MAX`]
     /// (a hello announcing less is malformed). Each side sends frames up
-    /// to the smaller of both sides' limits.
+    /// to the smaller of both sides' limits ([`Hello::frame_limit`]).
+    /// Its lowest bit is [`HELLO_SKIPS_UNKNOWN_KINDS`]: set, the sender
+    /// skips frame kinds it does not know.
     pub frame_bytes_max: u32,
+}
+
+/// The lowest bit of a hello's `frame_bytes_max`: set, the sender skips a
+/// frame of a kind it does not know (and goes on) where older peers end
+/// the session, so a kind added later may be sent to it.
+///
+/// A flag in a field every protocol-4 peer reads and none refuses: a
+/// hello of another version, or with a field more, ends the session at a
+/// peer built before the flag, and a version bump would cut every such
+/// peer off. An older peer reads the flag as a limit one byte larger,
+/// which the sender takes; sending to a flagged peer, a side counts the
+/// limit without it ([`Hello::frame_limit`]). A peer of an older build
+/// whose configured limit is odd looks flagged (the node's default and
+/// every power of two are even).
+pub const HELLO_SKIPS_UNKNOWN_KINDS: u32 = 1;
+
+impl Hello {
+    /// Whether the sender skips frame kinds it does not know
+    /// ([`HELLO_SKIPS_UNKNOWN_KINDS`]): then a kind it may not know
+    /// (`Frame::Checkpoint` and `Frame::CheckpointWant` for a peer built
+    /// before them) may be sent to it.
+    pub fn skips_unknown_kinds(&self) -> bool {
+        self.frame_bytes_max & HELLO_SKIPS_UNKNOWN_KINDS != 0
+    }
+
+    /// The largest frame payload to send the sender: its announced limit
+    /// without the flag bit.
+    pub fn frame_limit(&self) -> usize {
+        (self.frame_bytes_max & !HELLO_SKIPS_UNKNOWN_KINDS) as usize
+    }
 }
 
 /// The most bytes `vector` takes on the wire: its count and every entry,
@@ -483,7 +517,7 @@ mod tests {
                 stream: StreamId::new(0xb),
                 marks: vv(&[(0xb, 3)]),
                 floor: VersionVector::new(),
-                frame_bytes_max: FRAME_BYTES_MAX as u32,
+                frame_bytes_max: FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS,
             }),
             Frame::delta(
                 1,

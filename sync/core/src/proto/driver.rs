@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::DeltaColumns;
 
-use crate::frame::{self, Frame, Incoming, FRAME_BYTES_MAX};
+use crate::frame::{self, Frame, FrameError, Incoming, FRAME_BYTES_MAX};
 use crate::routes::{PeerDirection, RouteLink, Routes};
 use crate::{ProtocolError, SessionConfig, SessionState};
 
@@ -32,6 +32,7 @@ impl Protocol {
             hello: HelloState {
                 peer: None,
                 peer_frame_bytes_max: FRAME_BYTES_MAX,
+                peer_skips_unknown_kinds: false,
                 peer_has_our_hello: false,
                 hello_due: true,
                 peer_holds_own_stream: false,
@@ -58,15 +59,8 @@ impl Protocol {
                 last_frame_at: now,
                 next_tick: now + interval,
             },
-            acks: Acking {
-                heartbeat_due: false,
-                ack_due: false,
-                ack_at: None,
-                unacked: 0,
-                hole_seen: false,
-                received: 0,
-                applying: None,
-            },
+            // Nothing due, nothing received.
+            acks: Acking::default(),
             marks: MarksExchange {
                 peer_marks: VersionVector::new(),
                 peer_marks_number: 0,
@@ -119,6 +113,14 @@ impl Protocol {
         &self.config
     }
 
+    /// Whether this session sends the peer checkpoints:
+    /// [`SessionConfig::checkpoints`] is on and the peer's hello says it
+    /// skips frame kinds it does not know (so a peer built before the
+    /// checkpoint frames gets none). False before the peer's hello.
+    pub fn gossips_checkpoints(&self) -> bool {
+        self.gossip_on()
+    }
+
     /// The peer's stream, once its hello arrived.
     pub fn peer(&self) -> Option<StreamId> {
         self.hello.peer
@@ -159,6 +161,7 @@ impl Protocol {
             && self.send.parts.is_empty()
             && (self.hello.peer.is_none()
                 || (!self.acks.heartbeat_due
+                    && !self.acks.tick_due
                     && !self.acks.ack_due
                     && self.acks.ack_at.is_none()
                     && self.routing.routes_due.is_empty()
@@ -252,8 +255,20 @@ impl Protocol {
         self.state_changed = true;
         self.timing.last_frame_at = now;
         self.state.last_frame_at = Some(now);
-        let incoming = frame::decode_incoming(payload, self.config.frame_limit())
-            .map_err(ProtocolError::Frame)?;
+        let incoming = match frame::decode_incoming(payload, self.config.receive_limit()) {
+            Ok(incoming) => incoming,
+            // A kind added after this build, from a peer that said hello
+            // (our hello says we skip them): skipped whole, bounded by the
+            // frame limit its bytes were read under; the session goes on.
+            // Before the peer's hello it is garbage: no peer that speaks
+            // the protocol sends it, so the session ends as before.
+            Err(FrameError::UnknownKind { tag, .. }) if self.hello.peer.is_some() => {
+                self.state.frames_skipped += 1;
+                tracing::debug!(tag, len, "frame of a kind this side does not know skipped");
+                return Ok(Received::Nothing);
+            }
+            Err(error) => return Err(ProtocolError::Frame(error)),
+        };
         tracing::trace!(kind = incoming.kind(), len, "frame received");
         self.on_frame(now, incoming, local)
     }

@@ -5,8 +5,9 @@
 //! the driver to keep; a difference from a parent this side does not hold
 //! is answered with an ask for the whole vector.
 //!
-//! Sending is on only when `SessionConfig::checkpoints` is (a peer of
-//! protocol 4 built before these frames refuses them); receiving always.
+//! Sending is on only when `SessionConfig::checkpoints` is and the peer's
+//! hello says it skips kinds it does not know (a peer of protocol 4 built
+//! before these frames refuses them); receiving always.
 
 use std::collections::VecDeque;
 
@@ -59,7 +60,7 @@ impl Protocol {
                 }));
             }
         }
-        if !self.config.checkpoints {
+        if !self.gossip_on() {
             return None;
         }
         let names = local.checkpoint_names();
@@ -108,7 +109,7 @@ impl Protocol {
     pub(super) fn checkpoint_due<L: LocalReplica>(&self, local: &L) -> bool {
         !self.gossip.wants.is_empty()
             || !self.gossip.asked.is_empty()
-            || (self.config.checkpoints
+            || (self.gossip_on()
                 && local
                     .checkpoint_names()
                     .iter()

@@ -24,7 +24,9 @@ impl Protocol {
             stream: self.local,
             marks,
             floor,
-            frame_bytes_max: self.config.frame_limit() as u32,
+            // The limit we read, its lowest bit set: we skip frame kinds
+            // we do not know (`HELLO_SKIPS_UNKNOWN_KINDS`).
+            frame_bytes_max: self.config.receive_limit() as u32,
         })
     }
 
@@ -81,7 +83,8 @@ impl Protocol {
                 tracing::debug!(local = %self.local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
             }
         }
-        self.hello.peer_frame_bytes_max = hello.frame_bytes_max as usize;
+        self.hello.peer_frame_bytes_max = hello.frame_limit();
+        self.hello.peer_skips_unknown_kinds = hello.skips_unknown_kinds();
         self.state.peer = Some(hello.stream);
         self.state.peer_marks.join(&hello.marks);
         self.state.peer_floor.join(&hello.floor);
@@ -90,5 +93,13 @@ impl Protocol {
         self.marks.peer_marks_number = self.marks.peer_marks_number.max(1);
         self.recompute_view();
         Ok(())
+    }
+
+    /// Whether checkpoints are gossiped to the peer: on in our
+    /// configuration, and the peer's hello says it skips frame kinds it
+    /// does not know (a peer built before the checkpoint frames ends the
+    /// session on one; its hello does not say so).
+    pub(super) fn gossip_on(&self) -> bool {
+        self.config.checkpoints && self.hello.peer_skips_unknown_kinds
     }
 }

@@ -17,14 +17,30 @@ use super::view::add_pending;
 
 impl Protocol {
     /// A due heartbeat (which stands for a due ack) or ack, if one is due.
+    /// The tick's heartbeat is left out while it only repeats an idle one
+    /// ([`Protocol::idle_tick`]).
     pub(super) fn receipt_frame<L: LocalReplica>(&mut self, local: &L) -> Option<Frame> {
-        if self.acks.heartbeat_due {
+        if self.acks.heartbeat_due || self.acks.tick_due {
+            let receipt = self.receipt(local);
+            let repair = self.acks.heartbeat_due || self.acks.ack_due;
+            self.acks.tick_due = false;
+            if !repair && self.idle_tick(&receipt) {
+                return None;
+            }
             // A heartbeat is a receipt too: it stands for a due ack.
             self.acks.heartbeat_due = false;
             self.acks.ack_due = false;
             self.acks.ack_at = None;
             self.acks.unacked = 0;
-            return Some(Frame::Heartbeat(self.receipt(local)));
+            let said = (receipt.received, receipt.seen, receipt.marks.number);
+            if said == self.acks.last_heartbeat {
+                self.acks.heartbeats_alike += 1;
+            } else {
+                self.acks.last_heartbeat = said;
+                self.acks.heartbeats_alike = 1;
+            }
+            self.acks.ticks_quiet = 0;
+            return Some(Frame::Heartbeat(receipt));
         }
         if !self.acks.ack_due {
             return None;
@@ -74,6 +90,27 @@ impl Protocol {
                 changes,
             },
         }
+    }
+
+    /// Whether the tick's heartbeat, carrying `receipt`, is left out: it
+    /// says what the last [`IDLE_REPEATS`] heartbeats said (nothing
+    /// received, no marks of the peer's, ours unchanged) and the peer
+    /// holds our marks (no changes to carry), so it would tell the peer
+    /// nothing but that we are alive. Then one goes every
+    /// [`idle_ticks`] ticks, not every tick: half the bytes of a quiet
+    /// link, and still several frames within the peer's read timeout.
+    /// Anything new (a delta received, marks that moved either way, a
+    /// repair) goes at the next tick as before, and starts the count over.
+    fn idle_tick(&mut self, receipt: &Receipt) -> bool {
+        let said = (receipt.received, receipt.seen, receipt.marks.number);
+        let idle = said == self.acks.last_heartbeat
+            && receipt.marks.base == receipt.marks.number
+            && self.acks.heartbeats_alike >= IDLE_REPEATS;
+        if !idle {
+            return false;
+        }
+        self.acks.ticks_quiet += 1;
+        self.acks.ticks_quiet < idle_ticks(&self.config)
     }
 
     /// Whether our marks hold news the peer pushes by: a stream it pushes
@@ -321,6 +358,30 @@ impl Protocol {
             self.note_behind(&report);
         }
         Ok(())
+    }
+}
+
+/// A heartbeat is sent at every tick until this many in a row said the
+/// same (so one lost, or two, are repeated a tick later as before); after
+/// them, every [`idle_ticks`] ticks.
+pub(super) const IDLE_REPEATS: u32 = 3;
+
+/// The most ticks between two idle heartbeats.
+pub(super) const IDLE_TICKS_MAX: u32 = 2;
+
+/// The ticks between two idle heartbeats: [`IDLE_TICKS_MAX`] when the read
+/// timeout holds five such gaps (ten ticks: the default, and
+/// `SessionConfig::with_heartbeat`'s), else every tick. The peer's read
+/// timeout is taken to be like ours (a mesh's sessions share their
+/// settings; an older peer's default is ten ticks of its own): a quiet
+/// link then survives four lost heartbeats in a row, where it survived
+/// nine.
+pub(super) fn idle_ticks(config: &crate::SessionConfig) -> u32 {
+    let tick = tick_interval(config);
+    if config.read_timeout >= tick * (5 * IDLE_TICKS_MAX) {
+        IDLE_TICKS_MAX
+    } else {
+        1
     }
 }
 

@@ -158,6 +158,9 @@ pub(super) struct HelloState {
     /// The largest frame payload the peer takes, from its hello
     /// ([`FRAME_BYTES_MAX`] until it arrives).
     pub(super) peer_frame_bytes_max: usize,
+    /// Whether the peer's hello says it skips frame kinds it does not know
+    /// (`Hello::skips_unknown_kinds`): then checkpoints are gossiped to it.
+    pub(super) peer_skips_unknown_kinds: bool,
     pub(super) peer_has_our_hello: bool,
     pub(super) hello_due: bool,
     /// Whether the peer holds its own stream up to our marks of it: its
@@ -226,9 +229,19 @@ pub(super) struct Timing {
 }
 
 /// Our receipts to the peer: which deltas arrived, and when an ack or heartbeat is due.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Acking {
+    /// A heartbeat is due for a repair: sent at once.
     pub(super) heartbeat_due: bool,
+    /// A heartbeat is due for the tick: sent unless it repeats an idle one
+    /// (see `receipts::IDLE_REPEATS`).
+    pub(super) tick_due: bool,
+    /// What the last heartbeat sent said: received, seen, our marks' number.
+    pub(super) last_heartbeat: (u64, u64, u64),
+    /// Heartbeats sent in a row saying `last_heartbeat`.
+    pub(super) heartbeats_alike: u32,
+    /// Ticks passed without a heartbeat since the last one sent.
+    pub(super) ticks_quiet: u32,
     pub(super) ack_due: bool,
     /// When a delayed ack is due: set by the first delta applied since the
     /// last receipt, so a burst is acknowledged once (see

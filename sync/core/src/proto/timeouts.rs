@@ -35,7 +35,7 @@ impl Protocol {
             });
         }
         self.hello.hello_due |= !self.hello.peer_has_our_hello;
-        self.acks.heartbeat_due |= self.hello.peer.is_some();
+        self.acks.tick_due |= self.hello.peer.is_some();
         self.routing.lag_check_due = true;
         // A delta unacknowledged past its timeout is lost (the tail of a
         // burst: no later delta's ack shows the hole): count it as missing

@@ -1,0 +1,249 @@
+//! What a link costs and tolerates between two protocol cores driven on a
+//! simulated clock (no task, stream or timer: the time is an argument),
+//! with every frame carried both ways and counted by kind:
+//!
+//! - a quiet link sends a heartbeat every tick until three in a row said
+//!   the same, then every other tick (under 1 KB a minute a link), and no
+//!   side times the other out; anything new brings them back every tick;
+//! - a frame of a kind this side does not know is skipped and counted, and
+//!   the session goes on and converges;
+//! - a peer whose hello does not say it skips unknown kinds (a build before
+//!   the flag) gets no checkpoint frame; one whose hello says so does.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Delta, Event, SharedReplica};
+use meshlog_sync_core::frame::{
+    self, Frame, Hello, HELLO_SKIPS_UNKNOWN_KINDS, LENGTH_PREFIX_BYTES,
+};
+use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::{SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+
+/// One side of a link: its replica, its core, and what it sent, by kind.
+struct Side {
+    replica: SharedReplica,
+    core: Protocol,
+    sent: BTreeMap<&'static str, (u64, u64)>,
+}
+
+impl Side {
+    fn new(stream: u64, now: Instant) -> Side {
+        let replica = SharedReplica::in_memory(StreamId::new(stream));
+        let core = Protocol::new(replica.stream(), SessionConfig::default(), now);
+        Side {
+            replica,
+            core,
+            sent: BTreeMap::new(),
+        }
+    }
+
+    fn count(&self, kind: &str) -> (u64, u64) {
+        self.sent.get(kind).copied().unwrap_or_default()
+    }
+}
+
+/// Carries every frame `from` has to send into `to`, applying deltas;
+/// whether any moved.
+fn carry(now: Instant, from: &mut Side, to: &mut Side) -> bool {
+    let mut moved = false;
+    while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
+        moved = true;
+        let kind = frame::decode_payload_limited(&bytes[LENGTH_PREFIX_BYTES..], 8 << 20)
+            .unwrap()
+            .kind();
+        let entry = from.sent.entry(kind).or_default();
+        entry.0 += 1;
+        entry.1 += bytes.len() as u64;
+        let payload = &bytes[LENGTH_PREFIX_BYTES..];
+        match to.core.handle_payload(now, payload, &to.replica).unwrap() {
+            Received::Apply(columns) => {
+                let applied = to.replica.apply_columns(columns);
+                to.core.handle_applied(now, applied).unwrap();
+            }
+            Received::Checkpoint(checkpoint) => {
+                to.replica.keep_checkpoint(checkpoint).unwrap();
+            }
+            Received::Nothing => {}
+        }
+    }
+    moved
+}
+
+/// Both ways until neither side has anything to say.
+fn settle(now: Instant, a: &mut Side, b: &mut Side) {
+    while carry(now, a, b) | carry(now, b, a) {}
+}
+
+/// Runs `ticks` ticks of one second (the default heartbeat), each side's
+/// timeouts served (a read timeout fails the test), then settles.
+fn run_ticks(now: &mut Instant, ticks: u32, a: &mut Side, b: &mut Side) {
+    for _ in 0..ticks {
+        *now += Duration::from_secs(1);
+        a.core.handle_timeout(*now).expect("a keeps the link");
+        b.core.handle_timeout(*now).expect("b keeps the link");
+        settle(*now, a, b);
+    }
+}
+
+#[test]
+fn a_quiet_link_sends_a_heartbeat_every_other_tick_under_1_kb_a_minute_and_stays_up() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    for i in 0..10u8 {
+        a.replica.append(vec![i; 16]).unwrap();
+        b.replica.append(vec![i; 16]).unwrap();
+    }
+    settle(now, &mut a, &mut b);
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    // Into the quiet: the first ticks carry the receipts that settle the
+    // marks both ways; then three alike at every tick.
+    run_ticks(&mut now, 5, &mut a, &mut b);
+    let before = (a.count("heartbeat"), b.count("heartbeat"));
+    run_ticks(&mut now, 60, &mut a, &mut b);
+    let beats_a = a.count("heartbeat").0 - before.0 .0;
+    let beats_b = b.count("heartbeat").0 - before.1 .0;
+    let bytes = a.count("heartbeat").1 - before.0 .1 + b.count("heartbeat").1 - before.1 .1;
+    // Every other tick, each way (the old protocol sent 60 each way, 1,200
+    // bytes); nothing else crossed.
+    assert_eq!((beats_a, beats_b), (30, 30), "{:?} {:?}", a.sent, b.sent);
+    assert_eq!(bytes, 600, "{:?} {:?}", a.sent, b.sent);
+    assert!(bytes < 1000);
+
+    // Something new: A appends. Its delta goes at once, and the next
+    // heartbeats go at every tick (three alike again) before they space out.
+    a.replica.append(&b"news"[..]).unwrap();
+    settle(now, &mut a, &mut b);
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    let before = (a.count("heartbeat").0, b.count("heartbeat").0);
+    run_ticks(&mut now, 3, &mut a, &mut b);
+    assert_eq!(
+        (
+            a.count("heartbeat").0 - before.0,
+            b.count("heartbeat").0 - before.1
+        ),
+        (3, 3),
+        "{:?} {:?}",
+        a.sent,
+        b.sent
+    );
+}
+
+#[test]
+fn a_read_timeout_of_under_ten_ticks_keeps_a_heartbeat_every_tick() {
+    // A peer taken to time out sooner than five spaced heartbeats: no
+    // spacing at all.
+    let mut now = Instant::now();
+    let config = SessionConfig {
+        read_timeout: Duration::from_secs(9),
+        ..SessionConfig::default()
+    };
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    a.core = Protocol::new(a.replica.stream(), config.clone(), now);
+    b.core = Protocol::new(b.replica.stream(), config, now);
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 5, &mut a, &mut b);
+    let before = a.count("heartbeat").0;
+    run_ticks(&mut now, 20, &mut a, &mut b);
+    assert_eq!(a.count("heartbeat").0 - before, 20);
+}
+
+#[test]
+fn a_frame_of_an_unknown_kind_is_skipped_and_the_session_converges() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    a.replica.append(&b"before"[..]).unwrap();
+    settle(now, &mut a, &mut b);
+    // A later build's kind 64, with a body this side cannot read: skipped.
+    let unknown = [0x40, 0x01, 0xff, 0xff, 0x07];
+    assert_eq!(
+        b.core.handle_payload(now, &unknown, &b.replica).unwrap(),
+        Received::Nothing
+    );
+    assert_eq!(b.core.state().frames_skipped, 1);
+    // The session goes on: both ways, events cross and converge.
+    a.replica.append(&b"after"[..]).unwrap();
+    b.replica.append(&b"from b"[..]).unwrap();
+    // (A delta waits while one is in flight: the ticks end the wait.)
+    run_ticks(&mut now, 2, &mut a, &mut b);
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    assert_eq!(b.replica.marks().get(StreamId::new(1)), 2);
+    assert_eq!(b.core.state().frames_skipped, 1);
+}
+
+/// One event on each of streams `100 ..= 399`: enough moved streams for a
+/// checkpoint to be due.
+fn many_writers() -> Delta {
+    let events = (100..400u64)
+        .map(|s| Event {
+            stream: StreamId::new(s),
+            seq: 1,
+            lamport: s,
+            time_ms: 0,
+            payload: Bytes::from_static(b"w"),
+        })
+        .collect();
+    Delta {
+        events,
+        ..Delta::default()
+    }
+}
+
+/// The frames a core holding a checkpoint sends after `hello`, by kind.
+fn kinds_after(hello: Hello) -> (bool, Vec<&'static str>) {
+    let now = Instant::now();
+    let a = SharedReplica::in_memory(StreamId::new(1));
+    a.apply(many_writers()).unwrap();
+    a.mint_checkpoint(1_700_000_000_000).unwrap().expect("due");
+    let mut core = Protocol::new(a.stream(), SessionConfig::default(), now);
+    assert_eq!(
+        core.handle_frame(now, Frame::Hello(hello), &a).unwrap(),
+        Received::Nothing
+    );
+    let mut kinds = Vec::new();
+    while let Some(bytes) = core.poll_transmit(now, &a).unwrap() {
+        kinds.push(frame::decode(&bytes).unwrap().kind());
+    }
+    (core.gossips_checkpoints(), kinds)
+}
+
+fn hello(frame_bytes_max: u32) -> Hello {
+    Hello {
+        protocol: PROTOCOL_VERSION,
+        stream: StreamId::new(9),
+        marks: VersionVector::new(),
+        floor: VersionVector::new(),
+        frame_bytes_max,
+    }
+}
+
+#[test]
+fn a_hello_from_an_older_peer_turns_checkpoint_gossip_off() {
+    // A protocol-4 peer built before the flag announces its plain limit.
+    let (on, kinds) = kinds_after(hello(FRAME_BYTES_MAX as u32));
+    assert!(!on);
+    assert!(!kinds.contains(&"checkpoint"), "{kinds:?}");
+    assert!(kinds.contains(&"delta"), "{kinds:?}");
+    // One that skips unknown kinds says so, and gets the checkpoint.
+    let (on, kinds) = kinds_after(hello(FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS));
+    assert!(on);
+    assert!(kinds.contains(&"checkpoint"), "{kinds:?}");
+}
+
+#[test]
+fn our_hello_says_we_skip_unknown_kinds_and_an_older_peer_reads_our_usual_limit() {
+    let a = SharedReplica::in_memory(StreamId::new(1));
+    let mut core = Protocol::new(a.stream(), SessionConfig::default(), Instant::now());
+    let bytes = core.poll_transmit(Instant::now(), &a).unwrap().unwrap();
+    let Frame::Hello(ours) = frame::decode(&bytes).unwrap() else {
+        panic!("the first frame is the hello");
+    };
+    assert!(ours.skips_unknown_kinds());
+    assert_eq!(ours.frame_bytes_max as usize, FRAME_BYTES_MAX + 1);
+    assert_eq!(ours.frame_limit(), FRAME_BYTES_MAX);
+}
