@@ -324,7 +324,7 @@ async fn a_node_requiring_seals_cuts_a_legacy_stream_and_keeps_the_link() {
     .await;
 
     let mut strict_config = config(strict_dir.path());
-    strict_config.require_seals = true;
+    strict_config.require_seals = Some(true);
     let sealed_url = format!("http://{sealed_addr}");
     strict_config.peers = vec![sealed_url.clone()];
     let strict = Node::start(strict_config).await.unwrap();
