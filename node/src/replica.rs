@@ -19,8 +19,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    CompactReport, Config, DiskError, DiskStore, Event, Membership, Page, PageError, Replica,
-    ReplicaError, RetentionPolicy, SharedReplica, Stats, Verified, WriterKey, WriterPublicKey,
+    CompactReport, Compaction, Config, Delta, DiskError, DiskStore, Event, Membership, Page,
+    PageError, Replica, ReplicaError, RetentionPolicy, SharedReplica, SignedCompaction, Stats,
+    Verified, WriterKey, WriterPublicKey,
 };
 
 use crate::writer_key::{self, KeyFileError};
@@ -267,6 +268,37 @@ impl NodeReplica {
         let target = self.shared.retention_floor(&policy, now_ms(), &peer_marks);
         let report = self.shared.compact_async(target).await?;
         Ok((report, self.shared.floor()))
+    }
+
+    /// What a compaction statement of `stream` at `floor` commits to (its
+    /// chain hash there: `meshlog_replica::Replica::compaction_at`), read
+    /// off the runtime: it reads the held events up to `floor`.
+    pub async fn compaction_at(
+        &self,
+        stream: StreamId,
+        floor: u64,
+    ) -> Result<Option<Compaction>, ReplicaError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.compaction_at(stream, floor))
+            .await
+            .unwrap_or(Err(ReplicaError::Failed))
+    }
+
+    /// Hands a signed compaction statement to the replica as a peer's
+    /// delta carrying only it and its floor would: judged by the one
+    /// validator (the signer's authority, the signature, the hash at a
+    /// held seq), then it erases the stream up to its floor, is kept and
+    /// is sent with that floor to peers behind it (`docs/SIGNING.md`,
+    /// "Floors with an authority"). A refusal is the replica's
+    /// `DeltaError` (and counts in `Stats::deltas_refused`).
+    pub async fn take_statement(&self, signed: SignedCompaction) -> Result<(), ReplicaError> {
+        let Compaction { stream, floor, .. } = signed.statement;
+        let mut delta = Delta {
+            floor: [(stream, floor)].into_iter().collect(),
+            ..Delta::default()
+        };
+        delta.floor_proofs.statements.push(signed);
+        self.shared.apply_async(delta).await.map(|_| ())
     }
 
     /// Reads and checks every held event against the recorded digest and

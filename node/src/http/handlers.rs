@@ -87,19 +87,7 @@ pub async fn get_events(
     let Query(query) = query
         .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", error.body_text()))?;
     let limit = query.get("limit").map(|text| Value::String(text.clone()));
-    let stream = match query.get("stream") {
-        None => None,
-        Some(text) => match text.parse::<u64>() {
-            Ok(id) if id != 0 => Some(StreamId::new(id)),
-            _ => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_stream",
-                    format!("stream must be a non-zero decimal stream id; got {text:?}"),
-                ))
-            }
-        },
-    };
+    let stream = query.get("stream").map(|text| stream_param(text)).transpose()?;
     page(
         &state,
         query.get("after").map(String::as_str),
@@ -107,6 +95,19 @@ pub async fn get_events(
         stream,
         representation(&headers),
     )
+}
+
+/// A `stream` query parameter: a non-zero decimal stream id, else
+/// `400 bad_stream`.
+pub(super) fn stream_param(text: &str) -> Result<StreamId, ApiError> {
+    match text.parse::<u64>() {
+        Ok(id) if id != 0 => Ok(StreamId::new(id)),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_stream",
+            format!("stream must be a non-zero decimal stream id; got {text:?}"),
+        )),
+    }
 }
 
 /// The representation a request's `Accept` asks for.

@@ -924,6 +924,43 @@ pub struct QueryBody {
     pub limit: Option<Value>,
 }
 
+/// `GET /compaction`: what a compaction statement of a stream at a floor
+/// commits to, for the mesh admin to sign (`meshlog key compact`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CompactionJson {
+    /// The stream.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$")]
+    pub stream: String,
+    /// The floor: the last seq the statement drops.
+    pub floor: u64,
+    /// The stream's chain hash at `floor`, 64 hex digits.
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
+    pub hash: String,
+}
+
+/// `POST /compaction`'s body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatementBody {
+    /// The signed compaction statement: hex of its 144 bytes
+    /// (`docs/SIGNING.md`, "The bytes signed and carried").
+    #[schema(pattern = r"^[0-9a-fA-F]{288}$")]
+    pub statement: String,
+}
+
+/// `POST /compaction`: the statement taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StatementTakenJson {
+    /// The stream.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$")]
+    pub stream: String,
+    /// The node's floor of the stream now.
+    pub floor: u64,
+    /// Whether the statement raised it (`false`: the node's floor was at
+    /// or past the statement's already).
+    pub raised: bool,
+}
+
 /// `POST /compact`'s body.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
