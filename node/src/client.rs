@@ -16,8 +16,8 @@ use crate::url::NodeUrl;
 
 pub use crate::http::json::{
     AppendJson, AppendedJson, CompactedJson, CompactionJson, ErrorJson, EventJson, InboundJson,
-    LostJson, MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson,
-    StaleJson, StatementTakenJson, VectorJson, VerifiedJson,
+    LostJson, MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, StaleJson,
+    StatementTakenJson, VectorJson, VerifiedJson,
 };
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather
@@ -285,7 +285,11 @@ impl Client {
 
     /// `GET /compaction`: what a compaction statement of `stream` at
     /// `floor` commits to, as this node holds the stream.
-    pub async fn compaction(&self, stream: StreamId, floor: u64) -> Result<CompactionJson, ClientError> {
+    pub async fn compaction(
+        &self,
+        stream: StreamId,
+        floor: u64,
+    ) -> Result<CompactionJson, ClientError> {
         self.json(self.http.get(format!(
             "{}/compaction?stream={}&floor={floor}",
             self.base,

@@ -782,7 +782,10 @@ mod tests {
         assert!(parse(&[]).unwrap().trust.is_open());
         assert_eq!(parse(&[]).unwrap().require_seals, None);
         // require_seals: from the flag or the file.
-        assert_eq!(parse(&["--require-seals"]).unwrap().require_seals, Some(true));
+        assert_eq!(
+            parse(&["--require-seals"]).unwrap().require_seals,
+            Some(true)
+        );
         std::fs::write(&file, "require_seals = true\n").unwrap();
         assert_eq!(parse(&[]).unwrap().require_seals, Some(true));
         // A closed membership leaves it to the rule where the replica

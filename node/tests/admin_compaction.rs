@@ -61,7 +61,10 @@ fn new_admin(path: &Path) -> String {
     let output = meshlog(&["key", "new-admin", "--out", path.to_str().unwrap()]);
     assert!(output.status.success(), "{output:?}");
     let line = String::from_utf8(output.stdout).unwrap();
-    line.split('"').nth(1).expect("admin_key = \"HEX\"").to_owned()
+    line.split('"')
+        .nth(1)
+        .expect("admin_key = \"HEX\"")
+        .to_owned()
 }
 
 /// `meshlog key compact` of `stream` to `floor` on `nodes`: exit code,
@@ -184,10 +187,7 @@ async fn an_admin_statement_erases_a_writers_stream_only_where_the_admin_key_is_
     assert!(answer["floor"].get(&w).is_none(), "{answer}");
     assert!(lost_from_start(&untrusting).await.is_empty());
     let metrics = get(untrusting.local_addr(), "/metrics").await;
-    assert_eq!(
-        deltas_refused(&String::from_utf8(metrics.body).unwrap()),
-        1
-    );
+    assert_eq!(deltas_refused(&String::from_utf8(metrics.body).unwrap()), 1);
 
     // A statement signed by another key than the admin's: refused by T,
     // naming why, and nothing erased.
@@ -221,7 +221,10 @@ async fn refusals(trusting: &Node, writer: &Node, admin_file: &Path) {
     assert_eq!(answer.json()["hash"].as_str().unwrap().len(), 64);
     // Bytes that are no statement: 400 bad_statement.
     let answer = post_json(addr, "/compaction", &json!({"statement": "00ff"})).await;
-    assert_eq!((answer.status, answer.error()), (400, "bad_statement".into()));
+    assert_eq!(
+        (answer.status, answer.error()),
+        (400, "bad_statement".into())
+    );
     // The admin's statement of the node's own stream: 422 own_stream.
     let own = trusting.stream();
     append(addr, b"own").await;

@@ -37,7 +37,12 @@ pub struct CompactStatementArgs {
     /// A node to submit the statement to (its base URL). Repeatable, or
     /// comma-separated; the hash signed is asked of every node that holds
     /// seq FLOOR, and they must agree.
-    #[arg(long = "node", env = "MESHLOG_NODE", value_delimiter = ',', required = true)]
+    #[arg(
+        long = "node",
+        env = "MESHLOG_NODE",
+        value_delimiter = ',',
+        required = true
+    )]
     pub nodes: Vec<String>,
     /// A bearer secret of the `admin` role, for nodes that need one.
     #[arg(long, env = "MESHLOG_TOKEN", hide_env_values = true)]
@@ -95,7 +100,11 @@ async fn compact(args: CompactStatementArgs) -> Result<ExitCode, String> {
 
 /// The chain hash at `floor` every node that holds it answers, or why
 /// none can be signed: no node answered, or two answered differently.
-async fn agreed_hash(clients: &[Client], stream: StreamId, floor: u64) -> Result<ChainHash, String> {
+async fn agreed_hash(
+    clients: &[Client],
+    stream: StreamId,
+    floor: u64,
+) -> Result<ChainHash, String> {
     let mut agreed: Option<(String, String)> = None;
     let mut unknown = Vec::new();
     for client in clients {

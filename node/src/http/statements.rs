@@ -90,7 +90,10 @@ fn hash_unknown(state: &AppState, stream: StreamId, floor: u64) -> ApiError {
     let why = if head == 0 {
         format!("this node holds nothing of stream {}", stream.get())
     } else if floor > head {
-        format!("this node holds stream {} up to seq {head} only", stream.get())
+        format!(
+            "this node holds stream {} up to seq {head} only",
+            stream.get()
+        )
     } else if floor < held_floor {
         format!(
             "this node compacted stream {} to seq {held_floor}: the hash at seq {floor} went \
@@ -188,8 +191,12 @@ pub async fn post_compaction(
 
 /// `422 statement_refused` with its `reason`.
 fn refused(reason: &'static str, message: String) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "statement_refused", message)
-        .with("reason", reason.into())
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "statement_refused",
+        message,
+    )
+    .with("reason", reason.into())
 }
 
 /// The replica's refusal of a statement, by its reason; a store failure
