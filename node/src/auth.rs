@@ -84,9 +84,12 @@ pub fn need(method: &Method, path: &str) -> Need {
         | ("POST", "/events/query")
         | ("GET", "/marks")
         | ("GET", "/forks")
+        | ("GET", "/compaction")
         | ("GET", "/follow") => Need::Role(Role::Read),
         ("POST", "/events") | ("GET", "/events/append") => Need::Role(Role::Write),
-        ("POST", "/compact") | ("POST", "/verify") | (_, "/peers") => Need::Role(Role::Admin),
+        ("POST", "/compact") | ("POST", "/compaction") | ("POST", "/verify") | (_, "/peers") => {
+            Need::Role(Role::Admin)
+        }
         ("GET", "/sync") => Need::Peer,
         ("GET", "/health") | ("GET", "/metrics") | ("GET", "/") | ("GET", "/openapi.json") => {
             Need::Open

@@ -15,9 +15,9 @@ use crate::http::json::{AppendCompactJson, PageCompactJson, Representation, COMP
 use crate::url::NodeUrl;
 
 pub use crate::http::json::{
-    AppendJson, AppendedJson, CompactedJson, ErrorJson, EventJson, InboundJson, LostJson,
-    MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, StaleJson,
-    VectorJson, VerifiedJson,
+    AppendJson, AppendedJson, CompactedJson, CompactionJson, ErrorJson, EventJson, InboundJson,
+    LostJson, MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, StaleJson,
+    StatementTakenJson, VectorJson, VerifiedJson,
 };
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather
@@ -279,6 +279,35 @@ impl Client {
             self.http
                 .post(format!("{}/compact", self.base))
                 .json(&serde_json::Value::Object(body)),
+        )
+        .await
+    }
+
+    /// `GET /compaction`: what a compaction statement of `stream` at
+    /// `floor` commits to, as this node holds the stream.
+    pub async fn compaction(
+        &self,
+        stream: StreamId,
+        floor: u64,
+    ) -> Result<CompactionJson, ClientError> {
+        self.json(self.http.get(format!(
+            "{}/compaction?stream={}&floor={floor}",
+            self.base,
+            stream.get()
+        )))
+        .await
+    }
+
+    /// `POST /compaction`: hands the node a signed compaction statement.
+    pub async fn submit_statement(
+        &self,
+        signed: &meshlog_replica::SignedCompaction,
+    ) -> Result<StatementTakenJson, ClientError> {
+        let statement = crate::trust::encode_hex(&signed.to_bytes());
+        self.json(
+            self.http
+                .post(format!("{}/compaction", self.base))
+                .json(&json!({ "statement": statement })),
         )
         .await
     }

@@ -38,7 +38,8 @@ pub enum Command {
     /// committed copy).
     Openapi,
     /// The keys of the trust configuration, offline: show a node's writer
-    /// key, make an admin key, sign admissions and bindings.
+    /// key, make an admin key, sign admissions and bindings; and compact
+    /// a writer's stream on nodes as the mesh admin.
     Key(cli::keys::KeyArgs),
     /// Client subcommands, talking to a running node.
     #[command(flatten)]

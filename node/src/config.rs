@@ -359,9 +359,13 @@ pub struct NodeConfig {
     pub trust: meshlog_replica::Membership,
     /// Refuse every stream that comes unsealed
     /// ([`meshlog_replica::Config::require_seals`]): its events are cut
-    /// from a peer's deltas, the link kept. Off by default (a mesh with
-    /// legacy streams keeps taking them).
-    pub require_seals: bool,
+    /// from a peer's deltas, the link kept. `None` (the default): on
+    /// when the membership is closed (`trust` admits writers), off while
+    /// it is open (a mesh with legacy streams keeps taking them);
+    /// resolved where the replica opens
+    /// (`crate::replica::OpenSettings::require_seals`). `Some(false)`
+    /// turns it off under a closed membership.
+    pub require_seals: Option<bool>,
     /// The HTTP server's bounds.
     pub limits: Limits,
     /// Sync timings.
@@ -396,7 +400,7 @@ impl NodeConfig {
             peers: Vec::new(),
             stream_id: None,
             trust: meshlog_replica::Membership::open(),
-            require_seals: false,
+            require_seals: None,
             limits: Limits::default(),
             sync: SyncSettings::default(),
             follow: FollowSettings::default(),
@@ -425,13 +429,9 @@ impl NodeConfig {
             bindings: joined(file.bindings.as_deref(), args.bindings),
         };
         config.trust = trust.membership()?;
-        // A closed membership admits writers by key, and a key-holder
-        // seals: an unsealed run of an admitted stream proves nothing of
-        // its writer (a peer could invent its first events before the
-        // receiver pins the key), so closed implies seals unless the file
-        // says `require_seals = false`.
-        config.require_seals =
-            args.require_seals || file.require_seals.unwrap_or(!config.trust.is_open());
+        // The flag turns seals on; else the file, else the rule where the
+        // replica opens (closed membership implies seals).
+        config.require_seals = args.require_seals.then_some(true).or(file.require_seals);
         config.sync.recover_own_stream = args.recover_own_stream;
         config.security = Security {
             secrets: crate::auth::SecretSources {
@@ -789,21 +789,26 @@ mod tests {
         // No trust settings: open, seals not required.
         std::fs::write(&file, "").unwrap();
         assert!(parse(&[]).unwrap().trust.is_open());
-        assert!(!parse(&[]).unwrap().require_seals);
+        assert_eq!(parse(&[]).unwrap().require_seals, None);
         // require_seals: from the flag or the file.
-        assert!(parse(&["--require-seals"]).unwrap().require_seals);
+        assert_eq!(
+            parse(&["--require-seals"]).unwrap().require_seals,
+            Some(true)
+        );
         std::fs::write(&file, "require_seals = true\n").unwrap();
-        assert!(parse(&[]).unwrap().require_seals);
-        // A closed membership requires seals, unless the file says not.
+        assert_eq!(parse(&[]).unwrap().require_seals, Some(true));
+        // A closed membership leaves it to the rule where the replica
+        // opens (`OpenSettings::require_seals`: on), unless the file says
+        // not.
         std::fs::write(&file, format!("writers = [\"{}@4242\"]\n", hex(a))).unwrap();
         assert!(!parse(&[]).unwrap().trust.is_open());
-        assert!(parse(&[]).unwrap().require_seals);
+        assert_eq!(parse(&[]).unwrap().require_seals, None);
         std::fs::write(
             &file,
             format!("writers = [\"{}@4242\"]\nrequire_seals = false\n", hex(a)),
         )
         .unwrap();
-        assert!(!parse(&[]).unwrap().require_seals);
+        assert_eq!(parse(&[]).unwrap().require_seals, Some(false));
     }
 
     /// A bounded setting is taken as given at either edge of its range

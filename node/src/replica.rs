@@ -19,8 +19,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    CompactReport, Config, DiskError, DiskStore, Event, Membership, Page, PageError, Replica,
-    ReplicaError, RetentionPolicy, SharedReplica, Stats, Verified, WriterKey, WriterPublicKey,
+    CompactReport, Compaction, Config, Delta, DiskError, DiskStore, Event, Membership, Page,
+    PageError, Replica, ReplicaError, RetentionPolicy, SharedReplica, SignedCompaction, Stats,
+    Verified, WriterKey, WriterPublicKey,
 };
 
 use crate::writer_key::{self, KeyFileError};
@@ -72,8 +73,9 @@ pub enum OpenError {
 pub struct OpenSettings {
     /// The trust configuration's membership (`Config::membership`).
     pub trust: Membership,
-    /// Refuse unsealed streams (`Config::require_seals`).
-    pub require_seals: bool,
+    /// Refuse unsealed streams (`Config::require_seals`); `None`: the
+    /// node's rule, resolved by [`OpenSettings::require_seals`].
+    pub require_seals: Option<bool>,
     /// `Config::payload_bytes_max`.
     pub payload_bytes_max: usize,
     /// Open relearning the own stream from peers
@@ -82,6 +84,18 @@ pub struct OpenSettings {
     /// How long an append waits for the end of recovery before it is
     /// refused (`SyncSettings::recovery_wait`).
     pub append_wait: std::time::Duration,
+}
+
+impl OpenSettings {
+    /// Whether the replica requires seals: as set, else whenever the
+    /// membership is closed. A closed membership admits writers by key,
+    /// and a key-holder seals: an unsealed run of an admitted stream
+    /// proves nothing of its writer (a peer could invent its first events
+    /// before the receiver pins the key). The one place the rule is
+    /// applied, for `meshlog serve` and embedders alike.
+    pub fn require_seals(&self) -> bool {
+        self.require_seals.unwrap_or(!self.trust.is_open())
+    }
 }
 
 impl NodeReplica {
@@ -106,7 +120,7 @@ impl NodeReplica {
         let writer = key.public();
         let mut config = Config {
             membership: settings.trust.clone(),
-            require_seals: settings.require_seals,
+            require_seals: settings.require_seals(),
             ..Config::new(stream)
         };
         config.key = sealed.then_some(key);
@@ -256,6 +270,37 @@ impl NodeReplica {
         Ok((report, self.shared.floor()))
     }
 
+    /// What a compaction statement of `stream` at `floor` commits to (its
+    /// chain hash there: `meshlog_replica::Replica::compaction_at`), read
+    /// off the runtime: it reads the held events up to `floor`.
+    pub async fn compaction_at(
+        &self,
+        stream: StreamId,
+        floor: u64,
+    ) -> Result<Option<Compaction>, ReplicaError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.compaction_at(stream, floor))
+            .await
+            .unwrap_or(Err(ReplicaError::Failed))
+    }
+
+    /// Hands a signed compaction statement to the replica as a peer's
+    /// delta carrying only it and its floor would: judged by the one
+    /// validator (the signer's authority, the signature, the hash at a
+    /// held seq), then it erases the stream up to its floor, is kept and
+    /// is sent with that floor to peers behind it (`docs/SIGNING.md`,
+    /// "Floors with an authority"). A refusal is the replica's
+    /// `DeltaError` (and counts in `Stats::deltas_refused`).
+    pub async fn take_statement(&self, signed: SignedCompaction) -> Result<(), ReplicaError> {
+        let Compaction { stream, floor, .. } = signed.statement;
+        let mut delta = Delta {
+            floor: [(stream, floor)].into_iter().collect(),
+            ..Delta::default()
+        };
+        delta.floor_proofs.statements.push(signed);
+        self.shared.apply_async(delta).await.map(|_| ())
+    }
+
     /// Reads and checks every held event against the recorded digest and
     /// bounds (`meshlog_replica::Replica::verify`), off the runtime. Writes
     /// wait while it runs; reads do not.
@@ -401,4 +446,32 @@ fn stream_id(dir: &Path, requested: Option<u64>, first: u64) -> Result<StreamId,
     crate::durable_file::write_aside_and_rename(dir, STREAM_ID_FILE, text.as_bytes(), 0o644)
         .map_err(|error| fail(error.to_string()))?;
     Ok(StreamId::new(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(trust: Membership, require_seals: Option<bool>) -> OpenSettings {
+        OpenSettings {
+            trust,
+            require_seals,
+            payload_bytes_max: 1024,
+            recover_own_stream: false,
+            append_wait: std::time::Duration::from_secs(1),
+        }
+    }
+
+    /// The one rule, for `meshlog serve` and embedders alike: unset, a
+    /// closed membership requires seals and an open one does not; set, it
+    /// is as set.
+    #[test]
+    fn a_closed_membership_requires_seals_unless_set_otherwise() {
+        let mut closed = Membership::open();
+        closed.admit(WriterKey::from_bytes([1; 32]).public());
+        assert!(settings(closed.clone(), None).require_seals());
+        assert!(!settings(closed, Some(false)).require_seals());
+        assert!(!settings(Membership::open(), None).require_seals());
+        assert!(settings(Membership::open(), Some(true)).require_seals());
+    }
 }

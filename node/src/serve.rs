@@ -101,8 +101,8 @@ impl Node {
             security.tls_key.as_deref(),
             security.tls_ca.as_deref(),
         )?;
-        crate::trust::log(&config.trust, config.require_seals);
         let replica = open_replica(&config).await?;
+        crate::trust::log(&config.trust, replica.config().require_seals);
         let (listener, local_addr) = bind(&config.listen).await?;
         auth.check_listen(local_addr, security.allow_unauthenticated)?;
         if !auth.enabled() {

@@ -8,7 +8,8 @@
 //!   entry `KEY@STREAM` (the stream in decimal) also binds the legacy
 //!   stream `STREAM` to `KEY`.
 //! - `admin_key`: the mesh admin's public key (64 hex digits), which signs
-//!   admissions and bindings.
+//!   admissions, bindings and compaction statements (trusted by the
+//!   replica: `Membership::trust_admin`).
 //! - `admissions`: writer admissions the admin signed (hex of their 96
 //!   bytes, `docs/SIGNING.md`, "The bytes signed and carried").
 //! - `bindings`: legacy-stream bindings the admin signed (hex of their
@@ -75,6 +76,12 @@ impl TrustSettings {
             ),
             None => None,
         };
+        // The admin key also signs compaction statements: trusted, so that
+        // a statement it signs erases a writer's stream here
+        // (`docs/SIGNING.md`, "Floors with an authority").
+        if let Some(admin) = admin {
+            membership.trust_admin(admin);
+        }
         let no_admin = || "no admin_key is configured to verify it".to_string();
         for entry in &self.admissions {
             let fail = |reason: String| error("admissions", entry, reason);
@@ -174,9 +181,9 @@ fn stream_id(text: &str) -> Result<StreamId, String> {
     }
 }
 
-/// Hex (either case) to bytes; at most 512 digits (the longest statement
-/// is 104 bytes), so a hostile value costs nothing.
-fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
+/// Hex (either case) to bytes; at most 512 digits (the longest statement,
+/// a compaction, is 144 bytes), so a hostile value costs nothing.
+pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
     let text = text.trim().as_bytes();
     if !text.len().is_multiple_of(2) || text.len() > 512 {
         return Err(format!(
@@ -209,6 +216,20 @@ mod tests {
         assert!(TrustSettings::default().membership().unwrap().is_open());
     }
 
+    /// An admin key alone is trusted for compaction statements and leaves
+    /// the membership open (it admits nobody by itself).
+    #[test]
+    fn an_admin_key_alone_is_trusted_and_leaves_membership_open() {
+        let admin = AdminKey::from_bytes([9; 32]);
+        let settings = TrustSettings {
+            admin_key: Some(hex(&admin.public().to_bytes())),
+            ..TrustSettings::default()
+        };
+        let membership = settings.membership().unwrap();
+        assert!(membership.is_open());
+        assert_eq!(membership.admin(), Some(&admin.public()));
+    }
+
     #[test]
     fn writers_admissions_and_bindings_decode_into_a_closed_membership() {
         let admin = AdminKey::from_bytes([9; 32]);
@@ -236,6 +257,8 @@ mod tests {
         assert!(membership.admits(c.stream(), &c));
         assert_eq!(membership.binding(legacy).map(|b| b.key), Some(b));
         assert_eq!(membership.binding(StreamId::new(7)).map(|b| b.key), Some(c));
+        // The admin key is trusted for compaction statements too.
+        assert_eq!(membership.admin(), Some(&admin.public()));
         assert!(!membership.admits_stream(WriterKey::from_bytes([5; 32]).stream()));
     }
 

@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DOC: &str = include_str!("../../docs/HTTP.md");
 
 /// The routes the router serves; each must have an example.
-const ROUTES: [(&str, &str); 16] = [
+const ROUTES: [(&str, &str); 18] = [
     ("GET", "/health"),
     ("POST", "/events"),
     ("GET", "/events"),
@@ -31,6 +31,8 @@ const ROUTES: [(&str, &str); 16] = [
     ("GET", "/marks"),
     ("GET", "/forks"),
     ("POST", "/compact"),
+    ("GET", "/compaction"),
+    ("POST", "/compaction"),
     ("POST", "/verify"),
     ("GET", "/peers"),
     ("POST", "/peers"),

@@ -18,9 +18,11 @@ use serde_json::Value;
 use support::*;
 
 /// Every route the router serves, with each method.
-const ROUTES: [(&str, &str); 17] = [
+const ROUTES: [(&str, &str); 19] = [
     ("get", "/"),
     ("post", "/compact"),
+    ("get", "/compaction"),
+    ("post", "/compaction"),
     ("get", "/events"),
     ("post", "/events"),
     ("get", "/events/append"),
@@ -39,7 +41,7 @@ const ROUTES: [(&str, &str); 17] = [
 ];
 
 /// The role each route needs (issue 10); the rest are open over HTTP.
-const PROTECTED: [(&str, &str, &str); 12] = [
+const PROTECTED: [(&str, &str, &str); 14] = [
     ("get", "/events", "read"),
     ("post", "/events/query", "read"),
     ("get", "/marks", "read"),
@@ -48,6 +50,8 @@ const PROTECTED: [(&str, &str, &str); 12] = [
     ("post", "/events", "write"),
     ("get", "/events/append", "write"),
     ("post", "/compact", "admin"),
+    ("get", "/compaction", "read"),
+    ("post", "/compaction", "admin"),
     ("post", "/verify", "admin"),
     ("get", "/peers", "admin"),
     ("post", "/peers", "admin"),

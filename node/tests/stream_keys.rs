@@ -324,7 +324,7 @@ async fn a_node_requiring_seals_cuts_a_legacy_stream_and_keeps_the_link() {
     .await;
 
     let mut strict_config = config(strict_dir.path());
-    strict_config.require_seals = true;
+    strict_config.require_seals = Some(true);
     let sealed_url = format!("http://{sealed_addr}");
     strict_config.peers = vec![sealed_url.clone()];
     let strict = Node::start(strict_config).await.unwrap();
@@ -352,4 +352,87 @@ async fn a_node_requiring_seals_cuts_a_legacy_stream_and_keeps_the_link() {
     for node in [strict, sealed, legacy.node] {
         stop(node).await;
     }
+}
+
+/// An embedder's closed membership requires seals by default (issue 29):
+/// the rule is applied where the replica opens, not only by `meshlog
+/// serve`'s command line. A node built with `NodeConfig::new` that admits
+/// a sealed writer and binds a legacy stream's key (so the legacy stream
+/// is admitted, but comes unsealed) takes the sealed writer's events, cuts
+/// the legacy stream, and says so in `GET /peers` (the link's `limits`:
+/// the stream, `unsealed`, why). With `require_seals: Some(false)` the
+/// same node takes the legacy stream. (Before, `NodeConfig::new` left
+/// seals off whatever the membership, and `GET /peers` showed no limits.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedders_closed_membership_requires_seals_and_peers_shows_the_cut_stream() {
+    let sealed_dir = tempfile::tempdir().unwrap();
+    let legacy = support::start(4747).await;
+    let mut sealed_config = config(sealed_dir.path());
+    sealed_config.peers = vec![legacy.url()];
+    let sealed = Node::start(sealed_config).await.unwrap();
+    append(legacy.addr, b"legacy").await;
+    append(sealed.local_addr(), b"sealed").await;
+    let sealed_addr = sealed.local_addr();
+    wait_until("the sealed node holds the legacy stream", || async {
+        marks(sealed_addr).await["marks"]["4747"] == 1
+    })
+    .await;
+    let mut trust = Membership::open();
+    trust.admit(sealed.writer_key());
+    trust.bind(Binding {
+        stream: meshlog_cursor::StreamId::new(4747),
+        key: legacy.node.writer_key(),
+    });
+    let sealed_url = format!("http://{sealed_addr}");
+    let stream = sealed.stream().to_string();
+    for (require_seals, takes_legacy) in [(None, false), (Some(false), true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut closed = config(dir.path());
+        closed.trust = trust.clone();
+        closed.require_seals = require_seals;
+        closed.peers = vec![sealed_url.clone()];
+        let node = Node::start(closed).await.unwrap();
+        let addr = node.local_addr();
+        wait_until("the sealed writer's event", || async {
+            marks(addr).await["marks"][&stream] == 1
+        })
+        .await;
+        if takes_legacy {
+            wait_until("the legacy stream, seals not required", || async {
+                marks(addr).await["marks"]["4747"] == 1
+            })
+            .await;
+            stop(node).await;
+            continue;
+        }
+        let link = wait_for_limit(addr).await;
+        assert_eq!(link["connected"], true, "{link}");
+        assert!(link["last_error"].is_null(), "the link was refused: {link}");
+        assert_eq!(link["limits_total"], 1, "{link}");
+        let limit = &link["limits"][0];
+        assert_eq!(limit["stream"], "4747", "{link}");
+        assert_eq!(limit["limit"], "unsealed", "{link}");
+        assert!(
+            limit["reason"].as_str().unwrap().contains("requires seals"),
+            "{link}"
+        );
+        let answer = marks(addr).await;
+        assert!(
+            answer["marks"].get("4747").is_none(),
+            "the legacy stream was taken unsealed: {answer}"
+        );
+        stop(node).await;
+    }
+    for node in [sealed, legacy.node] {
+        stop(node).await;
+    }
+}
+
+/// The first dialed link of the node at `addr`, once it lists a limit.
+async fn wait_for_limit(addr: std::net::SocketAddr) -> serde_json::Value {
+    wait_until("the link lists the stream it cuts", || async {
+        get(addr, "/peers").await.json()["peers"][0]["limits_total"] == 1
+    })
+    .await;
+    get(addr, "/peers").await.json()["peers"][0].clone()
 }

@@ -160,7 +160,7 @@ async fn a_node_configured_with_the_printed_lines_admits_those_writers_and_no_ot
             "--require-seals",
         ],
     );
-    assert!(config.require_seals);
+    assert_eq!(config.require_seals, Some(true));
     config.peers = [&writer, &legacy, &stranger]
         .iter()
         .map(|node| format!("http://{}", node.local_addr()))

@@ -410,6 +410,39 @@ impl<S: Store> Replica<S> {
         })
     }
 
+    /// What a compaction statement of `stream` at `floor` says (its
+    /// chain hash there), for the mesh admin to sign
+    /// ([`Compaction::sign_by_admin`](crate::Compaction::sign_by_admin))
+    /// without compacting here first: read through the held events up to
+    /// `floor`. `None` where this replica cannot know it: `floor` is 0,
+    /// below its floor of the stream (the hash went with the events),
+    /// above its head, or the stream is unanchored or not held.
+    ///
+    /// ```
+    /// use meshlog_replica::{AdminKey, Config, MemStore, Replica, WriterKey};
+    /// let mut writer = Replica::open(Config::with_key(WriterKey::from_bytes([1; 32])), MemStore::default())?;
+    /// for i in 0..5u8 {
+    ///     writer.append(vec![i])?;
+    /// }
+    /// let stream = writer.stream();
+    /// let statement = writer.compaction_at(stream, 3)?.expect("held and anchored");
+    /// assert_eq!((statement.stream, statement.floor), (stream, 3));
+    /// let _signed = statement.sign_by_admin(&AdminKey::from_bytes([9; 32]));
+    /// // Compacted there, the replica records the same hash.
+    /// writer.compact(&[(stream, 3)].into_iter().collect())?;
+    /// assert_eq!(writer.compaction(stream), Some(statement));
+    /// assert_eq!(writer.compaction_at(stream, 2)?, None, "below the floor");
+    /// assert_eq!(writer.compaction_at(stream, 6)?, None, "above the head");
+    /// # Ok::<(), meshlog_replica::ReplicaError>(())
+    /// ```
+    pub fn compaction_at(
+        &self,
+        stream: StreamId,
+        floor: u64,
+    ) -> Result<Option<crate::Compaction>, ReplicaError> {
+        self.state.compaction_at(stream, floor)
+    }
+
     /// Counters since open.
     pub fn stats(&self) -> Stats {
         self.state.stats()

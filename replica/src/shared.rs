@@ -1011,6 +1011,19 @@ impl<S: Store> SharedReplica<S> {
         self.read()?.chain(stream)
     }
 
+    /// What a compaction statement of `stream` at `floor` says, as
+    /// [`Replica::compaction_at`] answers it (a poisoned handle:
+    /// [`ReplicaError::Failed`]).
+    pub fn compaction_at(
+        &self,
+        stream: StreamId,
+        floor: u64,
+    ) -> Result<Option<crate::Compaction>, ReplicaError> {
+        self.read()
+            .ok_or(ReplicaError::Failed)?
+            .compaction_at(stream, floor)
+    }
+
     /// The lamport clock.
     pub fn clock(&self) -> u64 {
         self.read().map_or(0, |state| state.clock())

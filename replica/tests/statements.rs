@@ -586,3 +586,36 @@ fn one_schedule(rng: &mut SplitMix64) -> usize {
     );
     erased
 }
+
+/// `compaction_at` answers, without compacting, the hash a compaction
+/// there would record (what `meshlog key compact` signs): on a receiver
+/// that hashes an unsealed stream lazily, from its floor and from a hash
+/// known above it; `None` below the floor and above the head.
+#[test]
+fn compaction_at_answers_the_hash_a_compaction_there_records() {
+    let mut writer = Replica::new(StreamId::new(77));
+    append(&mut writer, 10);
+    let stream = writer.stream();
+    let mut receiver = receiver_with(Membership::open());
+    receiver
+        .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+        .expect("taken");
+    let expected = |floor: u64| Some(receiver_hash_at(&writer, stream, floor));
+    let at = |receiver: &Replica<MemStore>, floor: u64| {
+        receiver
+            .compaction_at(stream, floor)
+            .expect("reads")
+            .map(|statement| statement.hash)
+    };
+    for floor in [3, 10] {
+        assert_eq!(at(&receiver, floor), expected(floor), "floor {floor}");
+    }
+    let _ = receiver.chain_digest(); // hashes to the head: a hash known above
+    compact(&mut receiver, stream, 4);
+    for floor in [4, 6, 10] {
+        assert_eq!(at(&receiver, floor), expected(floor), "floor {floor}");
+    }
+    assert_eq!(at(&receiver, 3), None, "below the floor");
+    assert_eq!(at(&receiver, 11), None, "above the head");
+    assert_eq!(at(&receiver, 0), None);
+}

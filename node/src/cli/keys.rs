@@ -1,5 +1,6 @@
 //! `meshlog key`: the keys of the trust configuration (`docs/OPERATIONS.md`,
-//! "Writer keys and trust"), offline, with no node running.
+//! "Writer keys and trust"), offline, with no node running; and the admin
+//! key's compaction statements, submitted to nodes.
 //!
 //! - `key show --data-dir D`: the node's writer public key and stream.
 //! - `key new-admin --out FILE`: a new mesh admin key file (0600, the rules
@@ -8,7 +9,12 @@
 //! - `key bind --admin FILE KEY@STREAM`: a legacy stream bound to a key,
 //!   signed.
 //!
-//! Each prints on stdout exactly one line of the trust configuration's TOML
+//! - `key compact --admin FILE --stream S --floor F --node URL…`: a
+//!   compaction statement of a writer's stream, signed here and submitted
+//!   to the nodes (`crate::cli::statement`; the one command that talks to
+//!   nodes).
+//!
+//! Each other command prints on stdout exactly one line of the trust configuration's TOML
 //! (`writers = […]`, `admin_key = …`, `admissions = […]`, `bindings = […]`),
 //! to paste into every node's `--config` file (or its value to give to the
 //! matching flag); anything else goes to stderr. Exit codes: 0 done, 1 a key
@@ -65,10 +71,17 @@ pub enum KeyAction {
         /// writes (decimal).
         entry: String,
     },
+    /// Compact a writer's stream on the nodes named as the mesh admin:
+    /// sign a compaction statement of the stream at the floor (the chain
+    /// hash there asked of the nodes, the key kept here) and submit it.
+    Compact(super::statement::CompactStatementArgs),
 }
 
 /// Runs `meshlog key`.
 pub fn run(args: KeyArgs) -> ExitCode {
+    if let KeyAction::Compact(args) = args.action {
+        return super::statement::run(args);
+    }
     match line(args.action) {
         Ok(line) => {
             println!("{line}");
@@ -122,6 +135,7 @@ fn line(action: KeyAction) -> Result<String, String> {
                 encode_hex(&signed.to_bytes())
             ))
         }
+        KeyAction::Compact(_) => Err("key compact talks to nodes; it prints no line".into()),
     }
 }
 

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use meshlog_cursor::{token, StreamId, VersionVector};
 
 pub mod keys;
+pub mod statement;
 
 /// The HTTP client the subcommands talk through (the node's one client,
 /// `crate::client`, kept at this path too).

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use meshlog_cursor::{token, StreamId};
-use meshlog_sync::{LimitHit, PeerStatus};
+use meshlog_sync::PeerStatus;
 
 use super::frame::{LinkJson, StatusJson, WriterJson};
 use crate::http::json::{chains_json, decimal, digest_json, vector_json};
@@ -122,7 +122,10 @@ fn link_state<A>(status: &PeerStatus<A>) -> (&'static str, Option<String>) {
         if limits.is_empty() {
             return ("up", None);
         }
-        let reasons: Vec<String> = limits.iter().map(limit_text).collect();
+        let reasons: Vec<String> = limits
+            .iter()
+            .map(|hit| crate::http::json::link_limit_json(hit).reason)
+            .collect();
         return ("limit", Some(reasons.join("; ")));
     }
     match &status.last_error {
@@ -130,48 +133,6 @@ fn link_state<A>(status: &PeerStatus<A>) -> (&'static str, Option<String>) {
         Some(error) => ("reconnecting", Some(error.clone())),
         None if status.connects == 0 => ("connecting", None),
         None => ("reconnecting", None),
-    }
-}
-
-/// A limit hit, for an operator.
-fn limit_text(limit: &LimitHit) -> String {
-    match limit {
-        LimitHit::StreamsMax { stream, limit } => format!(
-            "stream {} refused: streams_max {limit} reached",
-            stream.get()
-        ),
-        LimitHit::PayloadBytesMax {
-            stream,
-            seq,
-            len,
-            limit,
-        } => format!(
-            "stream {} stops below seq {seq}: its {len}-byte payload is over payload_bytes_max {limit}",
-            stream.get()
-        ),
-        LimitHit::FrameBytesMax {
-            stream,
-            seq,
-            len,
-            limit,
-        } => format!(
-            "stream {} not sent past seq {seq}: its {len}-byte payload is over the frame limit {limit}",
-            stream.get()
-        ),
-        LimitHit::UnknownWriter { stream, key } => format!(
-            "stream {} refused: its writer{} is not admitted by the trust configuration",
-            stream.get(),
-            key.map(|key| format!(" (key {key})")).unwrap_or_default()
-        ),
-        LimitHit::Frozen { stream, head } => format!(
-            "stream {} refused above seq {head}: its writer forked it (GET /forks has the proof)",
-            stream.get()
-        ),
-        LimitHit::Unsealed { stream } => format!(
-            "stream {} refused: it comes unsealed (a legacy stream) and this node requires seals",
-            stream.get()
-        ),
-        other => format!("{other:?}"),
     }
 }
 

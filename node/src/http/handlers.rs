@@ -18,11 +18,12 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::json::{
-    chains_json, decimal, digest_json, json_batch, ndjson_batch, object_body, vector_json,
-    AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody, CompactedJson,
-    ErrorJson, EventJson, ForksJson, HealthJson, InboundJson, MarksJson, PageCompactJson, PageJson,
-    PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson, QueryBody, RawPayload,
-    Representation, UnsealedReason, VerifiedJson, WriterJson, COMPACT_MEDIA_TYPE,
+    chains_json, decimal, digest_json, json_batch, link_limits_json, ndjson_batch, object_body,
+    vector_json, AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody,
+    CompactedJson, ErrorJson, EventJson, ForksJson, HealthJson, InboundJson, MarksJson,
+    PageCompactJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson,
+    QueryBody, RawPayload, Representation, UnsealedReason, VerifiedJson, WriterJson,
+    COMPACT_MEDIA_TYPE,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -87,19 +88,10 @@ pub async fn get_events(
     let Query(query) = query
         .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", error.body_text()))?;
     let limit = query.get("limit").map(|text| Value::String(text.clone()));
-    let stream = match query.get("stream") {
-        None => None,
-        Some(text) => match text.parse::<u64>() {
-            Ok(id) if id != 0 => Some(StreamId::new(id)),
-            _ => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_stream",
-                    format!("stream must be a non-zero decimal stream id; got {text:?}"),
-                ))
-            }
-        },
-    };
+    let stream = query
+        .get("stream")
+        .map(|text| stream_param(text))
+        .transpose()?;
     page(
         &state,
         query.get("after").map(String::as_str),
@@ -107,6 +99,19 @@ pub async fn get_events(
         stream,
         representation(&headers),
     )
+}
+
+/// A `stream` query parameter: a non-zero decimal stream id, else
+/// `400 bad_stream`.
+pub(super) fn stream_param(text: &str) -> Result<StreamId, ApiError> {
+    match text.parse::<u64>() {
+        Ok(id) if id != 0 => Ok(StreamId::new(id)),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_stream",
+            format!("stream must be a non-zero decimal stream id; got {text:?}"),
+        )),
+    }
 }
 
 /// The representation a request's `Accept` asks for.
@@ -369,6 +374,7 @@ fn payload_too_large(index: usize, len: usize, limit: usize) -> ApiError {
 }
 
 pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
+    let (limits, limits_total) = link_limits_json(&peer.session.limits);
     PeerJson {
         url: peer.addr.clone(),
         connected: peer.connected,
@@ -376,6 +382,8 @@ pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
         marks: vector_json(&peer.marks),
         lag_events: peer.lag_events,
         last_error: peer.last_error.clone(),
+        limits,
+        limits_total,
     }
 }
 
@@ -586,12 +594,17 @@ pub async fn list_peers(State(state): Shared) -> Json<PeersJson> {
         .peers
         .inbound()
         .into_iter()
-        .map(|session| InboundJson {
-            remote: session.addr.to_string(),
-            connected: session.connected,
-            stream: session.stream.map(decimal),
-            marks: vector_json(&session.marks),
-            lag_events: session.lag_events,
+        .map(|session| {
+            let (limits, limits_total) = link_limits_json(&session.session.limits);
+            InboundJson {
+                remote: session.addr.to_string(),
+                connected: session.connected,
+                stream: session.stream.map(decimal),
+                marks: vector_json(&session.marks),
+                lag_events: session.lag_events,
+                limits,
+                limits_total,
+            }
         })
         .collect();
     Json(PeersJson { peers, inbound })

@@ -682,6 +682,110 @@ pub struct PeerJson {
     pub lag_events: u64,
     /// Why its last session or dial ended badly.
     pub last_error: Option<String>,
+    /// The streams its current (or last) session cuts and why, the
+    /// first [`LINK_LIMITS_SHOWN`] hit (an older node's answer has none).
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    pub limits: Vec<LinkLimitJson>,
+    /// How many limits that session hit, listed or not.
+    #[serde(default)]
+    pub limits_total: u64,
+}
+
+/// The most limits `GET /peers` lists per link: one is hit per stream
+/// cut, so a link could hit thousands (`streams_max`); the count says
+/// how many there are.
+pub const LINK_LIMITS_SHOWN: usize = 64;
+
+/// A stream a link's session cuts, and why: a limit it ran into
+/// (`meshlog_sync::LimitHit`). The session keeps exchanging every other
+/// stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LinkLimitJson {
+    /// The stream cut (decimal; empty for a limit of a kind this node
+    /// does not name).
+    pub stream: String,
+    /// Which limit: `streams_max`, `payload_bytes_max`, `frame_bytes_max`
+    /// (over a size limit), `unknown_writer` (its writer is not admitted),
+    /// `frozen` (its writer forked it), `unsealed` (it comes unsealed and
+    /// this node requires seals); `other` from a newer sync layer.
+    #[schema(example = "unsealed")]
+    pub limit: String,
+    /// What is not exchanged and which setting says so, for an operator.
+    pub reason: String,
+}
+
+/// A limit hit as `GET /peers` and the status stream show it.
+pub(crate) fn link_limit_json(hit: &meshlog_sync::LimitHit) -> LinkLimitJson {
+    use meshlog_sync::LimitHit;
+    let (stream, limit) = match hit {
+        LimitHit::StreamsMax { stream, .. } => (Some(stream), "streams_max"),
+        LimitHit::PayloadBytesMax { stream, .. } => (Some(stream), "payload_bytes_max"),
+        LimitHit::FrameBytesMax { stream, .. } => (Some(stream), "frame_bytes_max"),
+        LimitHit::UnknownWriter { stream, .. } => (Some(stream), "unknown_writer"),
+        LimitHit::Frozen { stream, .. } => (Some(stream), "frozen"),
+        LimitHit::Unsealed { stream } => (Some(stream), "unsealed"),
+        _ => (None, "other"),
+    };
+    LinkLimitJson {
+        stream: stream.map(|&stream| decimal(stream)).unwrap_or_default(),
+        limit: limit.into(),
+        reason: limit_reason(hit),
+    }
+}
+
+/// A limit hit, for an operator: the one place its words are written.
+fn limit_reason(hit: &meshlog_sync::LimitHit) -> String {
+    use meshlog_sync::LimitHit;
+    match hit {
+        LimitHit::StreamsMax { stream, limit } => format!(
+            "stream {} refused: streams_max {limit} reached",
+            stream.get()
+        ),
+        LimitHit::PayloadBytesMax {
+            stream,
+            seq,
+            len,
+            limit,
+        } => format!(
+            "stream {} stops below seq {seq}: its {len}-byte payload is over payload_bytes_max {limit}",
+            stream.get()
+        ),
+        LimitHit::FrameBytesMax {
+            stream,
+            seq,
+            len,
+            limit,
+        } => format!(
+            "stream {} not sent past seq {seq}: its {len}-byte payload is over the frame limit {limit}",
+            stream.get()
+        ),
+        LimitHit::UnknownWriter { stream, key } => format!(
+            "stream {} refused: its writer{} is not admitted by the trust configuration",
+            stream.get(),
+            key.map(|key| format!(" (key {key})")).unwrap_or_default()
+        ),
+        LimitHit::Frozen { stream, head } => format!(
+            "stream {} refused above seq {head}: its writer forked it (GET /forks has the proof)",
+            stream.get()
+        ),
+        LimitHit::Unsealed { stream } => format!(
+            "stream {} refused: it comes unsealed (a legacy stream) and this node requires seals",
+            stream.get()
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A link's limits as `GET /peers` lists them: the first
+/// [`LINK_LIMITS_SHOWN`], and how many there are.
+pub(crate) fn link_limits_json(hits: &[meshlog_sync::LimitHit]) -> (Vec<LinkLimitJson>, u64) {
+    let shown = hits
+        .iter()
+        .take(LINK_LIMITS_SHOWN)
+        .map(link_limit_json)
+        .collect();
+    (shown, hits.len() as u64)
 }
 
 /// One inbound session: a peer that dialed this node.
@@ -700,6 +804,14 @@ pub struct InboundJson {
     pub marks: VectorJson,
     /// Events this node holds that it has not acknowledged.
     pub lag_events: u64,
+    /// The streams its session cuts and why, as for a dialed peer
+    /// ([`PeerJson::limits`]).
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    pub limits: Vec<LinkLimitJson>,
+    /// How many limits its session hit, listed or not.
+    #[serde(default)]
+    pub limits_total: u64,
 }
 
 /// `GET /peers`.
@@ -922,6 +1034,43 @@ pub struct QueryBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = limit_schema)]
     pub limit: Option<Value>,
+}
+
+/// `GET /compaction`: what a compaction statement of a stream at a floor
+/// commits to, for the mesh admin to sign (`meshlog key compact`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CompactionJson {
+    /// The stream.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$")]
+    pub stream: String,
+    /// The floor: the last seq the statement drops.
+    pub floor: u64,
+    /// The stream's chain hash at `floor`, 64 hex digits.
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
+    pub hash: String,
+}
+
+/// `POST /compaction`'s body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatementBody {
+    /// The signed compaction statement: hex of its 144 bytes
+    /// (`docs/SIGNING.md`, "The bytes signed and carried").
+    #[schema(pattern = r"^[0-9a-fA-F]{288}$")]
+    pub statement: String,
+}
+
+/// `POST /compaction`: the statement taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StatementTakenJson {
+    /// The stream.
+    #[schema(pattern = r"^[1-9][0-9]{0,19}$")]
+    pub stream: String,
+    /// The node's floor of the stream now.
+    pub floor: u64,
+    /// Whether the statement raised it (`false`: the node's floor was at
+    /// or past the statement's already).
+    pub raised: bool,
 }
 
 /// `POST /compact`'s body.

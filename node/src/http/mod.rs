@@ -2,7 +2,8 @@
 //! middleware that bounds every body in size and time, the handlers, the
 //! errors; `GET /sync`, which upgrades to the sync protocol; and `GET
 //! /events/append` (`append_socket`), appends streamed over a WebSocket
-//! and answered in order by seq range. Public:
+//! and answered in order by seq range; `/compaction` (`statements`), the
+//! mesh admin's compaction statements. Public:
 //! [`json`], the API's JSON types, shared with clients, and [`openapi`],
 //! the OpenAPI document generated from the handlers and those types.
 
@@ -24,6 +25,7 @@ mod handlers;
 pub mod json;
 pub mod openapi;
 mod state;
+mod statements;
 
 pub use append_socket::APPENDS_IN_FLIGHT_MAX;
 pub(crate) use error::ApiError;
@@ -44,6 +46,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .route("/compact", post(handlers::compact))
+        .route(
+            "/compaction",
+            get(statements::get_compaction).post(statements::post_compaction),
+        )
         .route("/verify", post(handlers::verify))
         .route(
             "/peers",

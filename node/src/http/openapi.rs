@@ -48,6 +48,8 @@ use super::json;
         handlers::health,
         handlers::metrics,
         handlers::compact,
+        super::statements::get_compaction,
+        super::statements::post_compaction,
         handlers::verify,
         handlers::list_peers,
         handlers::add_peer,

@@ -392,6 +392,38 @@ impl State {
         Ok(Some(chain))
     }
 
+    /// What a compaction statement of `stream` at `floor` commits to
+    /// (`Replica::compaction_at`): the chain hash there, from the
+    /// furthest hash known at or below `floor` (else the floor's)
+    /// through the held events. `None` where `floor` is 0, below the
+    /// held floor (that hash went with the events), above the head, or
+    /// the stream is unanchored or not held.
+    pub(crate) fn compaction_at(
+        &self,
+        stream: StreamId,
+        floor: u64,
+    ) -> Result<Option<crate::Compaction>, ReplicaError> {
+        let (held_floor, head) = self.bounds(stream);
+        let Some(chain) = self.chains.get(&stream).filter(|chain| chain.anchored) else {
+            return Ok(None);
+        };
+        if floor == 0 || floor < held_floor || floor > head {
+            return Ok(None);
+        }
+        let (known, known_hash) = self.known_hash(stream);
+        let (after, hash) = if (held_floor..=floor).contains(&known) {
+            (known, known_hash)
+        } else {
+            (held_floor, chain.floor_hash)
+        };
+        let hash = self.chain_through(stream, hash, after, floor)?;
+        Ok(Some(crate::Compaction {
+            stream,
+            floor,
+            hash,
+        }))
+    }
+
     /// The chain hash of `stream` at `last`, from `hash` at `after`,
     /// through the held events `after + 1 ..= last` (read back).
     pub(super) fn chain_through(
