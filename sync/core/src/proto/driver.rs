@@ -177,12 +177,19 @@ impl Protocol {
     /// In order: a hello while one is due; then, once the peer's hello
     /// arrived, a heartbeat (which stands for a due ack), an ack, and
     /// deltas while the view does not cover our marks.
+    ///
+    /// # Errors
+    ///
+    /// [`ProtocolError::Read`] where reading the events of a delta from
+    /// the replica failed (its store): nothing is sent in their place, and
+    /// the session ends; [`ProtocolError::Send`] where a frame cannot be
+    /// encoded.
     pub fn poll_transmit<L: LocalReplica>(
         &mut self,
         now: Instant,
         local: &L,
     ) -> Result<Option<Vec<u8>>, ProtocolError> {
-        let Some(outgoing) = self.next_frame(now, local) else {
+        let Some(outgoing) = self.next_frame(now, local)? else {
             return Ok(None);
         };
         let (bytes, kind) = match &outgoing {
@@ -206,29 +213,32 @@ impl Protocol {
         Ok(Some(bytes))
     }
 
-    fn next_frame<L: LocalReplica>(&mut self, now: Instant, local: &L) -> Option<Outgoing> {
+    fn next_frame<L: LocalReplica>(
+        &mut self,
+        now: Instant,
+        local: &L,
+    ) -> Result<Option<Outgoing>, ProtocolError> {
         if self.hello.hello_due {
-            return Some(Outgoing::Frame(self.hello_frame(local)));
+            return Ok(Some(Outgoing::Frame(self.hello_frame(local))));
         }
-        self.hello.peer?;
-        if self.duplicate_of().is_some() {
-            return None;
+        if self.hello.peer.is_none() || self.duplicate_of().is_some() {
+            return Ok(None);
         }
         self.check_behind(local);
         self.read_routes(now, local);
         if let Some(receipt) = self.receipt_frame(local) {
-            return Some(Outgoing::Frame(receipt));
+            return Ok(Some(Outgoing::Frame(receipt)));
         }
         if let Some(routes) = self.routes_frame() {
-            return Some(Outgoing::Frame(routes));
+            return Ok(Some(Outgoing::Frame(routes)));
         }
         if let Some(checkpoint) = self.checkpoint_frame(local) {
-            return Some(Outgoing::Frame(checkpoint));
+            return Ok(Some(Outgoing::Frame(checkpoint)));
         }
         if self.send.parts.is_empty() {
-            match self.plan_delta(now, local) {
+            match self.plan_delta(now, local)? {
                 Planned::Parts => {}
-                Planned::Nothing => return None,
+                Planned::Nothing => return Ok(None),
                 Planned::Again => {
                     // Only events too large for a frame: build again
                     // without their streams (at the next poll: the state
@@ -238,7 +248,7 @@ impl Protocol {
                 }
             }
         }
-        self.next_delta_part(now)
+        Ok(self.next_delta_part(now))
     }
 
     /// Takes in one received payload (a frame without its length prefix),

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
-use meshlog_replica::{Admission, Delta, DeltaColumns, ForkProof, SharedReplica, Store};
+use meshlog_replica::{
+    Admission, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica, Store,
+};
 
 use crate::frame::Frame;
 use crate::routes::RouteLink;
@@ -25,13 +27,27 @@ pub trait LocalReplica {
     /// Its marks (head vector).
     fn marks(&self) -> VersionVector;
     /// What a peer holding `view` misses, up to `byte_budget` (see
-    /// [`meshlog_replica::Replica::delta_for`]).
-    fn delta_for(&self, view: &VersionVector, byte_budget: usize) -> Delta;
-    /// [`LocalReplica::delta_for`] in columns, which is what the protocol
-    /// encodes (see [`meshlog_replica::Replica::delta_columns_for`]). By
-    /// default, the events of `delta_for` put in columns.
-    fn delta_columns_for(&self, view: &VersionVector, byte_budget: usize) -> DeltaColumns {
-        DeltaColumns::from_delta(&self.delta_for(view, byte_budget))
+    /// [`meshlog_replica::Replica::try_delta_for`]), or why it could not be
+    /// read (a store read that failed: [`ReplicaError::Store`] naming the
+    /// block). Never a shorter or empty delta in place of a failed read:
+    /// the session ends with [`ProtocolError::Read`](crate::ProtocolError::Read)
+    /// rather than send one, which would hide the fault from both sides.
+    fn try_delta_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReplicaError>;
+    /// [`LocalReplica::try_delta_for`] in columns, which is what the
+    /// protocol encodes (see
+    /// [`meshlog_replica::Replica::try_delta_columns_for`]). By default,
+    /// the events of `try_delta_for` put in columns.
+    fn try_delta_columns_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<DeltaColumns, ReplicaError> {
+        let delta = self.try_delta_for(view, byte_budget)?;
+        Ok(DeltaColumns::from_delta(&delta))
     }
     /// Whether the replica is relearning its own stream from peers
     /// (opened with `recover_own_stream`).
@@ -77,12 +93,20 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
         SharedReplica::marks(self)
     }
 
-    fn delta_for(&self, view: &VersionVector, byte_budget: usize) -> Delta {
-        SharedReplica::delta_for(self, view, byte_budget)
+    fn try_delta_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReplicaError> {
+        SharedReplica::try_delta_for(self, view, byte_budget)
     }
 
-    fn delta_columns_for(&self, view: &VersionVector, byte_budget: usize) -> DeltaColumns {
-        SharedReplica::delta_columns_for(self, view, byte_budget)
+    fn try_delta_columns_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<DeltaColumns, ReplicaError> {
+        SharedReplica::try_delta_columns_for(self, view, byte_budget)
     }
 
     fn is_recovering(&self) -> bool {
