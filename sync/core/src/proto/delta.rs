@@ -283,6 +283,9 @@ impl Protocol {
         self.send.view.join(&advance);
         self.marks.peer_marks.join(&advance);
         self.marks.carried.join(&advance);
+        // The peer holds its floors: none of our statements at or below
+        // them is owed to it.
+        self.send.statements_told.join(&columns.floor);
         if self.routing.link.is_some() {
             let streams: BTreeSet<StreamId> = columns.runs().iter().map(|run| run.stream).collect();
             self.route_received(now, &streams);

@@ -49,6 +49,7 @@ impl Protocol {
                 peer_pending: Vec::new(),
                 unsendable: BTreeMap::new(),
                 forks_sent: BTreeSet::new(),
+                statements_told: VersionVector::new(),
             },
             timing: Timing {
                 rtt: None,
@@ -157,6 +158,7 @@ impl Protocol {
     /// apply: what [`sync_once`](super::sync_once) runs to.
     pub fn is_quiescent<L: LocalReplica>(&self, local: &L) -> bool {
         self.acks.applying.is_none()
+            && !self.acks.applying_statement
             && !self.hello.hello_due
             && self.send.parts.is_empty()
             && (self.hello.peer.is_none()
@@ -166,6 +168,7 @@ impl Protocol {
                     && self.acks.ack_at.is_none()
                     && self.routing.routes_due.is_empty()
                     && !self.checkpoint_due(local)
+                    && !self.statement_due(local)
                     && self.send_view(&local.marks()).dominates(&local.marks())))
     }
 
@@ -234,6 +237,9 @@ impl Protocol {
         }
         if let Some(checkpoint) = self.checkpoint_frame(local) {
             return Ok(Some(Outgoing::Frame(checkpoint)));
+        }
+        if let Some(statement) = self.statement_frame(local) {
+            return Ok(Some(Outgoing::Frame(statement)));
         }
         if self.send.parts.is_empty() {
             match self.plan_delta(now, local)? {
@@ -314,7 +320,7 @@ impl Protocol {
         local: &L,
     ) -> Result<Received, ProtocolError> {
         debug_assert!(
-            self.acks.applying.is_none(),
+            self.acks.applying.is_none() && !self.acks.applying_statement,
             "a frame handed in before the delta was reported"
         );
         if let Incoming::Frame(Frame::Hello(hello)) = incoming {
@@ -337,6 +343,7 @@ impl Protocol {
         match incoming {
             Incoming::Delta { number, columns } => Ok(self.on_delta(now, number, columns, local)),
             Incoming::Frame(Frame::Checkpoint(checkpoint)) => self.on_checkpoint(checkpoint, local),
+            Incoming::Frame(Frame::Statement(signed)) => Ok(self.on_statement(signed, local)),
             Incoming::Frame(Frame::CheckpointWant(name)) => {
                 self.on_checkpoint_want(name);
                 Ok(Received::Nothing)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 use meshlog_replica::{
-    Admission, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica, Store,
+    Admission, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica, SignedCompaction, Store,
 };
 
 use crate::frame::Frame;
@@ -77,6 +77,14 @@ pub trait LocalReplica {
         let _ = streams;
         Vec::new()
     }
+    /// The newest compaction statement the replica keeps of `stream` (see
+    /// [`meshlog_replica::Replica::statement`]): offered to a peer that
+    /// holds the stream past its floor. By default none: such a driver
+    /// offers no statement (a delta's floor still carries them).
+    fn statement(&self, stream: StreamId) -> Option<SignedCompaction> {
+        let _ = stream;
+        None
+    }
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
@@ -127,6 +135,10 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
         SharedReplica::forks_except(self, streams)
+    }
+
+    fn statement(&self, stream: StreamId) -> Option<SignedCompaction> {
+        SharedReplica::statement(self, stream)
     }
 }
 
@@ -229,6 +241,10 @@ pub(super) struct Sending {
     pub(super) unsendable: BTreeMap<StreamId, u64>,
     /// The streams whose fork proof this session sent the peer (`forks`).
     pub(super) forks_sent: BTreeSet<StreamId>,
+    /// Per stream, the floor up to which the peer holds, or was offered,
+    /// our compaction statements (`statements`): its hello's floor, the
+    /// floors its deltas carried, and every floor of ours looked at.
+    pub(super) statements_told: VersionVector,
 }
 
 /// Round trips, retransmission and read timeouts, the tick.
@@ -280,6 +296,9 @@ pub(super) struct Acking {
     pub(super) received: u64,
     /// The number of a delta handed back to apply and not yet reported.
     pub(super) applying: Option<u64>,
+    /// An offered statement handed back to apply and not yet reported
+    /// (`statements`).
+    pub(super) applying_statement: bool,
 }
 
 /// Marks both ways, numbered so that they travel as differences.
