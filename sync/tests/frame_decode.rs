@@ -625,7 +625,13 @@ fn hand_made_inputs_give_their_typed_errors() {
             matches!(o.errors[..], [FrameError::UnknownKind { tag: 9, .. }])
         }),
         ("statement frame without its statement", vec![1, 8], |o| {
-            matches!(o.errors[..], [FrameError::Malformed { kind: "statement", .. }])
+            matches!(
+                o.errors[..],
+                [FrameError::Malformed {
+                    kind: "statement",
+                    ..
+                }]
+            )
         }),
         (
             "bare ack of delta 0",

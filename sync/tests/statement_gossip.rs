@@ -20,20 +20,32 @@
 //!   refuses it (`StatementNoAuthority`, counted and logged), keeps every
 //!   event, and the session goes on: a mesh whose nodes trust differently
 //!   keeps its links.
+//! - an offered statement whose signature does not verify ends the
+//!   receiver's session (`Refused`, `BadStatement`) and erases nothing;
+//!   one of a stream the receiver does not hold is ignored (it would only
+//!   add a stream): the frame can erase no more than a delta's statement.
 //!
 //! How: keyed replicas in memory from fixed secrets, W's events handed to
 //! A and B as deltas; the admin's statement applied to A as a delta
 //! carrying it (what the node's `POST /compaction` does); two real
 //! sessions over an in-memory stream on tokio's paused clock.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    AdminKey, Commits, Config, Delta, MemStore, Membership, PageError, Replica, WriterKey,
+    AdminKey, ChainHash, Commits, Compaction, Config, Delta, DeltaError, MemStore, Membership,
+    PageError, Replica, WriterKey,
 };
-use meshlog_sync::testkit::run_paused;
-use meshlog_sync::{Session, SessionConfig, SessionEnd, SessionState, SharedReplica};
+use meshlog_sync::frame::{
+    self, Frame, Hello, FRAME_BYTES_MAX, HELLO_SKIPS_UNKNOWN_KINDS, LENGTH_PREFIX_BYTES,
+    PROTOCOL_VERSION,
+};
+use meshlog_sync::proto::Protocol;
+use meshlog_sync::testkit::{hand_in, run_paused};
+use meshlog_sync::{
+    ProtocolError, Session, SessionConfig, SessionEnd, SessionError, SessionState, SharedReplica,
+};
 
 const FLOOR: u64 = 6;
 const HEAD: u64 = 10;
@@ -187,4 +199,62 @@ fn a_peer_that_does_not_trust_the_admin_keeps_its_events_and_its_link() {
     assert_eq!(b.floor().get(stream), 0, "nothing erased at B");
     assert_eq!(b.marks().get(stream), HEAD);
     assert!(b.page(&VersionVector::new(), 100).is_ok());
+}
+
+/// `frame`'s payload (without its length prefix).
+fn payload(frame: &Frame) -> Vec<u8> {
+    frame::encode(frame).expect("encodes")[LENGTH_PREFIX_BYTES..].to_vec()
+}
+
+#[test]
+fn an_offered_statement_that_does_not_verify_ends_the_session_and_erases_nothing() {
+    let (w, a, b) = converged(true);
+    let stream = w.stream();
+    admin_compacts(&a, stream);
+    let now = Instant::now();
+    // B's core, after A's hello (A skips kinds it does not know).
+    let start = || {
+        let mut core = Protocol::new(b.stream(), SessionConfig::default(), now);
+        let hello = Frame::Hello(Hello {
+            protocol: PROTOCOL_VERSION,
+            stream: a.stream(),
+            marks: a.marks(),
+            floor: a.floor(),
+            frame_bytes_max: FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS,
+        });
+        hand_in(now, &mut core, &payload(&hello), &b).expect("A's hello");
+        core
+    };
+
+    // The admin's statement of a stream B does not hold: nothing applied.
+    let elsewhere = Compaction {
+        stream: StreamId::new(77),
+        floor: 3,
+        hash: ChainHash::GENESIS,
+    }
+    .sign_by_admin(&admin());
+    let mut core = start();
+    hand_in(now, &mut core, &payload(&Frame::Statement(elsewhere)), &b)
+        .expect("ignored, the session goes on");
+    assert_eq!(b.floor().get(StreamId::new(77)), 0);
+    assert_eq!(b.marks().get(StreamId::new(77)), 0);
+
+    // A's statement with its signature altered: refused, nothing erased.
+    let mut forged = a.statement(stream).expect("A keeps the admin's statement");
+    forged.signature[0] ^= 1;
+    let mut core = start();
+    let error = hand_in(now, &mut core, &payload(&Frame::Statement(forged)), &b)
+        .expect_err("a signature that does not verify ends the session");
+    assert!(
+        matches!(
+            &error,
+            SessionError::Core(ProtocolError::Refused {
+                source: DeltaError::BadStatement { .. },
+                ..
+            })
+        ),
+        "{error}"
+    );
+    assert_eq!(b.floor().get(stream), 0, "nothing erased");
+    assert_eq!(b.marks().get(stream), HEAD);
 }

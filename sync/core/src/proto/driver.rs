@@ -238,13 +238,12 @@ impl Protocol {
         if let Some(checkpoint) = self.checkpoint_frame(local) {
             return Ok(Some(Outgoing::Frame(checkpoint)));
         }
-        if let Some(statement) = self.statement_frame(local) {
-            return Ok(Some(Outgoing::Frame(statement)));
-        }
         if self.send.parts.is_empty() {
             match self.plan_delta(now, local)? {
                 Planned::Parts => {}
-                Planned::Nothing => return Ok(None),
+                // Statements go when no delta does: a poll that sends
+                // events reads no floor for them.
+                Planned::Nothing => return Ok(self.statement_frame(local).map(Outgoing::Frame)),
                 Planned::Again => {
                     // Only events too large for a frame: build again
                     // without their streams (at the next poll: the state

@@ -14,10 +14,11 @@
 //! frame kinds it does not know: an older peer gets nothing new and
 //! behaves as before.
 //!
-//! Cheap on a quiet link: the floor up to which the peer was told is kept,
-//! so a poll with nothing new compares two vectors and reads no statement;
-//! a statement is sent once per session (a frame lost to a fault proxy is
-//! sent again by the next session).
+//! Cheap: asked only when no delta is due (a poll that sends events reads
+//! no floor for this), and the floor up to which the peer was told is
+//! kept, so a poll with nothing new compares two vectors and reads no
+//! statement; a statement is sent once per session (a frame lost to a
+//! fault proxy is sent again by the next session).
 //!
 //! The receiver applies an offered statement as a delta of that floor and
 //! statement alone (the one acceptance path judges it), where it holds
