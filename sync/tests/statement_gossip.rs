@@ -15,7 +15,7 @@
 //!   a reader from the start is told exactly `(W, 1, F)` was lost. The
 //!   statement crossed once: the link stays up for many heartbeats more
 //!   and nothing is offered again. (Before the `Statement` frame, B kept
-//!   every event: the test timed out waiting for B's floor.)
+//!   every event: after a minute of session its floor was still 0.)
 //! - a peer that does not trust the admin key is offered the statement,
 //!   refuses it (`StatementNoAuthority`, counted and logged), keeps every
 //!   event, and the session goes on: a mesh whose nodes trust differently
