@@ -99,11 +99,15 @@ pub(crate) struct Plan<'d> {
     /// [`State::seals_after`] goes on from there with the rest.
     pub(crate) seals_noted: usize,
     pub(crate) kept_seals: BTreeMap<StreamId, KeptSeals>,
-    /// Of `seals`, those whose run the round holds (the delta's events of
-    /// the stream, not left behind a floor or dropped as early): what the
-    /// commit's chains may anchor on or take a hash from
-    /// ([`State::chains_after`]), as one by one, where a seal whose run is
-    /// not held commits with no event of its stream.
+    /// Of `seals`, those whose run the round holds up to the seal (the
+    /// delta's events of the stream, not left behind a floor or dropped
+    /// as early, reaching the seal's seq): what the commit's chains may
+    /// anchor on or take a hash from ([`State::chains_after`]), as one by
+    /// one, where a seal whose run is not held commits with no event of
+    /// its stream, and one whose run is held only in part (an event of a
+    /// sealed stream dropped as early) with none at the seal's seq: the
+    /// round's later deltas may bring it, which the commit of the delta
+    /// alone does not see.
     pub(crate) held_seals: Vec<crate::RunSeal>,
 }
 
@@ -196,11 +200,13 @@ impl State {
                                 .sealed
                                 .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
                             let report = round.delta(delta);
-                            let held = &round.held_streams;
-                            let held_seals =
-                                delta.seals.iter().filter(|s| held.contains(&s.seal.stream));
-                            round.plan.held_seals.extend(held_seals);
+                            for run_seal in &delta.seals {
+                                if round.holds_run(run_seal) {
+                                    round.plan.held_seals.push(*run_seal);
+                                }
+                            }
                             if round.indexing {
+                                round.note_anchors(delta);
                                 round.note_seals(delta);
                                 round.plan.seals_noted = round.plan.seals.len();
                             }
@@ -366,6 +372,34 @@ impl<'s, 'd> Round<'s, 'd> {
                 && !batch.forks.iter().any(|kept| kept.stream() == *stream)
             {
                 self.plan.batch.forks.push((**proof).clone());
+            }
+        }
+    }
+
+    /// Whether the delta just planned holds `run_seal`'s run up to the
+    /// seal: events of its stream held, and the stream's head at or past
+    /// the seal's seq ([`Plan::held_seals`]).
+    fn holds_run(&self, run_seal: &crate::RunSeal) -> bool {
+        let stream = run_seal.seal.stream;
+        self.held_streams.contains(&stream)
+            && self
+                .sims
+                .get(&stream)
+                .is_some_and(|sim| sim.head >= run_seal.seal.seq)
+    }
+
+    /// Notes where `delta`'s sealed runs the round holds anchor their
+    /// streams ([`State::seal_anchor`]), as committing `delta` alone
+    /// would: a later delta of the round is judged on those chains.
+    fn note_anchors(&mut self, delta: &Delta) {
+        for run_seal in &delta.seals {
+            let stream = run_seal.seal.stream;
+            if run_seal.base.is_none() || !self.holds_run(run_seal) {
+                continue;
+            }
+            let floor = self.state.sim(&mut self.sims, stream).floor;
+            if let Some(anchor) = self.state.seal_anchor(&self.index, run_seal, floor) {
+                self.index.anchors.insert(stream, anchor);
             }
         }
     }

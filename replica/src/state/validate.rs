@@ -32,8 +32,12 @@ pub(crate) struct RoundIndex {
     /// The streams a delta accepted earlier in the round sealed, and the
     /// key (pinned as publishing will pin it).
     pub(super) sealed: BTreeMap<StreamId, crate::WriterPublicKey>,
-    /// Per stream a statement the round took erased to: its floor and
-    /// hash, where the commit anchors a chain left unanchored there.
+    /// Per stream the round anchored: the floor and the chain hash there,
+    /// of a statement the round took (erased to it), or of a sealed run's
+    /// base the round holds on a stream unanchored at its floor
+    /// ([`State::seal_anchor`]), where the commit anchors a chain left
+    /// unanchored there. A later delta's runs and statements are chained
+    /// from it, as one by one they are from the chain committed.
     pub(super) anchors: BTreeMap<StreamId, (u64, crate::ChainHash)>,
     /// The streams a delta refused earlier in the round proved forked:
     /// frozen for the deltas after it, as publishing its proof freezes
@@ -492,7 +496,8 @@ impl State {
         head: u64,
     ) -> Option<crate::ChainHash> {
         let state_head = self.log.head(stream);
-        // A statement the round took anchors the stream at its floor.
+        // A statement or a seal's base the round took anchors the stream
+        // at its floor.
         if let Some(hash) = self.anchored_head_hash(round, stream, head) {
             return Some(hash);
         }
