@@ -1279,3 +1279,51 @@ fn regression_a_seal_whose_run_is_held_in_part_anchors_nothing() {
     let chain = reference.chain(start.stream).expect("held");
     assert!(!chain.anchored, "one by one, nothing proves the base");
 }
+
+/// Regression (found by 10,000 schedules once the guard was gone, seed
+/// 12896476732342625753): a seal taken unchained proves nothing of the
+/// chain a later delta's base anchors in the same round. The receiver
+/// holds the sealed writer's stream unanchored at floor 3. The first
+/// delta brings seq 4, which a twin (the writer's key on another history
+/// below 4) holds alike, sealed at 4 over the twin's chain: unanchored,
+/// nothing to chain from, only the signature is checked, taken. The
+/// second brings the writer's 4..=5 sealed at 5 with the base at 3: its
+/// commit anchors the stream. One by one the first commit hashes seq 4
+/// on an unanchored chain; a round's commit, anchored by the second
+/// delta's base first, took the twin's seal at 4 for the stream's hash
+/// there (a debug assertion in `State::hash_run`; a wrong chain in a
+/// release build). The commit now takes a hash only from a seal the
+/// validator chained from the head hash (`Plan::chained_seals`).
+#[test]
+fn regression_a_seal_taken_unchained_proves_nothing_of_a_chain_a_later_base_anchors() {
+    let start = Unanchored::new();
+    let mut twin = Replica::open(Config::with_key(start.key.clone()), MemStore::default()).unwrap();
+    for seq in 1..=4 {
+        let payload = match seq {
+            4 => format!("w #{seq}"),
+            _ => format!("twin #{seq}"),
+        };
+        twin.append_at(payload, 0).unwrap();
+    }
+    let four = start.events(&twin, 4..=4);
+    assert_eq!(four, start.events(&start.writer, 4..=4), "seq 4 alike");
+    let twin_head = meshlog_replica::ChainHash::GENESIS.extend(&start.events(&twin, 1..=4));
+    let first = Delta {
+        events: four,
+        seals: vec![start.run_seal(4, twin_head, None)],
+        ..Delta::default()
+    };
+    let base = start.base();
+    let run = start.events(&start.writer, 4..=5);
+    let second = Delta {
+        seals: vec![start.run_seal(5, base.extend(&run), Some(base))],
+        events: run,
+        ..Delta::default()
+    };
+    let (first, second, reference) = start.round_of_two(&first, &second);
+    assert_eq!(first.map(|report| report.applied), Ok(1));
+    assert_eq!(second.map(|report| report.applied), Ok(1));
+    let chain = reference.chain(start.stream).expect("held");
+    assert!(chain.anchored, "the second delta's base anchors the stream");
+    assert_eq!(chain.floor_hash, base);
+}

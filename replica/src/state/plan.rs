@@ -16,7 +16,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use super::held::State;
-use super::validate::{PeerFloor, Rejection, RoundIndex};
+use super::validate::{Chained, PeerFloor, Rejection, RoundIndex};
 use crate::log::StreamLog;
 use crate::{
     ApplyReport, Batch, CompactReport, Delta, DeltaColumns, Event, KeptSeals, ReplicaError,
@@ -109,6 +109,13 @@ pub(crate) struct Plan<'d> {
     /// round's later deltas may bring it, which the commit of the delta
     /// alone does not see.
     pub(crate) held_seals: Vec<crate::RunSeal>,
+    /// Of `held_seals`, those whose run the validator chained from the
+    /// receiver's head hash as the round left it ([`Chained`]): the only
+    /// seals the commit may take a stream's chain hash from instead of
+    /// hashing the run. (A seal taken unchained, on a stream unanchored
+    /// then, proves nothing of the chain a later delta's base anchors in
+    /// the same round.)
+    pub(crate) chained_seals: Vec<crate::RunSeal>,
 }
 
 impl Plan<'_> {
@@ -193,18 +200,14 @@ impl State {
                     deltas_left -= 1;
                     round.indexing = deltas_left > 0;
                     match self.validate(delta, &round.index) {
-                        Ok(()) => {
+                        Ok(chained) => {
                             round.plan.seals.extend_from_slice(&delta.seals);
                             round
                                 .index
                                 .sealed
                                 .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
                             let report = round.delta(delta);
-                            for run_seal in &delta.seals {
-                                if round.holds_run(run_seal) {
-                                    round.plan.held_seals.push(*run_seal);
-                                }
-                            }
+                            round.note_held_seals(delta, &chained);
                             if round.indexing {
                                 round.note_anchors(delta);
                                 round.note_seals(delta);
@@ -372,6 +375,20 @@ impl<'s, 'd> Round<'s, 'd> {
                 && !batch.forks.iter().any(|kept| kept.stream() == *stream)
             {
                 self.plan.batch.forks.push((**proof).clone());
+            }
+        }
+    }
+
+    /// Notes the seals of `delta` (just planned) whose run it holds up to
+    /// the seal ([`Plan::held_seals`]), and of those the ones the validator
+    /// chained from the head hash ([`Plan::chained_seals`]).
+    fn note_held_seals(&mut self, delta: &Delta, chained: &Chained) {
+        for (index, run_seal) in delta.seals.iter().enumerate() {
+            if self.holds_run(run_seal) {
+                self.plan.held_seals.push(*run_seal);
+                if chained.proves(index) {
+                    self.plan.chained_seals.push(*run_seal);
+                }
             }
         }
     }

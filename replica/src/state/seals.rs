@@ -51,8 +51,11 @@ impl State {
     /// Records a commit's chains and seals in its batch: what the store
     /// records with it and publishing keeps.
     pub(crate) fn prepare_commit(&self, plan: &mut Plan<'_>) -> Result<(), ReplicaError> {
-        (plan.batch.chains, plan.batch.hashed) =
-            self.chains_after(&plan.batch, &plan.held_seals, &plan.statements)?;
+        (plan.batch.chains, plan.batch.hashed) = self.chains_after(
+            &plan.batch,
+            (&plan.held_seals, &plan.chained_seals),
+            &plan.statements,
+        )?;
         let noted = (&plan.kept_seals, plan.seals_noted);
         plan.batch.seals = self.seals_after(&plan.batch, &plan.seals, noted);
         plan.batch.statements = self.statements_after(&plan.batch, &plan.statements);
