@@ -295,9 +295,7 @@ impl State {
         }
         self.held_hash(stream, head, round).ok().flatten()
     }
-}
 
-impl State {
     /// Where a sealed run the round holds anchors its stream, as the
     /// commit of the delta alone would (`State::chains_after`, "Unanchored
     /// streams" in `docs/SIGNING.md`): the stream's `floor` as the round
@@ -315,6 +313,8 @@ impl State {
     ) -> Option<(u64, ChainHash)> {
         let (base, seal) = (run_seal.base?, run_seal.seal);
         let stream = seal.stream;
+        // A failed read notes no anchor: the commit, which reads the same
+        // held events to anchor, fails then.
         if floor >= seal.seq || self.held_hash(stream, floor, round).ok()?.is_some() {
             return None;
         }
