@@ -437,15 +437,24 @@ impl Folder {
         &mut self,
         segment: &mut Segment,
         recovery: &mut Recovery,
+        walked: bool,
     ) -> Result<(), DiskError> {
         let started = std::time::Instant::now();
         let bytes = Bytes::from(segment.read_all()?);
-        // Even with nothing to replay the open ends in a checkpoint: after
-        // an open on which redb walked the file (asked to, or a file of an
-        // older format), its allocator state is recorded only by a durable
-        // commit, and until one the next crash would walk the file again.
+        // With nothing to replay, the open ends in a checkpoint only when
+        // redb walked the file (`walked`: its recovery ran, asked to or
+        // after an unclean shutdown, or the file was of an older format):
+        // its allocator state is then recorded only by a durable commit,
+        // and until one the next crash would walk the file again. After a
+        // clean close the last checkpoint holds it already, and an open
+        // writes nothing: a file damaged since (which redb trusts then) is
+        // read, and refused where it is damaged, but never written, since
+        // a write through damaged allocator state can panic twice inside
+        // the engine, which aborts the process where one panic is caught.
         if bytes.is_empty() {
-            self.fold(&[], true)?;
+            if walked {
+                self.fold(&[], true)?;
+            }
             return segment.reset();
         }
         let segment_path = segment.path().to_path_buf();

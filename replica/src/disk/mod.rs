@@ -384,7 +384,8 @@ impl DiskStore {
                 folded: 0,
             };
             folder.folded = folder.folded_record()?;
-            folder.replay(&mut locked(&self.segment), &mut self.recovery)?;
+            let walked = self.recovery.pages_checked || found < FORMAT_VERSION;
+            folder.replay(&mut locked(&self.segment), &mut self.recovery, walked)?;
             self.meta = folder.meta.clone();
             self.number = folder.folded;
             self.start_fold(folder)?;
