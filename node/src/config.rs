@@ -158,6 +158,10 @@ pub struct FileSettings {
     pub recovery_wait_ms: Option<u64>,
     /// See [`SyncSettings::checkpoints`].
     pub sync_checkpoints: Option<bool>,
+    /// See [`SyncSettings::checkpoint_fetch`], in milliseconds.
+    pub checkpoint_fetch_ms: Option<u64>,
+    /// See [`SyncSettings::checkpoint_fetches_max`].
+    pub checkpoint_fetches_max: Option<usize>,
     /// See [`Limits::payload_bytes_max`].
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
@@ -252,6 +256,10 @@ impl Default for Limits {
     }
 }
 
+/// The longest `checkpoint_fetch_ms`: 30 s, so that a read never holds its
+/// request longer than a client would wait.
+pub const CHECKPOINT_FETCH_MS_MAX: u64 = 30_000;
+
 /// How the node syncs with its peers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncSettings {
@@ -289,6 +297,17 @@ pub struct SyncSettings {
     /// protocol 4 built before that, which would end a session on them,
     /// is sent none.
     pub checkpoints: bool,
+    /// How long a read waits for its peers to send a checkpoint a
+    /// reader's version-2 token names and this node does not keep
+    /// (`docs/TOKEN.md`, "An unknown checkpoint"): it asks every session
+    /// whose peer takes checkpoint frames (gossip on or off), and answers
+    /// `409 unknown_checkpoint` if none sent it within this. Default 2 s,
+    /// at most 30 s; 0 never asks.
+    pub checkpoint_fetch: Duration,
+    /// The most checkpoint fetches in flight at once; a read meeting
+    /// another unknown checkpoint then is answered `409` at once, asking
+    /// nobody. Default 16.
+    pub checkpoint_fetches_max: usize,
 }
 
 impl Default for SyncSettings {
@@ -302,6 +321,8 @@ impl Default for SyncSettings {
             recovery_wait: Duration::from_secs(2),
             recover_own_stream: false,
             checkpoints: true,
+            checkpoint_fetch: Duration::from_secs(2),
+            checkpoint_fetches_max: 16,
         }
     }
 }
@@ -508,6 +529,19 @@ impl NodeConfig {
             ),
             ("heartbeat_ms", nonzero(sync.heartbeat), at_least(1)),
             (
+                "checkpoint_fetch_ms",
+                ms(sync.checkpoint_fetch),
+                SettingRange {
+                    min: 0,
+                    max: CHECKPOINT_FETCH_MS_MAX,
+                },
+            ),
+            (
+                "checkpoint_fetches_max",
+                as_u64(sync.checkpoint_fetches_max),
+                at_least(1),
+            ),
+            (
                 "frame_bytes_max",
                 as_u64(sync.frame_bytes_max),
                 SettingRange {
@@ -585,6 +619,12 @@ impl NodeConfig {
         }
         sync.recover_own_stream |= file.recover_own_stream.unwrap_or(false);
         sync.checkpoints = file.sync_checkpoints.unwrap_or(sync.checkpoints);
+        if let Some(v) = file.checkpoint_fetch_ms {
+            sync.checkpoint_fetch = ms(v);
+        }
+        sync.checkpoint_fetches_max = file
+            .checkpoint_fetches_max
+            .unwrap_or(sync.checkpoint_fetches_max);
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file

@@ -4,12 +4,25 @@
 //! JSON, follow pushes it as frames; the CLI, MCP and the follower's
 //! refetch reach it over HTTP.
 //!
+//! A version-2 token relative to a checkpoint the node does not keep is
+//! fetched ([`cursor_fetching`], [`CheckpointFetch`]): the node asks its
+//! peers for the checkpoint by name through its sync sessions, waits at
+//! most `checkpoint_fetch_ms` for one to send it, and reads the token
+//! again; only then is it refused (`docs/TOKEN.md`, "An unknown
+//! checkpoint").
+//!
 //! It knows neither HTTP nor JSON: its refusals are [`ReadError`]s, which
-//! the API answers as `400`s and follow as `error` frames.
+//! the API answers as `400`s (`409` for an unknown checkpoint) and follow
+//! as `error` frames.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use meshlog_cursor::{token, CheckpointName, StaleCursor, StreamId, VersionVector};
 use meshlog_replica::{Page, PageError};
+use meshlog_sync::CheckpointWants;
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use crate::replica::NodeReplica;
 
@@ -34,12 +47,23 @@ pub(crate) enum ReadError {
     #[error("{0}")]
     BadToken(String),
     /// The token is relative to a checkpoint this node does not keep
-    /// (`docs/TOKEN.md`, "Version 2"): nothing is guessed.
+    /// (`docs/TOKEN.md`, "Version 2"), and no peer it asked sent it within
+    /// the wait: nothing is guessed.
     #[error(
-        "the token is relative to checkpoint {0}, which this node does not keep; resume from \
-         the token's version-1 form, which a node that keeps the checkpoint answers"
+        "the token is relative to checkpoint {name}, which this node does not keep, and none of \
+         the {peers_asked} peer(s) it asked sent it within {wait_ms} ms; resume from the \
+         token's version-1 form, which a node that keeps the checkpoint answers"
     )]
-    UnknownCheckpoint(CheckpointName),
+    UnknownCheckpoint {
+        /// The checkpoint the token names.
+        name: CheckpointName,
+        /// How many peers were asked for it (0: no session whose peer
+        /// takes checkpoint frames, fetching off, or as many fetches in
+        /// flight as the node allows).
+        peers_asked: usize,
+        /// How long the node waited for them, in ms.
+        wait_ms: u64,
+    },
     /// The limit is not a whole number from 1 to `max`.
     #[error("{message}")]
     BadLimit {
@@ -59,20 +83,102 @@ impl ReadError {
     pub(crate) fn code(&self) -> &'static str {
         match self {
             ReadError::BadToken(_) => "bad_token",
-            ReadError::UnknownCheckpoint(_) => "unknown_checkpoint",
+            ReadError::UnknownCheckpoint { .. } => "unknown_checkpoint",
             ReadError::BadLimit { .. } => "bad_limit",
             ReadError::Failed(_) => "internal",
         }
     }
 }
 
-/// A cursor as a reader names it: a token, a legacy scalar lamport position
-/// (all digits; read as the cursor covering every event stamped at or
-/// below it), or nothing (or empty) for the start.
-pub(crate) fn cursor(
+/// How the node fetches a checkpoint a reader's token names and it does
+/// not keep: through its sync sessions' [`CheckpointWants`], waiting at
+/// most `wait`, with at most `fetches_max` fetches at once. Cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckpointFetch {
+    wants: CheckpointWants,
+    wait: Duration,
+    permits: Arc<Semaphore>,
+}
+
+impl CheckpointFetch {
+    /// Fetches through `wants`' sessions, waiting at most `wait` (zero:
+    /// never asks), at most `fetches_max` at once.
+    pub(crate) fn new(wants: CheckpointWants, wait: Duration, fetches_max: usize) -> Self {
+        CheckpointFetch {
+            wants,
+            wait,
+            permits: Arc::new(Semaphore::new(fetches_max)),
+        }
+    }
+
+    /// Asks the peers for checkpoint `name` and waits, at most the wait,
+    /// until the replica keeps it (a session keeping a checkpoint wakes
+    /// the wait; nothing polls). How many peers were asked. Answers at
+    /// once when none could be: no session whose peer takes checkpoint
+    /// frames, fetching off, or every fetch permit taken.
+    async fn fetch(&self, replica: &NodeReplica, name: CheckpointName) -> usize {
+        if self.wait.is_zero() {
+            return 0;
+        }
+        let Ok(_permit) = self.permits.try_acquire() else {
+            tracing::debug!(%name, "checkpoint fetch refused: as many in flight as allowed");
+            return 0;
+        };
+        // Subscribed before asking: an answer cannot slip in between.
+        let mut kept = self.wants.kept();
+        let asked = self.wants.ask(name);
+        if asked == 0 {
+            return 0;
+        }
+        tracing::debug!(%name, asked, "fetching a checkpoint from peers");
+        let deadline = tokio::time::Instant::now() + self.wait;
+        while !replica.keeps_checkpoint(name) {
+            match tokio::time::timeout_at(deadline, kept.changed()).await {
+                Ok(Ok(())) => {}
+                // The wait is over, or the node is shutting down.
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        asked
+    }
+
+    fn wait_ms(&self) -> u64 {
+        u64::try_from(self.wait.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// [`cursor`], and for a version-2 token relative to a checkpoint the
+/// node does not keep, the checkpoint fetched from the peers
+/// ([`CheckpointFetch`]) and the token read again: the one read of a
+/// reader's cursor. `ReadError::UnknownCheckpoint` only when no peer sent
+/// it within the wait.
+pub(crate) async fn cursor_fetching(
     replica: &NodeReplica,
+    fetch: &CheckpointFetch,
     after: Option<&str>,
 ) -> Result<VersionVector, ReadError> {
+    let name = match cursor(replica, after) {
+        Err(ReadError::UnknownCheckpoint { name, .. }) => name,
+        read => return read,
+    };
+    let peers_asked = fetch.fetch(replica, name).await;
+    match cursor(replica, after) {
+        Err(ReadError::UnknownCheckpoint { name, .. }) => Err(ReadError::UnknownCheckpoint {
+            name,
+            peers_asked,
+            wait_ms: fetch.wait_ms(),
+        }),
+        read => read,
+    }
+}
+
+/// A cursor as a reader names it: a token, a legacy scalar lamport position
+/// (all digits; read as the cursor covering every event stamped at or
+/// below it), or nothing (or empty) for the start. A version-2 token
+/// naming a checkpoint the node does not keep is refused at once; a
+/// reader's request goes through [`cursor_fetching`].
+fn cursor(replica: &NodeReplica, after: Option<&str>) -> Result<VersionVector, ReadError> {
     let text = match after {
         None | Some("") => return Ok(VersionVector::new()),
         Some(text) => text,
@@ -93,7 +199,11 @@ pub(crate) fn cursor(
     // A token of either version: a version-2 token is expanded against
     // the checkpoint it names, if the replica keeps it.
     replica.cursor(text).map_err(|error| match error {
-        PageError::UnknownCheckpoint { name } => ReadError::UnknownCheckpoint(name),
+        PageError::UnknownCheckpoint { name } => ReadError::UnknownCheckpoint {
+            name,
+            peers_asked: 0,
+            wait_ms: 0,
+        },
         PageError::BadToken(error) => ReadError::BadToken(error.to_string()),
         error => ReadError::Failed(error.to_string()),
     })

@@ -192,6 +192,12 @@ impl NodeReplica {
         self.shared.cursor(token)
     }
 
+    /// Whether the replica keeps the checkpoint `name` (minted, gossiped
+    /// or fetched): whether a version-2 token naming it reads here.
+    pub fn keeps_checkpoint(&self, name: meshlog_cursor::CheckpointName) -> bool {
+        self.shared.checkpoint(name).is_some()
+    }
+
     /// Up to `limit` events after `after`.
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
         self.shared.page(after, limit)

@@ -128,6 +128,11 @@ impl Node {
             ),
             auth: auth.clone(),
             tls: tls.clone(),
+            fetch: crate::read::CheckpointFetch::new(
+                peers.checkpoint_wants(),
+                config.sync.checkpoint_fetch,
+                config.sync.checkpoint_fetches_max,
+            ),
         });
         tracing::info!(
             stream = replica.stream().get(),

@@ -304,6 +304,7 @@ fn print_stale(out: &mut impl Write, stale: &Stale, json: bool) {
             max: None,
             limit: None,
             checkpoint: None,
+            peers_asked: None,
         })
         .unwrap_or_default();
         let _ = writeln!(out, "{line}");

@@ -89,7 +89,8 @@ pub(crate) async fn follow_upgrade(
     let Some(stream) = FollowStream::parse(text) else {
         return bad_stream(text).into_response();
     };
-    let cursor = match read::cursor(&state.replica, query.get("after").map(String::as_str)) {
+    let after = query.get("after").map(String::as_str);
+    let cursor = match read::cursor_fetching(&state.replica, &state.fetch, after).await {
         Ok(cursor) => cursor,
         Err(error) => return ApiError::from(error).into_response(),
     };
@@ -193,7 +194,7 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
             // page again for nothing.
             _ = room.notified(), if connection.catching_up() => connection.pump(false),
             request = requests.recv() => match request {
-                Some(text) => connection.request(text.as_str()),
+                Some(text) => connection.request(text.as_str()).await,
                 None => break,
             },
         }
@@ -452,7 +453,7 @@ impl Connection {
     }
 
     /// A follower's request: subscribe or unsubscribe.
-    fn request(&mut self, text: &str) {
+    async fn request(&mut self, text: &str) {
         let refuse = |this: &Self, stream: Option<String>, code: &str, message: String| {
             this.send(&ServerFrame::Error {
                 stream,
@@ -480,7 +481,11 @@ impl Connection {
                     let error = bad_stream(&stream);
                     return refuse(self, Some(stream), "bad_stream", error.message());
                 };
-                let cursor = match read::cursor(&self.state.replica, after.as_deref()) {
+                // A token naming a checkpoint this node does not keep is
+                // fetched from the peers first: this connection's other
+                // subscriptions wait, at most `checkpoint_fetch_ms`.
+                let (replica, fetch) = (&self.state.replica, &self.state.fetch);
+                let cursor = match read::cursor_fetching(replica, fetch, after.as_deref()).await {
                     Ok(cursor) => cursor,
                     Err(error) => {
                         return refuse(self, Some(stream), error.code(), error.to_string())

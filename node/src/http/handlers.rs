@@ -99,6 +99,7 @@ pub async fn get_events(
         stream,
         representation(&headers),
     )
+    .await
 }
 
 /// A `stream` query parameter: a non-zero decimal stream id, else
@@ -177,9 +178,10 @@ pub async fn query_events(
         None,
         representation(&headers),
     )
+    .await
 }
 
-fn page(
+async fn page(
     state: &AppState,
     after: Option<&str>,
     limit: Option<&Value>,
@@ -187,7 +189,7 @@ fn page(
     representation: Representation,
 ) -> Result<Response, ApiError> {
     let limit = read::limit(&state.replica, limit)?;
-    let after = read::cursor(&state.replica, after)?;
+    let after = read::cursor_fetching(&state.replica, &state.fetch, after).await?;
     let page = match read::read(&state.replica, &after, limit, stream)? {
         Answer::Page(page) => page,
         Answer::Stale(stale) => {

@@ -505,6 +505,11 @@ pub struct ErrorJson {
     /// token is relative to, which this node does not keep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// `unknown_checkpoint`: how many peers the node asked for the
+    /// checkpoint before it answered (none sent it within
+    /// `checkpoint_fetch_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_asked: Option<u64>,
 }
 
 impl ErrorJson {
