@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshlog_cursor::{token, CheckpointName, StaleCursor, StreamId, VersionVector};
+use meshlog_cursor::{token, Checkpoint, CheckpointName, StaleCursor, StreamId, VersionVector};
 use meshlog_replica::{Page, PageError};
 use meshlog_sync::CheckpointWants;
 use serde_json::Value;
@@ -50,9 +50,10 @@ pub(crate) enum ReadError {
     /// (`docs/TOKEN.md`, "Version 2"), and no peer it asked sent it within
     /// the wait: nothing is guessed.
     #[error(
-        "the token is relative to checkpoint {name}, which this node does not keep, and none of \
-         the {peers_asked} peer(s) it asked sent it within {wait_ms} ms; resume from the \
-         token's version-1 form, which a node that keeps the checkpoint answers"
+        "the token is relative to checkpoint {name}, which this node does not keep, and {}; \
+         resume from the token's version-1 form, which a node that keeps the checkpoint \
+         answers",
+        asked(*peers_asked, *wait_ms)
     )]
     UnknownCheckpoint {
         /// The checkpoint the token names.
@@ -75,6 +76,14 @@ pub(crate) enum ReadError {
     /// The replica failed (its store).
     #[error("{0}")]
     Failed(String),
+}
+
+/// What an unknown checkpoint's answer says of the peers asked.
+fn asked(peers_asked: usize, wait_ms: u64) -> String {
+    match peers_asked {
+        0 => "no peer could be asked for it".to_owned(),
+        n => format!("none of the {n} peer(s) it asked sent it within {wait_ms} ms"),
+    }
 }
 
 impl ReadError {
@@ -133,7 +142,7 @@ impl CheckpointFetch {
         }
         tracing::debug!(%name, asked, "fetching a checkpoint from peers");
         let deadline = tokio::time::Instant::now() + self.wait;
-        while !replica.keeps_checkpoint(name) {
+        while replica.checkpoint(name).is_none() {
             match tokio::time::timeout_at(deadline, kept.changed()).await {
                 Ok(Ok(())) => {}
                 // The wait is over, or the node is shutting down.
@@ -171,6 +180,28 @@ pub(crate) async fn cursor_fetching(
         }),
         read => read,
     }
+}
+
+/// The checkpoint `name`, fetched from the peers ([`CheckpointFetch`]) if
+/// the node does not keep it: what a client expands a version-2 token
+/// with (`GET /checkpoint`). `ReadError::UnknownCheckpoint` only when no
+/// peer sent it within the wait.
+pub(crate) async fn checkpoint(
+    replica: &NodeReplica,
+    fetch: &CheckpointFetch,
+    name: CheckpointName,
+) -> Result<Checkpoint, ReadError> {
+    if let Some(checkpoint) = replica.checkpoint(name) {
+        return Ok(checkpoint);
+    }
+    let peers_asked = fetch.fetch(replica, name).await;
+    replica
+        .checkpoint(name)
+        .ok_or(ReadError::UnknownCheckpoint {
+            name,
+            peers_asked,
+            wait_ms: fetch.wait_ms(),
+        })
 }
 
 /// A cursor as a reader names it: a token, a legacy scalar lamport position

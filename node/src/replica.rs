@@ -192,10 +192,13 @@ impl NodeReplica {
         self.shared.cursor(token)
     }
 
-    /// Whether the replica keeps the checkpoint `name` (minted, gossiped
+    /// The checkpoint `name`, if the replica keeps it (minted, gossiped
     /// or fetched): whether a version-2 token naming it reads here.
-    pub fn keeps_checkpoint(&self, name: meshlog_cursor::CheckpointName) -> bool {
-        self.shared.checkpoint(name).is_some()
+    pub fn checkpoint(
+        &self,
+        name: meshlog_cursor::CheckpointName,
+    ) -> Option<meshlog_cursor::Checkpoint> {
+        self.shared.checkpoint(name)
     }
 
     /// Up to `limit` events after `after`.

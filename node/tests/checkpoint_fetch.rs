@@ -17,76 +17,16 @@
 //! Only 127.0.0.1; no timed assertions (every wait is bounded by the
 //! support's deadline).
 
+mod follow_support;
 mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use bytes::Bytes;
 use meshlog_cursor::token::{self, Token};
 use meshlog_cursor::{Checkpoint, StreamId, VersionVector};
-use meshlog_replica::{Config, Delta, DiskStore, Event, Replica};
 use serde_json::{json, Value};
 use support::*;
-
-/// The writers A holds besides its own stream.
-const WRITERS: std::ops::RangeInclusive<u64> = 100..=159;
-
-/// One event at `seq` on each of `writers`.
-fn writers_at(writers: impl Iterator<Item = u64>, seq: u64) -> Delta {
-    let events = writers
-        .map(|s| Event {
-            stream: StreamId::new(s),
-            seq,
-            lamport: seq * 1_000 + s,
-            time_ms: 0,
-            payload: Bytes::from(format!("w{s}-{seq}")),
-        })
-        .collect();
-    Delta {
-        events,
-        ..Delta::default()
-    }
-}
-
-/// Writes A's data directory (stream 1, a legacy directory as the support
-/// makes): three events on each writer, a checkpoint minted from those
-/// marks, then a fourth event on five writers. The checkpoint.
-fn write_a(dir: &std::path::Path) -> Checkpoint {
-    legacy_dir(dir, 1);
-    let store = DiskStore::open(dir).expect("a's store");
-    let mut replica = Replica::open(Config::new(StreamId::new(1)), store).expect("a's replica");
-    for seq in 1..=3 {
-        replica.apply(&writers_at(WRITERS, seq)).expect("applied");
-    }
-    let checkpoint = replica
-        .mint_checkpoint(1_700_000_000_000)
-        .expect("minted")
-        .expect("a mint is due on a replica holding none");
-    replica
-        .apply(&writers_at(100..=104, 4))
-        .expect("applied after the checkpoint");
-    checkpoint
-}
-
-/// A node in `dir` with checkpoint gossip off, waiting at most `fetch_ms`
-/// for a checkpoint it fetches.
-async fn node_in(
-    dir: tempfile::TempDir,
-    stream: u64,
-    peers: Vec<String>,
-    fetch_ms: u64,
-) -> TestNode {
-    let mut config = test_config(dir.path(), stream);
-    config.sync.checkpoints = false;
-    config.sync.checkpoint_fetch = Duration::from_millis(fetch_ms);
-    config.peers = peers;
-    let node = meshlog_node::Node::start(config)
-        .await
-        .expect("the node starts");
-    let addr = node.local_addr();
-    TestNode { node, addr, dir }
-}
 
 /// Pages `addr` from `after` to its head with `limit`: the events (as
 /// `stream:seq`) and the last `next`.
@@ -122,7 +62,7 @@ async fn marks_of(addr: std::net::SocketAddr) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_from_a_checkpoint_b_lacks_is_fetched_and_resumes_exactly_once() {
     let a_dir = tempfile::tempdir().unwrap();
-    let checkpoint = write_a(a_dir.path());
+    let checkpoint = checkpointed_dir(a_dir.path());
     let a = node_in(a_dir, 1, vec![], 10_000).await;
     let b = node_in(tempfile::tempdir().unwrap(), 2, vec![a.url()], 10_000).await;
     wait_until("b holds a's events", || async {
@@ -206,9 +146,125 @@ async fn a_checkpoint_no_peer_keeps_is_409_after_asking_every_peer() {
         assert_eq!(body["checkpoint"], nobody.name().to_string().as_str());
         assert_eq!(body["peers_asked"], peers_asked, "{body}");
         let message = body["message"].as_str().unwrap();
-        assert!(
-            message.contains(&format!("none of the {peers_asked} peer(s)")),
-            "{message}"
-        );
+        let said = match peers_asked {
+            0 => "no peer could be asked for it".to_owned(),
+            n => format!("none of the {n} peer(s) it asked sent it within 300 ms"),
+        };
+        assert!(message.contains(&said), "{message}");
     }
+}
+
+/// The follow surfaces take a version-2 token from another node (issue
+/// 27), each at a fresh node that never kept A's checkpoint: at C the
+/// `GET /follow` upgrade from A's head token (its first frame extends
+/// exactly that cursor); at D a client expands the token
+/// (`Client::cursor`: `GET /checkpoint`, fetched from A, checked against
+/// the name). Then a `Follower` started from that cursor at C, through a
+/// proxy that drops half the frames (seeded), yields exactly the events
+/// written after, once each, and refetches the gaps over `GET /events`,
+/// whose `next` C now answers as version 2. Before, the upgrade answered
+/// `409`, `GET /checkpoint` did not exist, and the follower's refetch
+/// failed on a version-2 `next` (it reconnected instead, never
+/// `Refetched`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_token_from_another_node_follows_at_a_node_lacking_its_checkpoint() {
+    use futures_util::StreamExt;
+    use meshlog_node::client::Client;
+    use meshlog_node::follow::{FollowItem, FollowStream, Follower, FollowerConfig, ServerFrame};
+
+    let a_dir = tempfile::tempdir().unwrap();
+    let checkpoint = checkpointed_dir(a_dir.path());
+    let a = node_in(a_dir, 1, vec![], 10_000).await;
+    let c = node_in(tempfile::tempdir().unwrap(), 3, vec![a.url()], 10_000).await;
+    let d = node_in(tempfile::tempdir().unwrap(), 4, vec![a.url()], 10_000).await;
+    wait_until("c and d hold a's events", || async {
+        let at_a = marks_of(a.addr).await;
+        marks_of(c.addr).await == at_a && marks_of(d.addr).await == at_a
+    })
+    .await;
+    let (_, head) = walk_to_head(a.addr, "", 200).await;
+    let Ok(Token::Relative(relative)) = token::decode_any_text(&head) else {
+        panic!("a version-2 head token: {head}");
+    };
+    let cursor = relative.expand(&checkpoint).unwrap();
+
+    // The WebSocket follow at C from the token: the first events frame
+    // extends exactly its cursor.
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/follow?after={head}", c.addr))
+            .await
+            .expect("the upgrade succeeds");
+    append(a.addr, b"a0").await;
+    let extends = loop {
+        let message = tokio::time::timeout(DEADLINE, socket.next())
+            .await
+            .expect("a frame within the deadline")
+            .expect("the socket is open")
+            .expect("a message");
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
+            if let ServerFrame::Events { extends, .. } =
+                serde_json::from_str(text.as_str()).unwrap()
+            {
+                break extends;
+            }
+        }
+    };
+    assert_eq!(token::decode_text(&extends).unwrap(), cursor);
+
+    // A client expands the token at D, which fetches the checkpoint.
+    let client = Client::new(&d.url()).unwrap();
+    assert_eq!(client.cursor(&head).await.unwrap(), cursor);
+
+    // The follower from that cursor at C, half its frames dropped.
+    let proxy = follow_support::WsProxy::start(c.addr, 27).await;
+    proxy.set_faults(follow_support::Faults {
+        drop: 0.5,
+        ..follow_support::Faults::none()
+    });
+    let mut follower = {
+        let mut config = FollowerConfig::new(vec![proxy.url()], FollowStream::All);
+        config.after = cursor.clone();
+        config.gap_timeout = Duration::from_millis(100);
+        config.backoff_min = Duration::from_millis(10);
+        config.backoff_max = Duration::from_millis(100);
+        Follower::start(config).unwrap()
+    };
+    for i in 1..10 {
+        append(a.addr, format!("a{i}").as_bytes()).await;
+        append(c.addr, format!("c{i}").as_bytes()).await;
+    }
+    let expected: BTreeSet<String> = (1..=10)
+        .map(|seq| format!("1:{seq}"))
+        .chain((1..=9).map(|seq| format!("3:{seq}")))
+        .collect();
+    let (mut seen, mut refetched) = (BTreeSet::new(), 0);
+    while seen.len() < expected.len() {
+        let item = tokio::time::timeout(DEADLINE, follower.next())
+            .await
+            .unwrap_or_else(|_| panic!("an item within the deadline; so far {seen:?}"))
+            .expect("the follower goes on");
+        match item {
+            FollowItem::Event(event) => assert!(
+                seen.insert(format!("{}:{}", event.stream, event.seq)),
+                "{event:?} twice"
+            ),
+            FollowItem::Refetched { .. } => refetched += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, expected);
+    assert!(refetched > 0, "a dropped frame was refetched (seed 27)");
+    let mut end = cursor;
+    for event in &expected {
+        let (stream, seq) = event.split_once(':').unwrap();
+        end.advance(StreamId::new(stream.parse().unwrap()), seq.parse().unwrap());
+    }
+    assert_eq!(follower.cursor(), &end);
+    // C's pages answer version 2 now (it keeps the checkpoint).
+    let page = get(c.addr, &format!("/events?after={head}")).await.json();
+    let next = page["next"].as_str().unwrap();
+    assert!(
+        matches!(token::decode_any_text(next), Ok(Token::Relative(_))),
+        "{next}"
+    );
 }

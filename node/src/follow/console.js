@@ -100,6 +100,10 @@ function toBase64Url(bytes) {
   for (const b of bytes) raw += String.fromCharCode(b);
   return btoa(raw).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
+// The version byte of a token's text (1, or 2: relative to a checkpoint).
+function tokenVersion(text) {
+  return fromBase64Url(text)[0];
+}
 // A vector is a Map from the stream id (decimal text) to its seq (BigInt).
 function decodeToken(text) {
   const bytes = fromBase64Url(text);
@@ -245,7 +249,11 @@ async function refetch(reason) {
       if (answer.status === 410) { stale(answer.body); break; }
       if (!answer.ok) throw new Error(answer.body.message || answer.status);
       deliver(answer.body.events);
-      join(cursor, decodeToken(answer.body.next));
+      // `next` is the cursor joined with the page, which deliver() has
+      // made already; a version-2 token (a checkpoint's name and the
+      // differences from it, which a node answers where it is shorter)
+      // names a vector this page does not hold, and is not read.
+      if (tokenVersion(answer.body.next) === 1) join(cursor, decodeToken(answer.body.next));
       showCursor();
       if (answer.body.at_head) break;
     }

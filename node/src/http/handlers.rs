@@ -75,8 +75,10 @@ type Shared = State<Arc<AppState>>;
                 parameters(("after" = "$response.body#/resume")),
                 description = "Accept the gap and page on from `resume`.")))),
         (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
-            checkpoint this node does not keep (`checkpoint` names it); resume from the token's \
-            version-1 form, which a node that keeps the checkpoint answers.", body = ErrorJson),
+            checkpoint this node does not keep (`checkpoint` names it), and none of the peers it \
+            asked for it (`peers_asked`) sent it within `checkpoint_fetch_ms`; resume from the \
+            token's version-1 form (`GET /checkpoint` at a node that keeps it).",
+            body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
     )
 )]

@@ -45,6 +45,7 @@ use super::json;
         handlers::query_events,
         handlers::marks,
         handlers::forks,
+        super::checkpoints::get_checkpoint,
         handlers::health,
         handlers::metrics,
         handlers::compact,
@@ -304,7 +305,8 @@ impl Modify for Contract {
         (status = 400, description = "`bad_stream`, `bad_token` or `bad_query`.",
             body = json::ErrorJson),
         (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
-            checkpoint this node does not keep, as on `GET /events`.", body = json::ErrorJson),
+            checkpoint this node does not keep and no peer sent, as on `GET /events`.",
+            body = json::ErrorJson),
         (status = 426, description = "`upgrade_required`: not a WebSocket upgrade.",
             body = json::ErrorJson),
         (status = 503, description = "`too_many_followers` (more than `followers_max` \
