@@ -504,6 +504,7 @@ impl NodeConfig {
     /// [`NodeConfig::check`] looks for the first out of range.
     fn bounds(&self) -> impl IntoIterator<Item = (&'static str, u64, SettingRange)> {
         let at_least = |min: u64| SettingRange { min, max: u64::MAX };
+        let up_to = |max: u64| SettingRange { min: 0, max };
         let ms = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         // A duration is refused at zero (less than a millisecond but more
         // than nothing is taken).
@@ -531,10 +532,7 @@ impl NodeConfig {
             (
                 "checkpoint_fetch_ms",
                 ms(sync.checkpoint_fetch),
-                SettingRange {
-                    min: 0,
-                    max: CHECKPOINT_FETCH_MS_MAX,
-                },
+                up_to(CHECKPOINT_FETCH_MS_MAX),
             ),
             (
                 "checkpoint_fetches_max",
@@ -568,10 +566,7 @@ impl NodeConfig {
             (
                 "backoff_min_ms",
                 ms(sync.backoff_min),
-                SettingRange {
-                    min: 0,
-                    max: ms(sync.backoff_max),
-                },
+                up_to(ms(sync.backoff_max)),
             ),
         ]
     }
@@ -761,7 +756,7 @@ mod tests {
         std::fs::write(
             &file,
             "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n\
-             sync_checkpoints = false\n",
+             sync_checkpoints = false\ncheckpoint_fetch_ms = 500\ncheckpoint_fetches_max = 2\n",
         )
         .unwrap();
         let args = Wrapper::try_parse_from([
@@ -782,6 +777,8 @@ mod tests {
         assert_eq!(config.sync.heartbeat, Duration::from_millis(250));
         // On by default: the key turns it off.
         assert!(!config.sync.checkpoints);
+        assert_eq!(config.sync.checkpoint_fetch, Duration::from_millis(500));
+        assert_eq!(config.sync.checkpoint_fetches_max, 2);
 
         std::fs::write(&file, "body_bytes = 1\n").unwrap();
         let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])
@@ -879,6 +876,8 @@ mod tests {
             "connections_per_ip_max = 1\nconnection_followers_max = 1\n".into(),
             "follow_frame_events_max = 1\nfollow_heartbeat_ms = 1\n".into(),
             "backoff_min_ms = 5\nbackoff_max_ms = 5\n".into(),
+            "checkpoint_fetch_ms = 0\ncheckpoint_fetches_max = 1\n".into(),
+            "checkpoint_fetch_ms = 30000\n".into(),
         ] {
             let config = resolve(&text).unwrap_or_else(|error| panic!("{text}: {error}"));
             if text.starts_with("frame") {
@@ -963,6 +962,18 @@ mod tests {
                 "backoff_min_ms",
                 10_001,
                 "from 0 to 10000".into(),
+            ),
+            (
+                "checkpoint_fetch_ms = 30001\n".into(),
+                "checkpoint_fetch_ms",
+                30_001,
+                "from 0 to 30000".into(),
+            ),
+            (
+                "checkpoint_fetches_max = 0\n".into(),
+                "checkpoint_fetches_max",
+                0,
+                "at least 1".into(),
             ),
         ] {
             let error = resolve(&text).expect_err(&text);

@@ -452,79 +452,67 @@ impl Connection {
         }
     }
 
+    /// Queues an `error` frame for a refused request.
+    fn refuse(&self, stream: Option<String>, code: &str, message: String) {
+        self.send(&ServerFrame::Error {
+            stream,
+            error: code.into(),
+            message,
+        });
+    }
+
     /// A follower's request: subscribe or unsubscribe.
     async fn request(&mut self, text: &str) {
-        let refuse = |this: &Self, stream: Option<String>, code: &str, message: String| {
-            this.send(&ServerFrame::Error {
-                stream,
-                error: code.into(),
-                message,
-            });
-        };
-        let request: ClientFrame = match serde_json::from_str(text) {
-            Ok(request) => request,
-            Err(error) => {
-                return refuse(
-                    self,
-                    None,
-                    "bad_request",
-                    format!("expected a subscribe or unsubscribe frame: {error}"),
-                )
-            }
-        };
-        match request {
-            ClientFrame::Unsubscribe { stream } => {
+        match serde_json::from_str(text) {
+            Ok(ClientFrame::Unsubscribe { stream }) => {
                 self.subscriptions.retain(|sub| sub.name != stream);
             }
-            ClientFrame::Subscribe { stream, after } => {
-                let Some(parsed) = FollowStream::parse(&stream) else {
-                    let error = bad_stream(&stream);
-                    return refuse(self, Some(stream), "bad_stream", error.message());
-                };
-                // A token naming a checkpoint this node does not keep is
-                // fetched from the peers first: this connection's other
-                // subscriptions wait, at most `checkpoint_fetch_ms`.
-                let (replica, fetch) = (&self.state.replica, &self.state.fetch);
-                let cursor = match read::cursor_fetching(replica, fetch, after.as_deref()).await {
-                    Ok(cursor) => cursor,
-                    Err(error) => {
-                        return refuse(self, Some(stream), error.code(), error.to_string())
-                    }
-                };
-                let name = parsed.to_string();
-                // A subscribe replaces the same stream's subscription.
-                self.subscriptions.retain(|sub| sub.name != name);
-                if self.subscriptions.len() >= self.state.follow.settings.connection_followers_max {
-                    return refuse(
-                        self,
-                        Some(name),
-                        "too_many_subscriptions",
-                        format!(
-                            "one connection holds at most {} subscriptions",
-                            self.state.follow.settings.connection_followers_max
-                        ),
-                    );
-                }
-                let Some(permit) = self.state.follow.permit(&self.state.metrics) else {
-                    return refuse(
-                        self,
-                        Some(name),
-                        "too_many_followers",
-                        too_many_followers().message(),
-                    );
-                };
-                self.subscriptions.push(Subscription {
-                    name,
-                    stream: parsed,
-                    cursor,
-                    live: false,
-                    _permit: permit,
-                });
-                let index = self.subscriptions.len() - 1;
-                if !self.pump_one(index, true) {
-                    self.subscriptions.remove(index);
-                }
-            }
+            Ok(ClientFrame::Subscribe { stream, after }) => self.subscribe(stream, after).await,
+            Err(error) => self.refuse(
+                None,
+                "bad_request",
+                format!("expected a subscribe or unsubscribe frame: {error}"),
+            ),
+        }
+    }
+
+    /// Subscribes to `stream` after `after`, replacing the same stream's
+    /// subscription, and pumps it; or refuses with an `error` frame.
+    async fn subscribe(&mut self, stream: String, after: Option<String>) {
+        let Some(parsed) = FollowStream::parse(&stream) else {
+            let error = bad_stream(&stream);
+            return self.refuse(Some(stream), "bad_stream", error.message());
+        };
+        // A token naming a checkpoint this node does not keep is fetched
+        // from the peers first: this connection's other subscriptions
+        // wait, at most `checkpoint_fetch_ms`.
+        let (replica, fetch) = (&self.state.replica, &self.state.fetch);
+        let cursor = match read::cursor_fetching(replica, fetch, after.as_deref()).await {
+            Ok(cursor) => cursor,
+            Err(error) => return self.refuse(Some(stream), error.code(), error.to_string()),
+        };
+        let name = parsed.to_string();
+        // A subscribe replaces the same stream's subscription.
+        self.subscriptions.retain(|sub| sub.name != name);
+        let most = self.state.follow.settings.connection_followers_max;
+        if self.subscriptions.len() >= most {
+            let message = format!("one connection holds at most {most} subscriptions");
+            return self.refuse(Some(name), "too_many_subscriptions", message);
+        }
+        let Some(permit) = self.state.follow.permit(&self.state.metrics) else {
+            let message = too_many_followers().message();
+            return self.refuse(Some(name), "too_many_followers", message);
+        };
+        self.subscriptions.push(Subscription {
+            name,
+            stream: parsed,
+            cursor,
+            live: false,
+            _permit: permit,
+        });
+        let index = self.subscriptions.len() - 1;
+        if !self.pump_one(index, true) {
+            self.subscriptions.remove(index);
         }
     }
 }
