@@ -3,7 +3,9 @@
 //! from one the peer holds when it dominates one, else whole; a
 //! checkpoint received is checked against its name before it is handed to
 //! the driver to keep; a difference from a parent this side does not hold
-//! is answered with an ask for the whole vector.
+//! is answered with an ask for the whole vector; and the driver may ask
+//! for one by name (`Protocol::want_checkpoint`: a reader's token names
+//! a checkpoint the replica does not keep), with the same ask.
 //!
 //! Sending is on only when `SessionConfig::checkpoints` is and the peer's
 //! hello says it skips kinds it does not know (a peer of protocol 4 built
