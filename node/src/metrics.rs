@@ -23,6 +23,11 @@ pub struct Metrics {
     pub pages_stale: Counter,
     /// Pages served to a cursor ahead of this node (`behind: true`).
     pub pages_behind: Counter,
+    /// Checkpoints a reader's version-2 token named, which this node did
+    /// not keep, asked of its peers.
+    pub checkpoint_fetches: Counter,
+    /// Of those, the ones no peer sent within `checkpoint_fetch_ms`.
+    pub checkpoint_fetches_missed: Counter,
     /// Connections refused for the connection limit.
     pub connections_refused: Counter,
     /// Connections open now.
@@ -81,6 +86,8 @@ impl Metrics {
             pages: Counter::default(),
             pages_stale: Counter::default(),
             pages_behind: Counter::default(),
+            checkpoint_fetches: Counter::default(),
+            checkpoint_fetches_missed: Counter::default(),
             connections_refused: Counter::default(),
             connections_open: Gauge::default(),
             sessions_running: Gauge::default(),
@@ -157,6 +164,16 @@ impl Metrics {
             "pages_behind",
             "Pages served to a cursor ahead of this node",
             self.pages_behind.clone(),
+        );
+        r.register(
+            "checkpoint_fetches",
+            "Checkpoints a reader's version-2 token named and this node did not keep, asked of its peers",
+            self.checkpoint_fetches.clone(),
+        );
+        r.register(
+            "checkpoint_fetches_missed",
+            "Checkpoints asked of the peers that none sent within checkpoint_fetch_ms",
+            self.checkpoint_fetches_missed.clone(),
         );
         r.register(
             "connections_refused",

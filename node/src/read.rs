@@ -24,6 +24,7 @@ use meshlog_sync::CheckpointWants;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use crate::metrics::Metrics;
 use crate::replica::NodeReplica;
 
 /// The page length when a request names none.
@@ -108,16 +109,23 @@ pub(crate) struct CheckpointFetch {
     wants: CheckpointWants,
     wait: Duration,
     permits: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
 }
 
 impl CheckpointFetch {
     /// Fetches through `wants`' sessions, waiting at most `wait` (zero:
-    /// never asks), at most `fetches_max` at once.
-    pub(crate) fn new(wants: CheckpointWants, wait: Duration, fetches_max: usize) -> Self {
+    /// never asks), at most `fetches_max` at once, counted in `metrics`.
+    pub(crate) fn new(
+        wants: CheckpointWants,
+        wait: Duration,
+        fetches_max: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         CheckpointFetch {
             wants,
             wait,
             permits: Arc::new(Semaphore::new(fetches_max)),
+            metrics,
         }
     }
 
@@ -141,12 +149,17 @@ impl CheckpointFetch {
             return 0;
         }
         tracing::debug!(%name, asked, "fetching a checkpoint from peers");
+        self.metrics.checkpoint_fetches.inc();
         let deadline = tokio::time::Instant::now() + self.wait;
         while replica.checkpoint(name).is_none() {
             match tokio::time::timeout_at(deadline, kept.changed()).await {
                 Ok(Ok(())) => {}
                 // The wait is over, or the node is shutting down.
-                Ok(Err(_)) | Err(_) => break,
+                Ok(Err(_)) | Err(_) => {
+                    tracing::info!(%name, asked, "no peer sent the checkpoint a reader's token names");
+                    self.metrics.checkpoint_fetches_missed.inc();
+                    break;
+                }
             }
         }
         asked

@@ -59,6 +59,16 @@ async fn marks_of(addr: std::net::SocketAddr) -> Value {
     marks(addr).await["marks"].clone()
 }
 
+/// A counter's value in `GET /metrics`.
+async fn counter(addr: std::net::SocketAddr, name: &str) -> u64 {
+    let text = String::from_utf8(get(addr, "/metrics").await.body).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_from_a_checkpoint_b_lacks_is_fetched_and_resumes_exactly_once() {
     let a_dir = tempfile::tempdir().unwrap();
@@ -106,6 +116,11 @@ async fn a_token_from_a_checkpoint_b_lacks_is_fetched_and_resumes_exactly_once()
         .collect();
     assert_eq!(rest.len(), expected.len(), "{rest:?}");
     assert_eq!(rest.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    assert_eq!(counter(b.addr, "meshlog_checkpoint_fetches_total").await, 1);
+    assert_eq!(
+        counter(b.addr, "meshlog_checkpoint_fetches_missed_total").await,
+        0
+    );
     // B's last token reads at A too, at the head there.
     let at_a = get(a.addr, &format!("/events?after={next}")).await.json();
     assert_eq!(at_a["events"], json!([]), "{at_a}");
@@ -151,6 +166,12 @@ async fn a_checkpoint_no_peer_keeps_is_409_after_asking_every_peer() {
             n => format!("none of the {n} peer(s) it asked sent it within 300 ms"),
         };
         assert!(message.contains(&said), "{message}");
+    }
+    for (node, missed) in [(&b, 2), (&a, 1), (&alone, 0)] {
+        let fetches = counter(node.addr, "meshlog_checkpoint_fetches_total").await;
+        assert_eq!(fetches, missed, "{}", node.url());
+        let misses = counter(node.addr, "meshlog_checkpoint_fetches_missed_total").await;
+        assert_eq!(misses, missed, "{}", node.url());
     }
 }
 
