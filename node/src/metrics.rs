@@ -110,6 +110,7 @@ impl Metrics {
             render_lock: std::sync::Mutex::new(()),
         };
         metrics.register_requests(&mut registry);
+        metrics.register_checkpoints(&mut registry);
         metrics.register_links(&mut registry);
         Metrics {
             registry,
@@ -166,16 +167,6 @@ impl Metrics {
             self.pages_behind.clone(),
         );
         r.register(
-            "checkpoint_fetches",
-            "Checkpoints a reader's version-2 token named and this node did not keep, asked of its peers",
-            self.checkpoint_fetches.clone(),
-        );
-        r.register(
-            "checkpoint_fetches_missed",
-            "Checkpoints asked of the peers that none sent within checkpoint_fetch_ms",
-            self.checkpoint_fetches_missed.clone(),
-        );
-        r.register(
             "connections_refused",
             "Connections refused for the connection limit",
             self.connections_refused.clone(),
@@ -194,6 +185,20 @@ impl Metrics {
             "tls_handshakes_failed",
             "TLS handshakes that failed",
             self.tls_handshakes_failed.clone(),
+        );
+    }
+
+    /// The reads' checkpoint fetches (`crate::read::CheckpointFetch`).
+    fn register_checkpoints(&self, r: &mut Registry) {
+        r.register(
+            "checkpoint_fetches",
+            "Checkpoints a reader's version-2 token named and this node did not keep, asked of its peers",
+            self.checkpoint_fetches.clone(),
+        );
+        r.register(
+            "checkpoint_fetches_missed",
+            "Checkpoints asked of the peers that none sent within checkpoint_fetch_ms",
+            self.checkpoint_fetches_missed.clone(),
         );
     }
 
