@@ -281,11 +281,39 @@ async fn a_version_2_token_from_another_node_follows_at_a_node_lacking_its_check
         end.advance(StreamId::new(stream.parse().unwrap()), seq.parse().unwrap());
     }
     assert_eq!(follower.cursor(), &end);
-    // C's pages answer version 2 now (it keeps the checkpoint).
+    // C's pages answer version 2 now (it keeps the checkpoint), and so
+    // do its follow frames to a follower that asks for the shortest
+    // tokens (as the `Follower` does); by default they stay version 1.
     let page = get(c.addr, &format!("/events?after={head}")).await.json();
     let next = page["next"].as_str().unwrap();
     assert!(
         matches!(token::decode_any_text(next), Ok(Token::Relative(_))),
         "{next}"
     );
+    for (query, relative) in [("&tokens=short", true), ("", false)] {
+        let url = format!("ws://{}/follow?after={head}{query}", c.addr);
+        let (mut socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let (extends, next) = loop {
+            let message = tokio::time::timeout(DEADLINE, socket.next())
+                .await
+                .expect("a frame within the deadline")
+                .expect("the socket is open")
+                .expect("a message");
+            if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
+                if let ServerFrame::Events { extends, next, .. } =
+                    serde_json::from_str(text.as_str()).unwrap()
+                {
+                    break (extends, next);
+                }
+            }
+        };
+        for text in [extends, next] {
+            let decoded = token::decode_any_text(&text).unwrap();
+            assert_eq!(
+                matches!(decoded, Token::Relative(_)),
+                relative,
+                "{query}: {text}"
+            );
+        }
+    }
 }

@@ -24,9 +24,10 @@
 //!   cursor: a cursor is valid on every node of the mesh.
 //!
 //! Every token the node hands it (a page's `next`, which is version 2
-//! where that is shorter, and the frames' tokens) is read as either
-//! version: a version-2 token is expanded with its checkpoint, asked of
-//! the node once (`GET /checkpoint`, checked against its name) and kept.
+//! where that is shorter, and the frames' tokens, which it asks to be
+//! the shortest too: `tokens=short`) is read as either version: a
+//! version-2 token is expanded with its checkpoint, asked of the node
+//! once (`GET /checkpoint`, checked against its name) and kept.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -413,11 +414,14 @@ impl Task {
     }
 
     /// Connects to `node` and upgrades to `GET /follow` from the cursor:
-    /// the frames the node sends.
+    /// the frames the node sends, their tokens the shortest it writes
+    /// (`tokens=short`: version 2 where shorter, expanded by
+    /// [`Task::expand`]; a node built before the parameter ignores it and
+    /// sends version 1).
     async fn open(&self, node: &Node) -> Result<Frames, End> {
         let after = encode(&self.cursor);
         let url = format!(
-            "{}://{}/follow?stream={}&after={after}",
+            "{}://{}/follow?stream={}&tokens=short&after={after}",
             if node.url.secure { "wss" } else { "ws" },
             node.url.authority(),
             self.config.stream
