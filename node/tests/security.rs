@@ -541,10 +541,19 @@ fn event(stream: u64, seq: u64, lamport: u64, payload: &'static str) -> Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
-    let a = start_with(1, secure(false)).await;
+    // Heartbeats of a second (read timeouts of ten): the flood's sessions,
+    // which send nothing after their hello, must outlive the flood, however
+    // slowly a loaded machine lets it connect (at the tests' 50 ms, the
+    // first ones timed out and gave their places back before the last).
+    let a = start_with(1, |config| {
+        config.security.secrets = secrets(false);
+        config.sync.heartbeat = Duration::from_secs(1);
+    })
+    .await;
     let url = a.url();
     let honest = start_with(2, move |config| {
         config.security.secrets = secrets(false);
+        config.sync.heartbeat = Duration::from_secs(1);
         config.peers = vec![url];
     })
     .await;
@@ -600,9 +609,13 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
             },
         ),
     ];
-    for (what, delta) in &floors {
+    for (index, (what, delta)) in floors.iter().enumerate() {
+        // A stream of its own each: A may not yet have seen the previous
+        // link close, and of two sessions dialed by one peer it keeps the
+        // first (`Routes`), so the same stream at once would end as
+        // `Duplicate` instead of acknowledging.
         let mut peer = RawPeer::connect(a.addr, PEER, PEER).await.unwrap();
-        peer.hello(66).await;
+        peer.hello(66 + index as u64).await;
         peer.send(&Frame::delta(1, delta.clone())).await;
         assert!(
             peer.acknowledges_within(1, DEADLINE).await,

@@ -685,6 +685,7 @@ impl<S: Store> Replica<S> {
     pub fn validate(&self, delta: &Delta) -> Result<(), ReplicaError> {
         self.state
             .validate(delta, &RoundIndex::default())
+            .map(|_| ())
             .map_err(ReplicaError::from)
     }
 

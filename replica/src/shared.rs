@@ -1019,6 +1019,14 @@ impl<S: Store> SharedReplica<S> {
         self.read()?.chain(stream)
     }
 
+    /// The newest compaction statement kept of `stream`, as
+    /// [`Replica::statement`] answers it (`None` once the handle is
+    /// poisoned): what sync offers a peer that holds the stream past its
+    /// floor.
+    pub fn statement(&self, stream: StreamId) -> Option<crate::SignedCompaction> {
+        self.read()?.statement(stream)
+    }
+
     /// What a compaction statement of `stream` at `floor` says, as
     /// [`Replica::compaction_at`] answers it (a poisoned handle:
     /// [`ReplicaError::Failed`]).

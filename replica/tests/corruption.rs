@@ -246,12 +246,7 @@ fn flip_in_block_of_77(txn: &redb::WriteTransaction) -> u64 {
 /// Flips a bit inside the block holding `(OWN, seq)`; answers its first
 /// seq.
 fn flip_in_block_of(txn: &redb::WriteTransaction, seq: u64) -> u64 {
-    let key = block_key(txn, OWN, seq);
-    let mut blocks = txn.open_table(BLOCKS).unwrap();
-    let mut value = blocks.get(key).unwrap().unwrap().value().to_vec();
-    value[30] ^= 0x10;
-    blocks.insert(key, value.as_slice()).unwrap();
-    key.1
+    flip_in_block_of_stream(txn, OWN, seq)
 }
 
 #[test]
@@ -378,6 +373,65 @@ fn a_delta_reaching_a_damaged_block_is_the_stores_error_not_a_shorter_delta() {
         delta.events.iter().any(|e| e.stream == PEER),
         "the peer's events are sent"
     );
+}
+
+/// A relayed sealed run extended to the seal a relay keeps above it reads
+/// the held events up to that seal (`state/seals.rs`, `read_more`); a
+/// damaged block among them is the store's error, not a delta without the
+/// run (review of the signed-streams work: the read error was logged and
+/// the run left out, a shorter delta that hid the fault, and the run of
+/// the delta's oldest event is the one a receiver needs to progress). A
+/// relay holds 300 events of a sealed writer's stream, received in one
+/// delta sealed at 300 (blocks of 128 events); the block from seq 129 is
+/// damaged. A delta from mark 0 whose budget holds one event is extended
+/// to the seal at 300 through that block: `try_delta_for` answers
+/// `ReplicaError::Store` naming it, and `delta_for` the empty delta.
+#[test]
+fn a_sealed_run_extended_through_a_damaged_block_is_the_stores_error() {
+    let key = meshlog_replica::WriterKey::from_bytes([5; 32]);
+    let sealed = key.stream();
+    let mut writer =
+        Replica::open(Config::with_key(key), meshlog_replica::MemStore::default()).unwrap();
+    for seq in 1..=300u64 {
+        writer.append_at(format!("sealed {seq}"), seq).unwrap();
+    }
+    let delta = writer.delta_for(&VersionVector::new(), usize::MAX);
+    assert_eq!(delta.seals.len(), 1, "one run, sealed at its end");
+    let dir = scratch();
+    {
+        let store = DiskStore::open(dir.path()).unwrap();
+        let mut relay = Replica::open(Config::new(OWN), store).unwrap();
+        relay.apply(&delta).expect("the sealed run is taken");
+        assert_eq!(relay.marks().get(sealed), 300);
+    }
+    let first_seq;
+    {
+        let db = redb::Database::open(data_file(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        first_seq = flip_in_block_of_stream(&txn, sealed, 200);
+        txn.commit().unwrap();
+    }
+    assert!(first_seq > 1, "the first event's block is intact");
+    let relay = Replica::open(Config::new(OWN), DiskStore::open(dir.path()).unwrap()).unwrap();
+    let error = relay
+        .try_delta_for(&VersionVector::new(), 1)
+        .expect_err("the extended run reads the damaged block");
+    assert!(matches!(error, ReplicaError::Store(_)), "{error}");
+    let named = format!("block of stream {sealed} from seq {first_seq}");
+    assert!(error.to_string().contains(&named), "{error}");
+    let delta = relay.delta_for(&VersionVector::new(), 1);
+    assert!(delta.events.is_empty(), "not a delta without the run");
+}
+
+/// Flips a bit inside the block holding `(stream, seq)`; answers its
+/// first seq.
+fn flip_in_block_of_stream(txn: &redb::WriteTransaction, stream: StreamId, seq: u64) -> u64 {
+    let key = block_key(txn, stream, seq);
+    let mut blocks = txn.open_table(BLOCKS).unwrap();
+    let mut value = blocks.get(key).unwrap().unwrap().value().to_vec();
+    value[30] ^= 0x10;
+    blocks.insert(key, value.as_slice()).unwrap();
+    key.1
 }
 
 #[test]

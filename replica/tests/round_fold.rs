@@ -17,8 +17,9 @@
 //! receiver's own head — at every position of a round; the sealed
 //! writer's compaction statements, over its chain hash or another; in half
 //! the schedules a twin of the sealed writer, its key on another history,
-//! whose sealed runs prove a fork and freeze the stream mid-round), and
-//! compactions.
+//! whose sealed runs prove a fork and freeze the stream mid-round;
+//! unsigned floors of the sealed stream, which leave it unanchored for a
+//! sealed run's base to anchor mid-round), and compactions.
 //! A third of the batches hand every delta in columns, so that rounds of
 //! clean deltas are planned as columns. The writers also receive from one
 //! another and the receiver's own stream, so stamps interleave and events
@@ -300,15 +301,6 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         delta.events.remove(1);
     }
     let own_head = marks.get(OWN);
-    // With the sealed writer's twin, no unsigned floor of the sealed
-    // stream: where one left it unanchored, a seal's base that anchors it
-    // in a round is not seen by the round's later deltas (the validator
-    // does not chain their runs from it, as one by one it would), and the
-    // commit then takes a later seal's hash for the chain (a debug
-    // assertion in `State::hash_run`). Open: seed 12745679532043946228
-    // fails without this guard.
-    let forking = writers.len() > SEALED_TWIN;
-    let floor_of = |stream: StreamId| !(forking && stream == WRITERS[2]);
     match rng.below(17) {
         0 => {
             if let Some(event) = delta.events.first_mut() {
@@ -325,9 +317,7 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         2 | 3 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
             let floor = marks.get(stream) + rng.below(4);
-            if floor_of(stream) {
-                delta.floor.advance(stream, floor);
-            }
+            delta.floor.advance(stream, floor);
         }
         4 => delta.floor.advance(OWN, own_head + rng.below(2)),
         // Hostile floors (issue 29): past a writer's head (the receiver
@@ -336,16 +326,12 @@ fn draw_delta(rng: &mut SplitMix64, writers: &[Replica], marks: &VersionVector) 
         6 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
             let floor = marks.get(stream) + rng.between(4, 6);
-            if floor_of(stream) {
-                delta.floor.advance(stream, floor);
-            }
+            delta.floor.advance(stream, floor);
         }
         7 => {
             let stream = WRITERS[rng.below(WRITERS.len() as u64) as usize];
             let top = meshlog_replica::LAMPORT_MAX - rng.below(2);
-            if floor_of(stream) {
-                delta.floor.advance(stream, top);
-            }
+            delta.floor.advance(stream, top);
         }
         8 => match rng.chance(0.5) {
             true => delta.floor.advance(OWN, own_head + 9),
@@ -1112,4 +1098,232 @@ fn regression_a_seal_whose_run_the_round_does_not_hold_anchors_nothing() {
         14_567_015_891_656_417_390,
         |seed| schedule(seed, MemStore::default(), &mut Tally::default()),
     );
+}
+
+/// The sealed writer's stream held unanchored at floor 3 (a peer's
+/// unsigned floor over nothing held), its events and a signer of its
+/// seals: what the two regressions below start from.
+struct Unanchored {
+    stream: StreamId,
+    key: meshlog_replica::WriterKey,
+    writer: Replica,
+    floor: Delta,
+}
+
+impl Unanchored {
+    fn new() -> Self {
+        let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+        let mut writer = Replica::open(Config::with_key(key.clone()), MemStore::default()).unwrap();
+        for seq in 1..=6 {
+            writer.append_at(format!("w #{seq}"), 0).unwrap();
+        }
+        let stream = key.stream();
+        let floor = Delta {
+            floor: [(stream, 3)].into_iter().collect(),
+            ..Delta::default()
+        };
+        Unanchored {
+            stream,
+            key,
+            writer,
+            floor,
+        }
+    }
+
+    fn events(&self, replica: &Replica, seqs: std::ops::RangeInclusive<u64>) -> Vec<Event> {
+        seqs.map(|seq| replica.get(self.stream, seq).unwrap())
+            .collect()
+    }
+
+    /// The writer's chain hash at 3, where the receiver's floor is.
+    fn base(&self) -> meshlog_replica::ChainHash {
+        meshlog_replica::ChainHash::GENESIS.extend(&self.events(&self.writer, 1..=3))
+    }
+
+    fn run_seal(
+        &self,
+        seq: u64,
+        head: meshlog_replica::ChainHash,
+        base: Option<meshlog_replica::ChainHash>,
+    ) -> meshlog_replica::RunSeal {
+        meshlog_replica::RunSeal {
+            key: self.key.public(),
+            seal: meshlog_replica::Seal::sign_for(&self.key, self.stream, seq, head),
+            base,
+        }
+    }
+
+    /// Applies `first` and `second` as one round of a `SharedReplica` (a
+    /// receiver that took the floor) and one by one to a `Replica`:
+    /// checks they end alike and answers the answers, one by one.
+    fn round_of_two(
+        &self,
+        first: &Delta,
+        second: &Delta,
+    ) -> (
+        Result<ApplyReport, String>,
+        Result<ApplyReport, String>,
+        Replica,
+    ) {
+        let store = HeldStore::new(MemStore::default(), HOLD_MAX);
+        let gate = store.gate();
+        let mut receiver = Replica::open(Config::new(OWN), store).unwrap();
+        receiver
+            .apply(&self.floor)
+            .expect("the peer's floor is taken");
+        let chain = receiver.chain(self.stream).expect("the stream is held");
+        assert!(!chain.anchored, "a floor over nothing held unanchors");
+        let shared = SharedReplica::new(receiver);
+        gate.arm();
+        let blocker = shared.append_async("blocker");
+        assert!(gate.wait_holding(HOLD_MAX), "the blocker's commit is held");
+        let got_first = shared.apply_async(first.clone());
+        let got_second = shared.apply_async(second.clone());
+        gate.disarm();
+        assert!(gate.release());
+        let blocker = blocker.wait().unwrap();
+        let got = (
+            got_first.wait().map_err(message),
+            got_second.wait().map_err(message),
+        );
+
+        let mut reference = Replica::new(OWN);
+        reference.apply(&self.floor).unwrap();
+        reference.append_at("blocker", blocker.time_ms).unwrap();
+        let want = (
+            reference.apply(first).map_err(message),
+            reference.apply(second).map_err(message),
+        );
+        assert_eq!(got.0, want.0, "the first, as one by one");
+        assert_eq!(got.1, want.1, "the second, as one by one");
+        assert_eq!(seen_shared(&shared), seen_replica(&reference));
+        assert_eq!(shared.commit_stats().largest_round, 2, "one round of two");
+        (want.0, want.1, reference)
+    }
+}
+
+/// Regression (the guard in `draw_delta` against unsigned floors of the
+/// sealed stream, seed 12745679532043946228 without it): a seal's base
+/// that anchors a stream mid-round is seen by the round's later deltas.
+/// The receiver holds the sealed writer's stream unanchored at floor 3.
+/// The first delta brings the writer's 4..=5, sealed at 5 with the base
+/// at 3: committed, it anchors the stream there. The second brings seq 6
+/// of a twin (the writer's key on another history), sealed over the
+/// twin's chain. One by one it is chained from the anchored head hash at
+/// 5 and refused (`ChainBroken`); a validator that saw only a
+/// statement's anchors left the stream unanchored for it, took it
+/// unchained, and the commit then took the twin's seal for the stream's
+/// hash at 6 (a debug assertion in `State::hash_run`; a wrong chain in a
+/// release build).
+#[test]
+fn regression_a_seals_base_that_anchors_a_stream_mid_round_is_seen_by_later_deltas() {
+    let start = Unanchored::new();
+    let mut twin = Replica::open(Config::with_key(start.key.clone()), MemStore::default()).unwrap();
+    for seq in 1..=6 {
+        twin.append_at(format!("twin #{seq}"), 0).unwrap();
+    }
+    let base = start.base();
+    let run = start.events(&start.writer, 4..=5);
+    let first = Delta {
+        seals: vec![start.run_seal(5, base.extend(&run), Some(base))],
+        events: run,
+        ..Delta::default()
+    };
+    let twin_head = meshlog_replica::ChainHash::GENESIS.extend(&start.events(&twin, 1..=6));
+    let second = Delta {
+        events: start.events(&twin, 6..=6),
+        seals: vec![start.run_seal(6, twin_head, None)],
+        ..Delta::default()
+    };
+    let (first, second, reference) = start.round_of_two(&first, &second);
+    assert_eq!(first.map(|report| report.applied), Ok(2));
+    let chain = reference.chain(start.stream).expect("held");
+    assert!(chain.anchored, "the first delta's base anchors the stream");
+    assert!(
+        matches!(&second, Err(error) if error.contains("do not chain")),
+        "one by one the twin's run is refused: {second:?}"
+    );
+}
+
+/// Regression (found by 3000 schedules of the property above once the
+/// guard was gone, seed 17521578801262292724): a seal whose run a delta
+/// holds only in part anchors nothing, though a later delta of the round
+/// brings the rest. The receiver holds the sealed writer's stream
+/// unanchored at floor 3. The first delta brings the writer's 4, 6, 5 in
+/// that order, sealed at 6 with the base at 3: 6 comes early on a sealed
+/// stream and is dropped, so its commit holds 4..=5 and cannot prove the
+/// base (its events do not reach the seal): unanchored. The second brings
+/// 6 sealed at 6 with no base: taken, nothing to chain from. A commit that
+/// proved the first delta's base over the round's whole batch (6
+/// included) anchored the stream, where one by one it stays unanchored.
+#[test]
+fn regression_a_seal_whose_run_is_held_in_part_anchors_nothing() {
+    let start = Unanchored::new();
+    let base = start.base();
+    let head = base.extend(&start.events(&start.writer, 4..=6));
+    let get = |seq| start.writer.get(start.stream, seq).unwrap();
+    let first = Delta {
+        events: vec![get(4), get(6), get(5)],
+        seals: vec![start.run_seal(6, head, Some(base))],
+        ..Delta::default()
+    };
+    let second = Delta {
+        events: vec![get(6)],
+        seals: vec![start.run_seal(6, head, None)],
+        ..Delta::default()
+    };
+    let (first, second, reference) = start.round_of_two(&first, &second);
+    let first = first.expect("the first is taken");
+    assert_eq!((first.applied, first.dropped), (2, 1));
+    assert_eq!(second.map(|report| report.applied), Ok(1));
+    let chain = reference.chain(start.stream).expect("held");
+    assert!(!chain.anchored, "one by one, nothing proves the base");
+}
+
+/// Regression (found by 10,000 schedules once the guard was gone, seed
+/// 12896476732342625753): a seal taken unchained proves nothing of the
+/// chain a later delta's base anchors in the same round. The receiver
+/// holds the sealed writer's stream unanchored at floor 3. The first
+/// delta brings seq 4, which a twin (the writer's key on another history
+/// below 4) holds alike, sealed at 4 over the twin's chain: unanchored,
+/// nothing to chain from, only the signature is checked, taken. The
+/// second brings the writer's 4..=5 sealed at 5 with the base at 3: its
+/// commit anchors the stream. One by one the first commit hashes seq 4
+/// on an unanchored chain; a round's commit, anchored by the second
+/// delta's base first, took the twin's seal at 4 for the stream's hash
+/// there (a debug assertion in `State::hash_run`; a wrong chain in a
+/// release build). The commit now takes a hash only from a seal the
+/// validator chained from the head hash (`Plan::chained_seals`).
+#[test]
+fn regression_a_seal_taken_unchained_proves_nothing_of_a_chain_a_later_base_anchors() {
+    let start = Unanchored::new();
+    let mut twin = Replica::open(Config::with_key(start.key.clone()), MemStore::default()).unwrap();
+    for seq in 1..=4 {
+        let payload = match seq {
+            4 => format!("w #{seq}"),
+            _ => format!("twin #{seq}"),
+        };
+        twin.append_at(payload, 0).unwrap();
+    }
+    let four = start.events(&twin, 4..=4);
+    assert_eq!(four, start.events(&start.writer, 4..=4), "seq 4 alike");
+    let twin_head = meshlog_replica::ChainHash::GENESIS.extend(&start.events(&twin, 1..=4));
+    let first = Delta {
+        events: four,
+        seals: vec![start.run_seal(4, twin_head, None)],
+        ..Delta::default()
+    };
+    let base = start.base();
+    let run = start.events(&start.writer, 4..=5);
+    let second = Delta {
+        seals: vec![start.run_seal(5, base.extend(&run), Some(base))],
+        events: run,
+        ..Delta::default()
+    };
+    let (first, second, reference) = start.round_of_two(&first, &second);
+    assert_eq!(first.map(|report| report.applied), Ok(1));
+    assert_eq!(second.map(|report| report.applied), Ok(1));
+    let chain = reference.chain(start.stream).expect("held");
+    assert!(chain.anchored, "the second delta's base anchors the stream");
+    assert_eq!(chain.floor_hash, base);
 }

@@ -387,7 +387,8 @@ impl Mesh {
         };
         let columns = self.writers[writer]
             .replica
-            .delta_columns_for(&replica.marks(), self.config.session.delta_budget());
+            .try_delta_columns_for(&replica.marks(), self.config.session.delta_budget())
+            .expect("an in-memory writer reads its events");
         if columns.is_empty() {
             return;
         }

@@ -619,9 +619,19 @@ fn hand_made_inputs_give_their_typed_errors() {
             vec![1, 0, 0xff, 0xff, 0x7f],
             |o| matches!(o.errors[..], [FrameError::Malformed { kind: "hello", .. }]),
         ),
-        // Kinds 6 and 7 are the checkpoint frames: 8 is the first unknown.
-        ("unknown kind", vec![1, 8], |o| {
-            matches!(o.errors[..], [FrameError::UnknownKind { tag: 8, .. }])
+        // Kinds 6 and 7 are the checkpoint frames, 8 the statement: 9 is
+        // the first unknown.
+        ("unknown kind", vec![1, 9], |o| {
+            matches!(o.errors[..], [FrameError::UnknownKind { tag: 9, .. }])
+        }),
+        ("statement frame without its statement", vec![1, 8], |o| {
+            matches!(
+                o.errors[..],
+                [FrameError::Malformed {
+                    kind: "statement",
+                    ..
+                }]
+            )
         }),
         (
             "bare ack of delta 0",

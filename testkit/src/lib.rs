@@ -24,6 +24,9 @@
 //!   [`PowerBackend`], the redb storage backend a `DiskStore` opens over it.
 //! - [`hostile`]: [`hostile::tamperings`], a hostile relay's ways with a
 //!   writer's sealed delta, each with the refusal a receiver must answer.
+//! - [`damage`]: [`damage::flip_bit_in_block`], a bit flipped inside one
+//!   block of a closed `DiskStore`'s data file, for a store whose reads
+//!   fail where a damaged disk's would.
 //! - [`alloc`]: [`CountingAlloc`], a global allocator that counts this
 //!   thread's live and peak heap bytes and its allocations, and
 //!   [`alloc::measure`], which measures a closure.
@@ -48,6 +51,7 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod damage;
 pub mod deps;
 pub mod hostile;
 pub mod power;

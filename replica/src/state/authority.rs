@@ -110,9 +110,23 @@ impl State {
         seq: u64,
         round: &RoundIndex,
     ) -> Result<Option<ChainHash>, ReplicaError> {
-        let Some((base_seq, base_hash)) = self.chain_base(round, stream) else {
-            return Ok(None);
-        };
+        match self.chain_base(round, stream) {
+            Some(base) => self.hash_from(stream, base, seq, round),
+            None => Ok(None),
+        }
+    }
+
+    /// The chain hash of `stream` at `seq`, from `(base_seq, base_hash)`
+    /// through the held events, then the events the round planned above
+    /// the store's head; `None` where `seq` is below the base or an event
+    /// is missing.
+    fn hash_from(
+        &self,
+        stream: StreamId,
+        (base_seq, base_hash): (u64, ChainHash),
+        seq: u64,
+        round: &RoundIndex,
+    ) -> Result<Option<ChainHash>, ReplicaError> {
         if seq < base_seq {
             return Ok(None);
         }
@@ -129,10 +143,12 @@ impl State {
     }
 
     /// Where `stream`'s chain is known from as the round leaves it: the
-    /// floor and hash of a statement the round took, where the commit
-    /// anchors the stream there (a floor above the state's head, or a
-    /// stream held unanchored), else the state's floor and floor hash if
-    /// anchored (a stream not held yet: 0, anchored).
+    /// floor and hash the round anchored it on (a statement's, or a
+    /// seal's base: [`RoundIndex::anchors`]), where the commit anchors
+    /// the stream there (at its floor as the round leaves it, above the
+    /// state's head or on a stream held unanchored), else the state's
+    /// floor and floor hash if anchored (a stream not held yet: 0,
+    /// anchored).
     fn chain_base(&self, round: &RoundIndex, stream: StreamId) -> Option<(u64, ChainHash)> {
         let (floor, head) = self
             .log
@@ -146,7 +162,9 @@ impl State {
         let anchored = chain.is_some_and(|chain| chain.anchored);
         let taken = round.anchors.get(&stream).copied();
         match taken {
-            Some((at, hash)) if at == round.floor(stream) && (at > head || !anchored) => {
+            Some((at, hash))
+                if at == floor.max(round.floor(stream)) && (at > head || !anchored) =>
+            {
                 Some((at, hash))
             }
             _ => chain
@@ -276,6 +294,34 @@ impl State {
             return None;
         }
         self.held_hash(stream, head, round).ok().flatten()
+    }
+
+    /// Where a sealed run the round holds anchors its stream, as the
+    /// commit of the delta alone would (`State::chains_after`, "Unanchored
+    /// streams" in `docs/SIGNING.md`): the stream's `floor` as the round
+    /// leaves it after the delta and the seal's base, where the chain hash
+    /// at that floor is not known (the stream is unanchored there) and the
+    /// base, chained through the held events and the round's up to the
+    /// seal, reaches the seal's hash. A later delta of the round is then
+    /// judged on the chain from there ([`RoundIndex::anchors`]), as one by
+    /// one it is judged on the chain the commit anchored.
+    pub(super) fn seal_anchor(
+        &self,
+        round: &RoundIndex,
+        run_seal: &crate::RunSeal,
+        floor: u64,
+    ) -> Option<(u64, ChainHash)> {
+        let (base, seal) = (run_seal.base?, run_seal.seal);
+        let stream = seal.stream;
+        // A failed read notes no anchor: the commit, which reads the same
+        // held events to anchor, fails then.
+        if floor >= seal.seq || self.held_hash(stream, floor, round).ok()?.is_some() {
+            return None;
+        }
+        let reached = self
+            .hash_from(stream, (floor, base), seal.seq, round)
+            .ok()??;
+        (reached == seal.head).then_some((floor, base))
     }
 }
 

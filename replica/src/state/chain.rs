@@ -50,12 +50,15 @@ impl State {
     /// `seals` (`docs/SIGNING.md`, "Unanchored streams") when the batch's
     /// events chain from that base to the seal's hash, and one left
     /// unanchored at the floor of one of the round's accepted
-    /// `statements` by the statement's hash.
+    /// `statements` by the statement's hash. `seals` are the round's
+    /// accepted seals whose run it holds, and of those the ones the
+    /// validator chained from the head hash (`Plan::chained_seals`): a
+    /// run ending at one of those takes its hash without hashing again.
     #[allow(clippy::type_complexity)]
     pub(crate) fn chains_after(
         &self,
         batch: &Batch,
-        seals: &[crate::RunSeal],
+        (seals, chained): (&[crate::RunSeal], &[crate::RunSeal]),
         statements: &[crate::SignedCompaction],
     ) -> Result<(Vec<(StreamId, StreamChain)>, Vec<(StreamId, u64)>), ReplicaError> {
         let mut moving: BTreeMap<StreamId, Moving> = BTreeMap::new();
@@ -66,7 +69,7 @@ impl State {
                 self.anchor(&mut moving, batch, run_seal, seals)?;
             }
         }
-        self.events_after(&mut moving, batch, seals)?;
+        self.events_after(&mut moving, batch, (seals, chained))?;
         // An eager stream the batch moved by a floor alone (no events to
         // catch it up) that was hashed lazily until now.
         for (&stream, at) in moving.iter_mut().filter(|(_, at)| at.eager) {
@@ -125,7 +128,7 @@ impl State {
         &self,
         moving: &mut BTreeMap<StreamId, Moving>,
         batch: &Batch,
-        seals: &[crate::RunSeal],
+        (seals, chained): (&[crate::RunSeal], &[crate::RunSeal]),
     ) -> Result<(), ReplicaError> {
         for part in batch.parts() {
             match part {
@@ -139,7 +142,7 @@ impl State {
                         );
                         let (stream, last) = (run[0].stream, run[run.len() - 1].seq);
                         if at.eager {
-                            let sealed = checked_seal(batch, seals, stream, last, at);
+                            let sealed = checked_seal(batch, chained, stream, last, at);
                             self.hash_run(stream, at, last, sealed, |hash| hash.extend(run))?;
                         }
                         at.head = last;
@@ -154,7 +157,7 @@ impl State {
                     );
                     if at.eager {
                         let last = run.last_seq();
-                        let sealed = checked_seal(batch, seals, run.stream, last, at);
+                        let sealed = checked_seal(batch, chained, run.stream, last, at);
                         self.hash_run(run.stream, at, last, sealed, |hash| {
                             chain_columns(hash, &run)
                         })?;
@@ -586,11 +589,11 @@ pub(super) fn chain_columns(hash: ChainHash, run: &crate::columns::RunColumns<'_
     hash
 }
 
-/// The chain hash at `last` of `stream` that the round's accepted `seals`
-/// prove, where the validator chained the run to it: a seal at `last`
-/// (all of them at `last` agreeing) of a stream anchored where the batch
-/// finds it and whose floor the batch does not move (the validator chains
-/// a sealed run from the head hash exactly then: `Check::seals`).
+/// The chain hash at `last` of `stream` that the round's `chained` seals
+/// prove (the validator chained their runs from the head hash as the
+/// round left it: `Plan::chained_seals`): a seal at `last` (all of them
+/// at `last` agreeing) of a stream anchored where the batch finds it and
+/// whose floor the batch does not move.
 fn checked_seal(
     batch: &Batch,
     seals: &[crate::RunSeal],

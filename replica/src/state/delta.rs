@@ -19,7 +19,7 @@ impl State {
     ) -> Result<Delta, ReadError> {
         let mut delta = self.unsealed_delta_for(their_marks, byte_budget)?;
         // Each stream's run ends where it can be sealed (`state/seals.rs`).
-        delta.seals = self.seal_runs(&mut delta.events);
+        delta.seals = self.seal_runs(&mut delta.events)?;
         delta.floor_proofs = self.floor_proofs(&delta.floor);
         Ok(delta)
     }

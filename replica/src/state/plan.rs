@@ -16,7 +16,7 @@ use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 
 use super::held::State;
-use super::validate::{PeerFloor, Rejection, RoundIndex};
+use super::validate::{Chained, PeerFloor, Rejection, RoundIndex};
 use crate::log::StreamLog;
 use crate::{
     ApplyReport, Batch, CompactReport, Delta, DeltaColumns, Event, KeptSeals, ReplicaError,
@@ -99,12 +99,23 @@ pub(crate) struct Plan<'d> {
     /// [`State::seals_after`] goes on from there with the rest.
     pub(crate) seals_noted: usize,
     pub(crate) kept_seals: BTreeMap<StreamId, KeptSeals>,
-    /// Of `seals`, those whose run the round holds (the delta's events of
-    /// the stream, not left behind a floor or dropped as early): what the
-    /// commit's chains may anchor on or take a hash from
-    /// ([`State::chains_after`]), as one by one, where a seal whose run is
-    /// not held commits with no event of its stream.
+    /// Of `seals`, those whose run the round holds up to the seal (the
+    /// delta's events of the stream, not left behind a floor or dropped
+    /// as early, reaching the seal's seq): what the commit's chains may
+    /// anchor on or take a hash from ([`State::chains_after`]), as one by
+    /// one, where a seal whose run is not held commits with no event of
+    /// its stream, and one whose run is held only in part (an event of a
+    /// sealed stream dropped as early) with none at the seal's seq: the
+    /// round's later deltas may bring it, which the commit of the delta
+    /// alone does not see.
     pub(crate) held_seals: Vec<crate::RunSeal>,
+    /// Of `held_seals`, those whose run the validator chained from the
+    /// receiver's head hash as the round left it ([`Chained`]): the only
+    /// seals the commit may take a stream's chain hash from instead of
+    /// hashing the run. (A seal taken unchained, on a stream unanchored
+    /// then, proves nothing of the chain a later delta's base anchors in
+    /// the same round.)
+    pub(crate) chained_seals: Vec<crate::RunSeal>,
 }
 
 impl Plan<'_> {
@@ -189,18 +200,16 @@ impl State {
                     deltas_left -= 1;
                     round.indexing = deltas_left > 0;
                     match self.validate(delta, &round.index) {
-                        Ok(()) => {
+                        Ok(chained) => {
                             round.plan.seals.extend_from_slice(&delta.seals);
                             round
                                 .index
                                 .sealed
                                 .extend(delta.seals.iter().map(|s| (s.seal.stream, s.key)));
                             let report = round.delta(delta);
-                            let held = &round.held_streams;
-                            let held_seals =
-                                delta.seals.iter().filter(|s| held.contains(&s.seal.stream));
-                            round.plan.held_seals.extend(held_seals);
+                            round.note_held_seals(delta, &chained);
                             if round.indexing {
+                                round.note_anchors(delta);
                                 round.note_seals(delta);
                                 round.plan.seals_noted = round.plan.seals.len();
                             }
@@ -366,6 +375,48 @@ impl<'s, 'd> Round<'s, 'd> {
                 && !batch.forks.iter().any(|kept| kept.stream() == *stream)
             {
                 self.plan.batch.forks.push((**proof).clone());
+            }
+        }
+    }
+
+    /// Notes the seals of `delta` (just planned) whose run it holds up to
+    /// the seal ([`Plan::held_seals`]), and of those the ones the validator
+    /// chained from the head hash ([`Plan::chained_seals`]).
+    fn note_held_seals(&mut self, delta: &Delta, chained: &Chained) {
+        for (index, run_seal) in delta.seals.iter().enumerate() {
+            if self.holds_run(run_seal) {
+                self.plan.held_seals.push(*run_seal);
+                if chained.proves(index) {
+                    self.plan.chained_seals.push(*run_seal);
+                }
+            }
+        }
+    }
+
+    /// Whether the delta just planned holds `run_seal`'s run up to the
+    /// seal: events of its stream held, and the stream's head at or past
+    /// the seal's seq ([`Plan::held_seals`]).
+    fn holds_run(&self, run_seal: &crate::RunSeal) -> bool {
+        let stream = run_seal.seal.stream;
+        self.held_streams.contains(&stream)
+            && self
+                .sims
+                .get(&stream)
+                .is_some_and(|sim| sim.head >= run_seal.seal.seq)
+    }
+
+    /// Notes where `delta`'s sealed runs the round holds anchor their
+    /// streams ([`State::seal_anchor`]), as committing `delta` alone
+    /// would: a later delta of the round is judged on those chains.
+    fn note_anchors(&mut self, delta: &Delta) {
+        for run_seal in &delta.seals {
+            let stream = run_seal.seal.stream;
+            if run_seal.base.is_none() || !self.holds_run(run_seal) {
+                continue;
+            }
+            let floor = self.state.sim(&mut self.sims, stream).floor;
+            if let Some(anchor) = self.state.seal_anchor(&self.index, run_seal, floor) {
+                self.index.anchors.insert(stream, anchor);
             }
         }
     }

@@ -25,6 +25,7 @@ use meshlog_cursor::StreamId;
 use super::held::State;
 use super::plan::Plan;
 use crate::columns::RunColumns;
+use crate::mem::ReadError;
 use crate::store::BatchPart;
 use crate::{
     Batch, ChainHash, DeltaColumns, Event, KeptSeals, ReplicaError, RunSeal, Seal, WriterKey,
@@ -50,8 +51,11 @@ impl State {
     /// Records a commit's chains and seals in its batch: what the store
     /// records with it and publishing keeps.
     pub(crate) fn prepare_commit(&self, plan: &mut Plan<'_>) -> Result<(), ReplicaError> {
-        (plan.batch.chains, plan.batch.hashed) =
-            self.chains_after(&plan.batch, &plan.held_seals, &plan.statements)?;
+        (plan.batch.chains, plan.batch.hashed) = self.chains_after(
+            &plan.batch,
+            (&plan.held_seals, &plan.chained_seals),
+            &plan.statements,
+        )?;
         let noted = (&plan.kept_seals, plan.seals_noted);
         plan.batch.seals = self.seals_after(&plan.batch, &plan.seals, noted);
         plan.batch.statements = self.statements_after(&plan.batch, &plan.statements);
@@ -144,10 +148,14 @@ impl State {
     /// Seals the runs of a delta's `events` (grouped by stream, streams
     /// ascending, each run from the receiver's mark), cutting, extending
     /// or leaving out the runs of sealed streams so that each ends where
-    /// a seal is held (see the module docs); the seals, by stream.
-    pub(super) fn seal_runs(&self, events: &mut Vec<Event>) -> Vec<RunSeal> {
+    /// a seal is held (see the module docs); the seals, by stream. Fails
+    /// where reading the held events a run is extended by fails: the
+    /// delta is not answered without the run (shorter, it would hide the
+    /// fault, and the run of its oldest event is what lets a receiver
+    /// progress), as [`State::delta_for`] answers any read that fails.
+    pub(super) fn seal_runs(&self, events: &mut Vec<Event>) -> Result<Vec<RunSeal>, ReadError> {
         if self.config.key.is_none() && self.kept_seals.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let runs: Vec<&[Event]> = events.chunk_by(|a, b| a.stream == b.stream).collect();
         // The stream of the delta's oldest event, in (lamport, stream)
@@ -162,13 +170,13 @@ impl State {
             .map(|run| self.run_end(run, Some(run[0].stream) == oldest))
             .collect();
         if ends.iter().all(|end| matches!(end, RunEnd::Keep(_))) {
-            return ends
+            return Ok(ends
                 .into_iter()
                 .filter_map(|end| match end {
                     RunEnd::Keep(seal) => seal,
                     _ => None,
                 })
-                .collect();
+                .collect());
         }
         let mut sealed = Vec::with_capacity(events.len());
         let mut seals = Vec::new();
@@ -184,42 +192,29 @@ impl State {
                     seals.push(seal);
                 }
                 RunEnd::Extend(seal) => {
-                    let before = sealed.len();
                     sealed.extend_from_slice(run);
-                    if self.read_more(run, seal.seal.seq, &mut sealed) {
-                        seals.push(seal);
-                    } else {
-                        sealed.truncate(before);
-                    }
+                    self.read_more(run, seal.seal.seq, &mut sealed)?;
+                    seals.push(seal);
                 }
                 RunEnd::Drop => {}
             }
         }
         *events = sealed;
-        seals
+        Ok(seals)
     }
 
-    /// Reads `stream`'s events after `run` up to `last` into `out`;
-    /// whether all were read.
-    fn read_more(&self, run: &[Event], last: u64, out: &mut Vec<Event>) -> bool {
+    /// Reads `stream`'s events after `run` up to `last` into `out`, all of
+    /// them, or the read error.
+    fn read_more(&self, run: &[Event], last: u64, out: &mut Vec<Event>) -> Result<(), ReadError> {
         let stream = run[0].stream;
         let first = run[run.len() - 1].seq + 1;
         let before = out.len();
         let source = self.log.source();
         let mut used = 0;
-        let read = source
+        source
             .get()
-            .read_into(stream, first, last, usize::MAX, &mut used, out)
-            .map_err(|error| error.to_string())
-            .and_then(|_| {
-                super::delta::read_whole(stream, first, last, out.len() - before)
-                    .map_err(|error| error.to_string())
-            });
-        if let Err(error) = read {
-            tracing::error!(%stream, %error, "reading the log for a sealed run failed");
-            return false;
-        }
-        true
+            .read_into(stream, first, last, usize::MAX, &mut used, out)?;
+        super::delta::read_whole(stream, first, last, out.len() - before)
     }
 
     /// How `run` (a delta's events of one stream, from the receiver's

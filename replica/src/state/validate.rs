@@ -32,8 +32,12 @@ pub(crate) struct RoundIndex {
     /// The streams a delta accepted earlier in the round sealed, and the
     /// key (pinned as publishing will pin it).
     pub(super) sealed: BTreeMap<StreamId, crate::WriterPublicKey>,
-    /// Per stream a statement the round took erased to: its floor and
-    /// hash, where the commit anchors a chain left unanchored there.
+    /// Per stream the round anchored: the floor and the chain hash there,
+    /// of a statement the round took (erased to it), or of a sealed run's
+    /// base the round holds on a stream unanchored at its floor
+    /// ([`State::seal_anchor`]), where the commit anchors a chain left
+    /// unanchored there. A later delta's runs and statements are chained
+    /// from it, as one by one they are from the chain committed.
     pub(super) anchors: BTreeMap<StreamId, (u64, crate::ChainHash)>,
     /// The streams a delta refused earlier in the round proved forked:
     /// frozen for the deltas after it, as publishing its proof freezes
@@ -57,6 +61,25 @@ impl RoundIndex {
 
     fn lamport(&self, stream: StreamId, seq: u64) -> Option<u64> {
         self.events.get(&(stream, seq)).map(|event| event.lamport)
+    }
+}
+
+/// Per seal of an accepted delta, in order: whether the validator chained
+/// its run's new events from the receiver's chain hash at its head as the
+/// round leaves it to the seal's hash, which is then the receiver's chain
+/// hash at the seal's seq (what the commit may take instead of hashing
+/// the run again: `State::chains_after`). A run chained from its `base`
+/// (the receiver unanchored), or not chained (an early run, one the
+/// receiver holds, an unanchored stream), proves nothing of the
+/// receiver's chain.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Chained(Vec<bool>);
+
+impl Chained {
+    /// Whether the delta's seal at `index` was chained from the head
+    /// hash: its hash is the receiver's chain hash at its seq.
+    pub(crate) fn proves(&self, index: usize) -> bool {
+        self.0.get(index).copied().unwrap_or(false)
     }
 }
 
@@ -177,8 +200,9 @@ impl State {
     /// Checks a delta against this state and the requests planned earlier
     /// in the same round, changing nothing: its floors, then each run of
     /// its events (one stream, consecutive seqs; an event alone is a run
-    /// of one), then the streams it adds.
-    pub(crate) fn validate(&self, delta: &Delta, round: &RoundIndex) -> Result<(), Rejection> {
+    /// of one), then the streams it adds. Accepted, which of its seals
+    /// it proved the receiver's chain hash by ([`Chained`]).
+    pub(crate) fn validate(&self, delta: &Delta, round: &RoundIndex) -> Result<Chained, Rejection> {
         self.validate_with(delta, round, true)
     }
 
@@ -189,7 +213,7 @@ impl State {
         delta: &Delta,
         round: &RoundIndex,
         runs: bool,
-    ) -> Result<(), Rejection> {
+    ) -> Result<Chained, Rejection> {
         let own = self.config.stream;
         // Statements first: what they erase is how the floors are judged.
         let signed = self.statement_floors(delta, round)?;
@@ -206,7 +230,7 @@ impl State {
         check.floors()?;
         check.membership()?;
         self.check_forks(delta, round)?;
-        check.seals()?;
+        let chained = check.seals()?;
         // The streams of the runs, noted as they are walked: the stream
         // check needs no second walk over the events.
         let mut streams: Vec<StreamId> = check.delta.floor.iter().map(|(s, _)| s).collect();
@@ -217,7 +241,8 @@ impl State {
             streams.push(check.by_name[start].stream);
             start = end;
         }
-        check.streams(streams)
+        check.streams(streams)?;
+        Ok(chained)
     }
 
     /// A local append request of `len` events after `own_head`, at
@@ -492,7 +517,8 @@ impl State {
         head: u64,
     ) -> Option<crate::ChainHash> {
         let state_head = self.log.head(stream);
-        // A statement the round took anchors the stream at its floor.
+        // A statement or a seal's base the round took anchors the stream
+        // at its floor.
         if let Some(hash) = self.anchored_head_hash(round, stream, head) {
             return Some(hash);
         }
@@ -547,9 +573,10 @@ impl Check<'_> {
     /// verify, alone (not batched: two replicas must decide alike). With
     /// [`Config::require_seals`](crate::Config::require_seals), a run of
     /// another stream with new events and no seal is refused.
-    fn seals(&self) -> Result<(), Rejection> {
+    fn seals(&self) -> Result<Chained, Rejection> {
+        let mut chained = Chained::default();
         for run_seal in &self.delta.seals {
-            self.sealed_run(run_seal)?;
+            chained.0.push(self.sealed_run(run_seal)?);
         }
         if self.state.config.require_seals
             || !self.state.pinned.is_empty()
@@ -573,7 +600,7 @@ impl Check<'_> {
                 start = end;
             }
         }
-        Ok(())
+        Ok(chained)
     }
 
     /// Membership ([`Config::membership`](crate::Config::membership)):
@@ -621,8 +648,9 @@ impl Check<'_> {
         }
     }
 
-    /// One seal and its stream's run.
-    fn sealed_run(&self, run_seal: &crate::RunSeal) -> Result<(), Rejection> {
+    /// One seal and its stream's run; whether its new events were chained
+    /// from the receiver's head hash (see [`Chained`]).
+    fn sealed_run(&self, run_seal: &crate::RunSeal) -> Result<bool, Rejection> {
         let seal = &run_seal.seal;
         let stream = seal.stream;
         let refuse = |seqs: RangeInclusive<u64>, rule: DeltaError| {
@@ -650,7 +678,8 @@ impl Check<'_> {
         if !consecutive || run.last().map(|e| e.seq) != Some(seal.seq) {
             return refuse(first.seq..=seal.seq, broken);
         }
-        if let Some((hash, from_seq)) = self.chain_start(run_seal, first.seq) {
+        let start = self.chain_start(run_seal, first.seq);
+        if let Some((hash, from_seq, _)) = start {
             let skip = (from_seq - first.seq) as usize;
             let chained = run[skip..]
                 .iter()
@@ -667,7 +696,7 @@ impl Check<'_> {
             };
             return refuse(seal.seq..=seal.seq, rule);
         }
-        Ok(())
+        Ok(start.is_some_and(|(_, _, from_head)| from_head))
     }
 
     /// A seal's key: it derives the seal's stream (or a trusted binding
@@ -697,13 +726,15 @@ impl Check<'_> {
     }
 
     /// Where a sealed run's new events are chained from to its seal: the
-    /// hash and the first seq it covers, or `None` where the run is not
-    /// chained here (nothing new, an early run: `docs/SIGNING.md`).
+    /// hash, the first seq it covers and whether the hash is the
+    /// receiver's head hash (else the run's `base`), or `None` where the
+    /// run is not chained here (nothing new, an early run:
+    /// `docs/SIGNING.md`).
     fn chain_start(
         &self,
         run_seal: &crate::RunSeal,
         first_seq: u64,
-    ) -> Option<(crate::ChainHash, u64)> {
+    ) -> Option<(crate::ChainHash, u64, bool)> {
         let seal = &run_seal.seal;
         let stream = seal.stream;
         let head = self.head(stream);
@@ -716,14 +747,14 @@ impl Check<'_> {
                 return None;
             }
             self.head_hash(stream, head)
-                .map(|hash| (hash, head + 1))
+                .map(|hash| (hash, head + 1, true))
                 .or(run_seal
                     .base
                     .filter(|_| after_floor)
-                    .map(|base| (base, first_seq)))
+                    .map(|base| (base, first_seq, false)))
         } else if after_floor {
             // It starts right after the sender's floor, above the head.
-            run_seal.base.map(|base| (base, first_seq))
+            run_seal.base.map(|base| (base, first_seq, false))
         } else {
             // An early run: not judged here.
             None

@@ -43,6 +43,24 @@ pub enum ProtocolError {
     /// The local replica failed (its store) while applying a delta.
     #[error("local replica failed: {0}")]
     Replica(#[source] ReplicaError),
+    /// Reading the local replica's events to send the peer failed (its
+    /// store: a damaged block on disk, named in `source`). The session
+    /// ends here rather than send a shorter or empty delta in their place,
+    /// which would hide the fault: the peer would go on believing it holds
+    /// everything this side has. Nothing of that delta was sent.
+    #[error(
+        "reading the events to send peer {peer} failed, nothing sent in their place: {source}"
+    )]
+    Read {
+        /// The peer the delta was for (this replica's own stream before
+        /// the peer's hello, which no delta precedes).
+        peer: StreamId,
+        /// The replica's error ([`ReplicaError::Store`] naming the file,
+        /// stream and block; [`ReplicaError::Failed`] for a poisoned
+        /// handle).
+        #[source]
+        source: ReplicaError,
+    },
     /// The peer's hello names this replica's own stream: a connection to
     /// itself, or two replicas configured with one id.
     #[error("peer claims this replica's own stream {stream}: a self-connection or a duplicate id")]

@@ -66,6 +66,12 @@ pub struct SessionState {
     /// Received events of streams behind the peer's floor, not taken: the
     /// counter of [`SessionState::behind_floor`].
     pub events_behind_floor: u64,
+    /// Compaction statements offered to the peer in statement frames (to
+    /// a peer past their floor; `docs/SIGNING.md`), each once a session.
+    pub statements_sent: u64,
+    /// Statements the peer offered that this replica grants no authority
+    /// (`StatementNoAuthority`): nothing erased, logged at `warn`.
+    pub statements_refused: u64,
 }
 
 /// A limit a session ran into, and what it cannot exchange because of it.

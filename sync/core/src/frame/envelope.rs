@@ -199,6 +199,10 @@ fn put_frame(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
             put_varint(out, u64::from(tag::CHECKPOINT_WANT));
             out.extend_from_slice(name.as_bytes());
         }
+        Frame::Statement(signed) => {
+            put_varint(out, u64::from(tag::STATEMENT));
+            out.extend_from_slice(&signed.to_bytes());
+        }
     }
     Ok(())
 }
@@ -532,6 +536,7 @@ fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, Fra
                 [u8; CHECKPOINT_NAME_BYTES],
             >(body, kind)?))
         }
+        tag::STATEMENT => Frame::Statement(decode_statement(body, kind)?),
         _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
     }))
 }
@@ -559,6 +564,7 @@ fn decode_header(payload: &[u8], max: usize) -> Result<(u32, &'static str, &[u8]
         tag::BARE_ACK => "bare ack",
         tag::CHECKPOINT => "checkpoint",
         tag::CHECKPOINT_WANT => "checkpoint want",
+        tag::STATEMENT => "statement",
         _ => {
             return Err(FrameError::UnknownKind {
                 tag,
@@ -577,6 +583,26 @@ fn decode_header(payload: &[u8], max: usize) -> Result<(u32, &'static str, &[u8]
     }
     check_counts(tag, kind, payload)?;
     Ok((tag, kind, body))
+}
+
+/// A statement frame's body: exactly one `SignedCompaction` in its
+/// 144 bytes, its signer a valid writer key (the signature is the
+/// replica's to verify).
+fn decode_statement(
+    body: &[u8],
+    kind: &'static str,
+) -> Result<meshlog_replica::SignedCompaction, FrameError> {
+    let len = meshlog_replica::SignedCompaction::LEN;
+    if body.len() > len {
+        return Err(FrameError::TrailingBytes {
+            kind,
+            len: body.len() - len,
+        });
+    }
+    meshlog_replica::SignedCompaction::from_bytes(body).map_err(|error| FrameError::Malformed {
+        kind,
+        detail: error.to_string(),
+    })
 }
 
 /// A postcard error in a frame of `kind`, as a [`FrameError::Malformed`].

@@ -167,6 +167,7 @@ mod tag {
     pub const BARE_ACK: u32 = 5;
     pub const CHECKPOINT: u32 = 6;
     pub const CHECKPOINT_WANT: u32 = 7;
+    pub const STATEMENT: u32 = 8;
 }
 
 /// One message between two replicas.
@@ -227,11 +228,21 @@ pub enum Frame {
     /// Asks the peer for the whole vector of a checkpoint it sent as a
     /// difference from a parent the sender does not hold.
     CheckpointWant(CheckpointName),
+    /// A compaction statement the sender keeps, offered to a peer that
+    /// holds the stream past the statement's floor (a delta carries a
+    /// statement only with a floor, which goes only to a peer behind it):
+    /// the receiver's replica erases what it holds up to the floor where
+    /// the statement has authority there (`docs/SIGNING.md`, "Floors with
+    /// an authority"), and otherwise takes nothing and goes on. Unnumbered
+    /// and sent once per session and statement, only to a peer whose
+    /// hello says it skips kinds it does not know.
+    Statement(meshlog_replica::SignedCompaction),
 }
 
 impl Frame {
     /// The frame's kind, for logs and errors: `hello`, `delta`, `ack`,
-    /// `heartbeat`, `routes` or `bare ack`.
+    /// `heartbeat`, `routes`, `bare ack`, `checkpoint`, `checkpoint want`
+    /// or `statement`.
     pub fn kind(&self) -> &'static str {
         match self {
             Frame::Hello(_) => "hello",
@@ -242,6 +253,7 @@ impl Frame {
             Frame::BareAck(_) => "bare ack",
             Frame::Checkpoint(_) => "checkpoint",
             Frame::CheckpointWant(_) => "checkpoint want",
+            Frame::Statement(_) => "statement",
         }
     }
 
@@ -446,6 +458,7 @@ mod tests {
                 changes: vv(&[(u64::MAX, u64::MAX)]),
             }),
             Frame::CheckpointWant(CheckpointName::from_bytes([7; 16])),
+            statement_frame_example(),
         ]
     }
 
@@ -610,6 +623,8 @@ mod tests {
                 (2, 5),
                 (0x9e37_79b9_7f4a_7c15, 1),
             ])),
+            // Delta 5's statement, offered alone.
+            statement_frame_example(),
         ];
         let blocks = doc_examples();
         assert_eq!(blocks.len(), expected.len(), "{blocks:02x?}");
@@ -681,6 +696,54 @@ mod tests {
             .push(statement.sign_by_writer(&key));
         delta.floor_proofs.hashes.push((key.stream(), hash));
         Frame::delta(5, delta)
+    }
+
+    /// The statement of [`statement_example`] in a frame of its own.
+    pub(super) fn statement_frame_example() -> Frame {
+        let Frame::Delta { delta, .. } = statement_example() else {
+            unreachable!("a delta")
+        };
+        Frame::Statement(delta.floor_proofs.statements[0])
+    }
+
+    /// A statement frame's body is one statement, exactly: short, long or
+    /// with a signer that is no valid key, it is a typed error.
+    #[test]
+    fn a_statement_frame_is_exactly_one_statement() {
+        let Frame::Statement(signed) = statement_frame_example() else {
+            unreachable!("a statement")
+        };
+        let mut payload = vec![tag::STATEMENT as u8];
+        payload.extend_from_slice(&signed.to_bytes());
+        assert_eq!(decode_payload(&payload), Ok(Frame::Statement(signed)));
+        let short = &payload[..payload.len() - 1];
+        assert!(matches!(
+            decode_payload(short),
+            Err(FrameError::Malformed {
+                kind: "statement",
+                ..
+            })
+        ));
+        let mut long = payload.clone();
+        long.push(0);
+        assert_eq!(
+            decode_payload(&long),
+            Err(FrameError::TrailingBytes {
+                kind: "statement",
+                len: 1
+            })
+        );
+        // The signer key's bytes (after stream, floor and hash) all 0xff:
+        // not a point.
+        let mut bad_key = payload.clone();
+        bad_key[1 + 48..1 + 80].fill(0xff);
+        assert!(matches!(
+            decode_payload(&bad_key),
+            Err(FrameError::Malformed {
+                kind: "statement",
+                ..
+            })
+        ));
     }
 
     /// `docs/PROTOCOL.md` states that a delta of one event takes at most

@@ -9,7 +9,7 @@ use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{Delta, DeltaColumns};
 
 use crate::frame::{self, DELTA_EVENTS_MAX};
-use crate::LimitHit;
+use crate::{LimitHit, ProtocolError};
 
 use super::seals::{cut_streams, split_delta};
 use super::state::{InFlight, LocalReplica, Outgoing, Protocol, Received};
@@ -18,39 +18,45 @@ use super::view::{advance_by_spans, column_spans, skip_pending};
 impl Protocol {
     /// Builds the next delta to send, in parts of one frame each, if the
     /// view does not cover our marks and nothing holds it back (too many
-    /// deltas in flight, a send delay).
-    pub(super) fn plan_delta<L: LocalReplica>(&mut self, now: Instant, local: &L) -> Planned {
+    /// deltas in flight, a send delay); or the replica's error where
+    /// reading what to send failed ([`ProtocolError::Read`]: nothing is
+    /// sent in its place).
+    pub(super) fn plan_delta<L: LocalReplica>(
+        &mut self,
+        now: Instant,
+        local: &L,
+    ) -> Result<Planned, ProtocolError> {
         if self.send.in_flight.len() >= IN_FLIGHT_MAX {
             // Wait for receipts (or the retransmission timeout).
-            return Planned::Nothing;
+            return Ok(Planned::Nothing);
         }
         let marks = local.marks();
         skip_pending(&mut self.send.view, &self.send.peer_pending);
         if let Some(part) = self.forks_part(local) {
             self.send.parts.push_back(part);
-            return Planned::Parts;
+            return Ok(Planned::Parts);
         }
         if self.send_view(&marks).dominates(&marks) {
             self.send.hold_until = None;
-            return Planned::Nothing;
+            return Ok(Planned::Nothing);
         }
         if let Some(until) = self.send_held_until(now) {
             // Nagle's rule: a small delta is in flight, so what is new
             // waits to go with what follows it, for at most the send
             // delay (the peer's ack, retiring it, ends the wait sooner).
             self.send.hold_until = Some(until);
-            return Planned::Nothing;
+            return Ok(Planned::Nothing);
         }
         self.send.hold_until = None;
-        let Some(parts) = self.delta_parts(local, &marks) else {
-            return Planned::Again;
+        let Some(parts) = self.delta_parts(local, &marks)? else {
+            return Ok(Planned::Again);
         };
         if parts
             .iter()
             .all(|part| part.is_empty() && part.floor.is_empty())
         {
             // The marks ran ahead of a compaction; nothing to send.
-            return Planned::Nothing;
+            return Ok(Planned::Nothing);
         }
         let mut bytes = 0;
         for part in &parts {
@@ -60,7 +66,7 @@ impl Protocol {
         self.send.last_delta_full = bytes >= self.config.delta_budget() / 2;
         self.send.last_delta_at = Some(now);
         self.send.parts.extend(parts);
-        Planned::Parts
+        Ok(Planned::Parts)
     }
 
     /// What the peer misses, read in columns and sent as read, unless an
@@ -68,16 +74,21 @@ impl Protocol {
     /// holds pending, or it needs more than one frame: then it is cut and
     /// split as events, each seal kept with its run (`seals`). `None` if
     /// only events too large for a frame were read (their streams are now
-    /// cut: read again).
+    /// cut: read again). The replica's error where the read failed.
     pub(super) fn delta_parts<L: LocalReplica>(
         &mut self,
         local: &L,
         marks: &VersionVector,
-    ) -> Option<Vec<DeltaColumns>> {
+    ) -> Result<Option<Vec<DeltaColumns>>, ProtocolError> {
         let mut budget = self.config.delta_budget();
         loop {
             let view = self.send_view(marks);
-            let columns = local.delta_columns_for(&view, budget);
+            let columns = local
+                .try_delta_columns_for(&view, budget)
+                .map_err(|source| ProtocolError::Read {
+                    peer: self.hello.peer.unwrap_or(self.local),
+                    source,
+                })?;
             let payload_max = self.frame_payload_max(&columns.floor);
             let pending = self.pending_cuts(&view, &columns);
             let as_read = columns.len() <= DELTA_EVENTS_MAX
@@ -89,18 +100,18 @@ impl Protocol {
                 });
             drop(view);
             if as_read {
-                return Some(vec![columns]);
+                return Ok(Some(vec![columns]));
             }
             let mut delta = columns.to_delta();
             if self.cut_unsendable(&mut delta) && delta.events.is_empty() && delta.floor.is_empty()
             {
-                return None;
+                return Ok(None);
             }
             // A hole below what the peer holds pending is sent up to the
             // pending events, not through them.
             cut_streams(&mut delta, &pending);
             match split_delta(delta) {
-                Ok(parts) => return Some(parts.iter().map(DeltaColumns::from_delta).collect()),
+                Ok(parts) => return Ok(Some(parts.iter().map(DeltaColumns::from_delta).collect())),
                 Err(_) if budget > ONE_FRAME_BUDGET => {
                     // A sealed run longer than a frame carries: read again
                     // under a budget that fits one frame, in which the
@@ -110,7 +121,7 @@ impl Protocol {
                 // Not reached: a delta read under ONE_FRAME_BUDGET holds at
                 // most DELTA_EVENTS_MAX events. Sent whole, its frame is
                 // refused by the encoder, which ends the session.
-                Err(delta) => return Some(vec![DeltaColumns::from_delta(&delta)]),
+                Err(delta) => return Ok(Some(vec![DeltaColumns::from_delta(&delta)])),
             }
         }
     }
@@ -272,6 +283,9 @@ impl Protocol {
         self.send.view.join(&advance);
         self.marks.peer_marks.join(&advance);
         self.marks.carried.join(&advance);
+        // The peer holds its floors: none of our statements at or below
+        // them is owed to it.
+        self.send.statements_told.join(&columns.floor);
         if self.routing.link.is_some() {
             let streams: BTreeSet<StreamId> = columns.runs().iter().map(|run| run.stream).collect();
             self.route_received(now, &streams);

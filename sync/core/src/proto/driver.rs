@@ -49,6 +49,7 @@ impl Protocol {
                 peer_pending: Vec::new(),
                 unsendable: BTreeMap::new(),
                 forks_sent: BTreeSet::new(),
+                statements_told: VersionVector::new(),
             },
             timing: Timing {
                 rtt: None,
@@ -157,6 +158,7 @@ impl Protocol {
     /// apply: what [`sync_once`](super::sync_once) runs to.
     pub fn is_quiescent<L: LocalReplica>(&self, local: &L) -> bool {
         self.acks.applying.is_none()
+            && !self.acks.applying_statement
             && !self.hello.hello_due
             && self.send.parts.is_empty()
             && (self.hello.peer.is_none()
@@ -166,6 +168,7 @@ impl Protocol {
                     && self.acks.ack_at.is_none()
                     && self.routing.routes_due.is_empty()
                     && !self.checkpoint_due(local)
+                    && !self.statement_due(local)
                     && self.send_view(&local.marks()).dominates(&local.marks())))
     }
 
@@ -177,12 +180,19 @@ impl Protocol {
     /// In order: a hello while one is due; then, once the peer's hello
     /// arrived, a heartbeat (which stands for a due ack), an ack, and
     /// deltas while the view does not cover our marks.
+    ///
+    /// # Errors
+    ///
+    /// [`ProtocolError::Read`] where reading the events of a delta from
+    /// the replica failed (its store): nothing is sent in their place, and
+    /// the session ends; [`ProtocolError::Send`] where a frame cannot be
+    /// encoded.
     pub fn poll_transmit<L: LocalReplica>(
         &mut self,
         now: Instant,
         local: &L,
     ) -> Result<Option<Vec<u8>>, ProtocolError> {
-        let Some(outgoing) = self.next_frame(now, local) else {
+        let Some(outgoing) = self.next_frame(now, local)? else {
             return Ok(None);
         };
         let (bytes, kind) = match &outgoing {
@@ -206,29 +216,34 @@ impl Protocol {
         Ok(Some(bytes))
     }
 
-    fn next_frame<L: LocalReplica>(&mut self, now: Instant, local: &L) -> Option<Outgoing> {
+    fn next_frame<L: LocalReplica>(
+        &mut self,
+        now: Instant,
+        local: &L,
+    ) -> Result<Option<Outgoing>, ProtocolError> {
         if self.hello.hello_due {
-            return Some(Outgoing::Frame(self.hello_frame(local)));
+            return Ok(Some(Outgoing::Frame(self.hello_frame(local))));
         }
-        self.hello.peer?;
-        if self.duplicate_of().is_some() {
-            return None;
+        if self.hello.peer.is_none() || self.duplicate_of().is_some() {
+            return Ok(None);
         }
         self.check_behind(local);
         self.read_routes(now, local);
         if let Some(receipt) = self.receipt_frame(local) {
-            return Some(Outgoing::Frame(receipt));
+            return Ok(Some(Outgoing::Frame(receipt)));
         }
         if let Some(routes) = self.routes_frame() {
-            return Some(Outgoing::Frame(routes));
+            return Ok(Some(Outgoing::Frame(routes)));
         }
         if let Some(checkpoint) = self.checkpoint_frame(local) {
-            return Some(Outgoing::Frame(checkpoint));
+            return Ok(Some(Outgoing::Frame(checkpoint)));
         }
         if self.send.parts.is_empty() {
-            match self.plan_delta(now, local) {
+            match self.plan_delta(now, local)? {
                 Planned::Parts => {}
-                Planned::Nothing => return None,
+                // Statements go when no delta does: a poll that sends
+                // events reads no floor for them.
+                Planned::Nothing => return Ok(self.statement_frame(local).map(Outgoing::Frame)),
                 Planned::Again => {
                     // Only events too large for a frame: build again
                     // without their streams (at the next poll: the state
@@ -238,7 +253,7 @@ impl Protocol {
                 }
             }
         }
-        self.next_delta_part(now)
+        Ok(self.next_delta_part(now))
     }
 
     /// Takes in one received payload (a frame without its length prefix),
@@ -304,7 +319,7 @@ impl Protocol {
         local: &L,
     ) -> Result<Received, ProtocolError> {
         debug_assert!(
-            self.acks.applying.is_none(),
+            self.acks.applying.is_none() && !self.acks.applying_statement,
             "a frame handed in before the delta was reported"
         );
         if let Incoming::Frame(Frame::Hello(hello)) = incoming {
@@ -327,6 +342,7 @@ impl Protocol {
         match incoming {
             Incoming::Delta { number, columns } => Ok(self.on_delta(now, number, columns, local)),
             Incoming::Frame(Frame::Checkpoint(checkpoint)) => self.on_checkpoint(checkpoint, local),
+            Incoming::Frame(Frame::Statement(signed)) => Ok(self.on_statement(signed, local)),
             Incoming::Frame(Frame::CheckpointWant(name)) => {
                 self.on_checkpoint_want(name);
                 Ok(Received::Nothing)

@@ -88,6 +88,7 @@ impl Protocol {
         self.state.peer = Some(hello.stream);
         self.state.peer_marks.join(&hello.marks);
         self.state.peer_floor.join(&hello.floor);
+        self.send.statements_told.join(&hello.floor);
         // The peer's hello marks are its marks number 1.
         self.marks.peer_marks.join(&hello.marks);
         self.marks.peer_marks_number = self.marks.peer_marks_number.max(1);

@@ -43,6 +43,9 @@
 //!   the run it vouches for, and no sealed run goes short of its seal;
 //! - `forks`: the fork proofs the replica keeps, passed on once per
 //!   session in a delta of their own;
+//! - `statements`: the compaction statements the replica keeps, offered
+//!   once per session to a peer past their floor (which no delta's floor
+//!   reaches), and those the peer offers, applied;
 //! - `refusals`: what this side does not take (`admit`: a received delta
 //!   cut to the replica's admission), and why a refused delta ends the
 //!   session;
@@ -106,6 +109,7 @@ mod refusals;
 mod routing;
 mod seals;
 mod state;
+mod statements;
 mod timeouts;
 mod view;
 

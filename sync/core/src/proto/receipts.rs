@@ -159,7 +159,10 @@ impl Protocol {
                 self.routing.lag_check_due = true;
             }
             Frame::Routes(routes) => self.on_routes(routes),
-            Frame::Hello(_) | Frame::Checkpoint(_) | Frame::CheckpointWant(_) => {
+            Frame::Hello(_)
+            | Frame::Checkpoint(_)
+            | Frame::CheckpointWant(_)
+            | Frame::Statement(_) => {
                 unreachable!("handled by the driver")
             }
         }
@@ -323,6 +326,9 @@ impl Protocol {
         now: Instant,
         applied: Result<ApplyReport, ReplicaError>,
     ) -> Result<(), ProtocolError> {
+        if std::mem::take(&mut self.acks.applying_statement) {
+            return self.statement_applied(applied);
+        }
         let number = self.acks.applying.take();
         let peer = self.hello.peer.unwrap_or(self.local);
         let report = applied.map_err(|source| refusal(peer, source))?;

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
-use meshlog_replica::{Admission, Delta, DeltaColumns, ForkProof, SharedReplica, Store};
+use meshlog_replica::{
+    Admission, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica, SignedCompaction, Store,
+};
 
 use crate::frame::Frame;
 use crate::routes::RouteLink;
@@ -25,13 +27,27 @@ pub trait LocalReplica {
     /// Its marks (head vector).
     fn marks(&self) -> VersionVector;
     /// What a peer holding `view` misses, up to `byte_budget` (see
-    /// [`meshlog_replica::Replica::delta_for`]).
-    fn delta_for(&self, view: &VersionVector, byte_budget: usize) -> Delta;
-    /// [`LocalReplica::delta_for`] in columns, which is what the protocol
-    /// encodes (see [`meshlog_replica::Replica::delta_columns_for`]). By
-    /// default, the events of `delta_for` put in columns.
-    fn delta_columns_for(&self, view: &VersionVector, byte_budget: usize) -> DeltaColumns {
-        DeltaColumns::from_delta(&self.delta_for(view, byte_budget))
+    /// [`meshlog_replica::Replica::try_delta_for`]), or why it could not be
+    /// read (a store read that failed: [`ReplicaError::Store`] naming the
+    /// block). Never a shorter or empty delta in place of a failed read:
+    /// the session ends with [`ProtocolError::Read`](crate::ProtocolError::Read)
+    /// rather than send one, which would hide the fault from both sides.
+    fn try_delta_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReplicaError>;
+    /// [`LocalReplica::try_delta_for`] in columns, which is what the
+    /// protocol encodes (see
+    /// [`meshlog_replica::Replica::try_delta_columns_for`]). By default,
+    /// the events of `try_delta_for` put in columns.
+    fn try_delta_columns_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<DeltaColumns, ReplicaError> {
+        let delta = self.try_delta_for(view, byte_budget)?;
+        Ok(DeltaColumns::from_delta(&delta))
     }
     /// Whether the replica is relearning its own stream from peers
     /// (opened with `recover_own_stream`).
@@ -61,6 +77,14 @@ pub trait LocalReplica {
         let _ = streams;
         Vec::new()
     }
+    /// The newest compaction statement the replica keeps of `stream` (see
+    /// [`meshlog_replica::Replica::statement`]): offered to a peer that
+    /// holds the stream past its floor. By default none: such a driver
+    /// offers no statement (a delta's floor still carries them).
+    fn statement(&self, stream: StreamId) -> Option<SignedCompaction> {
+        let _ = stream;
+        None
+    }
 }
 
 impl<S: Store> LocalReplica for SharedReplica<S> {
@@ -77,12 +101,20 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
         SharedReplica::marks(self)
     }
 
-    fn delta_for(&self, view: &VersionVector, byte_budget: usize) -> Delta {
-        SharedReplica::delta_for(self, view, byte_budget)
+    fn try_delta_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<Delta, ReplicaError> {
+        SharedReplica::try_delta_for(self, view, byte_budget)
     }
 
-    fn delta_columns_for(&self, view: &VersionVector, byte_budget: usize) -> DeltaColumns {
-        SharedReplica::delta_columns_for(self, view, byte_budget)
+    fn try_delta_columns_for(
+        &self,
+        view: &VersionVector,
+        byte_budget: usize,
+    ) -> Result<DeltaColumns, ReplicaError> {
+        SharedReplica::try_delta_columns_for(self, view, byte_budget)
     }
 
     fn is_recovering(&self) -> bool {
@@ -103,6 +135,10 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn forks_except(&self, streams: &BTreeSet<StreamId>) -> Vec<ForkProof> {
         SharedReplica::forks_except(self, streams)
+    }
+
+    fn statement(&self, stream: StreamId) -> Option<SignedCompaction> {
+        SharedReplica::statement(self, stream)
     }
 }
 
@@ -205,6 +241,10 @@ pub(super) struct Sending {
     pub(super) unsendable: BTreeMap<StreamId, u64>,
     /// The streams whose fork proof this session sent the peer (`forks`).
     pub(super) forks_sent: BTreeSet<StreamId>,
+    /// Per stream, the floor up to which the peer holds, or was offered,
+    /// our compaction statements (`statements`): its hello's floor, the
+    /// floors its deltas carried, and every floor of ours looked at.
+    pub(super) statements_told: VersionVector,
 }
 
 /// Round trips, retransmission and read timeouts, the tick.
@@ -256,6 +296,9 @@ pub(super) struct Acking {
     pub(super) received: u64,
     /// The number of a delta handed back to apply and not yet reported.
     pub(super) applying: Option<u64>,
+    /// An offered statement handed back to apply and not yet reported
+    /// (`statements`).
+    pub(super) applying_statement: bool,
 }
 
 /// Marks both ways, numbered so that they travel as differences.
