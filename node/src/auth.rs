@@ -85,6 +85,7 @@ pub fn need(method: &Method, path: &str) -> Need {
         | ("GET", "/marks")
         | ("GET", "/forks")
         | ("GET", "/compaction")
+        | ("GET", "/checkpoint")
         | ("GET", "/follow") => Need::Role(Role::Read),
         ("POST", "/events") | ("GET", "/events/append") => Need::Role(Role::Write),
         ("POST", "/compact") | ("POST", "/compaction") | ("POST", "/verify") | (_, "/peers") => {

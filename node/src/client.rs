@@ -8,16 +8,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshlog_cursor::StreamId;
+use meshlog_cursor::token::{self, Token};
+use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 use serde_json::json;
 
 use crate::http::json::{AppendCompactJson, PageCompactJson, Representation, COMPACT_MEDIA_TYPE};
 use crate::url::NodeUrl;
 
 pub use crate::http::json::{
-    AppendJson, AppendedJson, CompactedJson, CompactionJson, ErrorJson, EventJson, InboundJson,
-    LostJson, MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson, PeersJson, StaleJson,
-    StatementTakenJson, VectorJson, VerifiedJson,
+    AppendJson, AppendedJson, CheckpointJson, CompactedJson, CompactionJson, ErrorJson, EventJson,
+    InboundJson, LostJson, MarksJson, PageJson, PeerAddedJson, PeerJson, PeerRemovedJson,
+    PeersJson, StaleJson, StatementTakenJson, VectorJson, VerifiedJson,
 };
 
 /// Tokens longer than this are sent in a `POST /events/query` body rather
@@ -71,6 +72,12 @@ pub enum ClientError {
         code: String,
         /// The node's explanation.
         message: String,
+    },
+    /// A token's text is no token (neither version decodes it).
+    #[error("bad token: {reason}")]
+    BadToken {
+        /// Why it does not decode.
+        reason: String,
     },
     /// The node answered something that is not the API's JSON.
     #[error("the node at {url} answered {status} with an unexpected body: {reason}")]
@@ -296,6 +303,48 @@ impl Client {
             stream.get()
         )))
         .await
+    }
+
+    /// `GET /checkpoint`: the checkpoint `name`, which the node keeps or
+    /// fetches from its peers, its vector checked against the name: a
+    /// node cannot hand back another vector under it.
+    pub async fn checkpoint(&self, name: CheckpointName) -> Result<Checkpoint, ClientError> {
+        let answer: CheckpointJson = self
+            .json(
+                self.http
+                    .get(format!("{}/checkpoint?name={name}", self.base)),
+            )
+            .await?;
+        let bad = |reason: String| ClientError::BadResponse {
+            url: self.base.clone(),
+            status: 200,
+            reason,
+        };
+        let vector = token::decode_text(&answer.token)
+            .map_err(|error| bad(format!("checkpoint {name}: {error}")))?;
+        match Checkpoint::new(vector) {
+            Ok(checkpoint) if checkpoint.name() == name => Ok(checkpoint),
+            _ => Err(bad(format!(
+                "checkpoint {name} was answered with a vector of another name"
+            ))),
+        }
+    }
+
+    /// The cursor a token's text stands for, either version: version 1
+    /// as it is, version 2 expanded against its checkpoint, asked of the
+    /// node ([`Client::checkpoint`]; what a reader holding a token from
+    /// another node resumes with).
+    pub async fn cursor(&self, text: &str) -> Result<VersionVector, ClientError> {
+        let bad = |reason: String| ClientError::BadToken { reason };
+        match token::decode_any_text(text).map_err(|error| bad(error.to_string()))? {
+            Token::Absolute(vector) => Ok(vector),
+            Token::Relative(relative) => {
+                let checkpoint = self.checkpoint(relative.checkpoint()).await?;
+                relative
+                    .expand(&checkpoint)
+                    .map_err(|error| bad(error.to_string()))
+            }
+        }
     }
 
     /// `POST /compaction`: hands the node a signed compaction statement.

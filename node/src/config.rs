@@ -158,6 +158,10 @@ pub struct FileSettings {
     pub recovery_wait_ms: Option<u64>,
     /// See [`SyncSettings::checkpoints`].
     pub sync_checkpoints: Option<bool>,
+    /// See [`SyncSettings::checkpoint_fetch`], in milliseconds.
+    pub checkpoint_fetch_ms: Option<u64>,
+    /// See [`SyncSettings::checkpoint_fetches_max`].
+    pub checkpoint_fetches_max: Option<usize>,
     /// See [`Limits::payload_bytes_max`].
     pub payload_bytes_max: Option<usize>,
     /// See [`Limits::shutdown_timeout`], in milliseconds.
@@ -252,6 +256,10 @@ impl Default for Limits {
     }
 }
 
+/// The longest `checkpoint_fetch_ms`: 30 s, so that a read never holds its
+/// request longer than a client would wait.
+pub const CHECKPOINT_FETCH_MS_MAX: u64 = 30_000;
+
 /// How the node syncs with its peers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncSettings {
@@ -289,6 +297,17 @@ pub struct SyncSettings {
     /// protocol 4 built before that, which would end a session on them,
     /// is sent none.
     pub checkpoints: bool,
+    /// How long a read waits for its peers to send a checkpoint a
+    /// reader's version-2 token names and this node does not keep
+    /// (`docs/TOKEN.md`, "An unknown checkpoint"): it asks every session
+    /// whose peer takes checkpoint frames (gossip on or off), and answers
+    /// `409 unknown_checkpoint` if none sent it within this. Default 2 s,
+    /// at most 30 s; 0 never asks.
+    pub checkpoint_fetch: Duration,
+    /// The most checkpoint fetches in flight at once; a read meeting
+    /// another unknown checkpoint then is answered `409` at once, asking
+    /// nobody. Default 16.
+    pub checkpoint_fetches_max: usize,
 }
 
 impl Default for SyncSettings {
@@ -302,6 +321,8 @@ impl Default for SyncSettings {
             recovery_wait: Duration::from_secs(2),
             recover_own_stream: false,
             checkpoints: true,
+            checkpoint_fetch: Duration::from_secs(2),
+            checkpoint_fetches_max: 16,
         }
     }
 }
@@ -483,6 +504,7 @@ impl NodeConfig {
     /// [`NodeConfig::check`] looks for the first out of range.
     fn bounds(&self) -> impl IntoIterator<Item = (&'static str, u64, SettingRange)> {
         let at_least = |min: u64| SettingRange { min, max: u64::MAX };
+        let up_to = |max: u64| SettingRange { min: 0, max };
         let ms = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         // A duration is refused at zero (less than a millisecond but more
         // than nothing is taken).
@@ -507,6 +529,16 @@ impl NodeConfig {
                 at_least(1),
             ),
             ("heartbeat_ms", nonzero(sync.heartbeat), at_least(1)),
+            (
+                "checkpoint_fetch_ms",
+                ms(sync.checkpoint_fetch),
+                up_to(CHECKPOINT_FETCH_MS_MAX),
+            ),
+            (
+                "checkpoint_fetches_max",
+                as_u64(sync.checkpoint_fetches_max),
+                at_least(1),
+            ),
             (
                 "frame_bytes_max",
                 as_u64(sync.frame_bytes_max),
@@ -534,10 +566,7 @@ impl NodeConfig {
             (
                 "backoff_min_ms",
                 ms(sync.backoff_min),
-                SettingRange {
-                    min: 0,
-                    max: ms(sync.backoff_max),
-                },
+                up_to(ms(sync.backoff_max)),
             ),
         ]
     }
@@ -585,6 +614,12 @@ impl NodeConfig {
         }
         sync.recover_own_stream |= file.recover_own_stream.unwrap_or(false);
         sync.checkpoints = file.sync_checkpoints.unwrap_or(sync.checkpoints);
+        if let Some(v) = file.checkpoint_fetch_ms {
+            sync.checkpoint_fetch = ms(v);
+        }
+        sync.checkpoint_fetches_max = file
+            .checkpoint_fetches_max
+            .unwrap_or(sync.checkpoint_fetches_max);
         let follow = &mut self.follow;
         follow.followers_max = file.followers_max.unwrap_or(follow.followers_max);
         follow.connection_followers_max = file
@@ -721,7 +756,7 @@ mod tests {
         std::fs::write(
             &file,
             "body_bytes_max = 1024\nheartbeat_ms = 250\nconnections_max = 8\n\
-             sync_checkpoints = false\n",
+             sync_checkpoints = false\ncheckpoint_fetch_ms = 500\ncheckpoint_fetches_max = 2\n",
         )
         .unwrap();
         let args = Wrapper::try_parse_from([
@@ -742,6 +777,8 @@ mod tests {
         assert_eq!(config.sync.heartbeat, Duration::from_millis(250));
         // On by default: the key turns it off.
         assert!(!config.sync.checkpoints);
+        assert_eq!(config.sync.checkpoint_fetch, Duration::from_millis(500));
+        assert_eq!(config.sync.checkpoint_fetches_max, 2);
 
         std::fs::write(&file, "body_bytes = 1\n").unwrap();
         let args = Wrapper::try_parse_from(["serve", "--config", file.to_str().unwrap()])
@@ -839,6 +876,8 @@ mod tests {
             "connections_per_ip_max = 1\nconnection_followers_max = 1\n".into(),
             "follow_frame_events_max = 1\nfollow_heartbeat_ms = 1\n".into(),
             "backoff_min_ms = 5\nbackoff_max_ms = 5\n".into(),
+            "checkpoint_fetch_ms = 0\ncheckpoint_fetches_max = 1\n".into(),
+            "checkpoint_fetch_ms = 30000\n".into(),
         ] {
             let config = resolve(&text).unwrap_or_else(|error| panic!("{text}: {error}"));
             if text.starts_with("frame") {
@@ -923,6 +962,18 @@ mod tests {
                 "backoff_min_ms",
                 10_001,
                 "from 0 to 10000".into(),
+            ),
+            (
+                "checkpoint_fetch_ms = 30001\n".into(),
+                "checkpoint_fetch_ms",
+                30_001,
+                "from 0 to 30000".into(),
+            ),
+            (
+                "checkpoint_fetches_max = 0\n".into(),
+                "checkpoint_fetches_max",
+                0,
+                "at least 1".into(),
             ),
         ] {
             let error = resolve(&text).expect_err(&text);

@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use meshlog_cursor::{token, StreamId, VersionVector};
+use meshlog_cursor::{StreamId, VersionVector};
 
 use crate::cli::client::{
     AppendedJson, Client, ClientError, CompactedJson, EventJson, PageJson as Page, PageOutcome,
@@ -283,8 +283,13 @@ async fn page(client: &Client, after: Option<&str>, limit: usize) -> Result<Page
     }
 }
 
-fn vector_of(text: &str) -> Result<VersionVector, String> {
-    token::decode_text(text).map_err(|error| format!("token {text}: {error}"))
+/// The cursor a token stands for, either version (a version-2 token is
+/// expanded with its checkpoint, asked of the node that answered it).
+async fn vector_of(client: &Client, text: &str) -> Result<VersionVector, String> {
+    client
+        .cursor(text)
+        .await
+        .map_err(|error| format!("token {text}: {error}"))
 }
 
 fn stream_name(mesh: &Mesh, stream: &str) -> &'static str {
@@ -494,7 +499,7 @@ async fn walk_a(mesh: &Mesh, story: &mut Story, walk: &mut Walk) -> Result<(), S
     story.say(&format!(
         "The reader's position: lamport {position}; its token {} says, per stream, the last seq it was given: {}.",
         walk.last_token,
-        vector_text(&vector_map(&vector_of(&walk.last_token)?))
+        vector_text(&vector_map(&vector_of(&a.client, &walk.last_token).await?))
     ));
     story.check(
         walk.late_lamports().iter().all(|&l| l <= position),
@@ -625,7 +630,7 @@ async fn compact_b(mesh: &Mesh, story: &mut Story, walk: &Walk) -> Result<(), St
             for line in stale_lines(&stale) {
                 story.say(&format!("  {line}"));
             }
-            let cursor = vector_of(first_token)?;
+            let cursor = vector_of(&b.client, first_token).await?;
             check_stale_is_exact(story, &stale, &cursor, &compacted)?;
             check_nothing_skipped(b, story, &stale, &cursor).await?;
         }

@@ -275,7 +275,15 @@ impl NodeClient {
     /// which a page then reports), at most `wait`. `false` when nothing
     /// came (or the follow could not start: the page already answered).
     async fn pushed_past(&self, after: &str, wait: Duration) -> bool {
-        let Ok(after) = meshlog_cursor::token::decode_text(after) else {
+        let deadline = tokio::time::Instant::now() + wait;
+        // Either version: a version-2 token is expanded with its
+        // checkpoint, asked of the node (the follower needs the vector).
+        let client =
+            crate::client::Client::with_tls(&self.base, self.token.as_deref(), self.tls.clone());
+        let Ok(client) = client else {
+            return false;
+        };
+        let Ok(Ok(after)) = tokio::time::timeout_at(deadline, client.cursor(after)).await else {
             return false;
         };
         let mut config = FollowerConfig::new(vec![self.base.clone()], FollowStream::All);
@@ -295,7 +303,9 @@ impl NodeClient {
             }
             false
         };
-        tokio::time::timeout(wait, pushed).await.unwrap_or(false)
+        tokio::time::timeout_at(deadline, pushed)
+            .await
+            .unwrap_or(false)
     }
 
     async fn page(&self, after: Option<String>, limit: Option<u32>) -> Result<Value, NodeError> {

@@ -23,6 +23,11 @@ pub struct Metrics {
     pub pages_stale: Counter,
     /// Pages served to a cursor ahead of this node (`behind: true`).
     pub pages_behind: Counter,
+    /// Checkpoints a reader's version-2 token named, which this node did
+    /// not keep, asked of its peers.
+    pub checkpoint_fetches: Counter,
+    /// Of those, the ones no peer sent within `checkpoint_fetch_ms`.
+    pub checkpoint_fetches_missed: Counter,
     /// Connections refused for the connection limit.
     pub connections_refused: Counter,
     /// Connections open now.
@@ -81,6 +86,8 @@ impl Metrics {
             pages: Counter::default(),
             pages_stale: Counter::default(),
             pages_behind: Counter::default(),
+            checkpoint_fetches: Counter::default(),
+            checkpoint_fetches_missed: Counter::default(),
             connections_refused: Counter::default(),
             connections_open: Gauge::default(),
             sessions_running: Gauge::default(),
@@ -103,6 +110,7 @@ impl Metrics {
             render_lock: std::sync::Mutex::new(()),
         };
         metrics.register_requests(&mut registry);
+        metrics.register_checkpoints(&mut registry);
         metrics.register_links(&mut registry);
         Metrics {
             registry,
@@ -177,6 +185,20 @@ impl Metrics {
             "tls_handshakes_failed",
             "TLS handshakes that failed",
             self.tls_handshakes_failed.clone(),
+        );
+    }
+
+    /// The reads' checkpoint fetches (`crate::read::CheckpointFetch`).
+    fn register_checkpoints(&self, r: &mut Registry) {
+        r.register(
+            "checkpoint_fetches",
+            "Checkpoints a reader's version-2 token named and this node did not keep, asked of its peers",
+            self.checkpoint_fetches.clone(),
+        );
+        r.register(
+            "checkpoint_fetches_missed",
+            "Checkpoints asked of the peers that none sent within checkpoint_fetch_ms",
+            self.checkpoint_fetches_missed.clone(),
         );
     }
 

@@ -21,7 +21,8 @@ use hyper_util::rt::TokioIo;
 use meshlog_cursor::VersionVector;
 use meshlog_replica::DiskStore;
 use meshlog_sync::{
-    Backoff, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes, SessionConfig,
+    Backoff, CheckpointWants, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes,
+    SessionConfig,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -88,6 +89,9 @@ struct Inner {
     /// stream, so that in a mesh with cycles an event arrives once, and of
     /// two sessions with one peer (each dialed the other) one is kept.
     routes: Routes,
+    /// Shared by every session of this node: the reads' asks for a
+    /// checkpoint by name (`crate::read::CheckpointFetch`).
+    wants: CheckpointWants,
 }
 
 /// A dialed peer: its link, and the token that stops its dial loop.
@@ -121,8 +125,15 @@ impl Peers {
                 auth: security.auth,
                 tls: security.tls,
                 routes: Routes::new(),
+                wants: CheckpointWants::new(),
             }),
         }
+    }
+
+    /// Asks every session of this node (dialed or inbound) for a
+    /// checkpoint by name, and hears when one arrives.
+    pub(crate) fn checkpoint_wants(&self) -> CheckpointWants {
+        self.inner.wants.clone()
     }
 
     /// What every session of this node runs with.
@@ -136,6 +147,7 @@ impl Peers {
                 ..SessionConfig::with_heartbeat(settings.heartbeat)
             },
             routes: self.inner.routes.clone(),
+            wants: self.inner.wants.clone(),
         }
     }
 

@@ -192,6 +192,25 @@ impl NodeReplica {
         self.shared.cursor(token)
     }
 
+    /// The checkpoint `name`, if the replica keeps it (minted, gossiped
+    /// or fetched): whether a version-2 token naming it reads here.
+    pub fn checkpoint(
+        &self,
+        name: meshlog_cursor::CheckpointName,
+    ) -> Option<meshlog_cursor::Checkpoint> {
+        self.shared.checkpoint(name)
+    }
+
+    /// The token the replica answers for `cursor`, as a page's `next`
+    /// is: the shortest of version 2 against a checkpoint kept and
+    /// version 1 (a follow frame's tokens, for a follower that asks for
+    /// them short).
+    pub fn token(&self, cursor: &VersionVector) -> String {
+        self.shared.token(cursor).unwrap_or_else(|_| {
+            meshlog_cursor::token::encode_text(cursor).expect("a cursor of this node encodes")
+        })
+    }
+
     /// Up to `limit` events after `after`.
     pub fn page(&self, after: &VersionVector, limit: usize) -> Result<Page, PageError> {
         self.shared.page(after, limit)

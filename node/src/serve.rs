@@ -116,6 +116,12 @@ impl Node {
             inbound_max: config.limits.inbound_sessions_max,
         };
         let peers = start_peers(&config, &replica, &metrics, &stop, security)?;
+        let fetch = crate::read::CheckpointFetch::new(
+            peers.checkpoint_wants(),
+            config.sync.checkpoint_fetch,
+            config.sync.checkpoint_fetches_max,
+            Arc::clone(&metrics),
+        );
         let state = Arc::new(AppState {
             replica: replica.clone(),
             peers: peers.clone(),
@@ -128,6 +134,7 @@ impl Node {
             ),
             auth: auth.clone(),
             tls: tls.clone(),
+            fetch,
         });
         tracing::info!(
             stream = replica.stream().get(),

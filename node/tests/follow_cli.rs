@@ -85,3 +85,36 @@ async fn events_follow_from_a_stale_token_exits_3_with_what_was_lost() {
     assert!(stdout.contains("lost: stream 8 seq 2..=4"), "{stdout}");
     assert!(stdout.contains("resume: "), "{stdout}");
 }
+
+/// Issue 27: `--after` takes a version-2 token from another node. A's
+/// head token names a checkpoint C (its peer, gossip off) does not keep;
+/// `meshlog events --follow --after TOKEN` at C expands it with the
+/// checkpoint C fetches from A (`GET /checkpoint`) and prints only what
+/// is appended after. Before, it refused the token ("bad --after token").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_after_a_version_2_token_of_another_node() {
+    let a_dir = tempfile::tempdir().unwrap();
+    support::checkpointed_dir(a_dir.path());
+    let a = support::node_in(a_dir, 1, vec![], 10_000).await;
+    let c = support::node_in(tempfile::tempdir().unwrap(), 3, vec![a.url()], 10_000).await;
+    support::wait_until("c holds a's events", || async {
+        support::marks(c.addr).await["marks"] == support::marks(a.addr).await["marks"]
+    })
+    .await;
+    let head = get(a.addr, "/events?limit=1000").await.json();
+    let token = head["next"].as_str().unwrap().to_owned();
+    let mut child = meshlog()
+        .args(["events", "--follow", "--node", &c.url(), "--after", &token])
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    append(c.addr, b"after the token").await;
+    let line = tokio::time::timeout(DEADLINE, lines.next_line())
+        .await
+        .expect("a line within the deadline")
+        .unwrap()
+        .expect("stdout open");
+    assert!(line.starts_with("3:1  lamport "), "{line}");
+    assert!(line.ends_with("  after the token"), "{line}");
+    child.kill().await.unwrap();
+}

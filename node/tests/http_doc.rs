@@ -23,13 +23,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DOC: &str = include_str!("../../docs/HTTP.md");
 
 /// The routes the router serves; each must have an example.
-const ROUTES: [(&str, &str); 18] = [
+const ROUTES: [(&str, &str); 19] = [
     ("GET", "/health"),
     ("POST", "/events"),
     ("GET", "/events"),
     ("POST", "/events/query"),
     ("GET", "/marks"),
     ("GET", "/forks"),
+    ("GET", "/checkpoint"),
     ("POST", "/compact"),
     ("GET", "/compaction"),
     ("POST", "/compaction"),

@@ -281,3 +281,56 @@ async fn follow_events_waits_on_the_push_channel_not_a_poll() {
 
     client.cancel().await.expect("the session closes");
 }
+
+/// Issue 27: `follow_events` with a version-2 token from another node.
+/// A's head token names a checkpoint C (its peer, gossip off) does not
+/// keep; the MCP server at C pages from it (C fetches the checkpoint
+/// from A), finds nothing, and waits on C's push channel from that
+/// cursor: an event appended then is the answer. Before, the follow
+/// could not read a version-2 token and answered the empty page at once
+/// (the append was never waited for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_events_waits_from_a_version_2_token_of_another_node() {
+    let a_dir = tempfile::tempdir().unwrap();
+    support::checkpointed_dir(a_dir.path());
+    let a = support::node_in(a_dir, 1, vec![], 10_000).await;
+    let c = support::node_in(tempfile::tempdir().unwrap(), 3, vec![a.url()], 10_000).await;
+    support::wait_until("c holds a's events", || async {
+        support::marks(c.addr).await["marks"] == support::marks(a.addr).await["marks"]
+    })
+    .await;
+    let head = support::get(a.addr, "/events?limit=1000").await.json();
+    assert_eq!(head["at_head"], true);
+    let token = head["next"].as_str().unwrap().to_owned();
+    assert!(
+        matches!(
+            meshlog_cursor::token::decode_any_text(&token),
+            Ok(meshlog_cursor::token::Token::Relative(_))
+        ),
+        "a version-2 token: {token}"
+    );
+
+    let client = connect(&c.url()).await;
+    let addr = c.addr;
+    let (followed, appended) = tokio::join!(
+        call(
+            &client,
+            "follow_events",
+            json!({"after": token, "wait_ms": 30_000}),
+        ),
+        async move {
+            support::wait_until(
+                "the MCP follow holds a follow subscription",
+                || async move { metric(addr, "meshlog_followers").await == 1.0 },
+            )
+            .await;
+            support::append(addr, b"pushed").await
+        }
+    );
+    let (followed, error) = body(&followed);
+    assert!(!error, "{followed}");
+    assert_eq!(appended, 1);
+    assert_eq!(followed["events"][0]["payload"], json!("pushed"));
+    assert_eq!(followed["events"].as_array().unwrap().len(), 1);
+    client.cancel().await.expect("the session closes");
+}

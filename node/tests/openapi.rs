@@ -18,8 +18,9 @@ use serde_json::Value;
 use support::*;
 
 /// Every route the router serves, with each method.
-const ROUTES: [(&str, &str); 19] = [
+const ROUTES: [(&str, &str); 20] = [
     ("get", "/"),
+    ("get", "/checkpoint"),
     ("post", "/compact"),
     ("get", "/compaction"),
     ("post", "/compaction"),
@@ -41,8 +42,9 @@ const ROUTES: [(&str, &str); 19] = [
 ];
 
 /// The role each route needs (issue 10); the rest are open over HTTP.
-const PROTECTED: [(&str, &str, &str); 14] = [
+const PROTECTED: [(&str, &str, &str); 15] = [
     ("get", "/events", "read"),
+    ("get", "/checkpoint", "read"),
     ("post", "/events/query", "read"),
     ("get", "/marks", "read"),
     ("get", "/forks", "read"),

@@ -257,6 +257,14 @@ impl<S: Store> Replica<S> {
     pub fn cursor(&self, token: &str) -> Result<VersionVector, PageError> {
         self.state.checkpoints.cursor_text(token)
     }
+
+    /// The token this replica answers for `cursor`, as a page's
+    /// [`Page::token`](crate::Page::token) is: the shortest of version 2
+    /// against each checkpoint kept and version 1. For a cursor no page
+    /// answered (a follow frame's, a heartbeat's).
+    pub fn token(&self, cursor: &VersionVector) -> Result<String, TokenError> {
+        self.state.checkpoints.token(cursor)
+    }
 }
 
 /// Whether `cursor` differs from `checkpoint` on at most

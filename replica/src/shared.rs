@@ -898,6 +898,14 @@ impl<S: Store> SharedReplica<S> {
         state.checkpoints.cursor_text(token)
     }
 
+    /// The token this replica answers for `cursor`, the shortest of either
+    /// version (see [`Replica::token`]); `PageError::Failed` once the
+    /// handle is poisoned.
+    pub fn token(&self, cursor: &VersionVector) -> Result<String, PageError> {
+        let state = self.read().ok_or(PageError::Failed)?;
+        Ok(state.checkpoints.token(cursor)?)
+    }
+
     /// The checkpoints kept, oldest first (see [`Replica::checkpoints`]).
     pub fn checkpoints(&self) -> Vec<Checkpoint> {
         self.read()

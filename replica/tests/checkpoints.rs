@@ -180,6 +180,29 @@ fn a_token_from_one_replica_reads_at_another_once_it_keeps_the_checkpoint() {
     );
 }
 
+/// `token(cursor)` (the follow frames' tokens, issue 27) is the rule of
+/// `Page::token`: for a page's `next` it is the page's token, on the
+/// replica and its shared handle; for a cursor far from every checkpoint
+/// kept it is version 1.
+#[test]
+fn a_cursors_token_is_the_one_a_page_answers_for_it() {
+    let mut rng = SplitMix64::new(seed::replay_or(27));
+    let streams = random_streams(&mut rng, 300);
+    let mut replica = holding(MemStore::default(), &streams);
+    replica.mint_checkpoint(T0).expect("mint").expect("due");
+    replica
+        .apply(&delta(&streams[..5], 2, 9_000))
+        .expect("apply");
+    let head = replica.page(&VersionVector::new(), 1_000).expect("page");
+    assert!(is_relative(&head.token));
+    assert_eq!(replica.token(&head.next).expect("token"), head.token);
+    let shared = SharedReplica::new(replica);
+    assert_eq!(shared.token(&head.next).expect("token"), head.token);
+    let first: VersionVector = [(streams[0], 1)].into_iter().collect();
+    let far = shared.token(&first).expect("token");
+    assert_eq!(far, token::encode_text(&first).expect("encodes"));
+}
+
 #[test]
 fn every_token_accepted_today_reads_as_it_did() {
     let replica = Replica::new(StreamId::new(1));

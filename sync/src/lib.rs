@@ -51,6 +51,9 @@
 //!   link.
 //! - `manager`: [`PeerManager`], which dials configured peers over TCP,
 //!   accepts inbound peers and reports their [`PeerStatus`].
+//! - `wants`: [`CheckpointWants`], shared by a replica's sessions: asks
+//!   their peers for a checkpoint by name (through the core's
+//!   `CheckpointWant`) and says when a session kept one.
 //! - `rng`: `SplitMix64`, the seeded generator behind the links' jitter
 //!   (crate-private; the same algorithm as `meshlog_testkit::SplitMix64`,
 //!   which the testkit draws its faults from).
@@ -112,6 +115,7 @@ mod rng;
 mod session;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod wants;
 mod watch;
 
 /// The wire frames: the core's (`meshlog_sync_core::frame`, re-exported
@@ -136,4 +140,5 @@ pub use meshlog_sync_core::{
 };
 pub use once::sync_once;
 pub use session::{Session, SessionEnd, SessionError};
+pub use wants::CheckpointWants;
 pub use watch::ChangeWatch;

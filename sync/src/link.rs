@@ -16,7 +16,7 @@ use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, SessionState};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
-use crate::{Backoff, Session, SessionEnd, SessionError, SharedReplica};
+use crate::{Backoff, CheckpointWants, Session, SessionEnd, SessionError, SharedReplica};
 
 /// One peer as its link sees it now. `A` names the peer: the address
 /// dialed or accepted from (the manager's, and the node's inbound
@@ -66,7 +66,7 @@ pub trait Dial: Send + Sync + 'static {
 }
 
 /// What every session of a replica's links runs with: the replica, the
-/// session settings and the routes table they share.
+/// session settings, and the routes table and checkpoint wants they share.
 #[derive(Debug, Clone)]
 pub struct LinkSessions<S: Store> {
     /// The replica.
@@ -76,13 +76,18 @@ pub struct LinkSessions<S: Store> {
     /// Shared by every session of the replica, so that in a mesh with
     /// cycles an event arrives about once (see [`Routes`]).
     pub routes: Routes,
+    /// Shared by every session of the replica: asks for checkpoints by
+    /// name go to their peers (see [`CheckpointWants`]).
+    pub wants: CheckpointWants,
 }
 
 impl<S: Store> LinkSessions<S> {
-    /// A session with a peer reached in `direction`, in the routes table.
+    /// A session with a peer reached in `direction`, in the routes table
+    /// and the checkpoint wants.
     pub fn session(&self, direction: PeerDirection) -> Session<S> {
         Session::new(self.shared.clone(), self.config.clone())
             .with_routes(self.routes.clone(), direction)
+            .with_checkpoint_wants(self.wants.clone())
     }
 }
 

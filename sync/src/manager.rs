@@ -9,7 +9,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::link::{Dial, LinkSessions, PeerLink, Redial};
-use crate::{Backoff, PeerDirection, PeerStatus, Routes, SessionConfig, SharedReplica};
+use crate::{
+    Backoff, CheckpointWants, PeerDirection, PeerStatus, Routes, SessionConfig, SharedReplica,
+};
 
 /// Where to listen, whom to dial, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +84,9 @@ pub struct PeerManager<S: Store = MemStore> {
     /// through one session is asked quiet on the others, and of two
     /// sessions with one peer only one is kept.
     routes: Routes,
+    /// Shared by every session of this manager: asks for checkpoints by
+    /// name.
+    wants: CheckpointWants,
 }
 
 impl<S: Store + Send + Sync + 'static> PeerManager<S> {
@@ -110,6 +115,7 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
             links: Arc::default(),
             tasks: Mutex::default(),
             routes: Routes::new(),
+            wants: CheckpointWants::new(),
         };
         if let Some(listener) = listener {
             tracing::info!(local = %manager.shared.stream(), addr = ?local_addr, "sync listening");
@@ -132,12 +138,19 @@ impl<S: Store + Send + Sync + 'static> PeerManager<S> {
         self.local_addr
     }
 
+    /// Asks this manager's sessions for checkpoints by name, and hears
+    /// when one arrives (see [`CheckpointWants`]).
+    pub fn checkpoint_wants(&self) -> &CheckpointWants {
+        &self.wants
+    }
+
     /// What every session of this manager runs with.
     fn sessions(&self) -> LinkSessions<S> {
         LinkSessions {
             shared: self.shared.clone(),
             config: self.config.session.clone(),
             routes: self.routes.clone(),
+            wants: self.wants.clone(),
         }
     }
 

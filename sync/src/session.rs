@@ -19,6 +19,7 @@ use crate::frame::{FrameError, FrameReader};
 // Named by the docs only.
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
+use crate::wants::{CheckpointWants, Registration};
 use crate::{ChangeWatch, SharedReplica};
 
 /// How a session ended when nothing went wrong. New ways may be added (as
@@ -135,6 +136,7 @@ pub struct Session<S: Store = MemStore> {
     config: SessionConfig,
     state: watch::Sender<SessionState>,
     routes: Option<(Routes, PeerDirection)>,
+    wants: Option<CheckpointWants>,
 }
 
 impl<S: Store> Session<S> {
@@ -146,6 +148,7 @@ impl<S: Store> Session<S> {
             config,
             state,
             routes: None,
+            wants: None,
         }
     }
 
@@ -158,6 +161,16 @@ impl<S: Store> Session<S> {
     /// pushes every stream, whatever the others do.
     pub fn with_routes(mut self, routes: Routes, direction: PeerDirection) -> Self {
         self.routes = Some((routes, direction));
+        self
+    }
+
+    /// Takes asks for checkpoints by name from `wants` (shared by the
+    /// replica's sessions) to its peer, once the peer takes checkpoint
+    /// frames, and bumps `wants`' kept count when it keeps a checkpoint
+    /// its peer sent. Without it, the session asks only for what its own
+    /// gossip needs.
+    pub fn with_checkpoint_wants(mut self, wants: CheckpointWants) -> Self {
+        self.wants = Some(wants);
         self
     }
 
@@ -205,6 +218,7 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
             out: BytesMut::new(),
             write_progress_at: now,
             mint_at: now,
+            wants: self.wants.as_ref().map(CheckpointWants::register),
         };
         let result = driver.run(stop).await;
         driver.publish();
@@ -245,6 +259,8 @@ enum Turn {
     Read(io::Result<Option<Bytes>>),
     Wrote(io::Result<usize>),
     MarksChanged,
+    /// A checkpoint asked for by name (`CheckpointWants::ask`).
+    Wanted(meshlog_cursor::CheckpointName),
 }
 
 /// The tokio driver of a [`Protocol`]: it owns the stream, the output
@@ -267,6 +283,8 @@ struct Driver<S: Store, R, W> {
     /// one is due (`SessionConfig::checkpoints`): once a heartbeat
     /// interval; the replica's own rate limit decides.
     mint_at: Instant,
+    /// This session's slot in the replica's checkpoint wants, if given.
+    wants: Option<Registration>,
 }
 
 impl<S, R, W> Driver<S, R, W>
@@ -316,6 +334,7 @@ where
                 read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
                 written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
                 _ = self.marks.receiver().changed() => Turn::MarksChanged,
+                Some(name) = next_want(self.wants.as_mut()) => Turn::Wanted(name),
             }
         } else {
             tokio::select! {
@@ -325,6 +344,7 @@ where
                 written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
                 read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
                 _ = self.marks.receiver().changed() => Turn::MarksChanged,
+                Some(name) = next_want(self.wants.as_mut()) => Turn::Wanted(name),
             }
         }
     }
@@ -359,6 +379,11 @@ where
             }
             // New events here: loop round to fill.
             Turn::MarksChanged => {}
+            // Queued in the core (or not: the peer does not take the
+            // frames, or this side holds it now); sent by the next fill.
+            Turn::Wanted(name) => {
+                self.protocol.want_checkpoint(name, &self.shared);
+            }
         }
         Ok(None)
     }
@@ -403,6 +428,9 @@ where
 
     /// Publishes the core's state if it changed.
     fn publish(&mut self) {
+        if let Some(wants) = &self.wants {
+            wants.set_takes(self.protocol.takes_checkpoint_frames());
+        }
         if self.protocol.take_state_changed() {
             let state = self.protocol.state().clone();
             self.state.send_replace(state);
@@ -453,8 +481,15 @@ where
                 // Checked against its name by the core. A store that fails
                 // to record it costs the tokens naming it, not the session.
                 let name = checkpoint.name();
-                if let Err(error) = self.shared.keep_checkpoint_async(checkpoint).await {
-                    tracing::warn!(%name, %error, "a received checkpoint was not kept");
+                match self.shared.keep_checkpoint_async(checkpoint).await {
+                    Ok(_) => {
+                        if let Some(wants) = &self.wants {
+                            wants.wants().received();
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%name, %error, "a received checkpoint was not kept")
+                    }
                 }
             }
             Received::Nothing => {}
@@ -481,5 +516,13 @@ where
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "minting a checkpoint failed"),
         }
+    }
+}
+
+/// The next checkpoint name asked of this session; never, without wants.
+async fn next_want(wants: Option<&mut Registration>) -> Option<meshlog_cursor::CheckpointName> {
+    match wants {
+        Some(wants) => wants.next().await,
+        None => std::future::pending().await,
     }
 }

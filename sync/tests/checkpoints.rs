@@ -6,7 +6,11 @@
 //! nothing is kept; a receiver lacking a difference's parent asks for
 //! the whole and keeps it; and a frame of a kind this build does not know,
 //! after the peer's hello, is skipped and the session goes on (what lets
-//! a later kind reach a peer whose hello says it skips them).
+//! a later kind reach a peer whose hello says it skips them); and a
+//! checkpoint asked for by name through `CheckpointWants` (the node's
+//! fetch for a reader's token) comes back from the peer that keeps it
+//! and is kept, with gossip off on both sides, while an ask no peer can
+//! answer keeps nothing.
 //!
 //! All in memory under tokio's paused clock; the checkpoints are minted by
 //! the test at a fixed time (`mint_checkpoint`), not by the wall clock.
@@ -20,7 +24,8 @@ use meshlog_replica::{Delta, Event, CHECKPOINT_INTERVAL_MS};
 use meshlog_sync::frame::{self, CheckpointFrame, Frame, Hello};
 use meshlog_sync::testkit::{run_paused, wait_for};
 use meshlog_sync::{
-    ProtocolError, Session, SessionConfig, SessionError, SharedReplica, PROTOCOL_VERSION,
+    CheckpointWants, ProtocolError, Session, SessionConfig, SessionError, SharedReplica,
+    PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -241,5 +246,48 @@ fn a_later_kind_after_the_hello_is_skipped_and_the_session_goes_on() {
         assert!(!session.is_finished(), "the session ended");
         drop(peer);
         assert!(session.await.unwrap().is_ok());
+    });
+}
+
+/// The node's fetch by name (issue 27): with gossip off on both sides, B
+/// does not learn A's checkpoint until it asks for it by name through
+/// its sessions' `CheckpointWants`; the answer is checked and kept, and
+/// the kept count moves. An ask for a checkpoint nobody keeps goes to the
+/// one session and brings nothing.
+#[test]
+fn a_checkpoint_asked_for_by_name_comes_from_the_peer_that_keeps_it() {
+    run_paused(async {
+        let quiet = SessionConfig {
+            checkpoints: false,
+            ..config()
+        };
+        let a = SharedReplica::in_memory(StreamId::new(1));
+        let b = SharedReplica::in_memory(StreamId::new(2));
+        a.apply(writers_at(1)).unwrap();
+        let kept = a.mint_checkpoint(T0).unwrap().expect("due");
+        let wants = CheckpointWants::new();
+        let mut arrived = wants.kept();
+        let (a_end, b_end) = tokio::io::duplex(1 << 20);
+        tokio::spawn(Session::new(a.clone(), quiet.clone()).run(a_end));
+        let session = Session::new(b.clone(), quiet).with_checkpoint_wants(wants.clone());
+        tokio::spawn(session.run(b_end));
+        wait_for("b to hold a's events", WAIT, || {
+            b.marks().dominates(&a.marks())
+        })
+        .await;
+        wait_for("b's session to take asks", WAIT, || wants.sessions() == 1).await;
+        assert!(b.checkpoints().is_empty(), "no gossip: b has no checkpoint");
+        assert_eq!(wants.ask(kept.name()), 1);
+        tokio::time::timeout(WAIT, arrived.changed())
+            .await
+            .expect("a answers within the wait")
+            .unwrap();
+        assert_eq!(b.checkpoint(kept.name()), Some(kept.clone()));
+        // Nobody keeps this one: asked of the one session, nothing comes.
+        let unknown = Checkpoint::new(vector(&[(7, 7)])).unwrap();
+        assert_eq!(wants.ask(unknown.name()), 1);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(b.checkpoint(unknown.name()), None);
+        assert_eq!(b.checkpoints(), vec![kept]);
     });
 }

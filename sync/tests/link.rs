@@ -15,8 +15,8 @@ use std::time::Duration;
 use meshlog_cursor::StreamId;
 use meshlog_sync::testkit::{run_paused, wait_for};
 use meshlog_sync::{
-    Backoff, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes, Session, SessionConfig,
-    SharedReplica,
+    Backoff, CheckpointWants, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes, Session,
+    SessionConfig, SharedReplica,
 };
 use tokio::io::DuplexStream;
 use tokio::time::Instant;
@@ -73,6 +73,7 @@ fn a_failing_dial_is_reported_and_redialed_with_backoff_until_a_session_runs() {
             shared: a.clone(),
             config: config(),
             routes: Routes::new(),
+            wants: CheckpointWants::new(),
         };
         let link = Arc::new(PeerLink::new("b".to_owned(), PeerDirection::Outbound));
         // A stop that stays stopped, as the node's cancellation token does.

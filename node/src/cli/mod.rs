@@ -304,6 +304,7 @@ fn print_stale(out: &mut impl Write, stale: &Stale, json: bool) {
             max: None,
             limit: None,
             checkpoint: None,
+            peers_asked: None,
         })
         .unwrap_or_default();
         let _ = writeln!(out, "{line}");
@@ -390,8 +391,10 @@ async fn events(args: EventsArgs) -> Result<ExitCode, ClientError> {
 }
 
 /// The follower `meshlog events --follow` runs, from its flags; `Err`:
-/// what is wrong with them.
-fn follower_config(args: &EventsArgs) -> Result<crate::follow::FollowerConfig, String> {
+/// what is wrong with them. `--after` is a token of either version: a
+/// version-2 token is expanded with its checkpoint, asked of the node
+/// (which fetches it from its peers if it lacks it).
+async fn follower_config(args: &EventsArgs) -> Result<crate::follow::FollowerConfig, String> {
     use crate::follow::{FollowStream, FollowerConfig};
 
     let stream = match args.writer {
@@ -405,8 +408,14 @@ fn follower_config(args: &EventsArgs) -> Result<crate::follow::FollowerConfig, S
         config.tls = Some(crate::tls::client_trusting(ca).map_err(|error| error.to_string())?);
     }
     if let Some(after) = args.after.as_deref().filter(|token| !token.is_empty()) {
-        config.after =
-            token::decode_text(after).map_err(|error| format!("bad --after token: {error}"))?;
+        let client = args.node.client().map_err(|error| error.to_string())?;
+        config.after = match client.cursor(after).await {
+            Ok(cursor) => cursor,
+            Err(ClientError::BadToken { reason }) => {
+                return Err(format!("bad --after token: {reason}"))
+            }
+            Err(error) => return Err(format!("--after names a checkpoint: {error}")),
+        };
     }
     if let Some(limit) = args.limit {
         config.page_limit = limit.max(1);
@@ -420,6 +429,7 @@ async fn follow(args: EventsArgs) -> Result<ExitCode, ClientError> {
     use futures_util::StreamExt;
 
     let started = follower_config(&args)
+        .await
         .and_then(|config| Follower::start(config).map_err(|error| error.to_string()));
     let mut follower = match started {
         Ok(follower) => follower,
@@ -486,8 +496,13 @@ async fn follow(args: EventsArgs) -> Result<ExitCode, ClientError> {
 /// cursor and its floor), or a hidden one if that is small or unknown.
 async fn progress_bar(client: &Client, after: Option<&str>) -> indicatif::ProgressBar {
     const SHOWN_FROM: u64 = 10_000;
+    // A version-2 token is expanded with its checkpoint, asked of the
+    // node; no bar if it cannot be.
     let cursor = match after {
-        Some(text) => token::decode_text(text).unwrap_or_default(),
+        Some(text) => match client.cursor(text).await {
+            Ok(cursor) => cursor,
+            Err(_) => return indicatif::ProgressBar::hidden(),
+        },
         None => VersionVector::new(),
     };
     let Ok(marks) = client.marks().await else {

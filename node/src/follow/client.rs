@@ -22,13 +22,20 @@
 //! - a lost connection (or `idle_timeout` with no frame) is retried with
 //!   jittered exponential backoff, on the next node of the list, from the
 //!   cursor: a cursor is valid on every node of the mesh.
+//!
+//! Every token the node hands it (a page's `next`, which is version 2
+//! where that is shorter, and the frames' tokens, which it asks to be
+//! the shortest too: `tokens=short`) is read as either version: a
+//! version-2 token is expanded with its checkpoint, asked of the node
+//! once (`GET /checkpoint`, checked against its name) and kept.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use meshlog_cursor::{token, StreamId, VersionVector};
+use meshlog_cursor::token::{self, Token};
+use meshlog_cursor::{Checkpoint, StreamId, VersionVector};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -47,7 +54,9 @@ pub struct FollowerConfig {
     pub nodes: Vec<String>,
     /// What to follow.
     pub stream: FollowStream,
-    /// The cursor to follow after (empty: the start of the log).
+    /// The cursor to follow after (empty: the start of the log). A
+    /// version-2 token's cursor is `Client::cursor`'s (it asks the node
+    /// for the checkpoint).
     pub after: VersionVector,
     /// How long a heartbeat's head may stay ahead of the cursor, with no
     /// frame advancing it, before the follower refetches. Default 3 s.
@@ -209,6 +218,7 @@ impl Follower {
                 nodes,
                 items: sender,
                 cursor: cursor.clone(),
+                checkpoints: Vec::new(),
             },
             seed(),
         ));
@@ -225,7 +235,8 @@ impl Follower {
         &self.cursor
     }
 
-    /// [`Follower::cursor`] as a token.
+    /// [`Follower::cursor`] as a token, version 1 (every node reads it;
+    /// the follower keeps no checkpoint to write version 2 against).
     pub fn token(&self) -> String {
         token::encode_text(&self.cursor).expect("a follower's cursor encodes")
     }
@@ -262,7 +273,14 @@ struct Task {
     /// The cursor of what was handed to `items` (the consumer's runs
     /// behind it by what the channel holds).
     cursor: VersionVector,
+    /// The checkpoints the nodes' version-2 tokens named, newest last, at
+    /// most `CHECKPOINTS_KEPT`.
+    checkpoints: Vec<Checkpoint>,
 }
+
+/// The checkpoints a follower keeps to expand version-2 tokens: as many
+/// as a replica keeps.
+const CHECKPOINTS_KEPT: usize = 16;
 
 /// The frames of one follow connection.
 type Frames = futures_util::stream::SplitStream<tokio_tungstenite::WebSocketStream<Box<dyn Io>>>;
@@ -396,11 +414,14 @@ impl Task {
     }
 
     /// Connects to `node` and upgrades to `GET /follow` from the cursor:
-    /// the frames the node sends.
+    /// the frames the node sends, their tokens the shortest it writes
+    /// (`tokens=short`: version 2 where shorter, expanded by
+    /// [`Task::expand`]; a node built before the parameter ignores it and
+    /// sends version 1).
     async fn open(&self, node: &Node) -> Result<Frames, End> {
         let after = encode(&self.cursor);
         let url = format!(
-            "{}://{}/follow?stream={}&after={after}",
+            "{}://{}/follow?stream={}&tokens=short&after={after}",
             if node.url.secure { "wss" } else { "ws" },
             node.url.authority(),
             self.config.stream
@@ -438,8 +459,8 @@ impl Task {
                 next,
                 events,
             } if stream == name => {
-                let extends = decode(&extends)?;
-                let next = decode(&next)?;
+                let extends = self.expand(seen.node, &extends).await?;
+                let next = self.expand(seen.node, &next).await?;
                 if self.cursor.dominates(&next) {
                     // A duplicate, or already refetched.
                     return Ok(());
@@ -458,7 +479,7 @@ impl Task {
                 }
             }
             ServerFrame::Heartbeat { stream, head } if stream == name => {
-                let head = decode(&head)?;
+                let head = self.expand(seen.node, &head).await?;
                 if self.cursor.dominates(&head) {
                     *seen.behind_since = None;
                 } else if seen.behind_since.is_none() {
@@ -470,7 +491,7 @@ impl Task {
                 self.yield_item(FollowItem::Status(status)).await?;
             }
             ServerFrame::Lagged { stream, cursor } if stream == name => {
-                let cursor = decode(&cursor)?;
+                let cursor = self.expand(seen.node, &cursor).await?;
                 self.yield_item(FollowItem::Lagged { cursor }).await?;
                 self.refetch(seen.node).await?;
                 return Err(End::Resubscribe);
@@ -481,7 +502,8 @@ impl Task {
                 resume,
                 ..
             } if stream == name => {
-                return Err(self.stale(lost, decode(&resume)?).await);
+                let resume = self.expand(seen.node, &resume).await?;
+                return Err(self.stale(lost, resume).await);
             }
             ServerFrame::Error {
                 stream, message, ..
@@ -529,12 +551,13 @@ impl Task {
             {
                 PageOutcome::Page(page) => page,
                 PageOutcome::Stale(stale) => {
-                    let resume = decode(&stale.resume)?;
+                    let resume = self.expand(node, &stale.resume).await?;
                     return Err(self.stale(stale.lost, resume).await);
                 }
             };
             count += self.deliver(page.events).await?;
-            self.cursor.join(&decode(&page.next)?);
+            let next = self.expand(node, &page.next).await?;
+            self.cursor.join(&next);
             if page.at_head {
                 break;
             }
@@ -556,9 +579,37 @@ fn encode(vector: &VersionVector) -> String {
     token::encode_text(vector).expect("a follower's cursor encodes")
 }
 
-fn decode(text: &str) -> Result<VersionVector, End> {
-    token::decode_text(text)
-        .map_err(|error| End::Failed(format!("bad token from the node: {error}")))
+impl Task {
+    /// The cursor a token from `node` stands for: version 1 as it is,
+    /// version 2 expanded with its checkpoint, kept or asked of the node
+    /// (checked against its name by `Client::checkpoint`).
+    async fn expand(&mut self, node: &Node, text: &str) -> Result<VersionVector, End> {
+        let bad = |error: &dyn std::fmt::Display| {
+            End::Failed(format!("bad token from the node: {error}"))
+        };
+        let relative = match token::decode_any_text(text).map_err(|e| bad(&e))? {
+            Token::Absolute(vector) => return Ok(vector),
+            Token::Relative(relative) => relative,
+        };
+        let name = relative.checkpoint();
+        let kept = self.checkpoints.iter().find(|c| c.name() == name).cloned();
+        let checkpoint = match kept {
+            Some(checkpoint) => checkpoint,
+            None => {
+                let asked = node.client.checkpoint(name);
+                let checkpoint = tokio::time::timeout(self.config.request_timeout, asked)
+                    .await
+                    .map_err(|_| End::Failed(format!("checkpoint {name}: timed out")))?
+                    .map_err(|error| End::Failed(error.to_string()))?;
+                if self.checkpoints.len() == CHECKPOINTS_KEPT {
+                    self.checkpoints.remove(0);
+                }
+                self.checkpoints.push(checkpoint.clone());
+                checkpoint
+            }
+        };
+        relative.expand(&checkpoint).map_err(|e| bad(&e))
+    }
 }
 
 /// A node to follow: its URL, parsed, and the HTTP client its refetches

@@ -100,6 +100,10 @@ function toBase64Url(bytes) {
   for (const b of bytes) raw += String.fromCharCode(b);
   return btoa(raw).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
+// The version byte of a token's text (1, or 2: relative to a checkpoint).
+function tokenVersion(text) {
+  return fromBase64Url(text)[0];
+}
 // A vector is a Map from the stream id (decimal text) to its seq (BigInt).
 function decodeToken(text) {
   const bytes = fromBase64Url(text);
@@ -124,6 +128,46 @@ function decodeToken(text) {
   for (let i = 0n; i < n; i++) {
     stream = i === 0n ? varint() : stream + varint() + 1n;
     vector.set(stream.toString(), varint());
+  }
+  return vector;
+}
+// A version-2 token (docs/TOKEN.md, "Version 2"): 0x02, the checkpoint's
+// 16-byte name, a varint count, per stream a varint gap and a zig-zag
+// difference from the checkpoint, CRC-32. Expanded with the checkpoint
+// this node answers (GET /checkpoint, fetched from its peers if it lacks
+// it); the page trusts its own node, as it does for every event shown.
+async function expandToken(text) {
+  const bytes = fromBase64Url(text);
+  if (bytes[0] === 1) return decodeToken(text);
+  if (bytes.length < 22 || bytes[0] !== 2) throw new Error("bad token");
+  const body = bytes.slice(0, bytes.length - 4);
+  const view = new DataView(bytes.buffer, bytes.length - 4, 4);
+  if (view.getUint32(0, true) !== crc32(body)) throw new Error("bad token checksum");
+  const name = [...body.slice(1, 17)].map(b => b.toString(16).padStart(2, "0")).join("");
+  const answer = await getJson("/checkpoint?name=" + name);
+  if (!answer.ok) throw new Error(answer.body.message || answer.status);
+  const vector = decodeToken(answer.body.token);
+  let at = 17;
+  const varint = () => {
+    let value = 0n, shift = 0n;
+    for (;;) {
+      const b = body[at++];
+      if (b === undefined) throw new Error("bad token");
+      value |= BigInt(b & 0x7f) << shift;
+      if (!(b & 0x80)) return value;
+      shift += 7n;
+    }
+  };
+  const n = varint();
+  let stream = -1n;
+  for (let i = 0n; i < n; i++) {
+    stream = i === 0n ? varint() : stream + varint() + 1n;
+    const zigzag = varint();
+    const difference = zigzag & 1n ? -((zigzag + 1n) >> 1n) : zigzag >> 1n;
+    const seq = (vector.get(stream.toString()) || 0n) + difference;
+    if (seq < 0n) throw new Error("bad token: a seq below 0");
+    if (seq === 0n) vector.delete(stream.toString());
+    else vector.set(stream.toString(), seq);
   }
   return vector;
 }
@@ -245,7 +289,11 @@ async function refetch(reason) {
       if (answer.status === 410) { stale(answer.body); break; }
       if (!answer.ok) throw new Error(answer.body.message || answer.status);
       deliver(answer.body.events);
-      join(cursor, decodeToken(answer.body.next));
+      // `next` is the cursor joined with the page, which deliver() has
+      // made already; a version-2 token (a checkpoint's name and the
+      // differences from it, which a node answers where it is shorter)
+      // names a vector this page does not hold, and is not read.
+      if (tokenVersion(answer.body.next) === 1) join(cursor, decodeToken(answer.body.next));
       showCursor();
       if (answer.body.at_head) break;
     }
@@ -571,11 +619,11 @@ $("copy").addEventListener("click", async () => {
   try { await navigator.clipboard.writeText(input.value); note("token copied"); }
   catch { input.select(); document.execCommand("copy"); note("token selected and copied"); }
 });
-$("resume-form").addEventListener("submit", (e) => {
+$("resume-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const text = $("resume-token").value.trim();
   let vector;
-  try { vector = text ? decodeToken(text) : new Map(); }
+  try { vector = text ? await expandToken(text) : new Map(); }
   catch (error) { note("not a token: " + error.message); return; }
   note("resuming from " + (text || "the start"));
   restart(vector);

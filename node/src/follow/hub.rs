@@ -51,6 +51,8 @@ pub(super) struct SharedFrame {
     pub(super) version: u64,
     /// The page reached the head (as of `version`).
     pub(super) at_head: bool,
+    /// Whether its tokens are the shortest (`tokens=short`) or version 1.
+    pub(super) short_tokens: bool,
     pub(super) text: Utf8Bytes,
 }
 
@@ -106,12 +108,14 @@ impl FollowHub {
         &self,
         stream: FollowStream,
         extends: &VersionVector,
+        short_tokens: bool,
     ) -> Option<Step> {
         let frames = self.shared_frames();
-        let frame = frames
-            .iter()
-            .rev()
-            .find(|frame| frame.stream == stream && frame.extends == *extends)?;
+        let frame = frames.iter().rev().find(|frame| {
+            frame.stream == stream
+                && frame.extends == *extends
+                && frame.short_tokens == short_tokens
+        })?;
         let change = self.changes.borrow();
         if frame.floor != change.floor {
             return None;

@@ -71,8 +71,8 @@ enum Out {
     Close,
 }
 
-/// `GET /follow?stream=S&after=TOKEN`: validates, then upgrades to a
-/// WebSocket and follows.
+/// `GET /follow?stream=S&after=TOKEN&tokens=short`: validates, then
+/// upgrades to a WebSocket and follows.
 pub(crate) async fn follow_upgrade(
     State(state): State<Arc<AppState>>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
@@ -89,7 +89,16 @@ pub(crate) async fn follow_upgrade(
     let Some(stream) = FollowStream::parse(text) else {
         return bad_stream(text).into_response();
     };
-    let cursor = match read::cursor(&state.replica, query.get("after").map(String::as_str)) {
+    let short_tokens = match query.get("tokens").map(String::as_str) {
+        None | Some("v1") => false,
+        Some("short") => true,
+        Some(other) => {
+            let message = format!("tokens must be short or v1; got {other:?}");
+            return ApiError::new(StatusCode::BAD_REQUEST, "bad_query", message).into_response();
+        }
+    };
+    let after = query.get("after").map(String::as_str);
+    let cursor = match read::cursor_fetching(&state.replica, &state.fetch, after).await {
         Ok(cursor) => cursor,
         Err(error) => return ApiError::from(error).into_response(),
     };
@@ -117,7 +126,7 @@ pub(crate) async fn follow_upgrade(
         .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(CLIENT_MESSAGE_BYTES_MAX)
         .max_frame_size(CLIENT_MESSAGE_BYTES_MAX)
-        .on_upgrade(move |socket| run_connection(state, socket, first))
+        .on_upgrade(move |socket| run_connection(state, socket, first, short_tokens))
 }
 
 fn bad_stream(text: &str) -> ApiError {
@@ -143,32 +152,31 @@ struct Connection {
     /// the close.
     reserve: usize,
     subscriptions: Vec<Subscription>,
+    /// The follower asked for the shortest tokens (`tokens=short`):
+    /// version 2 where shorter, which it expands with `GET /checkpoint`.
+    short_tokens: bool,
 }
 
-async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscription) {
+async fn run_connection(
+    state: Arc<AppState>,
+    socket: WebSocket,
+    first: Subscription,
+    short_tokens: bool,
+) {
     let hub = &state.follow;
     let settings = hub.settings.clone();
     let reserve = settings.connection_followers_max + 2;
     let (queue, outgoing) = mpsc::channel::<Out>(settings.queue_frames.max(1) + reserve);
     let room = Arc::new(Notify::new());
     let stop = hub.stop.child_token();
-    let (sink, source) = socket.split();
-
-    let (requests_in, mut requests) = mpsc::channel::<Utf8Bytes>(REQUESTS_QUEUED_MAX);
-    let reader = tokio::spawn(read_requests(source, requests_in, stop.clone()));
-    let writer = tokio::spawn(write_frames(
-        sink,
-        outgoing,
-        Arc::clone(&room),
-        stop.clone(),
-        settings.write_timeout,
-    ));
-
+    let (reader, writer, mut requests) =
+        spawn_socket(socket, outgoing, &room, &stop, settings.write_timeout);
     let mut connection = Connection {
         state: Arc::clone(&state),
         queue,
         reserve,
         subscriptions: vec![first],
+        short_tokens,
     };
     let mut changes = hub.changes.clone();
     changes.mark_unchanged();
@@ -193,7 +201,7 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
             // page again for nothing.
             _ = room.notified(), if connection.catching_up() => connection.pump(false),
             request = requests.recv() => match request {
-                Some(text) => connection.request(text.as_str()),
+                Some(text) => connection.request(text.as_str()).await,
                 None => break,
             },
         }
@@ -210,6 +218,32 @@ async fn run_connection(state: Arc<AppState>, socket: WebSocket, first: Subscrip
     let _ = writer.await;
     stop.cancel();
     let _ = reader.await;
+}
+
+/// The socket's reader and writer tasks, and the requests the reader
+/// hands on.
+fn spawn_socket(
+    socket: WebSocket,
+    outgoing: mpsc::Receiver<Out>,
+    room: &Arc<Notify>,
+    stop: &CancellationToken,
+    write_timeout: std::time::Duration,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<()>,
+    mpsc::Receiver<Utf8Bytes>,
+) {
+    let (sink, source) = socket.split();
+    let (requests_in, requests) = mpsc::channel::<Utf8Bytes>(REQUESTS_QUEUED_MAX);
+    let reader = tokio::spawn(read_requests(source, requests_in, stop.clone()));
+    let writer = tokio::spawn(write_frames(
+        sink,
+        outgoing,
+        Arc::clone(room),
+        stop.clone(),
+        write_timeout,
+    ));
+    (reader, writer, requests)
 }
 
 /// The socket's reader: a task of its own. Polled from the pump's loop,
@@ -337,7 +371,7 @@ impl Connection {
                 // Catching up: wait for the socket to take what is queued.
                 return true;
             }
-            let step = match hub.shared_step(sub.stream, &sub.cursor) {
+            let step = match hub.shared_step(sub.stream, &sub.cursor, self.short_tokens) {
                 Some(step) => step,
                 None => match self.page_step(index, limit) {
                     Ok(Some(step)) => step,
@@ -353,7 +387,7 @@ impl Connection {
                 // Live and the queue is full: the node does not wait.
                 let frame = ServerFrame::Lagged {
                     stream: sub.name.clone(),
-                    cursor: encode(&sub.cursor),
+                    cursor: self.encode(&sub.cursor),
                 };
                 self.send(&frame);
                 self.state.metrics.follow_lagged.inc();
@@ -411,8 +445,11 @@ impl Connection {
         }
         let frame = ServerFrame::Events {
             stream: sub.name.clone(),
-            extends: encode(&sub.cursor),
-            next: encode(&page.next),
+            extends: self.encode(&sub.cursor),
+            next: match self.short_tokens {
+                true => page.token.clone(),
+                false => encode(&page.next),
+            },
             events: page.events.iter().map(EventJson::from).collect(),
         };
         let text = Utf8Bytes::from(serde_json::to_string(&frame).expect("a frame is JSON"));
@@ -423,6 +460,7 @@ impl Connection {
             floor,
             version,
             at_head: page.at_head,
+            short_tokens: self.short_tokens,
             text: text.clone(),
         });
         Ok(Some(Step {
@@ -430,6 +468,15 @@ impl Connection {
             next: page.next,
             at_head: page.at_head,
         }))
+    }
+
+    /// A cursor as this connection's frames carry it: the shortest token
+    /// (`tokens=short`), else version 1.
+    fn encode(&self, vector: &VersionVector) -> String {
+        match self.short_tokens {
+            true => self.state.replica.token(vector),
+            false => encode(vector),
+        }
     }
 
     /// Queues a heartbeat for every subscription (a status frame for the
@@ -444,82 +491,74 @@ impl Connection {
                 FollowStream::Status => ServerFrame::Status(status(&self.state)),
                 stream => ServerFrame::Heartbeat {
                     stream: sub.name.clone(),
-                    head: encode(&heartbeat_head(stream, &sub.cursor, &marks)),
+                    head: self.encode(&heartbeat_head(stream, &sub.cursor, &marks)),
                 },
             };
             self.send(&frame);
         }
     }
 
+    /// Queues an `error` frame for a refused request.
+    fn refuse(&self, stream: Option<String>, code: &str, message: String) {
+        self.send(&ServerFrame::Error {
+            stream,
+            error: code.into(),
+            message,
+        });
+    }
+
     /// A follower's request: subscribe or unsubscribe.
-    fn request(&mut self, text: &str) {
-        let refuse = |this: &Self, stream: Option<String>, code: &str, message: String| {
-            this.send(&ServerFrame::Error {
-                stream,
-                error: code.into(),
-                message,
-            });
-        };
-        let request: ClientFrame = match serde_json::from_str(text) {
-            Ok(request) => request,
-            Err(error) => {
-                return refuse(
-                    self,
-                    None,
-                    "bad_request",
-                    format!("expected a subscribe or unsubscribe frame: {error}"),
-                )
-            }
-        };
-        match request {
-            ClientFrame::Unsubscribe { stream } => {
+    async fn request(&mut self, text: &str) {
+        match serde_json::from_str(text) {
+            Ok(ClientFrame::Unsubscribe { stream }) => {
                 self.subscriptions.retain(|sub| sub.name != stream);
             }
-            ClientFrame::Subscribe { stream, after } => {
-                let Some(parsed) = FollowStream::parse(&stream) else {
-                    let error = bad_stream(&stream);
-                    return refuse(self, Some(stream), "bad_stream", error.message());
-                };
-                let cursor = match read::cursor(&self.state.replica, after.as_deref()) {
-                    Ok(cursor) => cursor,
-                    Err(error) => {
-                        return refuse(self, Some(stream), error.code(), error.to_string())
-                    }
-                };
-                let name = parsed.to_string();
-                // A subscribe replaces the same stream's subscription.
-                self.subscriptions.retain(|sub| sub.name != name);
-                if self.subscriptions.len() >= self.state.follow.settings.connection_followers_max {
-                    return refuse(
-                        self,
-                        Some(name),
-                        "too_many_subscriptions",
-                        format!(
-                            "one connection holds at most {} subscriptions",
-                            self.state.follow.settings.connection_followers_max
-                        ),
-                    );
-                }
-                let Some(permit) = self.state.follow.permit(&self.state.metrics) else {
-                    return refuse(
-                        self,
-                        Some(name),
-                        "too_many_followers",
-                        too_many_followers().message(),
-                    );
-                };
-                self.subscriptions.push(Subscription {
-                    name,
-                    stream: parsed,
-                    cursor,
-                    live: false,
-                    _permit: permit,
-                });
-                let index = self.subscriptions.len() - 1;
-                if !self.pump_one(index, true) {
-                    self.subscriptions.remove(index);
-                }
-            }
+            Ok(ClientFrame::Subscribe { stream, after }) => self.subscribe(stream, after).await,
+            Err(error) => self.refuse(
+                None,
+                "bad_request",
+                format!("expected a subscribe or unsubscribe frame: {error}"),
+            ),
+        }
+    }
+
+    /// Subscribes to `stream` after `after`, replacing the same stream's
+    /// subscription, and pumps it; or refuses with an `error` frame.
+    async fn subscribe(&mut self, stream: String, after: Option<String>) {
+        let Some(parsed) = FollowStream::parse(&stream) else {
+            let error = bad_stream(&stream);
+            return self.refuse(Some(stream), "bad_stream", error.message());
+        };
+        // A token naming a checkpoint this node does not keep is fetched
+        // from the peers first: this connection's other subscriptions
+        // wait, at most `checkpoint_fetch_ms`.
+        let (replica, fetch) = (&self.state.replica, &self.state.fetch);
+        let cursor = match read::cursor_fetching(replica, fetch, after.as_deref()).await {
+            Ok(cursor) => cursor,
+            Err(error) => return self.refuse(Some(stream), error.code(), error.to_string()),
+        };
+        let name = parsed.to_string();
+        // A subscribe replaces the same stream's subscription.
+        self.subscriptions.retain(|sub| sub.name != name);
+        let most = self.state.follow.settings.connection_followers_max;
+        if self.subscriptions.len() >= most {
+            let message = format!("one connection holds at most {most} subscriptions");
+            return self.refuse(Some(name), "too_many_subscriptions", message);
+        }
+        let Some(permit) = self.state.follow.permit(&self.state.metrics) else {
+            let message = too_many_followers().message();
+            return self.refuse(Some(name), "too_many_followers", message);
+        };
+        self.subscriptions.push(Subscription {
+            name,
+            stream: parsed,
+            cursor,
+            live: false,
+            _permit: permit,
+        });
+        let index = self.subscriptions.len() - 1;
+        if !self.pump_one(index, true) {
+            self.subscriptions.remove(index);
         }
     }
 }

@@ -98,12 +98,18 @@ impl ApiError {
     }
 
     /// `409 unknown_checkpoint`: the token is relative to a checkpoint
-    /// this node does not keep (`docs/TOKEN.md`, "Version 2"); `checkpoint`
-    /// names it, in hex. The request is right, the node lacks what it
-    /// refers to: resume from the token's version-1 form.
-    pub fn unknown_checkpoint(message: impl Into<String>, name: CheckpointName) -> ApiError {
+    /// this node does not keep (`docs/TOKEN.md`, "Version 2"), and none
+    /// of the `peers_asked` peers it asked sent it within the wait;
+    /// `checkpoint` names it, in hex. The request is right, the node lacks
+    /// what it refers to: resume from the token's version-1 form.
+    pub fn unknown_checkpoint(
+        message: impl Into<String>,
+        name: CheckpointName,
+        peers_asked: usize,
+    ) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, "unknown_checkpoint", message)
             .with("checkpoint", name.to_string().into())
+            .with("peers_asked", peers_asked.into())
     }
 
     /// `413 body_too_large`.
@@ -129,7 +135,9 @@ impl From<crate::read::ReadError> for ApiError {
         let message = error.to_string();
         match error {
             ReadError::BadToken(message) => ApiError::bad_token(message),
-            ReadError::UnknownCheckpoint(name) => ApiError::unknown_checkpoint(message, name),
+            ReadError::UnknownCheckpoint {
+                name, peers_asked, ..
+            } => ApiError::unknown_checkpoint(message, name, peers_asked),
             ReadError::BadLimit { message, max } => {
                 ApiError::bad_limit(message).with("max", max.into())
             }

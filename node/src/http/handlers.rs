@@ -75,8 +75,10 @@ type Shared = State<Arc<AppState>>;
                 parameters(("after" = "$response.body#/resume")),
                 description = "Accept the gap and page on from `resume`.")))),
         (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
-            checkpoint this node does not keep (`checkpoint` names it); resume from the token's \
-            version-1 form, which a node that keeps the checkpoint answers.", body = ErrorJson),
+            checkpoint this node does not keep (`checkpoint` names it), and none of the peers it \
+            asked for it (`peers_asked`) sent it within `checkpoint_fetch_ms`; resume from the \
+            token's version-1 form (`GET /checkpoint` at a node that keeps it).",
+            body = ErrorJson),
         (status = 500, description = "`internal`: the replica's store failed.", body = ErrorJson),
     )
 )]
@@ -99,6 +101,7 @@ pub async fn get_events(
         stream,
         representation(&headers),
     )
+    .await
 }
 
 /// A `stream` query parameter: a non-zero decimal stream id, else
@@ -177,9 +180,10 @@ pub async fn query_events(
         None,
         representation(&headers),
     )
+    .await
 }
 
-fn page(
+async fn page(
     state: &AppState,
     after: Option<&str>,
     limit: Option<&Value>,
@@ -187,7 +191,7 @@ fn page(
     representation: Representation,
 ) -> Result<Response, ApiError> {
     let limit = read::limit(&state.replica, limit)?;
-    let after = read::cursor(&state.replica, after)?;
+    let after = read::cursor_fetching(&state.replica, &state.fetch, after).await?;
     let page = match read::read(&state.replica, &after, limit, stream)? {
         Answer::Page(page) => page,
         Answer::Stale(stale) => {

@@ -478,6 +478,19 @@ pub(crate) fn stale_error(stale: &meshlog_cursor::StaleCursor) -> ApiError {
     }
 }
 
+/// `GET /checkpoint`: a checkpoint's vector, as a version-1 token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointJson {
+    /// The checkpoint's name: 32 hex digits, the first 16 bytes of the
+    /// BLAKE3 of `token`'s bytes (`docs/TOKEN.md`, "Checkpoints and their
+    /// names"): check it before expanding a version-2 token with `token`.
+    #[schema(example = "81242b5e18bd7ccc6f090caa9e6a059d")]
+    pub checkpoint: String,
+    /// The checkpoint's vector as a version-1 token.
+    #[schema(example = "AQMBrAIABZL4qfqXt96bngEBx4c4ww")]
+    pub token: String,
+}
+
 /// Every error's body: a stable code and a message, with the fields a
 /// caller needs to act on some codes (`lost` and `resume` on
 /// `stale_cursor`, `max` on `bad_limit`, `limit` on the `413`s).
@@ -505,6 +518,11 @@ pub struct ErrorJson {
     /// token is relative to, which this node does not keep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// `unknown_checkpoint`: how many peers the node asked for the
+    /// checkpoint before it answered (none sent it within
+    /// `checkpoint_fetch_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_asked: Option<u64>,
 }
 
 impl ErrorJson {

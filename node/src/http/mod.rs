@@ -19,6 +19,7 @@ use axum::Router;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 mod append_socket;
+mod checkpoints;
 mod error;
 mod guard;
 mod handlers;
@@ -43,6 +44,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/events/append", get(append_socket::append_upgrade))
         .route("/marks", get(handlers::marks))
         .route("/forks", get(handlers::forks))
+        .route("/checkpoint", get(checkpoints::get_checkpoint))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .route("/compact", post(handlers::compact))

@@ -45,6 +45,7 @@ use super::json;
         handlers::query_events,
         handlers::marks,
         handlers::forks,
+        super::checkpoints::get_checkpoint,
         handlers::health,
         handlers::metrics,
         handlers::compact,
@@ -290,8 +291,14 @@ impl Modify for Contract {
             description = "`all` (the default: the whole log), `writer:<decimal id>` (one \
                 writer) or `status` (the node's marks, floor, digest and peers, pushed)."),
         ("after" = Option<String>, Query, pattern = r"^(?:[0-9]*|A[A-Za-z0-9_-]*)$",
-            description = "The token to follow from, as `GET /events` takes it; absent: the \
-                start."),
+            description = "The token to follow from, as `GET /events` takes it (either \
+                version; a checkpoint this node lacks is fetched from its peers first); absent: \
+                the start."),
+        ("tokens" = Option<String>, Query, pattern = r"^(short|v1)$",
+            description = "`v1` (the default): every frame's tokens are version 1. `short`: \
+                the shortest the node writes, version 2 where shorter (`docs/TOKEN.md`), for a \
+                follower that expands them (`GET /checkpoint`). A stale frame's `resume` is \
+                version 1 either way."),
         ("access_token" = Option<String>, Query,
             description = "A `read` secret, for clients that cannot set an `Authorization` \
                 header on a WebSocket (browsers); only this route takes it."),
@@ -304,7 +311,8 @@ impl Modify for Contract {
         (status = 400, description = "`bad_stream`, `bad_token` or `bad_query`.",
             body = json::ErrorJson),
         (status = 409, description = "`unknown_checkpoint`: the token is relative to a \
-            checkpoint this node does not keep, as on `GET /events`.", body = json::ErrorJson),
+            checkpoint this node does not keep and no peer sent, as on `GET /events`.",
+            body = json::ErrorJson),
         (status = 426, description = "`upgrade_required`: not a WebSocket upgrade.",
             body = json::ErrorJson),
         (status = 503, description = "`too_many_followers` (more than `followers_max` \

@@ -26,6 +26,8 @@ pub(crate) struct AppState {
     pub auth: crate::auth::Auth,
     /// The node's TLS (whether sync upgrades need a client certificate).
     pub tls: crate::tls::Tls,
+    /// How a read fetches a checkpoint a token names from the peers.
+    pub fetch: crate::read::CheckpointFetch,
 }
 
 /// What the accept loop knows of a request's connection, in every

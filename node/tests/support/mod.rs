@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use meshlog_cursor::StreamId;
 use meshlog_node::config::NodeConfig;
 use meshlog_node::Node;
 use serde_json::Value;
@@ -274,4 +275,66 @@ where
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The writers a [`checkpointed_dir`] holds besides its own stream.
+pub const WRITERS: std::ops::RangeInclusive<u64> = 100..=159;
+
+/// One event at `seq` on each of `writers`.
+pub fn writers_at(writers: impl Iterator<Item = u64>, seq: u64) -> meshlog_replica::Delta {
+    let events = writers
+        .map(|s| meshlog_replica::Event {
+            stream: StreamId::new(s),
+            seq,
+            lamport: seq * 1_000 + s,
+            time_ms: 0,
+            payload: bytes::Bytes::from(format!("w{s}-{seq}")),
+        })
+        .collect();
+    meshlog_replica::Delta {
+        events,
+        ..meshlog_replica::Delta::default()
+    }
+}
+
+/// Writes a data directory for stream 1 before its node starts (a legacy
+/// directory, as [`legacy_dir`] makes): three events on each of
+/// [`WRITERS`], a checkpoint minted from those marks, then a fourth event
+/// on five of them; so its node's head token is version 2 relative to
+/// that checkpoint, which no other node keeps (issue 27). The checkpoint.
+pub fn checkpointed_dir(dir: &std::path::Path) -> meshlog_cursor::Checkpoint {
+    legacy_dir(dir, 1);
+    let store = meshlog_replica::DiskStore::open(dir).expect("a's store");
+    let mut replica =
+        meshlog_replica::Replica::open(meshlog_replica::Config::new(StreamId::new(1)), store)
+            .expect("a's replica");
+    for seq in 1..=3 {
+        replica.apply(&writers_at(WRITERS, seq)).expect("applied");
+    }
+    let checkpoint = replica
+        .mint_checkpoint(1_700_000_000_000)
+        .expect("minted")
+        .expect("a mint is due on a replica holding none");
+    replica
+        .apply(&writers_at(100..=104, 4))
+        .expect("applied after the checkpoint");
+    checkpoint
+}
+
+/// A node in `dir` with checkpoint gossip off (so it neither mints nor
+/// sends checkpoints: a peer learns one only by asking), waiting at most
+/// `fetch_ms` for a checkpoint it fetches.
+pub async fn node_in(
+    dir: tempfile::TempDir,
+    stream: u64,
+    peers: Vec<String>,
+    fetch_ms: u64,
+) -> TestNode {
+    let mut config = test_config(dir.path(), stream);
+    config.sync.checkpoints = false;
+    config.sync.checkpoint_fetch = Duration::from_millis(fetch_ms);
+    config.peers = peers;
+    let node = Node::start(config).await.expect("the node starts");
+    let addr = node.local_addr();
+    TestNode { node, addr, dir }
 }

@@ -3,7 +3,9 @@
 //! from one the peer holds when it dominates one, else whole; a
 //! checkpoint received is checked against its name before it is handed to
 //! the driver to keep; a difference from a parent this side does not hold
-//! is answered with an ask for the whole vector.
+//! is answered with an ask for the whole vector; and the driver may ask
+//! for one by name (`Protocol::want_checkpoint`: a reader's token names
+//! a checkpoint the replica does not keep), with the same ask.
 //!
 //! Sending is on only when `SessionConfig::checkpoints` is and the peer's
 //! hello says it skips kinds it does not know (a peer of protocol 4 built
@@ -153,6 +155,33 @@ impl Protocol {
         }
         self.gossip.received.push_back(checkpoint.clone());
         Ok(Received::Checkpoint(checkpoint))
+    }
+
+    /// Asks the peer for the checkpoint `name` whole, with the same
+    /// `CheckpointWant` a receiver sends for a parent it lacks: for a
+    /// reader whose token names a checkpoint the replica does not keep
+    /// (the node fetches it by name, `docs/TOKEN.md`). The answer comes
+    /// back as any checkpoint does, checked against its name
+    /// ([`Received::Checkpoint`]); a peer that does not keep it answers
+    /// nothing. Whether the ask is queued: only once the peer takes
+    /// checkpoint frames ([`Protocol::takes_checkpoint_frames`]; an ask is
+    /// not gossip, so whatever [`SessionConfig::checkpoints`] says), not
+    /// for a checkpoint this side holds, and not past the queue's bound.
+    ///
+    /// [`SessionConfig::checkpoints`]: crate::SessionConfig::checkpoints
+    pub fn want_checkpoint<L: LocalReplica>(&mut self, name: CheckpointName, local: &L) -> bool {
+        if !self.takes_checkpoint_frames() || self.holds(name, local) {
+            return false;
+        }
+        enqueue(&mut self.gossip.wants, name);
+        self.gossip.wants.contains(&name)
+    }
+
+    /// Whether the peer takes checkpoint frames: its hello arrived and
+    /// says it skips frame kinds it does not know (a peer built before
+    /// them ends the session on one).
+    pub fn takes_checkpoint_frames(&self) -> bool {
+        self.hello.peer.is_some() && self.hello.peer_skips_unknown_kinds
     }
 
     /// The peer asks for a checkpoint whole: sent if the replica keeps it.
