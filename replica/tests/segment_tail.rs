@@ -17,7 +17,14 @@
 //!   commit silently);
 //! - untouched: every commit is present once, replayed from the segment
 //!   (a crash between the segment's fdatasync and redb's durable fold
-//!   loses nothing).
+//!   loses nothing), and the zeros kept ahead of the tail read as the end
+//!   of the log, not as a torn record;
+//! - cut right after its last record, as an earlier build left a segment
+//!   (no end mark, no zeros): the same;
+//! - written in place after a checkpoint, shorter records over longer
+//!   older ones: exactly the new ones replay, nothing is reported torn;
+//!   the last new one damaged: it is cut, and no older one after it is
+//!   read.
 //!
 //! Seeds are printed on failure; `MESHLOG_SEED` replays one.
 
@@ -40,10 +47,27 @@ struct Cut {
     dir: tempfile::TempDir,
     /// The payloads acknowledged, seq 1 first.
     acked: Vec<Bytes>,
-    /// Where the segment's last record starts, and the segment's length.
+    /// Where the segment's last record starts and ends.
     last_record: (u64, u64),
-    /// Where each record starts.
+    /// Where each record since the last checkpoint starts.
     starts: Vec<u64>,
+}
+
+/// Where each record of the segment starts, up to the end mark (a zero
+/// head) or the file's end, and where the last one ends.
+fn frames(segment: &dyn redb::StorageBackend) -> (Vec<u64>, u64) {
+    let (mut starts, mut at) = (Vec::new(), 0);
+    let len = segment.len().unwrap();
+    while at + 8 <= len {
+        let mut head = [0u8; 8];
+        segment.read(at, &mut head).unwrap();
+        if head == [0; 8] {
+            break;
+        }
+        starts.push(at);
+        at += 8 + u64::from(u32::from_le_bytes(head[..4].try_into().unwrap()));
+    }
+    (starts, at)
 }
 
 fn options() -> DiskOptions {
@@ -86,22 +110,59 @@ fn committed_then_cut(seed: u64) -> Cut {
         last_record: (0, 0),
         starts: Vec::new(),
     };
-    let mut replica = open(&cut).expect("a new store opens");
-    let probe = cut.segment.backend();
-    for step in 0..rng.between(2, 6) {
-        let len = rng.below(40) as usize;
-        let payload: Bytes = (0..len).map(|i| (seed as usize + i) as u8).collect();
-        let start = probe.len().unwrap();
+    let replica = open(&cut).expect("a new store opens");
+    append_then_cut(&mut cut, replica, &mut rng, 40);
+    cut
+}
+
+/// Appends a seeded number of seeded payloads of up to `longest` bytes,
+/// one commit each, and cuts the power keeping only what was synced.
+fn append_then_cut(
+    cut: &mut Cut,
+    mut replica: Replica<DiskStore>,
+    rng: &mut SplitMix64,
+    longest: u64,
+) {
+    let salt = rng.next_u64() as usize;
+    for _ in 0..rng.between(2, 6) {
+        let len = rng.below(longest) as usize;
+        let payload: Bytes = (0..len).map(|i| (salt + i) as u8).collect();
         replica.append(payload.clone()).unwrap();
-        cut.starts.push(start);
-        cut.last_record = (start, probe.len().unwrap());
         cut.acked.push(payload);
-        assert_eq!(replica.marks().get(OWN), step + 1);
+        assert_eq!(replica.marks().get(OWN), cut.acked.len() as u64);
     }
+    let (starts, end) = frames(&cut.segment.backend());
+    cut.last_record = (*starts.last().expect("a record"), end);
+    cut.starts = starts;
     cut.data.restore(&mut synced_only());
     cut.segment.restore(&mut synced_only());
     drop(replica);
-    cut
+}
+
+/// Appends long payloads, closes (a checkpoint: the segment starts again
+/// at offset 0), reopens and appends short ones over them, then cuts the
+/// power keeping only what was synced. `starts` are the short ones'.
+fn checkpointed_then_cut(seed: u64) -> (Cut, usize) {
+    let mut rng = SplitMix64::new(seed);
+    let mut cut = Cut {
+        data: PowerDisk::new(),
+        segment: PowerDisk::new(),
+        dir: scratch(),
+        acked: Vec::new(),
+        last_record: (0, 0),
+        starts: Vec::new(),
+    };
+    let mut replica = open(&cut).expect("a new store opens");
+    for _ in 0..rng.between(4, 9) {
+        let payload: Bytes = (0..200 + rng.below(100)).map(|i| i as u8 | 1).collect();
+        replica.append(payload.clone()).unwrap();
+        cut.acked.push(payload);
+    }
+    drop(replica);
+    let old = cut.acked.len();
+    let replica = open(&cut).expect("the store reopens after a clean close");
+    append_then_cut(&mut cut, replica, &mut rng, 30);
+    (cut, old)
 }
 
 /// The replica holds exactly the first `count` acknowledged payloads.
@@ -139,6 +200,10 @@ fn a_crash_between_the_segment_sync_and_the_fold_loses_nothing() {
             let recovery = replica.store().recovery();
             assert_eq!(recovery.replayed, cut.acked.len() as u64, "seed {seed}");
             assert_eq!(recovery.torn_bytes, 0, "seed {seed}");
+            assert!(
+                cut.segment.backend().len().unwrap() > cut.last_record.1 + 8,
+                "seed {seed}: no zeros ahead of the tail"
+            );
             assert!(
                 !recovery.pages_checked,
                 "seed {seed}: the open walked the data file"
@@ -208,7 +273,9 @@ fn a_flipped_byte_is_a_torn_tail_in_the_last_record_and_refused_before_it() {
                 );
                 match open(&cut) {
                     Ok(replica) if at >= start => {
-                        assert_eq!(replica.store().recovery().torn_bytes, end - start, "{case}");
+                        // The record is cut with the zeros after it.
+                        let len = cut.segment.backend().len().unwrap();
+                        assert_eq!(replica.store().recovery().torn_bytes, len - start, "{case}");
                         holds_first(&replica, &cut, cut.acked.len() - 1, &case);
                     }
                     Ok(replica) => panic!(
@@ -227,3 +294,81 @@ fn a_flipped_byte_is_a_torn_tail_in_the_last_record_and_refused_before_it() {
 
 /// A fixed salt for the flips' generator.
 const FLIP_SALT: u64 = 0xf11b;
+
+/// A segment as an earlier build left it (its records up to the file's
+/// end: no end mark, no zeros ahead) replays whole, nothing torn.
+#[test]
+fn a_segment_of_the_earlier_layout_replays_whole() {
+    seed::for_each_seed(
+        "a_segment_of_the_earlier_layout_replays_whole",
+        0x5e6_0004,
+        10,
+        |seed| {
+            let cut = committed_then_cut(seed);
+            edit_segment(&cut, |segment| segment.set_len(cut.last_record.1).unwrap());
+            let case = format!("seed {seed}");
+            let replica = open(&cut).unwrap_or_else(|error| panic!("{case}: {error}"));
+            let recovery = replica.store().recovery();
+            assert_eq!(recovery.replayed, cut.acked.len() as u64, "{case}");
+            assert_eq!(recovery.torn_bytes, 0, "{case}");
+            holds_first(&replica, &cut, cut.acked.len(), &case);
+        },
+    );
+}
+
+/// After a checkpoint the segment is written again from offset 0, shorter
+/// records over longer older ones (which redb holds): a crash replays
+/// exactly the new ones, and the older ones after them read as the end of
+/// the log, not as a torn record.
+#[test]
+fn shorter_records_over_older_ones_after_a_checkpoint_replay_alone() {
+    seed::for_each_seed(
+        "shorter_records_over_older_ones_after_a_checkpoint_replay_alone",
+        0x5e6_0005,
+        10,
+        |seed| {
+            let (cut, old) = checkpointed_then_cut(seed);
+            assert_eq!(cut.starts[0], 0, "seed {seed}: not written from offset 0");
+            let case = format!("seed {seed} ({old} older records)");
+            let replica = open(&cut).unwrap_or_else(|error| panic!("{case}: {error}"));
+            let recovery = replica.store().recovery();
+            assert_eq!(recovery.replayed, (cut.acked.len() - old) as u64, "{case}");
+            assert_eq!(recovery.torn_bytes, 0, "{case}");
+            holds_first(&replica, &cut, cut.acked.len(), &case);
+        },
+    );
+}
+
+/// After a checkpoint, the last new record damaged at any byte (an append
+/// torn over older records): it is cut, and nothing after it, older
+/// records included, is replayed.
+#[test]
+fn a_torn_record_over_older_ones_is_cut_and_nothing_after_it_replays() {
+    seed::for_each_seed(
+        "a_torn_record_over_older_ones_is_cut_and_nothing_after_it_replays",
+        0x5e6_0006,
+        3,
+        |seed| {
+            let (start, end) = checkpointed_then_cut(seed).0.last_record;
+            for at in start..end {
+                let (cut, old) = checkpointed_then_cut(seed);
+                edit_segment(&cut, |segment| {
+                    let mut byte = [0u8];
+                    segment.read(at, &mut byte).unwrap();
+                    segment.write(at, &[byte[0] ^ 0x20]).unwrap();
+                });
+                let case = format!("seed {seed}: byte {at} flipped (last record {start}..{end})");
+                let replica = open(&cut).unwrap_or_else(|error| panic!("{case}: {error}"));
+                let recovery = replica.store().recovery();
+                let len = cut.segment.backend().len().unwrap();
+                assert_eq!(recovery.torn_bytes, len - start, "{case}");
+                assert_eq!(
+                    recovery.replayed,
+                    (cut.acked.len() - old - 1) as u64,
+                    "{case}"
+                );
+                holds_first(&replica, &cut, cut.acked.len() - 1, &case);
+            }
+        },
+    );
+}

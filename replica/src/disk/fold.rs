@@ -17,7 +17,8 @@
 //! Every [`DiskOptions::checkpoint_records`] records
 //! (or bytes) the fold thread checkpoints: it holds the segment (commits
 //! wait for that moment), folds what is left in one *durable* redb commit,
-//! which makes every fold before it durable too, and empties the segment.
+//! which makes every fold before it durable too, and empties the segment
+//! (written again from offset 0, `segment`).
 //! The `meta` record `"folded"`, written in each fold's transaction, says
 //! which record redb holds last, so the records of the segment at or below
 //! it are known folded, whatever the segment still holds.
@@ -472,7 +473,12 @@ impl Folder {
             recovery.torn_bytes = *dropped;
         }
         recovery.replayed = replayed;
-        self.fold(&[], true)?;
+        // The segment is not emptied by truncation (`Segment::reset`): after
+        // a clean close it still holds records redb has, and replaying none
+        // needs no durable commit, as above.
+        if replayed > 0 || walked {
+            self.fold(&[], true)?;
+        }
         segment.reset()?;
         tracing::info!(
             path = %segment_path.display(),

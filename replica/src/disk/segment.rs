@@ -8,13 +8,29 @@
 //! record it holds (`folded` in `meta`), so a record already in redb is
 //! recognised and skipped, whether or not the segment was cut since.
 //!
+//! The file is written in place, never grown by a commit: it keeps a
+//! zero-filled region ahead of its tail ([`ZERO_STEP`] at a time), so a
+//! commit's `fdatasync` writes no file metadata (its size does not
+//! change), and a checkpoint ([`Segment::reset`]) does not truncate it but
+//! starts again at offset 0, over the records redb now holds. Each append
+//! writes its frame followed by [`FRAME_HEAD_LEN`] zero bytes, the
+//! *end mark*: the next append overwrites it, so after the last
+//! acknowledged record there is always a zero head, whatever older
+//! records still sit further in the file. A zero head, or the file's end,
+//! is the end of the log. A file that grew past [`SHRINK_ABOVE`] is cut
+//! back to nothing at a checkpoint. A segment written by an earlier build
+//! (records up to the file's end, no end mark) reads the same way.
+//!
 //! A record is all or nothing. Reading a segment back ([`scan`]) keeps the
-//! whole records up to the first that is short, fails its checksum or its
-//! number, or has a length that runs past the file: that is a torn tail, an
-//! append the crash interrupted, which was never acknowledged, and it is
-//! cut. Unless a whole record with a later number follows it somewhere:
-//! then the bad record is damage in the middle of acknowledged commits,
-//! and the scan refuses the segment rather than drop them.
+//! whole records up to the end of the log, or to the first that is short,
+//! fails its checksum or its number, or has a length that runs past the
+//! file: that is a torn tail, an append the crash interrupted, which was
+//! never acknowledged, and it is cut, with everything after it (an older
+//! record there is one a checkpoint left behind: its number is not the
+//! next). Unless a whole record with a later number than any redb holds or
+//! the scan read follows it somewhere: then the bad record (or zero head)
+//! is damage in the middle of acknowledged commits, and the scan refuses
+//! the segment rather than drop them.
 //!
 //! The file is reached through redb's [`StorageBackend`] trait, so a test
 //! can put the segment on a simulated disk as it does the data file; a
@@ -32,8 +48,14 @@ use crate::Batch;
 
 /// The name of the segment file inside a data directory.
 pub const SEGMENT_FILE: &str = "meshlog.wal";
-/// Bytes of a frame before its body.
+/// Bytes of a frame before its body (and of the end mark after it).
 const FRAME_HEAD_LEN: usize = 8;
+/// How far ahead of its tail the segment is filled with zeros, at a time:
+/// one step costs one larger sync per ~16k small commits.
+const ZERO_STEP: u64 = 4 << 20;
+/// A checkpoint cuts a segment larger than this back to nothing, so a
+/// burst of large commits does not keep its disk space forever.
+const SHRINK_ABOVE: u64 = 64 << 20;
 
 /// The segment of one open store.
 #[derive(Debug)]
@@ -44,6 +66,9 @@ pub(super) struct Segment {
     len: u64,
     /// Records appended since the last [`Segment::reset`].
     records: u64,
+    /// The file's length: bytes past `len` up to here are zeros or records
+    /// redb holds (set by [`Segment::read_all`], grown by `append`).
+    alloc: u64,
     /// Scratch for a frame.
     frame: Vec<u8>,
 }
@@ -65,6 +90,7 @@ impl Segment {
             path,
             len: 0,
             records: 0,
+            alloc: 0,
             frame: Vec::new(),
         }
     }
@@ -84,8 +110,9 @@ impl Segment {
     }
 
     /// The whole file, as it is on disk.
-    pub(super) fn read_all(&self) -> Result<Vec<u8>, DiskError> {
+    pub(super) fn read_all(&mut self) -> Result<Vec<u8>, DiskError> {
         let len = self.io.len().map_err(io(&self.path, "stat segment"))?;
+        self.alloc = len;
         let len = usize::try_from(len).map_err(|_| DiskError::Corrupt {
             path: self.path.clone(),
             detail: format!("a segment of {len} bytes cannot be read into memory"),
@@ -119,25 +146,62 @@ impl Segment {
             .map_err(|_| refused(format!("a commit of {} bytes", self.frame.len())))?;
         let head = frame_head(body_len, &self.frame[FRAME_HEAD_LEN..]);
         self.frame[..FRAME_HEAD_LEN].copy_from_slice(&head);
+        let record_len = self.frame.len() as u64;
+        self.frame.extend_from_slice(&[0; FRAME_HEAD_LEN]);
+        self.zero_ahead(self.len + self.frame.len() as u64)?;
         self.io
             .write(self.len, &self.frame)
             .map_err(io(&self.path, "append to segment"))?;
         self.io
             .sync_data()
             .map_err(io(&self.path, "fdatasync segment"))?;
-        self.len += self.frame.len() as u64;
+        self.len += record_len;
         self.records += 1;
         Ok(())
     }
 
-    /// Empties the segment, once redb holds every record in it durably.
-    /// The length change is synced: a segment cut back to nothing must not
-    /// come back longer than its next records.
+    /// Makes the file at least `end` bytes long, growing it by zeros a
+    /// [`ZERO_STEP`] past `end`. Not synced here: the append's sync that
+    /// follows makes the zeros and the new length durable with its record,
+    /// and until then a crash leaves zeros or nothing there (the record
+    /// was not acknowledged).
+    fn zero_ahead(&mut self, end: u64) -> Result<(), DiskError> {
+        if end <= self.alloc {
+            return Ok(());
+        }
+        /// Zeros written at a time.
+        static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+        let grown = end + ZERO_STEP;
+        let mut at = self.alloc;
+        while at < grown {
+            let chunk = (grown - at).min(ZEROS.len() as u64);
+            self.io
+                .write(at, &ZEROS[..chunk as usize])
+                .map_err(io(&self.path, "fill segment with zeros"))?;
+            at += chunk;
+        }
+        self.alloc = grown;
+        Ok(())
+    }
+
+    /// Empties the segment, once redb holds every record in it durably:
+    /// the next append starts at offset 0, over records redb holds. An end
+    /// mark is written there (not synced: the records under it are folded,
+    /// so a crash that loses it loses nothing), so an open finds the log
+    /// empty at once. A file grown past [`SHRINK_ABOVE`] is cut back to
+    /// nothing instead.
     pub(super) fn reset(&mut self) -> Result<(), DiskError> {
-        self.io
-            .set_len(0)
-            .and_then(|()| self.io.sync_data())
-            .map_err(io(&self.path, "empty segment"))?;
+        if self.alloc > SHRINK_ABOVE {
+            self.io
+                .set_len(0)
+                .and_then(|()| self.io.sync_data())
+                .map_err(io(&self.path, "empty segment"))?;
+            self.alloc = 0;
+        } else if self.alloc >= FRAME_HEAD_LEN as u64 {
+            self.io
+                .write(0, &[0; FRAME_HEAD_LEN])
+                .map_err(io(&self.path, "mark segment empty"))?;
+        }
         self.len = 0;
         self.records = 0;
         Ok(())
@@ -192,7 +256,10 @@ pub(super) fn scan(bytes: &[u8], folded: u64, path: &Path) -> Result<Scan, DiskE
     let mut offset = 0usize;
     let mut expected: Option<u64> = None;
     while offset < bytes.len() {
+        // A zero head (or zeros up to the file's end) ends the log.
+        let at_end = bytes[offset..].iter().take(FRAME_HEAD_LEN).all(|&b| b == 0);
         let why = match frame_at(bytes, offset) {
+            _ if at_end => "a zero head".to_string(),
             Ok((number, body)) if expected.is_none_or(|expected| number == expected) => {
                 expected = number.checked_add(1);
                 offset = body.end;
@@ -217,7 +284,9 @@ pub(super) fn scan(bytes: &[u8], folded: u64, path: &Path) -> Result<Scan, DiskE
                 ),
             });
         }
-        found.torn = Some((offset as u64, (bytes.len() - offset) as u64, why));
+        if !at_end {
+            found.torn = Some((offset as u64, (bytes.len() - offset) as u64, why));
+        }
         break;
     }
     Ok(found)
@@ -225,20 +294,33 @@ pub(super) fn scan(bytes: &[u8], folded: u64, path: &Path) -> Result<Scan, DiskE
 
 /// The first whole record at or after `from` whose number is at least
 /// `min_number`, with its offset. The number is read before the crc32 is
-/// computed, so a scan of bytes that hold no such record costs a few
-/// comparisons a byte.
+/// computed, and a number more records past `min_number` than the bytes
+/// could hold is not one, so a scan of bytes that hold no such record
+/// (older records a checkpoint left) costs a few comparisons a byte; a
+/// block of zeros (ahead of the tail) is passed over whole.
 fn later_record(bytes: &[u8], from: usize, min_number: u64) -> Option<(usize, u64)> {
+    /// Bytes passed over at once where they are all zeros.
+    const BLOCK: usize = 4096;
+    static ZEROS: [u8; BLOCK + 16] = [0; BLOCK + 16];
     let last = bytes.len().checked_sub(FRAME_HEAD_LEN + 8)?;
-    (from..=last).find_map(|offset| {
+    let most = min_number.saturating_add(bytes.len() as u64);
+    let mut offset = from;
+    while offset <= last {
+        // A record here has a number at least 1 in its 8 bytes after the
+        // head: none starts in a block whose 16 bytes more are zeros.
+        if bytes.get(offset..offset + BLOCK + 16) == Some(&ZEROS[..]) {
+            offset += BLOCK;
+            continue;
+        }
         let number = record_number(&bytes[offset + FRAME_HEAD_LEN..])?;
-        if number < min_number {
-            return None;
+        if (min_number..=most).contains(&number) {
+            if let Ok((number, _)) = frame_at(bytes, offset) {
+                return Some((offset, number));
+            }
         }
-        match frame_at(bytes, offset) {
-            Ok((number, _)) => Some((offset, number)),
-            Err(_) => None,
-        }
-    })
+        offset += 1;
+    }
+    None
 }
 
 /// A segment in a plain file: reads and writes at offsets, and
@@ -323,5 +405,64 @@ mod tests {
         // Unless what follows is already in redb: then nothing is lost.
         let found = scan(&bytes, 7, Path::new("w")).unwrap();
         assert_eq!(found.records.len(), 1);
+    }
+
+    /// Records written in place after a checkpoint (`folded` 7): numbers 8
+    /// and 9, shorter than the older 5..7 under them, then the end mark.
+    fn over_old(torn: bool) -> (Vec<u8>, usize) {
+        let mut bytes = [frame(5, 40), frame(6, 40), frame(7, 40)].concat();
+        bytes.extend_from_slice(&[0; 64]);
+        let mut new = [frame(8, 1), frame(9, 2)].concat();
+        let end = new.len();
+        if torn {
+            new.extend_from_slice(&frame(10, 3)[..12]);
+        } else {
+            new.extend_from_slice(&[0; FRAME_HEAD_LEN]);
+        }
+        bytes[..new.len()].copy_from_slice(&new);
+        (bytes, end)
+    }
+
+    #[test]
+    fn zeros_and_older_records_after_the_end_mark_are_the_end_of_the_log() {
+        let (bytes, _) = over_old(false);
+        let found = scan(&bytes, 7, Path::new("w")).unwrap();
+        let numbers: Vec<u64> = found.records.iter().map(|record| record.0).collect();
+        assert_eq!(numbers, [8, 9]);
+        assert!(found.torn.is_none(), "{:?}", found.torn);
+        // Zeros only, or records and then zeros: no record, nothing torn.
+        let found = scan(&[0; 100], 7, Path::new("w")).unwrap();
+        assert!(found.records.is_empty() && found.torn.is_none());
+        let mut bytes = [frame(8, 3), frame(9, 0)].concat();
+        bytes.extend_from_slice(&[0; 5]);
+        let found = scan(&bytes, 7, Path::new("w")).unwrap();
+        assert_eq!((found.records.len(), found.torn), (2, None));
+    }
+
+    #[test]
+    fn a_torn_record_over_older_ones_or_zeros_is_cut_with_all_after_it() {
+        let (bytes, end) = over_old(true);
+        let found = scan(&bytes, 7, Path::new("w")).unwrap();
+        assert_eq!(found.records.len(), 2);
+        assert_eq!(found.torn.as_ref().map(|torn| torn.0), Some(end as u64));
+        let mut bytes = [frame(8, 3), frame(9, 0)].concat();
+        let end = bytes.len();
+        bytes.extend_from_slice(&frame(10, 9)[..13]);
+        bytes.extend_from_slice(&[0; 64]);
+        let found = scan(&bytes, 7, Path::new("w")).unwrap();
+        assert_eq!(found.records.len(), 2);
+        assert_eq!(found.torn.as_ref().map(|torn| torn.0), Some(end as u64));
+    }
+
+    #[test]
+    fn a_zero_head_before_a_later_record_is_refused() {
+        let mut bytes = [frame(8, 3), frame(9, 0), frame(10, 2)].concat();
+        let second = frame(8, 3).len();
+        bytes[second..second + FRAME_HEAD_LEN].fill(0);
+        let error = scan(&bytes, 7, Path::new("w")).unwrap_err();
+        assert!(
+            matches!(error, DiskError::Segment { offset, .. } if offset == second as u64),
+            "{error}"
+        );
     }
 }
