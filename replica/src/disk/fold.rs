@@ -24,7 +24,8 @@
 //! it are known folded, whatever the segment still holds.
 //!
 //! On open, the records after `"folded"` are folded again, in order, and
-//! a checkpoint follows, before the thread starts; a torn tail record is
+//! a checkpoint follows if any was (or redb walked the file), before the
+//! thread starts; a torn tail record is
 //! cut with a warning; damage before the tail is refused
 //! (`segment::scan`). redb itself opens on its last durable commit, which
 //! recorded its allocator state ("quick repair"), so it reads no more of
