@@ -50,6 +50,8 @@ use crate::Batch;
 pub const SEGMENT_FILE: &str = "meshlog.wal";
 /// Bytes of a frame before its body (and of the end mark after it).
 const FRAME_HEAD_LEN: usize = 8;
+/// The shortest frame a record can take: its head, number and clock.
+const MIN_FRAME_LEN: usize = FRAME_HEAD_LEN + 16;
 /// How far ahead of its tail the segment is filled with zeros, at a time:
 /// one step costs one larger sync per ~16k small commits.
 const ZERO_STEP: u64 = 4 << 20;
@@ -293,19 +295,22 @@ pub(super) fn scan(bytes: &[u8], folded: u64, path: &Path) -> Result<Scan, DiskE
 }
 
 /// The first whole record at or after `from` whose number is at least
-/// `min_number`, with its offset. The number is read before the crc32 is
-/// computed, and a number more records past `min_number` than the bytes
-/// could hold is not one, so a scan of bytes that hold no such record
-/// (older records a checkpoint left) costs a few comparisons a byte; a
-/// block of zeros (ahead of the tail) is passed over whole.
+/// `min_number`, with its offset. Record `min_number` would start at
+/// `from - 1` (where the bad record or zero head is), and each record
+/// takes at least [`MIN_FRAME_LEN`] bytes, so at `offset` a number above
+/// `min_number + (offset - from + 1) / MIN_FRAME_LEN`, or a body shorter
+/// than a number and a clock, is not one. Both are checked before the
+/// crc32 is computed, so a scan of bytes that hold no such record (older
+/// records a checkpoint left) costs a few comparisons a byte; a block of
+/// zeros (ahead of the tail) is passed over whole.
 fn later_record(bytes: &[u8], from: usize, min_number: u64) -> Option<(usize, u64)> {
     /// Bytes passed over at once where they are all zeros.
     const BLOCK: usize = 4096;
     static ZEROS: [u8; BLOCK + 16] = [0; BLOCK + 16];
     let last = bytes.len().checked_sub(FRAME_HEAD_LEN + 8)?;
-    let most = min_number.saturating_add(bytes.len() as u64);
     let mut offset = from;
     while offset <= last {
+        let most = min_number.saturating_add(((offset + 1 - from) / MIN_FRAME_LEN) as u64);
         // A record here has a number at least 1 in its 8 bytes after the
         // head: none starts in a block whose 16 bytes more are zeros.
         if bytes.get(offset..offset + BLOCK + 16) == Some(&ZEROS[..]) {
@@ -313,7 +318,10 @@ fn later_record(bytes: &[u8], from: usize, min_number: u64) -> Option<(usize, u6
             continue;
         }
         let number = record_number(&bytes[offset + FRAME_HEAD_LEN..])?;
-        if (min_number..=most).contains(&number) {
+        let body_len = u32::from_le_bytes(bytes[offset..offset + 4].try_into().expect("4 bytes"));
+        if (min_number..=most).contains(&number)
+            && body_len as usize >= MIN_FRAME_LEN - FRAME_HEAD_LEN
+        {
             if let Ok((number, _)) = frame_at(bytes, offset) {
                 return Some((offset, number));
             }
@@ -371,9 +379,11 @@ impl StorageBackend for SegmentFile {
 mod tests {
     use super::*;
 
+    /// A frame of a body as short as a record's (a number and a clock)
+    /// and `extra` bytes more.
     fn frame(number: u64, extra: usize) -> Vec<u8> {
         let mut body = number.to_le_bytes().to_vec();
-        body.extend(std::iter::repeat_n(7u8, extra));
+        body.extend(std::iter::repeat_n(7u8, 8 + extra));
         let mut out = frame_head(body.len() as u32, &body).to_vec();
         out.extend_from_slice(&body);
         out
