@@ -56,9 +56,10 @@ use futures_util::StreamExt;
 use meshlog_node::follow::{FollowItem, FollowStream, Follower, FollowerConfig};
 
 use common::{
-    env_counts, env_number, find_binary, install_peers, machine, print_systems, start_each,
-    start_nats, start_redis, systems_from_env, timed, until_interrupted, version_of, wait_ready,
-    Client, Http, Kind, Result, ServerProcess, PAYLOAD_BYTES, REQUEST_TIMEOUT, STARTUP_TIMEOUT,
+    env_counts, env_number, find_binary, install_peers, machine, nats_footnote, nats_note,
+    print_systems, start_each, start_nats, start_redis, systems_from_env, timed, until_interrupted,
+    version_of, wait_ready, Client, Http, Kind, Result, ServerProcess, PAYLOAD_BYTES,
+    REQUEST_TIMEOUT, STARTUP_TIMEOUT,
 };
 
 /// The most followers one run may ask for; the node is configured for
@@ -228,12 +229,8 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<System> {
             (process, SocketAddr::from(([127, 0, 0, 1], port)), note)
         }
         Kind::Nats => {
-            let binary = find_binary("nats-server").ok_or("nats-server is not installed")?;
             let (process, port) = start_nats()?;
-            let note = format!(
-                "{}: -js, file storage; NOT the same durability: 2.9 acks and delivers before fsync",
-                version_of(&binary)
-            );
+            let note = nats_note();
             (process, SocketAddr::from(([127, 0, 0, 1], port)), note)
         }
     };
@@ -880,7 +877,7 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
     }
     if systems.iter().any(|s| s.kind == Kind::Nats) {
         println!();
-        println!("* NATS JetStream is not at the same durability: nats-server 2.9 acknowledges and delivers a publish before it is fsynced.");
+        println!("{}", nats_footnote());
     }
 }
 

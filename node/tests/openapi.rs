@@ -52,7 +52,7 @@ const PROTECTED: [(&str, &str, &str); 15] = [
     ("post", "/events", "write"),
     ("get", "/events/append", "write"),
     ("post", "/compact", "admin"),
-    ("get", "/compaction", "read"),
+    ("get", "/compaction", "admin"),
     ("post", "/compaction", "admin"),
     ("post", "/verify", "admin"),
     ("get", "/peers", "admin"),

@@ -531,9 +531,15 @@ impl Connection {
         };
         // A token naming a checkpoint this node does not keep is fetched
         // from the peers first: this connection's other subscriptions
-        // wait, at most `checkpoint_fetch_ms`.
+        // wait, at most `checkpoint_fetch_ms`; a node shutting down does
+        // not.
         let (replica, fetch) = (&self.state.replica, &self.state.fetch);
-        let cursor = match read::cursor_fetching(replica, fetch, after.as_deref()).await {
+        let stop = self.state.follow.stop.clone();
+        let fetched = tokio::select! {
+            fetched = read::cursor_fetching(replica, fetch, after.as_deref()) => fetched,
+            () = stop.cancelled() => return,
+        };
+        let cursor = match fetched {
             Ok(cursor) => cursor,
             Err(error) => return self.refuse(Some(stream), error.code(), error.to_string()),
         };

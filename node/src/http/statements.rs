@@ -5,7 +5,8 @@
 //! signs where the key is kept (`meshlog key compact`); `POST /compaction`
 //! hands a signed statement to the replica, which judges it as it judges
 //! one a peer sends, takes it (the stream erased up to its floor, readers
-//! told what they lost) and sends it with that floor to peers behind it.
+//! told what they lost) and sends it with that floor to peers behind it
+//! (and in a `Statement` frame to peers past it that take the frame).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -127,7 +128,8 @@ fn hash_unknown(state: &AppState, stream: StreamId, floor: u64) -> ApiError {
         trusts (`admin_key`) or the stream's writer, the signature sound, and where this node \
         holds seq `floor`, the chain hash there its own. Taken, it erases the stream up to its \
         floor (a reader below is told what it lost, `410`) and is sent with that floor to peers \
-        behind it. A statement refused counts in `meshlog_deltas_refused_total`.",
+        behind it, and offered to peers past it that take `Statement` frames. A statement the \
+        replica refuses counts in `meshlog_deltas_refused_total`.",
     request_body(content = StatementBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Taken: the node's floor of the stream now.",
