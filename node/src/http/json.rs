@@ -743,6 +743,7 @@ pub(crate) fn link_limit_json(hit: &meshlog_sync::LimitHit) -> LinkLimitJson {
         LimitHit::UnknownWriter { stream, .. } => (Some(stream), "unknown_writer"),
         LimitHit::Frozen { stream, .. } => (Some(stream), "frozen"),
         LimitHit::Unsealed { stream } => (Some(stream), "unsealed"),
+        LimitHit::StatementNoAuthority { stream, .. } => (Some(stream), "statement_no_authority"),
         _ => (None, "other"),
     };
     LinkLimitJson {
@@ -789,6 +790,11 @@ fn limit_reason(hit: &meshlog_sync::LimitHit) -> String {
         ),
         LimitHit::Unsealed { stream } => format!(
             "stream {} refused: it comes unsealed (a legacy stream) and this node requires seals",
+            stream.get()
+        ),
+        LimitHit::StatementNoAuthority { stream, floor } => format!(
+            "stream {} refused: the peer's compaction statement (floor {floor}) is signed by a key \
+             the trust configuration does not trust to erase it",
             stream.get()
         ),
         other => format!("{other:?}"),
