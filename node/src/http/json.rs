@@ -726,7 +726,9 @@ pub struct LinkLimitJson {
     /// Which limit: `streams_max`, `payload_bytes_max`, `frame_bytes_max`
     /// (over a size limit), `unknown_writer` (its writer is not admitted),
     /// `frozen` (its writer forked it), `unsealed` (it comes unsealed and
-    /// this node requires seals); `other` from a newer sync layer.
+    /// this node requires seals), `statement_no_authority` (the peer's
+    /// compaction statement for it is signed by a key this node does not
+    /// trust); `other` from a newer sync layer.
     #[schema(example = "unsealed")]
     pub limit: String,
     /// What is not exchanged and which setting says so, for an operator.
