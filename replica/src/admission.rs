@@ -103,6 +103,18 @@ pub enum Limit {
     /// stream's run with its seal cut off is no legacy stream but a
     /// tampering: refused, never cut.)
     Unsealed,
+    /// The delta carries a compaction statement for the stream whose
+    /// signer has no authority here (an admin key this replica does not
+    /// trust, a writer key it does not admit): the stream is cut whole
+    /// ([`Cut::from_seq`] 0), its floor and statement with it, so the rest
+    /// of the delta is taken; nothing of it above a floor this replica
+    /// cannot trust is. Applied whole, the delta would be refused with
+    /// [`DeltaError::StatementNoAuthority`](crate::DeltaError::StatementNoAuthority)
+    /// (one rule: the validator's signer check, `docs/SIGNING.md`).
+    StatementNoAuthority {
+        /// The statement's floor.
+        floor: u64,
+    },
 }
 
 impl Admission {

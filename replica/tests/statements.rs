@@ -619,3 +619,68 @@ fn compaction_at_answers_the_hash_a_compaction_there_records() {
     assert_eq!(at(&receiver, 11), None, "above the head");
     assert_eq!(at(&receiver, 0), None);
 }
+
+/// Issue 29: a peer that does not trust the admin key, behind an admin
+/// floor another node took, is offered the stream's statement with every
+/// delta. Applied whole the delta is refused (the validator's rule); the
+/// admission cuts the stream whole by the same rule, and the rest of the
+/// delta (another writer's events) is taken, the stream left as it was.
+#[test]
+fn a_statement_without_authority_here_cuts_its_stream_and_the_rest_is_taken() {
+    let mut writer = keyed(1);
+    let stream = writer.stream();
+    append(&mut writer, 3);
+    let mut untrusting = keyed(6);
+    untrusting
+        .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+        .expect("W 1..3 taken");
+    append(&mut writer, 7);
+    let admin = AdminKey::from_bytes([5; 32]);
+    let mut membership = Membership::open();
+    membership.trust_admin(admin.public());
+    let mut trusting = receiver_with(membership);
+    trusting
+        .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+        .expect("taken");
+    let mut other = keyed(4);
+    append(&mut other, 6);
+    trusting
+        .apply(&other.delta_for(&VersionVector::new(), usize::MAX))
+        .expect("taken");
+    let mut compacted = keyed(3);
+    compacted
+        .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+        .expect("taken");
+    compact(&mut compacted, stream, 5);
+    let statement = compacted.compaction(stream).expect("anchored at its floor");
+    trusting
+        .apply(&statement_only(statement.sign_by_admin(&admin)))
+        .expect("the admin's authority");
+
+    assert_eq!(untrusting.marks().get(stream), 3);
+
+    let delta = trusting.delta_for(&untrusting.marks(), usize::MAX);
+    let error = refused(&mut untrusting, &delta);
+    assert!(
+        matches!(error, DeltaError::StatementNoAuthority { stream: s, floor: 5, .. } if s == stream),
+        "{error:?}"
+    );
+    let before: Vec<_> = (1..=3).map(|seq| untrusting.get(stream, seq)).collect();
+    let columns = meshlog_replica::DeltaColumns::from_delta(&delta);
+    let admission = untrusting.admission(&columns);
+    assert_eq!(admission.cuts.len(), 1, "{admission:?}");
+    assert_eq!(admission.cuts[0].stream, stream);
+    assert_eq!(admission.cuts[0].from_seq, 0);
+    assert!(matches!(
+        admission.cuts[0].limit,
+        meshlog_replica::Limit::StatementNoAuthority { floor: 5 }
+    ));
+    untrusting
+        .apply(&admission.cut_delta(&delta))
+        .expect("the rest is taken");
+    assert_eq!(untrusting.marks().get(other.stream()), 6);
+    assert_eq!(untrusting.marks().get(stream), 3, "W unchanged");
+    assert_eq!(untrusting.floor().get(stream), 0, "W's floor unchanged");
+    let after: Vec<_> = (1..=3).map(|seq| untrusting.get(stream, seq)).collect();
+    assert_eq!(after, before, "W's held events unchanged");
+}

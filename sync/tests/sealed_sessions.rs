@@ -370,6 +370,21 @@ fn hostile_floors_in_a_session_erase_nothing_and_the_writer_still_syncs() {
                     Session::new(receiver.clone(), config()).run_until(receiver_io, stop()),
                 );
                 match &attack.outcome {
+                    // A statement without authority here cuts its stream
+                    // from the delta (reported, logged) and the session
+                    // goes on; applied whole, the replica refuses it
+                    // (issue 29: a difference in trust keeps the link).
+                    FloorOutcome::Refused(DeltaError::StatementNoAuthority { .. }) => {
+                        assert!(
+                            matches!(receiver_end, Ok(SessionEnd::Stopped)),
+                            "seed {seed}: {what}: ended {receiver_end:?}"
+                        );
+                        let log = captured_log();
+                        assert!(
+                            log.contains("peer sent a compaction statement for it"),
+                            "seed {seed}: {what}: not reported:\n{log}"
+                        );
+                    }
                     FloorOutcome::Refused(reason) => {
                         match receiver_end {
                             Err(SessionError::Core(ProtocolError::Refused { peer, source })) => {

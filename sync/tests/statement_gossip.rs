@@ -258,3 +258,90 @@ fn an_offered_statement_that_does_not_verify_ends_the_session_and_erases_nothing
     assert_eq!(b.floor().get(stream), 0, "nothing erased");
     assert_eq!(b.marks().get(stream), HEAD);
 }
+
+/// Issue 29: B does not trust the admin and holds W only below the
+/// admin's floor A took; every delta A sends B carries W's floor and the
+/// admin's statement. B cuts W whole from it (reported in its limits),
+/// takes the rest (another writer's events), and the link is not ended by
+/// a refusal. (Before the cut, B refused each delta whole,
+/// `StatementNoAuthority`, and every session ended `Refused`.)
+#[test]
+fn a_peer_behind_a_floor_it_does_not_trust_cuts_the_stream_and_keeps_syncing() {
+    let w = keyed(1, false);
+    let b = keyed(3, false);
+    for i in 0..3 {
+        w.append_at(format!("w{i}").into_bytes(), 1_000 + i)
+            .expect("append");
+    }
+    let hand = |from: &SharedReplica, to: &SharedReplica| {
+        let delta = from.try_delta_for(&to.marks(), usize::MAX).expect("reads");
+        to.apply(delta).expect("taken");
+    };
+    hand(&w, &b);
+    for i in 3..HEAD {
+        w.append_at(format!("w{i}").into_bytes(), 1_000 + i)
+            .expect("append");
+    }
+    let other = keyed(4, false);
+    for i in 0..5 {
+        other
+            .append_at(format!("x{i}").into_bytes(), 2_000 + i)
+            .expect("append");
+    }
+    let a = keyed(2, true);
+    hand(&w, &a);
+    hand(&other, &a);
+    let stream = w.stream();
+    admin_compacts(&a, stream);
+
+    let done = || b.marks().get(other.stream()) >= 5;
+    let ((a_end, _), (b_end, b_state)) = session(&a, &b, done, Duration::from_secs(1));
+    assert_eq!((a_end, b_end), (SessionEnd::Stopped, SessionEnd::Stopped));
+    assert_eq!(b.marks().get(other.stream()), 5, "the other stream taken");
+    assert_eq!(b.marks().get(stream), 3, "W as it was");
+    assert_eq!(b.floor().get(stream), 0, "nothing erased at B");
+    assert!(
+        b_state
+            .limits
+            .contains(&meshlog_sync::LimitHit::StatementNoAuthority {
+                stream,
+                floor: FLOOR
+            }),
+        "{b_state:?}"
+    );
+}
+
+/// An offered statement whose chain hash differs from the history the
+/// receiver holds at its floor (an honest disagreement, e.g. a forked
+/// writer's other history) is counted and logged, and the session goes
+/// on: ending it would have each new session offer it again.
+#[test]
+fn an_offered_statement_whose_hash_differs_does_not_end_the_session() {
+    let (w, a, b) = converged(true);
+    let stream = w.stream();
+    let now = Instant::now();
+    let mut core = Protocol::new(b.stream(), SessionConfig::default(), now);
+    let hello = Frame::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        stream: a.stream(),
+        marks: a.marks(),
+        floor: a.floor(),
+        frame_bytes_max: FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS,
+    });
+    hand_in(now, &mut core, &payload(&hello), &b).expect("A's hello");
+    let other_history = Compaction {
+        stream,
+        floor: FLOOR,
+        hash: ChainHash::GENESIS,
+    }
+    .sign_by_admin(&admin());
+    hand_in(
+        now,
+        &mut core,
+        &payload(&Frame::Statement(other_history)),
+        &b,
+    )
+    .expect("a hash mismatch does not end the session");
+    assert_eq!(b.floor().get(stream), 0, "nothing erased");
+    assert_eq!(b.marks().get(stream), HEAD);
+}

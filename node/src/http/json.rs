@@ -726,7 +726,9 @@ pub struct LinkLimitJson {
     /// Which limit: `streams_max`, `payload_bytes_max`, `frame_bytes_max`
     /// (over a size limit), `unknown_writer` (its writer is not admitted),
     /// `frozen` (its writer forked it), `unsealed` (it comes unsealed and
-    /// this node requires seals); `other` from a newer sync layer.
+    /// this node requires seals), `statement_no_authority` (the peer's
+    /// compaction statement for it is signed by a key this node does not
+    /// trust); `other` from a newer sync layer.
     #[schema(example = "unsealed")]
     pub limit: String,
     /// What is not exchanged and which setting says so, for an operator.
@@ -743,6 +745,7 @@ pub(crate) fn link_limit_json(hit: &meshlog_sync::LimitHit) -> LinkLimitJson {
         LimitHit::UnknownWriter { stream, .. } => (Some(stream), "unknown_writer"),
         LimitHit::Frozen { stream, .. } => (Some(stream), "frozen"),
         LimitHit::Unsealed { stream } => (Some(stream), "unsealed"),
+        LimitHit::StatementNoAuthority { stream, .. } => (Some(stream), "statement_no_authority"),
         _ => (None, "other"),
     };
     LinkLimitJson {
@@ -789,6 +792,11 @@ fn limit_reason(hit: &meshlog_sync::LimitHit) -> String {
         ),
         LimitHit::Unsealed { stream } => format!(
             "stream {} refused: it comes unsealed (a legacy stream) and this node requires seals",
+            stream.get()
+        ),
+        LimitHit::StatementNoAuthority { stream, floor } => format!(
+            "stream {} refused: the peer's compaction statement (floor {floor}) is signed by a key \
+             the trust configuration does not trust to erase it",
             stream.get()
         ),
         other => format!("{other:?}"),

@@ -66,6 +66,31 @@ impl State {
         Ok(floors)
     }
 
+    /// The cuts of the streams of `columns` whose compaction statement's
+    /// signer has no authority here (the validator's rule,
+    /// [`State::check_signer`], judged against this state alone), each
+    /// whole; a statement that does not verify is left to the validator
+    /// (a forgery, refused, never cut).
+    pub(super) fn no_authority_cuts(&self, columns: &crate::DeltaColumns) -> Vec<crate::Cut> {
+        let round = RoundIndex::default();
+        let mut cuts: Vec<crate::Cut> = Vec::new();
+        for signed in &columns.floor_proofs.statements {
+            let Compaction { stream, floor, .. } = signed.statement;
+            let refused = matches!(
+                self.check_signer(signed, &round),
+                Err(DeltaError::StatementNoAuthority { .. })
+            );
+            if refused && cuts.iter().all(|cut| cut.stream != stream) {
+                cuts.push(crate::Cut {
+                    stream,
+                    from_seq: 0,
+                    limit: crate::Limit::StatementNoAuthority { floor },
+                });
+            }
+        }
+        cuts
+    }
+
     /// Whether `signed`'s signer may erase its stream here, and signed
     /// it: the admin key trusted, or the stream's writer (the key deriving
     /// or bound to it, the one pinned if any, admitted if membership is

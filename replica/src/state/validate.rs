@@ -453,11 +453,16 @@ impl State {
 impl State {
     /// The streams of `columns` refused whole, each cut from seq 0: an
     /// unknown writer's ([`State::unknown_writer_cuts`]), then an unsealed
-    /// legacy one's ([`State::unsealed_cuts`]); one cut per stream, the
+    /// legacy one's ([`State::unsealed_cuts`]), then one whose statement
+    /// has no authority here ([`State::no_authority_cuts`]); one cut per stream, the
     /// first reason kept.
     fn whole_cuts(&self, columns: &DeltaColumns) -> BTreeMap<StreamId, Cut> {
         let mut cuts = self.unknown_writer_cuts(columns);
-        for cut in self.unsealed_cuts(columns) {
+        for cut in self
+            .unsealed_cuts(columns)
+            .into_iter()
+            .chain(self.no_authority_cuts(columns))
+        {
             cuts.entry(cut.stream).or_insert(cut);
         }
         cuts

@@ -132,6 +132,19 @@ pub enum LimitHit {
         /// The stream refused.
         stream: StreamId,
     },
+    /// The peer sent a compaction statement for a stream (at `floor`)
+    /// whose signer has no authority here: an admin key this replica
+    /// does not trust, or a writer key it does not admit
+    /// (`docs/SIGNING.md`, "Compaction statements"). The stream is cut
+    /// whole from the peer's deltas and asked quiet; the rest is taken,
+    /// and the link kept (a mesh whose nodes trust differently keeps its
+    /// links). The stream comes from a peer that can serve it.
+    StatementNoAuthority {
+        /// The stream refused.
+        stream: StreamId,
+        /// The floor the statement raises it to.
+        floor: u64,
+    },
     /// One of our events is too large for a frame (our
     /// `payload_bytes_max` is above what a frame between us and this peer
     /// carries): its stream is not sent to this peer past it.

@@ -55,6 +55,9 @@ impl Protocol {
                 Limit::UnknownWriter { key } => self.refuse_writer(peer, cut.stream, key),
                 Limit::Frozen { head } => self.refuse_frozen(peer, cut.stream, head),
                 Limit::Unsealed => self.refuse_unsealed(peer, cut.stream),
+                Limit::StatementNoAuthority { floor } => {
+                    self.refuse_statement(peer, cut.stream, floor);
+                }
                 // A limit this build does not know yet: cut, not reported.
                 _ => {}
             }
@@ -136,6 +139,23 @@ impl Protocol {
              writer seals it once every node's trust configuration binds its key to it"
         );
         self.refuse(stream, LimitHit::Unsealed { stream });
+    }
+
+    /// A stream cut because the peer's compaction statement for it has no
+    /// authority here (an admin key not trusted, a writer key not
+    /// admitted): logged, asked quiet, reported. The delta's other streams
+    /// are taken, so a difference in trust does not cut the link.
+    pub(super) fn refuse_statement(&mut self, peer: StreamId, stream: StreamId, floor: u64) {
+        tracing::warn!(
+            %peer,
+            %stream,
+            floor,
+            "stream refused: peer sent a compaction statement for it (floor {floor}) signed \
+             by a key this node does not trust to erase it; nothing of it is taken from this \
+             peer in this session (the rest of the peer's events are). Trust the admin key \
+             in the trust configuration, or take the stream from a peer below its floor"
+        );
+        self.refuse(stream, LimitHit::StatementNoAuthority { stream, floor });
     }
 
     /// A stream cut from an event whose payload is over

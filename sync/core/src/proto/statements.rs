@@ -111,7 +111,8 @@ impl Protocol {
     }
 
     /// How applying an offered statement went: one this replica grants no
-    /// authority is logged and ignored (the session goes on); any other
+    /// authority, or whose hash differs from the history held at its
+    /// floor, is logged and ignored (the session goes on); any other
     /// refusal ends the session as in a delta.
     pub(super) fn statement_applied(
         &mut self,
@@ -129,6 +130,21 @@ impl Protocol {
                     "peer offered a compaction statement this replica grants no authority: \
                      nothing erased, the session goes on (trust the mesh's admin key here \
                      for its statements to erase)"
+                );
+                Ok(())
+            }
+            // An honest disagreement (the peer holds another history of
+            // the stream at the floor, e.g. a forked writer's other
+            // branch): ending the session would only have the next one
+            // offer it again. A bad signature still ends it.
+            Err(ReplicaError::Delta(reason @ DeltaError::StatementHashMismatch { .. })) => {
+                self.state.statements_refused += 1;
+                tracing::warn!(
+                    %peer,
+                    %reason,
+                    "peer offered a compaction statement whose chain hash differs from the \
+                     history this replica holds at its floor: nothing erased, the session \
+                     goes on (GET /forks shows whether the stream's writer forked it)"
                 );
                 Ok(())
             }
