@@ -63,6 +63,22 @@ const DELTA_BYTES: usize = 64 << 10;
 /// How many times an unsealed first run is sent to a node whose session
 /// proved nothing (no session, closed, unanswered) as the mesh starts.
 const FIRST_RUN_TRIES: usize = 3;
+/// How many times in a round an altered run is tried while no node lacks
+/// what this peer holds, each after another honest session.
+const ALTERED_TRIES: usize = 3;
+
+/// The forgeries of one round after the first runs, those `shown` (answered
+/// as a node must) last, each group in [`Forgery::ALL`]'s order; never the
+/// first run (sent only as the mesh starts), nor the stolen key's unless
+/// this peer was `stolen` one.
+fn round(shown: &std::collections::BTreeSet<Forgery>, stolen: bool) -> Vec<Forgery> {
+    let mut forgeries: Vec<Forgery> = Forgery::ALL
+        .into_iter()
+        .filter(|f| *f != Forgery::UnsealedFirst && (stolen || *f != Forgery::StolenKey))
+        .collect();
+    forgeries.sort_by_key(|f| shown.contains(f));
+    forgeries
+}
 
 /// One forgery attempt, as the harness records it.
 #[derive(Debug, Clone)]
@@ -148,9 +164,15 @@ impl Hostile {
 
     /// Runs until `stop` says so: first an unsealed first run to each node
     /// ([`Hostile::first_runs`]), then `started`; then with each node in
-    /// turn, one session per forgery, each altered run after an honest
-    /// session (with the next node each time) that brings this peer what
-    /// is newest. Each attempt goes to `record` as it completes.
+    /// turn, round after round, one session per forgery, those not yet
+    /// shown answered first (so a forgery that rarely finds a target is not
+    /// always tried last, after the time ran out). Each altered run goes
+    /// after an honest session (with the next node each time) that brings
+    /// this peer what is newest, and is tried again, up to
+    /// [`ALTERED_TRIES`] times, while no node lacks it: the mesh passes on
+    /// what this peer just took within milliseconds, so one honest session
+    /// often leaves nothing to alter. Each attempt goes to `record` as it
+    /// completes.
     pub fn run(mut self, stop: &dyn Fn() -> bool, record: &dyn Fn(Attempt), started: &dyn Fn()) {
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -163,35 +185,65 @@ impl Hostile {
             }
         };
         runtime.block_on(async {
-            self.first_runs(stop, record).await;
+            let mut shown = std::collections::BTreeSet::new();
+            self.first_runs(stop, &mut |attempt: Attempt| {
+                if attempt.forgery.shown_by(&attempt.outcome) {
+                    shown.insert(attempt.forgery);
+                }
+                record(attempt)
+            })
+            .await;
             started();
             let mut node = 0;
             let mut source = 0;
             while !stop() {
-                for forgery in Forgery::ALL {
+                for forgery in round(&shown, self.stolen.is_some()) {
                     if stop() {
                         break;
                     }
-                    let skipped = match forgery {
-                        Forgery::UnsealedFirst => true,
-                        Forgery::StolenKey => self.stolen.is_none(),
-                        _ => false,
-                    };
-                    if skipped {
-                        continue;
+                    let attempt = self
+                        .try_forgery(node, forgery, &mut source, stop, record)
+                        .await;
+                    if forgery.shown_by(&attempt.outcome) {
+                        shown.insert(forgery);
                     }
-                    if matches!(forgery, Forgery::AlteredPayload | Forgery::AlteredLamport) {
-                        self.honest_session(source).await;
-                        source = (source + 1) % NODES;
-                    }
-                    if let (Forgery::StolenKey, Some((_, stream))) = (forgery, &self.stolen) {
-                        self.honest_session(stream.get() as usize - 1).await;
-                    }
-                    record(self.attempt(node, forgery).await);
+                    record(attempt);
                 }
                 node = (node + 1) % NODES;
             }
         });
+    }
+
+    /// One forgery with `node` (an altered run: with the first node that
+    /// lacks one, after honest sessions from `source` on), the attempts
+    /// that found no target recorded and the last returned.
+    async fn try_forgery(
+        &mut self,
+        node: usize,
+        forgery: Forgery,
+        source: &mut usize,
+        stop: &dyn Fn() -> bool,
+        record: &dyn Fn(Attempt),
+    ) -> Attempt {
+        let altered = matches!(forgery, Forgery::AlteredPayload | Forgery::AlteredLamport);
+        if let (Forgery::StolenKey, Some((_, stream))) = (forgery, &self.stolen) {
+            self.honest_session(stream.get() as usize - 1).await;
+        }
+        let mut tries = 0;
+        loop {
+            if altered {
+                self.honest_session(*source).await;
+                *source = (*source + 1) % NODES;
+            }
+            tries += 1;
+            let attempt = self.attempt(node, forgery).await;
+            let unfit =
+                matches!(&attempt.outcome, ForgeryOutcome::NotTried { why } if why == NO_NODE_FITS);
+            if !(altered && unfit) || tries >= ALTERED_TRIES || stop() {
+                return attempt;
+            }
+            record(attempt);
+        }
     }
 
     /// As the mesh starts, before the writers write: to each node, another
@@ -201,7 +253,7 @@ impl Hostile {
     /// could not tell it from the writer's first event, and taking it
     /// would make the writer's real one an equivocation. Sent again, up to
     /// [`FIRST_RUN_TRIES`] times, while a session proves nothing.
-    async fn first_runs(&mut self, stop: &dyn Fn() -> bool, record: &dyn Fn(Attempt)) {
+    async fn first_runs(&mut self, stop: &dyn Fn() -> bool, record: &mut dyn FnMut(Attempt)) {
         for node in 0..NODES {
             for _ in 0..FIRST_RUN_TRIES {
                 if stop() {
@@ -662,4 +714,29 @@ fn refused_count(node: usize) -> Option<u64> {
     text.lines()
         .find_map(|line| line.strip_prefix("meshlog_deltas_refused_total "))
         .and_then(|value| value.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_tries_what_is_not_yet_shown_first_and_never_the_first_run() {
+        let none = std::collections::BTreeSet::new();
+        let all = round(&none, false);
+        assert!(!all.contains(&Forgery::UnsealedFirst));
+        assert!(!all.contains(&Forgery::StolenKey));
+        assert_eq!(all[0], Forgery::AlteredPayload);
+        assert!(round(&none, true).contains(&Forgery::StolenKey));
+
+        let shown: std::collections::BTreeSet<Forgery> =
+            [Forgery::AlteredPayload, Forgery::UnsealedNext].into();
+        let next = round(&shown, false);
+        assert_eq!(next.len(), all.len());
+        assert_eq!(next[0], Forgery::AlteredLamport);
+        assert_eq!(
+            &next[next.len() - 2..],
+            &[Forgery::AlteredPayload, Forgery::UnsealedNext]
+        );
+    }
 }
