@@ -309,10 +309,7 @@ impl DiskStore {
         }
         let mut store = DiskStore {
             dir,
-            db: Arc::new(Db {
-                db: Some(db),
-                path: path.clone(),
-            }),
+            db: Arc::new(Db::new(db, path.clone())),
             path,
             meta: StoreMeta::default(),
             view: None,
