@@ -372,3 +372,40 @@ fn a_torn_record_over_older_ones_is_cut_and_nothing_after_it_replays() {
         },
     );
 }
+
+/// A clean close leaves the segment empty (cut to nothing, synced): the
+/// next open reads no byte of it. Before, it kept the folded records and
+/// the zeros ahead (up to 68 MiB), which every clean open read through to
+/// look for a later record damage hid: 61 ms at 1M events. Appends after
+/// the reopen write the zeros ahead again and are kept.
+#[test]
+fn a_clean_close_leaves_the_segment_empty_and_the_log_whole() {
+    let dir = scratch();
+    let segment = dir.path().join(meshlog_replica::SEGMENT_FILE);
+    let append = |from: u64, to: u64| {
+        let store = DiskStore::open_with(dir.path(), &options()).unwrap();
+        let mut replica = Replica::open(Config::new(OWN), store).unwrap();
+        for i in from..to {
+            replica
+                .append_at(Bytes::from(format!("event {i}")), i)
+                .unwrap();
+        }
+        assert!(
+            std::fs::metadata(&segment).unwrap().len() > 0,
+            "the appends went through the segment"
+        );
+    };
+    append(0, 40);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), 0);
+    append(40, 50);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), 0);
+
+    let store = DiskStore::open_with(dir.path(), &options()).unwrap();
+    assert_eq!(store.recovery().replayed, 0);
+    let replica = Replica::open(Config::new(OWN), store).unwrap();
+    assert_eq!(replica.marks().get(OWN), 50);
+    for seq in 1..=50 {
+        let event = replica.get(OWN, seq).expect("every appended event kept");
+        assert_eq!(event.payload, Bytes::from(format!("event {}", seq - 1)));
+    }
+}

@@ -302,6 +302,15 @@ pub(super) fn run(
             );
         }
     }
+    let mut segment = locked(&segment);
+    if segment.len() == 0 && shared.usable() {
+        if let Err(error) = segment.cut_on_close() {
+            tracing::warn!(
+                %error,
+                "emptying the segment on close failed; the next open reads it through"
+            );
+        }
+    }
 }
 
 /// Holds the segment (a commit waits meanwhile: every record appended is
@@ -474,9 +483,10 @@ impl Folder {
             recovery.torn_bytes = *dropped;
         }
         recovery.replayed = replayed;
-        // The segment is not emptied by truncation (`Segment::reset`): after
-        // a clean close it still holds records redb has, and replaying none
-        // needs no durable commit, as above.
+        // The segment is not emptied by truncation (`Segment::reset`): it
+        // may still hold records redb has (a close that could not empty it,
+        // a crash after a checkpoint), and replaying none needs no durable
+        // commit, as above.
         if replayed > 0 || walked {
             self.fold(&[], true)?;
         }

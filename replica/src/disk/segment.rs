@@ -186,6 +186,26 @@ impl Segment {
         Ok(())
     }
 
+    /// On a clean close, once redb holds every record durably (the segment
+    /// reset and nothing appended since): cuts the file to nothing, synced,
+    /// so the next open reads no byte of it. Otherwise it would read the
+    /// whole file (up to [`SHRINK_ABOVE`] of folded records and zeros) to
+    /// look past the end mark for a later record that damage hid: 61 ms
+    /// for a clean reopen of a 1M-event log. The first append after the
+    /// open writes the zeros ahead again ([`ZERO_STEP`]), once.
+    pub(super) fn cut_on_close(&mut self) -> Result<(), DiskError> {
+        debug_assert_eq!(self.len, 0, "cut only an empty segment");
+        if self.alloc == 0 {
+            return Ok(());
+        }
+        self.io
+            .set_len(0)
+            .and_then(|()| self.io.sync_data())
+            .map_err(io(&self.path, "empty segment on close"))?;
+        self.alloc = 0;
+        Ok(())
+    }
+
     /// Empties the segment, once redb holds every record in it durably:
     /// the next append starts at offset 0, over records redb holds. An end
     /// mark is written there (not synced: the records under it are folded,
