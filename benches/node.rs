@@ -929,11 +929,6 @@ fn main() {
 
 fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], results: &Results) {
     let kinds: Vec<Kind> = systems.iter().map(|s| s.kind).collect();
-    let peers: Vec<Kind> = kinds
-        .iter()
-        .copied()
-        .filter(|k| *k != Kind::Meshlog)
-        .collect();
     println!();
     println!(
         "meshlog node beside Redis Streams and NATS JetStream: {PAYLOAD_BYTES}-byte payloads, {} s per append run, batches of {}, reads of {} events in pages of {PAGE_LEN} (best of {READ_ROUNDS} walks); {}",
@@ -948,98 +943,126 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
             .map(|system| (system.kind, system.note.as_str())),
         skipped,
     );
-    let header = |first: &str| {
-        print!("{first:<22}");
-        for kind in &kinds {
-            print!(" {:>26}", kind.label());
-        }
-        if kinds.contains(&Kind::Meshlog) {
-            for peer in &peers {
-                print!(" {:>12}", format!("÷ {}", peer.name()));
-            }
-        }
-        println!();
+    let goals = if settings.bytes_only {
+        Vec::new()
+    } else {
+        let mut goals = report_appends(settings, &kinds, results);
+        goals.push(report_reads(settings, &kinds, results));
+        goals
     };
+    let byte_goals = report_bytes(&kinds, results);
+    println!();
+    print_goals(&goals, &byte_goals);
+    if kinds.contains(&Kind::Nats) {
+        println!();
+        println!("{}", nats_footnote());
+    }
+}
+
+/// Prints a table's header: `first`, then a column per system, then
+/// meshlog's ratio to each peer.
+fn print_header(first: &str, kinds: &[Kind]) {
+    print!("{first:<22}");
+    for kind in kinds {
+        print!(" {:>26}", kind.label());
+    }
+    if kinds.contains(&Kind::Meshlog) {
+        for peer in kinds.iter().filter(|k| **k != Kind::Meshlog) {
+            print!(" {:>12}", format!("÷ {}", peer.name()));
+        }
+    }
+    println!();
+}
+
+/// The durable appends table; answers its rows' rates, for the goals.
+fn report_appends(settings: &Settings, kinds: &[Kind], results: &Results) -> Vec<(String, Rates)> {
     let mut goals: Vec<(String, Rates)> = Vec::new();
-    if !settings.bytes_only {
-        header("durable appends/s");
-        println!(
-            "{:<22} (p50/p99 ms per request; each client waits for its ack)",
-            ""
-        );
-        for mode in [Mode::Single, Mode::SingleSocket, Mode::Batched] {
-            for &clients in &settings.clients {
-                let noun = if clients == 1 { "client" } else { "clients" };
-                let label = match mode {
-                    Mode::Single => format!("single, {clients} {noun}"),
-                    Mode::SingleSocket => format!("single WS, {clients} {noun}"),
-                    Mode::Batched => format!("batch {}, {clients} {noun}", settings.batch),
+    print_header("durable appends/s", kinds);
+    println!(
+        "{:<22} (p50/p99 ms per request; each client waits for its ack)",
+        ""
+    );
+    for mode in [Mode::Single, Mode::SingleSocket, Mode::Batched] {
+        for &clients in &settings.clients {
+            let noun = if clients == 1 { "client" } else { "clients" };
+            let label = match mode {
+                Mode::Single => format!("single, {clients} {noun}"),
+                Mode::SingleSocket => format!("single WS, {clients} {noun}"),
+                Mode::Batched => format!("batch {}, {clients} {noun}", settings.batch),
+            };
+            let mut rates = Vec::new();
+            let mut cells = Vec::new();
+            for &kind in kinds {
+                // The socket rows: meshlog over its WebSocket, the
+                // others' single appends beside it.
+                let wanted = match mode {
+                    Mode::SingleSocket if kind != Kind::Meshlog => Mode::Single,
+                    mode => mode,
                 };
-                let mut rates = Vec::new();
-                let mut cells = Vec::new();
-                for &kind in &kinds {
-                    // The socket rows: meshlog over its WebSocket, the
-                    // others' single appends beside it.
-                    let wanted = match mode {
-                        Mode::SingleSocket if kind != Kind::Meshlog => Mode::Single,
-                        mode => mode,
-                    };
-                    let run = results
-                        .appends
-                        .iter()
-                        .find(|(m, c, k, _)| *m == wanted && *c == clients && *k == kind)
-                        .map(|(_, _, _, run)| run);
-                    match run {
-                        Some(Ok(f)) => {
-                            rates.push((kind, Some(f.events_per_s)));
-                            cells.push(format!(
-                                "{:.0} ({:.1}/{:.1})",
-                                f.events_per_s, f.p50_ms, f.p99_ms
-                            ));
-                        }
-                        _ => {
-                            rates.push((kind, None));
-                            cells.push("failed".to_owned());
-                        }
+                let run = results
+                    .appends
+                    .iter()
+                    .find(|(m, c, k, _)| *m == wanted && *c == clients && *k == kind)
+                    .map(|(_, _, _, run)| run);
+                match run {
+                    Some(Ok(f)) => {
+                        rates.push((kind, Some(f.events_per_s)));
+                        cells.push(format!(
+                            "{:.0} ({:.1}/{:.1})",
+                            f.events_per_s, f.p50_ms, f.p99_ms
+                        ));
+                    }
+                    _ => {
+                        rates.push((kind, None));
+                        cells.push("failed".to_owned());
                     }
                 }
-                print_row(&label, &cells, &rates);
-                goals.push((label, rates));
             }
+            print_row(&label, &cells, &rates);
+            goals.push((label, rates));
         }
-        println!();
-        header("paged reads, events/s");
-        let mut rates = Vec::new();
-        let mut cells = Vec::new();
-        for &kind in &kinds {
-            match results
-                .reads
-                .iter()
-                .find(|(k, _)| *k == kind)
-                .map(|(_, r)| r)
-            {
-                Some(Ok(rate)) => {
-                    rates.push((kind, Some(*rate)));
-                    cells.push(format!("{rate:.0}"));
-                }
-                _ => {
-                    rates.push((kind, None));
-                    cells.push("failed".to_owned());
-                }
-            }
-        }
-        print_row(
-            &format!("whole log, {} events", settings.read_events),
-            &cells,
-            &rates,
-        );
-        goals.push(("paged reads".to_owned(), rates));
     }
+    goals
+}
+
+/// The paged reads row; answers its rates, for the goals.
+fn report_reads(settings: &Settings, kinds: &[Kind], results: &Results) -> (String, Rates) {
+    println!();
+    print_header("paged reads, events/s", kinds);
+    let mut rates = Vec::new();
+    let mut cells = Vec::new();
+    for &kind in kinds {
+        match results
+            .reads
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, r)| r)
+        {
+            Some(Ok(rate)) => {
+                rates.push((kind, Some(*rate)));
+                cells.push(format!("{rate:.0}"));
+            }
+            _ => {
+                rates.push((kind, None));
+                cells.push("failed".to_owned());
+            }
+        }
+    }
+    print_row(
+        &format!("whole log, {} events", settings.read_events),
+        &cells,
+        &rates,
+    );
+    ("paged reads".to_owned(), rates)
+}
+
+/// The bytes table (meshlog twice: its default JSON and its compact
+/// representation); answers the bytes goals' figures.
+fn report_bytes(kinds: &[Kind], results: &Results) -> Vec<ByteGoal> {
     println!();
     println!(
         "bytes over the wire per event (client→server + server→client, every header and frame):"
     );
-    // meshlog twice: its default JSON and its compact representation.
     let columns: Vec<(Kind, bool)> = kinds
         .iter()
         .flat_map(|&kind| {
@@ -1111,12 +1134,7 @@ fn report(settings: &Settings, systems: &[System], skipped: &[(Kind, String)], r
         figures(Kind::Redis, false).map(|b| b.single.total()),
         figures(Kind::Nats, false).map(|b| b.single.total()),
     ));
-    println!();
-    print_goals(&goals, &byte_goals);
-    if kinds.contains(&Kind::Nats) {
-        println!();
-        println!("{}", nats_footnote());
-    }
+    byte_goals
 }
 
 /// meshlog's figure, Redis's and NATS's in one bytes row (`None`: not
