@@ -206,9 +206,20 @@ impl NodeReplica {
     /// version 1 (a follow frame's tokens, for a follower that asks for
     /// them short).
     pub fn token(&self, cursor: &VersionVector) -> String {
-        self.shared.token(cursor).unwrap_or_else(|_| {
-            meshlog_cursor::token::encode_text(cursor).expect("a cursor of this node encodes")
-        })
+        self.try_token(cursor)
+            .expect("a cursor of this node encodes")
+    }
+
+    /// [`NodeReplica::token`] for a cursor that may not encode (one joined
+    /// from a reader's: a stale cursor's resume), its error when neither
+    /// version holds it.
+    pub fn try_token(
+        &self,
+        cursor: &VersionVector,
+    ) -> Result<String, meshlog_cursor::token::TokenError> {
+        self.shared
+            .token(cursor)
+            .or_else(|_| meshlog_cursor::token::encode_text(cursor))
     }
 
     /// Up to `limit` events after `after`.

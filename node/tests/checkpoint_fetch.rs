@@ -317,3 +317,85 @@ async fn a_version_2_token_from_another_node_follows_at_a_node_lacking_its_check
         }
     }
 }
+
+/// The first `stale` frame of a follow from `after` (with `query` added).
+async fn stale_frame(addr: std::net::SocketAddr, after: &str, query: &str) -> String {
+    use futures_util::StreamExt;
+    use meshlog_node::follow::ServerFrame;
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async(format!("ws://{addr}/follow?after={after}{query}"))
+            .await
+            .expect("the upgrade succeeds");
+    loop {
+        let message = tokio::time::timeout(DEADLINE, socket.next())
+            .await
+            .expect("a frame within the deadline")
+            .expect("the socket is open")
+            .expect("a message");
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
+            if let ServerFrame::Stale { resume, .. } = serde_json::from_str(text.as_str()).unwrap()
+            {
+                return resume;
+            }
+        }
+    }
+}
+
+/// A stale answer's `resume` is the shortest token the node writes, as a
+/// page's `next` is (issue 27: a reader of a large mesh told it lost
+/// events is not handed a version-1 token of every stream): the `410`'s
+/// and a `tokens=short` follower's `stale` frame are version 2 against
+/// the node's checkpoint, and resume exactly where the version-1 one
+/// does; a follower that did not ask for short tokens still gets
+/// version 1. Before, every resume was version 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_answer_resumes_with_the_shortest_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = checkpointed_dir(dir.path());
+    {
+        // Writer 100's first two events compacted away.
+        let store = meshlog_replica::DiskStore::open(dir.path()).unwrap();
+        let mut replica =
+            meshlog_replica::Replica::open(meshlog_replica::Config::new(StreamId::new(1)), store)
+                .unwrap();
+        let floor: VersionVector = [(StreamId::new(100), 2)].into_iter().collect();
+        replica.compact(&floor).unwrap();
+    }
+    let a = node_in(dir, 1, vec![], 10_000).await;
+    // A reader at the checkpoint but for writer 100, where it read one.
+    let at_100 = |seq: u64| -> VersionVector {
+        checkpoint
+            .vector()
+            .iter()
+            .map(|(stream, at)| (stream, if stream.get() == 100 { seq } else { at }))
+            .collect()
+    };
+    let (cursor, expected) = (at_100(1), at_100(2));
+    let stale = token::encode_text(&cursor).unwrap();
+
+    let response = get(a.addr, &format!("/events?after={stale}")).await;
+    assert_eq!(response.status, 410, "{}", response.error());
+    let body = response.json();
+    assert_eq!(
+        body["lost"],
+        json!([{"stream": "100", "first": 2, "last": 2}])
+    );
+    let resume = body["resume"].as_str().unwrap().to_owned();
+    let v1 = token::encode_text(&expected).unwrap();
+    let Ok(Token::Relative(relative)) = token::decode_any_text(&resume) else {
+        panic!(
+            "a version-2 resume: {resume} (version 1: {} characters)",
+            v1.len()
+        );
+    };
+    assert_eq!(relative.expand(&checkpoint).unwrap(), expected);
+    assert!(resume.len() * 3 < v1.len(), "{resume} against {v1}");
+    let from_short = get(a.addr, &format!("/events?after={resume}&limit=1000")).await;
+    let from_v1 = get(a.addr, &format!("/events?after={v1}&limit=1000")).await;
+    assert_eq!(from_short.status, 200, "{}", from_short.error());
+    assert_eq!(from_short.json()["events"], from_v1.json()["events"]);
+    assert_ne!(from_short.json()["events"], json!([]));
+
+    assert_eq!(stale_frame(a.addr, &stale, "&tokens=short").await, resume);
+    assert_eq!(stale_frame(a.addr, &stale, "").await, v1);
+}

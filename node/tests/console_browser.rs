@@ -17,7 +17,9 @@
 //!   the events after the resume token, as History pages them;
 //! - a binary payload is previewed as hex, a text one as text;
 //! - on a node with secrets the console asks for the read secret once per
-//!   tab; over TLS it follows on `wss:` and draws a TLS link up.
+//!   tab; over TLS it follows on `wss:` and draws a TLS link up;
+//! - on a node keeping a checkpoint, it expands a version-2 token as the
+//!   node does and resumes from one exactly.
 //!
 //! A screenshot of each state is saved under `target/console-screenshots/`.
 //! The waits are bounded polls; the one time bound checked is the issue's
@@ -671,5 +673,73 @@ async fn the_console_follows_over_tls() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     shot(&client, "9-over-tls.png").await;
+    client.close().await.unwrap();
+}
+
+/// The console's version-2 paths (issue 27): on a node whose head token is
+/// version 2 relative to a checkpoint it keeps, the page expands such a
+/// token with `GET /checkpoint` (`expandToken`, checked here against the
+/// vector the test expands in Rust), resumes from one typed in its
+/// resume box, and then lists exactly the events after it, as a fresh
+/// walk from that token does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_expands_and_resumes_from_a_version_2_token() {
+    use meshlog_cursor::token::{self, Token};
+
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = support::checkpointed_dir(dir.path());
+    let node = support::node_in(dir, 1, vec![], 10_000).await;
+    let events = walk_from(node.addr, "").await;
+    let head = get(node.addr, "/events?limit=1000").await.json();
+    assert_eq!(head["at_head"], true, "one page holds the log");
+    let after = head["next"].as_str().unwrap().to_owned();
+    let Ok(Token::Relative(relative)) = token::decode_any_text(&after) else {
+        panic!("a version-2 head token: {after}");
+    };
+    let cursor = relative.expand(&checkpoint).unwrap();
+    let expected_vector: BTreeMap<String, String> = cursor
+        .iter()
+        .map(|(stream, seq)| (stream.get().to_string(), seq.to_string()))
+        .collect();
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    client.goto(&node.url()).await.expect("the console loads");
+    wait_listed(&client, "from the start", &names(&events)).await;
+    let expanded: Vec<(String, String)> = {
+        let value = client
+            .execute(
+                "return expandToken(arguments[0]).then(v => [...v].map(([s, q]) => [s, q.toString()]));",
+                vec![json!(after)],
+            )
+            .await
+            .expect("expandToken runs");
+        serde_json::from_value(value).expect("pairs")
+    };
+    assert_eq!(
+        expanded.into_iter().collect::<BTreeMap<_, _>>(),
+        expected_vector,
+        "the page expands the version-2 token as the node does"
+    );
+
+    let resume_input = client
+        .find(Locator::Id("resume-token"))
+        .await
+        .expect("the resume box");
+    resume_input.send_keys(&after).await.unwrap();
+    client
+        .find(Locator::Css("#resume-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        append(node.addr, format!("after v2 {i}").as_bytes()).await;
+    }
+    let fresh = walk_from(node.addr, &after).await;
+    assert_eq!(fresh.len(), 3, "{fresh:?}");
+    wait_listed(&client, "resumed from a version-2 token", &names(&fresh)).await;
+    shot(&client, "10-resumed-from-v2.png").await;
     client.close().await.unwrap();
 }

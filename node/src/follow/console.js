@@ -104,15 +104,19 @@ function toBase64Url(bytes) {
 function tokenVersion(text) {
   return fromBase64Url(text)[0];
 }
-// A vector is a Map from the stream id (decimal text) to its seq (BigInt).
-function decodeToken(text) {
+// A token's bytes before its CRC-32, checked: version `version`, at least
+// `min` bytes in all.
+function tokenBody(text, version, min) {
   const bytes = fromBase64Url(text);
-  if (bytes.length < 6 || bytes[0] !== 1) throw new Error("bad token");
+  if (bytes.length < min || bytes[0] !== version) throw new Error("bad token");
   const body = bytes.slice(0, bytes.length - 4);
   const view = new DataView(bytes.buffer, bytes.length - 4, 4);
   if (view.getUint32(0, true) !== crc32(body)) throw new Error("bad token checksum");
-  let at = 1;
-  const varint = () => {
+  return body;
+}
+// Reads LEB128 varints of `body` from byte `at` on, one a call.
+function varintReader(body, at) {
+  return () => {
     let value = 0n, shift = 0n;
     for (;;) {
       const b = body[at++];
@@ -122,6 +126,10 @@ function decodeToken(text) {
       shift += 7n;
     }
   };
+}
+// A vector is a Map from the stream id (decimal text) to its seq (BigInt).
+function decodeToken(text) {
+  const varint = varintReader(tokenBody(text, 1, 6), 1);
   const vector = new Map();
   const n = varint();
   let stream = -1n;
@@ -137,27 +145,13 @@ function decodeToken(text) {
 // this node answers (GET /checkpoint, fetched from its peers if it lacks
 // it); the page trusts its own node, as it does for every event shown.
 async function expandToken(text) {
-  const bytes = fromBase64Url(text);
-  if (bytes[0] === 1) return decodeToken(text);
-  if (bytes.length < 22 || bytes[0] !== 2) throw new Error("bad token");
-  const body = bytes.slice(0, bytes.length - 4);
-  const view = new DataView(bytes.buffer, bytes.length - 4, 4);
-  if (view.getUint32(0, true) !== crc32(body)) throw new Error("bad token checksum");
+  if (tokenVersion(text) === 1) return decodeToken(text);
+  const body = tokenBody(text, 2, 22);
   const name = [...body.slice(1, 17)].map(b => b.toString(16).padStart(2, "0")).join("");
   const answer = await getJson("/checkpoint?name=" + name);
   if (!answer.ok) throw new Error(answer.body.message || answer.status);
   const vector = decodeToken(answer.body.token);
-  let at = 17;
-  const varint = () => {
-    let value = 0n, shift = 0n;
-    for (;;) {
-      const b = body[at++];
-      if (b === undefined) throw new Error("bad token");
-      value |= BigInt(b & 0x7f) << shift;
-      if (!(b & 0x80)) return value;
-      shift += 7n;
-    }
-  };
+  const varint = varintReader(body, 17);
   const n = varint();
   let stream = -1n;
   for (let i = 0n; i < n; i++) {
@@ -628,10 +622,12 @@ $("resume-form").addEventListener("submit", async (e) => {
   note("resuming from " + (text || "the start"));
   restart(vector);
 });
-$("stale-resume").addEventListener("click", () => {
+$("stale-resume").addEventListener("click", async () => {
   if (staleResume === null) return;
   const vector = new Map(cursor);
-  join(vector, decodeToken(staleResume));
+  // A refetch's 410 offers the shortest token (version 2 where shorter).
+  try { join(vector, await expandToken(staleResume)); }
+  catch (error) { note("cannot resume: " + error.message); return; }
   note("resumed from the floor, accepting the gap");
   restart(vector);
 });

@@ -421,7 +421,13 @@ impl Connection {
         let page = match read::read(replica, &sub.cursor, limit, writer) {
             Ok(Answer::Page(page)) => page,
             Ok(Answer::Stale(stale)) => {
-                let frame = match StaleJson::try_from(&stale) {
+                let answer = match self.short_tokens {
+                    true => replica
+                        .try_token(stale.resume())
+                        .map(|resume| StaleJson::new(&stale, resume)),
+                    false => StaleJson::try_from(&stale),
+                };
+                let frame = match answer {
                     Ok(answer) => ServerFrame::Stale {
                         stream: sub.name.clone(),
                         error: "stale_cursor".into(),

@@ -196,7 +196,7 @@ async fn page(
         Answer::Page(page) => page,
         Answer::Stale(stale) => {
             state.metrics.pages_stale.inc();
-            return Err(super::json::stale_error(&stale));
+            return Err(super::json::stale_error(&state.replica, &stale));
         }
     };
     let marks = state.replica.marks();

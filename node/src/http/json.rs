@@ -442,13 +442,11 @@ impl StaleJson {
     }
 }
 
-impl TryFrom<&meshlog_cursor::StaleCursor> for StaleJson {
-    /// The resume cursor does not encode as a token (more streams than a
-    /// token holds).
-    type Error = meshlog_cursor::token::TokenError;
-
-    fn try_from(stale: &meshlog_cursor::StaleCursor) -> Result<StaleJson, Self::Error> {
-        Ok(StaleJson {
+impl StaleJson {
+    /// The answer to `stale`, its resume cursor written as `resume` (the
+    /// node writes the shortest token, as for a page's `next`).
+    pub fn new(stale: &meshlog_cursor::StaleCursor, resume: String) -> StaleJson {
+        StaleJson {
             message: stale.to_string(),
             lost: stale
                 .lost()
@@ -459,15 +457,35 @@ impl TryFrom<&meshlog_cursor::StaleCursor> for StaleJson {
                     last: range.last_seq,
                 })
                 .collect(),
-            resume: meshlog_cursor::token::encode_text(stale.resume())?,
-        })
+            resume,
+        }
+    }
+}
+
+impl TryFrom<&meshlog_cursor::StaleCursor> for StaleJson {
+    /// The resume cursor does not encode as a token (more streams than a
+    /// token holds).
+    type Error = meshlog_cursor::token::TokenError;
+
+    /// The answer with its resume as a version-1 token (a follower that
+    /// did not ask for short tokens reads only those).
+    fn try_from(stale: &meshlog_cursor::StaleCursor) -> Result<StaleJson, Self::Error> {
+        let resume = meshlog_cursor::token::encode_text(stale.resume())?;
+        Ok(StaleJson::new(stale, resume))
     }
 }
 
 /// `410 stale_cursor`: the cursor is below the floor; `lost` names every
-/// stream and range lost, `resume` the token to go on from.
-pub(crate) fn stale_error(stale: &meshlog_cursor::StaleCursor) -> ApiError {
-    match StaleJson::try_from(stale) {
+/// stream and range lost, `resume` the token to go on from (the shortest
+/// the replica writes, as a page's `next`: version 2 where shorter).
+pub(crate) fn stale_error(
+    replica: &crate::replica::NodeReplica,
+    stale: &meshlog_cursor::StaleCursor,
+) -> ApiError {
+    match replica
+        .try_token(stale.resume())
+        .map(|resume| StaleJson::new(stale, resume))
+    {
         Ok(answer) => ApiError::new(StatusCode::GONE, "stale_cursor", answer.message)
             .with(
                 "lost",
