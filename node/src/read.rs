@@ -222,7 +222,10 @@ pub(crate) async fn checkpoint(
 /// below it), or nothing (or empty) for the start. A version-2 token
 /// naming a checkpoint the node does not keep is refused at once; a
 /// reader's request goes through [`cursor_fetching`].
-fn cursor(replica: &NodeReplica, after: Option<&str>) -> Result<VersionVector, ReadError> {
+pub(crate) fn cursor(
+    replica: &NodeReplica,
+    after: Option<&str>,
+) -> Result<VersionVector, ReadError> {
     let text = match after {
         None | Some("") => return Ok(VersionVector::new()),
         Some(text) => text,

@@ -399,3 +399,73 @@ async fn a_stale_answer_resumes_with_the_shortest_token() {
     assert_eq!(stale_frame(a.addr, &stale, "&tokens=short").await, resume);
     assert_eq!(stale_frame(a.addr, &stale, "").await, v1);
 }
+
+/// A `subscribe` whose token names a checkpoint this node must fetch holds
+/// none of the connection's other subscriptions (issue 27): while B asks
+/// its peer for a checkpoint no peer keeps (a 5 s bound), an event
+/// appended at B reaches the connection's first subscription, and only
+/// then does the fetch end, in an `error` frame (`unknown_checkpoint`)
+/// for the subscribed stream. Before, the connection waited in the
+/// subscribe for the whole bound, so that `error` frame came first. The
+/// order of frames is checked, never a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_fetching_a_checkpoint_holds_no_other_subscription() {
+    use futures_util::{SinkExt, StreamExt};
+    use meshlog_node::follow::ServerFrame;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let a = node_in(tempfile::tempdir().unwrap(), 1, vec![], 5_000).await;
+    let b = node_in(tempfile::tempdir().unwrap(), 2, vec![a.url()], 5_000).await;
+    append(a.addr, b"x").await;
+    wait_until("b's link to a is up and b holds a's event", || async {
+        get(b.addr, "/peers").await.json()["peers"][0]["connected"] == true
+            && marks_of(b.addr).await["1"] == 1
+    })
+    .await;
+    let vector: VersionVector = (1..=300u64).map(|s| (StreamId::new(s), 3)).collect();
+    let nobody = Checkpoint::new(vector.clone()).unwrap();
+    let relative = token::encode_relative_text(&vector, &nobody).unwrap();
+    let head = get(b.addr, "/events?limit=1000").await.json()["next"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/follow?after={head}", b.addr))
+            .await
+            .expect("the upgrade succeeds");
+    let subscribe = json!({"type": "subscribe", "stream": "writer:1", "after": relative});
+    socket
+        .send(Message::Text(subscribe.to_string().into()))
+        .await
+        .unwrap();
+    // The subscribe is read before the append is made.
+    wait_until("b is fetching the checkpoint", || async {
+        counter(b.addr, "meshlog_checkpoint_fetches_total").await == 1
+    })
+    .await;
+    append(b.addr, b"while fetching").await;
+    let mut order = Vec::new();
+    while order.len() < 2 {
+        let message = tokio::time::timeout(DEADLINE, socket.next())
+            .await
+            .expect("a frame within the deadline")
+            .expect("the socket is open")
+            .expect("a message");
+        let Message::Text(text) = message else {
+            continue;
+        };
+        match serde_json::from_str(text.as_str()).unwrap() {
+            ServerFrame::Events { events, .. } => {
+                assert_eq!(events.len(), 1);
+                order.push("events".to_owned());
+            }
+            ServerFrame::Error { stream, error, .. } => {
+                assert_eq!(stream.as_deref(), Some("writer:1"));
+                order.push(error);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(order, ["events", "unknown_checkpoint"]);
+}

@@ -31,6 +31,7 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use meshlog_cursor::{token, VersionVector};
 use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::frame::{ClientFrame, FollowStream, ServerFrame};
@@ -155,6 +156,24 @@ struct Connection {
     /// The follower asked for the shortest tokens (`tokens=short`):
     /// version 2 where shorter, which it expands with `GET /checkpoint`.
     short_tokens: bool,
+    /// Subscribes whose token names a checkpoint this node does not keep,
+    /// fetching it from the peers: each its stream's name, the request's
+    /// number and the cursor read after the fetch. The connection goes on
+    /// meanwhile (its other subscriptions, its heartbeats).
+    fetching: JoinSet<Option<Fetched>>,
+    /// Per stream name, the number of the subscribe still fetching: a
+    /// later subscribe or an unsubscribe of that stream drops it.
+    pending: HashMap<String, u64>,
+    /// Subscribes received, numbered.
+    requests: u64,
+}
+
+/// A subscribe's fetch, done.
+struct Fetched {
+    name: String,
+    stream: FollowStream,
+    request: u64,
+    cursor: Result<VersionVector, read::ReadError>,
 }
 
 async fn run_connection(
@@ -177,6 +196,9 @@ async fn run_connection(
         reserve,
         subscriptions: vec![first],
         short_tokens,
+        fetching: JoinSet::new(),
+        pending: HashMap::new(),
+        requests: 0,
     };
     let mut changes = hub.changes.clone();
     changes.mark_unchanged();
@@ -201,11 +223,16 @@ async fn run_connection(
             // page again for nothing.
             _ = room.notified(), if connection.catching_up() => connection.pump(false),
             request = requests.recv() => match request {
-                Some(text) => connection.request(text.as_str()).await,
+                Some(text) => connection.request(text.as_str()),
                 None => break,
             },
+            Some(done) = connection.fetching.join_next(), if !connection.fetching.is_empty() => {
+                if let Ok(Some(fetched)) = done {
+                    connection.fetched(fetched);
+                }
+            }
         }
-        if connection.subscriptions.is_empty() {
+        if connection.subscriptions.is_empty() && connection.pending.is_empty() {
             // Every subscription ended (lagged, stale, unsubscribed): say
             // goodbye after what is queued.
             let _ = connection.queue.try_send(Out::Close);
@@ -514,12 +541,13 @@ impl Connection {
     }
 
     /// A follower's request: subscribe or unsubscribe.
-    async fn request(&mut self, text: &str) {
+    fn request(&mut self, text: &str) {
         match serde_json::from_str(text) {
             Ok(ClientFrame::Unsubscribe { stream }) => {
+                self.pending.remove(&stream);
                 self.subscriptions.retain(|sub| sub.name != stream);
             }
-            Ok(ClientFrame::Subscribe { stream, after }) => self.subscribe(stream, after).await,
+            Ok(ClientFrame::Subscribe { stream, after }) => self.subscribe(stream, after),
             Err(error) => self.refuse(
                 None,
                 "bad_request",
@@ -529,31 +557,77 @@ impl Connection {
     }
 
     /// Subscribes to `stream` after `after`, replacing the same stream's
-    /// subscription, and pumps it; or refuses with an `error` frame.
-    async fn subscribe(&mut self, stream: String, after: Option<String>) {
+    /// subscription, and pumps it; or refuses with an `error` frame. A
+    /// token naming a checkpoint this node does not keep is fetched from
+    /// the peers first (at most `checkpoint_fetch_ms`), on a task of its
+    /// own: the connection's other subscriptions go on meanwhile, and the
+    /// subscription starts when the fetch ends ([`Connection::fetched`]).
+    fn subscribe(&mut self, stream: String, after: Option<String>) {
         let Some(parsed) = FollowStream::parse(&stream) else {
             let error = bad_stream(&stream);
             return self.refuse(Some(stream), "bad_stream", error.message());
         };
-        // A token naming a checkpoint this node does not keep is fetched
-        // from the peers first: this connection's other subscriptions
-        // wait, at most `checkpoint_fetch_ms`; a node shutting down does
-        // not.
-        let (replica, fetch) = (&self.state.replica, &self.state.fetch);
-        let stop = self.state.follow.stop.clone();
-        let fetched = tokio::select! {
-            fetched = read::cursor_fetching(replica, fetch, after.as_deref()) => fetched,
-            () = stop.cancelled() => return,
-        };
-        let cursor = match fetched {
-            Ok(cursor) => cursor,
-            Err(error) => return self.refuse(Some(stream), error.code(), error.to_string()),
-        };
         let name = parsed.to_string();
+        self.requests += 1;
+        self.pending.remove(&name);
+        match read::cursor(&self.state.replica, after.as_deref()) {
+            Err(read::ReadError::UnknownCheckpoint { .. }) => {}
+            cursor => return self.start(name, parsed, cursor),
+        }
+        let most = self.state.follow.settings.connection_followers_max;
+        let held = self
+            .subscriptions
+            .iter()
+            .filter(|sub| sub.name != name)
+            .count();
+        if held + self.pending.len() >= most {
+            let message = format!("one connection holds at most {most} subscriptions");
+            return self.refuse(Some(name), "too_many_subscriptions", message);
+        }
+        self.pending.insert(name.clone(), self.requests);
+        let (state, request) = (Arc::clone(&self.state), self.requests);
+        let stop = self.state.follow.stop.clone();
+        self.fetching.spawn(async move {
+            let cursor = tokio::select! {
+                read = read::cursor_fetching(&state.replica, &state.fetch, after.as_deref()) => read,
+                // A node shutting down does not wait for the peers.
+                () = stop.cancelled() => return None,
+            };
+            Some(Fetched {
+                name,
+                stream: parsed,
+                request,
+                cursor,
+            })
+        });
+    }
+
+    /// A subscribe's fetch ended: it starts, unless a later subscribe or
+    /// an unsubscribe of its stream came meanwhile.
+    fn fetched(&mut self, fetched: Fetched) {
+        if self.pending.get(&fetched.name) != Some(&fetched.request) {
+            return;
+        }
+        self.pending.remove(&fetched.name);
+        self.start(fetched.name, fetched.stream, fetched.cursor);
+    }
+
+    /// Starts subscription `name` from `cursor` (replacing the same
+    /// stream's) and pumps it; or refuses with an `error` frame.
+    fn start(
+        &mut self,
+        name: String,
+        stream: FollowStream,
+        cursor: Result<VersionVector, read::ReadError>,
+    ) {
+        let cursor = match cursor {
+            Ok(cursor) => cursor,
+            Err(error) => return self.refuse(Some(name), error.code(), error.to_string()),
+        };
         // A subscribe replaces the same stream's subscription.
         self.subscriptions.retain(|sub| sub.name != name);
         let most = self.state.follow.settings.connection_followers_max;
-        if self.subscriptions.len() >= most {
+        if self.subscriptions.len() + self.pending.len() >= most {
             let message = format!("one connection holds at most {most} subscriptions");
             return self.refuse(Some(name), "too_many_subscriptions", message);
         }
@@ -563,7 +637,7 @@ impl Connection {
         };
         self.subscriptions.push(Subscription {
             name,
-            stream: parsed,
+            stream,
             cursor,
             live: false,
             _permit: permit,
