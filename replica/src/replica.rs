@@ -316,7 +316,17 @@ impl<S: Store> Replica<S> {
     /// per stream the events `floor+1 ..= head` with none missing, lamport
     /// rising with seq, and a clock at or above every stamp recorded.
     pub fn open(config: Config, store: S) -> Result<Self, ReplicaError> {
-        let state = State::load(config, &store)?;
+        let state =
+            State::load(config, &store).map_err(|error| match (error, store.location()) {
+                // A check of the store's content failed: say where it lives.
+                (ReplicaError::Corrupt { stream, detail }, Some(location)) => {
+                    ReplicaError::Corrupt {
+                        stream,
+                        detail: format!("{detail} (in {location})"),
+                    }
+                }
+                (error, _) => error,
+            })?;
         Ok(Replica {
             state,
             store,

@@ -387,6 +387,14 @@ pub trait Store {
     /// Reads the metadata on open.
     fn meta(&self) -> Result<StoreMeta, Self::Error>;
 
+    /// Where the store keeps its content, as an operator would look for it
+    /// (a data file's path), or `None` (a store in memory). An open that
+    /// finds the content inconsistent names it
+    /// ([`ReplicaError::Corrupt`](crate::ReplicaError::Corrupt)).
+    fn location(&self) -> Option<String> {
+        None
+    }
+
     /// Appends to `out` up to `limit` events of `stream` with seq above
     /// `after_seq`, in ascending seq order.
     fn read_stream(

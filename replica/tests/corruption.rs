@@ -865,3 +865,24 @@ fn a_close_after_only_reading_writes_nothing_past_the_header() {
     replica.verify().unwrap();
     assert_eq!(held(&replica), original);
 }
+
+/// A store whose content breaks an invariant the replica checks on open
+/// (here the clock record gone, as a flipped bit in its key left it, found
+/// by the flipped-bit test's seed 363: the heads' lamports are then above
+/// the clock 0) is refused with an error that names the data file, as
+/// every damage is.
+#[test]
+fn an_inconsistency_found_on_open_names_the_data_file() {
+    const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+    let error = damage_record(|txn| {
+        let mut meta = txn.open_table(META).unwrap();
+        assert!(meta.remove("clock").unwrap().is_some(), "a clock record");
+    });
+    assert!(
+        matches!(error, ReplicaError::Corrupt { .. }),
+        "an inconsistency: {error}"
+    );
+    let message = error.to_string();
+    assert!(message.contains("above the recorded clock 0"), "{message}");
+    assert!(message.contains(DATA_FILE), "{message}");
+}

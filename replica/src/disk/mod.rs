@@ -967,6 +967,10 @@ impl Store for DiskStore {
         Ok(self.meta.clone())
     }
 
+    fn location(&self) -> Option<String> {
+        Some(self.path.display().to_string())
+    }
+
     fn read_stream(
         &self,
         stream: StreamId,
