@@ -484,7 +484,10 @@ pub async fn metrics(State(state): Shared) -> Response {
             lag_events: peer.lag_events,
         })
         .collect();
-    let text = state.metrics.render(state.replica.stats(), &gauges);
+    let sessions = state.peers.session_totals();
+    let text = state
+        .metrics
+        .render(state.replica.stats(), &gauges, sessions);
     (
         [(
             CONTENT_TYPE,

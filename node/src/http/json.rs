@@ -728,7 +728,10 @@ pub struct LinkLimitJson {
     /// `frozen` (its writer forked it), `unsealed` (it comes unsealed and
     /// this node requires seals), `statement_no_authority` (the peer's
     /// compaction statement for it is signed by a key this node does not
-    /// trust); `other` from a newer sync layer.
+    /// trust), `statement_refusals_max` (no stream: the peer offered
+    /// statements refused by more signers and streams than a session
+    /// remembers, 256, so each repeat of the others is judged again);
+    /// `other` from a newer sync layer.
     #[schema(example = "unsealed")]
     pub limit: String,
     /// What is not exchanged and which setting says so, for an operator.
@@ -746,6 +749,7 @@ pub(crate) fn link_limit_json(hit: &meshlog_sync::LimitHit) -> LinkLimitJson {
         LimitHit::Frozen { stream, .. } => (Some(stream), "frozen"),
         LimitHit::Unsealed { stream } => (Some(stream), "unsealed"),
         LimitHit::StatementNoAuthority { stream, .. } => (Some(stream), "statement_no_authority"),
+        LimitHit::StatementRefusalsMax { .. } => (None, "statement_refusals_max"),
         _ => (None, "other"),
     };
     LinkLimitJson {
@@ -798,6 +802,10 @@ fn limit_reason(hit: &meshlog_sync::LimitHit) -> String {
             "stream {} refused: the peer's compaction statement (floor {floor}) is signed by a key \
              the trust configuration does not trust to erase it",
             stream.get()
+        ),
+        LimitHit::StatementRefusalsMax { limit } => format!(
+            "the peer offered compaction statements refused for no authority by more than {limit} \
+             (stream, signer) pairs this session: repeats of further ones each cost a commit round"
         ),
         other => format!("{other:?}"),
     }
