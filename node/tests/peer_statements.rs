@@ -15,7 +15,8 @@
 //!   `meshlog_sync_statements_sent_total` (0) with their HELP text, and
 //!   the replica refused one round, not two (`meshlog_deltas_refused_total`
 //!   is 1: the repeat cost a lookup; before the session remembered
-//!   refused statements, it was 2).
+//!   refused statements, it was 2); `GET /peers` shows the same counters
+//!   on the inbound session.
 //!
 //! How: `support::raw_peer::RawPeer` dials the node (no peer secrets),
 //! says hello and sends the frames by hand. Waits poll with a deadline;
@@ -153,6 +154,13 @@ async fn a_statement_without_authority_is_cut_shown_and_counted_once_per_round()
             "no HELP for {name} in\n{text}"
         );
     }
+    // GET /peers names the session that counted them.
+    let peers = get(addr, "/peers").await.json();
+    assert_eq!(
+        peers["inbound"][0]["counters"],
+        serde_json::json!({"statements_sent": 0, "statements_refused": 2, "frames_skipped": 1}),
+        "{peers}"
+    );
     let answer = marks(addr).await;
     assert_eq!(answer["marks"][RELAYED.to_string()], 3, "{answer}");
     assert!(

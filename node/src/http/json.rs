@@ -708,6 +708,33 @@ pub struct PeerJson {
     /// How many limits that session hit, listed or not.
     #[serde(default)]
     pub limits_total: u64,
+    /// Its current (or last) session's counters (an older node's answer
+    /// has none: zeros).
+    #[serde(default)]
+    pub counters: LinkCountersJson,
+}
+
+/// A link's session counters, as `GET /peers` shows them; summed over
+/// every session, they are `/metrics`' `meshlog_sync_*_total`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LinkCountersJson {
+    /// Compaction statements offered to the peer in `Statement` frames.
+    pub statements_sent: u64,
+    /// Compaction statements the peer offered that this node refused
+    /// (no authority, or another history at the floor); a repeat is
+    /// counted without being judged again.
+    pub statements_refused: u64,
+    /// Frames of a kind this node does not know, skipped.
+    pub frames_skipped: u64,
+}
+
+/// A session's counters as `GET /peers` shows them.
+pub(crate) fn link_counters_json(session: &meshlog_sync::SessionState) -> LinkCountersJson {
+    LinkCountersJson {
+        statements_sent: session.statements_sent,
+        statements_refused: session.statements_refused,
+        frames_skipped: session.frames_skipped,
+    }
 }
 
 /// The most limits `GET /peers` lists per link: one is hit per stream
@@ -846,6 +873,10 @@ pub struct InboundJson {
     /// How many limits its session hit, listed or not.
     #[serde(default)]
     pub limits_total: u64,
+    /// Its session's counters, as for a dialed peer
+    /// ([`PeerJson::counters`]).
+    #[serde(default)]
+    pub counters: LinkCountersJson,
 }
 
 /// `GET /peers`.
