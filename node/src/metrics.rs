@@ -339,9 +339,10 @@ pub struct PeerGauge<'a> {
 
 /// The sync sessions' counters the metrics show, summed over every session
 /// of the node since it started: those that ended and those running. The
-/// caller sums them off the peer links (`crate::peers::Peers`); a total
-/// that dips while a session moves from running to ended is not shown
-/// (counters never go down), so a scrape never counts a session twice.
+/// caller sums them off the peer links (`crate::peers::Peers`). A session
+/// moving from running to ended is for a moment counted in neither, never
+/// in both: the total dips, which the counters do not show (they never go
+/// down).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SessionTotals {
     /// `SessionState::statements_sent`.
