@@ -68,6 +68,13 @@ pub struct Metrics {
     streams_behind_floor: Counter,
     /// The replica's warnings from `open` (`Replica::open_warnings`).
     open_warnings: Gauge,
+    /// Compaction statements offered to peers (every sync session's
+    /// counter, summed at scrape: [`SessionTotals`]).
+    statements_sent: Counter,
+    /// Statements peers offered that were refused (summed likewise).
+    statements_refused: Counter,
+    /// Frames of a kind this node does not know, skipped (summed likewise).
+    frames_skipped: Counter,
 }
 
 impl Default for Metrics {
@@ -106,12 +113,16 @@ impl Metrics {
             duplicates: Counter::default(),
             streams_behind_floor: Counter::default(),
             open_warnings: Gauge::default(),
+            statements_sent: Counter::default(),
+            statements_refused: Counter::default(),
+            frames_skipped: Counter::default(),
             registry: Registry::default(),
             render_lock: std::sync::Mutex::new(()),
         };
         metrics.register_requests(&mut registry);
         metrics.register_checkpoints(&mut registry);
         metrics.register_links(&mut registry);
+        metrics.register_sessions(&mut registry);
         Metrics {
             registry,
             ..metrics
@@ -252,9 +263,34 @@ impl Metrics {
         );
     }
 
+    /// The sync sessions' counters (`meshlog_sync::SessionState`), summed
+    /// over every session of the node, dialed and inbound.
+    fn register_sessions(&self, r: &mut Registry) {
+        r.register(
+            "sync_statements_sent",
+            "Compaction statements offered to peers past their floor in Statement frames, each once a session (docs/PROTOCOL.md, Statements offered)",
+            self.statements_sent.clone(),
+        );
+        r.register(
+            "sync_statements_refused",
+            "Compaction statements peers offered that this node refused (no authority: an admin key it does not trust, a writer not admitted; or another history at the floor); nothing erased, the session goes on. A repeat within a session is counted without being judged again",
+            self.statements_refused.clone(),
+        );
+        r.register(
+            "sync_frames_skipped",
+            "Sync frames of a kind this node does not know (sent by a newer peer), skipped whole; the session goes on",
+            self.frames_skipped.clone(),
+        );
+    }
+
     /// The metrics in Prometheus text format, after copying in the
-    /// replica's own counters.
-    pub fn render(&self, stats: meshlog_replica::Stats, peers: &[PeerGauge<'_>]) -> String {
+    /// replica's own counters and the sync sessions' (`sessions`).
+    pub fn render(
+        &self,
+        stats: meshlog_replica::Stats,
+        peers: &[PeerGauge<'_>],
+        sessions: SessionTotals,
+    ) -> String {
         let _one_at_a_time = self
             .render_lock
             .lock()
@@ -263,6 +299,9 @@ impl Metrics {
         catch_up(&self.deltas_refused, stats.deltas_refused);
         catch_up(&self.duplicates, stats.duplicates);
         catch_up(&self.streams_behind_floor, stats.behind_floor);
+        catch_up(&self.statements_sent, sessions.statements_sent);
+        catch_up(&self.statements_refused, sessions.statements_refused);
+        catch_up(&self.frames_skipped, sessions.frames_skipped);
         self.open_warnings
             .set(i64::try_from(stats.open_warnings).unwrap_or(i64::MAX));
         self.peers_connected
@@ -296,6 +335,31 @@ pub struct PeerGauge<'a> {
     pub connected: bool,
     /// Events this node holds that the peer has not acknowledged.
     pub lag_events: u64,
+}
+
+/// The sync sessions' counters the metrics show, summed over every session
+/// of the node since it started: those that ended and those running. The
+/// caller sums them off the peer links (`crate::peers::Peers`). A session
+/// moving from running to ended is for a moment counted in neither, never
+/// in both: the total dips, which the counters do not show (they never go
+/// down).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionTotals {
+    /// `SessionState::statements_sent`.
+    pub statements_sent: u64,
+    /// `SessionState::statements_refused`.
+    pub statements_refused: u64,
+    /// `SessionState::frames_skipped`.
+    pub frames_skipped: u64,
+}
+
+impl SessionTotals {
+    /// Adds one session's counters.
+    pub fn add(&mut self, session: &meshlog_sync::SessionState) {
+        self.statements_sent += session.statements_sent;
+        self.statements_refused += session.statements_refused;
+        self.frames_skipped += session.frames_skipped;
+    }
 }
 
 /// Moves a counter up to a total counted elsewhere (never down).

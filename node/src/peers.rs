@@ -32,7 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::Auth;
 use crate::config::SyncSettings;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SessionTotals};
 use crate::peer_auth;
 use crate::replica::NodeReplica;
 use crate::tls::Tls;
@@ -92,6 +92,10 @@ struct Inner {
     /// Shared by every session of this node: the reads' asks for a
     /// checkpoint by name (`crate::read::CheckpointFetch`).
     wants: CheckpointWants,
+    /// The counters of every session that ended (dialed and inbound),
+    /// added once its link no longer shows it running: with the running
+    /// sessions', what the metrics show ([`Peers::session_totals`]).
+    sessions_ended: Mutex<SessionTotals>,
 }
 
 /// A dialed peer: its link, and the token that stops its dial loop.
@@ -126,6 +130,7 @@ impl Peers {
                 tls: security.tls,
                 routes: Routes::new(),
                 wants: CheckpointWants::new(),
+                sessions_ended: Mutex::default(),
             }),
         }
     }
@@ -192,6 +197,7 @@ impl Peers {
         };
         let dial = HttpDial {
             peers: self.clone(),
+            link: Arc::clone(&dialed.link),
             tls,
             host,
             port,
@@ -306,8 +312,35 @@ impl Peers {
             // Off the list before the count drops: what reads 0 sessions
             // then lists none.
             lock(&peers.inner.inbound).retain(|other| !Arc::ptr_eq(other, &link));
+            peers.session_ended(&link);
             peers.inner.metrics.sessions_running.dec();
         });
+    }
+
+    /// The sync sessions' counters summed over every session of this
+    /// node since it started: those that ended, and those established now
+    /// (a session before its peer's hello has counted none of them).
+    pub fn session_totals(&self) -> SessionTotals {
+        let mut totals = *lock(&self.inner.sessions_ended);
+        let dialed = self
+            .list()
+            .into_iter()
+            .map(|peer| (peer.connected, peer.session));
+        let inbound = self
+            .inbound()
+            .into_iter()
+            .map(|peer| (peer.connected, peer.session));
+        for (_, session) in dialed.chain(inbound).filter(|(connected, _)| *connected) {
+            totals.add(&session);
+        }
+        totals
+    }
+
+    /// Adds the last session of `link`, which no longer runs, to the
+    /// ended sessions' counters.
+    fn session_ended<A: Clone>(&self, link: &PeerLink<A>) {
+        let last = link.status(&VersionVector::new()).session;
+        lock(&self.inner.sessions_ended).add(&last);
     }
 
     /// Ends every session and dial loop and waits for them.
@@ -322,6 +355,9 @@ impl Peers {
 /// upgrade and the peer proof; each session on it counted in the metrics.
 struct HttpDial {
     peers: Peers,
+    /// The link it dials for: its last session's counters are added to the
+    /// node's when the session ends.
+    link: Arc<PeerLink<String>>,
     tls: bool,
     host: String,
     port: u16,
@@ -341,6 +377,10 @@ impl Dial for HttpDial {
     }
 
     fn session_ended(&self) {
+        // The link already shows the session ended (`PeerLink::ended`), so
+        // a scrape meanwhile counts it neither running nor ended, never
+        // both.
+        self.peers.session_ended(&self.link);
         self.peers.inner.metrics.sessions_running.dec();
     }
 }

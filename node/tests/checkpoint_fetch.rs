@@ -59,16 +59,6 @@ async fn marks_of(addr: std::net::SocketAddr) -> Value {
     marks(addr).await["marks"].clone()
 }
 
-/// A counter's value in `GET /metrics`.
-async fn counter(addr: std::net::SocketAddr, name: &str) -> u64 {
-    let text = String::from_utf8(get(addr, "/metrics").await.body).unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("{name} in {text}"))
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_from_a_checkpoint_b_lacks_is_fetched_and_resumes_exactly_once() {
     let a_dir = tempfile::tempdir().unwrap();

@@ -16,11 +16,11 @@ use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_node::auth::SecretSources;
 use meshlog_node::config::NodeConfig;
 use meshlog_replica::{Delta, Event};
-use meshlog_sync::frame::{self, Frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use meshlog_sync::frame::{Frame, FRAME_BYTES_MAX};
 use serde_json::{json, Value};
+use support::raw_peer::RawPeer;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 
 const READ: &str = "read-secret-0123456789abcdef";
 const WRITE: &str = "write-secret-0123456789abcdef";
@@ -345,13 +345,6 @@ async fn seqs_of(addr: SocketAddr, stream: u64) -> Vec<u64> {
         .collect()
 }
 
-async fn metric(addr: SocketAddr, name: &str) -> u64 {
-    let text = String::from_utf8(call(addr, "GET", "/metrics", None, "").await.body).unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn peers_with_the_secret_sync_and_peers_without_it_are_refused() {
     let a = start_with(1, secure(false)).await;
@@ -387,7 +380,7 @@ async fn peers_with_the_secret_sync_and_peers_without_it_are_refused() {
     })
     .await;
     wait_until("A counts the refused dialers", || async {
-        metric(a.addr, "meshlog_peer_auth_refused_total").await >= 2
+        counter(a.addr, "meshlog_peer_auth_refused_total").await >= 2
     })
     .await;
     assert!(
@@ -409,124 +402,6 @@ async fn peers_with_the_secret_sync_and_peers_without_it_are_refused() {
         error.contains("401"),
         "the refused dialer says why: {error}"
     );
-}
-
-/// A hand-rolled dialer: upgrades `GET /sync` with the peer handshake (a
-/// right or wrong key), sends a hello and then whatever the test says.
-struct RawPeer {
-    stream: TcpStream,
-}
-
-impl RawPeer {
-    async fn connect(addr: SocketAddr, secret: &str, key_id_of: &str) -> Result<RawPeer, u16> {
-        let key = |secret: &str| {
-            meshlog_node::auth::Auth::load(SecretSources {
-                peer: vec![secret.into()],
-                ..SecretSources::default()
-            })
-            .unwrap()
-            .peer_keys()
-            .remove(0)
-        };
-        // The id of one secret with the key of another: a forger.
-        let key = meshlog_node::auth::PeerKey {
-            id: key(key_id_of).id,
-            key: key(secret).key,
-        };
-        let dialer = meshlog_node::peer_auth::Dialer::new(&key);
-        let mut head = format!(
-            "GET /sync HTTP/1.1\r\nhost: {addr}\r\nconnection: upgrade\r\nupgrade: meshlog-sync\r\n"
-        );
-        for (name, value) in dialer.request_headers() {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str("\r\n");
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream.write_all(head.as_bytes()).await.unwrap();
-        // Nothing past the head is ours: the node's frames follow it.
-        let (status, text) = read_head(&mut stream).await;
-        if status != 101 {
-            return Err(status);
-        }
-        let mut headers = hyper::HeaderMap::new();
-        for line in text.lines().skip(1) {
-            if let Some((name, value)) = line.split_once(':') {
-                if let (Ok(name), Ok(value)) = (
-                    hyper::header::HeaderName::from_bytes(name.trim().as_bytes()),
-                    hyper::header::HeaderValue::from_str(value.trim()),
-                ) {
-                    headers.insert(name, value);
-                }
-            }
-        }
-        let proof = dialer.finish(&headers).unwrap_or([7u8; 32]);
-        stream.write_all(&proof).await.unwrap();
-        Ok(RawPeer { stream })
-    }
-
-    async fn send(&mut self, frame: &Frame) {
-        let bytes = frame::encode(frame).unwrap();
-        let _ = self.stream.write_all(&bytes).await;
-    }
-
-    async fn hello(&mut self, stream: u64) {
-        self.send(&Frame::Hello(Hello {
-            protocol: PROTOCOL_VERSION,
-            stream: StreamId::new(stream),
-            marks: VersionVector::new(),
-            floor: VersionVector::new(),
-            frame_bytes_max: FRAME_BYTES_MAX as u32,
-        }))
-        .await;
-    }
-
-    /// Reads the node's frames until one acknowledges our delta `number`
-    /// (`true`), or the link closes or `within` passes (`false`).
-    async fn acknowledges_within(&mut self, number: u64, within: Duration) -> bool {
-        let mut bytes = Vec::new();
-        let mut buf = vec![0u8; 64 << 10];
-        let read = async {
-            loop {
-                while bytes.len() >= 4 {
-                    let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
-                    if bytes.len() < 4 + len {
-                        break;
-                    }
-                    let frame = frame::decode_payload(&bytes[4..4 + len]);
-                    bytes.drain(..4 + len);
-                    let received = match frame {
-                        Ok(Frame::Ack(receipt) | Frame::Heartbeat(receipt)) => receipt.received,
-                        Ok(Frame::BareAck(received)) => received,
-                        _ => 0,
-                    };
-                    if received >= number {
-                        return true;
-                    }
-                }
-                match self.stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return false,
-                    Ok(n) => bytes.extend_from_slice(&buf[..n]),
-                }
-            }
-        };
-        tokio::time::timeout(within, read).await.unwrap_or(false)
-    }
-
-    /// Reads (and drops) what the node sends until it closes the link;
-    /// `true` if it did within `within`.
-    async fn closed_within(mut self, within: Duration) -> bool {
-        let mut buf = vec![0u8; 64 << 10];
-        tokio::time::timeout(within, async {
-            loop {
-                match self.stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-            }
-        })
-        .await
-        .is_ok()
-    }
 }
 
 fn event(stream: u64, seq: u64, lamport: u64, payload: &'static str) -> Event {
@@ -573,7 +448,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
     })
     .await;
     let before = state(a.addr).await;
-    let refused_before = metric(a.addr, "meshlog_deltas_refused_total").await;
+    let refused_before = counter(a.addr, "meshlog_deltas_refused_total").await;
 
     // A forger (our key id, another key) never reaches a session.
     let forger = RawPeer::connect(a.addr, WRONG, PEER).await.unwrap();
@@ -623,7 +498,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         );
     }
     assert_eq!(
-        metric(a.addr, "meshlog_deltas_refused_total").await,
+        counter(a.addr, "meshlog_deltas_refused_total").await,
         refused_before,
         "a floor without authority was refused"
     );
@@ -677,7 +552,7 @@ async fn a_malicious_authenticated_peer_is_refused_and_nothing_is_lost() {
         );
     }
     wait_until("A counts every refused delta", || async {
-        metric(a.addr, "meshlog_deltas_refused_total").await
+        counter(a.addr, "meshlog_deltas_refused_total").await
             >= refused_before + hostile.len() as u64
     })
     .await;

@@ -137,6 +137,7 @@ pub use manager::{BindError, ManagerConfig, PeerManager};
 pub use meshlog_replica::{Commits, SharedReplica};
 pub use meshlog_sync_core::{
     LimitHit, PeerDirection, ProtocolError, Routes, SessionConfig, SessionState, SyncReport,
+    STATEMENT_REFUSALS_MAX,
 };
 pub use once::sync_once;
 pub use session::{Session, SessionEnd, SessionError};

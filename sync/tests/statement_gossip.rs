@@ -20,6 +20,9 @@
 //!   refuses it (`StatementNoAuthority`, counted and logged), keeps every
 //!   event, and the session goes on: a mesh whose nodes trust differently
 //!   keeps its links.
+//! - a statement refused for no authority and offered again in the same
+//!   session costs the receiver a lookup, not a commit round; that memory
+//!   is bounded (`STATEMENT_REFUSALS_MAX`) and says when it is full.
 //! - an offered statement whose signature does not verify ends the
 //!   receiver's session (`Refused`, `BadStatement`) and erases nothing;
 //!   one of a stream the receiver does not hold is ignored (it would only
@@ -212,19 +215,7 @@ fn an_offered_statement_that_does_not_verify_ends_the_session_and_erases_nothing
     let stream = w.stream();
     admin_compacts(&a, stream);
     let now = Instant::now();
-    // B's core, after A's hello (A skips kinds it does not know).
-    let start = || {
-        let mut core = Protocol::new(b.stream(), SessionConfig::default(), now);
-        let hello = Frame::Hello(Hello {
-            protocol: PROTOCOL_VERSION,
-            stream: a.stream(),
-            marks: a.marks(),
-            floor: a.floor(),
-            frame_bytes_max: FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS,
-        });
-        hand_in(now, &mut core, &payload(&hello), &b).expect("A's hello");
-        core
-    };
+    let start = || core_after_hello(&a, &b, now);
 
     // The admin's statement of a stream B does not hold: nothing applied.
     let elsewhere = Compaction {
@@ -320,15 +311,7 @@ fn an_offered_statement_whose_hash_differs_does_not_end_the_session() {
     let (w, a, b) = converged(true);
     let stream = w.stream();
     let now = Instant::now();
-    let mut core = Protocol::new(b.stream(), SessionConfig::default(), now);
-    let hello = Frame::Hello(Hello {
-        protocol: PROTOCOL_VERSION,
-        stream: a.stream(),
-        marks: a.marks(),
-        floor: a.floor(),
-        frame_bytes_max: FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS,
-    });
-    hand_in(now, &mut core, &payload(&hello), &b).expect("A's hello");
+    let mut core = core_after_hello(&a, &b, now);
     let other_history = Compaction {
         stream,
         floor: FLOOR,
@@ -344,4 +327,122 @@ fn an_offered_statement_whose_hash_differs_does_not_end_the_session() {
     .expect("a hash mismatch does not end the session");
     assert_eq!(b.floor().get(stream), 0, "nothing erased");
     assert_eq!(b.marks().get(stream), HEAD);
+}
+
+/// B's core, after a hello from `a` that says it skips kinds it does not
+/// know (so that A may offer statements).
+fn core_after_hello(a: &SharedReplica, b: &SharedReplica, now: Instant) -> Protocol {
+    let mut core = Protocol::new(b.stream(), SessionConfig::default(), now);
+    let hello = Frame::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        stream: a.stream(),
+        marks: a.marks(),
+        floor: a.floor(),
+        frame_bytes_max: FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS,
+    });
+    hand_in(now, &mut core, &payload(&hello), b).expect("A's hello");
+    core
+}
+
+/// Hands `frame` to B's core; whether it handed back something to apply
+/// (a commit round), which is applied and reported.
+fn offered_costs_a_round(
+    now: Instant,
+    core: &mut Protocol,
+    frame: &Frame,
+    b: &SharedReplica,
+) -> bool {
+    match core
+        .handle_payload(now, &payload(frame), b)
+        .expect("the session goes on")
+    {
+        meshlog_sync::proto::Received::Apply(columns) => {
+            let applied = b.apply_columns(columns);
+            core.handle_applied(now, applied)
+                .expect("a refusal for no authority does not end the session");
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Issue 29: a refused statement offered again in the same session costs
+/// B a lookup: no commit round (nothing handed back to apply, the
+/// replica's refusal counter unchanged), counted in
+/// `statements_refused`, not logged again; one by the same signer at
+/// another floor too (authority depends on the stream and the signer).
+/// Before, each repeat was applied and refused again: a commit round and
+/// two `warn` lines each.
+#[test]
+fn a_refused_statement_offered_again_costs_no_commit_round() {
+    let (w, a, b) = converged(false);
+    let stream = w.stream();
+    let now = Instant::now();
+    let mut core = core_after_hello(&a, &b, now);
+    let statement = |floor| {
+        Frame::Statement(
+            Compaction {
+                stream,
+                floor,
+                hash: ChainHash::GENESIS,
+            }
+            .sign_by_admin(&admin()),
+        )
+    };
+    assert!(offered_costs_a_round(now, &mut core, &statement(FLOOR), &b));
+    assert_eq!(b.stats().deltas_refused, 1);
+    for floor in [FLOOR, FLOOR, FLOOR - 1] {
+        assert!(
+            !offered_costs_a_round(now, &mut core, &statement(floor), &b),
+            "a repeat at floor {floor} was applied again"
+        );
+    }
+    assert_eq!(b.stats().deltas_refused, 1, "no round refused again");
+    assert_eq!(core.state().statements_refused, 4);
+    assert!(core.state().limits.is_empty(), "{:?}", core.state().limits);
+    assert_eq!(b.floor().get(stream), 0, "nothing erased");
+    assert_eq!(b.marks().get(stream), HEAD);
+    // Another session judges it again: the memory is the session's.
+    let mut next = core_after_hello(&a, &b, now);
+    assert!(offered_costs_a_round(now, &mut next, &statement(FLOOR), &b));
+    assert_eq!(b.stats().deltas_refused, 2);
+}
+
+/// The memory of refused statements is bounded: past
+/// `STATEMENT_REFUSALS_MAX` pairs a refused pair is not remembered (its
+/// repeat costs a round again), reported once as
+/// `LimitHit::StatementRefusalsMax`; the pairs remembered stay so.
+#[test]
+fn the_memory_of_refused_statements_stops_at_its_bound_and_says_so() {
+    let (w, a, b) = converged(false);
+    let stream = w.stream();
+    let now = Instant::now();
+    let mut core = core_after_hello(&a, &b, now);
+    // Signed by distinct keys B does not trust.
+    let by = |signer: usize| {
+        let mut secret = [9u8; 32];
+        secret[..8].copy_from_slice(&(signer as u64).to_le_bytes());
+        Frame::Statement(
+            Compaction {
+                stream,
+                floor: FLOOR,
+                hash: ChainHash::GENESIS,
+            }
+            .sign_by_admin(&AdminKey::from_bytes(secret)),
+        )
+    };
+    let max = meshlog_sync::STATEMENT_REFUSALS_MAX;
+    for signer in 0..=max + 1 {
+        assert!(offered_costs_a_round(now, &mut core, &by(signer), &b));
+    }
+    let hit = meshlog_sync::LimitHit::StatementRefusalsMax { limit: max };
+    assert_eq!(core.state().limits, vec![hit], "reported once");
+    assert!(!offered_costs_a_round(now, &mut core, &by(0), &b));
+    assert!(!offered_costs_a_round(now, &mut core, &by(max - 1), &b));
+    assert!(
+        offered_costs_a_round(now, &mut core, &by(max), &b),
+        "a pair past the bound is judged again"
+    );
+    assert_eq!(core.state().statements_refused as usize, max + 2 + 3);
+    assert_eq!(b.floor().get(stream), 0, "nothing erased");
 }

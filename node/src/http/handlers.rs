@@ -18,12 +18,12 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::json::{
-    chains_json, decimal, digest_json, json_batch, link_limits_json, ndjson_batch, object_body,
-    vector_json, AppendBatchJson, AppendCompactJson, AppendJson, AppendedJson, CompactBody,
-    CompactedJson, ErrorJson, EventJson, ForksJson, HealthJson, InboundJson, MarksJson,
-    PageCompactJson, PageJson, PeerAddedJson, PeerBody, PeerJson, PeerRemovedJson, PeersJson,
-    QueryBody, RawPayload, Representation, UnsealedReason, VerifiedJson, WriterJson,
-    COMPACT_MEDIA_TYPE,
+    chains_json, decimal, digest_json, json_batch, link_counters_json, link_limits_json,
+    ndjson_batch, object_body, vector_json, AppendBatchJson, AppendCompactJson, AppendJson,
+    AppendedJson, CompactBody, CompactedJson, ErrorJson, EventJson, ForksJson, HealthJson,
+    InboundJson, MarksJson, PageCompactJson, PageJson, PeerAddedJson, PeerBody, PeerJson,
+    PeerRemovedJson, PeersJson, QueryBody, RawPayload, Representation, UnsealedReason,
+    VerifiedJson, WriterJson, COMPACT_MEDIA_TYPE,
 };
 use super::state::AppState;
 use crate::metrics::PeerGauge;
@@ -388,6 +388,7 @@ pub(crate) fn peer_json(peer: &PeerStatus) -> PeerJson {
         last_error: peer.last_error.clone(),
         limits,
         limits_total,
+        counters: link_counters_json(&peer.session),
     }
 }
 
@@ -484,7 +485,10 @@ pub async fn metrics(State(state): Shared) -> Response {
             lag_events: peer.lag_events,
         })
         .collect();
-    let text = state.metrics.render(state.replica.stats(), &gauges);
+    let sessions = state.peers.session_totals();
+    let text = state
+        .metrics
+        .render(state.replica.stats(), &gauges, sessions);
     (
         [(
             CONTENT_TYPE,
@@ -608,6 +612,7 @@ pub async fn list_peers(State(state): Shared) -> Json<PeersJson> {
                 lag_events: session.lag_events,
                 limits,
                 limits_total,
+                counters: link_counters_json(&session.session),
             }
         })
         .collect();

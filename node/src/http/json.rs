@@ -726,6 +726,33 @@ pub struct PeerJson {
     /// How many limits that session hit, listed or not.
     #[serde(default)]
     pub limits_total: u64,
+    /// Its current (or last) session's counters (an older node's answer
+    /// has none: zeros).
+    #[serde(default)]
+    pub counters: LinkCountersJson,
+}
+
+/// A link's session counters, as `GET /peers` shows them; summed over
+/// every session, they are `/metrics`' `meshlog_sync_*_total`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LinkCountersJson {
+    /// Compaction statements offered to the peer in `Statement` frames.
+    pub statements_sent: u64,
+    /// Compaction statements the peer offered that this node refused
+    /// (no authority, or another history at the floor); a repeat is
+    /// counted without being judged again.
+    pub statements_refused: u64,
+    /// Frames of a kind this node does not know, skipped.
+    pub frames_skipped: u64,
+}
+
+/// A session's counters as `GET /peers` shows them.
+pub(crate) fn link_counters_json(session: &meshlog_sync::SessionState) -> LinkCountersJson {
+    LinkCountersJson {
+        statements_sent: session.statements_sent,
+        statements_refused: session.statements_refused,
+        frames_skipped: session.frames_skipped,
+    }
 }
 
 /// The most limits `GET /peers` lists per link: one is hit per stream
@@ -746,7 +773,10 @@ pub struct LinkLimitJson {
     /// `frozen` (its writer forked it), `unsealed` (it comes unsealed and
     /// this node requires seals), `statement_no_authority` (the peer's
     /// compaction statement for it is signed by a key this node does not
-    /// trust); `other` from a newer sync layer.
+    /// trust), `statement_refusals_max` (no stream: the peer offered
+    /// statements refused by more signers and streams than a session
+    /// remembers, 256, so each repeat of the others is judged again);
+    /// `other` from a newer sync layer.
     #[schema(example = "unsealed")]
     pub limit: String,
     /// What is not exchanged and which setting says so, for an operator.
@@ -764,6 +794,7 @@ pub(crate) fn link_limit_json(hit: &meshlog_sync::LimitHit) -> LinkLimitJson {
         LimitHit::Frozen { stream, .. } => (Some(stream), "frozen"),
         LimitHit::Unsealed { stream } => (Some(stream), "unsealed"),
         LimitHit::StatementNoAuthority { stream, .. } => (Some(stream), "statement_no_authority"),
+        LimitHit::StatementRefusalsMax { .. } => (None, "statement_refusals_max"),
         _ => (None, "other"),
     };
     LinkLimitJson {
@@ -817,6 +848,10 @@ fn limit_reason(hit: &meshlog_sync::LimitHit) -> String {
              the trust configuration does not trust to erase it",
             stream.get()
         ),
+        LimitHit::StatementRefusalsMax { limit } => format!(
+            "the peer offered compaction statements refused for no authority by more than {limit} \
+             (stream, signer) pairs this session: repeats of further ones each cost a commit round"
+        ),
         other => format!("{other:?}"),
     }
 }
@@ -856,6 +891,10 @@ pub struct InboundJson {
     /// How many limits its session hit, listed or not.
     #[serde(default)]
     pub limits_total: u64,
+    /// Its session's counters, as for a dialed peer
+    /// ([`PeerJson::counters`]).
+    #[serde(default)]
+    pub counters: LinkCountersJson,
 }
 
 /// `GET /peers`.

@@ -1,9 +1,12 @@
 //! Shared by the node's tests: an in-process node on a free port in a
 //! scratch directory, the built `meshlog` binary as a child process, and a
 //! small raw HTTP/1.1 client (so tests can also send what no real client
-//! would: half a request, a hostile token, too many connections).
+//! would: half a request, a hostile token, too many connections), and
+//! [`raw_peer::RawPeer`], a sync peer driven frame by frame.
 
 #![allow(dead_code)]
+
+pub mod raw_peer;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -259,6 +262,17 @@ pub async fn marks(addr: SocketAddr) -> Value {
     let response = get(addr, "/marks").await;
     assert_eq!(response.status, 200);
     response.json()
+}
+
+/// A counter's (or gauge's) value in `GET /metrics`, by its full name
+/// (`meshlog_pages_total`); fails if the node does not export it.
+pub async fn counter(addr: SocketAddr, name: &str) -> u64 {
+    let text = String::from_utf8(get(addr, "/metrics").await.body).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+        .parse()
+        .unwrap()
 }
 
 /// Waits, polling, until `check` holds; fails after [`DEADLINE`].

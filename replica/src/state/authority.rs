@@ -327,7 +327,8 @@ impl State {
     /// leaves it after the delta and the seal's base, where the chain hash
     /// at that floor is not known (the stream is unanchored there) and the
     /// base, chained through the held events and the round's up to the
-    /// seal, reaches the seal's hash. A later delta of the round is then
+    /// seal, reaches the seal's hash ([`State::base_reaches_seal`], the
+    /// rule the commit anchors by too). A later delta of the round is then
     /// judged on the chain from there ([`RoundIndex::anchors`]), as one by
     /// one it is judged on the chain the commit anchored.
     pub(super) fn seal_anchor(
@@ -343,10 +344,14 @@ impl State {
         if floor >= seal.seq || self.held_hash(stream, floor, round).ok()?.is_some() {
             return None;
         }
-        let reached = self
-            .hash_from(stream, (floor, base), seal.seq, round)
-            .ok()??;
-        (reached == seal.head).then_some((floor, base))
+        let planned = round
+            .events
+            .range((stream, floor)..=(stream, seal.seq))
+            .map(|(_, event)| event);
+        let held_head = self.log.head(stream);
+        self.base_reaches_seal(&seal, (floor, base), held_head, planned)
+            .ok()?
+            .map(|_| (floor, base))
     }
 }
 

@@ -225,10 +225,10 @@ impl State {
     }
 
     /// Anchors the sealed stream at its floor where it is unanchored and
-    /// the seal's `base` is proven there: chained from the base through
-    /// the held events above the floor (read back) and then the batch's,
-    /// it reaches the seal's hash at its seq. The seal's signature was
-    /// checked by the validator, so the base is the writer's `h(floor)`.
+    /// the seal's `base` is proven there ([`State::base_reaches_seal`],
+    /// the validator's rule: through the held events above the floor,
+    /// then the batch's). The seal's signature was checked by the
+    /// validator, so the base is the writer's `h(floor)`.
     fn anchor(
         &self,
         moving: &mut BTreeMap<StreamId, Moving>,
@@ -240,18 +240,13 @@ impl State {
             return Ok(());
         };
         let at = self.moving(moving, seal.stream, seals);
-        if at.chain.anchored || at.floor >= seal.seq {
+        if at.chain.anchored {
             return Ok(());
         }
-        let held = self.chain_through(seal.stream, base, at.floor, at.head.min(seal.seq))?;
-        let proven = if seal.seq <= at.head {
-            held == seal.head
-        } else {
-            proves_base(batch, held, at.head, &seal)
-        };
-        if proven {
-            let head_hash =
-                self.chain_through(seal.stream, held, seal.seq.min(at.head), at.head)?;
+        let batch_events = batch_events_of(batch, seal.stream);
+        let proven = self.base_reaches_seal(&seal, (at.floor, base), at.head, &batch_events)?;
+        if let Some((held_to, held)) = proven {
+            let head_hash = self.chain_through(seal.stream, held, held_to, at.head)?;
             at.chain = StreamChain {
                 floor_hash: base,
                 head_hash,
@@ -260,6 +255,41 @@ impl State {
             at.hashed = at.head;
         }
         Ok(())
+    }
+
+    /// Whether a seal's `base` proves its stream's chain at `floor`
+    /// (`docs/SIGNING.md`, "Unanchored streams"): chained from the base
+    /// through the stream's events held above `floor` (up to `held_head`)
+    /// and then through `above` (events past them that the round or batch
+    /// adds, in seq order; others are skipped), it reaches the seal's hash
+    /// at its seq. The one rule the validator ([`State::seal_anchor`]) and
+    /// the commit (`anchor`) both ask. Where it does, the last held seq
+    /// chained and the hash there. Fails only if reading held events fails.
+    pub(super) fn base_reaches_seal<'e>(
+        &self,
+        seal: &crate::Seal,
+        (floor, base): (u64, ChainHash),
+        held_head: u64,
+        above: impl IntoIterator<Item = &'e Event>,
+    ) -> Result<Option<(u64, ChainHash)>, ReplicaError> {
+        if floor >= seal.seq {
+            return Ok(None);
+        }
+        let held_to = held_head.min(seal.seq).max(floor);
+        let held = self.chain_through(seal.stream, base, floor, held_to)?;
+        let (mut seq, mut hash) = (held_to, held);
+        let above = above.into_iter();
+        for event in above.filter(|event| event.stream == seal.stream && event.seq > held_to) {
+            if seq >= seal.seq {
+                break;
+            }
+            if event.seq.checked_sub(1) != Some(seq) {
+                return Ok(None);
+            }
+            hash = hash.next(event);
+            seq = event.seq;
+        }
+        Ok((seq == seal.seq && hash == seal.head).then_some((held_to, held)))
     }
 
     /// Anchors each stream a round's accepted statement left unanchored
@@ -614,29 +644,19 @@ fn checked_seal(
         .then_some(first.head)
 }
 
-/// Whether `batch`'s events of the sealed stream, from `after + 1`, chain
-/// from `hash` (at `after`) to the seal's hash at its seq.
-fn proves_base(batch: &Batch, hash: ChainHash, after: u64, seal: &crate::Seal) -> bool {
-    let mut hash = hash;
-    let mut seq = after;
+/// The events of `stream` in `batch`, in order.
+fn batch_events_of(batch: &Batch, stream: StreamId) -> Vec<Event> {
+    let mut events = Vec::new();
     for part in batch.parts() {
-        let events: std::borrow::Cow<'_, [Event]> = match part {
-            BatchPart::Events(events) => events.into(),
-            BatchPart::Columns(run) if run.stream == seal.stream => run.to_events().into(),
-            BatchPart::Columns(_) => continue,
-        };
-        for event in events.iter().filter(|e| e.stream == seal.stream) {
-            if seq >= seal.seq {
-                break;
+        match part {
+            BatchPart::Events(part) => {
+                events.extend(part.iter().filter(|e| e.stream == stream).cloned());
             }
-            if event.seq.checked_sub(1) != Some(seq) {
-                return false;
-            }
-            hash = hash.next(event);
-            seq = event.seq;
+            BatchPart::Columns(run) if run.stream == stream => events.extend(run.to_events()),
+            BatchPart::Columns(_) => {}
         }
     }
-    seq == seal.seq && hash == seal.head
+    events
 }
 
 /// Raises `at`'s floor above its head to `floor_seq` through the events of

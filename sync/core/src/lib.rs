@@ -25,7 +25,7 @@
 //!   memory, to quiescence, at a time given by the caller.
 //! - `config`: [`SessionConfig`], the timing and limits of a session.
 //! - `state`: [`SessionState`], what a session knows of its peer and counts,
-//!   and [`LimitHit`], a limit it ran into.
+//!   [`LimitHit`], a limit it ran into, and [`STATEMENT_REFUSALS_MAX`].
 //! - `error`: [`ProtocolError`], why the core ends a session.
 //! - `routes`: [`Routes`], the table a replica's sessions share so that in
 //!   a mesh with cycles an event reaches it about once, and
@@ -53,4 +53,4 @@ pub use frame::{
 };
 pub use proto::{sync_once, SyncReport};
 pub use routes::{PeerDirection, Routes};
-pub use state::{LimitHit, SessionState};
+pub use state::{LimitHit, SessionState, STATEMENT_REFUSALS_MAX};

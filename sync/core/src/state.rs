@@ -70,9 +70,24 @@ pub struct SessionState {
     /// a peer past their floor; `docs/SIGNING.md`), each once a session.
     pub statements_sent: u64,
     /// Statements the peer offered that this replica grants no authority
-    /// (`StatementNoAuthority`): nothing erased, logged at `warn`.
+    /// (`StatementNoAuthority`) or whose chain hash is not its own
+    /// (`StatementHashMismatch`): nothing erased, the first of each logged
+    /// at `warn`. A statement whose `(stream, signer)` this session
+    /// already refused for no authority is counted here again without
+    /// being judged: no commit round, no log (at most
+    /// [`STATEMENT_REFUSALS_MAX`] pairs are remembered).
     pub statements_refused: u64,
 }
+
+/// The most `(stream, signer)` pairs a session remembers refusing a
+/// compaction statement for (no authority): a statement frame repeating
+/// one costs a lookup, not a commit round. An entry is 40 bytes, so at
+/// most 10 KiB a session. Past it a refused pair is not remembered (its
+/// repeats cost a commit round each, as before the memory), reported once
+/// as [`LimitHit::StatementRefusalsMax`] and logged once at `warn`. An
+/// honest peer offers each statement once a session, so only a peer that
+/// repeats refused statements by the hundred reaches it.
+pub const STATEMENT_REFUSALS_MAX: usize = 256;
 
 /// A limit a session ran into, and what it cannot exchange because of it.
 /// The session keeps exchanging what fits; each is logged once, at `warn`,
@@ -144,6 +159,14 @@ pub enum LimitHit {
         stream: StreamId,
         /// The floor the statement raises it to.
         floor: u64,
+    },
+    /// The peer offered statements refused for no authority, over
+    /// [`STATEMENT_REFUSALS_MAX`] `(stream, signer)` pairs of them in
+    /// this session: further pairs are not remembered, and each repeat
+    /// of one costs a commit round again. Reported once a session.
+    StatementRefusalsMax {
+        /// [`STATEMENT_REFUSALS_MAX`].
+        limit: usize,
     },
     /// One of our events is too large for a frame (our
     /// `payload_bytes_max` is above what a frame between us and this peer

@@ -2,7 +2,7 @@
 //! `handle_payload`, `handle_frame`, `poll_timeout`, each handing a frame
 //! to the module that owns its rule.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{StreamId, VersionVector};
@@ -82,6 +82,7 @@ impl Protocol {
                 claims_seen: 0,
                 refused: BTreeSet::new(),
                 behind: BTreeMap::new(),
+                refused_statements: HashSet::new(),
             },
             gossip: Default::default(),
         }
@@ -158,7 +159,7 @@ impl Protocol {
     /// apply: what [`sync_once`](super::sync_once) runs to.
     pub fn is_quiescent<L: LocalReplica>(&self, local: &L) -> bool {
         self.acks.applying.is_none()
-            && !self.acks.applying_statement
+            && self.acks.applying_statement.is_none()
             && !self.hello.hello_due
             && self.send.parts.is_empty()
             && (self.hello.peer.is_none()
@@ -319,7 +320,7 @@ impl Protocol {
         local: &L,
     ) -> Result<Received, ProtocolError> {
         debug_assert!(
-            self.acks.applying.is_none() && !self.acks.applying_statement,
+            self.acks.applying.is_none() && self.acks.applying_statement.is_none(),
             "a frame handed in before the delta was reported"
         );
         if let Incoming::Frame(Frame::Hello(hello)) = incoming {

@@ -326,8 +326,8 @@ impl Protocol {
         now: Instant,
         applied: Result<ApplyReport, ReplicaError>,
     ) -> Result<(), ProtocolError> {
-        if std::mem::take(&mut self.acks.applying_statement) {
-            return self.statement_applied(applied);
+        if let Some(offered) = self.acks.applying_statement.take() {
+            return self.statement_applied(offered, applied);
         }
         let number = self.acks.applying.take();
         let peer = self.hello.peer.unwrap_or(self.local);

@@ -4,7 +4,7 @@
 //! (deltas in flight, ranges the peer holds pending, streams asked quiet).
 //! A leaf: it imports nothing of its siblings, which each import from it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
@@ -297,8 +297,8 @@ pub(super) struct Acking {
     /// The number of a delta handed back to apply and not yet reported.
     pub(super) applying: Option<u64>,
     /// An offered statement handed back to apply and not yet reported
-    /// (`statements`).
-    pub(super) applying_statement: bool,
+    /// (`statements`): its stream and signer.
+    pub(super) applying_statement: Option<RefusedStatement>,
 }
 
 /// Marks both ways, numbered so that they travel as differences.
@@ -358,7 +358,18 @@ pub(super) struct Routing {
     /// filled or we hold nothing of it above our floor (the peer's floor
     /// is then taken as lost).
     pub(super) behind: BTreeMap<StreamId, u64>,
+    /// The `(stream, signer)` pairs of offered statements this replica
+    /// refused for no authority this session, at most
+    /// [`STATEMENT_REFUSALS_MAX`](crate::STATEMENT_REFUSALS_MAX): a
+    /// repeat is counted and dropped (`statements`). Authority depends on
+    /// the stream, the signer and the replica's trust alone, so a pair
+    /// refused once is refused again.
+    pub(super) refused_statements: HashSet<RefusedStatement>,
 }
+
+/// An offered statement's stream and signer (the key's 32 bytes: a
+/// decoded key is far larger), what its authority depends on.
+pub(super) type RefusedStatement = (StreamId, [u8; 32]);
 
 /// What this session knows and owes of checkpoints (its rules and bounds
 /// are `gossip`'s).

@@ -29,14 +29,23 @@
 //! ignored, and the session goes on: a mesh whose nodes trust differently
 //! keeps its links. Any other refusal (a bad signature, a hash that is not
 //! the receiver's) ends the session as in a delta.
+//!
+//! A refusal for no authority is remembered for the rest of the session
+//! by the statement's stream and signer (at most
+//! [`STATEMENT_REFUSALS_MAX`] pairs): authority depends on those and the
+//! replica's trust alone, so a peer that offers the same again (whatever
+//! its floor) has it counted and dropped at the cost of a lookup, with no
+//! commit round and no log. Otherwise a peer could make each repeat cost
+//! the receiver a commit round and two `warn` lines.
 
+use meshlog_cursor::StreamId;
 use meshlog_replica::{ApplyReport, DeltaColumns, DeltaError, ReplicaError, SignedCompaction};
 
 use crate::frame::Frame;
-use crate::ProtocolError;
+use crate::{LimitHit, ProtocolError, STATEMENT_REFUSALS_MAX};
 
 use super::refusals::refusal;
-use super::state::{LocalReplica, Protocol, Received};
+use super::state::{LocalReplica, Protocol, Received, RefusedStatement};
 
 impl Protocol {
     /// The next statement frame owed to the peer, if any: the first
@@ -88,13 +97,21 @@ impl Protocol {
 
     /// A statement the peer offered: handed back to apply as a delta of
     /// its floor and the statement alone, where this replica holds events
-    /// of the stream it would erase; else nothing.
+    /// of the stream it would erase; else nothing. One whose stream and
+    /// signer this session refused for no authority is counted refused
+    /// and dropped before anything is read.
     pub(super) fn on_statement<L: LocalReplica>(
         &mut self,
         signed: SignedCompaction,
         local: &L,
     ) -> Received {
         let stream = signed.statement.stream;
+        let offered = (stream, signed.signer.to_bytes());
+        if self.routing.refused_statements.contains(&offered) {
+            self.state.statements_refused += 1;
+            self.state_changed = true;
+            return Received::Nothing;
+        }
         let (marks, floor) = local.marks_and_floor();
         let erases = stream != self.local
             && floor.get(stream) < signed.statement.floor
@@ -106,16 +123,18 @@ impl Protocol {
         let mut columns =
             DeltaColumns::new([(stream, signed.statement.floor)].into_iter().collect());
         columns.floor_proofs.statements.push(signed);
-        self.acks.applying_statement = true;
+        self.acks.applying_statement = Some(offered);
         Received::Apply(columns)
     }
 
-    /// How applying an offered statement went: one this replica grants no
-    /// authority, or whose hash differs from the history held at its
+    /// How applying the offered statement of `offered` (its stream and
+    /// signer) went: one this replica grants no authority (remembered for
+    /// the session), or whose hash differs from the history held at its
     /// floor, is logged and ignored (the session goes on); any other
     /// refusal ends the session as in a delta.
     pub(super) fn statement_applied(
         &mut self,
+        offered: RefusedStatement,
         applied: Result<ApplyReport, ReplicaError>,
     ) -> Result<(), ProtocolError> {
         let peer = self.hello.peer.unwrap_or(self.local);
@@ -124,6 +143,7 @@ impl Protocol {
             Ok(_) => Ok(()),
             Err(ReplicaError::Delta(reason @ DeltaError::StatementNoAuthority { .. })) => {
                 self.state.statements_refused += 1;
+                self.remember_refused_statement(peer, offered);
                 tracing::warn!(
                     %peer,
                     %reason,
@@ -149,6 +169,31 @@ impl Protocol {
                 Ok(())
             }
             Err(source) => Err(refusal(peer, source)),
+        }
+    }
+
+    /// Remembers `offered` as refused for no authority for the rest of
+    /// the session, while fewer than [`STATEMENT_REFUSALS_MAX`] pairs are;
+    /// past that, reports [`LimitHit::StatementRefusalsMax`] once, logged
+    /// once at `warn`.
+    fn remember_refused_statement(&mut self, peer: StreamId, offered: RefusedStatement) {
+        let refused = &mut self.routing.refused_statements;
+        if refused.len() < STATEMENT_REFUSALS_MAX {
+            refused.insert(offered);
+            return;
+        }
+        let hit = LimitHit::StatementRefusalsMax {
+            limit: STATEMENT_REFUSALS_MAX,
+        };
+        if !self.state.limits.contains(&hit) {
+            tracing::warn!(
+                %peer,
+                limit = STATEMENT_REFUSALS_MAX,
+                "peer offered compaction statements refused for no authority by more than \
+                 {STATEMENT_REFUSALS_MAX} (stream, signer) pairs in this session: further \
+                 ones are not remembered, and each repeat costs a commit round"
+            );
+            self.state.limits.push(hit);
         }
     }
 }
