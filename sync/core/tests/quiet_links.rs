@@ -247,3 +247,160 @@ fn our_hello_says_we_skip_unknown_kinds_and_an_older_peer_reads_our_usual_limit(
     assert_eq!(ours.frame_bytes_max as usize, FRAME_BYTES_MAX + 1);
     assert_eq!(ours.frame_limit(), FRAME_BYTES_MAX);
 }
+
+/// A stream id spread over 64 bits, as a writer's key-derived id is (the
+/// varint of one is 9 or 10 bytes, as in a real mesh).
+fn spread(i: u64) -> StreamId {
+    StreamId::new((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1 << 63)
+}
+
+/// A replica of stream `own` holding `live` writers' streams (one event
+/// each) and `retired` writers' streams (three events each, compacted to
+/// their head: retired and compacted), and a checkpoint minted from its
+/// marks.
+fn churned(own: u64, live: u64, retired: u64) -> SharedReplica {
+    let replica = SharedReplica::in_memory(StreamId::new(own));
+    let event = |stream, seq| Event {
+        stream,
+        seq,
+        lamport: seq,
+        time_ms: 0,
+        payload: Bytes::from_static(b"w"),
+    };
+    let mut events: Vec<Event> = (0..live).map(|i| event(spread(i), 1)).collect();
+    for i in 0..retired {
+        events.extend((1..=3).map(|seq| event(spread(1_000_000 + i), seq)));
+    }
+    replica
+        .apply(Delta {
+            events,
+            ..Delta::default()
+        })
+        .unwrap();
+    let retired: VersionVector = (0..retired)
+        .map(|i| (spread(1_000_000 + i), 3))
+        .collect();
+    replica.compact(&retired).unwrap();
+    replica.mint_checkpoint(1_700_000_000_000).unwrap();
+    replica
+}
+
+/// What one link costs with `retired` retired, compacted writers beside
+/// 20 live ones, both sides holding the same: (the first hello's bytes,
+/// the bytes A sent besides its hello over the session's first ten ticks,
+/// an idle heartbeat's bytes, the bytes of the receipts after one live
+/// writer's event, the head token's characters).
+fn link_costs(retired: u64) -> (u64, u64, u64, u64, u64) {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    a.replica = churned(1, 20, retired);
+    b.replica = churned(2, 20, retired);
+    let hello = a.core.poll_transmit(now, &a.replica).unwrap().unwrap();
+    assert_eq!(frame::decode(&hello).unwrap().kind(), "hello");
+    let hello_bytes = hello.len() as u64;
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now);
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now);
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 10, &mut a, &mut b);
+    let opening = a.sent.values().map(|(_, bytes)| bytes).sum::<u64>() - a.count("hello").1;
+    let before = a.count("heartbeat");
+    run_ticks(&mut now, 2, &mut a, &mut b);
+    let idle = a.count("heartbeat").1 - before.1;
+    assert_eq!(a.count("heartbeat").0 - before.0, 1, "{:?}", a.sent);
+    // A live writer's event, from B: A receives it, acks and reports it.
+    let live = spread(0);
+    let moved = Delta {
+        events: vec![Event {
+            stream: live,
+            seq: 2,
+            lamport: 2,
+            time_ms: 0,
+            payload: Bytes::from_static(b"w"),
+        }],
+        ..Delta::default()
+    };
+    b.replica.apply(moved).unwrap();
+    let before = a.count("heartbeat").1 + a.count("ack").1 + a.count("bare ack").1;
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 3, &mut a, &mut b);
+    assert_eq!(a.replica.marks().get(live), 2);
+    let receipts = a.count("heartbeat").1 + a.count("ack").1 + a.count("bare ack").1 - before;
+    let token = a.replica.token(&a.replica.marks()).unwrap().len() as u64;
+    (hello_bytes, opening, idle, receipts, token)
+}
+
+/// Issue 27's writer churn, measured: what a retired writer costs once
+/// compacted, per hello, per session opening (the frames after the
+/// hello), per heartbeat and receipt, and per head token, as the bytes at
+/// 400 retired writers less those at 200 (20 live writers either way; a
+/// vector's count is a 2-byte varint at both).
+///
+/// Heartbeats and receipts carry marks as differences, and a head token
+/// is a checkpoint's name and differences, so neither grows. A session's
+/// first receipt carried the whole marks (a difference from nothing, as
+/// if the peer held no hello of ours): 11 bytes a retired writer a
+/// session, now a difference from the hello's marks. The hello carries
+/// the whole marks and floor: each retired writer costs its stream id and
+/// seq twice in every hello (`docs/PROTOCOL.md`, "Hello"; the design that
+/// removes it: "A hello against a checkpoint"). That figure is the one
+/// left to bring to 0.
+#[test]
+fn a_retired_compacted_writer_costs_nothing_per_receipt_or_token_and_22_bytes_per_hello() {
+    let none = link_costs(200);
+    let many = link_costs(400);
+    let names = "hello, opening, idle heartbeat, receipts, token";
+    println!("retired 200: {names} = {none:?}");
+    println!("retired 400: {names} = {many:?}");
+    assert_eq!(many.1, none.1, "the session's opening grew");
+    assert_eq!(many.2, none.2, "an idle heartbeat grew");
+    assert_eq!(many.3, none.3, "the receipts of one event grew");
+    assert_eq!(many.4, none.4, "the head token grew");
+    // Per retired writer: a 10-byte stream id and a 1-byte seq, in the
+    // marks and again in the floor (no retired writer: 233 bytes).
+    assert_eq!(many.0 - none.0, 200 * 2 * (10 + 1));
+}
+
+/// The cause of the simulator's first quiet minute (141 KB a link at
+/// 8,641 streams, `docs/BENCHMARKS.md`): a receipt reports every stream
+/// whose mark moved since the marks the peer last said it holds, even
+/// those the peer itself delivered (its deltas were acknowledged, so it
+/// knows). After writes stop, the first receipts each way carry about
+/// every stream written in the last tick, whichever link brought it:
+/// here, A's receipts after B delivered 300 streams carry all 300 back
+/// to B.
+#[test]
+fn a_receipt_echoes_the_streams_the_peers_own_deltas_moved() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 5, &mut a, &mut b);
+    b.replica.apply(many_writers()).unwrap();
+    let mut echoed = VersionVector::new();
+    loop {
+        let moved = carry(now, &mut b, &mut a);
+        while let Some(bytes) = a.core.poll_transmit(now, &a.replica).unwrap() {
+            if let Ok(Frame::Ack(receipt) | Frame::Heartbeat(receipt)) = frame::decode(&bytes) {
+                echoed.join(&receipt.marks.changes);
+            }
+            let payload = &bytes[LENGTH_PREFIX_BYTES..];
+            if let Received::Apply(columns) = b.core.handle_payload(now, payload, &b.replica).unwrap()
+            {
+                let applied = b.replica.apply_columns(columns);
+                b.core.handle_applied(now, applied).unwrap();
+            }
+        }
+        if !moved {
+            if echoed.len() > 1 || now.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+            now += Duration::from_secs(1);
+            a.core.handle_timeout(now).unwrap();
+            b.core.handle_timeout(now).unwrap();
+        }
+    }
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    let delivered = (100..400u64).filter(|&s| echoed.get(StreamId::new(s)) == 1);
+    assert_eq!(delivered.count(), 300, "echoed back: {}", echoed.len());
+}
