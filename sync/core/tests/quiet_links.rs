@@ -277,9 +277,7 @@ fn churned(own: u64, live: u64, retired: u64) -> SharedReplica {
             ..Delta::default()
         })
         .unwrap();
-    let retired: VersionVector = (0..retired)
-        .map(|i| (spread(1_000_000 + i), 3))
-        .collect();
+    let retired: VersionVector = (0..retired).map(|i| (spread(1_000_000 + i), 3)).collect();
     replica.compact(&retired).unwrap();
     replica.mint_checkpoint(1_700_000_000_000).unwrap();
     replica
@@ -385,7 +383,8 @@ fn a_receipt_echoes_the_streams_the_peers_own_deltas_moved() {
                 echoed.join(&receipt.marks.changes);
             }
             let payload = &bytes[LENGTH_PREFIX_BYTES..];
-            if let Received::Apply(columns) = b.core.handle_payload(now, payload, &b.replica).unwrap()
+            if let Received::Apply(columns) =
+                b.core.handle_payload(now, payload, &b.replica).unwrap()
             {
                 let applied = b.replica.apply_columns(columns);
                 b.core.handle_applied(now, applied).unwrap();

@@ -35,6 +35,8 @@
 //! - the cancel-safe reader of whole frames from a tokio byte stream,
 //!   `FrameReader`, is not here: it does I/O, so it lives in the driver
 //!   crate (`meshlog_sync::frame::FrameReader`), on [`peek_len`].
+//! - `against`: [`HelloAgainst`], a hello written against a checkpoint,
+//!   and the pure functions that write and rebuild it.
 //! - `error`: [`FrameError`], the one error every part returns.
 //!
 //! Each file keeps its unit tests; the tests of the format as a whole (every
@@ -91,12 +93,14 @@ use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{CheckpointName, StreamId, VersionVector};
 use meshlog_replica::Delta;
 
+mod against;
 mod envelope;
 mod error;
 mod event_runs;
 mod repr;
 mod sections;
 
+pub use against::HelloAgainst;
 pub(crate) use envelope::encode_delta_columns_limited;
 pub use envelope::{
     decode, decode_incoming, decode_payload, decode_payload_limited, encode, encode_limited,
@@ -168,6 +172,7 @@ mod tag {
     pub const CHECKPOINT: u32 = 6;
     pub const CHECKPOINT_WANT: u32 = 7;
     pub const STATEMENT: u32 = 8;
+    pub const HELLO_AGAINST: u32 = 9;
 }
 
 /// One message between two replicas.
@@ -237,12 +242,19 @@ pub enum Frame {
     /// and sent once per session and statement, only to a peer whose
     /// hello says it skips kinds it does not know.
     Statement(meshlog_replica::SignedCompaction),
+    /// A hello whose marks and floor are written against a checkpoint
+    /// (`docs/PROTOCOL.md`, "A hello against a checkpoint"): a writer
+    /// retired and compacted before it costs nothing. Decoded, checked
+    /// and expanded ([`HelloAgainst::expand`]); no session sends one yet,
+    /// and a session that receives one skips it as a kind it does not
+    /// take.
+    HelloAgainst(HelloAgainst),
 }
 
 impl Frame {
     /// The frame's kind, for logs and errors: `hello`, `delta`, `ack`,
-    /// `heartbeat`, `routes`, `bare ack`, `checkpoint`, `checkpoint want`
-    /// or `statement`.
+    /// `heartbeat`, `routes`, `bare ack`, `checkpoint`, `checkpoint want`,
+    /// `statement` or `hello against`.
     pub fn kind(&self) -> &'static str {
         match self {
             Frame::Hello(_) => "hello",
@@ -254,6 +266,7 @@ impl Frame {
             Frame::Checkpoint(_) => "checkpoint",
             Frame::CheckpointWant(_) => "checkpoint want",
             Frame::Statement(_) => "statement",
+            Frame::HelloAgainst(_) => "hello against",
         }
     }
 
@@ -459,6 +472,15 @@ mod tests {
             }),
             Frame::CheckpointWant(CheckpointName::from_bytes([7; 16])),
             statement_frame_example(),
+            Frame::HelloAgainst(HelloAgainst {
+                protocol: PROTOCOL_VERSION,
+                stream: StreamId::new(u64::MAX),
+                frame_bytes_max: u32::MAX,
+                base: CheckpointName::from_bytes([0x11; 16]),
+                marks: vv(&[(2, 5), (u64::MAX, u64::MAX)]),
+                unfolded: vec![StreamId::new(3), StreamId::new(4)],
+                floor: vv(&[(3, 2), (u64::MAX, 1)]),
+            }),
         ]
     }
 

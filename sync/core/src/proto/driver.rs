@@ -326,6 +326,12 @@ impl Protocol {
             self.on_hello(hello, local)?;
             return Ok(Received::Nothing);
         }
+        if let Incoming::Frame(Frame::HelloAgainst(_)) = incoming {
+            // Not taken yet: this build announces no such capability, so
+            // no peer sends one; skipped as a kind this side does not take.
+            self.state.frames_skipped += 1;
+            return Ok(Received::Nothing);
+        }
         // Only a peer that has our hello sends anything else.
         if !self.hello.peer_has_our_hello {
             self.hello.peer_has_our_hello = true;

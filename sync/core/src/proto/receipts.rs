@@ -164,7 +164,8 @@ impl Protocol {
             Frame::Hello(_)
             | Frame::Checkpoint(_)
             | Frame::CheckpointWant(_)
-            | Frame::Statement(_) => {
+            | Frame::Statement(_)
+            | Frame::HelloAgainst(_) => {
                 unreachable!("handled by the driver")
             }
         }
