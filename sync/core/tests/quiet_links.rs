@@ -8,7 +8,13 @@
 //! - a frame of a kind this side does not know is skipped and counted, and
 //!   the session goes on and converges;
 //! - a peer whose hello does not say it skips unknown kinds (a build before
-//!   the flag) gets no checkpoint frame; one whose hello says so does.
+//!   the flag) gets no checkpoint frame; one whose hello says so does;
+//! - writer churn (issue 27): what a retired, compacted writer costs per
+//!   hello, per session opening, per heartbeat and receipt, and per head
+//!   token; the accepting side's hello against a checkpoint, fetched by a
+//!   dialer that lacks it, and whole to a dialer that does not read one;
+//! - what a receipt echoes back (the simulator's first quiet minute), and
+//!   a lost routes frame asking a stream loud, asked again.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,7 +26,7 @@ use meshlog_sync_core::frame::{
     self, Frame, Hello, HELLO_SKIPS_UNKNOWN_KINDS, LENGTH_PREFIX_BYTES,
 };
 use meshlog_sync_core::proto::{Protocol, Received};
-use meshlog_sync_core::{SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 
 /// One side of a link: its replica, its core, and what it sent, by kind.
 struct Side {
@@ -244,7 +250,9 @@ fn our_hello_says_we_skip_unknown_kinds_and_an_older_peer_reads_our_usual_limit(
         panic!("the first frame is the hello");
     };
     assert!(ours.skips_unknown_kinds());
-    assert_eq!(ours.frame_bytes_max as usize, FRAME_BYTES_MAX + 1);
+    assert!(ours.takes_hello_against());
+    // An older peer reads the two flag bits as a limit 3 bytes larger.
+    assert_eq!(ours.frame_bytes_max as usize, FRAME_BYTES_MAX + 3);
     assert_eq!(ours.frame_limit(), FRAME_BYTES_MAX);
 }
 
@@ -284,22 +292,28 @@ fn churned(own: u64, live: u64, retired: u64) -> SharedReplica {
 }
 
 /// What one link costs with `retired` retired, compacted writers beside
-/// 20 live ones, both sides holding the same: (the first hello's bytes,
-/// the bytes A sent besides its hello over the session's first ten ticks,
-/// an idle heartbeat's bytes, the bytes of the receipts after one live
-/// writer's event, the head token's characters).
-fn link_costs(retired: u64) -> (u64, u64, u64, u64, u64) {
+/// 20 live ones, both sides holding the same: (the dialer's and the
+/// acceptor's hello bytes, the bytes A sent besides its hello over the
+/// session's first ten ticks, an idle heartbeat's bytes, the bytes of the
+/// receipts after one live writer's event, the head token's characters).
+fn link_costs(retired: u64) -> ((u64, u64), u64, u64, u64, u64) {
     let mut now = Instant::now();
     let mut a = Side::new(1, now);
     let mut b = Side::new(2, now);
     a.replica = churned(1, 20, retired);
     b.replica = churned(2, 20, retired);
-    let hello = a.core.poll_transmit(now, &a.replica).unwrap().unwrap();
-    assert_eq!(frame::decode(&hello).unwrap().kind(), "hello");
-    let hello_bytes = hello.len() as u64;
-    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now);
-    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now);
+    // A dials, B accepts: B answers A's hello with its own against the
+    // checkpoint both keep.
+    let routes = (Routes::new(), Routes::new());
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.0, PeerDirection::Outbound);
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.1, PeerDirection::Inbound);
+    assert_eq!(b.core.poll_transmit(now, &b.replica).unwrap(), None);
     settle(now, &mut a, &mut b);
+    assert_eq!(b.count("hello"), (0, 0));
+    assert_eq!(b.count("hello against").0, 1);
+    let hello_bytes = (a.count("hello").1, b.count("hello against").1);
     run_ticks(&mut now, 10, &mut a, &mut b);
     let opening = a.sent.values().map(|(_, bytes)| bytes).sum::<u64>() - a.count("hello").1;
     let before = a.count("heartbeat");
@@ -338,13 +352,14 @@ fn link_costs(retired: u64) -> (u64, u64, u64, u64, u64) {
 /// is a checkpoint's name and differences, so neither grows. A session's
 /// first receipt carried the whole marks (a difference from nothing, as
 /// if the peer held no hello of ours): 11 bytes a retired writer a
-/// session, now a difference from the hello's marks. The hello carries
-/// the whole marks and floor: each retired writer costs its stream id and
-/// seq twice in every hello (`docs/PROTOCOL.md`, "Hello"; the design that
-/// removes it: "A hello against a checkpoint"). That figure is the one
-/// left to bring to 0.
+/// session, now a difference from the hello's marks. A hello carries the
+/// whole marks and floor: each retired writer costs its stream id and seq
+/// twice in it. The accepting side's hello now goes against a checkpoint
+/// (`docs/PROTOCOL.md`, "A hello against a checkpoint"), where a retired
+/// writer costs nothing; the dialer's goes whole (it speaks first, to a
+/// peer that may be of an older build).
 #[test]
-fn a_retired_compacted_writer_costs_nothing_per_receipt_or_token_and_22_bytes_per_hello() {
+fn a_retired_compacted_writer_costs_nothing_but_in_the_dialers_hello() {
     let none = link_costs(200);
     let many = link_costs(400);
     let names = "hello, opening, idle heartbeat, receipts, token";
@@ -355,8 +370,10 @@ fn a_retired_compacted_writer_costs_nothing_per_receipt_or_token_and_22_bytes_pe
     assert_eq!(many.3, none.3, "the receipts of one event grew");
     assert_eq!(many.4, none.4, "the head token grew");
     // Per retired writer: a 10-byte stream id and a 1-byte seq, in the
-    // marks and again in the floor (no retired writer: 233 bytes).
-    assert_eq!(many.0 - none.0, 200 * 2 * (10 + 1));
+    // marks and again in the floor of the dialer's hello (no retired
+    // writer: 233 bytes); nothing in the acceptor's.
+    assert_eq!(many.0 .0 - none.0 .0, 200 * 2 * (10 + 1));
+    assert_eq!(many.0 .1, none.0 .1, "the acceptor's hello grew");
 }
 
 /// The cause of the simulator's first quiet minute (141 KB a link at
@@ -402,4 +419,120 @@ fn a_receipt_echoes_the_streams_the_peers_own_deltas_moved() {
     assert_eq!(a.replica.digest(), b.replica.digest());
     let delivered = (100..400u64).filter(|&s| echoed.get(StreamId::new(s)) == 1);
     assert_eq!(delivered.count(), 300, "echoed back: {}", echoed.len());
+}
+
+/// A dialer that does not keep the checkpoint the acceptor's hello was
+/// written against asks for it by name, keeps it (checked against its
+/// name), takes the hello, and the session converges as any does.
+#[test]
+fn a_hello_against_a_checkpoint_the_dialer_lacks_is_fetched_and_taken() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    b.replica = churned(2, 20, 300);
+    a.replica.append(&b"from a"[..]).unwrap();
+    let routes = (Routes::new(), Routes::new());
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.0, PeerDirection::Outbound);
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.1, PeerDirection::Inbound);
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 3, &mut a, &mut b);
+    assert_eq!(b.count("hello against").0, 1, "{:?}", b.sent);
+    assert_eq!(a.count("checkpoint want").0, 1, "{:?}", a.sent);
+    assert!(b.count("checkpoint").0 >= 1, "{:?}", b.sent);
+    let base = b.replica.checkpoint_names()[0];
+    assert!(a.replica.checkpoint(base).is_some());
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    assert_eq!(a.replica.floor(), b.replica.floor());
+}
+
+/// A dialer whose hello does not say it reads a hello against a
+/// checkpoint (an older build, or checkpoints off) gets a whole hello.
+#[test]
+fn a_dialer_that_does_not_read_a_hello_against_a_checkpoint_gets_a_whole_one() {
+    let now = Instant::now();
+    let b = churned(2, 20, 300);
+    let mut core = Protocol::new(b.stream(), SessionConfig::default(), now)
+        .with_routes(&Routes::new(), PeerDirection::Inbound);
+    assert_eq!(core.poll_transmit(now, &b).unwrap(), None);
+    let older = hello(FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS);
+    assert!(!older.takes_hello_against());
+    assert_eq!(
+        core.handle_frame(now, Frame::Hello(older), &b).unwrap(),
+        Received::Nothing
+    );
+    let bytes = core.poll_transmit(now, &b).unwrap().unwrap();
+    let Frame::Hello(ours) = frame::decode(&bytes).unwrap() else {
+        panic!("a whole hello");
+    };
+    assert_eq!(ours.marks, b.marks());
+    assert_eq!(ours.floor, b.floor());
+}
+
+/// Carries every frame `from` has for `to` but routes frames, which are
+/// lost; whether any moved.
+fn carry_losing_routes(now: Instant, from: &mut Side, to: &mut Side) -> bool {
+    let mut moved = false;
+    while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
+        moved = true;
+        let payload = &bytes[LENGTH_PREFIX_BYTES..];
+        if frame::decode_payload(payload).unwrap().kind() == "routes" {
+            continue;
+        }
+        if let Received::Apply(columns) = to.core.handle_payload(now, payload, &to.replica).unwrap()
+        {
+            let applied = to.replica.apply_columns(columns);
+            to.core.handle_applied(now, applied).unwrap();
+        }
+    }
+    moved
+}
+
+/// Regression (found by `sync/tests/convergence.rs`, seed
+/// 11469765292980228007, once an accepting side began to wait for the
+/// dialer's hello): a routes frame asking a stream loud again was sent
+/// once, so when it was lost the peer kept the stream quiet for the
+/// session, and a stream only the peer held (its own, written while it was
+/// cut off) never came. Now a stream the peer's marks show ahead of ours
+/// for longer than the lag allowed, not asked quiet, is asked loud again.
+#[test]
+fn a_lost_loud_is_asked_again_and_the_stream_comes() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    let mut c = Side::new(3, now);
+    let b_routes = Routes::new();
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&Routes::new(), PeerDirection::Outbound);
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&b_routes, PeerDirection::Inbound);
+    // B's second session, with C, shares B's table.
+    let mut b_to_c = Side::new(2, now);
+    b_to_c.replica = b.replica.clone();
+    b_to_c.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&b_routes, PeerDirection::Outbound);
+    settle(now, &mut a, &mut b);
+    settle(now, &mut c, &mut b_to_c);
+    // A's stream reaches B through C first: B asks A quiet for it.
+    let first = a.replica.append(&b"one"[..]).unwrap();
+    c.replica
+        .apply(Delta {
+            events: vec![first],
+            ..Delta::default()
+        })
+        .unwrap();
+    settle(now, &mut c, &mut b_to_c);
+    settle(now, &mut a, &mut b);
+    assert_eq!(b.core.state().peer_quiet_streams, 0);
+    assert_eq!(a.core.state().peer_quiet_streams, 1, "B asked A quiet");
+    // C's session ends: B asks A loud again, and that frame is lost.
+    drop(b_to_c);
+    while carry_losing_routes(now, &mut b, &mut a) | carry(now, &mut a, &mut b) {}
+    assert_eq!(a.core.state().peer_quiet_streams, 1, "the loud was lost");
+    // A writes; only A holds it. Within a few ticks B asks loud again.
+    a.replica.append(&b"two"[..]).unwrap();
+    run_ticks(&mut now, 10, &mut a, &mut b);
+    assert_eq!(a.core.state().peer_quiet_streams, 0);
+    assert_eq!(b.replica.marks().get(StreamId::new(1)), 2);
 }

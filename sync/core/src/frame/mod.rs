@@ -244,10 +244,9 @@ pub enum Frame {
     Statement(meshlog_replica::SignedCompaction),
     /// A hello whose marks and floor are written against a checkpoint
     /// (`docs/PROTOCOL.md`, "A hello against a checkpoint"): a writer
-    /// retired and compacted before it costs nothing. Decoded, checked
-    /// and expanded ([`HelloAgainst::expand`]); no session sends one yet,
-    /// and a session that receives one skips it as a kind it does not
-    /// take.
+    /// retired and compacted before it costs nothing. Sent only to a peer
+    /// whose hello says it reads one ([`Hello::takes_hello_against`]),
+    /// in place of a [`Frame::Hello`].
     HelloAgainst(HelloAgainst),
 }
 
@@ -378,6 +377,19 @@ pub struct Hello {
 /// every power of two are even).
 pub const HELLO_SKIPS_UNKNOWN_KINDS: u32 = 1;
 
+/// The second-lowest bit of a hello's `frame_bytes_max`: set, the sender
+/// reads a hello against a checkpoint ([`HelloAgainst`], kind 9), asking
+/// for the checkpoint by name if it does not keep it. So a peer that
+/// reads the hello first may answer with its own against a checkpoint.
+///
+/// In the same field as [`HELLO_SKIPS_UNKNOWN_KINDS`], for the same
+/// reason: an older peer reads it as a limit two bytes larger, and a
+/// side counts the limit without both bits ([`Hello::frame_limit`]). A
+/// peer of an older build whose configured limit has this bit set looks
+/// as if it read one (the node's default and every power of two from 4
+/// up do not).
+pub const HELLO_TAKES_HELLO_AGAINST: u32 = 2;
+
 impl Hello {
     /// Whether the sender skips frame kinds it does not know
     /// ([`HELLO_SKIPS_UNKNOWN_KINDS`]): then a kind it may not know
@@ -387,10 +399,17 @@ impl Hello {
         self.frame_bytes_max & HELLO_SKIPS_UNKNOWN_KINDS != 0
     }
 
+    /// Whether the sender reads a hello against a checkpoint
+    /// ([`HELLO_TAKES_HELLO_AGAINST`]): then a side that has its hello
+    /// may answer with one.
+    pub fn takes_hello_against(&self) -> bool {
+        self.frame_bytes_max & HELLO_TAKES_HELLO_AGAINST != 0
+    }
+
     /// The largest frame payload to send the sender: its announced limit
-    /// without the flag bit.
+    /// without the flag bits.
     pub fn frame_limit(&self) -> usize {
-        (self.frame_bytes_max & !HELLO_SKIPS_UNKNOWN_KINDS) as usize
+        (self.frame_bytes_max & !(HELLO_SKIPS_UNKNOWN_KINDS | HELLO_TAKES_HELLO_AGAINST)) as usize
     }
 }
 
