@@ -359,7 +359,8 @@ pub struct Hello {
     /// (a hello announcing less is malformed). Each side sends frames up
     /// to the smaller of both sides' limits ([`Hello::frame_limit`]).
     /// Its lowest bit is [`HELLO_SKIPS_UNKNOWN_KINDS`]: set, the sender
-    /// skips frame kinds it does not know.
+    /// skips frame kinds it does not know; its second is
+    /// [`HELLO_TAKES_HELLO_AGAINST`]: set, it reads a [`HelloAgainst`].
     pub frame_bytes_max: u32,
 }
 
