@@ -536,3 +536,67 @@ fn a_lost_loud_is_asked_again_and_the_stream_comes() {
     assert_eq!(a.core.state().peer_quiet_streams, 0);
     assert_eq!(b.replica.marks().get(StreamId::new(1)), 2);
 }
+
+/// Carries every frame `from` has for `to` but the first `lose` frames of
+/// kind `kind`, which are lost; whether any moved.
+fn carry_losing(now: Instant, from: &mut Side, to: &mut Side, kind: &str, lose: &mut u32) -> bool {
+    let mut moved = false;
+    while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
+        moved = true;
+        let payload = &bytes[LENGTH_PREFIX_BYTES..];
+        let decoded = frame::decode_payload_limited(payload, 8 << 20).unwrap();
+        *from.sent.entry(decoded.kind()).or_default() = (1, 0);
+        if decoded.kind() == kind && *lose > 0 {
+            *lose -= 1;
+            continue;
+        }
+        match to.core.handle_payload(now, payload, &to.replica).unwrap() {
+            Received::Apply(columns) => {
+                let applied = to.replica.apply_columns(columns);
+                to.core.handle_applied(now, applied).unwrap();
+            }
+            Received::Checkpoint(checkpoint) => {
+                to.replica.keep_checkpoint(checkpoint).unwrap();
+            }
+            Received::Nothing => {}
+        }
+    }
+    moved
+}
+
+/// The ask for the checkpoint a hello was written against, or its
+/// answer, may be lost: the dialer asks again when the hello comes again
+/// (a lost ask: the acceptor re-sends its hello at the tick) or at the
+/// next tick (a lost answer, the acceptor having seen the ask), and the
+/// session comes up and converges.
+#[test]
+fn a_lost_ask_or_answer_for_the_hellos_checkpoint_is_asked_again() {
+    for lost in ["checkpoint want", "checkpoint"] {
+        let mut now = Instant::now();
+        let mut a = Side::new(1, now);
+        let mut b = Side::new(2, now);
+        b.replica = churned(2, 20, 300);
+        a.replica.append(&b"from a"[..]).unwrap();
+        a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+            .with_routes(&Routes::new(), PeerDirection::Outbound);
+        b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+            .with_routes(&Routes::new(), PeerDirection::Inbound);
+        let (mut from_a, mut from_b) = (u32::from(lost == "checkpoint want"), 0);
+        if lost == "checkpoint" {
+            // The gossip of it after the hello, and the answer to the ask.
+            from_b = 2;
+        }
+        for _ in 0..5 {
+            while carry_losing(now, &mut a, &mut b, lost, &mut from_a)
+                | carry_losing(now, &mut b, &mut a, lost, &mut from_b)
+            {}
+            now += Duration::from_secs(1);
+            a.core.handle_timeout(now).expect("a keeps the link");
+            b.core.handle_timeout(now).expect("b keeps the link");
+        }
+        assert_eq!((from_a, from_b), (0, 0), "{lost}: the loss happened");
+        assert!(b.sent.contains_key("hello against"), "{lost}: {:?}", b.sent);
+        assert_eq!(a.replica.digest(), b.replica.digest(), "{lost}");
+        assert_eq!(a.replica.floor(), b.replica.floor(), "{lost}");
+    }
+}

@@ -38,7 +38,7 @@ impl Protocol {
     }
 
     /// `hello` against the newest checkpoint the replica keeps that its
-    /// marks dominate, if that writes fewer entries than the whole hello
+    /// marks dominate, if that takes fewer bytes than the whole hello
     /// (then the checkpoint is kept for the session, to answer the peer's
     /// ask for it).
     fn against<L: LocalReplica>(&mut self, hello: &Hello, local: &L) -> Option<HelloAgainst> {
@@ -48,8 +48,9 @@ impl Protocol {
             .rev()
             .filter_map(|&name| local.checkpoint(name))
             .find_map(|base| HelloAgainst::new(hello, &base).map(|against| (base, against)))?;
-        let written = against.marks.len() + against.unfolded.len() + against.floor.len();
-        if written >= hello.marks.len() + hello.floor.len() {
+        let bytes = |frame: Frame| frame::encode_payload(&frame).map_or(usize::MAX, |b| b.len());
+        let against_bytes = bytes(Frame::HelloAgainst(against.clone()));
+        if against_bytes >= bytes(Frame::Hello(hello.clone())) {
             return None;
         }
         self.hello.against_base = Some(base);
