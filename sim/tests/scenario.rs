@@ -69,7 +69,11 @@ fn schedules(default: usize) -> usize {
 
 #[test]
 fn a_faulty_mesh_of_20_replicas_and_200_writers_converges_and_walks_exactly_once() {
-    let seed = seed::replay_or(0x5e4_0027);
+    // Retuned from 0x5e4_0027 when an accepting side began to wait for
+    // the dialer's hello and a lost loud began to be asked again (every
+    // later draw moved; that seed's run held every invariant but met no
+    // read timeout).
+    let seed = seed::replay_or(0x5e4_002a);
     seed::with_seed("mesh_20x200", seed, |seed| {
         let (_, figures) = ci_scenario(seed, 20, 200)
             .run()

@@ -237,6 +237,9 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
                 "refusing a peer that speaks sync protocol version {theirs}: this side speaks \
                  version {ours}; upgrade the older side"
             );
+            // An accepting side that waited for the dialer's hello has
+            // its own due now (the core made it so): queue it.
+            let _ = driver.fill();
             driver.flush_out().await;
         }
         let peer = driver.protocol.peer().map(|p| p.to_string());

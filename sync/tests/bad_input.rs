@@ -176,14 +176,14 @@ fn garbage_is_disconnected() {
 #[test]
 fn an_oversized_frame_is_refused_by_its_prefix_alone() {
     // Only the prefix is sent: the session must not wait for 4 MiB to come.
-    // (A side reads one byte more than the default limit: what its hello
-    // announces, the limit with its lowest bit set as a flag.)
-    let prefix = ((FRAME_BYTES_MAX + 2) as u32).to_le_bytes().to_vec();
+    // (A side reads three bytes more than the default limit: what its
+    // hello announces, the limit with its two lowest bits set as flags.)
+    let prefix = ((FRAME_BYTES_MAX + 4) as u32).to_le_bytes().to_vec();
     refused(
         prefix,
         false,
         "exceeds the maximum",
-        |e| matches!(e, SessionError::Core(ProtocolError::Frame(FrameError::TooLarge { len, .. })) if *len == FRAME_BYTES_MAX + 2),
+        |e| matches!(e, SessionError::Core(ProtocolError::Frame(FrameError::TooLarge { len, .. })) if *len == FRAME_BYTES_MAX + 4),
     );
 }
 

@@ -130,6 +130,15 @@ fn valid_frames() -> Vec<Frame> {
         }),
         Frame::BareAck(300),
         sealed_delta(),
+        Frame::HelloAgainst(frame::HelloAgainst {
+            protocol: PROTOCOL_VERSION,
+            stream: StreamId::new(0xb),
+            frame_bytes_max: FRAME_BYTES_MAX as u32 | 1,
+            base: meshlog_cursor::CheckpointName::from_bytes([0x11; 16]),
+            marks: vv(&[(1, 9), (u64::MAX, 2)]),
+            unfolded: vec![StreamId::new(2), StreamId::new(300)],
+            floor: vv(&[(1, 2), (2, 1)]),
+        }),
     ]
 }
 
@@ -621,8 +630,8 @@ fn hand_made_inputs_give_their_typed_errors() {
         ),
         // Kinds 6 and 7 are the checkpoint frames, 8 the statement: 9 is
         // the first unknown.
-        ("unknown kind", vec![1, 9], |o| {
-            matches!(o.errors[..], [FrameError::UnknownKind { tag: 9, .. }])
+        ("unknown kind", vec![1, 10], |o| {
+            matches!(o.errors[..], [FrameError::UnknownKind { tag: 10, .. }])
         }),
         ("statement frame without its statement", vec![1, 8], |o| {
             matches!(

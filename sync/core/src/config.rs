@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::frame::{FRAME_BYTES_CEILING, FRAME_BYTES_MAX, HELLO_SKIPS_UNKNOWN_KINDS};
+use crate::frame::{
+    FRAME_BYTES_CEILING, FRAME_BYTES_MAX, HELLO_SKIPS_UNKNOWN_KINDS, HELLO_TAKES_HELLO_AGAINST,
+};
 // Named by the docs only.
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
@@ -130,7 +132,16 @@ impl SessionConfig {
     /// ([`HELLO_SKIPS_UNKNOWN_KINDS`]), so one byte more when the limit is
     /// even: a peer built before the flag reads it as the limit, and may
     /// send a frame that large.
+    ///
+    /// With [`SessionConfig::checkpoints`] on, its second-lowest bit too
+    /// ([`HELLO_TAKES_HELLO_AGAINST`]): this side reads a hello against a
+    /// checkpoint.
     pub fn receive_limit(&self) -> usize {
-        self.frame_limit() | HELLO_SKIPS_UNKNOWN_KINDS as usize
+        let against = if self.checkpoints {
+            HELLO_TAKES_HELLO_AGAINST as usize
+        } else {
+            0
+        };
+        self.frame_limit() | HELLO_SKIPS_UNKNOWN_KINDS as usize | against
     }
 }

@@ -8,7 +8,13 @@
 //! - a frame of a kind this side does not know is skipped and counted, and
 //!   the session goes on and converges;
 //! - a peer whose hello does not say it skips unknown kinds (a build before
-//!   the flag) gets no checkpoint frame; one whose hello says so does.
+//!   the flag) gets no checkpoint frame; one whose hello says so does;
+//! - writer churn (issue 27): what a retired, compacted writer costs per
+//!   hello, per session opening, per heartbeat and receipt, and per head
+//!   token; the accepting side's hello against a checkpoint, fetched by a
+//!   dialer that lacks it, and whole to a dialer that does not read one;
+//! - what a receipt echoes back (the simulator's first quiet minute), and
+//!   a lost routes frame asking a stream loud, asked again.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,7 +26,7 @@ use meshlog_sync_core::frame::{
     self, Frame, Hello, HELLO_SKIPS_UNKNOWN_KINDS, LENGTH_PREFIX_BYTES,
 };
 use meshlog_sync_core::proto::{Protocol, Received};
-use meshlog_sync_core::{SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 
 /// One side of a link: its replica, its core, and what it sent, by kind.
 struct Side {
@@ -244,6 +250,353 @@ fn our_hello_says_we_skip_unknown_kinds_and_an_older_peer_reads_our_usual_limit(
         panic!("the first frame is the hello");
     };
     assert!(ours.skips_unknown_kinds());
-    assert_eq!(ours.frame_bytes_max as usize, FRAME_BYTES_MAX + 1);
+    assert!(ours.takes_hello_against());
+    // An older peer reads the two flag bits as a limit 3 bytes larger.
+    assert_eq!(ours.frame_bytes_max as usize, FRAME_BYTES_MAX + 3);
     assert_eq!(ours.frame_limit(), FRAME_BYTES_MAX);
+}
+
+/// A stream id spread over 64 bits, as a writer's key-derived id is (the
+/// varint of one is 9 or 10 bytes, as in a real mesh).
+fn spread(i: u64) -> StreamId {
+    StreamId::new((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1 << 63)
+}
+
+/// A replica of stream `own` holding `live` writers' streams (one event
+/// each) and `retired` writers' streams (three events each, compacted to
+/// their head: retired and compacted), and a checkpoint minted from its
+/// marks.
+fn churned(own: u64, live: u64, retired: u64) -> SharedReplica {
+    let replica = SharedReplica::in_memory(StreamId::new(own));
+    let event = |stream, seq| Event {
+        stream,
+        seq,
+        lamport: seq,
+        time_ms: 0,
+        payload: Bytes::from_static(b"w"),
+    };
+    let mut events: Vec<Event> = (0..live).map(|i| event(spread(i), 1)).collect();
+    for i in 0..retired {
+        events.extend((1..=3).map(|seq| event(spread(1_000_000 + i), seq)));
+    }
+    replica
+        .apply(Delta {
+            events,
+            ..Delta::default()
+        })
+        .unwrap();
+    let retired: VersionVector = (0..retired).map(|i| (spread(1_000_000 + i), 3)).collect();
+    replica.compact(&retired).unwrap();
+    replica.mint_checkpoint(1_700_000_000_000).unwrap();
+    replica
+}
+
+/// What one link costs with `retired` retired, compacted writers beside
+/// 20 live ones, both sides holding the same: (the dialer's and the
+/// acceptor's hello bytes, the bytes A sent besides its hello over the
+/// session's first ten ticks, an idle heartbeat's bytes, the bytes of the
+/// receipts after one live writer's event, the head token's characters).
+fn link_costs(retired: u64) -> ((u64, u64), u64, u64, u64, u64) {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    a.replica = churned(1, 20, retired);
+    b.replica = churned(2, 20, retired);
+    // A dials, B accepts: B answers A's hello with its own against the
+    // checkpoint both keep.
+    let routes = (Routes::new(), Routes::new());
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.0, PeerDirection::Outbound);
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.1, PeerDirection::Inbound);
+    assert_eq!(b.core.poll_transmit(now, &b.replica).unwrap(), None);
+    settle(now, &mut a, &mut b);
+    assert_eq!(b.count("hello"), (0, 0));
+    assert_eq!(b.count("hello against").0, 1);
+    let hello_bytes = (a.count("hello").1, b.count("hello against").1);
+    run_ticks(&mut now, 10, &mut a, &mut b);
+    let opening = a.sent.values().map(|(_, bytes)| bytes).sum::<u64>() - a.count("hello").1;
+    let before = a.count("heartbeat");
+    run_ticks(&mut now, 2, &mut a, &mut b);
+    let idle = a.count("heartbeat").1 - before.1;
+    assert_eq!(a.count("heartbeat").0 - before.0, 1, "{:?}", a.sent);
+    // A live writer's event, from B: A receives it, acks and reports it.
+    let live = spread(0);
+    let moved = Delta {
+        events: vec![Event {
+            stream: live,
+            seq: 2,
+            lamport: 2,
+            time_ms: 0,
+            payload: Bytes::from_static(b"w"),
+        }],
+        ..Delta::default()
+    };
+    b.replica.apply(moved).unwrap();
+    let before = a.count("heartbeat").1 + a.count("ack").1 + a.count("bare ack").1;
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 3, &mut a, &mut b);
+    assert_eq!(a.replica.marks().get(live), 2);
+    let receipts = a.count("heartbeat").1 + a.count("ack").1 + a.count("bare ack").1 - before;
+    let token = a.replica.token(&a.replica.marks()).unwrap().len() as u64;
+    (hello_bytes, opening, idle, receipts, token)
+}
+
+/// Issue 27's writer churn, measured: what a retired writer costs once
+/// compacted, per hello, per session opening (the frames after the
+/// hello), per heartbeat and receipt, and per head token, as the bytes at
+/// 400 retired writers less those at 200 (20 live writers either way; a
+/// vector's count is a 2-byte varint at both).
+///
+/// Heartbeats and receipts carry marks as differences, and a head token
+/// is a checkpoint's name and differences, so neither grows. A session's
+/// first receipt carried the whole marks (a difference from nothing, as
+/// if the peer held no hello of ours): 11 bytes a retired writer a
+/// session, now a difference from the hello's marks. A hello carries the
+/// whole marks and floor: each retired writer costs its stream id and seq
+/// twice in it. The accepting side's hello now goes against a checkpoint
+/// (`docs/PROTOCOL.md`, "A hello against a checkpoint"), where a retired
+/// writer costs nothing; the dialer's goes whole (it speaks first, to a
+/// peer that may be of an older build).
+#[test]
+fn a_retired_compacted_writer_costs_nothing_but_in_the_dialers_hello() {
+    let none = link_costs(200);
+    let many = link_costs(400);
+    let names = "hello, opening, idle heartbeat, receipts, token";
+    println!("retired 200: {names} = {none:?}");
+    println!("retired 400: {names} = {many:?}");
+    assert_eq!(many.1, none.1, "the session's opening grew");
+    assert_eq!(many.2, none.2, "an idle heartbeat grew");
+    assert_eq!(many.3, none.3, "the receipts of one event grew");
+    assert_eq!(many.4, none.4, "the head token grew");
+    // Per retired writer: a 10-byte stream id and a 1-byte seq, in the
+    // marks and again in the floor of the dialer's hello (no retired
+    // writer: 233 bytes); nothing in the acceptor's.
+    assert_eq!(many.0 .0 - none.0 .0, 200 * 2 * (10 + 1));
+    assert_eq!(many.0 .1, none.0 .1, "the acceptor's hello grew");
+}
+
+/// The cause of the simulator's first quiet minute (141 KB a link at
+/// 8,641 streams, `docs/BENCHMARKS.md`): a receipt reports every stream
+/// whose mark moved since the marks the peer last said it holds, even
+/// those the peer itself delivered (its deltas were acknowledged, so it
+/// knows). After writes stop, the first receipts each way carry about
+/// every stream written in the last tick, whichever link brought it:
+/// here, A's receipts after B delivered 300 streams carry all 300 back
+/// to B.
+#[test]
+fn a_receipt_echoes_the_streams_the_peers_own_deltas_moved() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 5, &mut a, &mut b);
+    b.replica.apply(many_writers()).unwrap();
+    let mut echoed = VersionVector::new();
+    loop {
+        let moved = carry(now, &mut b, &mut a);
+        while let Some(bytes) = a.core.poll_transmit(now, &a.replica).unwrap() {
+            if let Ok(Frame::Ack(receipt) | Frame::Heartbeat(receipt)) = frame::decode(&bytes) {
+                echoed.join(&receipt.marks.changes);
+            }
+            let payload = &bytes[LENGTH_PREFIX_BYTES..];
+            if let Received::Apply(columns) =
+                b.core.handle_payload(now, payload, &b.replica).unwrap()
+            {
+                let applied = b.replica.apply_columns(columns);
+                b.core.handle_applied(now, applied).unwrap();
+            }
+        }
+        if !moved {
+            if echoed.len() > 1 || now.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+            now += Duration::from_secs(1);
+            a.core.handle_timeout(now).unwrap();
+            b.core.handle_timeout(now).unwrap();
+        }
+    }
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    let delivered = (100..400u64).filter(|&s| echoed.get(StreamId::new(s)) == 1);
+    assert_eq!(delivered.count(), 300, "echoed back: {}", echoed.len());
+}
+
+/// A dialer that does not keep the checkpoint the acceptor's hello was
+/// written against asks for it by name, keeps it (checked against its
+/// name), takes the hello, and the session converges as any does.
+#[test]
+fn a_hello_against_a_checkpoint_the_dialer_lacks_is_fetched_and_taken() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    b.replica = churned(2, 20, 300);
+    a.replica.append(&b"from a"[..]).unwrap();
+    let routes = (Routes::new(), Routes::new());
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.0, PeerDirection::Outbound);
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.1, PeerDirection::Inbound);
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 3, &mut a, &mut b);
+    assert_eq!(b.count("hello against").0, 1, "{:?}", b.sent);
+    assert_eq!(a.count("checkpoint want").0, 1, "{:?}", a.sent);
+    assert!(b.count("checkpoint").0 >= 1, "{:?}", b.sent);
+    let base = b.replica.checkpoint_names()[0];
+    assert!(a.replica.checkpoint(base).is_some());
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    assert_eq!(a.replica.floor(), b.replica.floor());
+}
+
+/// A dialer whose hello does not say it reads a hello against a
+/// checkpoint (an older build, or checkpoints off) gets a whole hello.
+#[test]
+fn a_dialer_that_does_not_read_a_hello_against_a_checkpoint_gets_a_whole_one() {
+    let now = Instant::now();
+    let b = churned(2, 20, 300);
+    let mut core = Protocol::new(b.stream(), SessionConfig::default(), now)
+        .with_routes(&Routes::new(), PeerDirection::Inbound);
+    assert_eq!(core.poll_transmit(now, &b).unwrap(), None);
+    let older = hello(FRAME_BYTES_MAX as u32 | HELLO_SKIPS_UNKNOWN_KINDS);
+    assert!(!older.takes_hello_against());
+    assert_eq!(
+        core.handle_frame(now, Frame::Hello(older), &b).unwrap(),
+        Received::Nothing
+    );
+    let bytes = core.poll_transmit(now, &b).unwrap().unwrap();
+    let Frame::Hello(ours) = frame::decode(&bytes).unwrap() else {
+        panic!("a whole hello");
+    };
+    assert_eq!(ours.marks, b.marks());
+    assert_eq!(ours.floor, b.floor());
+}
+
+/// Carries every frame `from` has for `to` but routes frames, which are
+/// lost; whether any moved.
+fn carry_losing_routes(now: Instant, from: &mut Side, to: &mut Side) -> bool {
+    let mut moved = false;
+    while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
+        moved = true;
+        let payload = &bytes[LENGTH_PREFIX_BYTES..];
+        if frame::decode_payload(payload).unwrap().kind() == "routes" {
+            continue;
+        }
+        if let Received::Apply(columns) = to.core.handle_payload(now, payload, &to.replica).unwrap()
+        {
+            let applied = to.replica.apply_columns(columns);
+            to.core.handle_applied(now, applied).unwrap();
+        }
+    }
+    moved
+}
+
+/// Regression (found by `sync/tests/convergence.rs`, seed
+/// 11469765292980228007, once an accepting side began to wait for the
+/// dialer's hello): a routes frame asking a stream loud again was sent
+/// once, so when it was lost the peer kept the stream quiet for the
+/// session, and a stream only the peer held (its own, written while it was
+/// cut off) never came. Now a stream the peer's marks show ahead of ours
+/// for longer than the lag allowed, not asked quiet, is asked loud again.
+#[test]
+fn a_lost_loud_is_asked_again_and_the_stream_comes() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    let mut c = Side::new(3, now);
+    let b_routes = Routes::new();
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&Routes::new(), PeerDirection::Outbound);
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&b_routes, PeerDirection::Inbound);
+    // B's second session, with C, shares B's table.
+    let mut b_to_c = Side::new(2, now);
+    b_to_c.replica = b.replica.clone();
+    b_to_c.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&b_routes, PeerDirection::Outbound);
+    settle(now, &mut a, &mut b);
+    settle(now, &mut c, &mut b_to_c);
+    // A's stream reaches B through C first: B asks A quiet for it.
+    let first = a.replica.append(&b"one"[..]).unwrap();
+    c.replica
+        .apply(Delta {
+            events: vec![first],
+            ..Delta::default()
+        })
+        .unwrap();
+    settle(now, &mut c, &mut b_to_c);
+    settle(now, &mut a, &mut b);
+    assert_eq!(b.core.state().peer_quiet_streams, 0);
+    assert_eq!(a.core.state().peer_quiet_streams, 1, "B asked A quiet");
+    // C's session ends: B asks A loud again, and that frame is lost.
+    drop(b_to_c);
+    while carry_losing_routes(now, &mut b, &mut a) | carry(now, &mut a, &mut b) {}
+    assert_eq!(a.core.state().peer_quiet_streams, 1, "the loud was lost");
+    // A writes; only A holds it. Within a few ticks B asks loud again.
+    a.replica.append(&b"two"[..]).unwrap();
+    run_ticks(&mut now, 10, &mut a, &mut b);
+    assert_eq!(a.core.state().peer_quiet_streams, 0);
+    assert_eq!(b.replica.marks().get(StreamId::new(1)), 2);
+}
+
+/// Carries every frame `from` has for `to` but the first `lose` frames of
+/// kind `kind`, which are lost; whether any moved.
+fn carry_losing(now: Instant, from: &mut Side, to: &mut Side, kind: &str, lose: &mut u32) -> bool {
+    let mut moved = false;
+    while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
+        moved = true;
+        let payload = &bytes[LENGTH_PREFIX_BYTES..];
+        let decoded = frame::decode_payload_limited(payload, 8 << 20).unwrap();
+        *from.sent.entry(decoded.kind()).or_default() = (1, 0);
+        if decoded.kind() == kind && *lose > 0 {
+            *lose -= 1;
+            continue;
+        }
+        match to.core.handle_payload(now, payload, &to.replica).unwrap() {
+            Received::Apply(columns) => {
+                let applied = to.replica.apply_columns(columns);
+                to.core.handle_applied(now, applied).unwrap();
+            }
+            Received::Checkpoint(checkpoint) => {
+                to.replica.keep_checkpoint(checkpoint).unwrap();
+            }
+            Received::Nothing => {}
+        }
+    }
+    moved
+}
+
+/// The ask for the checkpoint a hello was written against, or its
+/// answer, may be lost: the dialer asks again when the hello comes again
+/// (a lost ask: the acceptor re-sends its hello at the tick) or at the
+/// next tick (a lost answer, the acceptor having seen the ask), and the
+/// session comes up and converges.
+#[test]
+fn a_lost_ask_or_answer_for_the_hellos_checkpoint_is_asked_again() {
+    for lost in ["checkpoint want", "checkpoint"] {
+        let mut now = Instant::now();
+        let mut a = Side::new(1, now);
+        let mut b = Side::new(2, now);
+        b.replica = churned(2, 20, 300);
+        a.replica.append(&b"from a"[..]).unwrap();
+        a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+            .with_routes(&Routes::new(), PeerDirection::Outbound);
+        b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+            .with_routes(&Routes::new(), PeerDirection::Inbound);
+        let (mut from_a, mut from_b) = (u32::from(lost == "checkpoint want"), 0);
+        if lost == "checkpoint" {
+            // The gossip of it after the hello, and the answer to the ask.
+            from_b = 2;
+        }
+        for _ in 0..5 {
+            while carry_losing(now, &mut a, &mut b, lost, &mut from_a)
+                | carry_losing(now, &mut b, &mut a, lost, &mut from_b)
+            {}
+            now += Duration::from_secs(1);
+            a.core.handle_timeout(now).expect("a keeps the link");
+            b.core.handle_timeout(now).expect("b keeps the link");
+        }
+        assert_eq!((from_a, from_b), (0, 0), "{lost}: the loss happened");
+        assert!(b.sent.contains_key("hello against"), "{lost}: {:?}", b.sent);
+        assert_eq!(a.replica.digest(), b.replica.digest(), "{lost}");
+        assert_eq!(a.replica.floor(), b.replica.floor(), "{lost}");
+    }
 }

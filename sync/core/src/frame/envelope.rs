@@ -18,11 +18,13 @@ use meshlog_replica::{Delta, DeltaColumns};
 use serde::Deserialize;
 
 use super::event_runs::{decode_columns, decode_events, encode_columns, encode_events, put_varint};
-use super::repr::{check_counts, CheckpointRepr, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr};
+use super::repr::{
+    check_counts, CheckpointRepr, HelloAgainstRepr, HelloRepr, ReceiptRepr, RoutesRepr, VectorRepr,
+};
 use super::sections::{put_forks, put_sections, read_sections};
 use super::{
-    tag, CheckpointFrame, Frame, FrameError, Hello, MarksDiff, Receipt, Routes, DELTA_EVENTS_MAX,
-    FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
+    tag, CheckpointFrame, Frame, FrameError, Hello, HelloAgainst, MarksDiff, Receipt, Routes,
+    DELTA_EVENTS_MAX, FRAME_BYTES_CEILING, FRAME_BYTES_MAX, LENGTH_PREFIX_BYTES, PROTOCOL_VERSION,
 };
 // Named by `decode`'s docs only.
 #[cfg(doc)]
@@ -203,6 +205,7 @@ fn put_frame(frame: &Frame, out: &mut Vec<u8>) -> Result<(), FrameError> {
             put_varint(out, u64::from(tag::STATEMENT));
             out.extend_from_slice(&signed.to_bytes());
         }
+        Frame::HelloAgainst(hello) => put_hello_against(out, hello)?,
     }
     Ok(())
 }
@@ -225,6 +228,59 @@ fn put_hello(out: &mut Vec<u8>, hello: &Hello) -> Result<(), FrameError> {
         });
     }
     put_varint(out, u64::from(hello.frame_bytes_max));
+    Ok(())
+}
+
+/// Appends a hello against a checkpoint: its kind, protocol, stream,
+/// checkpoint name, marks, unfolded streams, floor and frame limit;
+/// refuses what the decoder refuses (a limit below the one every peer
+/// takes, unfolded streams not strictly ascending or also in the marks).
+fn put_hello_against(out: &mut Vec<u8>, hello: &HelloAgainst) -> Result<(), FrameError> {
+    check_hello_against(hello).map_err(|detail| FrameError::Encode {
+        kind: "hello against",
+        detail,
+    })?;
+    put_varint(out, u64::from(tag::HELLO_AGAINST));
+    put_varint(out, u64::from(hello.protocol));
+    put_varint(out, hello.stream.get());
+    out.extend_from_slice(hello.base.as_bytes());
+    put_vector(out, &hello.marks);
+    put_varint(out, hello.unfolded.len() as u64);
+    for stream in &hello.unfolded {
+        put_varint(out, stream.get());
+    }
+    put_vector(out, &hello.floor);
+    put_varint(out, u64::from(hello.frame_bytes_max));
+    Ok(())
+}
+
+/// What a hello against a checkpoint must be on both sides of the wire,
+/// beside its vectors' own form: a frame limit every peer takes, and
+/// unfolded streams within the limit, strictly ascending and none with a
+/// mark above the checkpoint (the checks that need the checkpoint are
+/// [`HelloAgainst::expand`]'s).
+fn check_hello_against(hello: &HelloAgainst) -> Result<(), String> {
+    if (hello.frame_bytes_max as usize) < FRAME_BYTES_MAX {
+        return Err(format!(
+            "a frame limit of {} bytes, below the {FRAME_BYTES_MAX} every peer takes",
+            hello.frame_bytes_max
+        ));
+    }
+    if hello.unfolded.len() > meshlog_cursor::STREAMS_MAX {
+        return Err(format!(
+            "{} unfolded streams exceed the limit of {}",
+            hello.unfolded.len(),
+            meshlog_cursor::STREAMS_MAX
+        ));
+    }
+    if hello.unfolded.windows(2).any(|pair| pair[1] <= pair[0]) {
+        return Err("unfolded streams are not strictly ascending".into());
+    }
+    if let Some(stream) = hello.unfolded.iter().find(|&&s| hello.marks.get(s) > 0) {
+        return Err(format!(
+            "stream {stream} is unfolded and has a mark above the checkpoint"
+        ));
+    }
     Ok(())
 }
 
@@ -537,6 +593,7 @@ fn decode_any(payload: &[u8], max: usize, columns: bool) -> Result<Incoming, Fra
             >(body, kind)?))
         }
         tag::STATEMENT => Frame::Statement(decode_statement(body, kind)?),
+        tag::HELLO_AGAINST => decode_hello_against(body, kind)?,
         _ => Frame::Heartbeat(take_all::<ReceiptRepr>(body, kind)?.into_receipt(kind)?),
     }))
 }
@@ -565,6 +622,7 @@ fn decode_header(payload: &[u8], max: usize) -> Result<(u32, &'static str, &[u8]
         tag::CHECKPOINT => "checkpoint",
         tag::CHECKPOINT_WANT => "checkpoint want",
         tag::STATEMENT => "statement",
+        tag::HELLO_AGAINST => "hello against",
         _ => {
             return Err(FrameError::UnknownKind {
                 tag,
@@ -572,7 +630,7 @@ fn decode_header(payload: &[u8], max: usize) -> Result<(u32, &'static str, &[u8]
             })
         }
     };
-    if tag == tag::HELLO {
+    if tag == tag::HELLO || tag == tag::HELLO_AGAINST {
         let (protocol, _) = postcard::take_from_bytes::<u16>(body).map_err(malformed(kind))?;
         if protocol != PROTOCOL_VERSION {
             return Err(FrameError::ProtocolVersion {
@@ -644,6 +702,23 @@ fn decode_hello(body: &[u8], kind: &'static str) -> Result<Frame, FrameError> {
         floor: hello.floor.into_vector(kind, "floor")?,
         frame_bytes_max: hello.frame_bytes_max,
     }))
+}
+
+/// A hello against a checkpoint's body: its vectors canonical, and what
+/// [`check_hello_against`] checks.
+fn decode_hello_against(body: &[u8], kind: &'static str) -> Result<Frame, FrameError> {
+    let repr: HelloAgainstRepr = take_all(body, kind)?;
+    let hello = HelloAgainst {
+        protocol: repr.protocol,
+        stream: StreamId::new(repr.stream),
+        frame_bytes_max: repr.frame_bytes_max,
+        base: CheckpointName::from_bytes(repr.base),
+        marks: repr.marks.into_vector(kind, "marks")?,
+        unfolded: repr.unfolded.into_streams(kind, "unfolded")?,
+        floor: repr.floor.into_vector(kind, "floor")?,
+    };
+    check_hello_against(&hello).map_err(|detail| FrameError::Malformed { kind, detail })?;
+    Ok(Frame::HelloAgainst(hello))
 }
 
 /// A delta's body: its number, its floor, and its events in `columns` or
@@ -774,9 +849,9 @@ mod tests {
     #[test]
     fn unknown_kinds_empty_and_trailing_bytes_are_typed() {
         assert_eq!(
-            decode_payload(&[9]),
+            decode_payload(&[10]),
             Err(FrameError::UnknownKind {
-                tag: 9,
+                tag: 10,
                 ours: PROTOCOL_VERSION
             })
         );

@@ -35,6 +35,8 @@
 //! - the cancel-safe reader of whole frames from a tokio byte stream,
 //!   `FrameReader`, is not here: it does I/O, so it lives in the driver
 //!   crate (`meshlog_sync::frame::FrameReader`), on [`peek_len`].
+//! - `against`: [`HelloAgainst`], a hello written against a checkpoint,
+//!   and the pure functions that write and rebuild it.
 //! - `error`: [`FrameError`], the one error every part returns.
 //!
 //! Each file keeps its unit tests; the tests of the format as a whole (every
@@ -91,12 +93,14 @@ use meshlog_cursor::STREAMS_MAX;
 use meshlog_cursor::{CheckpointName, StreamId, VersionVector};
 use meshlog_replica::Delta;
 
+mod against;
 mod envelope;
 mod error;
 mod event_runs;
 mod repr;
 mod sections;
 
+pub use against::HelloAgainst;
 pub(crate) use envelope::encode_delta_columns_limited;
 pub use envelope::{
     decode, decode_incoming, decode_payload, decode_payload_limited, encode, encode_limited,
@@ -168,6 +172,7 @@ mod tag {
     pub const CHECKPOINT: u32 = 6;
     pub const CHECKPOINT_WANT: u32 = 7;
     pub const STATEMENT: u32 = 8;
+    pub const HELLO_AGAINST: u32 = 9;
 }
 
 /// One message between two replicas.
@@ -237,12 +242,18 @@ pub enum Frame {
     /// and sent once per session and statement, only to a peer whose
     /// hello says it skips kinds it does not know.
     Statement(meshlog_replica::SignedCompaction),
+    /// A hello whose marks and floor are written against a checkpoint
+    /// (`docs/PROTOCOL.md`, "A hello against a checkpoint"): a writer
+    /// retired and compacted before it costs nothing. Sent only to a peer
+    /// whose hello says it reads one ([`Hello::takes_hello_against`]),
+    /// in place of a [`Frame::Hello`].
+    HelloAgainst(HelloAgainst),
 }
 
 impl Frame {
     /// The frame's kind, for logs and errors: `hello`, `delta`, `ack`,
-    /// `heartbeat`, `routes`, `bare ack`, `checkpoint`, `checkpoint want`
-    /// or `statement`.
+    /// `heartbeat`, `routes`, `bare ack`, `checkpoint`, `checkpoint want`,
+    /// `statement` or `hello against`.
     pub fn kind(&self) -> &'static str {
         match self {
             Frame::Hello(_) => "hello",
@@ -254,6 +265,7 @@ impl Frame {
             Frame::Checkpoint(_) => "checkpoint",
             Frame::CheckpointWant(_) => "checkpoint want",
             Frame::Statement(_) => "statement",
+            Frame::HelloAgainst(_) => "hello against",
         }
     }
 
@@ -347,7 +359,8 @@ pub struct Hello {
     /// (a hello announcing less is malformed). Each side sends frames up
     /// to the smaller of both sides' limits ([`Hello::frame_limit`]).
     /// Its lowest bit is [`HELLO_SKIPS_UNKNOWN_KINDS`]: set, the sender
-    /// skips frame kinds it does not know.
+    /// skips frame kinds it does not know; its second is
+    /// [`HELLO_TAKES_HELLO_AGAINST`]: set, it reads a [`HelloAgainst`].
     pub frame_bytes_max: u32,
 }
 
@@ -365,6 +378,19 @@ pub struct Hello {
 /// every power of two are even).
 pub const HELLO_SKIPS_UNKNOWN_KINDS: u32 = 1;
 
+/// The second-lowest bit of a hello's `frame_bytes_max`: set, the sender
+/// reads a hello against a checkpoint ([`HelloAgainst`], kind 9), asking
+/// for the checkpoint by name if it does not keep it. So a peer that
+/// reads the hello first may answer with its own against a checkpoint.
+///
+/// In the same field as [`HELLO_SKIPS_UNKNOWN_KINDS`], for the same
+/// reason: an older peer reads it as a limit two bytes larger, and a
+/// side counts the limit without both bits ([`Hello::frame_limit`]). A
+/// peer of an older build whose configured limit has this bit set looks
+/// as if it read one (the node's default and every power of two from 4
+/// up do not).
+pub const HELLO_TAKES_HELLO_AGAINST: u32 = 2;
+
 impl Hello {
     /// Whether the sender skips frame kinds it does not know
     /// ([`HELLO_SKIPS_UNKNOWN_KINDS`]): then a kind it may not know
@@ -374,10 +400,17 @@ impl Hello {
         self.frame_bytes_max & HELLO_SKIPS_UNKNOWN_KINDS != 0
     }
 
+    /// Whether the sender reads a hello against a checkpoint
+    /// ([`HELLO_TAKES_HELLO_AGAINST`]): then a side that has its hello
+    /// may answer with one.
+    pub fn takes_hello_against(&self) -> bool {
+        self.frame_bytes_max & HELLO_TAKES_HELLO_AGAINST != 0
+    }
+
     /// The largest frame payload to send the sender: its announced limit
-    /// without the flag bit.
+    /// without the flag bits.
     pub fn frame_limit(&self) -> usize {
-        (self.frame_bytes_max & !HELLO_SKIPS_UNKNOWN_KINDS) as usize
+        (self.frame_bytes_max & !(HELLO_SKIPS_UNKNOWN_KINDS | HELLO_TAKES_HELLO_AGAINST)) as usize
     }
 }
 
@@ -459,6 +492,15 @@ mod tests {
             }),
             Frame::CheckpointWant(CheckpointName::from_bytes([7; 16])),
             statement_frame_example(),
+            Frame::HelloAgainst(HelloAgainst {
+                protocol: PROTOCOL_VERSION,
+                stream: StreamId::new(u64::MAX),
+                frame_bytes_max: u32::MAX,
+                base: CheckpointName::from_bytes([0x11; 16]),
+                marks: vv(&[(2, 5), (u64::MAX, u64::MAX)]),
+                unfolded: vec![StreamId::new(3), StreamId::new(4)],
+                floor: vv(&[(3, 2), (u64::MAX, 1)]),
+            }),
         ]
     }
 

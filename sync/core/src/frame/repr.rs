@@ -59,6 +59,21 @@ pub(super) struct CheckpointRepr {
     pub(super) changes: VectorRepr,
 }
 
+/// A hello against a checkpoint's fields after its kind: the protocol
+/// version first (as a hello's), the stream, the checkpoint's name (16
+/// bytes), the marks above it, the unfolded streams, the floor, and the
+/// frame limit.
+#[derive(Serialize, Deserialize)]
+pub(super) struct HelloAgainstRepr {
+    pub(super) protocol: u16,
+    pub(super) stream: u64,
+    pub(super) base: [u8; CHECKPOINT_NAME_BYTES],
+    pub(super) marks: VectorRepr,
+    pub(super) unfolded: StreamsRepr,
+    pub(super) floor: VectorRepr,
+    pub(super) frame_bytes_max: u32,
+}
+
 /// A set of streams on the wire: their ids, strictly ascending.
 #[derive(Serialize, Deserialize)]
 pub(super) struct StreamsRepr(Seq<u64>);
@@ -263,6 +278,18 @@ pub(super) fn check_counts(tag: u32, kind: &'static str, payload: &[u8]) -> Resu
             skip_vector(changes, kind, "changes")?;
         }
         tag::CHECKPOINT_WANT => {}
+        tag::HELLO_AGAINST => {
+            type Head = (u16, u64, [u8; CHECKPOINT_NAME_BYTES]);
+            let Some((_, marks)) = take::<Head>(body) else {
+                return Ok(());
+            };
+            let Some(unfolded) = skip_vector(marks, kind, "marks")? else {
+                return Ok(());
+            };
+            if let Some(floor) = skip_streams(unfolded, kind, "unfolded")? {
+                skip_vector(floor, kind, "floor")?;
+            }
+        }
         _ => {
             let Some((_, changes)) = take::<(u64, u64, u64, u64)>(body) else {
                 return Ok(());

@@ -35,6 +35,9 @@ impl Protocol {
                 peer_skips_unknown_kinds: false,
                 peer_has_our_hello: false,
                 hello_due: true,
+                peer_takes_against: false,
+                against_base: None,
+                against_pending: None,
                 peer_holds_own_stream: false,
             },
             send: Sending {
@@ -76,6 +79,7 @@ impl Protocol {
                 routes_due: BTreeMap::new(),
                 next_routes_number: 1,
                 peer_quiet: BTreeSet::new(),
+                loud_ahead: HashMap::new(),
                 peer_route_numbers: HashMap::new(),
                 duplicate: false,
                 lag_check_due: false,
@@ -93,8 +97,18 @@ impl Protocol {
     /// and of two sessions with one peer only one is kept. `direction`
     /// says who dialed, the one thing both sides of two sessions agree on
     /// to keep the same one.
+    ///
+    /// A session that accepted the connection (`PeerDirection::Inbound`)
+    /// and gossips checkpoints answers the dialer's hello instead of
+    /// sending its own first: if that hello says it reads a hello against
+    /// a checkpoint, ours goes so (`docs/PROTOCOL.md`, "A hello against a
+    /// checkpoint"). Past a tick without the dialer's hello, ours goes
+    /// whole, as a dialer's does.
     pub fn with_routes(mut self, routes: &Routes, direction: PeerDirection) -> Self {
         self.routing.link = Some(routes.join(direction));
+        if direction == PeerDirection::Inbound && self.config.checkpoints {
+            self.hello.hello_due = false;
+        }
         self
     }
 
@@ -225,7 +239,12 @@ impl Protocol {
         if self.hello.hello_due {
             return Ok(Some(Outgoing::Frame(self.hello_frame(local))));
         }
-        if self.hello.peer.is_none() || self.duplicate_of().is_some() {
+        if self.hello.peer.is_none() {
+            // Only the ask for the checkpoint a peer's hello was written
+            // against goes before that hello is read.
+            return Ok(self.pending_hello_want().map(Outgoing::Frame));
+        }
+        if self.duplicate_of().is_some() {
             return Ok(None);
         }
         self.check_behind(local);
@@ -283,7 +302,14 @@ impl Protocol {
                 tracing::debug!(tag, len, "frame of a kind this side does not know skipped");
                 return Ok(Received::Nothing);
             }
-            Err(error) => return Err(ProtocolError::Frame(error)),
+            Err(error) => {
+                if matches!(error, FrameError::ProtocolVersion { .. }) {
+                    // A side that waited for the peer's hello sends its
+                    // own before it closes, so the peer hears our version.
+                    self.hello.hello_due |= self.marks.marks_sent.is_empty();
+                }
+                return Err(ProtocolError::Frame(error));
+            }
         };
         tracing::trace!(kind = incoming.kind(), len, "frame received");
         self.on_frame(now, incoming, local)
@@ -327,10 +353,20 @@ impl Protocol {
             self.on_hello(hello, local)?;
             return Ok(Received::Nothing);
         }
+        if let Incoming::Frame(Frame::HelloAgainst(against)) = incoming {
+            return self.on_hello_against(against, local);
+        }
         // Only a peer that has our hello sends anything else.
         if !self.hello.peer_has_our_hello {
             self.hello.peer_has_our_hello = true;
             self.rtt_from_hello(now);
+        }
+        if let (None, Some(_), Incoming::Frame(Frame::Checkpoint(checkpoint))) =
+            (self.hello.peer, &self.hello.against_pending, &incoming)
+        {
+            // The checkpoint its hello was written against, asked for.
+            let checkpoint = checkpoint.clone();
+            return self.on_pending_checkpoint(checkpoint, local);
         }
         if self.hello.peer.is_none() {
             // Its hello was lost on the way; it re-sends it every tick.

@@ -53,7 +53,7 @@ impl Protocol {
             return Some(Frame::CheckpointWant(name));
         }
         while let Some(name) = self.gossip.asked.pop_front() {
-            if let Some(checkpoint) = local.checkpoint(name) {
+            if let Some(checkpoint) = self.find(name, local) {
                 self.gossip.know(name);
                 return Some(Frame::Checkpoint(CheckpointFrame {
                     name,
@@ -189,17 +189,52 @@ impl Protocol {
         enqueue(&mut self.gossip.asked, name);
     }
 
+    /// Asks the peer for the checkpoint its hello was written against
+    /// (`Frame::HelloAgainst`), once and again at each tick while it has
+    /// not come: the one frame sent before the peer's hello is read.
+    pub(super) fn ask_for_hello_base(&mut self, name: CheckpointName) {
+        enqueue(&mut self.gossip.wants, name);
+    }
+
+    /// The ask for the checkpoint a peer's hello was written against, if
+    /// one waits for it and the ask is due.
+    pub(super) fn pending_hello_want(&mut self) -> Option<Frame> {
+        self.hello.against_pending.as_ref()?;
+        self.gossip.wants.pop_front().map(Frame::CheckpointWant)
+    }
+
+    /// At each tick, the ask for the checkpoint a waiting hello was
+    /// written against goes again (it or its answer may have been lost).
+    pub(super) fn ask_again_for_hello_base(&mut self) {
+        if let Some(name) = self.hello.against_pending.as_ref().map(|h| h.base) {
+            self.ask_for_hello_base(name);
+        }
+    }
+
     fn holds<L: LocalReplica>(&self, name: CheckpointName, local: &L) -> bool {
         self.gossip.received.iter().any(|c| c.name() == name)
             || local.checkpoint_names().contains(&name)
     }
 
-    fn find<L: LocalReplica>(&self, name: CheckpointName, local: &L) -> Option<Checkpoint> {
+    /// The checkpoint of that name, if this side holds it: received on
+    /// the session, kept by the replica, or the one our hello was written
+    /// against.
+    pub(super) fn find<L: LocalReplica>(
+        &self,
+        name: CheckpointName,
+        local: &L,
+    ) -> Option<Checkpoint> {
         self.gossip
             .received
             .iter()
             .find(|c| c.name() == name)
             .cloned()
             .or_else(|| local.checkpoint(name))
+            .or_else(|| {
+                self.hello
+                    .against_base
+                    .clone()
+                    .filter(|base| base.name() == name)
+            })
     }
 }

@@ -70,15 +70,17 @@ impl Protocol {
                 number
             }
         };
-        let base = self
-            .marks
-            .marks_sent
-            .iter()
-            .find(|(n, _)| *n == self.marks.peer_seen)
-            .filter(|_| self.marks.peer_seen > 0);
+        // The peer holds our hello's marks (number 1) before it reads any
+        // receipt: it ignores every frame but a hello until it has one of
+        // ours, and each carries those marks or later ones. So a peer that
+        // reported none yet gets a difference from them, not the whole
+        // vector (which repeated the hello: every stream, retired ones
+        // included, twice a session).
+        let seen = self.marks.peer_seen.max(1);
+        let base = self.marks.marks_sent.iter().find(|(n, _)| *n == seen);
         let (base, changes) = match base {
             Some((base, base_marks)) => (*base, difference(&marks, base_marks)),
-            // Nothing the peer holds to differ from: the whole vector.
+            // Those marks are no longer kept: the whole vector.
             None => (0, marks),
         };
         Receipt {
@@ -162,7 +164,8 @@ impl Protocol {
             Frame::Hello(_)
             | Frame::Checkpoint(_)
             | Frame::CheckpointWant(_)
-            | Frame::Statement(_) => {
+            | Frame::Statement(_)
+            | Frame::HelloAgainst(_) => {
                 unreachable!("handled by the driver")
             }
         }

@@ -55,6 +55,11 @@ impl Protocol {
     /// session ended, or taken over if the peer has shown them ahead of us
     /// for longer than [`Protocol::lag_allowed`].
     pub(super) fn check_routes<L: LocalReplica>(&mut self, now: Instant, local: &L) {
+        if self.routing.link.is_none() {
+            return;
+        }
+        let marks = local.marks();
+        self.ask_loud_again(now, &marks);
         let Some(link) = &self.routing.link else {
             return;
         };
@@ -62,7 +67,6 @@ impl Protocol {
         if self.routing.quiet_asked.is_empty() {
             return;
         }
-        let marks = local.marks();
         let lag_allowed = self.lag_allowed();
         let mut loud = Vec::new();
         for (&stream, ask) in &mut self.routing.quiet_asked {
@@ -90,6 +94,39 @@ impl Protocol {
         for stream in loud {
             self.routing.quiet_asked.remove(&stream);
             self.routing.routes_due.insert(stream, false);
+        }
+    }
+
+    /// Asks loud again each stream we did not ask quiet (nor refused,
+    /// nor hold behind the peer's floor) that the peer's marks have shown
+    /// ahead of ours for longer than [`Protocol::lag_allowed`]: the
+    /// routes frame that asked it loud may have been lost (a frame is
+    /// sent once), and the peer then keeps it quiet for the session, a
+    /// stream only it holds never reaching us. A loud for a stream the
+    /// peer already pushes changes nothing.
+    fn ask_loud_again(&mut self, now: Instant, marks: &meshlog_cursor::VersionVector) {
+        let lag_allowed = self.lag_allowed();
+        let routing = &mut self.routing;
+        let mut again = Vec::new();
+        for (stream, theirs) in self.marks.peer_marks.iter() {
+            let ahead = theirs > marks.get(stream)
+                && stream != self.local
+                && !routing.quiet_asked.contains_key(&stream)
+                && !routing.refused.contains(&stream)
+                && !routing.behind.contains_key(&stream);
+            if !ahead {
+                routing.loud_ahead.remove(&stream);
+                continue;
+            }
+            let since = *routing.loud_ahead.entry(stream).or_insert(now);
+            if now.saturating_duration_since(since) > lag_allowed {
+                routing.loud_ahead.insert(stream, now);
+                again.push(stream);
+            }
+        }
+        for stream in again {
+            tracing::debug!(%stream, "a stream the peer holds further is asked loud again");
+            self.routing.routes_due.entry(stream).or_insert(false);
         }
     }
 

@@ -12,7 +12,7 @@ use meshlog_replica::{
     Admission, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica, SignedCompaction, Store,
 };
 
-use crate::frame::Frame;
+use crate::frame::{Frame, HelloAgainst};
 use crate::routes::RouteLink;
 use crate::{SessionConfig, SessionState};
 
@@ -199,6 +199,16 @@ pub(super) struct HelloState {
     pub(super) peer_skips_unknown_kinds: bool,
     pub(super) peer_has_our_hello: bool,
     pub(super) hello_due: bool,
+    /// Whether the peer's hello says it reads a hello against a
+    /// checkpoint (`Hello::takes_hello_against`): then ours goes so.
+    pub(super) peer_takes_against: bool,
+    /// The checkpoint our hello was last written against, kept for the
+    /// session: a peer that does not keep it asks for it by name, and
+    /// gets it even once the replica no longer keeps it.
+    pub(super) against_base: Option<Checkpoint>,
+    /// The peer's hello against a checkpoint this side does not keep,
+    /// waiting for the checkpoint it asked for.
+    pub(super) against_pending: Option<HelloAgainst>,
     /// Whether the peer holds its own stream up to our marks of it: its
     /// hello showed at least what we hold (the writer holds everything it
     /// wrote), so its events are never sent back to it, even those that
@@ -339,6 +349,10 @@ pub(super) struct Routing {
     pub(super) next_routes_number: u64,
     /// Streams the peer asked us not to push.
     pub(super) peer_quiet: BTreeSet<StreamId>,
+    /// Streams not asked quiet that the peer's marks show ahead of ours,
+    /// since when: past `lag_allowed` they are asked loud again, since
+    /// the routes frame that asked them loud may have been lost.
+    pub(super) loud_ahead: HashMap<StreamId, Instant>,
     /// Per stream, the number of the peer's latest routes frame naming it.
     pub(super) peer_route_numbers: HashMap<StreamId, u64>,
     /// Another session with the same peer is kept: this one sends nothing

@@ -35,6 +35,7 @@ impl Protocol {
             });
         }
         self.hello.hello_due |= !self.hello.peer_has_our_hello;
+        self.ask_again_for_hello_base();
         self.acks.tick_due |= self.hello.peer.is_some();
         self.routing.lag_check_due = true;
         // A delta unacknowledged past its timeout is lost (the tail of a
