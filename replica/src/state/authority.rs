@@ -222,8 +222,7 @@ impl State {
                 .head(stream)
                 .unwrap_or_else(|| self.log.head(stream))
                 .max(held_floor);
-            let pinned = self.pinned.contains_key(&stream) || round.sealed.contains_key(&stream);
-            let needed = pinned && !vouched(delta, stream, floor);
+            let needed = self.floor_needs_authority(stream, floor, round, Some(delta));
             let rule = PeerFloor::of(
                 stream,
                 floor,
