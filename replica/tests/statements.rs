@@ -850,3 +850,48 @@ fn a_newcomer_that_knows_no_key_of_a_stream_still_takes_an_unsigned_floor() {
     assert_eq!(report.floors_raised, 1);
     assert_eq!(newcomer.floor().get(stream), 3);
 }
+
+/// An honest relay's retention floor still reaches a newcomer that knows
+/// the stream is keyed: the relay compacted the writer's stream by its own
+/// retention (no statement: only the writer or the admin signs one), and
+/// its delta carries the writer's sealed run above the floor with its
+/// base, which vouches for the floor.
+#[test]
+fn a_relays_retention_floor_with_the_writers_sealed_run_reaches_a_newcomer_that_knows_its_key() {
+    for KnownKeyed { how, writer, .. } in known_keyed(10) {
+        let stream = writer.stream();
+        let mut relay = receiver_with(Membership::open());
+        // The relay trusts what the newcomer trusts, so that it takes the
+        // bound legacy stream too.
+        if how == "bound" {
+            let mut bound = Membership::open();
+            bound.bind(Binding {
+                stream,
+                key: key(7).public(),
+            });
+            relay = Replica::open(
+                Config {
+                    membership: bound,
+                    ..Config::with_key(key(3))
+                },
+                MemStore::default(),
+            )
+            .expect("opens");
+        }
+        relay
+            .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+            .expect("the relay takes the writer's stream");
+        compact(&mut relay, stream, 6);
+        let delta = relay.delta_for(&VersionVector::new(), usize::MAX);
+        assert!(delta.floor_proofs.statements.is_empty(), "{how}");
+        let mut newcomer = known_keyed(0)
+            .into_iter()
+            .find(|case| case.how == how)
+            .expect("the same case")
+            .newcomer;
+        let report = newcomer.apply(&delta).expect("the relay's delta");
+        assert!(report.behind_floor.is_empty(), "{how}: {report:?}");
+        assert_eq!(newcomer.floor().get(stream), 6, "{how}");
+        assert_eq!(newcomer.marks().get(stream), 10, "{how}");
+    }
+}
