@@ -4,7 +4,10 @@
 //! events of that stream up to its floor, as a compaction would (a reader
 //! below it is told exactly what it lost); anything else that claims to
 //! is refused with its typed reason and changes nothing, and no unsigned
-//! floor erases a held event or raises a pinned stream's floor.
+//! floor erases a held event or raises the floor of a stream the receiver
+//! knows is keyed: pinned, or, before it pinned it, bound or admitted in
+//! its membership, or any under `require_seals` (a newcomer is not cut
+//! off a writer whose key it knows).
 //!
 //! The named tests each build a keyed writer and a receiver from fixed
 //! secrets; the seeded property mixes honest statements, statements under
