@@ -353,21 +353,3 @@ impl State {
             .map(|_| (floor, base))
     }
 }
-
-/// Whether the writer's seal vouches for `delta`'s floor of `stream`: a
-/// sealed run of it starting right after the floor, with the base there
-/// (the validator chains the run from that base to the seal).
-pub(super) fn vouched(delta: &Delta, stream: StreamId, floor: u64) -> bool {
-    let based = delta
-        .seals
-        .iter()
-        .any(|s| s.seal.stream == stream && s.base.is_some());
-    based
-        && delta
-            .events
-            .iter()
-            .filter(|event| event.stream == stream)
-            .map(|event| event.seq)
-            .min()
-            == floor.checked_add(1)
-}

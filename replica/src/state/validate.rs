@@ -202,7 +202,7 @@ impl State {
     /// writer's authority ([`PeerFloor::of`]'s `authority_needed`): the
     /// receiver knows the stream is keyed, and `delta` (where a delta is
     /// judged) does not vouch for the floor with a sealed run starting
-    /// right after it with its base (`authority::vouched`). Known keyed:
+    /// right after it with its base ([`vouched`]). Known keyed:
     /// a key is pinned for it (by the state, or by a delta earlier in
     /// `round`), or, another stream than the own, the membership knows
     /// its key ([`Membership::knows_key`](crate::Membership::knows_key))
@@ -224,9 +224,26 @@ impl State {
         let sealed_only = self.config.require_seals && membership.admits_stream(stream);
         let configured =
             stream != self.config.stream && (sealed_only || membership.knows_key(stream));
-        (pinned || configured)
-            && !delta.is_some_and(|delta| super::authority::vouched(delta, stream, floor))
+        (pinned || configured) && !delta.is_some_and(|delta| vouched(delta, stream, floor))
     }
+}
+
+/// Whether the writer's seal vouches for `delta`'s floor of `stream`: a
+/// sealed run of it starting right after the floor, with the base there
+/// (the validator chains the run from that base to the seal).
+fn vouched(delta: &Delta, stream: StreamId, floor: u64) -> bool {
+    let based = delta
+        .seals
+        .iter()
+        .any(|s| s.seal.stream == stream && s.base.is_some());
+    based
+        && delta
+            .events
+            .iter()
+            .filter(|event| event.stream == stream)
+            .map(|event| event.seq)
+            .min()
+            == floor.checked_add(1)
 }
 
 impl State {
