@@ -148,6 +148,19 @@ impl Membership {
             .map(|&key| Binding { stream, key })
     }
 
+    /// Whether this membership knows a key for `stream`: a binding names
+    /// one, or (closed) an admitted key writes it. Such a stream is keyed
+    /// before any seal of it arrives: a peer's floor of it needs the
+    /// writer's authority (`docs/SIGNING.md`, "Floors with an
+    /// authority").
+    pub fn knows_key(&self, stream: StreamId) -> bool {
+        self.bindings.contains_key(&stream)
+            || self
+                .writers
+                .as_ref()
+                .is_some_and(|writers| writers.contains_key(&stream))
+    }
+
     /// Whether events of `stream` are accepted: membership is open, or an
     /// admitted key writes the stream.
     pub fn admits_stream(&self, stream: StreamId) -> bool {

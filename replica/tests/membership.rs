@@ -288,6 +288,9 @@ fn an_admission_not_signed_by_the_admin_admits_nothing() {
 
 /// A floor that would record a range of an unknown writer's stream as
 /// lost is refused too: a stranger cannot take a stream slot by a floor.
+/// So under `require_seals` as well (where a stream the membership takes
+/// is raised only with its writer's authority, an unknown writer's is
+/// still judged as its floor would raise it: refused, not left behind).
 #[test]
 fn an_unknown_writers_floor_is_refused_under_closed_membership() {
     let (stranger_key, _) = writer(5, 0);
@@ -297,25 +300,34 @@ fn an_unknown_writers_floor_is_refused_under_closed_membership() {
         floor,
         ..Delta::default()
     };
-    let mut receiver = receiver(admitting(&[2]));
-    assert_eq!(
-        refused(&mut receiver, &delta),
-        DeltaError::UnknownWriter {
-            stream: stranger_key.stream(),
-            key: None,
-        }
-    );
-    // The admission cuts it by the same rule: the floor goes, nothing else.
-    let admission = receiver.admission(&DeltaColumns::from_delta(&delta));
-    assert_eq!(
-        admission.cuts,
-        [Cut {
-            stream: stranger_key.stream(),
-            from_seq: 0,
-            limit: Limit::UnknownWriter { key: None },
-        }]
-    );
-    assert!(admission.cut_delta(&delta).floor.is_empty());
+    for require_seals in [false, true] {
+        let config = Config {
+            membership: admitting(&[2]),
+            require_seals,
+            ..Config::with_key(WriterKey::from_bytes([1; 32]))
+        };
+        let mut receiver = Replica::open(config, MemStore::default()).expect("opens");
+        assert_eq!(
+            refused(&mut receiver, &delta),
+            DeltaError::UnknownWriter {
+                stream: stranger_key.stream(),
+                key: None,
+            },
+            "require_seals {require_seals}"
+        );
+        // The admission cuts it by the same rule: the floor goes, nothing else.
+        let admission = receiver.admission(&DeltaColumns::from_delta(&delta));
+        assert_eq!(
+            admission.cuts,
+            [Cut {
+                stream: stranger_key.stream(),
+                from_seq: 0,
+                limit: Limit::UnknownWriter { key: None },
+            }],
+            "require_seals {require_seals}"
+        );
+        assert!(admission.cut_delta(&delta).floor.is_empty());
+    }
     // Open membership: the floor is recorded (the range lost).
     let mut open = self::receiver(Membership::open());
     open.apply(&delta).expect("open membership");

@@ -25,7 +25,11 @@
 //! another and the receiver's own stream, so stamps interleave and events
 //! arrive stamped below others; an honest echo of the receiver's own events
 //! comes back to it; a quarter of the schedules set `streams_max` and
-//! `payload_bytes_max` small, so that limits are reached mid-round.
+//! `payload_bytes_max` small, so that limits are reached mid-round; a
+//! third bind the sealed writer's key to its stream in the receiver's
+//! membership, so that the receiver knows the stream is keyed before it
+//! pins it and an unsigned floor alone leaves a newcomer to it behind
+//! (`docs/SIGNING.md`, "Floors with an authority").
 //!
 //! Compared after every committed round (the gate holds each commit of a
 //! held batch: what is visible then is the rounds before it, whose requests
@@ -94,6 +98,10 @@ struct Tally {
     /// holding the sealed writer's head, of `unforked`.
     sealed_held: u64,
     unforked: u64,
+    /// Deltas whose unsigned floor left the receiver behind on the sealed
+    /// stream while it held nothing of it yet (a newcomer that knows the
+    /// stream is keyed), in the schedules that bind it, and in the others.
+    newcomer_behind: (u64, u64),
     /// Schedules whose receiver ended with the sealed stream proven
     /// forked, and rounds planned after that that refused its stream
     /// `Frozen`.
@@ -204,14 +212,32 @@ fn apply_one(reference: &mut Replica, request: &Request, got: &Answer) -> Answer
                     .map_err(message),
             )
         }
-        Request::Apply(delta) => Answer::Applied(reference.apply(delta).map_err(message)),
-        Request::Columns(delta) => Answer::Applied(
-            reference
-                .apply_columns(&DeltaColumns::from_delta(delta))
-                .map_err(message),
-        ),
+        Request::Apply(delta) | Request::Columns(delta) => {
+            let sealed = WRITERS[2];
+            let newcomer = reference.marks().get(sealed) == 0 && reference.floor().get(sealed) == 0;
+            let answer = match request {
+                Request::Apply(_) => reference.apply(delta),
+                _ => reference.apply_columns(&DeltaColumns::from_delta(delta)),
+            };
+            let behind = answer.as_ref().is_ok_and(|report| {
+                report
+                    .behind_floor
+                    .iter()
+                    .any(|&(stream, _)| stream == sealed)
+            });
+            if newcomer && behind {
+                NEWCOMER_BEHIND.with(|count| count.set(count.get() + 1));
+            }
+            Answer::Applied(answer.map_err(message))
+        }
         Request::Compact(target) => Answer::Compacted(reference.compact(target).map_err(message)),
     }
+}
+
+thread_local! {
+    /// Deltas [`apply_one`] saw leave the reference behind on the sealed
+    /// stream while it held nothing of it, on this test's thread.
+    static NEWCOMER_BEHIND: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The writers whose histories deltas are cut from: one per stream of
@@ -775,6 +801,17 @@ fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut T
         config.streams_max = rng.between(2, 4) as usize;
         config.payload_bytes_max = rng.between(9, 14) as usize;
     }
+    // Drawn from the seed, not the generator, so that every other draw of
+    // a schedule stays what it was.
+    let bound = seed.is_multiple_of(3);
+    if bound {
+        let key = meshlog_replica::WriterKey::from_bytes(SEALED_WRITER);
+        config.membership.bind(meshlog_replica::Binding {
+            stream: WRITERS[2],
+            key: key.public(),
+        });
+    }
+    NEWCOMER_BEHIND.with(|count| count.set(0));
     let bench = Bench::new(&config, inner);
     let mut reference = Replica::open(config, MemStore::default()).unwrap();
 
@@ -828,6 +865,11 @@ fn schedule<S: Store + Send + Sync + 'static>(seed: u64, inner: S, tally: &mut T
             u64::from(reference.marks().get(sealed) == writers[2].marks().get(sealed));
     }
     tally.forked += u64::from(!reference.forks().is_empty());
+    let behind = NEWCOMER_BEHIND.with(std::cell::Cell::get);
+    match bound {
+        true => tally.newcomer_behind.0 += behind,
+        false => tally.newcomer_behind.1 += behind,
+    }
     let stats = bench.finish();
     tally.schedules += 1;
     tally.rounds += stats.rounds;
@@ -855,6 +897,7 @@ fn assert_grouped(tally: &Tally) {
             sealed_held,
             unforked,
             forked,
+            newcomer_behind,
         } = *tally;
         assert!(
             grouped * 4 >= rounds,
@@ -873,6 +916,12 @@ fn assert_grouped(tally: &Tally) {
         );
         // The twin's runs proved a fork in some of the half of schedules
         // that have one.
+        // The bound stream's rule ran: a newcomer to it left behind an
+        // unsigned floor (which, unbound, it takes).
+        assert!(
+            newcomer_behind.0 > 0,
+            "no newcomer to the bound sealed stream was left behind a floor: {newcomer_behind:?}"
+        );
         assert!(
             forked * 10 >= schedules,
             "{forked} of {schedules} receivers proved the sealed stream forked"

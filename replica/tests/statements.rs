@@ -4,7 +4,10 @@
 //! events of that stream up to its floor, as a compaction would (a reader
 //! below it is told exactly what it lost); anything else that claims to
 //! is refused with its typed reason and changes nothing, and no unsigned
-//! floor erases a held event or raises a pinned stream's floor.
+//! floor erases a held event or raises the floor of a stream the receiver
+//! knows is keyed: pinned, or, before it pinned it, bound or admitted in
+//! its membership, or any under `require_seals` (a newcomer is not cut
+//! off a writer whose key it knows).
 //!
 //! The named tests each build a keyed writer and a receiver from fixed
 //! secrets; the seeded property mixes honest statements, statements under
@@ -14,8 +17,8 @@
 use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    AdminKey, ChainHash, Compaction, Config, Delta, DeltaError, MemStore, Membership, PageError,
-    Replica, ReplicaError, SignedCompaction, WriterKey, LAMPORT_MAX,
+    AdminKey, Binding, ChainHash, Compaction, Config, Delta, DeltaError, MemStore, Membership,
+    PageError, Replica, ReplicaError, SignedCompaction, WriterKey, LAMPORT_MAX,
 };
 use meshlog_testkit::hostile::{floor_attacks, FloorOutcome};
 use meshlog_testkit::{seed, Snapshot, SplitMix64};
@@ -683,4 +686,215 @@ fn a_statement_without_authority_here_cuts_its_stream_and_the_rest_is_taken() {
     assert_eq!(untrusting.floor().get(stream), 0, "W's floor unchanged");
     let after: Vec<_> = (1..=3).map(|seq| untrusting.get(stream, seq)).collect();
     assert_eq!(after, before, "W's held events unchanged");
+}
+
+/// A stream the receiver knows is keyed before it pinned it, and how it
+/// knows: its writer, and a newcomer holding nothing of it.
+struct KnownKeyed {
+    how: &'static str,
+    writer: Replica<MemStore>,
+    newcomer: Replica<MemStore>,
+}
+
+/// The ways a newcomer (secret 2) knows a writer's stream is keyed before
+/// any seal of it arrives: a binding names its key (`key@stream`, a legacy
+/// stream no key derives), a closed membership admits its key, or the
+/// newcomer requires seals. Each writer holds `len` events.
+fn known_keyed(len: usize) -> Vec<KnownKeyed> {
+    let legacy = StreamId::new(0x001e_9ac7);
+    let legacy_key = key(7);
+    let mut bound = Membership::open();
+    bound.bind(Binding {
+        stream: legacy,
+        key: legacy_key.public(),
+    });
+    let legacy_config = Config {
+        key: Some(legacy_key),
+        ..Config::new(legacy)
+    };
+    let mut admitted = Membership::closed();
+    admitted.admit(key(1).public());
+    let requiring = Config {
+        require_seals: true,
+        ..Config::with_key(key(2))
+    };
+    let mut cases = vec![
+        KnownKeyed {
+            how: "bound",
+            writer: Replica::open(legacy_config, MemStore::default()).expect("opens"),
+            newcomer: receiver_with(bound),
+        },
+        KnownKeyed {
+            how: "admitted",
+            writer: keyed(1),
+            newcomer: receiver_with(admitted),
+        },
+        KnownKeyed {
+            how: "require_seals",
+            writer: keyed(1),
+            newcomer: Replica::open(requiring, MemStore::default()).expect("opens"),
+        },
+    ];
+    for case in &mut cases {
+        append(&mut case.writer, len);
+    }
+    cases
+}
+
+/// Issue 29 (the hole `docs/SIGNING.md` still named): a newcomer took an
+/// unsigned floor on a stream it had not pinned yet, so a hostile peer's
+/// floor past a keyed writer's real head was recorded as lost, and the
+/// writer's real events below it were never taken: the writer was cut
+/// off at that replica. A newcomer that knows the stream is keyed (bound,
+/// admitted, or under `require_seals`) treats it as pinned: the floor
+/// alone leaves the stream behind it, and every real event is taken.
+#[test]
+fn an_unsigned_floor_does_not_cut_a_keyed_writer_off_a_newcomer_that_knows_its_key() {
+    for KnownKeyed {
+        how,
+        mut writer,
+        mut newcomer,
+    } in known_keyed(4)
+    {
+        let stream = writer.stream();
+        let invented = Delta {
+            floor: [(stream, 4 + 5)].into_iter().collect(),
+            ..Delta::default()
+        };
+        let before = snapshot(&newcomer);
+        let report = newcomer.apply(&invented).expect("not refused");
+        assert_eq!(report.behind_floor, vec![(stream, 9)], "{how}");
+        assert_eq!(
+            snapshot(&newcomer),
+            before,
+            "{how}: the floor is not raised"
+        );
+        let report = newcomer
+            .apply(&writer.delta_for(&newcomer.marks(), usize::MAX))
+            .expect("the writer's real events");
+        assert_eq!(report.applied, 4, "{how}: {report:?}");
+        append(&mut writer, 2);
+        newcomer
+            .apply(&writer.delta_for(&newcomer.marks(), usize::MAX))
+            .expect("the writer's next events");
+        assert_eq!(newcomer.marks().get(stream), 6, "{how}");
+        assert_eq!(newcomer.floor().get(stream), 0, "{how}: nothing lost");
+        for seq in 1..=6 {
+            assert_eq!(newcomer.get(stream, seq), writer.get(stream, seq), "{how}");
+        }
+        assert_eq!(newcomer.chain(stream), writer.chain(stream), "{how}");
+    }
+}
+
+/// The same newcomers take a keyed writer's floor with its authority: a
+/// statement from the writer, or a sealed run starting right after the
+/// floor with its base (the writer's compacted delta, its statement
+/// stripped). Each time the range is recorded lost and the run above it
+/// taken.
+#[test]
+fn a_keyed_writers_floor_with_its_authority_is_taken_by_a_newcomer_that_knows_its_key() {
+    for KnownKeyed {
+        how,
+        mut writer,
+        newcomer,
+    } in known_keyed(10)
+    {
+        let stream = writer.stream();
+        compact(&mut writer, stream, 6);
+        let statement = writer
+            .statement(stream)
+            .expect("the writer signs its floor");
+        let mut by_statement = newcomer;
+        let report = by_statement
+            .apply(&statement_only(statement))
+            .expect("the statement");
+        assert!(report.behind_floor.is_empty(), "{how}: {report:?}");
+        assert_eq!(by_statement.floor().get(stream), 6, "{how}");
+        let mut by_seal = known_keyed(10)
+            .into_iter()
+            .find(|case| case.how == how)
+            .expect("the same case")
+            .newcomer;
+        let mut sealed = writer.delta_for(&VersionVector::new(), usize::MAX);
+        sealed.floor_proofs.statements.clear();
+        assert!(sealed.seals.iter().any(|s| s.base.is_some()), "{how}");
+        let report = by_seal.apply(&sealed).expect("the sealed run");
+        assert!(report.behind_floor.is_empty(), "{how}: {report:?}");
+        for newcomer in [&mut by_statement, &mut by_seal] {
+            newcomer
+                .apply(&writer.delta_for(&newcomer.marks(), usize::MAX))
+                .expect("the run above the floor");
+            assert_eq!(newcomer.floor().get(stream), 6, "{how}");
+            assert_eq!(newcomer.marks().get(stream), 10, "{how}");
+            assert_eq!(
+                lost(newcomer, &VersionVector::new()),
+                vec![(stream, 1, 6)],
+                "{how}"
+            );
+        }
+    }
+}
+
+/// What an unsigned floor still does (`docs/SIGNING.md`): a newcomer that
+/// knows nothing of a stream (open membership, no binding, seals not
+/// required, nothing pinned) still records it as lost where it holds
+/// nothing of the stream, as a relay's retention floor is honest.
+#[test]
+fn a_newcomer_that_knows_no_key_of_a_stream_still_takes_an_unsigned_floor() {
+    let mut writer = keyed(1);
+    append(&mut writer, 4);
+    let stream = writer.stream();
+    let mut newcomer = receiver_with(Membership::open());
+    let floor = Delta {
+        floor: [(stream, 3)].into_iter().collect(),
+        ..Delta::default()
+    };
+    let report = newcomer.apply(&floor).expect("taken");
+    assert_eq!(report.floors_raised, 1);
+    assert_eq!(newcomer.floor().get(stream), 3);
+}
+
+/// An honest relay's retention floor still reaches a newcomer that knows
+/// the stream is keyed: the relay compacted the writer's stream by its own
+/// retention (no statement: only the writer or the admin signs one), and
+/// its delta carries the writer's sealed run above the floor with its
+/// base, which vouches for the floor.
+#[test]
+fn a_relays_retention_floor_with_the_writers_sealed_run_reaches_a_newcomer_that_knows_its_key() {
+    for KnownKeyed { how, writer, .. } in known_keyed(10) {
+        let stream = writer.stream();
+        let mut relay = receiver_with(Membership::open());
+        // The relay trusts what the newcomer trusts, so that it takes the
+        // bound legacy stream too.
+        if how == "bound" {
+            let mut bound = Membership::open();
+            bound.bind(Binding {
+                stream,
+                key: key(7).public(),
+            });
+            relay = Replica::open(
+                Config {
+                    membership: bound,
+                    ..Config::with_key(key(3))
+                },
+                MemStore::default(),
+            )
+            .expect("opens");
+        }
+        relay
+            .apply(&writer.delta_for(&VersionVector::new(), usize::MAX))
+            .expect("the relay takes the writer's stream");
+        compact(&mut relay, stream, 6);
+        let delta = relay.delta_for(&VersionVector::new(), usize::MAX);
+        assert!(delta.floor_proofs.statements.is_empty(), "{how}");
+        let mut newcomer = known_keyed(0)
+            .into_iter()
+            .find(|case| case.how == how)
+            .expect("the same case")
+            .newcomer;
+        let report = newcomer.apply(&delta).expect("the relay's delta");
+        assert!(report.behind_floor.is_empty(), "{how}: {report:?}");
+        assert_eq!(newcomer.floor().get(stream), 6, "{how}");
+        assert_eq!(newcomer.marks().get(stream), 10, "{how}");
+    }
 }

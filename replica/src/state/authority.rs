@@ -222,8 +222,7 @@ impl State {
                 .head(stream)
                 .unwrap_or_else(|| self.log.head(stream))
                 .max(held_floor);
-            let pinned = self.pinned.contains_key(&stream) || round.sealed.contains_key(&stream);
-            let needed = pinned && !vouched(delta, stream, floor);
+            let needed = self.floor_needs_authority(stream, floor, round, Some(delta));
             let rule = PeerFloor::of(
                 stream,
                 floor,
@@ -353,22 +352,4 @@ impl State {
             .ok()?
             .map(|_| (floor, base))
     }
-}
-
-/// Whether the writer's seal vouches for `delta`'s floor of `stream`: a
-/// sealed run of it starting right after the floor, with the base there
-/// (the validator chains the run from that base to the seal).
-pub(super) fn vouched(delta: &Delta, stream: StreamId, floor: u64) -> bool {
-    let based = delta
-        .seals
-        .iter()
-        .any(|s| s.seal.stream == stream && s.base.is_some());
-    based
-        && delta
-            .events
-            .iter()
-            .filter(|event| event.stream == stream)
-            .map(|event| event.seq)
-            .min()
-            == floor.checked_add(1)
 }

@@ -509,9 +509,7 @@ impl<'s, 'd> Round<'s, 'd> {
             }
         }
         for (stream, floor_seq) in delta.floor.iter() {
-            let pinned =
-                state.pinned.contains_key(&stream) || self.index.sealed.contains_key(&stream);
-            let needed = pinned && !super::authority::vouched(delta, stream, floor_seq);
+            let needed = state.floor_needs_authority(stream, floor_seq, &self.index, Some(delta));
             let sim = state.sim(&mut self.sims, stream);
             let bounds = (sim.floor, sim.head);
             let rule = PeerFloor::of(stream, floor_seq, own, state.recovering, bounds, needed);

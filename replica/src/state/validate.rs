@@ -149,7 +149,8 @@ pub(super) enum PeerFloor {
     Ignored,
     /// The receiver holds nothing of the stream above its floor: the
     /// floor is raised to the peer's, recording the range as lost (on a
-    /// pinned stream, only with the writer's authority: else `Behind`).
+    /// stream the receiver knows is keyed, only with the writer's
+    /// authority: else `Behind`; [`State::floor_needs_authority`]).
     Raised,
     /// The receiver holds events of the stream below the peer's floor:
     /// kept, and the delta's events of the stream (which cannot attach
@@ -160,9 +161,9 @@ pub(super) enum PeerFloor {
 impl PeerFloor {
     /// The rule, for a peer's `floor` of `stream` on a receiver whose own
     /// stream is `own` (written by peers only while `recovering`), holding
-    /// the stream from `held_floor` to `head`; `authority_needed` for a
-    /// pinned stream whose floor comes without the writer's seal at it (a
-    /// raise would let a peer invent a floor past the writer's head).
+    /// the stream from `held_floor` to `head`; `authority_needed` where
+    /// [`State::floor_needs_authority`] says so (a raise would let a peer
+    /// invent a floor past the writer's head).
     pub(super) fn of(
         stream: StreamId,
         floor: u64,
@@ -194,6 +195,55 @@ impl PeerFloor {
             PeerFloor::Behind => u64::MAX,
         }
     }
+}
+
+impl State {
+    /// Whether a peer's floor of `stream` is raised only with the
+    /// writer's authority ([`PeerFloor::of`]'s `authority_needed`): the
+    /// receiver knows the stream is keyed, and `delta` (where a delta is
+    /// judged) does not vouch for the floor with a sealed run starting
+    /// right after it with its base ([`vouched`]). Known keyed:
+    /// a key is pinned for it (by the state, or by a delta earlier in
+    /// `round`), or, another stream than the own, the membership knows
+    /// its key ([`Membership::knows_key`](crate::Membership::knows_key))
+    /// or [`Config::require_seals`](crate::Config::require_seals) is on
+    /// for a stream the membership takes at all (an unknown writer's
+    /// floor that would raise its stream stays refused as such:
+    /// [`Check::membership`]). A newcomer that knows that much before it
+    /// pins the stream is not handed a floor past the writer's head by an
+    /// unsigned floor alone.
+    pub(super) fn floor_needs_authority(
+        &self,
+        stream: StreamId,
+        floor: u64,
+        round: &RoundIndex,
+        delta: Option<&Delta>,
+    ) -> bool {
+        let pinned = self.pinned.contains_key(&stream) || round.sealed.contains_key(&stream);
+        let membership = &self.config.membership;
+        let sealed_only = self.config.require_seals && membership.admits_stream(stream);
+        let configured =
+            stream != self.config.stream && (sealed_only || membership.knows_key(stream));
+        (pinned || configured) && !delta.is_some_and(|delta| vouched(delta, stream, floor))
+    }
+}
+
+/// Whether the writer's seal vouches for `delta`'s floor of `stream`: a
+/// sealed run of it starting right after the floor, with the base there
+/// (the validator chains the run from that base to the seal).
+fn vouched(delta: &Delta, stream: StreamId, floor: u64) -> bool {
+    let based = delta
+        .seals
+        .iter()
+        .any(|s| s.seal.stream == stream && s.base.is_some());
+    based
+        && delta
+            .events
+            .iter()
+            .filter(|event| event.stream == stream)
+            .map(|event| event.seq)
+            .min()
+            == floor.checked_add(1)
 }
 
 impl State {
@@ -415,14 +465,14 @@ impl State {
         let raised = columns.floor.iter().filter(|&(stream, floor)| {
             let held_floor = self.floor.get(stream);
             let head = self.log.head(stream).max(held_floor);
-            let pinned = self.pinned.contains_key(&stream);
+            let needed = self.floor_needs_authority(stream, floor, &RoundIndex::default(), None);
             let rule = PeerFloor::of(
                 stream,
                 floor,
                 own,
                 self.recovering,
                 (held_floor, head),
-                pinned,
+                needed,
             );
             rule == PeerFloor::Raised
         });
