@@ -69,8 +69,9 @@ impl Protocol {
         }
         let lag_allowed = self.lag_allowed();
         let mut loud = Vec::new();
-        for (&stream, ask) in &mut self.routing.quiet_asked {
-            let Some(source_since) = link.other_source_since(stream) else {
+        let sources = link.other_sources_since(self.routing.quiet_asked.keys().copied());
+        for ((&stream, ask), source_since) in self.routing.quiet_asked.iter_mut().zip(sources) {
+            let Some(source_since) = source_since else {
                 loud.push(stream);
                 continue;
             };
@@ -108,14 +109,24 @@ impl Protocol {
         let lag_allowed = self.lag_allowed();
         let routing = &mut self.routing;
         let mut again = Vec::new();
+        // Run after every receipt: one walk of both vectors (each
+        // ascending), not a lookup of ours per stream of theirs.
+        let mut ours = marks.iter().peekable();
         for (stream, theirs) in self.marks.peer_marks.iter() {
-            let ahead = theirs > marks.get(stream)
+            while ours.next_if(|&(held, _)| held < stream).is_some() {}
+            let ours_seq = ours
+                .peek()
+                .filter(|&&(held, _)| held == stream)
+                .map_or(0, |&(_, seq)| seq);
+            let ahead = theirs > ours_seq
                 && stream != self.local
                 && !routing.quiet_asked.contains_key(&stream)
                 && !routing.refused.contains(&stream)
                 && !routing.behind.contains_key(&stream);
             if !ahead {
-                routing.loud_ahead.remove(&stream);
+                if !routing.loud_ahead.is_empty() {
+                    routing.loud_ahead.remove(&stream);
+                }
                 continue;
             }
             let since = *routing.loud_ahead.entry(stream).or_insert(now);

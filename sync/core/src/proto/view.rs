@@ -32,6 +32,29 @@ impl Protocol {
         std::borrow::Cow::Owned(view)
     }
 
+    /// Whether the send view covers `marks`: what
+    /// `send_view(marks).dominates(marks)` says, without building the view
+    /// or looking each stream up: one walk of `marks`, the view and the
+    /// streams asked quiet together (each ascending), no allocation. What
+    /// every poll asks (is there a delta to send?), so its cost is per
+    /// poll, not per delta.
+    pub(super) fn send_view_covers(&self, marks: &VersionVector) -> bool {
+        let own = self.hello.peer.filter(|_| self.hello.peer_holds_own_stream);
+        let mut view = self.send.view.iter().peekable();
+        let mut quiet = self.routing.peer_quiet.iter().peekable();
+        let covers = marks.iter().all(|(stream, seq)| {
+            while view.next_if(|&(held, _)| held < stream).is_some() {}
+            while quiet.next_if(|&&asked| asked < stream).is_some() {}
+            let held = view.peek().filter(|&&(held, _)| held == stream);
+            held.is_some_and(|&(_, held_seq)| held_seq >= seq)
+                || quiet.peek() == Some(&&stream)
+                || own == Some(stream)
+                || self.send.unsendable.contains_key(&stream)
+        });
+        debug_assert_eq!(covers, self.send_view(marks).dominates(marks));
+        covers
+    }
+
     /// The view from what is certain: the peer's marks, joined with every
     /// delta still in flight (not what was lost). Parts of a delta not yet
     /// handed out were counted in the old view: they are rebuilt.
