@@ -40,13 +40,11 @@ impl Protocol {
     /// poll, not per delta.
     pub(super) fn send_view_covers(&self, marks: &VersionVector) -> bool {
         let own = self.hello.peer.filter(|_| self.hello.peer_holds_own_stream);
-        let mut view = self.send.view.iter().peekable();
+        let mut view = walk(&self.send.view);
         let mut quiet = self.routing.peer_quiet.iter().peekable();
         let covers = marks.iter().all(|(stream, seq)| {
-            while view.next_if(|&(held, _)| held < stream).is_some() {}
             while quiet.next_if(|&&asked| asked < stream).is_some() {}
-            let held = view.peek().filter(|&&(held, _)| held == stream);
-            held.is_some_and(|&(_, held_seq)| held_seq >= seq)
+            view.at(stream) >= seq
                 || quiet.peek() == Some(&&stream)
                 || own == Some(stream)
                 || self.send.unsendable.contains_key(&stream)
@@ -144,4 +142,103 @@ pub(super) fn column_spans(columns: &DeltaColumns) -> Vec<(StreamId, u64, u64)> 
         .into_iter()
         .map(|(stream, (first, last))| (stream, first, last))
         .collect()
+}
+
+/// A vector read at ascending streams in one walk: each [`Walk::at`] asks
+/// a stream at or above the one asked before, so reading it at every
+/// stream of another vector costs one pass over both, not a lookup per
+/// stream. For the checks a poll or a receipt makes over every stream.
+pub(super) struct Walk<I: Iterator<Item = (StreamId, u64)>>(std::iter::Peekable<I>);
+
+/// A [`Walk`] of `vector` from its first stream.
+pub(super) fn walk(vector: &VersionVector) -> Walk<impl Iterator<Item = (StreamId, u64)> + '_> {
+    Walk(vector.iter().peekable())
+}
+
+impl<I: Iterator<Item = (StreamId, u64)>> Walk<I> {
+    /// The vector's seq at `stream` (0 if none): `stream` is at or above
+    /// every stream asked before.
+    pub(super) fn at(&mut self, stream: StreamId) -> u64 {
+        while self.0.next_if(|&(at, _)| at < stream).is_some() {}
+        self.0
+            .peek()
+            .filter(|&&(at, _)| at == stream)
+            .map_or(0, |&(_, seq)| seq)
+    }
+}
+
+/// The streams `theirs` holds further than `ours`, with both seqs: one
+/// walk of both vectors (each ascending), not a lookup per stream, for it
+/// runs after every receipt; most often it finds few.
+pub(super) fn streams_ahead(
+    theirs: &VersionVector,
+    ours: &VersionVector,
+) -> BTreeMap<StreamId, (u64, u64)> {
+    let mut ours = walk(ours);
+    theirs
+        .iter()
+        .filter_map(|(stream, their_seq)| {
+            let our_seq = ours.at(stream);
+            (their_seq > our_seq).then_some((stream, (their_seq, our_seq)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use meshlog_testkit::SplitMix64;
+
+    use super::*;
+
+    fn random_vector(rng: &mut SplitMix64) -> VersionVector {
+        (0..rng.next_u64() % 40)
+            .map(|_| (StreamId::new(1 + rng.next_u64() % 60), rng.next_u64() % 5))
+            .collect()
+    }
+
+    /// A walk reads what a lookup reads, at every stream asked in
+    /// ascending order, skipping some (as a short-circuited check does).
+    #[test]
+    fn a_walk_reads_each_stream_as_a_lookup_does() {
+        let seed = 0x5eed_0027;
+        let mut rng = SplitMix64::new(seed);
+        for round in 0..500 {
+            let vector = random_vector(&mut rng);
+            let mut walked = walk(&vector);
+            for id in 1..=61 {
+                if rng.below(3) == 0 {
+                    continue;
+                }
+                let stream = StreamId::new(id);
+                assert_eq!(
+                    walked.at(stream),
+                    vector.get(stream),
+                    "seed {seed:#x}, round {round}, {stream}, {vector:?}"
+                );
+            }
+        }
+    }
+
+    /// The walks over two vectors answer what lookups answer.
+    #[test]
+    fn differences_and_streams_ahead_are_those_of_lookups() {
+        let seed = 0x5eed_0028;
+        let mut rng = SplitMix64::new(seed);
+        for round in 0..500 {
+            let (theirs, ours) = (random_vector(&mut rng), random_vector(&mut rng));
+            let ahead: BTreeMap<StreamId, (u64, u64)> = theirs
+                .iter()
+                .filter(|&(stream, seq)| seq > ours.get(stream))
+                .map(|(stream, seq)| (stream, (seq, ours.get(stream))))
+                .collect();
+            let context = format!("seed {seed:#x}, round {round}, {theirs:?}, {ours:?}");
+            assert_eq!(streams_ahead(&theirs, &ours), ahead, "{context}");
+            let difference: VersionVector = ahead.iter().map(|(&s, &(seq, _))| (s, seq)).collect();
+            assert_eq!(
+                super::super::receipts::difference(&theirs, &ours),
+                difference,
+                "{context}"
+            );
+        }
+    }
 }
