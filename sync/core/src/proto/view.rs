@@ -11,7 +11,9 @@ use super::state::{PendingRange, Protocol};
 
 impl Protocol {
     /// The view deltas are built from: the view, with every stream the
-    /// peer asked quiet counted as held up to our marks.
+    /// peer asked quiet counted as held up to our marks (and the streams
+    /// [`Protocol::counted_as_held`] names). Built in one walk of the
+    /// view and the marks, not a lookup and an insert per stream.
     pub(super) fn send_view(&self, marks: &VersionVector) -> std::borrow::Cow<'_, VersionVector> {
         let own = self.hello.peer.filter(|&peer| {
             self.hello.peer_holds_own_stream && self.send.view.get(peer) < marks.get(peer)
@@ -19,17 +21,61 @@ impl Protocol {
         if self.routing.peer_quiet.is_empty() && own.is_none() && self.send.unsendable.is_empty() {
             return std::borrow::Cow::Borrowed(&self.send.view);
         }
+        let mut counted = self.counted_as_held();
+        let mut view = walk(&self.send.view);
+        let raised: Vec<(StreamId, u64)> = marks
+            .iter()
+            .filter(|&(stream, seq)| counted(stream) && seq > view.at(stream))
+            .collect();
+        // Both ascending, and a raised seq is above the view's.
+        let mut merged = Vec::with_capacity(self.send.view.len() + raised.len());
+        let mut raised = raised.into_iter().peekable();
+        for (stream, seq) in self.send.view.iter() {
+            while let Some(entry) = raised.next_if(|&(at, _)| at < stream) {
+                merged.push(entry);
+            }
+            merged.push(
+                raised
+                    .next_if(|&(at, _)| at == stream)
+                    .unwrap_or((stream, seq)),
+            );
+        }
+        merged.extend(raised);
+        let built: VersionVector = merged.into_iter().collect();
+        debug_assert_eq!(built, self.send_view_by_lookups(marks));
+        std::borrow::Cow::Owned(built)
+    }
+
+    /// [`Protocol::send_view`] as it was first written, a lookup and an
+    /// insert per stream: what the debug builds (every test) check it
+    /// against.
+    fn send_view_by_lookups(&self, marks: &VersionVector) -> VersionVector {
         let mut view = self.send.view.clone();
         for &stream in self.send.unsendable.keys() {
             view.advance(stream, marks.get(stream));
         }
-        if let Some(peer) = own {
+        if let Some(peer) = self.hello.peer.filter(|_| self.hello.peer_holds_own_stream) {
             view.advance(peer, marks.get(peer));
         }
         for &stream in &self.routing.peer_quiet {
             view.advance(stream, marks.get(stream));
         }
-        std::borrow::Cow::Owned(view)
+        view
+    }
+
+    /// Which streams the send view counts as held up to our marks, asked
+    /// at ascending streams: those the peer asked quiet, those we cannot
+    /// send it (an event too large for a frame), and its own where it
+    /// holds it (`HelloState::peer_holds_own_stream`).
+    fn counted_as_held(&self) -> impl FnMut(StreamId) -> bool + '_ {
+        let own = self.hello.peer.filter(|_| self.hello.peer_holds_own_stream);
+        let mut quiet = self.routing.peer_quiet.iter().peekable();
+        move |stream| {
+            while quiet.next_if(|&&asked| asked < stream).is_some() {}
+            quiet.peek() == Some(&&stream)
+                || own == Some(stream)
+                || self.send.unsendable.contains_key(&stream)
+        }
     }
 
     /// Whether the send view covers `marks`: what
@@ -39,16 +85,11 @@ impl Protocol {
     /// every poll asks (is there a delta to send?), so its cost is per
     /// poll, not per delta.
     pub(super) fn send_view_covers(&self, marks: &VersionVector) -> bool {
-        let own = self.hello.peer.filter(|_| self.hello.peer_holds_own_stream);
         let mut view = walk(&self.send.view);
-        let mut quiet = self.routing.peer_quiet.iter().peekable();
-        let covers = marks.iter().all(|(stream, seq)| {
-            while quiet.next_if(|&&asked| asked < stream).is_some() {}
-            view.at(stream) >= seq
-                || quiet.peek() == Some(&&stream)
-                || own == Some(stream)
-                || self.send.unsendable.contains_key(&stream)
-        });
+        let mut counted = self.counted_as_held();
+        let covers = marks
+            .iter()
+            .all(|(stream, seq)| view.at(stream) >= seq || counted(stream));
         debug_assert_eq!(covers, self.send_view(marks).dominates(marks));
         covers
     }
