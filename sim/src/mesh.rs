@@ -416,6 +416,15 @@ impl Mesh {
         self.compact_all(&target);
     }
 
+    /// Every replica up compacts to the mesh's retention target again,
+    /// as a retention policy it runs would: what arrived since of the
+    /// streams it names (a retired writer's last events, which reached
+    /// this replica after the others compacted) goes too, so that the
+    /// floors meet.
+    pub fn reapply_retention(&mut self) {
+        self.compact_all(&VersionVector::new());
+    }
+
     /// Cuts `link`: every frame on it is lost until it heals (the sessions
     /// time out; redials fail).
     pub fn cut(&mut self, link: usize) {

@@ -273,6 +273,9 @@ impl Scenario {
             }
             let until = mesh.now() + self.step;
             mesh.run_until(until);
+            if first_active > 0 {
+                mesh.reapply_retention();
+            }
             check::prefix_closed(mesh)?;
             mesh.checkpoint_step(self.step);
             if let Some(progress) = self.progress {
@@ -320,6 +323,11 @@ impl Scenario {
             }
             let until = mesh.now() + self.converge_poll;
             mesh.run_until(until);
+            if self.retire_fraction > 0.0 {
+                // Churn: the retired streams' last events are compacted
+                // where they arrive late.
+                mesh.reapply_retention();
+            }
             if mesh.now() >= next_check {
                 check::prefix_closed(mesh)?;
                 mesh.checkpoint_step(self.step);
