@@ -245,13 +245,7 @@ impl Scenario {
         let mut first_active = 0;
         for slice in 1..=slices {
             // Writes: the events due by the end of this slice.
-            let due = total * slice / slices;
-            while written < due {
-                let active = (mesh.writers() - first_active) as u64;
-                let writer = first_active + mesh.rng().below(active) as usize;
-                mesh.append(writer);
-                written += 1;
-            }
+            append_due(mesh, &mut written, total * slice / slices, first_active);
             if self.faults {
                 self.fault(mesh, slice, slices, &mut stopped, &mut cut, links);
             }
@@ -479,6 +473,17 @@ fn mid_walk_cursor(mesh: &Mesh) -> VersionVector {
         }
     }
     cursor
+}
+
+/// Appends until `due` events are written, each by a writer drawn among
+/// those from `first_active` on (the others retired).
+fn append_due(mesh: &mut Mesh, written: &mut u64, due: u64, first_active: usize) {
+    while *written < due {
+        let active = (mesh.writers() - first_active) as u64;
+        let writer = first_active + mesh.rng().below(active) as usize;
+        mesh.append(writer);
+        *written += 1;
+    }
 }
 
 /// Bytes sent on the links since `bytes` were at `since`, per link per
