@@ -55,4 +55,4 @@ pub use check::{Reader, Violation};
 pub use mesh::{Counters, Mesh, MeshConfig};
 pub use net::NetConfig;
 pub use queue::Queue;
-pub use scenario::{Figures, Scenario, TokenFigure};
+pub use scenario::{Churn, Figures, Scenario, TokenFigure};

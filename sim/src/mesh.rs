@@ -400,6 +400,31 @@ impl Mesh {
         }
     }
 
+    /// Writers `writers` stop writing, as runtimes that leave do: every
+    /// replica compacts their streams whole, up to what each wrote
+    /// ([`Mesh::compact_all`]: at once if up, at its restart otherwise;
+    /// a replica that lacks some of their events compacts what it holds).
+    /// What they wrote stays in [`Mesh::written`].
+    pub fn retire(&mut self, writers: std::ops::Range<usize>) {
+        let target: VersionVector = self.writers[writers]
+            .iter()
+            .map(|writer| {
+                let stream = writer.replica.stream();
+                (stream, writer.replica.marks().get(stream))
+            })
+            .collect();
+        self.compact_all(&target);
+    }
+
+    /// Every replica up compacts to the mesh's retention target again,
+    /// as a retention policy it runs would: what arrived since of the
+    /// streams it names (a retired writer's last events, which reached
+    /// this replica after the others compacted) goes too, so that the
+    /// floors meet.
+    pub fn reapply_retention(&mut self) {
+        self.compact_all(&VersionVector::new());
+    }
+
     /// Cuts `link`: every frame on it is lost until it heals (the sessions
     /// time out; redials fail).
     pub fn cut(&mut self, link: usize) {

@@ -24,6 +24,11 @@ pub struct Scenario {
     /// Partitions, stops and restarts, late joins and compaction while
     /// writers write.
     pub faults: bool,
+    /// Churn: of the writers, this fraction (the first, rounded down; at
+    /// least one writer keeps writing) stops after the first half of the
+    /// write window, and every replica compacts their streams whole
+    /// ([`Mesh::retire`]); the rest write what is left. 0: none.
+    pub retire_fraction: f64,
     /// Readers walking with failover.
     pub readers: usize,
     /// The step of the script: writes, faults and reader pages are drawn
@@ -112,6 +117,22 @@ pub struct Figures {
     pub returned: u64,
     /// Simulated steps handled.
     pub steps: u64,
+    /// With churn ([`Scenario::retire_fraction`]): what the retirement
+    /// changed.
+    pub churn: Option<Churn>,
+}
+
+/// What a run with churn measured: bytes on the links (all frames, both
+/// ways) per link per simulated minute, over the write window before the
+/// retirement and after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Churn {
+    /// Writers retired.
+    pub retired: usize,
+    /// Bytes per link per simulated minute before the retirement.
+    pub before: f64,
+    /// The same after it, to the end of the writes.
+    pub after: f64,
 }
 
 /// A token a replica answers: its text length, and whether it is relative
@@ -136,7 +157,7 @@ impl Scenario {
             .map(|i| Reader::new(i % (replicas - late)))
             .collect();
         let links = mesh.links().len();
-        self.write(&mut mesh, &mut readers, links)?;
+        let churn = self.write(&mut mesh, &mut readers, links)?;
         let converge_time = self.converge(&mut mesh, links)?;
         check::prefix_closed(&mesh)?;
         let counters = mesh.counters().clone();
@@ -193,32 +214,38 @@ impl Scenario {
             stale: sum(|r| r.stale),
             returned: sum(|r| r.returned),
             steps: mesh.steps(),
+            churn,
         };
         Ok((mesh, figures))
     }
 
     /// The writing phase: writers append on schedule, faults are drawn,
-    /// readers walk and fail over; the invariants are checked each step.
+    /// readers walk and fail over, writers retire (with churn); the
+    /// invariants are checked each step.
     fn write(
         &self,
         mesh: &mut Mesh,
         readers: &mut [Reader],
         links: usize,
-    ) -> Result<(), Violation> {
+    ) -> Result<Option<Churn>, Violation> {
         let slices = (self.write_for.as_nanos() / self.step.as_nanos()).max(1) as u64;
         let total = self.events_per_writer * mesh.writers() as u64;
         let mut written = 0u64;
         let mut stopped: Vec<usize> = Vec::new();
         let mut cut: Vec<usize> = Vec::new();
+        let retired = ((mesh.writers() as f64 * self.retire_fraction) as usize)
+            .min(mesh.writers().saturating_sub(1));
+        let mut churn = Churn {
+            retired,
+            before: 0.0,
+            after: 0.0,
+        };
+        let mut retired_at = None;
+        // Writers `first_active..` write (those below retired).
+        let mut first_active = 0;
         for slice in 1..=slices {
             // Writes: the events due by the end of this slice.
-            let due = total * slice / slices;
-            while written < due {
-                let writers = mesh.writers() as u64;
-                let writer = mesh.rng().below(writers) as usize;
-                mesh.append(writer);
-                written += 1;
-            }
+            append_due(mesh, &mut written, total * slice / slices, first_active);
             if self.faults {
                 self.fault(mesh, slice, slices, &mut stopped, &mut cut, links);
             }
@@ -240,13 +267,25 @@ impl Scenario {
             }
             let until = mesh.now() + self.step;
             mesh.run_until(until);
+            if first_active > 0 {
+                mesh.reapply_retention();
+            }
             check::prefix_closed(mesh)?;
             mesh.checkpoint_step(self.step);
             if let Some(progress) = self.progress {
                 progress(mesh, "writing");
             }
+            if retired > 0 && slice == slices / 2 {
+                churn.before = per_link_minute(mesh, links, 0, Duration::ZERO);
+                retired_at = Some((mesh.link_bytes().iter().sum::<u64>(), mesh.now()));
+                mesh.retire(0..retired);
+                first_active = retired;
+            }
         }
-        Ok(())
+        Ok(retired_at.map(|(bytes, at)| Churn {
+            after: per_link_minute(mesh, links, bytes, at),
+            ..churn
+        }))
     }
 
     /// Writes stop, everything heals, restarts and joins; the time until
@@ -278,6 +317,11 @@ impl Scenario {
             }
             let until = mesh.now() + self.converge_poll;
             mesh.run_until(until);
+            if self.retire_fraction > 0.0 {
+                // Churn: the retired streams' last events are compacted
+                // where they arrive late.
+                mesh.reapply_retention();
+            }
             if mesh.now() >= next_check {
                 check::prefix_closed(mesh)?;
                 mesh.checkpoint_step(self.step);
@@ -429,4 +473,23 @@ fn mid_walk_cursor(mesh: &Mesh) -> VersionVector {
         }
     }
     cursor
+}
+
+/// Appends until `due` events are written, each by a writer drawn among
+/// those from `first_active` on (the others retired).
+fn append_due(mesh: &mut Mesh, written: &mut u64, due: u64, first_active: usize) {
+    while *written < due {
+        let active = (mesh.writers() - first_active) as u64;
+        let writer = first_active + mesh.rng().below(active) as usize;
+        mesh.append(writer);
+        *written += 1;
+    }
+}
+
+/// Bytes sent on the links since `bytes` were at `since`, per link per
+/// simulated minute.
+fn per_link_minute(mesh: &Mesh, links: usize, bytes: u64, since: Duration) -> f64 {
+    let sent = mesh.link_bytes().iter().sum::<u64>() - bytes;
+    let minutes = (mesh.now() - since).as_secs_f64() / 60.0;
+    sent as f64 / links as f64 / minutes.max(f64::MIN_POSITIVE)
 }

@@ -51,6 +51,7 @@ fn ci_scenario(seed: u64, replicas: usize, writers: usize) -> Scenario {
         write_for: Duration::from_secs(5),
         events_per_writer: 5,
         faults: true,
+        retire_fraction: 0.0,
         readers: 3,
         step: ms(100),
         converge_within: Duration::from_secs(30),
@@ -123,6 +124,29 @@ fn meshes_converge_and_walk_exactly_once_over_seeds() {
             }
         });
     }
+}
+
+/// Churn: half the writers stop half-way and every replica compacts their
+/// streams, under faults; the mesh still converges with every invariant
+/// held, and each replica's floor holds their streams.
+#[test]
+fn a_mesh_whose_writers_retire_half_way_converges() {
+    let seed = seed::replay_or(0x5e4_c4a2);
+    seed::with_seed("mesh_churn", seed, |seed| {
+        let mut scenario = ci_scenario(seed, 8, 40);
+        scenario.write_for = Duration::from_secs(3);
+        scenario.retire_fraction = 0.5;
+        let (mesh, figures) = scenario
+            .run()
+            .unwrap_or_else(|violation| panic!("seed {seed}: {violation}"));
+        let churn = figures.churn.expect("writers retired");
+        assert_eq!(churn.retired, 20);
+        assert!(churn.before > 0.0 && churn.after > 0.0, "{churn:?}");
+        for node in mesh.up() {
+            let floor = mesh.replica(node).expect("up").floor();
+            assert!(floor.len() >= 15, "replica {node}: floor {floor:?}");
+        }
+    });
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p meshlog-sim --bin mesh-bench -- [--replicas N] [--writers W]
 //!     [--events-per-writer E] [--seed S] [--faults] [--write-secs T] [--quiet-secs Q]
+//!     [--retire-fraction F]
 //! ```
 //!
 //! Builds a mesh of N replicas on a random connected topology (links from
@@ -15,7 +16,11 @@
 //! once the writers' own replicas are dropped, divided by N) and token
 //! sizes: version 1, and with checkpoints minted and gossiped
 //! (`meshlog_sim::checkpoints`) the token a replica answers (version 2
-//! where shorter). Each goal of issue 27 is printed met or not.
+//! where shorter). Each goal of issue 27 is printed met or not. With
+//! `--retire-fraction F` (churn), that fraction of the writers stops after
+//! the first half of the write window and every replica compacts their
+//! streams whole; the bytes per link per minute before and after are
+//! printed.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -35,6 +40,7 @@ struct Args {
     faults: bool,
     write_secs: u64,
     quiet_secs: u64,
+    retire_fraction: f64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -46,6 +52,7 @@ fn parse() -> Result<Args, String> {
         faults: false,
         write_secs: 5,
         quiet_secs: 60,
+        retire_fraction: 0.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,12 +66,16 @@ fn parse() -> Result<Args, String> {
             }
             "--write-secs" => args.write_secs = number(&value()?)?,
             "--quiet-secs" => args.quiet_secs = number(&value()?)?,
+            "--retire-fraction" => args.retire_fraction = number(&value()?)?,
             "--faults" => args.faults = true,
             other => return Err(format!("unknown flag {other}")),
         }
     }
     if args.replicas < 2 || args.writers == 0 || args.quiet_secs == 0 {
         return Err("at least 2 replicas, 1 writer and a quiet second".to_owned());
+    }
+    if !(0.0..1.0).contains(&args.retire_fraction) {
+        return Err("--retire-fraction is at least 0 and below 1".to_owned());
     }
     Ok(args)
 }
@@ -120,6 +131,7 @@ fn scenario(args: &Args) -> Scenario {
         write_for: Duration::from_secs(args.write_secs),
         events_per_writer: args.events_per_writer,
         faults: args.faults,
+        retire_fraction: args.retire_fraction,
         readers: 2,
         step: ms(500),
         converge_within: Duration::from_secs(600),
@@ -196,6 +208,12 @@ fn report(
         f.heartbeat_bytes_per_link_minute_settled,
         goal(f.heartbeat_bytes_per_link_minute_settled < 1024.0)
     );
+    if let Some(churn) = &f.churn {
+        println!(
+            "  churn: {} writers retired (compacted at every replica) after the first half of the writes; bytes per minute per link (all frames, both ways): {:.0} before, {:.0} after",
+            churn.retired, churn.before, churn.after
+        );
+    }
     report_tokens(mesh, figures, per_replica);
 }
 

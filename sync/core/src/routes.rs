@@ -229,9 +229,20 @@ impl RouteLink {
 
     /// Another live session is the source of `stream`: since when.
     pub(crate) fn other_source_since(&self, stream: StreamId) -> Option<Instant> {
+        self.routes.lock().other_source_since(stream, self.id)
+    }
+
+    /// [`RouteLink::other_source_since`] of each of `streams`, in their
+    /// order, under one lock (a session re-checks every stream it asked
+    /// quiet after each receipt).
+    pub(crate) fn other_sources_since(
+        &self,
+        streams: impl Iterator<Item = StreamId>,
+    ) -> Vec<Option<Instant>> {
         let table = self.routes.lock();
-        let source = table.sources.get(&stream)?;
-        (source.session != self.id && table.is_live(source.session)).then_some(source.since)
+        streams
+            .map(|stream| table.other_source_since(stream, self.id))
+            .collect()
     }
 
     /// A number that rises whenever a source is dropped or taken over.
@@ -252,6 +263,13 @@ impl Table {
             },
         );
         self.claims.push(stream);
+    }
+
+    /// Since when a live session other than `session` is the source of
+    /// `stream`, if one is.
+    fn other_source_since(&self, stream: StreamId, session: u64) -> Option<Instant> {
+        let source = self.sources.get(&stream)?;
+        (source.session != session && self.is_live(source.session)).then_some(source.since)
     }
 
     fn is_live(&self, session: u64) -> bool {

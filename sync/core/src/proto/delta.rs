@@ -36,7 +36,7 @@ impl Protocol {
             self.send.parts.push_back(part);
             return Ok(Planned::Parts);
         }
-        if self.send_view(&marks).dominates(&marks) {
+        if self.send_view_covers(&marks) {
             self.send.hold_until = None;
             return Ok(Planned::Nothing);
         }

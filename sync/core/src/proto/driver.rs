@@ -184,7 +184,7 @@ impl Protocol {
                     && self.routing.routes_due.is_empty()
                     && !self.checkpoint_due(local)
                     && !self.statement_due(local)
-                    && self.send_view(&local.marks()).dominates(&local.marks())))
+                    && self.send_view_covers(&local.marks())))
     }
 
     /// The next frame to send, encoded with its length prefix, or `None`

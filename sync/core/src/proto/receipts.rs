@@ -13,7 +13,7 @@ use crate::ProtocolError;
 use super::refusals::refusal;
 use super::state::{InFlight, LocalReplica, PendingRange, Protocol};
 use super::timeouts::tick_interval;
-use super::view::add_pending;
+use super::view::{add_pending, walk};
 
 impl Protocol {
     /// A due heartbeat (which stands for a due ack) or ack, if one is due.
@@ -121,11 +121,12 @@ impl Protocol {
     /// brought it first. Then an ack carries our marks, so the peer does
     /// not push what we hold; otherwise a bare ack tells it as much.
     pub(super) fn marks_news_for_peer<L: LocalReplica>(&self, local: &L) -> bool {
-        let sent = self.marks.marks_sent.back().map(|(_, marks)| marks);
+        let mut sent = self.marks.marks_sent.back().map(|(_, marks)| walk(marks));
+        let mut carried = walk(&self.marks.carried);
         local.marks().iter().any(|(stream, seq)| {
             stream != self.local
-                && seq > self.marks.carried.get(stream)
-                && sent.is_none_or(|sent| seq > sent.get(stream))
+                && seq > carried.at(stream)
+                && sent.as_mut().is_none_or(|sent| seq > sent.at(stream))
                 && !self.routing.quiet_asked.contains_key(&stream)
                 && !self.routing.refused.contains(&stream)
                 && !self.routing.behind.contains_key(&stream)
@@ -407,8 +408,9 @@ pub(super) const MARKS_HISTORY_MAX: usize = 32;
 /// Every stream of `marks` whose seq is above its seq in `base`, with its
 /// seq in `marks`.
 pub(super) fn difference(marks: &VersionVector, base: &VersionVector) -> VersionVector {
+    let mut base = walk(base);
     marks
         .iter()
-        .filter(|&(stream, seq)| seq > base.get(stream))
+        .filter(|&(stream, seq)| seq > base.at(stream))
         .collect()
 }

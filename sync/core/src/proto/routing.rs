@@ -2,7 +2,7 @@
 //! streams asked quiet both ways, and taking over a stream whose source
 //! lags.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use meshlog_cursor::StreamId;
@@ -12,6 +12,7 @@ use crate::frame::{Frame, Routes as RoutesFrame};
 
 use super::state::{LocalReplica, Protocol, QuietAsk};
 use super::timeouts::tick_interval;
+use super::view::streams_ahead;
 
 impl Protocol {
     /// Reads the routes table: streams another session now brings are
@@ -58,8 +59,8 @@ impl Protocol {
         if self.routing.link.is_none() {
             return;
         }
-        let marks = local.marks();
-        self.ask_loud_again(now, &marks);
+        let ahead = streams_ahead(&self.marks.peer_marks, &local.marks());
+        self.ask_loud_again(now, &ahead);
         let Some(link) = &self.routing.link else {
             return;
         };
@@ -69,12 +70,14 @@ impl Protocol {
         }
         let lag_allowed = self.lag_allowed();
         let mut loud = Vec::new();
-        for (&stream, ask) in &mut self.routing.quiet_asked {
-            let Some(source_since) = link.other_source_since(stream) else {
+        let sources = link.other_sources_since(self.routing.quiet_asked.keys().copied());
+        for ((&stream, ask), source_since) in self.routing.quiet_asked.iter_mut().zip(sources) {
+            let Some(source_since) = source_since else {
                 loud.push(stream);
                 continue;
             };
-            let (theirs, ours) = (self.marks.peer_marks.get(stream), marks.get(stream));
+            // Not ahead: both 0, which is `theirs <= ours`.
+            let (theirs, ours) = ahead.get(&stream).copied().unwrap_or_default();
             ask.ahead = match ask.ahead {
                 _ if theirs <= ours => None,
                 None => Some((theirs, now)),
@@ -104,24 +107,29 @@ impl Protocol {
     /// sent once), and the peer then keeps it quiet for the session, a
     /// stream only it holds never reaching us. A loud for a stream the
     /// peer already pushes changes nothing.
-    fn ask_loud_again(&mut self, now: Instant, marks: &meshlog_cursor::VersionVector) {
+    fn ask_loud_again(&mut self, now: Instant, ahead: &BTreeMap<StreamId, (u64, u64)>) {
         let lag_allowed = self.lag_allowed();
+        let local = self.local;
         let routing = &mut self.routing;
+        let (quiet_asked, refused, behind) =
+            (&routing.quiet_asked, &routing.refused, &routing.behind);
+        let counts = |stream: &StreamId| {
+            *stream != local
+                && !quiet_asked.contains_key(stream)
+                && !refused.contains(stream)
+                && !behind.contains_key(stream)
+        };
+        // A stream no longer ahead, or no longer one to ask loud, starts
+        // over (every stream it holds is one of the peer's marks).
+        routing
+            .loud_ahead
+            .retain(|stream, _| ahead.contains_key(stream) && counts(stream));
         let mut again = Vec::new();
-        for (stream, theirs) in self.marks.peer_marks.iter() {
-            let ahead = theirs > marks.get(stream)
-                && stream != self.local
-                && !routing.quiet_asked.contains_key(&stream)
-                && !routing.refused.contains(&stream)
-                && !routing.behind.contains_key(&stream);
-            if !ahead {
-                routing.loud_ahead.remove(&stream);
-                continue;
-            }
-            let since = *routing.loud_ahead.entry(stream).or_insert(now);
+        for stream in ahead.keys().filter(|stream| counts(stream)) {
+            let since = *routing.loud_ahead.entry(*stream).or_insert(now);
             if now.saturating_duration_since(since) > lag_allowed {
-                routing.loud_ahead.insert(stream, now);
-                again.push(stream);
+                routing.loud_ahead.insert(*stream, now);
+                again.push(*stream);
             }
         }
         for stream in again {

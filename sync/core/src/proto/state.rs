@@ -26,6 +26,11 @@ pub trait LocalReplica {
     fn marks_and_floor(&self) -> (VersionVector, VersionVector);
     /// Its marks (head vector).
     fn marks(&self) -> VersionVector;
+    /// Its floor alone (what a poll that sends no delta reads). By
+    /// default, that of [`LocalReplica::marks_and_floor`].
+    fn floor(&self) -> VersionVector {
+        self.marks_and_floor().1
+    }
     /// What a peer holding `view` misses, up to `byte_budget` (see
     /// [`meshlog_replica::Replica::try_delta_for`]), or why it could not be
     /// read (a store read that failed: [`ReplicaError::Store`] naming the
@@ -99,6 +104,10 @@ impl<S: Store> LocalReplica for SharedReplica<S> {
 
     fn marks(&self) -> VersionVector {
         SharedReplica::marks(self)
+    }
+
+    fn floor(&self) -> VersionVector {
+        SharedReplica::floor(self)
     }
 
     fn try_delta_for(

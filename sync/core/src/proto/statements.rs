@@ -57,6 +57,11 @@ impl Protocol {
             return None;
         }
         let peer = self.hello.peer?;
+        // Asked at every poll that sends no delta: the floor alone (most
+        // often nothing new), the marks only when a statement may be owed.
+        if self.send.statements_told.dominates(&local.floor()) {
+            return None;
+        }
         let (marks, floor) = local.marks_and_floor();
         if self.send.statements_told.dominates(&floor) {
             return None;
@@ -88,11 +93,7 @@ impl Protocol {
     /// Whether a statement frame may be owed (what [`Protocol::is_quiescent`]
     /// asks): our floor is above what the peer was told somewhere.
     pub(super) fn statement_due<L: LocalReplica>(&self, local: &L) -> bool {
-        self.hello.peer_skips_unknown_kinds
-            && !self
-                .send
-                .statements_told
-                .dominates(&local.marks_and_floor().1)
+        self.hello.peer_skips_unknown_kinds && !self.send.statements_told.dominates(&local.floor())
     }
 
     /// A statement the peer offered: handed back to apply as a delta of
