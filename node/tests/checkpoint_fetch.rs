@@ -59,6 +59,30 @@ async fn marks_of(addr: std::net::SocketAddr) -> Value {
     marks(addr).await["marks"].clone()
 }
 
+/// The next text frame `socket` receives within the deadline, parsed
+/// (other messages skipped).
+async fn next_frame<S>(socket: &mut S) -> meshlog_node::follow::ServerFrame
+where
+    S: futures_util::Stream<
+            Item = Result<
+                tokio_tungstenite::tungstenite::Message,
+                tokio_tungstenite::tungstenite::Error,
+            >,
+        > + Unpin,
+{
+    use futures_util::StreamExt;
+    loop {
+        let message = tokio::time::timeout(DEADLINE, socket.next())
+            .await
+            .expect("a frame within the deadline")
+            .expect("the socket is open")
+            .expect("a message");
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
+            return serde_json::from_str(text.as_str()).expect("a server frame");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_from_a_checkpoint_b_lacks_is_fetched_and_resumes_exactly_once() {
     let a_dir = tempfile::tempdir().unwrap();
@@ -207,17 +231,8 @@ async fn a_version_2_token_from_another_node_follows_at_a_node_lacking_its_check
             .expect("the upgrade succeeds");
     append(a.addr, b"a0").await;
     let extends = loop {
-        let message = tokio::time::timeout(DEADLINE, socket.next())
-            .await
-            .expect("a frame within the deadline")
-            .expect("the socket is open")
-            .expect("a message");
-        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
-            if let ServerFrame::Events { extends, .. } =
-                serde_json::from_str(text.as_str()).unwrap()
-            {
-                break extends;
-            }
+        if let ServerFrame::Events { extends, .. } = next_frame(&mut socket).await {
+            break extends;
         }
     };
     assert_eq!(token::decode_text(&extends).unwrap(), cursor);
@@ -284,17 +299,8 @@ async fn a_version_2_token_from_another_node_follows_at_a_node_lacking_its_check
         let url = format!("ws://{}/follow?after={head}{query}", c.addr);
         let (mut socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
         let (extends, next) = loop {
-            let message = tokio::time::timeout(DEADLINE, socket.next())
-                .await
-                .expect("a frame within the deadline")
-                .expect("the socket is open")
-                .expect("a message");
-            if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
-                if let ServerFrame::Events { extends, next, .. } =
-                    serde_json::from_str(text.as_str()).unwrap()
-                {
-                    break (extends, next);
-                }
+            if let ServerFrame::Events { extends, next, .. } = next_frame(&mut socket).await {
+                break (extends, next);
             }
         };
         for text in [extends, next] {
@@ -310,23 +316,14 @@ async fn a_version_2_token_from_another_node_follows_at_a_node_lacking_its_check
 
 /// The first `stale` frame of a follow from `after` (with `query` added).
 async fn stale_frame(addr: std::net::SocketAddr, after: &str, query: &str) -> String {
-    use futures_util::StreamExt;
     use meshlog_node::follow::ServerFrame;
     let (mut socket, _) =
         tokio_tungstenite::connect_async(format!("ws://{addr}/follow?after={after}{query}"))
             .await
             .expect("the upgrade succeeds");
     loop {
-        let message = tokio::time::timeout(DEADLINE, socket.next())
-            .await
-            .expect("a frame within the deadline")
-            .expect("the socket is open")
-            .expect("a message");
-        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
-            if let ServerFrame::Stale { resume, .. } = serde_json::from_str(text.as_str()).unwrap()
-            {
-                return resume;
-            }
+        if let ServerFrame::Stale { resume, .. } = next_frame(&mut socket).await {
+            return resume;
         }
     }
 }
@@ -400,7 +397,7 @@ async fn a_stale_answer_resumes_with_the_shortest_token() {
 /// order of frames is checked, never a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscribe_fetching_a_checkpoint_holds_no_other_subscription() {
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::SinkExt;
     use meshlog_node::follow::ServerFrame;
     use tokio_tungstenite::tungstenite::Message;
 
@@ -437,15 +434,7 @@ async fn a_subscribe_fetching_a_checkpoint_holds_no_other_subscription() {
     append(b.addr, b"while fetching").await;
     let mut order = Vec::new();
     while order.len() < 2 {
-        let message = tokio::time::timeout(DEADLINE, socket.next())
-            .await
-            .expect("a frame within the deadline")
-            .expect("the socket is open")
-            .expect("a message");
-        let Message::Text(text) = message else {
-            continue;
-        };
-        match serde_json::from_str(text.as_str()).unwrap() {
+        match next_frame(&mut socket).await {
             ServerFrame::Events { events, .. } => {
                 assert_eq!(events.len(), 1);
                 order.push("events".to_owned());

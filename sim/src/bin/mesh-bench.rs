@@ -186,6 +186,13 @@ fn report(
         c.events_duplicate,
         100.0 * c.events_duplicate as f64 / delivered as f64
     );
+    report_quiet(f);
+    report_tokens(mesh, figures, per_replica);
+}
+
+/// The quiet window's lines (heartbeats, by frame kind, its second half)
+/// and, with churn, the bytes before and after the writers retired.
+fn report_quiet(f: &Figures) {
     println!(
         "  heartbeat bytes per minute per link (both ways, quiet mesh, {} streams): {:.0}; goal under 1 KB: {}",
         f.streams,
@@ -214,7 +221,6 @@ fn report(
             churn.retired, churn.before, churn.after
         );
     }
-    report_tokens(mesh, figures, per_replica);
 }
 
 /// The memory, token and reader lines of the report.
