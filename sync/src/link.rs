@@ -1,17 +1,20 @@
 //! [`PeerLink`]: one peer as a replica's driver keeps it, dialed or
 //! accepted: the session running on it, how the last one ended, and for a
-//! dialed peer the redial loop with its jittered [`Backoff`]. The dial step
+//! dialed peer the redial loop with its jittered [`Backoff`] and what the
+//! last session learned of the peer (its hello's flags, the checkpoints
+//! it holds: `PeerMemory`), which the next one starts from. The dial step
 //! is injected ([`Dial`]): raw TCP for the [`PeerManager`](crate::PeerManager),
 //! an HTTP upgrade with TLS and peer authentication for the node. Both
 //! report peers with one type, [`PeerStatus`].
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::Store;
+use meshlog_sync_core::proto::PeerMemory;
 use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, SessionState};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
@@ -108,6 +111,9 @@ pub struct PeerLink<A = SocketAddr> {
     addr: A,
     direction: PeerDirection,
     state: Mutex<LinkState>,
+    /// What the last session with the peer learned of it, which the next
+    /// session dialed to it starts from (`Session::with_peer_memory`).
+    memory: Arc<Mutex<PeerMemory>>,
 }
 
 #[derive(Debug, Default)]
@@ -126,7 +132,17 @@ impl<A: Clone> PeerLink<A> {
             addr,
             direction,
             state: Mutex::default(),
+            memory: Arc::default(),
         }
+    }
+
+    /// What the last session with the peer learned of it (whether it reads
+    /// a hello against a checkpoint, which checkpoints it holds): a
+    /// dialed link's next session starts from it (`docs/PROTOCOL.md`,
+    /// "The dialer's hello"). Nothing before a session heard the peer's
+    /// hello, and after one that did not.
+    pub fn peer_memory(&self) -> PeerMemory {
+        lock(&self.memory).clone()
     }
 
     /// The peer's address (or URL).
@@ -245,7 +261,11 @@ impl<A: Clone + std::fmt::Display> PeerLink<A> {
                 Ok(Ok(io)) => {
                     tracing::debug!(%local, peer = %self.addr, "dialed peer");
                     dial.session_started();
-                    let session = sessions.session(PeerDirection::Outbound);
+                    // Its first hello goes against a checkpoint if the
+                    // last session heard the peer read one.
+                    let session = sessions
+                        .session(PeerDirection::Outbound)
+                        .with_peer_memory(Arc::clone(&self.memory));
                     let (established, lasted) = self.run_session(session, io, stop()).await;
                     dial.session_ended();
                     redial.backoff.session_ended(established, lasted);

@@ -4,12 +4,13 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use meshlog_cursor::StreamId;
 use meshlog_replica::{MemStore, Store};
-use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::proto::{PeerMemory, Protocol, Received};
 use meshlog_sync_core::{PeerDirection, ProtocolError, Routes, SessionConfig, SessionState};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -137,6 +138,7 @@ pub struct Session<S: Store = MemStore> {
     state: watch::Sender<SessionState>,
     routes: Option<(Routes, PeerDirection)>,
     wants: Option<CheckpointWants>,
+    memory: Option<Arc<Mutex<PeerMemory>>>,
 }
 
 impl<S: Store> Session<S> {
@@ -149,6 +151,7 @@ impl<S: Store> Session<S> {
             state,
             routes: None,
             wants: None,
+            memory: None,
         }
     }
 
@@ -171,6 +174,18 @@ impl<S: Store> Session<S> {
     /// gossip needs.
     pub fn with_checkpoint_wants(mut self, wants: CheckpointWants) -> Self {
         self.wants = Some(wants);
+        self
+    }
+
+    /// Starts from what the last session with the same peer learned of it
+    /// (a link's memory, [`PeerLink`](crate::PeerLink)'s for a peer it
+    /// dials), and leaves there what this one learns when it ends: if the
+    /// peer read a hello against a checkpoint then, this session's first
+    /// hello goes against one (`docs/PROTOCOL.md`, "The dialer's hello");
+    /// a session that never hears the peer's hello leaves nothing, so the
+    /// next goes whole. See [`Protocol::with_peer_memory`].
+    pub fn with_peer_memory(mut self, memory: Arc<Mutex<PeerMemory>>) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -205,6 +220,10 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         if let Some((routes, direction)) = &self.routes {
             protocol = protocol.with_routes(routes, *direction);
         }
+        let memory = self.memory;
+        if let Some(memory) = &memory {
+            protocol = protocol.with_peer_memory(&lock(memory));
+        }
         let reader = FrameReader::with_limit(self.config.receive_limit());
         let mut driver = Driver {
             protocol,
@@ -222,6 +241,9 @@ impl<S: Store + Send + Sync + 'static> Session<S> {
         };
         let result = driver.run(stop).await;
         driver.publish();
+        if let Some(memory) = &memory {
+            *lock(memory) = driver.protocol.peer_memory();
+        }
         if let Err(SessionError::Core(ProtocolError::Frame(FrameError::ProtocolVersion {
             theirs,
             ours,
@@ -528,4 +550,12 @@ async fn next_want(wants: Option<&mut Registration>) -> Option<meshlog_cursor::C
         Some(wants) => wants.next().await,
         None => std::future::pending().await,
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only plain bookkeeping happens under this lock; a panic elsewhere
+    // leaves it consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

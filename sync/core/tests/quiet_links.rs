@@ -13,6 +13,9 @@
 //!   hello, per session opening, per heartbeat and receipt, and per head
 //!   token; the accepting side's hello against a checkpoint, fetched by a
 //!   dialer that lacks it, and whole to a dialer that does not read one;
+//!   the dialer's, once it remembers from a first session that the peer
+//!   reads one, fetched by an acceptor that lacks it, and sent again whole
+//!   to a peer that no longer reads one;
 //! - what a receipt echoes back (the simulator's first quiet minute), and
 //!   a lost routes frame asking a stream loud, asked again.
 
@@ -25,7 +28,7 @@ use meshlog_replica::{Delta, Event, SharedReplica};
 use meshlog_sync_core::frame::{
     self, Frame, Hello, HELLO_SKIPS_UNKNOWN_KINDS, LENGTH_PREFIX_BYTES,
 };
-use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::proto::{PeerMemory, Protocol, Received};
 use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 
 /// One side of a link: its replica, its core, and what it sent, by kind.
@@ -292,30 +295,69 @@ fn churned(own: u64, live: u64, retired: u64) -> SharedReplica {
 }
 
 /// What one link costs with `retired` retired, compacted writers beside
-/// 20 live ones, both sides holding the same: (the dialer's and the
-/// acceptor's hello bytes, the bytes A sent besides its hello over the
-/// session's first ten ticks, an idle heartbeat's bytes, the bytes of the
-/// receipts after one live writer's event, the head token's characters).
-fn link_costs(retired: u64) -> ((u64, u64), u64, u64, u64, u64) {
+/// 20 live ones, both sides holding the same, in its second session (A
+/// dials B again, remembering what the first session learned of B).
+#[derive(Debug, PartialEq, Eq)]
+struct LinkCosts {
+    /// The dialer's hello in the first session (whole: it knew nothing of
+    /// B), the bytes of each.
+    first_hello: u64,
+    /// The dialer's and the acceptor's hello bytes, second session.
+    hellos: (u64, u64),
+    /// The bytes A and B sent besides their hellos over the session's
+    /// first ten ticks.
+    opening: (u64, u64),
+    /// An idle heartbeat's bytes.
+    idle: u64,
+    /// The bytes of A's receipts after one live writer's event.
+    receipts: u64,
+    /// The head token's characters.
+    token: u64,
+}
+
+/// A dials B, B accepts, over fresh cores: A starting from `memory`.
+fn dial(now: Instant, a: &mut Side, b: &mut Side, memory: &PeerMemory) {
+    let routes = (Routes::new(), Routes::new());
+    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.0, PeerDirection::Outbound)
+        .with_peer_memory(memory);
+    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
+        .with_routes(&routes.1, PeerDirection::Inbound);
+    a.sent.clear();
+    b.sent.clear();
+}
+
+/// The bytes `side` sent of kinds other than the hello's two.
+fn besides_hello(side: &Side) -> u64 {
+    let hellos = side.count("hello").1 + side.count("hello against").1;
+    side.sent.values().map(|(_, bytes)| bytes).sum::<u64>() - hellos
+}
+
+fn link_costs(retired: u64) -> LinkCosts {
     let mut now = Instant::now();
     let mut a = Side::new(1, now);
     let mut b = Side::new(2, now);
     a.replica = churned(1, 20, retired);
     b.replica = churned(2, 20, retired);
-    // A dials, B accepts: B answers A's hello with its own against the
-    // checkpoint both keep.
-    let routes = (Routes::new(), Routes::new());
-    a.core = Protocol::new(a.replica.stream(), SessionConfig::default(), now)
-        .with_routes(&routes.0, PeerDirection::Outbound);
-    b.core = Protocol::new(b.replica.stream(), SessionConfig::default(), now)
-        .with_routes(&routes.1, PeerDirection::Inbound);
+    // The first session: A knows nothing of B, and its hello goes whole;
+    // B answers against the checkpoint both keep.
+    dial(now, &mut a, &mut b, &PeerMemory::default());
     assert_eq!(b.core.poll_transmit(now, &b.replica).unwrap(), None);
     settle(now, &mut a, &mut b);
     assert_eq!(b.count("hello"), (0, 0));
     assert_eq!(b.count("hello against").0, 1);
-    let hello_bytes = (a.count("hello").1, b.count("hello against").1);
+    let first_hello = a.count("hello").1;
+    run_ticks(&mut now, 3, &mut a, &mut b);
+    let memory = a.core.peer_memory();
+    assert!(memory.reads_hello_against, "{memory:?}");
+    // The second: A remembers that B reads a hello against a checkpoint
+    // and holds theirs; its hello goes against it too.
+    dial(now, &mut a, &mut b, &memory);
+    settle(now, &mut a, &mut b);
+    let hello_bytes = |side: &Side| side.count("hello").1 + side.count("hello against").1;
+    let hellos = (hello_bytes(&a), hello_bytes(&b));
     run_ticks(&mut now, 10, &mut a, &mut b);
-    let opening = a.sent.values().map(|(_, bytes)| bytes).sum::<u64>() - a.count("hello").1;
+    let opening = (besides_hello(&a), besides_hello(&b));
     let before = a.count("heartbeat");
     run_ticks(&mut now, 2, &mut a, &mut b);
     let idle = a.count("heartbeat").1 - before.1;
@@ -339,14 +381,22 @@ fn link_costs(retired: u64) -> ((u64, u64), u64, u64, u64, u64) {
     assert_eq!(a.replica.marks().get(live), 2);
     let receipts = a.count("heartbeat").1 + a.count("ack").1 + a.count("bare ack").1 - before;
     let token = a.replica.token(&a.replica.marks()).unwrap().len() as u64;
-    (hello_bytes, opening, idle, receipts, token)
+    LinkCosts {
+        first_hello,
+        hellos,
+        opening,
+        idle,
+        receipts,
+        token,
+    }
 }
 
 /// Issue 27's writer churn, measured: what a retired writer costs once
 /// compacted, per hello, per session opening (the frames after the
 /// hello), per heartbeat and receipt, and per head token, as the bytes at
 /// 400 retired writers less those at 200 (20 live writers either way; a
-/// vector's count is a 2-byte varint at both).
+/// vector's count is a 2-byte varint at both), in a link's second
+/// session.
 ///
 /// Heartbeats and receipts carry marks as differences, and a head token
 /// is a checkpoint's name and differences, so neither grows. A session's
@@ -354,26 +404,38 @@ fn link_costs(retired: u64) -> ((u64, u64), u64, u64, u64, u64) {
 /// if the peer held no hello of ours): 11 bytes a retired writer a
 /// session, now a difference from the hello's marks. A hello carries the
 /// whole marks and floor: each retired writer costs its stream id and seq
-/// twice in it. The accepting side's hello now goes against a checkpoint
+/// twice in it. The accepting side's hello goes against a checkpoint
 /// (`docs/PROTOCOL.md`, "A hello against a checkpoint"), where a retired
-/// writer costs nothing; the dialer's goes whole (it speaks first, to a
-/// peer that may be of an older build).
+/// writer costs nothing; so does the dialer's once it remembers, from the
+/// link's first session, that the peer reads one ("The dialer's hello"):
+/// it was whole in every session (it speaks first, to a peer that may be
+/// of an older build). The acceptor gossiped the checkpoint both held,
+/// whole, at every session's opening (11 bytes a retired writer); a
+/// checkpoint a hello was written against is now known held.
 #[test]
-fn a_retired_compacted_writer_costs_nothing_but_in_the_dialers_hello() {
+fn a_retired_compacted_writer_costs_a_link_nothing_after_its_first_session() {
     let none = link_costs(200);
     let many = link_costs(400);
-    let names = "hello, opening, idle heartbeat, receipts, token";
-    println!("retired 200: {names} = {none:?}");
-    println!("retired 400: {names} = {many:?}");
-    assert_eq!(many.1, none.1, "the session's opening grew");
-    assert_eq!(many.2, none.2, "an idle heartbeat grew");
-    assert_eq!(many.3, none.3, "the receipts of one event grew");
-    assert_eq!(many.4, none.4, "the head token grew");
-    // Per retired writer: a 10-byte stream id and a 1-byte seq, in the
-    // marks and again in the floor of the dialer's hello (no retired
-    // writer: 233 bytes); nothing in the acceptor's.
-    assert_eq!(many.0 .0 - none.0 .0, 200 * 2 * (10 + 1));
-    assert_eq!(many.0 .1, none.0 .1, "the acceptor's hello grew");
+    println!("retired 200: {none:?}");
+    println!("retired 400: {many:?}");
+    assert_eq!(many.hellos.0, none.hellos.0, "the dialer's hello grew");
+    assert_eq!(many.opening, none.opening, "the session's opening grew");
+    assert_eq!(many.idle, none.idle, "an idle heartbeat grew");
+    assert_eq!(
+        many.receipts, none.receipts,
+        "the receipts of one event grew"
+    );
+    assert_eq!(many.token, none.token, "the head token grew");
+    assert_eq!(many.hellos.1, none.hellos.1, "the acceptor's hello grew");
+    assert_eq!(
+        many.hellos,
+        (230, 230),
+        "both hellos against the checkpoint"
+    );
+    // The first session's dialer knew nothing of the peer: per retired
+    // writer, a 10-byte stream id and a 1-byte seq, in the marks and
+    // again in the floor of its whole hello (no retired writer: 233 bytes).
+    assert_eq!(many.first_hello - none.first_hello, 200 * 2 * (10 + 1));
 }
 
 /// The cause of the simulator's first quiet minute (141 KB a link at
@@ -445,6 +507,86 @@ fn a_hello_against_a_checkpoint_the_dialer_lacks_is_fetched_and_taken() {
     assert!(a.replica.checkpoint(base).is_some());
     assert_eq!(a.replica.digest(), b.replica.digest());
     assert_eq!(a.replica.floor(), b.replica.floor());
+}
+
+/// A dialer that remembers its peer reads a hello against a checkpoint,
+/// but not which checkpoints it holds, writes its hello against the
+/// newest it keeps; an acceptor that does not keep that one asks for it
+/// by name before it answers, the dialer answers (before it has the
+/// acceptor's hello), and the session converges as any does.
+#[test]
+fn a_dialers_hello_against_a_checkpoint_the_acceptor_lacks_is_fetched_and_taken() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    a.replica = churned(1, 20, 300);
+    b.replica.append(&b"from b"[..]).unwrap();
+    let base = a.replica.checkpoint_names()[0];
+    let memory = PeerMemory {
+        reads_hello_against: true,
+        checkpoints: Vec::new(),
+    };
+    dial(now, &mut a, &mut b, &memory);
+    settle(now, &mut a, &mut b);
+    run_ticks(&mut now, 3, &mut a, &mut b);
+    assert_eq!(a.count("hello against").0, 1, "{:?}", a.sent);
+    assert_eq!(a.count("hello").0, 0, "{:?}", a.sent);
+    assert_eq!(b.count("checkpoint want").0, 1, "{:?}", b.sent);
+    assert!(a.count("checkpoint").0 >= 1, "{:?}", a.sent);
+    assert!(b.replica.checkpoint(base).is_some());
+    assert_eq!(a.replica.digest(), b.replica.digest());
+    assert_eq!(a.replica.floor(), b.replica.floor());
+    // What the session leaves for the next: B reads one, and holds it.
+    let memory = a.core.peer_memory();
+    assert!(memory.reads_hello_against);
+    assert!(memory.checkpoints.contains(&base), "{memory:?}");
+}
+
+/// A dialer that remembers its peer reads a hello against a checkpoint,
+/// where the peer no longer does (it turned checkpoints off: it skips
+/// kind 9 and sends its own hello at once, without the flag), sends its
+/// hello again, whole, in the same session; the session converges and
+/// leaves "reads none" for the next, whose hello goes whole.
+#[test]
+fn a_dialer_whose_peer_no_longer_reads_a_hello_against_one_sends_it_whole() {
+    let mut now = Instant::now();
+    let mut a = Side::new(1, now);
+    let mut b = Side::new(2, now);
+    a.replica = churned(1, 20, 300);
+    b.replica.append(&b"from b"[..]).unwrap();
+    let memory = PeerMemory {
+        reads_hello_against: true,
+        checkpoints: a.replica.checkpoint_names(),
+    };
+    let off = SessionConfig {
+        checkpoints: false,
+        ..SessionConfig::default()
+    };
+    for session in 0..2 {
+        let memory = if session == 0 {
+            memory.clone()
+        } else {
+            a.core.peer_memory()
+        };
+        dial(now, &mut a, &mut b, &memory);
+        b.core = Protocol::new(b.replica.stream(), off.clone(), now)
+            .with_routes(&Routes::new(), PeerDirection::Inbound);
+        settle(now, &mut a, &mut b);
+        // At once, before any tick: against (the first session), skipped,
+        // then whole.
+        let against = u64::from(session == 0);
+        assert_eq!(
+            a.count("hello against").0,
+            against,
+            "{session}: {:?}",
+            a.sent
+        );
+        assert_eq!(b.core.state().frames_skipped, against, "{session}");
+        assert_eq!(a.count("hello").0, 1, "{session}: {:?}", a.sent);
+        run_ticks(&mut now, 3, &mut a, &mut b);
+        assert_eq!(a.replica.digest(), b.replica.digest(), "{session}");
+        assert!(!a.core.peer_memory().reads_hello_against, "{session}");
+    }
 }
 
 /// A dialer whose hello does not say it reads a hello against a

@@ -38,6 +38,7 @@ impl Protocol {
                 peer_takes_against: false,
                 against_base: None,
                 against_pending: None,
+                peer_held: Vec::new(),
                 peer_holds_own_stream: false,
             },
             send: Sending {
@@ -241,8 +242,12 @@ impl Protocol {
         }
         if self.hello.peer.is_none() {
             // Only the ask for the checkpoint a peer's hello was written
-            // against goes before that hello is read.
-            return Ok(self.pending_hello_want().map(Outgoing::Frame));
+            // against, and the answer to the peer's ask for the one ours
+            // was, go before the peer's hello is read.
+            let frame = self
+                .pending_hello_want()
+                .or_else(|| self.hello_base_answer(local));
+            return Ok(frame.map(Outgoing::Frame));
         }
         if self.duplicate_of().is_some() {
             return Ok(None);
@@ -356,8 +361,10 @@ impl Protocol {
         if let Incoming::Frame(Frame::HelloAgainst(against)) = incoming {
             return self.on_hello_against(against, local);
         }
-        // Only a peer that has our hello sends anything else.
-        if !self.hello.peer_has_our_hello {
+        // Only a peer that has our hello sends anything else (once we
+        // sent one: an accepting side that waits for the dialer's hello
+        // may be sent the checkpoint it asked for before its own).
+        if !self.hello.peer_has_our_hello && !self.marks.marks_sent.is_empty() {
             self.hello.peer_has_our_hello = true;
             self.rtt_from_hello(now);
         }
@@ -367,6 +374,12 @@ impl Protocol {
             // The checkpoint its hello was written against, asked for.
             let checkpoint = checkpoint.clone();
             return self.on_pending_checkpoint(checkpoint, local);
+        }
+        if let (None, Incoming::Frame(Frame::CheckpointWant(name))) = (self.hello.peer, &incoming) {
+            // The acceptor asks for the checkpoint our hello was written
+            // against before it answers that hello.
+            self.on_hello_base_want(*name);
+            return Ok(Received::Nothing);
         }
         if self.hello.peer.is_none() {
             // Its hello was lost on the way; it re-sends it every tick.

@@ -27,7 +27,8 @@ const NAMES_MAX: usize = 64;
 const QUEUE_MAX: usize = 16;
 
 impl Gossip {
-    fn know(&mut self, name: CheckpointName) {
+    /// Records that the peer holds `name` (bounded: the oldest goes).
+    pub(super) fn know(&mut self, name: CheckpointName) {
         if !self.peer_knows.contains(&name) {
             if self.peer_knows.len() == NAMES_MAX {
                 self.peer_knows.pop_front();

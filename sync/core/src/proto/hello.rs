@@ -1,13 +1,94 @@
 //! The hello exchange: our hello, the peer's (who it is, what it holds of
 //! our stream, the frame size it takes), and the checks on it (a
-//! self-connection, an identity that changes).
+//! self-connection, an identity that changes); and [`PeerMemory`], what a
+//! session learned of its peer for the next session dialed to it.
+
+use meshlog_cursor::CheckpointName;
 
 use crate::frame::{self, CheckpointFrame, Frame, Hello, HelloAgainst};
 use crate::ProtocolError;
 
 use super::state::{LocalReplica, Protocol, Received};
 
+/// The most checkpoint names a [`PeerMemory`] holds: as many as a replica
+/// keeps (`meshlog_replica::CHECKPOINTS_KEPT`).
+const MEMORY_NAMES_MAX: usize = 16;
+
+/// What a session learned of its peer that the next session dialed to the
+/// same peer starts from (`docs/PROTOCOL.md`, "The dialer's hello"): with
+/// it, the dialer's first hello goes against a checkpoint, where a writer
+/// retired and compacted costs nothing. Kept by the driver between
+/// sessions (`meshlog_sync::PeerLink`, per peer dialed), handed to the next
+/// with [`Protocol::with_peer_memory`]; the default knows nothing (a
+/// whole hello).
+///
+/// ```
+/// use std::time::Instant;
+/// use meshlog_cursor::StreamId;
+/// use meshlog_sync_core::proto::{PeerMemory, Protocol};
+/// use meshlog_sync_core::SessionConfig;
+///
+/// let core = Protocol::new(StreamId::new(1), SessionConfig::default(), Instant::now());
+/// // No hello from the peer yet: nothing learned, the next hello goes whole.
+/// assert_eq!(core.peer_memory(), PeerMemory::default());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerMemory {
+    /// Whether the peer's hello said it reads a hello against a
+    /// checkpoint (kind 9,
+    /// [`Hello::takes_hello_against`](crate::frame::Hello::takes_hello_against)),
+    /// and this side reads and writes one (`SessionConfig::checkpoints`).
+    pub reads_hello_against: bool,
+    /// Checkpoints the peer holds, as far as the session knew (sent to
+    /// it, received from it, the base of a hello against one), oldest
+    /// first, at most 16: preferred as the next hello's base, so that the
+    /// peer need not fetch it.
+    pub checkpoints: Vec<CheckpointName>,
+}
+
 impl Protocol {
+    /// Starts from what an earlier session with the same peer learned
+    /// ([`Protocol::peer_memory`]): if the peer read a hello against a
+    /// checkpoint then, our first hello goes against one (with
+    /// [`SessionConfig::checkpoints`](crate::SessionConfig::checkpoints)
+    /// on), preferably one the peer holds. For a dialer: an accepting side
+    /// answers the dialer's hello, which says what it reads.
+    ///
+    /// If the peer no longer reads one, its hello says so and ours goes
+    /// again, whole, at once; a peer built before kind 9 ends the session
+    /// on it, and [`Protocol::peer_memory`] then remembers nothing.
+    pub fn with_peer_memory(mut self, memory: &PeerMemory) -> Self {
+        self.hello.peer_takes_against = self.config.checkpoints && memory.reads_hello_against;
+        let skip = memory.checkpoints.len().saturating_sub(MEMORY_NAMES_MAX);
+        self.hello.peer_held = memory.checkpoints[skip..].to_vec();
+        self
+    }
+
+    /// What this session learned of its peer, for the next session dialed
+    /// to it ([`Protocol::with_peer_memory`]): whether its hello says it
+    /// reads a hello against a checkpoint, and the checkpoints it holds.
+    /// Nothing before the peer's hello: a session that ended without one
+    /// (a peer that ended it on our hello against a checkpoint, say)
+    /// leaves the next hello whole.
+    pub fn peer_memory(&self) -> PeerMemory {
+        if self.hello.peer.is_none() {
+            return PeerMemory::default();
+        }
+        let mut checkpoints: Vec<CheckpointName> = Vec::new();
+        let names = self.hello.peer_held.iter().chain(&self.gossip.peer_knows);
+        for name in names {
+            if !checkpoints.contains(name) {
+                checkpoints.push(*name);
+            }
+        }
+        let skip = checkpoints.len().saturating_sub(MEMORY_NAMES_MAX);
+        checkpoints.drain(..skip);
+        PeerMemory {
+            reads_hello_against: self.hello.peer_takes_against,
+            checkpoints,
+        }
+    }
+
     /// Our hello: stream, marks, floor and frame limit. Its marks are our
     /// marks number 1 if none were numbered yet.
     pub(super) fn hello_frame<L: LocalReplica>(&mut self, local: &L) -> Frame {
@@ -38,23 +119,67 @@ impl Protocol {
     }
 
     /// `hello` against the newest checkpoint the replica keeps that its
-    /// marks dominate, if that takes fewer bytes than the whole hello
-    /// (then the checkpoint is kept for the session, to answer the peer's
-    /// ask for it).
+    /// marks dominate and the peer holds, else the newest its marks
+    /// dominate (the peer fetches it by name), if that takes fewer bytes
+    /// than the whole hello (then the checkpoint is kept for the session,
+    /// to answer the peer's ask for it).
     fn against<L: LocalReplica>(&mut self, hello: &Hello, local: &L) -> Option<HelloAgainst> {
-        let (base, against) = local
-            .checkpoint_names()
+        let names = local.checkpoint_names();
+        let write = |name: &CheckpointName| {
+            let base = local.checkpoint(*name)?;
+            HelloAgainst::new(hello, &base).map(|against| (base, against))
+        };
+        let (base, against) = names
             .iter()
             .rev()
-            .filter_map(|&name| local.checkpoint(name))
-            .find_map(|base| HelloAgainst::new(hello, &base).map(|against| (base, against)))?;
+            .filter(|name| self.peer_holds(**name))
+            .find_map(write)
+            .or_else(|| names.iter().rev().find_map(write))?;
         let bytes = |frame: Frame| frame::encode_payload(&frame).map_or(usize::MAX, |b| b.len());
         let against_bytes = bytes(Frame::HelloAgainst(against.clone()));
         if against_bytes >= bytes(Frame::Hello(hello.clone())) {
             return None;
         }
+        if self.hello.peer.is_some() {
+            // The peer's hello says it reads ours: it holds the base, or
+            // fetches it from us.
+            self.gossip.know(base.name());
+        }
         self.hello.against_base = Some(base);
         Some(against)
+    }
+
+    /// Whether the peer holds the checkpoint `name`, as far as this
+    /// session (or the one before it, `PeerMemory`) knows.
+    fn peer_holds(&self, name: CheckpointName) -> bool {
+        self.hello.peer_held.contains(&name) || self.gossip.peer_knows.contains(&name)
+    }
+
+    /// The peer asks for a checkpoint before its hello: answered if it is
+    /// the one our hello was written against (an accepting side that does
+    /// not keep it asks before it answers our hello), else ignored as any
+    /// frame before a hello.
+    pub(super) fn on_hello_base_want(&mut self, name: CheckpointName) {
+        if self
+            .hello
+            .against_base
+            .as_ref()
+            .is_some_and(|base| base.name() == name)
+        {
+            self.on_checkpoint_want(name);
+        } else {
+            tracing::debug!(%name, "checkpoint asked for before the peer's hello ignored");
+        }
+    }
+
+    /// The answer to the peer's ask for the checkpoint our hello was
+    /// written against, if one is due before the peer's hello (the only
+    /// ask taken then: `on_hello_base_want`).
+    pub(super) fn hello_base_answer<L: LocalReplica>(&mut self, local: &L) -> Option<Frame> {
+        if self.gossip.asked.is_empty() {
+            return None;
+        }
+        self.checkpoint_frame(local)
     }
 
     /// A peer's hello against a checkpoint: taken as the hello it stands
@@ -75,6 +200,8 @@ impl Protocol {
             Some(base) => {
                 let hello = against.expand(&base).map_err(ProtocolError::Frame)?;
                 self.on_hello(hello, local)?;
+                // It wrote its hello against it: it holds it.
+                self.gossip.know(base.name());
             }
             None if self.hello.peer.is_none() => {
                 tracing::debug!(base = %against.base, "hello against a checkpoint not kept here: asking for it");
@@ -113,6 +240,7 @@ impl Protocol {
         hello: Hello,
         local: &L,
     ) -> Result<(), ProtocolError> {
+        let first = self.hello.peer.is_none();
         if hello.stream == self.local {
             return Err(ProtocolError::SelfConnection {
                 stream: hello.stream,
@@ -128,42 +256,14 @@ impl Protocol {
             Some(_) => {
                 // A re-sent or duplicated hello: take it as a heartbeat.
             }
-            None => {
-                let own_head = local.marks().get(self.local);
-                let claimed = hello.marks.get(self.local);
-                if claimed > own_head && !local.is_recovering() {
-                    // Only we write our stream: a peer holding more of it
-                    // than we do saw a forged stream, or a previous life of
-                    // ours whose store was lost (open with
-                    // `recover_own_stream` to relearn it). Its deltas of
-                    // our stream beyond our head are refused.
-                    tracing::warn!(
-                        local = %self.local,
-                        peer = %hello.stream,
-                        claimed,
-                        own_head,
-                        "suspicious hello: the peer claims more of our own stream than we wrote"
-                    );
-                }
-                self.hello.peer = Some(hello.stream);
-                self.hello.peer_holds_own_stream =
-                    hello.marks.get(hello.stream) >= local.marks().get(hello.stream);
-                if let Some(link) = &self.routing.link {
-                    if !link.establish(self.local, hello.stream) {
-                        tracing::info!(
-                            local = %self.local,
-                            peer = %hello.stream,
-                            "a second session with this peer: the one dialed by the lower id is kept, this one ends"
-                        );
-                        self.routing.duplicate = true;
-                    }
-                }
-                tracing::debug!(local = %self.local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
-            }
+            None => self.establish(&hello, local),
         }
         self.hello.peer_frame_bytes_max = hello.frame_limit();
         self.hello.peer_skips_unknown_kinds = hello.skips_unknown_kinds();
         self.hello.peer_takes_against = self.config.checkpoints && hello.takes_hello_against();
+        if first {
+            self.our_hello_against_answered();
+        }
         // A side that waited for the peer's hello answers it now.
         self.hello.hello_due |= self.marks.marks_sent.is_empty();
         self.state.peer = Some(hello.stream);
@@ -175,6 +275,58 @@ impl Protocol {
         self.marks.peer_marks_number = self.marks.peer_marks_number.max(1);
         self.recompute_view();
         Ok(())
+    }
+
+    /// The peer's first hello: who it is, checked against what it claims
+    /// of our stream and against the replica's other sessions.
+    fn establish<L: LocalReplica>(&mut self, hello: &Hello, local: &L) {
+        let own_head = local.marks().get(self.local);
+        let claimed = hello.marks.get(self.local);
+        if claimed > own_head && !local.is_recovering() {
+            // Only we write our stream: a peer holding more of it
+            // than we do saw a forged stream, or a previous life of
+            // ours whose store was lost (open with
+            // `recover_own_stream` to relearn it). Its deltas of
+            // our stream beyond our head are refused.
+            tracing::warn!(
+                local = %self.local,
+                peer = %hello.stream,
+                claimed,
+                own_head,
+                "suspicious hello: the peer claims more of our own stream than we wrote"
+            );
+        }
+        self.hello.peer = Some(hello.stream);
+        self.hello.peer_holds_own_stream =
+            hello.marks.get(hello.stream) >= local.marks().get(hello.stream);
+        if let Some(link) = &self.routing.link {
+            if !link.establish(self.local, hello.stream) {
+                tracing::info!(
+                    local = %self.local,
+                    peer = %hello.stream,
+                    "a second session with this peer: the one dialed by the lower id is kept, this one ends"
+                );
+                self.routing.duplicate = true;
+            }
+        }
+        tracing::debug!(local = %self.local, peer = %hello.stream, marks = ?hello.marks, "sync session established");
+    }
+
+    /// The peer's first hello, after ours went against a checkpoint (a
+    /// dialer that remembered the peer reads one): if its hello says it
+    /// reads one, it holds the base or fetches it from us; if not (it was
+    /// downgraded, or turned checkpoints off, and skips ours), ours goes
+    /// again, whole, at once.
+    fn our_hello_against_answered(&mut self) {
+        let Some(base) = self.hello.against_base.as_ref().map(|base| base.name()) else {
+            return;
+        };
+        if self.hello.peer_takes_against {
+            self.gossip.know(base);
+        } else {
+            tracing::debug!(%base, "the peer does not read a hello against a checkpoint: sending ours whole");
+            self.hello.hello_due = true;
+        }
     }
 
     /// Whether checkpoints are gossiped to the peer: on in our

@@ -34,7 +34,9 @@
 //! - `driver`: the driver's API (`Protocol::new`, `poll_transmit`,
 //!   `handle_*`, `poll_timeout`), which hands each frame to the module
 //!   that owns it;
-//! - `hello`: the hello exchange and the checks on the peer's;
+//! - `hello`: the hello exchange and the checks on the peer's, and
+//!   [`PeerMemory`], what a session leaves for the next one dialed to the
+//!   same peer;
 //! - `view`: the peer view, what the peer is believed to hold;
 //! - `delta`: delta sizing, splitting and the send delay, and a received
 //!   delta;
@@ -113,5 +115,6 @@ mod statements;
 mod timeouts;
 mod view;
 
+pub use hello::PeerMemory;
 pub use once::{hand_in, sync_once, SyncReport};
 pub use state::{LocalReplica, Protocol, Received};

@@ -218,6 +218,9 @@ pub(super) struct HelloState {
     /// The peer's hello against a checkpoint this side does not keep,
     /// waiting for the checkpoint it asked for.
     pub(super) against_pending: Option<HelloAgainst>,
+    /// The checkpoints the peer held when an earlier session with it
+    /// ended (`PeerMemory`, a dialer's): preferred as our hello's base.
+    pub(super) peer_held: Vec<CheckpointName>,
     /// Whether the peer holds its own stream up to our marks of it: its
     /// hello showed at least what we hold (the writer holds everything it
     /// wrote), so its events are never sent back to it, even those that

@@ -1,0 +1,338 @@
+//! The dialer's hello against a checkpoint over real sessions (issue 27,
+//! writer churn; `docs/PROTOCOL.md`, "The dialer's hello"): a link's
+//! first session to a peer sends a whole hello, and the next, the link
+//! remembering that the peer read one, a hello against a checkpoint (kind
+//! 9); a peer lacking that checkpoint (another replica at the address)
+//! asks for it by name and the session converges; a peer that stops
+//! reading kind 9 (a build before it, which ends the session on it) gets
+//! a whole hello on the redial, and after; a peer whose hello never had
+//! the flag gets a whole hello, first and after.
+//!
+//! How: a `PeerLink` dials through a relay in memory that records the
+//! kinds of the frames each way on each connection and runs the
+//! acceptor's session behind it (`PeerDirection::Inbound`, as the node's
+//! and the manager's are); it can play a build before kind 9 (it ends a
+//! connection whose first frame is one). The test ends a connection to
+//! make the link redial. Under tokio's paused clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Delta, Event};
+use meshlog_sync::frame::{self, FrameReader};
+use meshlog_sync::testkit::{run_paused, wait_for};
+use meshlog_sync::{
+    Backoff, CheckpointWants, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes, Session,
+    SessionConfig, SharedReplica,
+};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::task::AbortHandle;
+
+/// How long any wait here may take, in paused time.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn config() -> SessionConfig {
+    SessionConfig::with_heartbeat(Duration::from_millis(20))
+}
+
+/// A peer whose hello does not have the flag: checkpoints off (as a build
+/// before kind 9 has none).
+fn flagless() -> SessionConfig {
+    SessionConfig {
+        checkpoints: false,
+        ..config()
+    }
+}
+
+/// The replica behind the relay, and how it plays.
+#[derive(Clone)]
+struct Acceptor {
+    replica: SharedReplica,
+    config: SessionConfig,
+    /// Plays a build before kind 9: a connection whose first frame from
+    /// the dialer is one ends there (`UnknownKind` before a hello).
+    before_kind_9: bool,
+}
+
+/// Per connection, the kinds of the frames each way: (dialer to acceptor,
+/// acceptor to dialer).
+type Kinds = Arc<Mutex<Vec<(Vec<&'static str>, Vec<&'static str>)>>>;
+
+/// The link's dial step: a relay to the acceptor's session.
+#[derive(Clone)]
+struct Relay {
+    acceptor: Arc<Mutex<Acceptor>>,
+    kinds: Kinds,
+    running: Arc<Mutex<Vec<AbortHandle>>>,
+}
+
+impl Relay {
+    fn new(acceptor: Acceptor) -> Self {
+        Relay {
+            acceptor: Arc::new(Mutex::new(acceptor)),
+            kinds: Kinds::default(),
+            running: Arc::default(),
+        }
+    }
+
+    /// Who answers the next dial.
+    fn set(&self, acceptor: Acceptor) {
+        *self.acceptor.lock().unwrap() = acceptor;
+    }
+
+    /// Ends the connection (the acceptor's session and the relay's
+    /// pumps): the link redials.
+    fn cut(&self) {
+        for task in self.running.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.kinds.lock().unwrap().len()
+    }
+
+    /// The kinds of connection `index`'s frames, each way.
+    fn kinds(&self, index: usize) -> (Vec<&'static str>, Vec<&'static str>) {
+        self.kinds.lock().unwrap()[index].clone()
+    }
+}
+
+impl Dial for Relay {
+    type Io = DuplexStream;
+
+    async fn dial(&self) -> Result<DuplexStream, String> {
+        let acceptor = self.acceptor.lock().unwrap().clone();
+        let index = {
+            let mut kinds = self.kinds.lock().unwrap();
+            kinds.push((Vec::new(), Vec::new()));
+            kinds.len() - 1
+        };
+        let (dialer_side, relay_in) = tokio::io::duplex(1 << 20);
+        let (relay_out, acceptor_side) = tokio::io::duplex(1 << 20);
+        let (in_read, in_write) = tokio::io::split(relay_in);
+        let (out_read, out_write) = tokio::io::split(relay_out);
+        let session = Session::new(acceptor.replica, acceptor.config)
+            .with_routes(Routes::new(), PeerDirection::Inbound);
+        let to_acceptor = Pump {
+            kinds: Arc::clone(&self.kinds),
+            index,
+            to_acceptor: true,
+            before_kind_9: acceptor.before_kind_9,
+        };
+        let to_dialer = Pump {
+            to_acceptor: false,
+            before_kind_9: false,
+            ..to_acceptor.clone()
+        };
+        let mut running = self.running.lock().unwrap();
+        running.push(tokio::spawn(session.run(acceptor_side)).abort_handle());
+        running.push(tokio::spawn(to_acceptor.run(in_read, out_write)).abort_handle());
+        running.push(tokio::spawn(to_dialer.run(out_read, in_write)).abort_handle());
+        Ok(dialer_side)
+    }
+}
+
+/// One way of a relayed connection: frames passed on whole, their kinds
+/// recorded.
+#[derive(Clone)]
+struct Pump {
+    kinds: Kinds,
+    index: usize,
+    to_acceptor: bool,
+    before_kind_9: bool,
+}
+
+impl Pump {
+    async fn run(self, mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin) {
+        let mut reader = FrameReader::with_limit(config().receive_limit());
+        while let Ok(Some(raw)) = reader.read_raw(&mut from).await {
+            let kind = frame::decode(&raw).map_or("undecodable", |frame| frame.kind());
+            let first = {
+                let mut kinds = self.kinds.lock().unwrap();
+                let (to_acceptor, to_dialer) = &mut kinds[self.index];
+                let way = if self.to_acceptor {
+                    to_acceptor
+                } else {
+                    to_dialer
+                };
+                way.push(kind);
+                way.len() == 1
+            };
+            if self.before_kind_9 && first && kind == "hello against" {
+                // Closing this way closes the acceptor's session, and so
+                // the other way.
+                break;
+            }
+            if to.write_all(&raw).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    }
+}
+
+/// A stream id spread over 64 bits, as a writer's key-derived id is.
+fn spread(i: u64) -> StreamId {
+    StreamId::new((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1 << 63)
+}
+
+/// A replica of stream `own` holding 20 live writers' streams (one event
+/// each) and 300 retired writers' streams (three events each, compacted
+/// to their head), and a checkpoint minted from its marks.
+fn churned(own: u64) -> SharedReplica {
+    let replica = SharedReplica::in_memory(StreamId::new(own));
+    let event = |stream, seq| Event {
+        stream,
+        seq,
+        lamport: seq,
+        time_ms: 0,
+        payload: Bytes::from_static(b"w"),
+    };
+    let mut events: Vec<Event> = (0..20).map(|i| event(spread(i), 1)).collect();
+    for i in 0..300 {
+        events.extend((1..=3).map(|seq| event(spread(1_000_000 + i), seq)));
+    }
+    replica
+        .apply(Delta {
+            events,
+            ..Delta::default()
+        })
+        .unwrap();
+    let retired: VersionVector = (0..300).map(|i| (spread(1_000_000 + i), 3)).collect();
+    replica.compact(&retired).unwrap();
+    replica.mint_checkpoint(1_700_000_000_000).unwrap();
+    replica
+}
+
+/// A's link to the relay, dialing and redialing until the test ends.
+fn dial_through(a: &SharedReplica, relay: &Relay) -> Arc<PeerLink<String>> {
+    let link = Arc::new(PeerLink::new("b".to_owned(), PeerDirection::Outbound));
+    let sessions = LinkSessions {
+        shared: a.clone(),
+        config: config(),
+        routes: Routes::new(),
+        wants: CheckpointWants::new(),
+    };
+    let (min, max) = (Duration::from_millis(100), Duration::from_secs(1));
+    let redial = Redial {
+        backoff: Backoff::for_link(min, max, 7, a.stream(), 1),
+        connect_timeout: Duration::from_secs(1),
+    };
+    let (link_task, relay) = (Arc::clone(&link), relay.clone());
+    tokio::spawn(async move {
+        link_task
+            .dial_loop(sessions, relay, redial, std::future::pending::<()>)
+            .await;
+    });
+    link
+}
+
+/// Waits for connection `n` (from 1) to come up, its peer's hello heard.
+async fn connected(link: &PeerLink<String>, a: &SharedReplica, relay: &Relay, n: usize) {
+    wait_for(&format!("connection {n}"), WAIT, || {
+        relay.connections() == n && link.status(&a.marks()).connected
+    })
+    .await;
+}
+
+/// Appends on `from` and waits for `to` to hold it: the session syncs.
+async fn crosses(from: &SharedReplica, to: &SharedReplica) {
+    let event = from.append(&b"new"[..]).unwrap();
+    wait_for("the event to cross", WAIT, || {
+        to.marks().get(event.stream) >= event.seq
+    })
+    .await;
+}
+
+#[test]
+fn a_redialed_peer_gets_a_hello_against_a_checkpoint_until_it_stops_reading_one() {
+    run_paused(async {
+        let a = churned(1);
+        let b = churned(2);
+        let base = a.checkpoint_names()[0];
+        assert_eq!(b.checkpoint_names(), vec![base], "both mint the same");
+        let relay = Relay::new(Acceptor {
+            replica: b.clone(),
+            config: config(),
+            before_kind_9: false,
+        });
+        let link = dial_through(&a, &relay);
+        // The first session knows nothing of B: a whole hello.
+        connected(&link, &a, &relay, 1).await;
+        crosses(&a, &b).await;
+        assert_eq!(relay.kinds(0).0[0], "hello", "{:?}", relay.kinds(0));
+        relay.cut();
+        // The second: B read one, A's hello goes against the checkpoint.
+        connected(&link, &a, &relay, 2).await;
+        let memory = link.peer_memory();
+        assert!(memory.reads_hello_against, "{memory:?}");
+        assert!(memory.checkpoints.contains(&base), "{memory:?}");
+        assert_eq!(relay.kinds(1).0[0], "hello against", "{:?}", relay.kinds(1));
+        crosses(&a, &b).await;
+        crosses(&b, &a).await;
+
+        // Another replica at B's address, which keeps no checkpoint: it
+        // asks for the one A's hello was written against, by name, before
+        // it answers; A answers; the session converges.
+        let c = SharedReplica::in_memory(StreamId::new(3));
+        c.append(&b"from c"[..]).unwrap();
+        relay.set(Acceptor {
+            replica: c.clone(),
+            config: config(),
+            before_kind_9: false,
+        });
+        relay.cut();
+        connected(&link, &a, &relay, 3).await;
+        let (from_a, from_c) = relay.kinds(2);
+        assert_eq!(from_a[..2], ["hello against", "checkpoint"], "{from_a:?}");
+        assert_eq!(from_c[0], "checkpoint want", "{from_c:?}");
+        assert!(c.checkpoint(base).is_some());
+        wait_for("c to converge with a", WAIT, || c.digest() == a.digest()).await;
+        assert_eq!(c.floor(), a.floor());
+
+        // C downgraded to a build before kind 9: it ends the session on
+        // A's hello against a checkpoint; A redials whole, and stays so.
+        relay.set(Acceptor {
+            replica: c.clone(),
+            config: flagless(),
+            before_kind_9: true,
+        });
+        relay.cut();
+        connected(&link, &a, &relay, 5).await;
+        assert_eq!(relay.kinds(3).0, ["hello against"], "{:?}", relay.kinds(3));
+        assert_eq!(relay.kinds(4).0[0], "hello", "{:?}", relay.kinds(4));
+        crosses(&a, &c).await;
+        assert!(!link.peer_memory().reads_hello_against);
+        relay.cut();
+        connected(&link, &a, &relay, 6).await;
+        assert_eq!(relay.kinds(5).0[0], "hello", "{:?}", relay.kinds(5));
+        crosses(&a, &c).await;
+    });
+}
+
+#[test]
+fn a_peer_whose_hello_lacks_the_flag_gets_a_whole_hello_first_and_after() {
+    run_paused(async {
+        let a = churned(1);
+        let b = churned(2);
+        let relay = Relay::new(Acceptor {
+            replica: b.clone(),
+            config: flagless(),
+            before_kind_9: false,
+        });
+        let link = dial_through(&a, &relay);
+        for n in 1..=3 {
+            connected(&link, &a, &relay, n).await;
+            crosses(&a, &b).await;
+            crosses(&b, &a).await;
+            let (from_a, _) = relay.kinds(n - 1);
+            assert_eq!(from_a[0], "hello", "{n}: {from_a:?}");
+            assert!(!from_a.contains(&"hello against"), "{n}: {from_a:?}");
+            relay.cut();
+        }
+        assert!(!link.peer_memory().reads_hello_against);
+    });
+}
