@@ -374,13 +374,11 @@ pub(super) struct Routing {
     /// Streams this side cannot take from the peer (a limit: see
     /// [`LimitHit`]): asked quiet for the whole session, never loud again.
     pub(super) refused: BTreeSet<StreamId>,
-    /// Streams our replica holds events of below the peer's floor (the
-    /// peer cannot serve the seqs between): per stream, the peer's floor.
-    /// Asked quiet while our marks are below it and we hold events of it
-    /// (another session may bring the gap); loud again once the gap is
-    /// filled or we hold nothing of it above our floor (the peer's floor
-    /// is then taken as lost).
-    pub(super) behind: BTreeMap<StreamId, u64>,
+    /// Streams our replica could not take the peer's floor of (the peer
+    /// cannot serve the seqs below it): asked quiet until the gap is
+    /// filled, or until we compact what we held of it (`routing`,
+    /// [`Protocol::check_behind`](super::Protocol)).
+    pub(super) behind: BTreeMap<StreamId, Behind>,
     /// The `(stream, signer)` pairs of offered statements this replica
     /// refused for no authority this session, at most
     /// [`STATEMENT_REFUSALS_MAX`](crate::STATEMENT_REFUSALS_MAX): a
@@ -388,6 +386,21 @@ pub(super) struct Routing {
     /// the stream, the signer and the replica's trust alone, so a pair
     /// refused once is refused again.
     pub(super) refused_statements: HashSet<RefusedStatement>,
+}
+
+/// A stream behind the peer's floor.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Behind {
+    /// The peer's floor.
+    pub(super) floor: u64,
+    /// Whether our replica held events of the stream above its own floor
+    /// when it was found behind (`None` until the next poll reads it:
+    /// the report of the apply that found it says only the floor): if it
+    /// did, compacting them lets the peer's floor be taken, and the
+    /// stream is asked loud again; if it did not (a keyed stream whose
+    /// unsigned floor the replica refused), only the gap filled
+    /// releases it.
+    pub(super) held: Option<bool>,
 }
 
 /// An offered statement's stream and signer (the key's 32 bytes: a

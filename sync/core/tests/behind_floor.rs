@@ -1,0 +1,223 @@
+//! A stream behind a peer's floor, in the protocol core (issue 29,
+//! `docs/SIGNING.md`, "Floors with an authority").
+//!
+//! What it proves:
+//!
+//! - A newcomer that knows a writer's stream is keyed (here: it requires
+//!   seals) and holds nothing of it refuses a hostile peer's unsigned floor
+//!   above its head: the stream stays behind that floor. The session asks
+//!   the stream quiet once and never loud again while the gap is open, so
+//!   a peer that answers every loud ask with the same floor is asked for
+//!   it once, and one that repeats it unasked gets no routes frame back.
+//!   Before, the core took "holds nothing above its floor" for "the peer's
+//!   floor was then taken" and asked the stream loud at the next poll: the
+//!   session looped (floor, refused, loud, floor, ...), a routes frame and
+//!   a `warn` per turn. Once another peer brings the writer's real events
+//!   past the floor, the stream is asked loud again.
+//! - A stream whose events the receiver held below the peer's floor, and
+//!   then compacted, is asked loud again and the peer's floor is taken (the
+//!   rule the fix keeps).
+//!
+//! How: the receiver's `Protocol` driven by hand, frames handed in as a
+//! peer would send them and every frame it sends decoded; replicas in
+//! memory, keys from fixed secrets; the time is an argument.
+
+use std::time::Instant;
+
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{
+    Commits, Config, Delta, MemStore, Replica, ReplicaError, SharedReplica, WriterKey,
+};
+use meshlog_sync_core::frame::{self, Frame, Hello, PROTOCOL_VERSION};
+use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::{SessionConfig, FRAME_BYTES_MAX};
+
+const HOSTILE: StreamId = StreamId::new(0xc);
+/// The hostile peer's floor, above the writer's first events.
+const FLOOR: u64 = 9;
+/// How many times the hostile peer answers a loud ask (the old code asked
+/// loud every time).
+const ANSWERS_MAX: usize = 50;
+
+fn keyed(config: Config) -> SharedReplica {
+    let replica = Replica::open(config, MemStore::default()).expect("an empty store opens");
+    SharedReplica::with_commits(replica, Commits::Inline)
+}
+
+fn floor_only(stream: StreamId, floor: u64) -> Delta {
+    Delta {
+        floor: [(stream, floor)].into_iter().collect(),
+        ..Delta::default()
+    }
+}
+
+/// The receiver's core after the hostile peer's hello (marks past `FLOOR`
+/// on `stream`, and its floor there).
+fn core_after_hello(receiver: &SharedReplica, stream: StreamId, now: Instant) -> Protocol {
+    let mut core = Protocol::new(receiver.stream(), SessionConfig::default(), now);
+    let hello = Frame::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        stream: HOSTILE,
+        marks: [(stream, FLOOR + 3)].into_iter().collect(),
+        floor: [(stream, FLOOR)].into_iter().collect(),
+        frame_bytes_max: FRAME_BYTES_MAX as u32,
+    });
+    let received = core.handle_frame(now, hello, receiver).expect("the hello");
+    assert_eq!(received, Received::Nothing);
+    core
+}
+
+/// Hands `frame` to the core and applies what it hands back.
+fn hand(core: &mut Protocol, now: Instant, frame: Frame, replica: &SharedReplica) {
+    if let Received::Apply(columns) = core
+        .handle_frame(now, frame, replica)
+        .expect("the session goes on")
+    {
+        let applied: Result<_, ReplicaError> = replica.apply_columns(columns);
+        core.handle_applied(now, applied)
+            .expect("a floor behind does not end the session");
+    }
+}
+
+/// What the core sends until it has nothing more: per routes frame, the
+/// streams asked quiet and loud.
+fn routes_sent(
+    core: &mut Protocol,
+    now: Instant,
+    replica: &SharedReplica,
+) -> Vec<(Vec<StreamId>, Vec<StreamId>)> {
+    let mut routes = Vec::new();
+    while let Some(bytes) = core.poll_transmit(now, replica).expect("sends") {
+        if let Frame::Routes(frame) = frame::decode(&bytes).expect("decodes") {
+            routes.push((frame.quiet, frame.loud));
+        }
+    }
+    routes
+}
+
+/// Issue 29 (the last stop note, "noticed and left alone"): a hostile
+/// peer repeating an unsigned floor on a keyed stream made the newcomer's
+/// session loop. Now: one quiet ask, no loud one while the gap is open,
+/// and the loud ask once the writer's real events fill it.
+#[test]
+fn a_refused_floor_on_a_keyed_stream_is_not_asked_for_again_and_again() {
+    let writer = keyed(Config::with_key(WriterKey::from_bytes([1; 32])));
+    for i in 0..FLOOR + 3 {
+        writer.append(vec![i as u8]).expect("append");
+    }
+    let stream = writer.stream();
+    let newcomer = keyed(Config {
+        require_seals: true,
+        ..Config::with_key(WriterKey::from_bytes([2; 32]))
+    });
+    let now = Instant::now();
+    let mut core = core_after_hello(&newcomer, stream, now);
+
+    // The peer sends the floor, and again each time the stream is asked
+    // loud (as a sender pushes a stream asked loud).
+    let mut number = 0;
+    let mut routes = Vec::new();
+    loop {
+        number += 1;
+        hand(
+            &mut core,
+            now,
+            Frame::delta(number, floor_only(stream, FLOOR)),
+            &newcomer,
+        );
+        let sent = routes_sent(&mut core, now, &newcomer);
+        let asked_loud = sent.iter().any(|(_, loud)| loud.contains(&stream));
+        routes.extend(sent);
+        if !asked_loud || number as usize == ANSWERS_MAX {
+            break;
+        }
+    }
+    assert_eq!(
+        number,
+        1,
+        "the floor was asked for again ({} routes frames)",
+        routes.len()
+    );
+    assert_eq!(routes, [(vec![stream], vec![])], "asked quiet once");
+    // Repeated unasked, it is refused again and costs no routes frame.
+    for _ in 0..10 {
+        number += 1;
+        hand(
+            &mut core,
+            now,
+            Frame::delta(number, floor_only(stream, FLOOR)),
+            &newcomer,
+        );
+        let sent = routes_sent(&mut core, now, &newcomer);
+        assert!(sent.is_empty(), "{sent:?}");
+    }
+    assert_eq!(core.state().behind_floor, [(stream, FLOOR)]);
+    assert_eq!(newcomer.floor().get(stream), 0, "nothing recorded lost");
+    assert_eq!(newcomer.marks().get(stream), 0);
+
+    // Another peer brings the writer's real events past the floor: the
+    // stream is asked loud again here.
+    let real = writer
+        .try_delta_for(&VersionVector::new(), usize::MAX)
+        .expect("the writer reads");
+    newcomer.apply(real).expect("the writer's sealed events");
+    assert_eq!(newcomer.marks().get(stream), FLOOR + 3);
+    let sent = routes_sent(&mut core, now, &newcomer);
+    assert_eq!(sent, [(vec![], vec![stream])], "asked loud once filled");
+    assert!(core.state().behind_floor.is_empty());
+}
+
+/// The rule the fix keeps: a stream whose events the receiver held below
+/// the peer's floor, compacted by the receiver, is asked loud again, and
+/// the peer's floor then taken.
+#[test]
+fn a_stream_held_below_the_floor_and_compacted_is_asked_loud_and_the_floor_taken() {
+    let writer = SharedReplica::in_memory(StreamId::new(0xb));
+    for i in 0..5u8 {
+        writer.append(vec![i]).expect("append");
+    }
+    let stream = writer.stream();
+    let receiver = SharedReplica::in_memory(StreamId::new(0xa));
+    let delta = writer
+        .try_delta_for(&VersionVector::new(), usize::MAX)
+        .expect("the writer reads");
+    receiver.apply(delta).expect("the writer's events");
+    let now = Instant::now();
+    let mut core = core_after_hello(&receiver, stream, now);
+
+    hand(
+        &mut core,
+        now,
+        Frame::delta(1, floor_only(stream, FLOOR)),
+        &receiver,
+    );
+    assert_eq!(
+        routes_sent(&mut core, now, &receiver),
+        [(vec![stream], vec![])]
+    );
+    assert_eq!(core.state().behind_floor, [(stream, FLOOR)]);
+    assert!(
+        routes_sent(&mut core, now, &receiver).is_empty(),
+        "still behind"
+    );
+
+    let to: VersionVector = [(stream, 5)].into_iter().collect();
+    receiver.compact(&to).expect("compacts");
+    assert_eq!(
+        routes_sent(&mut core, now, &receiver),
+        [(vec![], vec![stream])]
+    );
+    hand(
+        &mut core,
+        now,
+        Frame::delta(2, floor_only(stream, FLOOR)),
+        &receiver,
+    );
+    assert_eq!(
+        receiver.floor().get(stream),
+        FLOOR,
+        "the peer's floor taken"
+    );
+    assert!(core.state().behind_floor.is_empty());
+    assert!(routes_sent(&mut core, now, &receiver).is_empty());
+}
