@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 use meshlog_replica::{
-    Admission, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica, SignedCompaction, Store,
+    Admission, ChainHash, Compaction, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica,
+    SignedCompaction, Store,
 };
 
 use crate::frame::{Frame, HelloAgainst};
@@ -316,8 +317,8 @@ pub(super) struct Acking {
     /// The number of a delta handed back to apply and not yet reported.
     pub(super) applying: Option<u64>,
     /// An offered statement handed back to apply and not yet reported
-    /// (`statements`): its stream and signer.
-    pub(super) applying_statement: Option<RefusedStatement>,
+    /// (`statements`): what it would be remembered under, refused.
+    pub(super) applying_statement: Option<[RefusedStatement; 2]>,
 }
 
 /// Marks both ways, numbered so that they travel as differences.
@@ -403,9 +404,36 @@ pub(super) struct Behind {
     pub(super) held: Option<bool>,
 }
 
-/// An offered statement's stream and signer (the key's 32 bytes: a
-/// decoded key is far larger), what its authority depends on.
-pub(super) type RefusedStatement = (StreamId, [u8; 32]);
+/// An offered statement refused this session, by what the refusal
+/// depends on (so that a repeat is refused again without being judged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum RefusedStatement {
+    /// Refused for no authority: its stream and signer (the key's 32
+    /// bytes: a decoded key is far larger). Authority depends on those
+    /// and the replica's trust alone.
+    NoAuthority(StreamId, [u8; 32]),
+    /// Refused for a chain hash that is not the replica's at its floor:
+    /// its stream, floor and hash. The history a replica holds at a seq
+    /// does not change, and once its floor passes the statement's, the
+    /// statement erases nothing there anyway.
+    HashMismatch(StreamId, u64, ChainHash),
+}
+
+impl RefusedStatement {
+    /// The two keys `signed` would be remembered under: for no
+    /// authority, then for a hash mismatch.
+    pub(super) fn keys(signed: &SignedCompaction) -> [RefusedStatement; 2] {
+        let Compaction {
+            stream,
+            floor,
+            hash,
+        } = signed.statement;
+        [
+            RefusedStatement::NoAuthority(stream, signed.signer.to_bytes()),
+            RefusedStatement::HashMismatch(stream, floor, hash),
+        ]
+    }
+}
 
 /// What this session knows and owes of checkpoints (its rules and bounds
 /// are `gossip`'s).
