@@ -17,6 +17,14 @@
 //! - A stream whose events the receiver held below the peer's floor, and
 //!   then compacted, is asked loud again and the peer's floor is taken (the
 //!   rule the fix keeps).
+//! - An honest relay's retention floor on a keyed stream still reaches a
+//!   newcomer that knows the key, with the writer's sealed run that vouches
+//!   for it, when the relay's backlog takes more than one delta (the floor
+//!   went in the first, the run in a later one) or one delta split into
+//!   frames (the floor went in the first part, the run in a later part):
+//!   the floor now goes with the stream's first run, in its part. Before,
+//!   the floor came alone, unvouched, and the newcomer was behind it; with
+//!   the stream then kept quiet (above), it never came from that relay.
 //!
 //! How: the receiver's `Protocol` driven by hand, frames handed in as a
 //! peer would send them and every frame it sends decoded; replicas in
@@ -24,13 +32,15 @@
 
 use std::time::Instant;
 
+use bytes::Bytes;
 use meshlog_cursor::{StreamId, VersionVector};
 use meshlog_replica::{
-    Commits, Config, Delta, MemStore, Replica, ReplicaError, SharedReplica, WriterKey,
+    Binding, Commits, Config, Delta, MemStore, Membership, Replica, ReplicaError, SharedReplica,
+    WriterKey,
 };
 use meshlog_sync_core::frame::{self, Frame, Hello, PROTOCOL_VERSION};
 use meshlog_sync_core::proto::{Protocol, Received};
-use meshlog_sync_core::{SessionConfig, FRAME_BYTES_MAX};
+use meshlog_sync_core::{sync_once, SessionConfig, DELTA_EVENTS_MAX, FRAME_BYTES_MAX};
 
 const HOSTILE: StreamId = StreamId::new(0xc);
 /// The hostile peer's floor, above the writer's first events.
@@ -220,4 +230,84 @@ fn a_stream_held_below_the_floor_and_compacted_is_asked_loud_and_the_floor_taken
     );
     assert!(core.state().behind_floor.is_empty());
     assert!(routes_sent(&mut core, now, &receiver).is_empty());
+}
+
+/// A relay holding an unkeyed writer's `others` events, then a keyed
+/// writer's 10 events stamped after them (so a delta carries them last),
+/// compacted to 5 (a retention floor: no statement); and the keyed
+/// writer's stream.
+fn relay_with_a_retention_floor(others: usize) -> (SharedReplica, StreamId) {
+    let other = SharedReplica::in_memory(StreamId::new(0x58));
+    for chunk in (0..others).collect::<Vec<_>>().chunks(1000) {
+        let batch = chunk.iter().map(|&i| Bytes::from(vec![i as u8])).collect();
+        other.append_batch(batch).expect("append");
+    }
+    let writer = keyed(Config::with_key(WriterKey::from_bytes([1; 32])));
+    let everything = |from: &SharedReplica, to: &SharedReplica| {
+        let delta = from.try_delta_for(&to.marks(), usize::MAX).expect("reads");
+        to.apply(delta).expect("taken");
+    };
+    everything(&other, &writer);
+    for i in 0..10u8 {
+        writer.append(vec![i]).expect("append");
+    }
+    let relay = SharedReplica::in_memory(StreamId::new(0x7e));
+    everything(&writer, &relay);
+    let to: VersionVector = [(writer.stream(), 5)].into_iter().collect();
+    relay.compact(&to).expect("compacts");
+    (relay, writer.stream())
+}
+
+/// A newcomer whose membership binds the keyed writer's stream to its key:
+/// it knows the stream is keyed before any of it arrives.
+fn newcomer_knowing(stream: StreamId) -> SharedReplica {
+    let key = WriterKey::from_bytes([1; 32]).public();
+    assert_eq!(key.stream(), stream);
+    let mut membership = Membership::open();
+    membership.bind(Binding { stream, key });
+    keyed(Config {
+        membership,
+        ..Config::new(StreamId::new(0x11))
+    })
+}
+
+/// Syncs a newcomer that knows the keyed stream from the relay under
+/// `config`: it takes the floor and the run above it, and every other
+/// event, nothing behind.
+fn newcomer_takes_the_floor_with_its_run(others: usize, config: &SessionConfig) {
+    let (relay, stream) = relay_with_a_retention_floor(others);
+    let newcomer = newcomer_knowing(stream);
+    let report = sync_once(Instant::now(), &relay, &newcomer, config).expect("syncs");
+    assert!(report.quiescent);
+    assert!(
+        report.b.behind_floor.is_empty(),
+        "{:?}",
+        report.b.behind_floor
+    );
+    assert_eq!(
+        (newcomer.floor().get(stream), newcomer.marks().get(stream)),
+        (5, 10),
+        "the keyed stream"
+    );
+    assert_eq!(newcomer.marks(), relay.marks());
+    assert_eq!(newcomer.chain(stream), relay.chain(stream));
+}
+
+/// The relay's backlog takes more than one delta (the default budget
+/// holds about 5,000 events): the floor waits for the delta that carries
+/// the run.
+#[test]
+fn a_retention_floor_goes_with_its_sealed_run_across_deltas() {
+    newcomer_takes_the_floor_with_its_run(6_000, &SessionConfig::default());
+}
+
+/// One delta split into frames (a budget above a frame's event limit):
+/// the floor goes in the part that carries the run.
+#[test]
+fn a_retention_floor_goes_with_its_sealed_run_in_a_split_delta() {
+    let config = SessionConfig {
+        delta_bytes_max: 2 << 20,
+        ..SessionConfig::default()
+    };
+    newcomer_takes_the_floor_with_its_run(DELTA_EVENTS_MAX + 100, &config);
 }
