@@ -25,6 +25,10 @@
 //!   the floor now goes with the stream's first run, in its part. Before,
 //!   the floor came alone, unvouched, and the newcomer was behind it; with
 //!   the stream then kept quiet (above), it never came from that relay.
+//! - A relay that held nothing of such a stream above its floor, and later
+//!   takes the writer's next run, serves it in the same session: the
+//!   newcomer asks the stream loud again once the relay's marks of it
+//!   rise, and takes the floor with the run that vouches for it.
 //!
 //! How: the receiver's `Protocol` driven by hand, frames handed in as a
 //! peer would send them and every frame it sends decoded; replicas in
@@ -38,8 +42,9 @@ use meshlog_replica::{
     Binding, Commits, Config, Delta, MemStore, Membership, Replica, ReplicaError, SharedReplica,
     WriterKey,
 };
+use meshlog_sync_core::frame::LENGTH_PREFIX_BYTES;
 use meshlog_sync_core::frame::{self, Frame, Hello, PROTOCOL_VERSION};
-use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::proto::{hand_in, Protocol, Received};
 use meshlog_sync_core::{sync_once, SessionConfig, DELTA_EVENTS_MAX, FRAME_BYTES_MAX};
 
 const HOSTILE: StreamId = StreamId::new(0xc);
@@ -310,4 +315,95 @@ fn a_retention_floor_goes_with_its_sealed_run_in_a_split_delta() {
         ..SessionConfig::default()
     };
     newcomer_takes_the_floor_with_its_run(DELTA_EVENTS_MAX + 100, &config);
+}
+
+/// Carries frames both ways between two cores at `now` until neither has
+/// anything to send.
+fn exchange(
+    now: Instant,
+    (a_core, a): (&mut Protocol, &SharedReplica),
+    (b_core, b): (&mut Protocol, &SharedReplica),
+) {
+    let mut idle = 0;
+    let mut a_turn = true;
+    while idle < 2 {
+        let (from, from_replica, to, to_replica) = if a_turn {
+            (&mut *a_core, a, &mut *b_core, b)
+        } else {
+            (&mut *b_core, b, &mut *a_core, a)
+        };
+        let mut sent = Vec::new();
+        while let Some(bytes) = from.poll_transmit(now, from_replica).expect("sends") {
+            sent.push(bytes);
+        }
+        for bytes in &sent {
+            hand_in(now, to, &bytes[LENGTH_PREFIX_BYTES..], to_replica).expect("takes");
+        }
+        idle = if sent.is_empty() { idle + 1 } else { 0 };
+        a_turn = !a_turn;
+    }
+}
+
+/// A relay that compacted a keyed writer's whole stream cannot serve it:
+/// the newcomer is behind its floor and asks the stream quiet. The writer
+/// writes on and the relay takes the new run: once the relay's marks show
+/// it (a heartbeat at the next tick), the newcomer asks the stream loud
+/// again and takes the floor with the run, in the same session. (With the
+/// stream kept quiet until the gap was filled, it never came.)
+#[test]
+fn a_relay_that_takes_the_writers_next_run_serves_it_in_the_same_session() {
+    let writer = keyed(Config::with_key(WriterKey::from_bytes([1; 32])));
+    let stream = writer.stream();
+    let relay = SharedReplica::in_memory(StreamId::new(0x7e));
+    let catch_up = |to: &SharedReplica| {
+        let delta = writer
+            .try_delta_for(&to.marks(), usize::MAX)
+            .expect("reads");
+        to.apply(delta).expect("the writer's sealed run");
+    };
+    for i in 0..10u8 {
+        writer.append(vec![i]).expect("append");
+    }
+    catch_up(&relay);
+    let to: VersionVector = [(stream, 10)].into_iter().collect();
+    relay.compact(&to).expect("compacts");
+    let newcomer = newcomer_knowing(stream);
+    let config = SessionConfig::default();
+    let now = Instant::now();
+    let mut relay_core = Protocol::new(relay.stream(), config.clone(), now);
+    let mut newcomer_core = Protocol::new(newcomer.stream(), config.clone(), now);
+    exchange(
+        now,
+        (&mut relay_core, &relay),
+        (&mut newcomer_core, &newcomer),
+    );
+    assert_eq!(newcomer_core.state().behind_floor, [(stream, 10)]);
+    assert_eq!(newcomer.marks().get(stream), 0);
+
+    for i in 10..13u8 {
+        writer.append(vec![i]).expect("append");
+    }
+    catch_up(&relay);
+    // Still behind while the relay's marks say nothing new.
+    exchange(
+        now,
+        (&mut relay_core, &relay),
+        (&mut newcomer_core, &newcomer),
+    );
+    assert_eq!(newcomer.marks().get(stream), 0);
+    let tick = now + config.heartbeat_interval;
+    for core in [&mut relay_core, &mut newcomer_core] {
+        core.handle_timeout(tick).expect("a tick");
+    }
+    exchange(
+        tick,
+        (&mut relay_core, &relay),
+        (&mut newcomer_core, &newcomer),
+    );
+    assert!(newcomer_core.state().behind_floor.is_empty());
+    assert_eq!(
+        (newcomer.floor().get(stream), newcomer.marks().get(stream)),
+        (10, 13)
+    );
+    assert_eq!(newcomer.chain(stream), relay.chain(stream));
 }

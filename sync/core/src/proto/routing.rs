@@ -198,9 +198,13 @@ impl Protocol {
             if known.is_some_and(|known| known >= floor) {
                 continue;
             }
-            self.routing
-                .behind
-                .insert(stream, Behind { floor, held: None });
+            let peer_head = self.marks.peer_marks.get(stream);
+            let behind = Behind {
+                floor,
+                held: None,
+                peer_head,
+            };
+            self.routing.behind.insert(stream, behind);
             tracing::warn!(
                 local = %self.local,
                 %peer,
@@ -230,10 +234,12 @@ impl Protocol {
     /// gap), or we held events of the stream above our floor when it was
     /// found behind and hold none now (we compacted them: the peer's
     /// floor can then be taken). A stream we held nothing of then (a
-    /// keyed stream whose unsigned floor our replica refused) stays
-    /// behind until the gap is filled: asked loud, the peer would send
-    /// the same floor, refused again, and a hostile peer repeating it
-    /// would make the session loop.
+    /// keyed stream whose unsigned floor our replica refused) is asked
+    /// loud again only once the peer's marks of it rise (it holds a run
+    /// it did not, which may vouch for the floor): asked loud at once,
+    /// the peer would send the same floor, refused again, and a hostile
+    /// peer repeating it made the session loop. One that claims higher
+    /// marks each receipt gets a round per receipt, no more.
     pub(super) fn check_behind<L: LocalReplica>(&mut self, local: &L) {
         if self.routing.behind.is_empty() {
             return;
@@ -241,11 +247,17 @@ impl Protocol {
         let (marks, floor) = local.marks_and_floor();
         let before = self.routing.behind.len();
         let routes_due = &mut self.routing.routes_due;
+        let peer_marks = &self.marks.peer_marks;
         self.routing.behind.retain(|&stream, behind| {
             let head = marks.get(stream);
             let holds = head > floor.get(stream);
             let held = *behind.held.get_or_insert(holds);
-            let still = head < behind.floor && (holds || !held);
+            let released = if held {
+                !holds
+            } else {
+                peer_marks.get(stream) > behind.peer_head
+            };
+            let still = head < behind.floor && !released;
             if !still {
                 tracing::info!(%stream, head, peer_floor = behind.floor, "stream no longer behind the peer's floor: asked loud again");
                 routes_due.insert(stream, false);

@@ -399,9 +399,13 @@ pub(super) struct Behind {
     /// the report of the apply that found it says only the floor): if it
     /// did, compacting them lets the peer's floor be taken, and the
     /// stream is asked loud again; if it did not (a keyed stream whose
-    /// unsigned floor the replica refused), only the gap filled
-    /// releases it.
+    /// unsigned floor the replica refused), the gap filled releases it,
+    /// or the peer holding more of it than `peer_head`.
     pub(super) held: Option<bool>,
+    /// The peer's marks of the stream when it was found behind: a peer
+    /// whose marks rise past them holds a run it did not, which may
+    /// vouch for its floor (a writer's sealed run from it).
+    pub(super) peer_head: u64,
 }
 
 /// An offered statement refused this session, by what the refusal
