@@ -254,16 +254,19 @@ pub enum DeltaError {
     /// The delta's sealed run of a stream and a seal the receiver holds
     /// are two histories signed by the stream's writer: a fork
     /// (`docs/SIGNING.md`, "Equivocation with valid signatures"). The
-    /// receiver keeps `proof` and freezes the stream.
+    /// receiver keeps `proof` and freezes the stream at `head`.
     #[error(
         "stream {stream}: its writer signed two histories that differ at seq {seq} (a fork); \
-         the proof is kept and the stream frozen"
+         the proof is kept and the stream frozen at seq {head}"
     )]
     Forked {
         /// The stream.
         stream: StreamId,
         /// The seq the two histories are shown to differ at.
         seq: u64,
+        /// The receiver's head of the stream, which it is frozen at (what
+        /// [`DeltaError::Frozen`] names for its later runs).
+        head: u64,
         /// The proof, both seals and the events between.
         proof: Box<crate::ForkProof>,
     },

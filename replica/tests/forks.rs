@@ -120,10 +120,12 @@ fn take_both<S: Store>(fork: &Forked, receiver: &mut Replica<S>) -> ForkProof {
         ReplicaError::Delta(DeltaError::Forked {
             stream: forked,
             seq,
+            head,
             proof,
         }) => {
             assert_eq!(forked, stream());
             assert_eq!(proof.seq, seq);
+            assert_eq!(head, receiver.marks().get(forked), "frozen at its head");
             *proof
         }
         other => panic!("expected Forked, got {other}"),

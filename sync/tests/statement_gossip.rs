@@ -20,9 +20,10 @@
 //!   refuses it (`StatementNoAuthority`, counted and logged), keeps every
 //!   event, and the session goes on: a mesh whose nodes trust differently
 //!   keeps its links.
-//! - a statement refused for no authority and offered again in the same
-//!   session costs the receiver a lookup, not a commit round; that memory
-//!   is bounded (`STATEMENT_REFUSALS_MAX`) and says when it is full.
+//! - a statement refused for no authority or for a chain hash that is not
+//!   the receiver's, offered again in the same session, costs the receiver
+//!   a lookup, not a commit round; that memory is bounded
+//!   (`STATEMENT_REFUSALS_MAX`) and says when it is full.
 //! - an offered statement whose signature does not verify ends the
 //!   receiver's session (`Refused`, `BadStatement`) and erases nothing;
 //!   one of a stream the receiver does not hold is ignored (it would only
@@ -406,6 +407,73 @@ fn a_refused_statement_offered_again_costs_no_commit_round() {
     let mut next = core_after_hello(&a, &b, now);
     assert!(offered_costs_a_round(now, &mut next, &statement(FLOOR), &b));
     assert_eq!(b.stats().deltas_refused, 2);
+}
+
+/// Issue 29: a statement refused for a chain hash that is not B's at its
+/// floor, offered again in the same session, costs B a lookup too (it
+/// cost a commit round and two `warn` lines each time: only refusals for
+/// no authority were remembered). The memory is by stream, floor and
+/// hash: the same statement at another floor is judged (and refused)
+/// once, and the admin's real statement, whose hash is B's, still erases.
+#[test]
+fn a_statement_refused_for_a_hash_mismatch_offered_again_costs_no_commit_round() {
+    let (w, a, b) = converged(true);
+    let stream = w.stream();
+    let now = Instant::now();
+    let mut core = core_after_hello(&a, &b, now);
+    let other_history = |floor| {
+        Frame::Statement(
+            Compaction {
+                stream,
+                floor,
+                hash: ChainHash::GENESIS,
+            }
+            .sign_by_admin(&admin()),
+        )
+    };
+    assert!(offered_costs_a_round(
+        now,
+        &mut core,
+        &other_history(FLOOR),
+        &b
+    ));
+    assert_eq!(b.stats().deltas_refused, 1);
+    for _ in 0..3 {
+        assert!(
+            !offered_costs_a_round(now, &mut core, &other_history(FLOOR), &b),
+            "a repeat was applied again"
+        );
+    }
+    assert_eq!(b.stats().deltas_refused, 1, "no round refused again");
+    assert!(offered_costs_a_round(
+        now,
+        &mut core,
+        &other_history(FLOOR - 1),
+        &b
+    ));
+    assert!(!offered_costs_a_round(
+        now,
+        &mut core,
+        &other_history(FLOOR - 1),
+        &b
+    ));
+    assert_eq!(b.stats().deltas_refused, 2);
+    assert_eq!(core.state().statements_refused, 6);
+    assert!(core.state().limits.is_empty(), "{:?}", core.state().limits);
+    assert_eq!(b.floor().get(stream), 0, "nothing erased");
+
+    let real = b
+        .compaction_at(stream, FLOOR)
+        .expect("b reads")
+        .expect("held and anchored")
+        .sign_by_admin(&admin());
+    assert!(offered_costs_a_round(
+        now,
+        &mut core,
+        &Frame::Statement(real),
+        &b
+    ));
+    assert_eq!(b.floor().get(stream), FLOOR, "the real statement erases");
 }
 
 /// The memory of refused statements is bounded: past

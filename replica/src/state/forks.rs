@@ -56,6 +56,7 @@ impl State {
                 let rule = DeltaError::Forked {
                     stream,
                     seq,
+                    head: self.round_head(stream, round),
                     proof: Box::new(proof),
                 };
                 return Err(rejection(stream, seq..=run_seal.seal.seq, rule));
@@ -90,6 +91,11 @@ impl State {
         self.forks.contains_key(&stream) || round.forked.contains(&stream)
     }
 
+    /// The head of `stream` as the round leaves it.
+    fn round_head(&self, stream: StreamId, round: &RoundIndex) -> u64 {
+        round.head(stream).unwrap_or_else(|| self.log.head(stream))
+    }
+
     /// No event of a frozen stream above its head (as the round leaves it).
     fn check_frozen(&self, delta: &Delta, round: &RoundIndex) -> Result<(), Rejection> {
         for event in &delta.events {
@@ -97,11 +103,7 @@ impl State {
                 continue;
             }
             let stream = event.stream;
-            let head = round
-                .heads
-                .get(&stream)
-                .copied()
-                .unwrap_or_else(|| self.log.head(stream));
+            let head = self.round_head(stream, round);
             if event.seq > head {
                 let rule = DeltaError::Frozen { stream, head };
                 return Err(rejection(stream, event.seq..=event.seq, rule));

@@ -72,19 +72,22 @@ pub struct SessionState {
     /// Statements the peer offered that this replica grants no authority
     /// (`StatementNoAuthority`) or whose chain hash is not its own
     /// (`StatementHashMismatch`): nothing erased, the first of each logged
-    /// at `warn`. A statement whose `(stream, signer)` this session
-    /// already refused for no authority is counted here again without
-    /// being judged: no commit round, no log (at most
-    /// [`STATEMENT_REFUSALS_MAX`] pairs are remembered).
+    /// at `warn`. A statement this session already refused (the same
+    /// `(stream, signer)` for no authority, the same `(stream, floor,
+    /// hash)` for a hash mismatch) is counted here again without being
+    /// judged: no commit round, no log (at most
+    /// [`STATEMENT_REFUSALS_MAX`] refusals are remembered).
     pub statements_refused: u64,
 }
 
-/// The most `(stream, signer)` pairs a session remembers refusing a
-/// compaction statement for (no authority): a statement frame repeating
-/// one costs a lookup, not a commit round. An entry is 40 bytes, so at
-/// most 10 KiB a session. Past it a refused pair is not remembered (its
-/// repeats cost a commit round each, as before the memory), reported once
-/// as [`LimitHit::StatementRefusalsMax`] and logged once at `warn`. An
+/// The most refused compaction statements a session remembers, by what
+/// the refusal depends on (`(stream, signer)` for no authority, `(stream,
+/// floor, hash)` for a chain hash not the replica's): a statement frame
+/// repeating one costs a lookup, not a commit round. An entry is 56
+/// bytes, so at most 14 KiB a session. Past it a refusal is not
+/// remembered (its repeats cost a commit round each, as before the
+/// memory), reported once as [`LimitHit::StatementRefusalsMax`] and
+/// logged once at `warn`. An
 /// honest peer offers each statement once a session, so only a peer that
 /// repeats refused statements by the hundred reaches it.
 pub const STATEMENT_REFUSALS_MAX: usize = 256;
@@ -160,10 +163,11 @@ pub enum LimitHit {
         /// The floor the statement raises it to.
         floor: u64,
     },
-    /// The peer offered statements refused for no authority, over
-    /// [`STATEMENT_REFUSALS_MAX`] `(stream, signer)` pairs of them in
-    /// this session: further pairs are not remembered, and each repeat
-    /// of one costs a commit round again. Reported once a session.
+    /// The peer offered statements refused here (no authority, or a
+    /// chain hash not the replica's), over [`STATEMENT_REFUSALS_MAX`]
+    /// distinct ones in this session: further ones are not remembered,
+    /// and each repeat of one costs a commit round again. Reported once a
+    /// session.
     StatementRefusalsMax {
         /// [`STATEMENT_REFUSALS_MAX`].
         limit: usize,

@@ -2,7 +2,7 @@
 //! how it is sized and split into frames, what is cut because a frame
 //! cannot carry it; and a received delta, handed back to apply.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Instant;
 
 use meshlog_cursor::{StreamId, VersionVector};
@@ -13,7 +13,7 @@ use crate::{LimitHit, ProtocolError};
 
 use super::seals::{cut_streams, split_delta};
 use super::state::{InFlight, LocalReplica, Outgoing, Protocol, Received};
-use super::view::{advance_by_spans, column_spans, skip_pending};
+use super::view::{advance_by_spans, column_spans, skip_pending, walk};
 
 impl Protocol {
     /// Builds the next delta to send, in parts of one frame each, if the
@@ -83,12 +83,13 @@ impl Protocol {
         let mut budget = self.config.delta_budget();
         loop {
             let view = self.send_view(marks);
-            let columns = local
+            let mut columns = local
                 .try_delta_columns_for(&view, budget)
                 .map_err(|source| ProtocolError::Read {
                     peer: self.hello.peer.unwrap_or(self.local),
                     source,
                 })?;
+            floors_with_runs(&mut columns, marks);
             let payload_max = self.frame_payload_max(&columns.floor);
             let pending = self.pending_cuts(&view, &columns);
             let as_read = columns.len() <= DELTA_EVENTS_MAX
@@ -293,6 +294,33 @@ impl Protocol {
         self.acks.applying = Some(number);
         Received::Apply(columns)
     }
+}
+
+/// Keeps in `columns`' floor (and what backs it) only the streams it
+/// carries a run of, or that hold nothing above the floor here (`marks`):
+/// a stream's floor goes with its first run, which starts right after it.
+/// A receiver that knows the stream is keyed takes an unsigned floor only
+/// with the writer's sealed run from it in the same delta
+/// (`State::floor_needs_authority`): a floor sent ahead of its run (the
+/// budget read other streams first) left such a receiver behind it, and
+/// the stream quiet on this link. The view is not advanced past a floor
+/// not sent, so it goes with the delta that carries the run.
+fn floors_with_runs(columns: &mut DeltaColumns, marks: &VersionVector) {
+    if columns.floor.is_empty() {
+        return;
+    }
+    let runs: HashSet<StreamId> = columns.runs().iter().map(|run| run.stream).collect();
+    let mut held = walk(marks);
+    let floor: VersionVector = columns
+        .floor
+        .iter()
+        .filter(|&(stream, floor)| runs.contains(&stream) || held.at(stream) <= floor)
+        .collect();
+    if floor.len() == columns.floor.len() {
+        return;
+    }
+    columns.floor_proofs.retain(|stream| floor.get(stream) > 0);
+    columns.floor = floor;
 }
 
 /// The most bytes a delta frame takes besides one event's payload and its

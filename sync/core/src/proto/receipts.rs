@@ -323,8 +323,10 @@ impl Protocol {
     /// Reports how applying the delta last handed back went. A refused
     /// delta ends the session ([`ProtocolError::Refused`] for what the peer
     /// did wrong, [`ProtocolError::Limit`] for a local limit it exceeds,
-    /// [`ProtocolError::Replica`] for our own store failing); one that
-    /// changed our log makes an ack due.
+    /// [`ProtocolError::Replica`] for our own store failing), but one
+    /// refused for a stream it froze at a fork (`forks`: the stream is
+    /// refused for the session, the rest sent again); one that changed
+    /// our log makes an ack due.
     pub fn handle_applied(
         &mut self,
         now: Instant,
@@ -335,7 +337,14 @@ impl Protocol {
         }
         let number = self.acks.applying.take();
         let peer = self.hello.peer.unwrap_or(self.local);
-        let report = applied.map_err(|source| refusal(peer, source))?;
+        let report = match applied {
+            Ok(report) => report,
+            Err(source) if self.refused_at_fork(&source) => {
+                self.timing.last_frame_at = now;
+                return Ok(());
+            }
+            Err(source) => return Err(refusal(peer, source)),
+        };
         // Time spent committing what the peer sent is not its silence.
         self.timing.last_frame_at = now;
         // Acked whether or not it changed our log: the ack is how the

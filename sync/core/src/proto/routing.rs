@@ -10,7 +10,7 @@ use meshlog_replica::ApplyReport;
 
 use crate::frame::{Frame, Routes as RoutesFrame};
 
-use super::state::{LocalReplica, Protocol, QuietAsk};
+use super::state::{Behind, LocalReplica, Protocol, QuietAsk};
 use super::timeouts::tick_interval;
 use super::view::streams_ahead;
 
@@ -194,25 +194,32 @@ impl Protocol {
         let peer = self.hello.peer.unwrap_or(self.local);
         self.state.events_behind_floor += report.behind_events;
         for &(stream, floor) in &report.behind_floor {
-            if self
-                .routing
-                .behind
-                .get(&stream)
-                .is_some_and(|&known| known >= floor)
-            {
+            let known = self.routing.behind.get(&stream).map(|behind| behind.floor);
+            if known.is_some_and(|known| known >= floor) {
                 continue;
             }
-            self.routing.behind.insert(stream, floor);
+            let peer_head = self.marks.peer_marks.get(stream);
+            let behind = Behind {
+                floor,
+                held: None,
+                peer_head,
+            };
+            self.routing.behind.insert(stream, behind);
             tracing::warn!(
                 local = %self.local,
                 %peer,
                 %stream,
                 floor,
-                "stream behind the peer's floor: this replica holds events of it below seq \
-                 {floor}, which the peer no longer holds; they are kept, and the stream is \
-                 asked quiet on this peer until another peer fills the gap (or this replica \
-                 compacts what it holds of it, taking the gap as lost)"
+                "stream behind the peer's floor: this replica cannot take the peer's floor \
+                 of it (it holds events below it, or the stream is keyed and the floor \
+                 comes without the writer's authority); the stream is asked quiet on this \
+                 peer until another peer fills the gap (or this replica compacts what it \
+                 holds of it, taking the gap as lost)"
             );
+            if known.is_some() {
+                // Asked quiet already.
+                continue;
+            }
             self.routing.quiet_asked.remove(&stream);
             self.routing.routes_due.insert(stream, true);
             if let Some(link) = &self.routing.link {
@@ -222,10 +229,17 @@ impl Protocol {
         self.publish_behind();
     }
 
-    /// Streams behind the peer's floor that no longer are: our marks
-    /// reached the floor (another peer filled the gap), or we hold nothing
-    /// of the stream above our floor (the peer's floor is then taken).
-    /// Each is asked loud again.
+    /// Streams behind the peer's floor that no longer are, each asked
+    /// loud again: our marks reached the floor (another peer filled the
+    /// gap), or we held events of the stream above our floor when it was
+    /// found behind and hold none now (we compacted them: the peer's
+    /// floor can then be taken). A stream we held nothing of then (a
+    /// keyed stream whose unsigned floor our replica refused) is asked
+    /// loud again only once the peer's marks of it rise (it holds a run
+    /// it did not, which may vouch for the floor): asked loud at once,
+    /// the peer would send the same floor, refused again, and a hostile
+    /// peer repeating it made the session loop. One that claims higher
+    /// marks each receipt gets a round per receipt, no more.
     pub(super) fn check_behind<L: LocalReplica>(&mut self, local: &L) {
         if self.routing.behind.is_empty() {
             return;
@@ -233,11 +247,19 @@ impl Protocol {
         let (marks, floor) = local.marks_and_floor();
         let before = self.routing.behind.len();
         let routes_due = &mut self.routing.routes_due;
-        self.routing.behind.retain(|&stream, &mut peer_floor| {
+        let peer_marks = &self.marks.peer_marks;
+        self.routing.behind.retain(|&stream, behind| {
             let head = marks.get(stream);
-            let still = head < peer_floor && head > floor.get(stream);
+            let holds = head > floor.get(stream);
+            let held = *behind.held.get_or_insert(holds);
+            let released = if held {
+                !holds
+            } else {
+                peer_marks.get(stream) > behind.peer_head
+            };
+            let still = head < behind.floor && !released;
             if !still {
-                tracing::info!(%stream, head, peer_floor, "stream no longer behind the peer's floor: asked loud again");
+                tracing::info!(%stream, head, peer_floor = behind.floor, "stream no longer behind the peer's floor: asked loud again");
                 routes_due.insert(stream, false);
             }
             still
@@ -252,7 +274,7 @@ impl Protocol {
             .routing
             .behind
             .iter()
-            .map(|(&stream, &floor)| (stream, floor))
+            .map(|(&stream, behind)| (stream, behind.floor))
             .collect();
         self.state_changed = true;
     }

@@ -48,11 +48,15 @@ pub(super) fn cut_streams(delta: &mut Delta, cut: &BTreeMap<StreamId, u64>) -> u
 }
 
 /// Splits a delta into deltas of at most [`DELTA_EVENTS_MAX`] events, in
-/// order, the first carrying the floor: a receiver refuses a frame of more.
-/// Each part takes the events of the whole's order as they come, so per
-/// stream it continues where the parts before it ended, as successive
-/// deltas do; but a sealed stream's run goes whole into one part, with its
-/// seal (where it starts, if it fits there, else in the next part).
+/// order: a receiver refuses a frame of more. Each part takes the events
+/// of the whole's order as they come, so per stream it continues where
+/// the parts before it ended, as successive deltas do; but a sealed
+/// stream's run goes whole into one part, with its seal (where it starts,
+/// if it fits there, else in the next part). A stream's floor, and what
+/// backs it, goes in the part that holds the stream's first event (the
+/// run that starts right after it, which vouches for it to a receiver
+/// that knows the stream is keyed), or in the first part if the delta
+/// carries no event of it.
 ///
 /// `Err` gives the delta back when a sealed run alone is longer than a
 /// frame carries: read again under a budget that fits one frame.
@@ -80,50 +84,78 @@ pub(super) fn split_delta(delta: Delta) -> Result<Vec<Delta>, Delta> {
         seals,
         floor_proofs,
     } = delta;
-    // Per part, its events and how many it holds or keeps room for.
-    let mut parts: Vec<(Vec<Event>, usize)> = vec![(Vec::new(), 0)];
-    let mut part_of: HashMap<StreamId, usize> = HashMap::new();
-    for event in events {
-        let current = parts.len() - 1;
-        let at = match sealed.get(&event.stream) {
-            Some(&len) => *part_of.entry(event.stream).or_insert_with(|| {
-                if parts[current].1 + len > DELTA_EVENTS_MAX {
-                    parts.push((Vec::new(), 0));
-                }
-                let at = parts.len() - 1;
-                parts[at].1 += len;
-                at
-            }),
-            None => {
-                if parts[current].1 == DELTA_EVENTS_MAX {
-                    parts.push((Vec::new(), 0));
-                }
-                let at = parts.len() - 1;
-                parts[at].1 += 1;
-                at
-            }
-        };
-        parts[at].0.push(event);
-    }
-    // What backs the floor goes with it, in the first part.
-    let mut floor = Some((floor, floor_proofs));
-    Ok(parts
+    let placed = place_events(events, &sealed);
+    let part_of_floor = |stream: StreamId| placed.first_in.get(&stream).copied().unwrap_or(0);
+    Ok(placed
+        .parts
         .into_iter()
         .enumerate()
-        .map(|(at, (events, _))| {
-            let (floor, floor_proofs) = floor.take().unwrap_or_default();
+        .map(|(at, events)| {
+            let mut proofs = floor_proofs.clone();
+            proofs.retain(|stream| part_of_floor(stream) == at);
             Delta {
-                floor,
-                floor_proofs,
+                floor: floor
+                    .iter()
+                    .filter(|&(stream, _)| part_of_floor(stream) == at)
+                    .collect(),
+                floor_proofs: proofs,
                 events,
                 seals: seals
                     .iter()
-                    .filter(|run_seal| part_of.get(&run_seal.seal.stream) == Some(&at))
+                    .filter(|run_seal| placed.sealed_in.get(&run_seal.seal.stream) == Some(&at))
                     .copied()
                     .collect(),
             }
         })
         .collect())
+}
+
+/// A split's events, placed in parts.
+struct Placed {
+    /// Per part, its events.
+    parts: Vec<Vec<Event>>,
+    /// The part of each sealed stream's run.
+    sealed_in: HashMap<StreamId, usize>,
+    /// The part of each stream's first event.
+    first_in: HashMap<StreamId, usize>,
+}
+
+/// Places `events` in parts of at most [`DELTA_EVENTS_MAX`], in order,
+/// each sealed stream's run (of the length `sealed` gives) whole in one.
+fn place_events(events: Vec<Event>, sealed: &HashMap<StreamId, usize>) -> Placed {
+    // Per part, how many events it holds or keeps room for.
+    let mut room: Vec<usize> = vec![0];
+    let mut placed = Placed {
+        parts: vec![Vec::new()],
+        sealed_in: HashMap::new(),
+        first_in: HashMap::new(),
+    };
+    for event in events {
+        let current = room.len() - 1;
+        let mut open_part = |room: &mut Vec<usize>, len: usize| {
+            if room[current] + len > DELTA_EVENTS_MAX {
+                room.push(0);
+                placed.parts.push(Vec::new());
+            }
+            let at = room.len() - 1;
+            room[at] += len;
+            at
+        };
+        let at = match sealed.get(&event.stream) {
+            Some(&len) => match placed.sealed_in.get(&event.stream) {
+                Some(&at) => at,
+                None => {
+                    let at = open_part(&mut room, len);
+                    placed.sealed_in.insert(event.stream, at);
+                    at
+                }
+            },
+            None => open_part(&mut room, 1),
+        };
+        placed.first_in.entry(event.stream).or_insert(at);
+        placed.parts[at].push(event);
+    }
+    placed
 }
 
 #[cfg(test)]
@@ -186,13 +218,24 @@ mod tests {
 
     /// What every part of a split must be: at most the limit, each sealed
     /// run whole and with its seal, each stream continuing where the parts
-    /// before it ended, the floor in the first only; together, the whole.
+    /// before it ended, each stream's floor in the part of its first event
+    /// (the first part for a stream without events); together, the whole.
     fn check_split(whole: &Delta, parts: &[Delta]) {
         let mut next: BTreeMap<StreamId, u64> = BTreeMap::new();
+        let mut floor = VersionVector::new();
         for (at, part) in parts.iter().enumerate() {
             assert!(part.events.len() <= DELTA_EVENTS_MAX, "part {at}");
             assert!(!part.events.is_empty(), "part {at} is empty");
-            assert_eq!(part.floor.is_empty(), at > 0, "part {at}'s floor");
+            for (stream, seq) in part.floor.iter() {
+                let first = part.events.iter().find(|e| e.stream == stream);
+                let in_whole = whole.events.iter().any(|e| e.stream == stream);
+                assert!(
+                    first.is_some() || (!in_whole && at == 0),
+                    "part {at}'s floor"
+                );
+                assert!(!next.contains_key(&stream), "part {at}: floor after events");
+                floor.advance(stream, seq);
+            }
             for run_seal in &part.seals {
                 let stream = run_seal.seal.stream;
                 let run: Vec<u64> = part
@@ -221,6 +264,38 @@ mod tests {
         let mut seals: Vec<RunSeal> = parts.iter().flat_map(|p| p.seals.clone()).collect();
         seals.sort_by_key(|s| s.seal.stream);
         assert_eq!(seals, whole.seals);
+        assert_eq!(floor, whole.floor);
+    }
+
+    /// A stream's floor, and what backs it, goes in the part that carries
+    /// the stream's first event: a sealed run that starts right after the
+    /// floor vouches for it there, to a receiver that knows the stream is
+    /// keyed (in the first part, alone, the receiver was behind it). A
+    /// floor of a stream without events stays in the first part.
+    #[test]
+    fn a_streams_floor_goes_in_the_part_of_its_first_event() {
+        let key = WriterKey::from_bytes([1; 32]);
+        let (plain, sealed, bare) = (StreamId::new(1), key.stream(), StreamId::new(9));
+        let mut events: Vec<Event> = (1..=DELTA_EVENTS_MAX as u64)
+            .map(|seq| event(plain, seq))
+            .collect();
+        events.extend((6..=10).map(|seq| event(sealed, seq)));
+        let hash = ChainHash::from_bytes([7; 32]);
+        let mut whole = Delta {
+            floor_proofs: Default::default(),
+            floor: [(bare, 4), (sealed, 5)].into_iter().collect(),
+            events,
+            seals: vec![sealed_at(&key, 10)],
+        };
+        whole.floor_proofs.hashes = vec![(sealed, hash)];
+        let parts = split_delta(whole.clone()).unwrap();
+        check_split(&whole, &parts);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].floor, [(bare, 4)].into_iter().collect());
+        assert!(parts[0].floor_proofs.is_empty());
+        assert_eq!(parts[1].floor, [(sealed, 5)].into_iter().collect());
+        assert_eq!(parts[1].floor_proofs.hashes, [(sealed, hash)]);
+        assert_eq!(parts[1].seals, whole.seals);
     }
 
     #[test]

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
 use meshlog_replica::{
-    Admission, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica, SignedCompaction, Store,
+    Admission, ChainHash, Compaction, Delta, DeltaColumns, ForkProof, ReplicaError, SharedReplica,
+    SignedCompaction, Store,
 };
 
 use crate::frame::{Frame, HelloAgainst};
@@ -319,8 +320,8 @@ pub(super) struct Acking {
     /// The number of a delta handed back to apply and not yet reported.
     pub(super) applying: Option<u64>,
     /// An offered statement handed back to apply and not yet reported
-    /// (`statements`): its stream and signer.
-    pub(super) applying_statement: Option<RefusedStatement>,
+    /// (`statements`): what it would be remembered under, refused.
+    pub(super) applying_statement: Option<[RefusedStatement; 2]>,
 }
 
 /// Marks both ways, numbered so that they travel as differences.
@@ -377,13 +378,11 @@ pub(super) struct Routing {
     /// Streams this side cannot take from the peer (a limit: see
     /// [`LimitHit`]): asked quiet for the whole session, never loud again.
     pub(super) refused: BTreeSet<StreamId>,
-    /// Streams our replica holds events of below the peer's floor (the
-    /// peer cannot serve the seqs between): per stream, the peer's floor.
-    /// Asked quiet while our marks are below it and we hold events of it
-    /// (another session may bring the gap); loud again once the gap is
-    /// filled or we hold nothing of it above our floor (the peer's floor
-    /// is then taken as lost).
-    pub(super) behind: BTreeMap<StreamId, u64>,
+    /// Streams our replica could not take the peer's floor of (the peer
+    /// cannot serve the seqs below it): asked quiet until the gap is
+    /// filled, or until we compact what we held of it (`routing`,
+    /// [`Protocol::check_behind`](super::Protocol)).
+    pub(super) behind: BTreeMap<StreamId, Behind>,
     /// The `(stream, signer)` pairs of offered statements this replica
     /// refused for no authority this session, at most
     /// [`STATEMENT_REFUSALS_MAX`](crate::STATEMENT_REFUSALS_MAX): a
@@ -393,9 +392,55 @@ pub(super) struct Routing {
     pub(super) refused_statements: HashSet<RefusedStatement>,
 }
 
-/// An offered statement's stream and signer (the key's 32 bytes: a
-/// decoded key is far larger), what its authority depends on.
-pub(super) type RefusedStatement = (StreamId, [u8; 32]);
+/// A stream behind the peer's floor.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Behind {
+    /// The peer's floor.
+    pub(super) floor: u64,
+    /// Whether our replica held events of the stream above its own floor
+    /// when it was found behind (`None` until the next poll reads it:
+    /// the report of the apply that found it says only the floor): if it
+    /// did, compacting them lets the peer's floor be taken, and the
+    /// stream is asked loud again; if it did not (a keyed stream whose
+    /// unsigned floor the replica refused), the gap filled releases it,
+    /// or the peer holding more of it than `peer_head`.
+    pub(super) held: Option<bool>,
+    /// The peer's marks of the stream when it was found behind: a peer
+    /// whose marks rise past them holds a run it did not, which may
+    /// vouch for its floor (a writer's sealed run from it).
+    pub(super) peer_head: u64,
+}
+
+/// An offered statement refused this session, by what the refusal
+/// depends on (so that a repeat is refused again without being judged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum RefusedStatement {
+    /// Refused for no authority: its stream and signer (the key's 32
+    /// bytes: a decoded key is far larger). Authority depends on those
+    /// and the replica's trust alone.
+    NoAuthority(StreamId, [u8; 32]),
+    /// Refused for a chain hash that is not the replica's at its floor:
+    /// its stream, floor and hash. The history a replica holds at a seq
+    /// does not change, and once its floor passes the statement's, the
+    /// statement erases nothing there anyway.
+    HashMismatch(StreamId, u64, ChainHash),
+}
+
+impl RefusedStatement {
+    /// The two keys `signed` would be remembered under: for no
+    /// authority, then for a hash mismatch.
+    pub(super) fn keys(signed: &SignedCompaction) -> [RefusedStatement; 2] {
+        let Compaction {
+            stream,
+            floor,
+            hash,
+        } = signed.statement;
+        [
+            RefusedStatement::NoAuthority(stream, signed.signer.to_bytes()),
+            RefusedStatement::HashMismatch(stream, floor, hash),
+        ]
+    }
+}
 
 /// What this session knows and owes of checkpoints (its rules and bounds
 /// are `gossip`'s).

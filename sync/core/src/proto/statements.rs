@@ -31,12 +31,16 @@
 //! the receiver's) ends the session as in a delta.
 //!
 //! A refusal for no authority is remembered for the rest of the session
-//! by the statement's stream and signer (at most
-//! [`STATEMENT_REFUSALS_MAX`] pairs): authority depends on those and the
-//! replica's trust alone, so a peer that offers the same again (whatever
-//! its floor) has it counted and dropped at the cost of a lookup, with no
-//! commit round and no log. Otherwise a peer could make each repeat cost
-//! the receiver a commit round and two `warn` lines.
+//! by the statement's stream and signer: authority depends on those and
+//! the replica's trust alone, so a peer that offers the same again
+//! (whatever its floor) has it counted and dropped at the cost of a
+//! lookup, with no commit round and no log. A refusal for a hash mismatch
+//! is remembered by the statement's stream, floor and hash: the history
+//! the replica holds at that seq does not change (and once its floor
+//! passes the statement's, the statement erases nothing here anyway), so
+//! the same statement is refused again, whoever signed it. Both share one
+//! bound ([`STATEMENT_REFUSALS_MAX`] entries). Otherwise a peer could make
+//! each repeat cost the receiver a commit round and two `warn` lines.
 
 use meshlog_cursor::StreamId;
 use meshlog_replica::{ApplyReport, DeltaColumns, DeltaError, ReplicaError, SignedCompaction};
@@ -98,17 +102,19 @@ impl Protocol {
 
     /// A statement the peer offered: handed back to apply as a delta of
     /// its floor and the statement alone, where this replica holds events
-    /// of the stream it would erase; else nothing. One whose stream and
-    /// signer this session refused for no authority is counted refused
-    /// and dropped before anything is read.
+    /// of the stream it would erase; else nothing. One this session
+    /// refused already (its stream and signer for no authority, or its
+    /// stream, floor and hash for a hash mismatch) is counted refused and
+    /// dropped before anything is read.
     pub(super) fn on_statement<L: LocalReplica>(
         &mut self,
         signed: SignedCompaction,
         local: &L,
     ) -> Received {
         let stream = signed.statement.stream;
-        let offered = (stream, signed.signer.to_bytes());
-        if self.routing.refused_statements.contains(&offered) {
+        let offered = RefusedStatement::keys(&signed);
+        let refused = &self.routing.refused_statements;
+        if offered.iter().any(|key| refused.contains(key)) {
             self.state.statements_refused += 1;
             self.state_changed = true;
             return Received::Nothing;
@@ -128,23 +134,24 @@ impl Protocol {
         Received::Apply(columns)
     }
 
-    /// How applying the offered statement of `offered` (its stream and
-    /// signer) went: one this replica grants no authority (remembered for
-    /// the session), or whose hash differs from the history held at its
-    /// floor, is logged and ignored (the session goes on); any other
-    /// refusal ends the session as in a delta.
+    /// How applying the offered statement went (`offered`: what it is
+    /// remembered under, refused): one this replica grants no authority,
+    /// or whose hash differs from the history held at its floor, is
+    /// remembered for the session, logged and ignored (the session goes
+    /// on); any other refusal ends the session as in a delta.
     pub(super) fn statement_applied(
         &mut self,
-        offered: RefusedStatement,
+        offered: [RefusedStatement; 2],
         applied: Result<ApplyReport, ReplicaError>,
     ) -> Result<(), ProtocolError> {
         let peer = self.hello.peer.unwrap_or(self.local);
         self.state_changed = true;
+        let [no_authority, hash_mismatch] = offered;
         match applied {
             Ok(_) => Ok(()),
             Err(ReplicaError::Delta(reason @ DeltaError::StatementNoAuthority { .. })) => {
                 self.state.statements_refused += 1;
-                self.remember_refused_statement(peer, offered);
+                self.remember_refused_statement(peer, no_authority);
                 tracing::warn!(
                     %peer,
                     %reason,
@@ -160,6 +167,7 @@ impl Protocol {
             // offer it again. A bad signature still ends it.
             Err(ReplicaError::Delta(reason @ DeltaError::StatementHashMismatch { .. })) => {
                 self.state.statements_refused += 1;
+                self.remember_refused_statement(peer, hash_mismatch);
                 tracing::warn!(
                     %peer,
                     %reason,
@@ -173,10 +181,10 @@ impl Protocol {
         }
     }
 
-    /// Remembers `offered` as refused for no authority for the rest of
-    /// the session, while fewer than [`STATEMENT_REFUSALS_MAX`] pairs are;
-    /// past that, reports [`LimitHit::StatementRefusalsMax`] once, logged
-    /// once at `warn`.
+    /// Remembers `offered` as refused for the rest of the session, while
+    /// fewer than [`STATEMENT_REFUSALS_MAX`] refusals are; past that,
+    /// reports [`LimitHit::StatementRefusalsMax`] once, logged once at
+    /// `warn`.
     fn remember_refused_statement(&mut self, peer: StreamId, offered: RefusedStatement) {
         let refused = &mut self.routing.refused_statements;
         if refused.len() < STATEMENT_REFUSALS_MAX {
@@ -190,9 +198,10 @@ impl Protocol {
             tracing::warn!(
                 %peer,
                 limit = STATEMENT_REFUSALS_MAX,
-                "peer offered compaction statements refused for no authority by more than \
-                 {STATEMENT_REFUSALS_MAX} (stream, signer) pairs in this session: further \
-                 ones are not remembered, and each repeat costs a commit round"
+                "peer offered more than {STATEMENT_REFUSALS_MAX} distinct compaction \
+                 statements refused here (no authority, or a chain hash not this replica's) \
+                 in this session: further ones are not remembered, and each repeat costs a \
+                 commit round"
             );
             self.state.limits.push(hit);
         }
