@@ -849,8 +849,9 @@ fn limit_reason(hit: &meshlog_sync::LimitHit) -> String {
             stream.get()
         ),
         LimitHit::StatementRefusalsMax { limit } => format!(
-            "the peer offered compaction statements refused for no authority by more than {limit} \
-             (stream, signer) pairs this session: repeats of further ones each cost a commit round"
+            "the peer offered more than {limit} distinct compaction statements refused this session \
+             (no authority, or a hash that does not match): repeats of further ones each cost a \
+             commit round"
         ),
         other => format!("{other:?}"),
     }
