@@ -773,9 +773,9 @@ pub struct LinkLimitJson {
     /// `frozen` (its writer forked it), `unsealed` (it comes unsealed and
     /// this node requires seals), `statement_no_authority` (the peer's
     /// compaction statement for it is signed by a key this node does not
-    /// trust), `statement_refusals_max` (no stream: the peer offered
-    /// statements refused by more signers and streams than a session
-    /// remembers, 256, so each repeat of the others is judged again);
+    /// trust), `statement_refusals_max` (no stream: the peer offered more
+    /// distinct refused statements than a session remembers, 256, so each
+    /// repeat of the others is judged again);
     /// `other` from a newer sync layer.
     #[schema(example = "unsealed")]
     pub limit: String,
