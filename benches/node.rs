@@ -58,6 +58,7 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use meshlog_node::{Node, NodeConfig};
+use meshlog_replica::CommitStats;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -152,7 +153,8 @@ fn payloads(counter: &AtomicU64, count: usize) -> Vec<Bytes> {
 /// when dropped.
 struct MeshlogServer {
     runtime: Option<tokio::runtime::Runtime>,
-    node: Option<Node>,
+    /// Shared with the [`System`], which reads its commit counters.
+    node: Option<Arc<Node>>,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
@@ -179,7 +181,7 @@ impl MeshlogServer {
         };
         Ok(MeshlogServer {
             addr: node.local_addr(),
-            node: Some(node),
+            node: Some(Arc::new(node)),
             runtime: Some(runtime),
             _dir: dir,
         })
@@ -190,6 +192,10 @@ impl Drop for MeshlogServer {
     fn drop(&mut self) {
         if let (Some(runtime), Some(node)) = (self.runtime.take(), self.node.take()) {
             node.shutdown();
+            // The system's handle was let go before (`main`).
+            let Ok(node) = Arc::try_unwrap(node) else {
+                return;
+            };
             runtime.block_on(async {
                 let _ = tokio::time::timeout(Duration::from_secs(15), node.stopped()).await;
             });
@@ -208,6 +214,9 @@ struct System {
     read_addr: SocketAddr,
     /// Shown in the report: the version and what durability it really has.
     note: String,
+    /// meshlog's append node, whose group-commit counters each run
+    /// prints (requests per commit); let go before the servers stop.
+    node: Option<Arc<Node>>,
 }
 
 /// What keeps a system running until it is dropped.
@@ -231,6 +240,7 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
                 kind,
                 addr: server.addr,
                 read_addr: read_server.addr,
+                node: server.node.clone(),
                 note: "meshlog node (in-process, own runtime): concurrent requests grouped into one redb commit, fdatasync before the answers".into(),
             };
             runtime.block_on(wait_ready(kind, system.addr, None))?;
@@ -249,6 +259,7 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
                 kind,
                 addr: SocketAddr::from(([127, 0, 0, 1], port)),
                 read_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                node: None,
                 note: format!(
                     "{}: --appendonly yes --appendfsync always --save \"\" (fsync before the reply)",
                     version_of(&binary)
@@ -263,6 +274,7 @@ fn start(kind: Kind, runtime: &tokio::runtime::Runtime) -> Result<(System, Runni
                 kind,
                 addr: SocketAddr::from(([127, 0, 0, 1], port)),
                 read_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                node: None,
                 note: nats_note(),
             };
             runtime.block_on(wait_ready(kind, system.addr, Some(&mut server)))?;
@@ -833,17 +845,19 @@ async fn bench(settings: &Settings, systems: &[System]) -> Results {
                 // meet the same load from elsewhere.
                 let socket_too = mode == Mode::Single && system.kind == Kind::Meshlog;
                 for socket in std::iter::once(false).chain(socket_too.then_some(true)) {
+                    let before = system.node.as_ref().map(|node| node.commit_stats());
                     let run = append_run(system, clients, batch, settings.seconds, socket)
                         .await
                         .map_err(|error| error.to_string());
                     let via = if socket { "socket" } else { "append" };
                     match &run {
                         Ok(figures) => eprintln!(
-                            "{:<8} {via:<7} batch {batch:>4} clients {clients:>3}: {:>9.0} events/s, p50 {:.2} ms, p99 {:.2} ms",
+                            "{:<8} {via:<7} batch {batch:>4} clients {clients:>3}: {:>9.0} events/s, p50 {:.2} ms, p99 {:.2} ms{}",
                             system.kind.name(),
                             figures.events_per_s,
                             figures.p50_ms,
-                            figures.p99_ms
+                            figures.p99_ms,
+                            rounds(system, before, batch)
                         ),
                         Err(error) => eprintln!("{} {via} run failed: {error}", system.kind.name()),
                     }
@@ -916,8 +930,11 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let (started, skipped) = start_each(&settings.systems, |kind| start(kind, &runtime));
-    let (systems, running): (Vec<System>, Vec<Running>) = started.into_iter().unzip();
+    let (mut systems, running): (Vec<System>, Vec<Running>) = started.into_iter().unzip();
     let results = until_interrupted(&runtime, bench(&settings, &systems));
+    for system in &mut systems {
+        system.node = None;
+    }
     drop(runtime);
     drop(running);
     let Some(results) = results else {
@@ -972,6 +989,24 @@ fn print_header(first: &str, kinds: &[Kind]) {
         }
     }
     println!();
+}
+
+/// What the group commit gathered during a meshlog run (empty for the
+/// others): commits, and requests per commit on average (each request
+/// `batch` events) and at most. The counters are the node's own: a
+/// round that commits is one `fdatasync`.
+fn rounds(system: &System, before: Option<CommitStats>, batch: usize) -> String {
+    let (Some(node), Some(before)) = (&system.node, before) else {
+        return String::new();
+    };
+    let after = node.commit_stats();
+    let commits = after.commits - before.commits;
+    let requests = (after.appended - before.appended) as f64 / batch as f64;
+    format!(
+        "; {commits} commits, {:.1} requests a commit (largest round so far {})",
+        requests / commits.max(1) as f64,
+        after.largest_round
+    )
 }
 
 /// The durable appends table; answers its rows' rates, for the goals.

@@ -276,6 +276,11 @@ impl NodeReplica {
         self.shared.stats()
     }
 
+    /// The group commit's counters (rounds, commits, the largest round).
+    pub fn commit_stats(&self) -> meshlog_replica::CommitStats {
+        self.shared.commit_stats()
+    }
+
     /// Appends `payloads` as one durable commit, all or none; returns the
     /// events once the commit is durable. The commit runs on the handle's
     /// committer thread, grouped with other callers' appends and deltas.

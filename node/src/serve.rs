@@ -87,6 +87,7 @@ pub struct Node {
     auth: Auth,
     allow_unauthenticated: bool,
     tls: Tls,
+    replica: NodeReplica,
 }
 
 impl Node {
@@ -157,6 +158,7 @@ impl Node {
             auth,
             allow_unauthenticated: config.security.allow_unauthenticated,
             tls,
+            replica,
         })
     }
 }
@@ -261,6 +263,14 @@ impl Node {
     /// (`docs/SIGNING.md`, the upgrade policy).
     pub fn sealed(&self) -> bool {
         self.sealed
+    }
+
+    /// The replica's group-commit counters so far: rounds, store commits,
+    /// events appended, the largest round (`SharedReplica::commit_stats`).
+    /// Requests per commit is what a group commit gathers: the node bench
+    /// prints it beside each run.
+    pub fn commit_stats(&self) -> meshlog_replica::CommitStats {
+        self.replica.commit_stats()
     }
 
     /// Starts a graceful shutdown.

@@ -381,17 +381,23 @@ struct SlotState {
     outcome: Option<Outcome>,
     waker: Option<Waker>,
     done: bool,
+    /// A blocking caller sleeps on `changed`: only then does `finish`
+    /// pay for a wake-up (a system call, on the committer, for every
+    /// request of a round; an async caller has its waker instead).
+    sleeping: bool,
 }
 
 impl Slot {
     fn finish(&self, outcome: Outcome) {
-        let waker = {
+        let (waker, sleeping) = {
             let mut state = lock(&self.state);
             state.outcome = Some(outcome);
             state.done = true;
-            state.waker.take()
+            (state.waker.take(), state.sleeping)
         };
-        self.changed.notify_all();
+        if sleeping {
+            self.changed.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -410,6 +416,7 @@ impl Slot {
             if state.done {
                 return Outcome::Failed;
             }
+            state.sleeping = true;
             state = self
                 .changed
                 .wait(state)
@@ -470,6 +477,7 @@ impl<T> Completion<T> {
                 outcome: Some(outcome),
                 waker: None,
                 done: true,
+                sleeping: false,
             }),
             changed: Condvar::new(),
         };
@@ -1619,9 +1627,13 @@ impl<S: Store> Inner<S> {
                 marks,
                 floor,
             };
+            // A wake-up (a system call) only for a caller asleep in
+            // `wait_for_change`, as `notify_appended` does.
+            if published.waiters > 0 {
+                self.published_changed.notify_all();
+            }
             published.change.clone()
         };
-        self.published_changed.notify_all();
         for hook in self.hooks() {
             hook(&change);
         }

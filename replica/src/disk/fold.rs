@@ -8,6 +8,9 @@
 //! durable (`Durability::None`), together with every other record that
 //! waited meanwhile. Until redb holds it, reads serve it from memory
 //! (`overlay`): a view is a redb snapshot and the records after it.
+//! The fold lets records gather ([`DiskOptions::fold_records`], at most
+//! [`DiskOptions::fold_linger`] for the oldest) and is woken only then,
+//! so that it neither wakes nor runs a redb transaction per commit.
 //!
 //! What the fold may lag is bounded ([`DiskOptions::unfolded_records_max`],
 //! [`DiskOptions::unfolded_bytes_max`]): a commit
@@ -35,6 +38,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use meshlog_cursor::StreamId;
@@ -81,6 +85,11 @@ pub(super) struct FoldState {
     pending_bytes: u64,
     /// The most records and bytes `pending` holds before a commit waits.
     max: (usize, u64),
+    /// How many records the fold lets gather, and how long the oldest
+    /// waits at most (`DiskOptions::fold_records`, `fold_linger`).
+    gather: (usize, Duration),
+    /// When `pending` last became non-empty: when its oldest record came.
+    oldest_at: Option<Instant>,
     /// The fold failed: redb lacks records the segment holds, and no
     /// commit may follow until the store is reopened and replays them.
     pub(super) failed: Option<String>,
@@ -111,6 +120,18 @@ impl FoldState {
         !self.pending.is_empty()
             && (self.pending.len() >= self.max.0 || self.pending_bytes >= self.max.1)
     }
+
+    /// Whether the pending records are to be folded now without waiting
+    /// for more: enough have gathered, a commit waits for room, the store
+    /// closes, or a test hook waits for the fold. Otherwise the fold
+    /// waits until the oldest has lingered (`next_records`).
+    fn gathered(&self) -> bool {
+        self.pending.len() >= self.gather.0
+            || self.full()
+            || self.stop
+            || self.pause_before_trim
+            || self.drain_in_view
+    }
 }
 
 /// How many commits the fold has yet to write into redb, and their bytes
@@ -131,10 +152,14 @@ impl FoldShared {
     /// With the bounds on the overlay of `options`.
     pub(super) fn new(options: &DiskOptions) -> FoldShared {
         let shared = FoldShared::default();
-        locked(&shared.state).max = (
-            options.unfolded_records_max.max(1),
-            options.unfolded_bytes_max,
-        );
+        {
+            let mut state = locked(&shared.state);
+            state.max = (
+                options.unfolded_records_max.max(1),
+                options.unfolded_bytes_max,
+            );
+            state.gather = (options.fold_records.max(1), options.fold_linger);
+        }
         shared
     }
 
@@ -164,11 +189,21 @@ impl FoldShared {
         }
     }
 
+    /// Hands a durable record to the fold. Wakes the fold thread only
+    /// when it has something to do: the first record after none (it then
+    /// sleeps until the record has lingered) or once enough gathered.
+    /// Nothing else waits for a record to arrive.
     pub(super) fn push(&self, record: Arc<Unfolded>) {
         let mut state = locked(&self.state);
+        let first = state.pending.is_empty();
+        if first {
+            state.oldest_at = Some(Instant::now());
+        }
         state.pending_bytes += record.bytes;
         state.pending.push_back(record);
-        self.changed.notify_all();
+        if first || state.gathered() {
+            self.changed.notify_all();
+        }
     }
 
     /// The records a view serves besides redb's snapshot: take it before
@@ -181,20 +216,31 @@ impl FoldShared {
     /// The next records to fold, once there are any (and the hook does
     /// not hold them back); `None` once the store is closing and every
     /// record is folded.
+    /// Records gather first (`FoldState::gathered`), for at most the
+    /// linger since the oldest came, so that one redb transaction folds
+    /// many commits and the fold wakes once for them, not once a commit.
     fn next_records(&self) -> Option<Vec<Arc<Unfolded>>> {
         let mut state = locked(&self.state);
         loop {
-            let due = !state.pending.is_empty() && (!state.held || state.full() || state.stop);
-            if due {
+            let allowed = !state.pending.is_empty() && (!state.held || state.full() || state.stop);
+            let waited = state.oldest_at.map_or(Duration::ZERO, |at| at.elapsed());
+            let linger = state.gather.1.saturating_sub(waited);
+            if allowed && (state.gathered() || linger.is_zero()) {
                 return Some(state.pending.iter().cloned().collect());
             }
             if state.stop {
                 return None;
             }
-            state = self
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+            state = if allowed {
+                self.changed
+                    .wait_timeout(state, linger)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            } else {
+                self.changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner)
+            };
         }
     }
 
@@ -239,6 +285,9 @@ impl FoldShared {
         for record in state.pending.drain(..count).collect::<Vec<_>>() {
             state.pending_bytes -= record.bytes;
         }
+        // The records that came during the fold have waited since then
+        // at most: their linger starts now.
+        state.oldest_at = (!state.pending.is_empty()).then(Instant::now);
         self.changed.notify_all();
     }
 

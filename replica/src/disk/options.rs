@@ -18,6 +18,12 @@ pub const UNFOLDED_RECORDS_MAX_DEFAULT: usize = 1024;
 /// How many bytes of events, by default, reads serve from memory while the
 /// fold thread has yet to write them, before a commit waits: 16 MiB.
 pub const UNFOLDED_BYTES_MAX_DEFAULT: u64 = 16 << 20;
+/// How many commits, by default, wait for the fold thread before it folds
+/// them into redb in one transaction, at the latest: 64.
+pub(super) const FOLD_RECORDS_DEFAULT: usize = 64;
+/// How long, by default, a commit waits for the fold thread to write it
+/// into redb with the commits after it, at the most: 5 ms.
+pub(super) const FOLD_LINGER_DEFAULT: Duration = Duration::from_millis(5);
 /// How long an open waits by default for a data directory locked by
 /// another holder before answering
 /// [`DiskError::Locked`](super::DiskError::Locked): 2 s. A lock held only
@@ -104,6 +110,21 @@ pub struct DiskOptions {
     /// larger commit waits until nothing else is unfolded. Default
     /// [`UNFOLDED_BYTES_MAX_DEFAULT`].
     pub unfolded_bytes_max: u64,
+    /// How many commits the fold thread lets gather before it folds them
+    /// into redb, in one (non-durable) write transaction: with
+    /// [`DiskOptions::fold_linger`], what keeps the fold out of the way of
+    /// the commits. A redb transaction costs about 50 µs of CPU whatever it
+    /// holds; folded one commit at a time, the fold woke on every commit
+    /// and, on a 2-core machine, ran before the committer had answered
+    /// (issue 30). Default 64; at least 1 (1 and a
+    /// zero linger: every commit folded at once). It never delays a commit
+    /// that waits for room ([`DiskOptions::unfolded_records_max`]), nor
+    /// durability: a commit is durable in the segment before it returns.
+    pub fold_records: usize,
+    /// How long the oldest commit not folded waits, at most, for
+    /// [`DiskOptions::fold_records`] to gather: then what waits is folded
+    /// anyway (reads serve it from memory meanwhile). Default 5 ms.
+    pub fold_linger: Duration,
 }
 
 impl Default for DiskOptions {
@@ -116,6 +137,8 @@ impl Default for DiskOptions {
             checkpoint_bytes: CHECKPOINT_BYTES_DEFAULT,
             unfolded_records_max: UNFOLDED_RECORDS_MAX_DEFAULT,
             unfolded_bytes_max: UNFOLDED_BYTES_MAX_DEFAULT,
+            fold_records: FOLD_RECORDS_DEFAULT,
+            fold_linger: FOLD_LINGER_DEFAULT,
         }
     }
 }
