@@ -7,10 +7,12 @@
 //! answer that names exactly what the floor took); after writes stop and
 //! everything heals, the mesh converges (marks, floors, digests) within a
 //! bound of simulated time, and each walk, finished, returned every event
-//! once or reported it lost. Replicas mint and gossip checkpoints as
-//! `docs/TOKEN.md` proposes, and a reader that fails over carries the
-//! version-2 token its replica answers, which the target must expand to
-//! exactly the reader's cursor.
+//! once or reported it lost. Replicas mint checkpoints
+//! (`Replica::mint_checkpoint`, asked by their sessions) and the sessions
+//! gossip them (the core's frames), and a reader that fails over carries
+//! the token its replica's last page answered, version 2 where shorter,
+//! which the target must read (`Replica::cursor`) as exactly the reader's
+//! cursor.
 //!
 //! The property runs a handful of seeds (`MESHLOG_SCHEDULES=N` for more);
 //! `MESHLOG_SEED=<seed>` replays one. A failure prints the seed and the

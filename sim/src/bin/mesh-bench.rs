@@ -14,9 +14,8 @@
 //! run measures the time to converge, bytes, duplicates, a quiet window's
 //! heartbeat bytes, memory per replica (a counting allocator: what is live
 //! once the writers' own replicas are dropped, divided by N) and token
-//! sizes: version 1, and with checkpoints minted and gossiped
-//! (`meshlog_sim::checkpoints`) the token a replica answers (version 2
-//! where shorter). Each goal of issue 27 is printed met or not. With
+//! sizes: version 1, and the token a replica answers with the checkpoints
+//! it minted and its sessions gossiped (version 2 where shorter). Each goal of issue 27 is printed met or not. With
 //! `--retire-fraction F` (churn), that fraction of the writers stops after
 //! the first half of the write window and every replica compacts their
 //! streams whole; the bytes per link per minute before and after are
@@ -256,15 +255,24 @@ fn report_tokens(mesh: &meshlog_sim::Mesh, figures: &Figures, per_replica: f64) 
     );
     let e = &f.counters_end;
     println!(
-        "    checkpoints: {} minted, newest generation {} kept by {} of {} replicas; gossip {} frames, {} bytes ({:.0} B per link per simulated minute over the run)",
+        "    checkpoints: {} mints ({} distinct), {} kept from peers; {} distinct kept at the end, replica 0's newest by {} of {} replicas; gossip (kinds 6, 7) {} frames, {} bytes ({:.0} B per link per simulated minute over the run; protocol's other frames {} bytes)",
         e.checkpoints_minted,
-        f.newest_generation,
+        e.checkpoints_distinct,
+        e.checkpoints_kept,
+        f.checkpoints_held,
         f.newest_kept_by,
         f.replicas,
         e.checkpoint_frames,
         e.checkpoint_bytes,
-        e.checkpoint_bytes as f64 / f.links as f64 / (mesh.now().as_secs_f64() / 60.0)
+        e.checkpoint_bytes as f64 / f.links as f64 / (mesh.now().as_secs_f64() / 60.0),
+        e.bytes_sent - e.checkpoint_bytes
     );
+    let kinds: Vec<String> = e
+        .by_kind
+        .iter()
+        .map(|(kind, (frames, bytes))| format!("{kind} {frames} frames {bytes} B"))
+        .collect();
+    println!("    whole run by kind: {}", kinds.join(", "));
     println!(
         "  readers: {} events returned exactly once, {} failovers ({} carried version 2, {} named a checkpoint the target lacked, {} fell back to version 1 beyond the bound), {} stale answers (each exact)",
         f.returned,
