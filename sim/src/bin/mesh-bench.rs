@@ -174,7 +174,7 @@ fn report(
         goal(f.converge_time <= f.converge_goal)
     );
     println!(
-        "  bytes per delivered event: {:.1} (all frames, heartbeats included; {} bytes, {} events delivered to replicas); per event per replica: {:.1}",
+        "  bytes per delivered event: {:.1} (all frames until convergence, heartbeats and checkpoint gossip included; {} bytes, {} events delivered to replicas); per event per replica: {:.1}",
         c.bytes_sent as f64 / delivered as f64,
         c.bytes_sent,
         c.events_applied,
@@ -193,7 +193,7 @@ fn report(
 /// and, with churn, the bytes before and after the writers retired.
 fn report_quiet(f: &Figures) {
     println!(
-        "  heartbeat bytes per minute per link (both ways, quiet mesh, {} streams): {:.0}; goal under 1 KB: {}",
+        "  quiet window bytes per minute per link (heartbeats, receipts and the checkpoint gossip of the converged marks, both ways, {} streams): {:.0}; goal under 1 KB: {}",
         f.streams,
         f.heartbeat_bytes_per_link_minute,
         goal(f.heartbeat_bytes_per_link_minute < 1024.0)
