@@ -65,6 +65,12 @@ pub struct MeshConfig {
     pub session: SessionConfig,
     /// Each event's payload length.
     pub payload_bytes: usize,
+    /// A what-if, not what the tokio driver does: each session's first
+    /// mint call waits a time drawn up to this (from a generator of its
+    /// own, so the run's other draws are unchanged). Zero, the driver's
+    /// behaviour: the first call at the session's first wake-up, so a
+    /// mesh started at once mints one checkpoint per replica.
+    pub first_mint_jitter: Duration,
 }
 
 /// What the run did, summed over every link and session.
@@ -201,6 +207,8 @@ pub struct Mesh {
     steps: u64,
     /// The names of the checkpoints minted so far (for the distinct count).
     minted: BTreeSet<CheckpointName>,
+    /// The draws of [`MeshConfig::first_mint_jitter`].
+    mint_rng: SplitMix64,
 }
 
 impl Mesh {
@@ -251,6 +259,7 @@ impl Mesh {
             fingerprint: 0xcbf2_9ce4_8422_2325,
             steps: 0,
             minted: BTreeSet::new(),
+            mint_rng: SplitMix64::new(config.seed ^ 0x6d69_6e74),
             rng,
             config,
         };
@@ -584,16 +593,24 @@ impl Mesh {
         self.counters.connections += 1;
         self.mix(&[7, link as u64]);
         let now = self.instant();
-        let at = self.now;
-        let session = |node: &Node, direction| Session {
+        let jitter = self.config.first_mint_jitter.as_micros() as u64;
+        let mint_at = [0, 1].map(|_| {
+            let drawn = if jitter == 0 {
+                0
+            } else {
+                self.mint_rng.below(jitter)
+            };
+            self.now + Duration::from_micros(drawn)
+        });
+        let session = |node: &Node, direction, mint_at| Session {
             protocol: Protocol::new(node.stream, self.config.session.clone(), now)
                 .with_routes(&node.routes, direction),
             wake_at: None,
-            mint_at: at,
+            mint_at,
         };
         let sessions = [
-            session(&self.nodes[dialer], PeerDirection::Outbound),
-            session(&self.nodes[listener], PeerDirection::Inbound),
+            session(&self.nodes[dialer], PeerDirection::Outbound, mint_at[0]),
+            session(&self.nodes[listener], PeerDirection::Inbound, mint_at[1]),
         ];
         self.links[link].sessions = Some(sessions);
         self.fill(link, 0);
