@@ -2,15 +2,19 @@
 //! vectors its version-2 tokens are relative to, minted from its marks or
 //! received from peers, the last [`CHECKPOINTS_KEPT`] by name.
 //!
-//! The rules here are the simulator's (`sim/src/checkpoints.rs`): mint
-//! from the marks when no checkpoint kept is within
+//! Mint from the marks when no checkpoint kept is within
 //! [`CHECKPOINT_DIFF_MAX`] streams of them, at most one every
 //! [`CHECKPOINT_INTERVAL_MS`] plus a jitter of up to half that (so that a
 //! mesh under writes neither mints on every change nor all at once); a
-//! token is the shortest of version 2 against each checkpoint kept and
-//! version 1. The time is always an argument: nothing here reads a clock.
+//! replica that keeps a checkpoint from a peer leaves the minting to the
+//! peer's minter, minting again only past [`CHECKPOINT_INTERVAL_MS`] and
+//! a jitter of up to [`ADOPT_JITTER_MS`] from then (one minter at a time
+//! in a mesh: see [`Checkpoints::due`]); a token is the shortest of
+//! version 2 against each checkpoint kept and version 1. The time is
+//! always an argument: nothing here reads a clock.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use meshlog_cursor::token::{self, Token, CHECKPOINT_DIFF_MAX};
 use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, TokenError, VersionVector};
@@ -26,8 +30,18 @@ pub const CHECKPOINTS_KEPT: usize = 16;
 /// simulator's), plus a jitter of up to half of it.
 pub const CHECKPOINT_INTERVAL_MS: u64 = 2_000;
 
+/// How long, beyond [`CHECKPOINT_INTERVAL_MS`], a replica that kept a
+/// checkpoint from a peer may wait before it mints one of its own: a
+/// jitter of up to 20 s, drawn per replica and per time. A mesh's minter
+/// mints every 2-3 s while it needs to, so the others never do while it
+/// is up; when it stops, the first of the others takes over within
+/// 22 s, the first of N in about `2 s + 20 s / N`. Long against the time
+/// a checkpoint takes to cross a mesh (a few hundred ms under writes), so
+/// that few replicas take over at once.
+pub(crate) const ADOPT_JITTER_MS: u64 = 20_000;
+
 /// The checkpoints kept, oldest first, and when the next may be minted.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Checkpoints {
     kept: VecDeque<Checkpoint>,
     /// The earliest time (ms) of the next mint: the last mint's time, the
@@ -35,6 +49,27 @@ pub(crate) struct Checkpoints {
     next_mint_ms: u64,
     /// Mints since open: with the stream, what the jitter is drawn from.
     minted: u64,
+    /// A checkpoint from a peer was kept since the last mint call: the
+    /// next call defers this replica's own mint (it has a time; keeping
+    /// has none). Scheduling only, not stored; atomic because a mint call
+    /// plans on a shared state (`SharedReplica`'s rounds) and a call that
+    /// mints nothing changes nothing else.
+    adopted: AtomicBool,
+    /// No mint of this replica's own before this time (ms): it keeps
+    /// checkpoints a peer minted. 0: none.
+    deferred_until_ms: AtomicU64,
+}
+
+impl Clone for Checkpoints {
+    fn clone(&self) -> Self {
+        Checkpoints {
+            kept: self.kept.clone(),
+            next_mint_ms: self.next_mint_ms,
+            minted: self.minted,
+            adopted: AtomicBool::new(self.adopted.load(Ordering::Relaxed)),
+            deferred_until_ms: AtomicU64::new(self.deferred_until_ms.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl Checkpoints {
@@ -87,11 +122,31 @@ impl Checkpoints {
 
     /// The checkpoint to mint from `marks` at `now_ms`, if one is due: no
     /// checkpoint kept is within [`CHECKPOINT_DIFF_MAX`] streams of the
-    /// marks, and the interval since the last mint (with its jitter) has
-    /// passed. `None` too for marks with no name (more streams than a
-    /// token holds). Changes nothing: [`Checkpoints::minted`] records it.
+    /// marks, the interval since the last mint (with its jitter) has
+    /// passed, and so has the deferral after a checkpoint kept from a
+    /// peer. `None` too for marks with no name (more streams than a token
+    /// holds). Changes nothing but the deferral's schedule:
+    /// [`Checkpoints::minted`] records a mint.
+    ///
+    /// **One minter at a time.** In a mesh under writes the marks of
+    /// every replica pass the bound of the last checkpoint at about the
+    /// same time, so a rule of the marks and the time alone has every
+    /// replica mint then, each a vector of its own (marks differ in
+    /// flight) that the gossip sends over every link: 173 distinct
+    /// checkpoints and 5 times the protocol's bytes in a simulated mesh
+    /// of 100 replicas and 1,000 writers. So the first call after a
+    /// checkpoint from a peer was kept defers this replica's own mint to
+    /// [`CHECKPOINT_INTERVAL_MS`] and a jitter of up to
+    /// [`ADOPT_JITTER_MS`] later, and each later one pushes it on: while a
+    /// peer mints, this replica does not, and whichever replica's
+    /// deferral ends first mints next and goes on minting (its own
+    /// interval is shorter than the others' deferral). The deferral is
+    /// set by [`Checkpoints::defer_if_adopted`], at the call.
     pub(crate) fn due(&self, marks: &VersionVector, now_ms: u64) -> Option<Checkpoint> {
-        if marks.is_empty() || now_ms < self.next_mint_ms {
+        if marks.is_empty()
+            || now_ms < self.next_mint_ms
+            || now_ms < self.deferred_until_ms.load(Ordering::Relaxed)
+        {
             return None;
         }
         // The newest first: the likeliest to be close.
@@ -104,6 +159,18 @@ impl Checkpoints {
             return None;
         }
         Checkpoint::new(marks.clone()).ok()
+    }
+
+    /// At a mint call at `now_ms`: if a checkpoint from a peer was kept
+    /// since the last call, no mint of this replica's own before
+    /// [`CHECKPOINT_INTERVAL_MS`] and a jitter of up to
+    /// [`ADOPT_JITTER_MS`] from now (drawn from the stream and the time).
+    pub(crate) fn defer_if_adopted(&self, now_ms: u64, stream: StreamId) {
+        if self.adopted.swap(false, Ordering::Relaxed) {
+            let jitter = mix(stream.get() ^ now_ms.rotate_left(32)) % ADOPT_JITTER_MS;
+            let until = now_ms.saturating_add(CHECKPOINT_INTERVAL_MS + jitter);
+            self.deferred_until_ms.fetch_max(until, Ordering::Relaxed);
+        }
     }
 
     /// Records a mint at `now_ms`: the next is due after the interval and
@@ -128,6 +195,7 @@ impl Checkpoints {
     ) -> Option<(Checkpoints, Checkpoint)> {
         match work {
             CheckpointWork::Mint { now_ms } => {
+                self.defer_if_adopted(*now_ms, stream);
                 let minted = self.due(marks, *now_ms)?;
                 let mut next = self.clone();
                 next.insert(minted.clone());
@@ -140,6 +208,7 @@ impl Checkpoints {
                 }
                 let mut next = self.clone();
                 next.insert(received.clone());
+                next.adopted = AtomicBool::new(true);
                 Some((next, received.clone()))
             }
         }
@@ -200,9 +269,12 @@ pub(crate) enum CheckpointWork {
 impl<S: Store> Replica<S> {
     /// Mints a checkpoint from the marks if one is due at `now_ms` (ms
     /// since the epoch): no checkpoint kept is within
-    /// [`CHECKPOINT_DIFF_MAX`] streams of the marks, and
+    /// [`CHECKPOINT_DIFF_MAX`] streams of the marks,
     /// [`CHECKPOINT_INTERVAL_MS`] and a jitter have passed since the last
-    /// mint. Recorded by the store before it is kept; answers it, or
+    /// mint, and, if a checkpoint from a peer was kept since the last
+    /// call, [`CHECKPOINT_INTERVAL_MS`] and a jitter of up to 20 s from
+    /// this call (a mesh's other replicas leave the minting to the one
+    /// that mints: `docs/TOKEN.md`). Recorded by the store before it is kept; answers it, or
     /// `None` when none was due. Pages answer tokens relative to it from
     /// then on; a peer reads them once it keeps it too (sync gossips it).
     pub fn mint_checkpoint(&mut self, now_ms: u64) -> Result<Option<Checkpoint>, ReplicaError> {

@@ -92,8 +92,12 @@ fn written_marks_equal(marks: &VersionVector, written: &VersionVector) -> bool {
 /// ranges the replica's floor took below the cursor.
 #[derive(Debug, Clone)]
 pub struct Reader {
-    /// The token: what was returned (and what a stale answer gave up).
+    /// The cursor: what was returned (and what a stale answer gave up).
     pub cursor: VersionVector,
+    /// The cursor as its replica wrote it last (a page's `Page::token`,
+    /// or `Replica::token` of a stale answer's resume): what a client
+    /// carries, version 2 where that was shorter.
+    pub token: String,
     /// The replica it pages.
     pub replica: usize,
     /// Events returned.
@@ -106,22 +110,27 @@ pub struct Reader {
     pub stale: u64,
     /// The largest token text seen, in bytes.
     pub token_text_max: usize,
-    /// Failovers that carried a version-2 token the target expanded.
+    /// Failovers that carried a version-2 token the target expanded
+    /// (`Replica::cursor`).
     pub failovers_relative: u64,
     /// Failovers whose version-2 token named a checkpoint the target did
-    /// not keep (it would ask its peers; here the reader falls back to
-    /// version 1).
+    /// not keep (`PageError::UnknownCheckpoint`: a node would ask its
+    /// peers; here the reader resumes from the version-1 form).
     pub unknown_checkpoint: u64,
     /// Failovers that carried version 1 because the cursor was beyond the
-    /// bound of every checkpoint its replica kept.
+    /// bound of every checkpoint its replica kept when it wrote the token.
     pub fell_back: u64,
+    /// The token is version 1 for that reason.
+    beyond_bound: bool,
 }
 
 impl Reader {
     /// A reader at the start of the log, paging `replica`.
     pub fn new(replica: usize) -> Self {
+        let cursor = VersionVector::new();
         Reader {
-            cursor: VersionVector::new(),
+            token: token::encode_text(&cursor).expect("the empty cursor encodes"),
+            cursor,
             replica,
             returned: 0,
             lost: 0,
@@ -131,44 +140,49 @@ impl Reader {
             failovers_relative: 0,
             unknown_checkpoint: 0,
             fell_back: 0,
+            beyond_bound: false,
         }
     }
 
     /// Moves to `replica`, carrying the token as text: the one its
-    /// replica answers (version 2 where it is shorter), expanded by the
-    /// target if it keeps the checkpoint, else the version-1 token.
+    /// replica answered last (version 2 where it was shorter), which the
+    /// target reads (`Replica::cursor`: version 2 expanded against the
+    /// checkpoint it names, which must give exactly the reader's cursor);
+    /// a checkpoint the target does not keep is counted, and the reader
+    /// resumes from the version-1 form. A target that is down is paged
+    /// once it is up; the token is read then as version 1.
     pub fn fail_over(&mut self, mesh: &Mesh, replica: usize) -> Result<(), Violation> {
-        let answer = mesh.token(self.replica, &self.cursor);
-        self.fell_back += u64::from(answer.fell_back);
-        if let Some(name) = answer.checkpoint {
-            match mesh.checkpoint_named(replica, name) {
-                Some(checkpoint) => {
-                    let expanded = match token::decode_any_text(&answer.text) {
-                        Ok(token::Token::Relative(relative)) => relative.expand(checkpoint),
-                        other => {
-                            return Err(violation(
-                                mesh,
-                                format!("a version-2 token decodes as {other:?}"),
-                            ))
-                        }
-                    };
-                    if expanded.as_ref() != Ok(&self.cursor) {
-                        return Err(violation(
-                            mesh,
-                            format!("replica {replica} expanded a version-2 token to {expanded:?}"),
-                        ));
-                    }
-                    self.token_text_max = self.token_text_max.max(answer.text.len());
+        let relative = matches!(
+            token::decode_any_text(&self.token),
+            Ok(token::Token::Relative(_))
+        );
+        if let (true, Some(target)) = (relative, mesh.replica(replica)) {
+            match target.cursor(&self.token) {
+                Ok(expanded) if expanded == self.cursor => {
                     self.failovers_relative += 1;
                     self.replica = replica;
                     self.failovers += 1;
                     return Ok(());
                 }
-                None => self.unknown_checkpoint += 1,
+                Ok(expanded) => {
+                    return Err(violation(
+                        mesh,
+                        format!("replica {replica} read a version-2 token as {expanded:?}"),
+                    ))
+                }
+                Err(PageError::UnknownCheckpoint { .. }) => self.unknown_checkpoint += 1,
+                Err(error) => {
+                    return Err(violation(
+                        mesh,
+                        format!("replica {replica} refused a version-2 token: {error}"),
+                    ))
+                }
             }
         }
+        self.fell_back += u64::from(self.beyond_bound);
         let text = token::encode_text(&self.cursor)
             .map_err(|e| violation(mesh, format!("the reader's token does not encode: {e}")))?;
+        self.beyond_bound = false;
         self.token_text_max = self.token_text_max.max(text.len());
         let decoded = token::decode_text(&text)
             .map_err(|e| violation(mesh, format!("the reader's token does not decode: {e}")))?;
@@ -176,8 +190,35 @@ impl Reader {
             return Err(violation(mesh, "the token did not round trip".to_owned()));
         }
         self.cursor = decoded;
+        self.token = text;
         self.replica = replica;
         self.failovers += 1;
+        Ok(())
+    }
+
+    /// Takes `text` as the reader's token: its replica must read it back
+    /// as the cursor it stands for.
+    fn take_token(
+        &mut self,
+        mesh: &Mesh,
+        replica: &SharedReplica<MemStore>,
+        text: String,
+    ) -> Result<(), Violation> {
+        match replica.cursor(&text) {
+            Ok(read) if read == self.cursor => {}
+            other => {
+                return Err(violation(
+                    mesh,
+                    format!(
+                        "replica {}: its token for the cursor reads back as {other:?}",
+                        self.replica
+                    ),
+                ))
+            }
+        }
+        self.beyond_bound = crate::mesh::token_kind(replica, &self.cursor, &text).1;
+        self.token_text_max = self.token_text_max.max(text.len());
+        self.token = text;
         Ok(())
     }
 
@@ -223,6 +264,7 @@ impl Reader {
                 }
                 self.returned += page.events.len() as u64;
                 self.cursor = next;
+                self.take_token(mesh, replica, page.token)?;
                 Ok(page.at_head)
             }
             Err(PageError::Stale(stale)) => {
@@ -230,6 +272,10 @@ impl Reader {
                 self.stale += 1;
                 self.lost += stale.lost_count();
                 self.cursor = stale.resume().clone();
+                let text = replica.token(&self.cursor).map_err(|e| {
+                    violation(mesh, format!("replica {}: no token: {e}", self.replica))
+                })?;
+                self.take_token(mesh, replica, text)?;
                 Ok(false)
             }
             Err(error) => Err(violation(

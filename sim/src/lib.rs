@@ -11,7 +11,11 @@
 //! received then `apply_columns` and `handle_applied` for a delta it hands
 //! back, `handle_timeout` at `poll_timeout`, a session whose replica's marks
 //! moved filled again (the driver's change watch), and the session closed
-//! when `duplicate_of` names a peer or a call fails. Only the transport
+//! when `duplicate_of` names a peer or a call fails; a checkpoint the core
+//! hands back is kept (`keep_checkpoint`), and at a wake-up a session asks
+//! its replica to mint one once a heartbeat interval (`mint_checkpoint` at
+//! the simulated time), so the checkpoint gossip (frames 6, 7 and the
+//! hello against a checkpoint, 9) is the protocol's. Only the transport
 //! differs: frames travel as datagrams with a drawn latency, and may be
 //! lost, duplicated or reordered.
 //!
@@ -25,9 +29,6 @@
 //! - [`mesh`]: [`Mesh`], the nodes, links, sessions and writers, the event
 //!   loop and the faults (partitions, stops, restarts, late joins,
 //!   compaction), and [`Counters`].
-//! - [`checkpoints`]: checkpoints as `docs/TOKEN.md` proposes them for the
-//!   replica and sync: minted from marks, gossiped (a cost model), and the
-//!   version-2 token a replica would answer.
 //! - [`scenario`]: [`Scenario`], a scripted run (writes, faults, readers,
 //!   then heal and converge, then a quiet window) and its [`Figures`].
 //! - [`check`]: the invariants checked as a run goes ([`check::prefix_closed`],
@@ -44,7 +45,6 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
-pub mod checkpoints;
 pub mod mesh;
 pub mod net;
 pub mod queue;
@@ -52,7 +52,7 @@ pub mod scenario;
 pub mod topology;
 
 pub use check::{Reader, Violation};
-pub use mesh::{Counters, Mesh, MeshConfig};
+pub use mesh::{Answer, Counters, Mesh, MeshConfig};
 pub use net::NetConfig;
 pub use queue::Queue;
 pub use scenario::{Churn, Figures, Scenario, TokenFigure};

@@ -21,19 +21,17 @@
 //! `DiskStore` survives a restart) and reopens it with [`Replica::open`];
 //! its routes and sessions are gone, as a process's are.
 
-use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use meshlog_cursor::{Checkpoint, CheckpointName, StreamId, VersionVector};
+use meshlog_cursor::{token, CheckpointName, StreamId, TokenError, VersionVector};
 use meshlog_replica::{Commits, Config, MemStore, Replica, SharedReplica};
 use meshlog_sync_core::frame::LENGTH_PREFIX_BYTES;
 use meshlog_sync_core::proto::{Protocol, Received};
 use meshlog_sync_core::{PeerDirection, ProtocolError, Routes, SessionConfig};
 use meshlog_testkit::SplitMix64;
 
-use crate::checkpoints::{Answer, Kept, Minted};
 use crate::net::NetConfig;
 use crate::queue::Queue;
 use crate::topology;
@@ -67,6 +65,12 @@ pub struct MeshConfig {
     pub session: SessionConfig,
     /// Each event's payload length.
     pub payload_bytes: usize,
+    /// A what-if, not what the tokio driver does: each session's first
+    /// mint call waits a time drawn up to this (from a generator of its
+    /// own, so the run's other draws are unchanged). Zero, the driver's
+    /// behaviour: the first call at the session's first wake-up, so a
+    /// mesh started at once mints one checkpoint per replica.
+    pub first_mint_jitter: Duration,
 }
 
 /// What the run did, summed over every link and session.
@@ -96,9 +100,17 @@ pub struct Counters {
     /// Frames and bytes sent per frame kind (`docs/PROTOCOL.md`, "Frame
     /// kinds": the payload's first byte).
     pub by_kind: BTreeMap<&'static str, (u64, u64)>,
-    /// Checkpoints minted (`crate::checkpoints`).
+    /// Checkpoints the replicas minted (`Replica::mint_checkpoint`, asked
+    /// by each session once a heartbeat interval, as the tokio driver
+    /// asks), counted per mint: replicas that mint the same marks mint
+    /// the same checkpoint, counted once each.
     pub checkpoints_minted: u64,
-    /// Checkpoint gossip frames sent, and their modelled bytes.
+    /// Of them, distinct checkpoints (by name).
+    pub checkpoints_distinct: u64,
+    /// Checkpoints received from a peer that the replica kept (new to it).
+    pub checkpoints_kept: u64,
+    /// Checkpoint gossip frames sent (kinds 6 `Checkpoint` and 7
+    /// `CheckpointWant`, the protocol's own), length prefix included.
     pub checkpoint_frames: u64,
     /// Bytes of those frames.
     pub checkpoint_bytes: u64,
@@ -113,6 +125,10 @@ fn kind_name(kind: Option<&u8>) -> &'static str {
         Some(3) => "heartbeat",
         Some(4) => "routes",
         Some(5) => "bare ack",
+        Some(6) => "checkpoint",
+        Some(7) => "checkpoint want",
+        Some(8) => "statement",
+        Some(9) => "hello against",
         _ => "other",
     }
 }
@@ -135,15 +151,6 @@ enum Ev {
     },
     /// The dialer of `link` tries to connect.
     Redial { link: usize },
-    /// Replica `node` mints a checkpoint, if it still should.
-    Mint { node: usize },
-    /// A checkpoint arrives at `side` of `link`, for connection `epoch`.
-    Gossip {
-        link: usize,
-        side: usize,
-        epoch: u64,
-        minted: Rc<Minted>,
-    },
 }
 
 struct Node {
@@ -153,14 +160,16 @@ struct Node {
     store: Option<MemStore>,
     routes: Routes,
     links: Vec<usize>,
-    /// Its checkpoints (kept across a stop, as if stored).
-    checkpoints: Kept,
 }
 
 struct Session {
     protocol: Protocol,
     /// The time of the wake-up scheduled last (others are stale).
     wake_at: Option<Duration>,
+    /// When this session next asks its replica to mint a checkpoint (at
+    /// a wake-up once this is past, then a heartbeat interval later: the
+    /// tokio driver's `mint_at`).
+    mint_at: Duration,
 }
 
 struct Link {
@@ -196,9 +205,10 @@ pub struct Mesh {
     counters: Counters,
     fingerprint: u64,
     steps: u64,
-    /// The checkpoint gossip's own draws, so that the protocol's run is
-    /// the same with and without it.
-    gossip_rng: SplitMix64,
+    /// The names of the checkpoints minted so far (for the distinct count).
+    minted: BTreeSet<CheckpointName>,
+    /// The draws of [`MeshConfig::first_mint_jitter`].
+    mint_rng: SplitMix64,
 }
 
 impl Mesh {
@@ -226,7 +236,6 @@ impl Mesh {
                     store: None,
                     routes: Routes::new(),
                     links: Vec::new(),
-                    checkpoints: Kept::default(),
                 }
             })
             .collect();
@@ -249,7 +258,8 @@ impl Mesh {
             counters: Counters::default(),
             fingerprint: 0xcbf2_9ce4_8422_2325,
             steps: 0,
-            gossip_rng: SplitMix64::new(config.seed ^ 0x0063_6b70_7473),
+            minted: BTreeSet::new(),
+            mint_rng: SplitMix64::new(config.seed ^ 0x6d69_6e74),
             rng,
             config,
         };
@@ -538,13 +548,6 @@ impl Mesh {
                 } => self.deliver(link, side, epoch, &payload),
                 Ev::Wake { link, side, epoch } => self.wake(link, side, epoch, at),
                 Ev::Redial { link } => self.redial(link),
-                Ev::Mint { node } => self.mint(node),
-                Ev::Gossip {
-                    link,
-                    side,
-                    epoch,
-                    minted,
-                } => self.deliver_checkpoint(link, side, epoch, &minted),
             }
         }
         self.now = self.now.max(until);
@@ -590,14 +593,24 @@ impl Mesh {
         self.counters.connections += 1;
         self.mix(&[7, link as u64]);
         let now = self.instant();
-        let session = |node: &Node, direction| Session {
+        let jitter = self.config.first_mint_jitter.as_micros() as u64;
+        let mint_at = [0, 1].map(|_| {
+            let drawn = if jitter == 0 {
+                0
+            } else {
+                self.mint_rng.below(jitter)
+            };
+            self.now + Duration::from_micros(drawn)
+        });
+        let session = |node: &Node, direction, mint_at| Session {
             protocol: Protocol::new(node.stream, self.config.session.clone(), now)
                 .with_routes(&node.routes, direction),
             wake_at: None,
+            mint_at,
         };
         let sessions = [
-            session(&self.nodes[dialer], PeerDirection::Outbound),
-            session(&self.nodes[listener], PeerDirection::Inbound),
+            session(&self.nodes[dialer], PeerDirection::Outbound, mint_at[0]),
+            session(&self.nodes[listener], PeerDirection::Inbound, mint_at[1]),
         ];
         self.links[link].sessions = Some(sessions);
         self.fill(link, 0);
@@ -711,7 +724,40 @@ impl Mesh {
             self.fail(link, &error);
             return;
         }
+        self.mint(link, side);
         self.fill(link, side);
+    }
+
+    /// The tokio driver's `mint`, at a wake-up: a session that gossips
+    /// checkpoints asks its replica to mint one from its marks once a
+    /// heartbeat interval, at the simulated time; the replica mints only
+    /// when one is due (`Replica::mint_checkpoint`). The checkpoint goes
+    /// out with the session's fill, and with the replica's other
+    /// sessions' next fills, as the driver's do.
+    fn mint(&mut self, link: usize, side: usize) {
+        let node = self.links[link].ends[side];
+        let Some(replica) = self.nodes[node].replica.as_ref() else {
+            return;
+        };
+        let Some(sessions) = self.links[link].sessions.as_mut() else {
+            return;
+        };
+        let session = &mut sessions[side];
+        if !session.protocol.gossips_checkpoints() || self.now < session.mint_at {
+            return;
+        }
+        session.mint_at = self.now + self.config.session.heartbeat_interval;
+        let now_ms = SIM_EPOCH_MS + self.now.as_millis() as u64;
+        let minted = replica
+            .mint_checkpoint(now_ms)
+            .expect("an in-memory replica keeps a checkpoint");
+        if let Some(checkpoint) = minted {
+            self.counters.checkpoints_minted += 1;
+            if self.minted.insert(checkpoint.name()) {
+                self.counters.checkpoints_distinct += 1;
+            }
+            self.mix(&[10, node as u64, checkpoint.vector().len() as u64]);
+        }
     }
 
     /// One frame onto the network, from `side` of `link` to the other.
@@ -726,6 +772,10 @@ impl Mesh {
             .or_default();
         kind.0 += 1;
         kind.1 += bytes.len() as u64;
+        if let Some(6 | 7) = bytes.get(LENGTH_PREFIX_BYTES) {
+            self.counters.checkpoint_frames += 1;
+            self.counters.checkpoint_bytes += bytes.len() as u64;
+        }
         if self.links[link].cut {
             self.counters.frames_lost += 1;
             return;
@@ -773,9 +823,16 @@ impl Mesh {
         // read from the apply's report, not by cloning the marks twice.
         let mut moved = false;
         let result = match protocol.handle_payload(now, payload, replica) {
-            // The simulator models checkpoints itself (`checkpoints.rs`);
-            // its sessions do not gossip them.
-            Ok(Received::Nothing | Received::Checkpoint(_)) => Ok(()),
+            Ok(Received::Nothing) => Ok(()),
+            // Checked against its name by the core; kept as the driver
+            // keeps it (an in-memory store records it).
+            Ok(Received::Checkpoint(checkpoint)) => {
+                let kept = replica
+                    .keep_checkpoint(checkpoint)
+                    .expect("an in-memory replica keeps a checkpoint");
+                self.counters.checkpoints_kept += u64::from(kept);
+                Ok(())
+            }
             Ok(Received::Apply(columns)) => {
                 let applied = replica.apply_columns(columns);
                 if let Ok(report) = &applied {
@@ -814,95 +871,64 @@ impl Mesh {
     }
 }
 
-/// Checkpoints (`crate::checkpoints`): minted at a jittered time once a
-/// replica's marks are beyond the bound of every checkpoint it keeps,
-/// flooded on connected links.
+/// Tokens and checkpoints, as the replicas answer and keep them.
 impl Mesh {
-    /// Every replica up whose marks are beyond the bound of every
-    /// checkpoint it keeps schedules a mint within `jitter` (so that a
-    /// checkpoint minted by one reaches the others before they mint too).
-    pub fn checkpoint_step(&mut self, jitter: Duration) {
-        for node in 0..self.nodes.len() {
-            let Some(replica) = &self.nodes[node].replica else {
-                continue;
-            };
-            let kept = &self.nodes[node].checkpoints;
-            if kept.mint_pending || !kept.should_mint(&replica.marks(), self.now) {
-                continue;
-            }
-            self.nodes[node].checkpoints.mint_pending = true;
-            let delay = self.gossip_rng.below(jitter.as_micros() as u64 + 1);
-            self.queue
-                .push(self.now + Duration::from_micros(delay), Ev::Mint { node });
-        }
+    /// The token replica `node` answers for `cursor` (the shortest of
+    /// version 2 against each checkpoint it keeps and version 1:
+    /// `Replica::token`), if it is up.
+    pub fn token(&self, node: usize, cursor: &VersionVector) -> Option<Answer> {
+        let replica = self.nodes[node].replica.as_ref()?;
+        let text = replica
+            .token(cursor)
+            .expect("a replica's cursor has a token");
+        let (relative, fell_back) = token_kind(replica, cursor, &text);
+        Some(Answer {
+            text,
+            relative,
+            fell_back,
+        })
     }
 
-    /// The token replica `node` would answer for `cursor`.
-    pub fn token(&self, node: usize, cursor: &VersionVector) -> Answer {
-        self.nodes[node].checkpoints.token(cursor)
+    /// The names of the checkpoints replica `node` keeps, oldest first
+    /// (none if it is down).
+    pub fn checkpoint_names(&self, node: usize) -> Vec<CheckpointName> {
+        self.nodes[node]
+            .replica
+            .as_ref()
+            .map(SharedReplica::checkpoint_names)
+            .unwrap_or_default()
     }
+}
 
-    /// The checkpoint named `name`, if replica `node` keeps it.
-    pub fn checkpoint_named(&self, node: usize, name: CheckpointName) -> Option<&Checkpoint> {
-        self.nodes[node].checkpoints.named(name)
+/// Whether `text`, `replica`'s token for `cursor`, is version 2; and if
+/// not, whether for want of a checkpoint within the bound (it keeps some,
+/// and the codec refuses `cursor` relative to each) rather than because
+/// version 1 was shorter. Only a figure: the rule is the replica's.
+pub(crate) fn token_kind(
+    replica: &SharedReplica<MemStore>,
+    cursor: &VersionVector,
+    text: &str,
+) -> (bool, bool) {
+    if let Ok(token::Token::Relative(_)) = token::decode_any_text(text) {
+        return (true, false);
     }
+    let kept = replica.checkpoints();
+    let beyond = |checkpoint| {
+        matches!(
+            token::encode_relative(cursor, checkpoint),
+            Err(TokenError::TooManyDifferences { .. } | TokenError::DifferenceOutOfRange { .. })
+        )
+    };
+    (false, !kept.is_empty() && kept.iter().all(beyond))
+}
 
-    /// The newest checkpoint replica `node` keeps, and its generation.
-    pub fn newest_checkpoint(&self, node: usize) -> Option<(&Checkpoint, u64)> {
-        let newest = self.nodes[node].checkpoints.newest()?;
-        Some((&newest.checkpoint, newest.generation))
-    }
-
-    fn mint(&mut self, node: usize) {
-        self.nodes[node].checkpoints.mint_pending = false;
-        let Some(replica) = &self.nodes[node].replica else {
-            return;
-        };
-        let marks = replica.marks();
-        if !self.nodes[node].checkpoints.should_mint(&marks, self.now) {
-            return; // one minted elsewhere arrived meanwhile
-        }
-        let minted = self.nodes[node].checkpoints.mint(marks, self.now);
-        self.counters.checkpoints_minted += 1;
-        self.mix(&[10, node as u64, minted.generation]);
-        self.gossip(node, &minted, None);
-    }
-
-    /// Sends `minted` on every connected link of `node` but `except`.
-    fn gossip(&mut self, node: usize, minted: &Rc<Minted>, except: Option<usize>) {
-        for link in self.nodes[node].links.clone() {
-            if Some(link) == except || self.links[link].sessions.is_none() {
-                continue;
-            }
-            let side = usize::from(self.links[link].ends[0] != node);
-            self.counters.checkpoint_frames += 1;
-            self.counters.checkpoint_bytes += minted.wire_bytes;
-            if self.links[link].cut {
-                continue;
-            }
-            let epoch = self.links[link].epoch;
-            for delay in self.config.net.deliveries(&mut self.gossip_rng) {
-                self.queue.push(
-                    self.now + delay,
-                    Ev::Gossip {
-                        link,
-                        side: 1 - side,
-                        epoch,
-                        minted: Rc::clone(minted),
-                    },
-                );
-            }
-        }
-    }
-
-    fn deliver_checkpoint(&mut self, link: usize, side: usize, epoch: u64, minted: &Rc<Minted>) {
-        if self.links[link].epoch != epoch || self.links[link].sessions.is_none() {
-            return;
-        }
-        let node = self.links[link].ends[side];
-        if self.nodes[node].replica.is_none() || !self.nodes[node].checkpoints.keep(minted) {
-            return;
-        }
-        self.gossip(node, minted, Some(link));
-    }
+/// A token a replica answers: see [`Mesh::token`].
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The text token.
+    pub text: String,
+    /// Version 2 (relative to a checkpoint the replica keeps).
+    pub relative: bool,
+    /// Version 1 because every checkpoint kept was beyond the bound.
+    pub fell_back: bool,
 }

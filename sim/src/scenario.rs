@@ -101,9 +101,8 @@ pub struct Figures {
     /// Counters at the end of the quiet window (checkpoint gossip
     /// included).
     pub counters_end: Counters,
-    /// The newest checkpoint's generation and how many replicas keep it,
-    /// at the end.
-    pub newest_generation: u64,
+    /// Distinct checkpoints the replicas keep at the end.
+    pub checkpoints_held: usize,
     /// Replicas that keep replica 0's newest checkpoint at the end.
     pub newest_kept_by: usize,
 
@@ -172,13 +171,13 @@ impl Scenario {
         let token_head_bytes = token::encode_text(&head).map_or(0, |t| t.len());
         let token_mid_bytes = token::encode_text(&mid_walk_cursor(&mesh)).map_or(0, |t| t.len());
         let events_held = mesh.replica(0).expect("up").digest().events;
-        // Quiet: only heartbeats and their receipts (and, apart, the
-        // checkpoint of the converged marks, minted and gossiped).
+        // Quiet: heartbeats and their receipts, and the checkpoint of the
+        // converged marks, minted and gossiped.
         let (quiet, settled, quiet_by_kind) = self.quiet(&mut mesh);
         let head = mesh.replica(0).expect("up").marks();
         let token_v2_head = token_figure(&mesh, &head);
         let token_v2_mid = token_figure(&mesh, &mid_walk_cursor(&mesh));
-        let (newest_generation, newest_kept_by) = newest_spread(&mesh);
+        let (checkpoints_held, newest_kept_by) = newest_spread(&mesh);
         let minutes = self.quiet_for.as_secs_f64() / 60.0;
         let round_trip = self.mesh.net.round_trip_mean();
         let diameter = mesh.diameter();
@@ -207,7 +206,7 @@ impl Scenario {
             unknown_checkpoint: sum(|r| r.unknown_checkpoint),
             fell_back: sum(|r| r.fell_back),
             counters_end: mesh.counters().clone(),
-            newest_generation,
+            checkpoints_held,
             newest_kept_by,
             events_held,
             failovers: sum(|r| r.failovers),
@@ -271,7 +270,6 @@ impl Scenario {
                 mesh.reapply_retention();
             }
             check::prefix_closed(mesh)?;
-            mesh.checkpoint_step(self.step);
             if let Some(progress) = self.progress {
                 progress(mesh, "writing");
             }
@@ -324,7 +322,6 @@ impl Scenario {
             }
             if mesh.now() >= next_check {
                 check::prefix_closed(mesh)?;
-                mesh.checkpoint_step(self.step);
                 next_check += self.step;
                 if let Some(progress) = self.progress {
                     progress(mesh, "converging");
@@ -337,7 +334,6 @@ impl Scenario {
     /// The quiet window: the bytes sent over it, over its second half,
     /// and per frame kind.
     fn quiet(&self, mesh: &mut Mesh) -> (u64, u64, Vec<(&'static str, u64, u64)>) {
-        mesh.checkpoint_step(self.step);
         let before: u64 = mesh.link_bytes().iter().sum();
         let kinds_before = mesh.counters().by_kind.clone();
         let half = mesh.now() + self.quiet_for / 2;
@@ -433,25 +429,26 @@ impl Scenario {
     }
 }
 
-/// Replica 0's newest checkpoint's generation, and how many replicas keep
-/// it.
-fn newest_spread(mesh: &Mesh) -> (u64, usize) {
-    let Some((checkpoint, generation)) = mesh.newest_checkpoint(0) else {
-        return (0, 0);
+/// The distinct checkpoints the replicas keep, and how many keep replica
+/// 0's newest.
+fn newest_spread(mesh: &Mesh) -> (usize, usize) {
+    let kept: Vec<Vec<_>> = (0..mesh.replicas())
+        .map(|n| mesh.checkpoint_names(n))
+        .collect();
+    let distinct: std::collections::BTreeSet<_> = kept.iter().flatten().collect();
+    let Some(newest) = kept[0].last() else {
+        return (distinct.len(), 0);
     };
-    let name = checkpoint.name();
-    let kept_by = (0..mesh.replicas())
-        .filter(|&n| mesh.checkpoint_named(n, name).is_some())
-        .count();
-    (generation, kept_by)
+    let kept_by = kept.iter().filter(|names| names.contains(newest)).count();
+    (distinct.len(), kept_by)
 }
 
 /// The token replica 0 answers for `cursor`.
 fn token_figure(mesh: &Mesh, cursor: &VersionVector) -> TokenFigure {
-    let answer = mesh.token(0, cursor);
+    let answer = mesh.token(0, cursor).expect("replica 0 is up");
     TokenFigure {
         chars: answer.text.len(),
-        relative: answer.checkpoint.is_some(),
+        relative: answer.relative,
         fell_back: answer.fell_back,
     }
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p meshlog-sim --bin mesh-bench -- [--replicas N] [--writers W]
 //!     [--events-per-writer E] [--seed S] [--faults] [--write-secs T] [--quiet-secs Q]
-//!     [--retire-fraction F]
+//!     [--retire-fraction F] [--first-mint-jitter-ms J]
 //! ```
 //!
 //! Builds a mesh of N replicas on a random connected topology (links from
@@ -14,13 +14,15 @@
 //! run measures the time to converge, bytes, duplicates, a quiet window's
 //! heartbeat bytes, memory per replica (a counting allocator: what is live
 //! once the writers' own replicas are dropped, divided by N) and token
-//! sizes: version 1, and with checkpoints minted and gossiped
-//! (`meshlog_sim::checkpoints`) the token a replica answers (version 2
-//! where shorter). Each goal of issue 27 is printed met or not. With
+//! sizes: version 1, and the token a replica answers with the checkpoints
+//! it minted and its sessions gossiped (version 2 where shorter). Each goal of issue 27 is printed met or not. With
 //! `--retire-fraction F` (churn), that fraction of the writers stops after
 //! the first half of the write window and every replica compacts their
 //! streams whole; the bytes per link per minute before and after are
-//! printed.
+//! printed. `--first-mint-jitter-ms J` is a what-if, not the tokio
+//! driver: each session's first mint call waits up to J ms (the driver
+//! calls at its first tick, so a mesh started at once mints a checkpoint
+//! per replica and floods them all).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -41,6 +43,7 @@ struct Args {
     write_secs: u64,
     quiet_secs: u64,
     retire_fraction: f64,
+    first_mint_jitter_ms: u64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -53,6 +56,7 @@ fn parse() -> Result<Args, String> {
         write_secs: 5,
         quiet_secs: 60,
         retire_fraction: 0.0,
+        first_mint_jitter_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -67,6 +71,7 @@ fn parse() -> Result<Args, String> {
             "--write-secs" => args.write_secs = number(&value()?)?,
             "--quiet-secs" => args.quiet_secs = number(&value()?)?,
             "--retire-fraction" => args.retire_fraction = number(&value()?)?,
+            "--first-mint-jitter-ms" => args.first_mint_jitter_ms = number(&value()?)?,
             "--faults" => args.faults = true,
             other => return Err(format!("unknown flag {other}")),
         }
@@ -127,6 +132,7 @@ fn scenario(args: &Args) -> Scenario {
             net,
             session: SessionConfig::default(),
             payload_bytes: 16,
+            first_mint_jitter: Duration::from_millis(args.first_mint_jitter_ms),
         },
         write_for: Duration::from_secs(args.write_secs),
         events_per_writer: args.events_per_writer,
@@ -175,7 +181,7 @@ fn report(
         goal(f.converge_time <= f.converge_goal)
     );
     println!(
-        "  bytes per delivered event: {:.1} (all frames, heartbeats included; {} bytes, {} events delivered to replicas); per event per replica: {:.1}",
+        "  bytes per delivered event: {:.1} (all frames until convergence, heartbeats and checkpoint gossip included; {} bytes, {} events delivered to replicas); per event per replica: {:.1}",
         c.bytes_sent as f64 / delivered as f64,
         c.bytes_sent,
         c.events_applied,
@@ -194,7 +200,7 @@ fn report(
 /// and, with churn, the bytes before and after the writers retired.
 fn report_quiet(f: &Figures) {
     println!(
-        "  heartbeat bytes per minute per link (both ways, quiet mesh, {} streams): {:.0}; goal under 1 KB: {}",
+        "  quiet window bytes per minute per link (heartbeats, receipts and the checkpoint gossip of the converged marks, both ways, {} streams): {:.0}; goal under 1 KB: {}",
         f.streams,
         f.heartbeat_bytes_per_link_minute,
         goal(f.heartbeat_bytes_per_link_minute < 1024.0)
@@ -256,15 +262,24 @@ fn report_tokens(mesh: &meshlog_sim::Mesh, figures: &Figures, per_replica: f64) 
     );
     let e = &f.counters_end;
     println!(
-        "    checkpoints: {} minted, newest generation {} kept by {} of {} replicas; gossip {} frames, {} bytes ({:.0} B per link per simulated minute over the run)",
+        "    checkpoints: {} mints ({} distinct), {} kept from peers; {} distinct kept at the end, replica 0's newest by {} of {} replicas; gossip (kinds 6, 7) {} frames, {} bytes ({:.0} B per link per simulated minute over the run; protocol's other frames {} bytes)",
         e.checkpoints_minted,
-        f.newest_generation,
+        e.checkpoints_distinct,
+        e.checkpoints_kept,
+        f.checkpoints_held,
         f.newest_kept_by,
         f.replicas,
         e.checkpoint_frames,
         e.checkpoint_bytes,
-        e.checkpoint_bytes as f64 / f.links as f64 / (mesh.now().as_secs_f64() / 60.0)
+        e.checkpoint_bytes as f64 / f.links as f64 / (mesh.now().as_secs_f64() / 60.0),
+        e.bytes_sent - e.checkpoint_bytes
     );
+    let kinds: Vec<String> = e
+        .by_kind
+        .iter()
+        .map(|(kind, (frames, bytes))| format!("{kind} {frames} frames {bytes} B"))
+        .collect();
+    println!("    whole run by kind: {}", kinds.join(", "));
     println!(
         "  readers: {} events returned exactly once, {} failovers ({} carried version 2, {} named a checkpoint the target lacked, {} fell back to version 1 beyond the bound), {} stale answers (each exact)",
         f.returned,
