@@ -1,6 +1,7 @@
 //! The checkpoints a replica keeps (`docs/TOKEN.md`, "Version 2"): the
 //! vectors its version-2 tokens are relative to, minted from its marks or
-//! received from peers, the last [`CHECKPOINTS_KEPT`] by name.
+//! received from peers, at most [`CHECKPOINTS_KEPT`] by name (past it,
+//! those of the fewest events go, the same at every replica).
 //!
 //! Mint from the marks when no checkpoint kept is within
 //! [`CHECKPOINT_DIFF_MAX`] streams of them, at most one every
@@ -81,7 +82,7 @@ impl Checkpoints {
         for vector in vectors {
             match Checkpoint::new(vector.clone()) {
                 Ok(checkpoint) => {
-                    checkpoints.insert(checkpoint);
+                    checkpoints.insert(checkpoint, true);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "a stored checkpoint has no name; dropped");
@@ -106,15 +107,31 @@ impl Checkpoints {
         self.kept.iter().find(|c| c.name() == name)
     }
 
-    /// Keeps `checkpoint` as the newest, dropping the oldest past
-    /// [`CHECKPOINTS_KEPT`]. Whether it was new (one kept already is not
-    /// moved: keeping is idempotent).
-    pub(crate) fn insert(&mut self, checkpoint: Checkpoint) -> bool {
+    /// Keeps `checkpoint` as the newest. Past [`CHECKPOINTS_KEPT`] the
+    /// lowest by [`rank`] goes: the kept one of the least events, or
+    /// `checkpoint` itself, which is then not kept (unless `own`: a mint
+    /// of this replica's is always kept). Whether it was kept (one kept
+    /// already is not moved: keeping is idempotent).
+    ///
+    /// Why a rank and not arrival: every replica drops the same
+    /// checkpoints, so what a replica dropped never comes back to it
+    /// (the lowest it keeps only rises) and the gossip settles on the
+    /// same 16 everywhere. Dropping the oldest to arrive, a mesh that
+    /// minted more checkpoints than a replica keeps (a thousand replicas
+    /// started at once, each minting at its first call) passed them round
+    /// without end: dropped, received again, kept again, sent on again.
+    pub(crate) fn insert(&mut self, checkpoint: Checkpoint, own: bool) -> bool {
         if self.get(checkpoint.name()).is_some() {
             return false;
         }
         if self.kept.len() == CHECKPOINTS_KEPT {
-            self.kept.pop_front();
+            let lowest = (0..self.kept.len())
+                .min_by_key(|&at| rank(&self.kept[at]))
+                .expect("full, so not empty");
+            if !own && rank(&checkpoint) < rank(&self.kept[lowest]) {
+                return false;
+            }
+            self.kept.remove(lowest);
         }
         self.kept.push_back(checkpoint);
         true
@@ -198,7 +215,7 @@ impl Checkpoints {
                 self.defer_if_adopted(*now_ms, stream);
                 let minted = self.due(marks, *now_ms)?;
                 let mut next = self.clone();
-                next.insert(minted.clone());
+                next.insert(minted.clone(), true);
                 next.minted(*now_ms, stream);
                 Some((next, minted))
             }
@@ -207,7 +224,10 @@ impl Checkpoints {
                     return None;
                 }
                 let mut next = self.clone();
-                next.insert(received.clone());
+                if !next.insert(received.clone(), false) {
+                    tracing::debug!(name = %received.name(), "a checkpoint below every one kept: not kept");
+                    return None;
+                }
                 next.adopted = AtomicBool::new(true);
                 Some((next, received.clone()))
             }
@@ -253,6 +273,15 @@ impl Checkpoints {
     }
 }
 
+/// The order in which a replica keeps checkpoints past
+/// [`CHECKPOINTS_KEPT`] (`Checkpoints::insert`): by the events they
+/// cover, then by name, the same at every replica. A replica's marks only
+/// rise, so the checkpoints of the most events are the newest and the
+/// nearest to a reader at the head.
+fn rank(checkpoint: &Checkpoint) -> (u128, CheckpointName) {
+    (checkpoint.vector().total(), checkpoint.name())
+}
+
 /// A change to the checkpoints a replica keeps: a round of its own.
 #[derive(Debug, Clone)]
 pub(crate) enum CheckpointWork {
@@ -282,8 +311,10 @@ impl<S: Store> Replica<S> {
     }
 
     /// Keeps a checkpoint received from a peer (recorded by the store
-    /// first), dropping the oldest past [`CHECKPOINTS_KEPT`]. Whether it
-    /// was new; keeping one twice changes nothing.
+    /// first). Past [`CHECKPOINTS_KEPT`] the one of the fewest events
+    /// goes (then the lowest name: every replica drops the same ones, so
+    /// gossip settles), and a checkpoint below every one kept is not
+    /// kept. Whether it was kept; keeping one twice changes nothing.
     pub fn keep_checkpoint(&mut self, checkpoint: Checkpoint) -> Result<bool, ReplicaError> {
         Ok(self
             .checkpoint_work(&CheckpointWork::Keep(checkpoint))?
@@ -416,8 +447,8 @@ mod tests {
             .map(|q| Checkpoint::new(vector([(1, q)])).expect("named"))
             .collect();
         for checkpoint in &checkpoints {
-            assert!(kept.insert(checkpoint.clone()));
-            assert!(!kept.insert(checkpoint.clone()));
+            assert!(kept.insert(checkpoint.clone(), false));
+            assert!(!kept.insert(checkpoint.clone(), false));
         }
         assert_eq!(kept.iter().count(), CHECKPOINTS_KEPT);
         assert!(kept.get(checkpoints[3].name()).is_none());
@@ -433,7 +464,7 @@ mod tests {
         let mut kept = Checkpoints::default();
         let marks = vector((1..=300).map(|s| (s, 1)));
         let first = kept.due(&marks, 1_000).expect("nothing kept: due");
-        kept.insert(first);
+        kept.insert(first, false);
         kept.minted(1_000, stream);
         let moved = vector((1..=300).map(|s| (s, 2)));
         assert!(kept

@@ -93,7 +93,7 @@ fn a_mint_is_due_only_past_the_bound_and_the_interval() {
 }
 
 #[test]
-fn the_last_16_are_kept_by_name_and_a_reopen_keeps_them_in_memory() {
+fn the_16_of_the_most_events_are_kept_by_name_and_a_reopen_keeps_them_in_memory() {
     let streams: Vec<StreamId> = (2..=200).map(StreamId::new).collect();
     let replica = holding(MemStore::default(), &streams);
     let kept = keep_twenty(replica);
@@ -102,7 +102,7 @@ fn the_last_16_are_kept_by_name_and_a_reopen_keeps_them_in_memory() {
 }
 
 #[test]
-fn the_last_16_are_kept_by_name_and_a_reopen_keeps_them_on_disk() {
+fn the_16_of_the_most_events_are_kept_by_name_and_a_reopen_keeps_them_on_disk() {
     let dir = tempfile::tempdir().expect("scratch dir");
     let streams: Vec<StreamId> = (2..=200).map(StreamId::new).collect();
     let replica = holding(DiskStore::open(dir.path()).expect("open store"), &streams);
@@ -117,13 +117,15 @@ fn the_last_16_are_kept_by_name_and_a_reopen_keeps_them_on_disk() {
     assert_eq!(&reopened.cursor(&relative).expect("kept"), newest.vector());
 }
 
-/// Keeps 20 checkpoints (minted and received); answers the replica and
-/// the 16 it must keep, oldest first.
+/// Keeps 20 checkpoints (minted and received, each of more events than
+/// the one before); answers the replica and the 16 it must keep (those
+/// of the most events), oldest first.
 fn keep_twenty<S: Store>(mut replica: Replica<S>) -> (Replica<S>, Vec<Checkpoint>) {
     let minted = replica.mint_checkpoint(T0).expect("mint").expect("due");
-    let mut all = vec![minted];
+    let mut all = vec![minted.clone()];
     for seq in 1..=19u64 {
-        let vector: VersionVector = [(StreamId::new(2), seq + 1)].into_iter().collect();
+        let mut vector = minted.vector().clone();
+        vector.advance(StreamId::new(10_000), seq);
         let checkpoint = Checkpoint::new(vector).expect("named");
         assert!(replica.keep_checkpoint(checkpoint.clone()).expect("keep"));
         assert!(!replica
@@ -500,4 +502,67 @@ fn a_mesh_under_writes_mints_one_checkpoint_at_a_time() {
         .expect("another replica takes over");
     assert!(takeover <= 23, "took over after {takeover} s");
     assert!(minters[46..].iter().flatten().all(|&i| i != stopped));
+}
+
+/// A mesh started at once mints more checkpoints than a replica keeps
+/// (each replica one, at its first call), and gossip offers each replica
+/// every one of them, again and again, in any order. Each replica must
+/// end with the same 16, and a checkpoint it dropped must never be kept
+/// again: dropping the oldest to arrive, a dropped one came back, was
+/// kept again and sent on again, without end (the simulator's 1,000
+/// replicas never got past their start).
+#[test]
+fn gossip_of_more_checkpoints_than_kept_settles_on_the_same_16_everywhere() {
+    let seed = seed::replay_or(29);
+    let mut rng = SplitMix64::new(seed);
+    // 40 replicas' first checkpoints: each its own stream, a few events,
+    // none dominating another.
+    let minted: Vec<Checkpoint> = (0..40u64)
+        .map(|at| {
+            let vector: VersionVector = [(StreamId::new(100 + at), 1 + rng.below(5))]
+                .into_iter()
+                .collect();
+            Checkpoint::new(vector).expect("named")
+        })
+        .collect();
+    let mut ends = Vec::new();
+    for replica_at in 0..3 {
+        let mut replica = Replica::open(
+            Config::new(StreamId::new(1 + replica_at)),
+            MemStore::default(),
+        )
+        .expect("open");
+        let (mut ever_kept, mut dropped) = (Vec::new(), Vec::new());
+        for round in 0..4 {
+            let mut order = minted.clone();
+            for at in (1..order.len()).rev() {
+                order.swap(at, rng.below(at as u64 + 1) as usize);
+            }
+            for checkpoint in order {
+                let kept = replica.keep_checkpoint(checkpoint.clone()).expect("keep");
+                assert!(
+                    !(kept && dropped.contains(&checkpoint.name())),
+                    "seed {seed}: replica {replica_at}, round {round}: {} was dropped and kept again",
+                    checkpoint.name()
+                );
+                if kept {
+                    ever_kept.push(checkpoint.name());
+                }
+                let now: Vec<_> = replica.checkpoints().iter().map(Checkpoint::name).collect();
+                dropped = ever_kept
+                    .iter()
+                    .filter(|name| !now.contains(name))
+                    .copied()
+                    .collect();
+            }
+        }
+        let mut names: Vec<_> = replica.checkpoints().iter().map(Checkpoint::name).collect();
+        names.sort();
+        assert_eq!(names.len(), CHECKPOINTS_KEPT, "seed {seed}");
+        ends.push(names);
+    }
+    assert!(
+        ends.windows(2).all(|pair| pair[0] == pair[1]),
+        "seed {seed}: replicas offered the same checkpoints in other orders keep other ones"
+    );
 }
