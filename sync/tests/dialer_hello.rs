@@ -18,15 +18,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use meshlog_cursor::{StreamId, VersionVector};
-use meshlog_replica::{Delta, Event};
+use meshlog_cursor::StreamId;
 use meshlog_sync::frame::{self, FrameReader};
 use meshlog_sync::testkit::{run_paused, wait_for};
 use meshlog_sync::{
     Backoff, CheckpointWants, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes, Session,
     SessionConfig, SharedReplica,
 };
+use meshlog_testkit::churn::churned;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::task::AbortHandle;
 
@@ -174,39 +173,6 @@ impl Pump {
     }
 }
 
-/// A stream id spread over 64 bits, as a writer's key-derived id is.
-fn spread(i: u64) -> StreamId {
-    StreamId::new((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1 << 63)
-}
-
-/// A replica of stream `own` holding 20 live writers' streams (one event
-/// each) and 300 retired writers' streams (three events each, compacted
-/// to their head), and a checkpoint minted from its marks.
-fn churned(own: u64) -> SharedReplica {
-    let replica = SharedReplica::in_memory(StreamId::new(own));
-    let event = |stream, seq| Event {
-        stream,
-        seq,
-        lamport: seq,
-        time_ms: 0,
-        payload: Bytes::from_static(b"w"),
-    };
-    let mut events: Vec<Event> = (0..20).map(|i| event(spread(i), 1)).collect();
-    for i in 0..300 {
-        events.extend((1..=3).map(|seq| event(spread(1_000_000 + i), seq)));
-    }
-    replica
-        .apply(Delta {
-            events,
-            ..Delta::default()
-        })
-        .unwrap();
-    let retired: VersionVector = (0..300).map(|i| (spread(1_000_000 + i), 3)).collect();
-    replica.compact(&retired).unwrap();
-    replica.mint_checkpoint(1_700_000_000_000).unwrap();
-    replica
-}
-
 /// A's link to the relay, dialing and redialing until the test ends.
 fn dial_through(a: &SharedReplica, relay: &Relay) -> Arc<PeerLink<String>> {
     let link = Arc::new(PeerLink::new("b".to_owned(), PeerDirection::Outbound));
@@ -250,8 +216,8 @@ async fn crosses(from: &SharedReplica, to: &SharedReplica) {
 #[test]
 fn a_redialed_peer_gets_a_hello_against_a_checkpoint_until_it_stops_reading_one() {
     run_paused(async {
-        let a = churned(1);
-        let b = churned(2);
+        let a = churned(1, 20, 300);
+        let b = churned(2, 20, 300);
         let base = a.checkpoint_names()[0];
         assert_eq!(b.checkpoint_names(), vec![base], "both mint the same");
         let relay = Relay::new(Acceptor {
@@ -316,8 +282,8 @@ fn a_redialed_peer_gets_a_hello_against_a_checkpoint_until_it_stops_reading_one(
 #[test]
 fn a_peer_whose_hello_lacks_the_flag_gets_a_whole_hello_first_and_after() {
     run_paused(async {
-        let a = churned(1);
-        let b = churned(2);
+        let a = churned(1, 20, 300);
+        let b = churned(2, 20, 300);
         let relay = Relay::new(Acceptor {
             replica: b.clone(),
             config: flagless(),

@@ -30,6 +30,8 @@
 //! - [`alloc`]: [`CountingAlloc`], a global allocator that counts this
 //!   thread's live and peak heap bytes and its allocations, and
 //!   [`alloc::measure`], which measures a closure.
+//! - [`churn`]: [`churn::churned`], a replica holding live writers' streams
+//!   beside retired ones compacted to their head, and a checkpoint.
 //!
 //! A crate's own `#[cfg(test)]` unit tests link a second copy of that crate
 //! (this kit links the normal build), so unit tests inside `meshlog-replica`
@@ -51,6 +53,7 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod churn;
 pub mod damage;
 pub mod deps;
 pub mod hostile;

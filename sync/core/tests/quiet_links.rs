@@ -30,6 +30,7 @@ use meshlog_sync_core::frame::{
 };
 use meshlog_sync_core::proto::{PeerMemory, Protocol, Received};
 use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use meshlog_testkit::churn::{churned, spread};
 
 /// One side of a link: its replica, its core, and what it sent, by kind.
 struct Side {
@@ -57,16 +58,30 @@ impl Side {
 /// Carries every frame `from` has to send into `to`, applying deltas;
 /// whether any moved.
 fn carry(now: Instant, from: &mut Side, to: &mut Side) -> bool {
+    carry_but(now, from, to, |_| false)
+}
+
+/// Carries every frame `from` has for `to` (each counted as sent) but
+/// those `lost` says are lost on the way; whether any moved.
+fn carry_but(
+    now: Instant,
+    from: &mut Side,
+    to: &mut Side,
+    mut lost: impl FnMut(&str) -> bool,
+) -> bool {
     let mut moved = false;
     while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
         moved = true;
-        let kind = frame::decode_payload_limited(&bytes[LENGTH_PREFIX_BYTES..], 8 << 20)
+        let payload = &bytes[LENGTH_PREFIX_BYTES..];
+        let kind = frame::decode_payload_limited(payload, 8 << 20)
             .unwrap()
             .kind();
         let entry = from.sent.entry(kind).or_default();
         entry.0 += 1;
         entry.1 += bytes.len() as u64;
-        let payload = &bytes[LENGTH_PREFIX_BYTES..];
+        if lost(kind) {
+            continue;
+        }
         match to.core.handle_payload(now, payload, &to.replica).unwrap() {
             Received::Apply(columns) => {
                 let applied = to.replica.apply_columns(columns);
@@ -257,41 +272,6 @@ fn our_hello_says_we_skip_unknown_kinds_and_an_older_peer_reads_our_usual_limit(
     // An older peer reads the two flag bits as a limit 3 bytes larger.
     assert_eq!(ours.frame_bytes_max as usize, FRAME_BYTES_MAX + 3);
     assert_eq!(ours.frame_limit(), FRAME_BYTES_MAX);
-}
-
-/// A stream id spread over 64 bits, as a writer's key-derived id is (the
-/// varint of one is 9 or 10 bytes, as in a real mesh).
-fn spread(i: u64) -> StreamId {
-    StreamId::new((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1 << 63)
-}
-
-/// A replica of stream `own` holding `live` writers' streams (one event
-/// each) and `retired` writers' streams (three events each, compacted to
-/// their head: retired and compacted), and a checkpoint minted from its
-/// marks.
-fn churned(own: u64, live: u64, retired: u64) -> SharedReplica {
-    let replica = SharedReplica::in_memory(StreamId::new(own));
-    let event = |stream, seq| Event {
-        stream,
-        seq,
-        lamport: seq,
-        time_ms: 0,
-        payload: Bytes::from_static(b"w"),
-    };
-    let mut events: Vec<Event> = (0..live).map(|i| event(spread(i), 1)).collect();
-    for i in 0..retired {
-        events.extend((1..=3).map(|seq| event(spread(1_000_000 + i), seq)));
-    }
-    replica
-        .apply(Delta {
-            events,
-            ..Delta::default()
-        })
-        .unwrap();
-    let retired: VersionVector = (0..retired).map(|i| (spread(1_000_000 + i), 3)).collect();
-    replica.compact(&retired).unwrap();
-    replica.mint_checkpoint(1_700_000_000_000).unwrap();
-    replica
 }
 
 /// What one link costs with `retired` retired, compacted writers beside
@@ -612,25 +592,6 @@ fn a_dialer_that_does_not_read_a_hello_against_a_checkpoint_gets_a_whole_one() {
     assert_eq!(ours.floor, b.floor());
 }
 
-/// Carries every frame `from` has for `to` but routes frames, which are
-/// lost; whether any moved.
-fn carry_losing_routes(now: Instant, from: &mut Side, to: &mut Side) -> bool {
-    let mut moved = false;
-    while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
-        moved = true;
-        let payload = &bytes[LENGTH_PREFIX_BYTES..];
-        if frame::decode_payload(payload).unwrap().kind() == "routes" {
-            continue;
-        }
-        if let Received::Apply(columns) = to.core.handle_payload(now, payload, &to.replica).unwrap()
-        {
-            let applied = to.replica.apply_columns(columns);
-            to.core.handle_applied(now, applied).unwrap();
-        }
-    }
-    moved
-}
-
 /// Regression (found by `sync/tests/convergence.rs`, seed
 /// 11469765292980228007, once an accepting side began to wait for the
 /// dialer's hello): a routes frame asking a stream loud again was sent
@@ -670,7 +631,7 @@ fn a_lost_loud_is_asked_again_and_the_stream_comes() {
     assert_eq!(a.core.state().peer_quiet_streams, 1, "B asked A quiet");
     // C's session ends: B asks A loud again, and that frame is lost.
     drop(b_to_c);
-    while carry_losing_routes(now, &mut b, &mut a) | carry(now, &mut a, &mut b) {}
+    while carry_but(now, &mut b, &mut a, |kind| kind == "routes") | carry(now, &mut a, &mut b) {}
     assert_eq!(a.core.state().peer_quiet_streams, 1, "the loud was lost");
     // A writes; only A holds it. Within a few ticks B asks loud again.
     a.replica.append(&b"two"[..]).unwrap();
@@ -682,28 +643,11 @@ fn a_lost_loud_is_asked_again_and_the_stream_comes() {
 /// Carries every frame `from` has for `to` but the first `lose` frames of
 /// kind `kind`, which are lost; whether any moved.
 fn carry_losing(now: Instant, from: &mut Side, to: &mut Side, kind: &str, lose: &mut u32) -> bool {
-    let mut moved = false;
-    while let Some(bytes) = from.core.poll_transmit(now, &from.replica).unwrap() {
-        moved = true;
-        let payload = &bytes[LENGTH_PREFIX_BYTES..];
-        let decoded = frame::decode_payload_limited(payload, 8 << 20).unwrap();
-        *from.sent.entry(decoded.kind()).or_default() = (1, 0);
-        if decoded.kind() == kind && *lose > 0 {
-            *lose -= 1;
-            continue;
-        }
-        match to.core.handle_payload(now, payload, &to.replica).unwrap() {
-            Received::Apply(columns) => {
-                let applied = to.replica.apply_columns(columns);
-                to.core.handle_applied(now, applied).unwrap();
-            }
-            Received::Checkpoint(checkpoint) => {
-                to.replica.keep_checkpoint(checkpoint).unwrap();
-            }
-            Received::Nothing => {}
-        }
-    }
-    moved
+    carry_but(now, from, to, |sent| {
+        let lost = sent == kind && *lose > 0;
+        *lose -= u32::from(lost);
+        lost
+    })
 }
 
 /// The ask for the checkpoint a hello was written against, or its
