@@ -367,6 +367,19 @@ fn offered_costs_a_round(
     }
 }
 
+/// The admin's statement that `stream` is compacted to `floor` over the
+/// genesis hash: a chain no replica here holds at that floor.
+fn genesis_statement(stream: StreamId, floor: u64) -> Frame {
+    Frame::Statement(
+        Compaction {
+            stream,
+            floor,
+            hash: ChainHash::GENESIS,
+        }
+        .sign_by_admin(&admin()),
+    )
+}
+
 /// Issue 29: a refused statement offered again in the same session costs
 /// B a lookup: no commit round (nothing handed back to apply, the
 /// replica's refusal counter unchanged), counted in
@@ -380,16 +393,7 @@ fn a_refused_statement_offered_again_costs_no_commit_round() {
     let stream = w.stream();
     let now = Instant::now();
     let mut core = core_after_hello(&a, &b, now);
-    let statement = |floor| {
-        Frame::Statement(
-            Compaction {
-                stream,
-                floor,
-                hash: ChainHash::GENESIS,
-            }
-            .sign_by_admin(&admin()),
-        )
-    };
+    let statement = |floor| genesis_statement(stream, floor);
     assert!(offered_costs_a_round(now, &mut core, &statement(FLOOR), &b));
     assert_eq!(b.stats().deltas_refused, 1);
     for floor in [FLOOR, FLOOR, FLOOR - 1] {
@@ -421,16 +425,7 @@ fn a_statement_refused_for_a_hash_mismatch_offered_again_costs_no_commit_round()
     let stream = w.stream();
     let now = Instant::now();
     let mut core = core_after_hello(&a, &b, now);
-    let other_history = |floor| {
-        Frame::Statement(
-            Compaction {
-                stream,
-                floor,
-                hash: ChainHash::GENESIS,
-            }
-            .sign_by_admin(&admin()),
-        )
-    };
+    let other_history = |floor| genesis_statement(stream, floor);
     assert!(offered_costs_a_round(
         now,
         &mut core,
