@@ -28,7 +28,7 @@ use bytes::Bytes;
 use meshlog_cursor::{token, CheckpointName, StreamId, TokenError, VersionVector};
 use meshlog_replica::{Commits, Config, MemStore, Replica, SharedReplica};
 use meshlog_sync_core::frame::LENGTH_PREFIX_BYTES;
-use meshlog_sync_core::proto::{Protocol, Received};
+use meshlog_sync_core::proto::{PeerMemory, Protocol, Received};
 use meshlog_sync_core::{PeerDirection, ProtocolError, Routes, SessionConfig};
 use meshlog_testkit::SplitMix64;
 
@@ -65,12 +65,6 @@ pub struct MeshConfig {
     pub session: SessionConfig,
     /// Each event's payload length.
     pub payload_bytes: usize,
-    /// A what-if, not what the tokio driver does: each session's first
-    /// mint call waits a time drawn up to this (from a generator of its
-    /// own, so the run's other draws are unchanged). Zero, the driver's
-    /// behaviour: the first call at the session's first wake-up, so a
-    /// mesh started at once mints one checkpoint per replica.
-    pub first_mint_jitter: Duration,
 }
 
 /// What the run did, summed over every link and session.
@@ -182,6 +176,10 @@ struct Link {
     backoff: Duration,
     /// Bytes sent on this link (both ways), for the heartbeat figure.
     bytes_sent: u64,
+    /// What the dialer's last session learned of the listener, which its
+    /// next session starts from (the tokio driver's `PeerLink` memory,
+    /// which the node keeps on disk: a restart keeps it too).
+    memory: PeerMemory,
 }
 
 struct Writer {
@@ -207,8 +205,6 @@ pub struct Mesh {
     steps: u64,
     /// The names of the checkpoints minted so far (for the distinct count).
     minted: BTreeSet<CheckpointName>,
-    /// The draws of [`MeshConfig::first_mint_jitter`].
-    mint_rng: SplitMix64,
 }
 
 impl Mesh {
@@ -259,7 +255,6 @@ impl Mesh {
             fingerprint: 0xcbf2_9ce4_8422_2325,
             steps: 0,
             minted: BTreeSet::new(),
-            mint_rng: SplitMix64::new(config.seed ^ 0x6d69_6e74),
             rng,
             config,
         };
@@ -273,6 +268,7 @@ impl Mesh {
                 redial_scheduled: false,
                 backoff: REDIAL_FIRST,
                 bytes_sent: 0,
+                memory: PeerMemory::default(),
             });
             mesh.nodes[dialer].links.push(link);
             mesh.nodes[listener].links.push(link);
@@ -593,24 +589,26 @@ impl Mesh {
         self.counters.connections += 1;
         self.mix(&[7, link as u64]);
         let now = self.instant();
-        let jitter = self.config.first_mint_jitter.as_micros() as u64;
-        let mint_at = [0, 1].map(|_| {
-            let drawn = if jitter == 0 {
-                0
-            } else {
-                self.mint_rng.below(jitter)
-            };
-            self.now + Duration::from_micros(drawn)
-        });
-        let session = |node: &Node, direction, mint_at| Session {
+        // The dialer starts from what its last session learned of the
+        // listener; the listener learns from the dialer's hello.
+        let session = |node: &Node, direction, memory: &PeerMemory| Session {
             protocol: Protocol::new(node.stream, self.config.session.clone(), now)
-                .with_routes(&node.routes, direction),
+                .with_routes(&node.routes, direction)
+                .with_peer_memory(memory),
             wake_at: None,
-            mint_at,
+            mint_at: self.now,
         };
         let sessions = [
-            session(&self.nodes[dialer], PeerDirection::Outbound, mint_at[0]),
-            session(&self.nodes[listener], PeerDirection::Inbound, mint_at[1]),
+            session(
+                &self.nodes[dialer],
+                PeerDirection::Outbound,
+                &self.links[link].memory,
+            ),
+            session(
+                &self.nodes[listener],
+                PeerDirection::Inbound,
+                &PeerMemory::default(),
+            ),
         ];
         self.links[link].sessions = Some(sessions);
         self.fill(link, 0);
@@ -619,9 +617,10 @@ impl Mesh {
 
     /// Closes `link`'s connection, both sides, and has the dialer redial.
     fn close(&mut self, link: usize, why: &str) {
-        if self.links[link].sessions.take().is_none() {
+        let Some([dialer, _]) = self.links[link].sessions.take() else {
             return;
-        }
+        };
+        self.links[link].memory = dialer.protocol.peer_memory();
         *self
             .counters
             .session_ends

@@ -166,7 +166,6 @@ impl Scenario {
             reader.fail_over(&mesh, to)?;
             reader.finish(&mesh, 100)?;
         }
-        let sum = |f: fn(&Reader) -> u64| readers.iter().map(f).sum::<u64>();
         let head = mesh.replica(0).expect("up").marks();
         let token_head_bytes = token::encode_text(&head).map_or(0, |t| t.len());
         let token_mid_bytes = token::encode_text(&mid_walk_cursor(&mesh)).map_or(0, |t| t.len());
@@ -174,6 +173,19 @@ impl Scenario {
         // Quiet: heartbeats and their receipts, and the checkpoint of the
         // converged marks, minted and gossiped.
         let (quiet, settled, quiet_by_kind) = self.quiet(&mut mesh);
+        // At the head after the quiet window (the converged marks'
+        // checkpoint minted and gossiped), every reader takes its
+        // replica's token for the head (version 2 if a checkpoint is
+        // within its bound) and fails over with it once more: mid-walk,
+        // a reader's cursor is often beyond every checkpoint's bound.
+        for reader in &mut readers {
+            reader.finish(&mesh, 100)?;
+            let up = mesh.up();
+            let to = up[mesh.rng().below(up.len() as u64) as usize];
+            reader.fail_over(&mesh, to)?;
+            reader.finish(&mesh, 100)?;
+        }
+        let sum = |f: fn(&Reader) -> u64| readers.iter().map(f).sum::<u64>();
         let head = mesh.replica(0).expect("up").marks();
         let token_v2_head = token_figure(&mesh, &head);
         let token_v2_mid = token_figure(&mesh, &mid_walk_cursor(&mesh));

@@ -49,7 +49,6 @@ fn ci_scenario(seed: u64, replicas: usize, writers: usize) -> Scenario {
             },
             session: SessionConfig::with_heartbeat(ms(250)),
             payload_bytes: 16,
-            first_mint_jitter: Duration::ZERO,
         },
         write_for: Duration::from_secs(5),
         events_per_writer: 5,
@@ -201,9 +200,35 @@ fn mesh_is_usable_alone(config: MeshConfig) -> Mesh {
     Mesh::new(config)
 }
 
-/// The head token with churn (`docs/BENCHMARKS.md`, "With churn"): in a
-/// clean mesh run as `mesh-bench` runs one (1 s heartbeats, half-second
-/// steps, a 10 s quiet window), half the writers retired half-way, the
+/// A clean mesh run as `mesh-bench` runs one (1 s heartbeats,
+/// half-second steps, a 10 s quiet window): 10 replicas, 300 writers.
+fn clean_scenario(seed: u64, retire_fraction: f64) -> Scenario {
+    Scenario {
+        mesh: MeshConfig {
+            seed,
+            replicas: 10,
+            late_joiners: 0,
+            writers: 300,
+            extra_links: 5,
+            net: NetConfig::clean(ms(10), ms(50)),
+            session: SessionConfig::default(),
+            payload_bytes: 16,
+        },
+        write_for: Duration::from_secs(5),
+        events_per_writer: 5,
+        faults: false,
+        retire_fraction,
+        readers: 2,
+        step: ms(500),
+        converge_within: Duration::from_secs(60),
+        converge_poll: ms(5),
+        quiet_for: Duration::from_secs(10),
+        progress: None,
+    }
+}
+
+/// The head token with churn (`docs/BENCHMARKS.md`, "With churn"): in
+/// the clean mesh, half the writers retired half-way, the
 /// token at the head of the converged mesh is relative to a checkpoint
 /// and within 2 KB. The simulator's model of checkpoints ended this run
 /// at version 1 (3,495 characters): it tried to mint after convergence
@@ -214,29 +239,7 @@ fn mesh_is_usable_alone(config: MeshConfig) -> Mesh {
 fn with_churn_the_head_token_of_a_converged_mesh_is_relative_to_a_checkpoint() {
     let seed = seed::replay_or(27);
     seed::with_seed("churn_head_token", seed, |seed| {
-        let scenario = Scenario {
-            mesh: MeshConfig {
-                seed,
-                replicas: 10,
-                late_joiners: 0,
-                writers: 300,
-                extra_links: 5,
-                net: NetConfig::clean(ms(10), ms(50)),
-                session: SessionConfig::default(),
-                payload_bytes: 16,
-                first_mint_jitter: Duration::ZERO,
-            },
-            write_for: Duration::from_secs(5),
-            events_per_writer: 5,
-            faults: false,
-            retire_fraction: 0.5,
-            readers: 2,
-            step: ms(500),
-            converge_within: Duration::from_secs(60),
-            converge_poll: ms(5),
-            quiet_for: Duration::from_secs(10),
-            progress: None,
-        };
+        let scenario = clean_scenario(seed, 0.5);
         let (_, figures) = scenario
             .run()
             .unwrap_or_else(|violation| panic!("seed {seed}: {violation}"));
@@ -246,5 +249,42 @@ fn with_churn_the_head_token_of_a_converged_mesh_is_relative_to_a_checkpoint() {
             "seed {seed}: head token {head:?}, version 1 {} characters",
             figures.token_head_bytes
         );
+    });
+}
+
+/// A dialer's hello after a restart goes against a checkpoint, as from a
+/// link's second session (the tokio driver's `PeerLink` memory, which the
+/// node keeps on disk): in a converged, quiet mesh of 300 writers, each
+/// replica in turn stops and restarts, its links redial, and no hello
+/// goes whole. The simulator's links kept no memory: each redial's first
+/// hello went whole (22 bytes a retired writer at scale).
+#[test]
+fn after_restarts_no_hello_goes_whole() {
+    let seed = seed::replay_or(27);
+    seed::with_seed("restart_hellos", seed, |seed| {
+        let (mut mesh, _) = clean_scenario(seed, 0.0)
+            .run()
+            .unwrap_or_else(|violation| panic!("seed {seed}: {violation}"));
+        let sent = |mesh: &Mesh, kind| mesh.counters().by_kind.get(kind).map_or(0, |c| c.0);
+        let (whole, against) = (sent(&mesh, "hello"), sent(&mesh, "hello against"));
+        for node in 0..mesh.replicas() {
+            mesh.stop(node);
+            let until = mesh.now() + Duration::from_secs(1);
+            mesh.run_until(until);
+            mesh.restart(node);
+            let until = mesh.now() + Duration::from_secs(5);
+            mesh.run_until(until);
+        }
+        assert_eq!(
+            mesh.connected(),
+            mesh.links().len(),
+            "seed {seed}: every link redialed"
+        );
+        assert_eq!(
+            sent(&mesh, "hello"),
+            whole,
+            "seed {seed}: a hello went whole after a restart"
+        );
+        assert!(sent(&mesh, "hello against") > against, "seed {seed}");
     });
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p meshlog-sim --bin mesh-bench -- [--replicas N] [--writers W]
 //!     [--events-per-writer E] [--seed S] [--faults] [--write-secs T] [--quiet-secs Q]
-//!     [--retire-fraction F] [--first-mint-jitter-ms J]
+//!     [--retire-fraction F]
 //! ```
 //!
 //! Builds a mesh of N replicas on a random connected topology (links from
@@ -19,10 +19,7 @@
 //! `--retire-fraction F` (churn), that fraction of the writers stops after
 //! the first half of the write window and every replica compacts their
 //! streams whole; the bytes per link per minute before and after are
-//! printed. `--first-mint-jitter-ms J` is a what-if, not the tokio
-//! driver: each session's first mint call waits up to J ms (the driver
-//! calls at its first tick, so a mesh started at once mints a checkpoint
-//! per replica and floods them all).
+//! printed.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -43,7 +40,6 @@ struct Args {
     write_secs: u64,
     quiet_secs: u64,
     retire_fraction: f64,
-    first_mint_jitter_ms: u64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -56,7 +52,6 @@ fn parse() -> Result<Args, String> {
         write_secs: 5,
         quiet_secs: 60,
         retire_fraction: 0.0,
-        first_mint_jitter_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,7 +66,6 @@ fn parse() -> Result<Args, String> {
             "--write-secs" => args.write_secs = number(&value()?)?,
             "--quiet-secs" => args.quiet_secs = number(&value()?)?,
             "--retire-fraction" => args.retire_fraction = number(&value()?)?,
-            "--first-mint-jitter-ms" => args.first_mint_jitter_ms = number(&value()?)?,
             "--faults" => args.faults = true,
             other => return Err(format!("unknown flag {other}")),
         }
@@ -132,7 +126,6 @@ fn scenario(args: &Args) -> Scenario {
             net,
             session: SessionConfig::default(),
             payload_bytes: 16,
-            first_mint_jitter: Duration::from_millis(args.first_mint_jitter_ms),
         },
         write_for: Duration::from_secs(args.write_secs),
         events_per_writer: args.events_per_writer,
