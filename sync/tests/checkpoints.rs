@@ -292,3 +292,47 @@ fn a_checkpoint_asked_for_by_name_comes_from_the_peer_that_keeps_it() {
         assert_eq!(b.checkpoints(), vec![kept]);
     });
 }
+
+/// A checkpoint a session keeps wakes the replica's other sessions, which
+/// send it on at once (`CheckpointWants`, shared by a replica's
+/// sessions): in a line A – B – C of quiet sessions whose ticks never
+/// come in the test (an hour's heartbeat), the checkpoint A brings to B
+/// reaches C. Without the wake it waited for the B – C session's next
+/// tick: a quiet mesh passed a checkpoint on one hop a tick.
+#[test]
+fn a_checkpoint_kept_is_sent_on_by_the_replicas_other_sessions_at_once() {
+    run_paused(async {
+        let slow = SessionConfig {
+            checkpoints: true,
+            ..SessionConfig::with_heartbeat(Duration::from_secs(3_600))
+        };
+        let [a, b, c] = [1, 2, 3].map(|s| SharedReplica::in_memory(StreamId::new(s)));
+        for replica in [&a, &b, &c] {
+            replica.apply(writers_at(1)).unwrap();
+        }
+        let wants = CheckpointWants::new();
+        let (b_end, c_end) = tokio::io::duplex(1 << 20);
+        let session = Session::new(b.clone(), slow.clone()).with_checkpoint_wants(wants.clone());
+        tokio::spawn(session.run(b_end));
+        tokio::spawn(Session::new(c.clone(), slow.clone()).run(c_end));
+        wait_for("b's session with c to be up", WAIT, || {
+            wants.sessions() == 1
+        })
+        .await;
+        let minted = churn::mint_at(&a, T0);
+        let (a_end, b_end) = tokio::io::duplex(1 << 20);
+        tokio::spawn(Session::new(a.clone(), slow.clone()).run(a_end));
+        let session = Session::new(b.clone(), slow).with_checkpoint_wants(wants.clone());
+        tokio::spawn(session.run(b_end));
+        wait_for("b to keep a's checkpoint", WAIT, || {
+            b.checkpoint(minted.name()).is_some()
+        })
+        .await;
+        wait_for(
+            "c to keep it before the b – c session's tick",
+            WAIT,
+            || c.checkpoint(minted.name()).is_some(),
+        )
+        .await;
+    });
+}
