@@ -731,8 +731,8 @@ impl Mesh {
     /// checkpoints asks its replica to mint one from its marks once a
     /// heartbeat interval, at the simulated time; the replica mints only
     /// when one is due (`Replica::mint_checkpoint`). The checkpoint goes
-    /// out with every session's fill at once (the driver's checkpoint
-    /// wants wake them).
+    /// out with the session's fill, and with the replica's other
+    /// sessions' next fills, as the driver's do.
     fn mint(&mut self, link: usize, side: usize) {
         let node = self.links[link].ends[side];
         let Some(replica) = self.nodes[node].replica.as_ref() else {
@@ -756,9 +756,6 @@ impl Mesh {
                 self.counters.checkpoints_distinct += 1;
             }
             self.mix(&[10, node as u64, checkpoint.vector().len() as u64]);
-            // The driver's checkpoint wants wake the replica's other
-            // sessions, which send it on.
-            self.marks_changed(node);
         }
     }
 
@@ -804,8 +801,7 @@ impl Mesh {
     }
 
     /// A frame arrives: the driver's `on_payload`, then its `fill`, and the
-    /// other sessions of the replica filled if its marks moved or it was
-    /// handed a checkpoint (the driver's `CheckpointWants` wake).
+    /// other sessions of the replica filled if its marks moved.
     fn deliver(&mut self, link: usize, side: usize, epoch: u64, payload: &[u8]) {
         if self.links[link].epoch != epoch || self.links[link].sessions.is_none() {
             self.counters.frames_stale += 1;
@@ -822,10 +818,8 @@ impl Mesh {
         };
         let sessions = self.links[link].sessions.as_mut().expect("checked above");
         let protocol = &mut sessions[side].protocol;
-        // Whether the marks or the floor moved (the change watch's wake-up),
-        // read from the apply's report, not by cloning the marks twice; or
-        // a checkpoint was handed back to keep (the checkpoint wants'
-        // wake-up: kept or not, as the driver bumps it).
+        // Whether the marks or the floor moved (the change watch's wake-up):
+        // read from the apply's report, not by cloning the marks twice.
         let mut moved = false;
         let result = match protocol.handle_payload(now, payload, replica) {
             Ok(Received::Nothing) => Ok(()),
@@ -836,7 +830,6 @@ impl Mesh {
                     .keep_checkpoint(checkpoint)
                     .expect("an in-memory replica keeps a checkpoint");
                 self.counters.checkpoints_kept += u64::from(kept);
-                moved = true;
                 Ok(())
             }
             Ok(Received::Apply(columns)) => {
@@ -860,8 +853,7 @@ impl Mesh {
         }
     }
 
-    /// The change watch, or the checkpoint wants' wake-up: every session
-    /// of `node` fills.
+    /// The change watch: every session of `node` fills.
     fn marks_changed(&mut self, node: usize) {
         for link in self.nodes[node].links.clone() {
             if self.links[link].sessions.is_some() {

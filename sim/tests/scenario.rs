@@ -75,10 +75,8 @@ fn a_faulty_mesh_of_20_replicas_and_200_writers_converges_and_walks_exactly_once
     // Retuned from 0x5e4_0027 when an accepting side began to wait for
     // the dialer's hello and a lost loud began to be asked again (every
     // later draw moved; that seed's run held every invariant but met no
-    // read timeout); from 0x5e4_002a when a kept checkpoint began to wake
-    // a replica's other sessions (its run held every invariant, but no
-    // reader met a stale answer).
-    let seed = seed::replay_or(0x5e4_002b);
+    // read timeout).
+    let seed = seed::replay_or(0x5e4_002a);
     seed::with_seed("mesh_20x200", seed, |seed| {
         let (_, figures) = ci_scenario(seed, 20, 200)
             .run()
@@ -155,7 +153,7 @@ fn a_mesh_whose_writers_retire_half_way_converges() {
 
 #[test]
 fn a_seed_replays_the_same_run() {
-    let seed = seed::replay_or(0x5e4_002b);
+    let seed = seed::replay_or(0x5e4_0001);
     let run = || {
         let mut scenario = ci_scenario(seed, 6, 30);
         scenario.write_for = Duration::from_secs(2);

@@ -20,7 +20,7 @@ use crate::frame::{FrameError, FrameReader};
 // Named by the docs only.
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;
-use crate::wants::{CheckpointWants, Registration, SlotEvent};
+use crate::wants::{CheckpointWants, Registration};
 use crate::{ChangeWatch, SharedReplica};
 
 /// How a session ended when nothing went wrong. New ways may be added (as
@@ -284,9 +284,8 @@ enum Turn {
     Read(io::Result<Option<Bytes>>),
     Wrote(io::Result<usize>),
     MarksChanged,
-    /// A checkpoint asked for by name (`CheckpointWants::ask`), or one
-    /// the replica added (kept by another session, or minted).
-    Wants(SlotEvent),
+    /// A checkpoint asked for by name (`CheckpointWants::ask`).
+    Wanted(meshlog_cursor::CheckpointName),
 }
 
 /// The tokio driver of a [`Protocol`]: it owns the stream, the output
@@ -360,7 +359,7 @@ where
                 read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
                 written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
                 _ = self.marks.receiver().changed() => Turn::MarksChanged,
-                Some(event) = next_from_wants(self.wants.as_mut()) => Turn::Wants(event),
+                Some(name) = next_want(self.wants.as_mut()) => Turn::Wanted(name),
             }
         } else {
             tokio::select! {
@@ -370,7 +369,7 @@ where
                 written = self.write.write(&self.out), if has_output => Turn::Wrote(written),
                 read = self.reader.read_payload(&mut self.read) => Turn::Read(read),
                 _ = self.marks.receiver().changed() => Turn::MarksChanged,
-                Some(event) = next_from_wants(self.wants.as_mut()) => Turn::Wants(event),
+                Some(name) = next_want(self.wants.as_mut()) => Turn::Wanted(name),
             }
         }
     }
@@ -407,11 +406,9 @@ where
             Turn::MarksChanged => {}
             // Queued in the core (or not: the peer does not take the
             // frames, or this side holds it now); sent by the next fill.
-            Turn::Wants(SlotEvent::Asked(name)) => {
+            Turn::Wanted(name) => {
                 self.protocol.want_checkpoint(name, &self.shared);
             }
-            // A checkpoint the peer may lack: loop round to fill.
-            Turn::Wants(SlotEvent::Added) => {}
         }
         Ok(None)
     }
@@ -512,7 +509,7 @@ where
                 match self.shared.keep_checkpoint_async(checkpoint).await {
                     Ok(_) => {
                         if let Some(wants) = &self.wants {
-                            wants.wants().added();
+                            wants.wants().received();
                         }
                     }
                     Err(error) => {
@@ -540,22 +537,15 @@ where
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.as_millis() as u64);
         match self.shared.mint_checkpoint_async(now_ms).await {
-            Ok(Some(checkpoint)) => {
-                tracing::debug!(name = %checkpoint.name(), "checkpoint minted");
-                // The replica's other sessions send it on now.
-                if let Some(wants) = &self.wants {
-                    wants.wants().added();
-                }
-            }
+            Ok(Some(checkpoint)) => tracing::debug!(name = %checkpoint.name(), "checkpoint minted"),
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "minting a checkpoint failed"),
         }
     }
 }
 
-/// The next checkpoint name asked of this session, or word of one added;
-/// never, without wants.
-async fn next_from_wants(wants: Option<&mut Registration>) -> Option<SlotEvent> {
+/// The next checkpoint name asked of this session; never, without wants.
+async fn next_want(wants: Option<&mut Registration>) -> Option<meshlog_cursor::CheckpointName> {
     match wants {
         Some(wants) => wants.next().await,
         None => std::future::pending().await,

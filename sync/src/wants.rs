@@ -10,10 +10,6 @@
 //! checkpoint frames. An ask goes to every slot whose peer does, without
 //! waiting; what the peers send back is checked against its name by the
 //! core and kept by the session, which then bumps [`CheckpointWants::kept`].
-//! A bump (a checkpoint kept, or one the replica minted at a session's
-//! ask) also wakes every session of the replica, so that each sends the
-//! new checkpoint to a peer lacking it at once, not at its next tick: a
-//! checkpoint crosses a quiet mesh in a few round trips, not a tick a hop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,8 +34,7 @@ pub struct CheckpointWants {
 #[derive(Debug)]
 struct Inner {
     slots: Mutex<Vec<Arc<Slot>>>,
-    /// Bumped each time a session keeps a checkpoint received, or its
-    /// replica mints one at a session's ask.
+    /// Bumped each time a session keeps a checkpoint received.
     kept: watch::Sender<u64>,
 }
 
@@ -89,15 +84,13 @@ impl CheckpointWants {
     }
 
     /// A receiver that changes each time a session keeps a checkpoint its
-    /// peer sent (asked for or gossiped), or the replica mints one at a
-    /// session's ask: check the replica again then.
+    /// peer sent (asked for or gossiped): check the replica again then.
     pub fn kept(&self) -> watch::Receiver<u64> {
         self.inner.kept.subscribe()
     }
 
-    /// A session kept a checkpoint its peer sent, or its replica minted
-    /// one: readers check the replica again, sessions send it on.
-    pub(crate) fn added(&self) {
+    /// A session kept a checkpoint its peer sent.
+    pub(crate) fn received(&self) {
         self.inner.kept.send_modify(|count| *count += 1);
     }
 
@@ -113,7 +106,6 @@ impl CheckpointWants {
             wants: self.clone(),
             slot,
             asks,
-            added: self.kept(),
         }
     }
 }
@@ -124,18 +116,6 @@ pub(crate) struct Registration {
     wants: CheckpointWants,
     slot: Arc<Slot>,
     asks: mpsc::Receiver<CheckpointName>,
-    /// [`CheckpointWants::kept`], seen up to the last [`SlotEvent::Added`].
-    added: watch::Receiver<u64>,
-}
-
-/// What a session's slot hands it.
-#[derive(Debug)]
-pub(crate) enum SlotEvent {
-    /// A checkpoint asked for by name ([`CheckpointWants::ask`]).
-    Asked(CheckpointName),
-    /// The replica keeps a checkpoint it did not (kept by a session, or
-    /// minted): the peer may lack it.
-    Added,
 }
 
 impl Registration {
@@ -144,15 +124,10 @@ impl Registration {
         self.slot.takes.store(takes, Ordering::Release);
     }
 
-    /// The next name asked for, or word of a checkpoint added (never
-    /// ends while registered: the slot holds the sender, the wants the
-    /// watch). Asks first.
-    pub(crate) async fn next(&mut self) -> Option<SlotEvent> {
-        tokio::select! {
-            biased;
-            name = self.asks.recv() => name.map(SlotEvent::Asked),
-            added = self.added.changed() => added.ok().map(|()| SlotEvent::Added),
-        }
+    /// The next name asked for (never ends while registered: the slot
+    /// holds the sender).
+    pub(crate) async fn next(&mut self) -> Option<CheckpointName> {
+        self.asks.recv().await
     }
 
     /// The wants it belongs to.
