@@ -12,7 +12,7 @@ use super::state::{LocalReplica, Protocol, Received};
 
 /// The most checkpoint names a [`PeerMemory`] holds: as many as a replica
 /// keeps (`meshlog_replica::CHECKPOINTS_KEPT`).
-const MEMORY_NAMES_MAX: usize = 16;
+pub(super) const MEMORY_NAMES_MAX: usize = 16;
 
 /// What a session learned of its peer that the next session dialed to the
 /// same peer starts from (`docs/PROTOCOL.md`, "The dialer's hello"): with
@@ -20,7 +20,9 @@ const MEMORY_NAMES_MAX: usize = 16;
 /// retired and compacted costs nothing. Kept by the driver between
 /// sessions (`meshlog_sync::PeerLink`, per peer dialed), handed to the next
 /// with [`Protocol::with_peer_memory`]; the default knows nothing (a
-/// whole hello).
+/// whole hello). A driver that keeps it past its process (the node does,
+/// in its data directory) writes it with [`PeerMemory::to_bytes`] and
+/// reads it back with [`PeerMemory::from_bytes`].
 ///
 /// ```
 /// use std::time::Instant;
