@@ -28,6 +28,10 @@ pub struct SessionState {
     /// build), skipped whole: counted in [`SessionState::frames_received`]
     /// too, and logged at `debug`.
     pub frames_skipped: u64,
+    /// Hellos sent against a checkpoint (kind 9) rather than whole: a
+    /// dialer's first hello is one when it remembers that the peer reads
+    /// one (`docs/PROTOCOL.md`, "The dialer's hello").
+    pub hellos_against_sent: u64,
     /// Bytes sent, prefixes included.
     pub bytes_sent: u64,
     /// Bytes received, prefixes included.

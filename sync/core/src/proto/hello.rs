@@ -114,6 +114,7 @@ impl Protocol {
         };
         if self.hello.peer_takes_against {
             if let Some(against) = self.against(&hello, local) {
+                self.state.hellos_against_sent += 1;
                 return Frame::HelloAgainst(against);
             }
         }
