@@ -253,8 +253,8 @@ mod tests {
             if rng.below(2) == 0 && len >= MEMORY_HEAD_BYTES {
                 bytes[0] = MEMORY_BYTES_VERSION;
                 bytes[1] &= READS_HELLO_AGAINST;
-                bytes[2] = ((len - MEMORY_HEAD_BYTES) / CHECKPOINT_NAME_BYTES)
-                    .min(MEMORY_NAMES_MAX) as u8;
+                bytes[2] =
+                    ((len - MEMORY_HEAD_BYTES) / CHECKPOINT_NAME_BYTES).min(MEMORY_NAMES_MAX) as u8;
             }
             if let Ok(memory) = PeerMemory::from_bytes(&bytes) {
                 assert_eq!(memory.to_bytes(), bytes);
