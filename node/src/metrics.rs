@@ -75,6 +75,8 @@ pub struct Metrics {
     statements_refused: Counter,
     /// Frames of a kind this node does not know, skipped (summed likewise).
     frames_skipped: Counter,
+    /// Hellos sent against a checkpoint (summed likewise).
+    hellos_against_sent: Counter,
 }
 
 impl Default for Metrics {
@@ -116,6 +118,7 @@ impl Metrics {
             statements_sent: Counter::default(),
             statements_refused: Counter::default(),
             frames_skipped: Counter::default(),
+            hellos_against_sent: Counter::default(),
             registry: Registry::default(),
             render_lock: std::sync::Mutex::new(()),
         };
@@ -281,6 +284,11 @@ impl Metrics {
             "Sync frames of a kind this node does not know (sent by a newer peer), skipped whole; the session goes on",
             self.frames_skipped.clone(),
         );
+        r.register(
+            "sync_hellos_against_sent",
+            "Sync hellos sent against a checkpoint (kind 9) rather than whole: a dialed link's first hello is one when the node remembers (in its data directory's peer-memory file, across restarts) that the peer reads one (docs/PROTOCOL.md, The dialer's hello)",
+            self.hellos_against_sent.clone(),
+        );
     }
 
     /// The metrics in Prometheus text format, after copying in the
@@ -302,6 +310,7 @@ impl Metrics {
         catch_up(&self.statements_sent, sessions.statements_sent);
         catch_up(&self.statements_refused, sessions.statements_refused);
         catch_up(&self.frames_skipped, sessions.frames_skipped);
+        catch_up(&self.hellos_against_sent, sessions.hellos_against_sent);
         self.open_warnings
             .set(i64::try_from(stats.open_warnings).unwrap_or(i64::MAX));
         self.peers_connected
@@ -351,6 +360,8 @@ pub struct SessionTotals {
     pub statements_refused: u64,
     /// `SessionState::frames_skipped`.
     pub frames_skipped: u64,
+    /// `SessionState::hellos_against_sent`.
+    pub hellos_against_sent: u64,
 }
 
 impl SessionTotals {
@@ -359,6 +370,7 @@ impl SessionTotals {
         self.statements_sent += session.statements_sent;
         self.statements_refused += session.statements_refused;
         self.frames_skipped += session.frames_skipped;
+        self.hellos_against_sent += session.hellos_against_sent;
     }
 }
 

@@ -1,0 +1,110 @@
+//! What a node's links learned of their peers outlives a restart (issue
+//! 27, writer churn; `docs/PROTOCOL.md`, "The dialer's hello"): the data
+//! directory's `peer-memory` file. A restarted node's first hello to a
+//! peer that read one goes against a checkpoint, where before it went
+//! whole (22 bytes a retired writer); a bad file (garbage, cut short, a
+//! byte changed, oversized) is no memory: the node starts, its first hello
+//! goes whole, and the file is written anew.
+//!
+//! How: node A (stream 1) starts on a data directory holding a checkpoint
+//! its marks dominate (`support::checkpointed_dir`) and dials node B, which
+//! reads a hello against a checkpoint (checkpoints on, the default). A is
+//! stopped and started again on the same directory; what its hellos were
+//! is `meshlog_sync_hellos_against_sent_total` in A's `/metrics`, read
+//! while its link to B is up (the session's own counter is included).
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use meshlog_node::Node;
+use support::{append, checkpointed_dir, counter, get, marks, start, test_config, wait_until};
+
+/// A, on `dir`, dialing `b`.
+async fn start_a(dir: &Path, b: SocketAddr) -> Node {
+    let mut config = test_config(dir, 1);
+    config.peers = vec![format!("http://{b}")];
+    Node::start(config).await.expect("the node starts")
+}
+
+/// Waits until A's link to B is up and B holds an event A appends now.
+async fn synced(a: SocketAddr, b: SocketAddr) {
+    let seq = append(a, b"after the start").await;
+    wait_until("b holds a's new event", || async {
+        marks(b).await["marks"]["1"] == seq
+    })
+    .await;
+    wait_until("a's link to b is up", || async {
+        get(a, "/peers").await.json()["peers"][0]["connected"] == true
+    })
+    .await;
+}
+
+async fn hellos_against(a: SocketAddr) -> u64 {
+    counter(a, "meshlog_sync_hellos_against_sent_total").await
+}
+
+async fn stop(node: Node) {
+    node.shutdown();
+    node.stopped().await;
+}
+
+/// A started on `dir`, synced with B: how many of its hellos went
+/// against a checkpoint. Stopped after.
+async fn run_a(dir: &Path, b: SocketAddr) -> u64 {
+    let a = start_a(dir, b).await;
+    let addr = a.local_addr();
+    synced(addr, b).await;
+    let against = hellos_against(addr).await;
+    stop(a).await;
+    against
+}
+
+#[tokio::test]
+async fn a_restarted_node_sends_its_first_hello_against_a_checkpoint() {
+    let b = start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    checkpointed_dir(dir.path());
+    let file = dir.path().join("peer-memory");
+    assert_eq!(
+        run_a(dir.path(), b.addr).await,
+        0,
+        "the first start knows nothing of b: a whole hello"
+    );
+    assert!(file.exists(), "the session's end wrote what it learned");
+    assert!(!dir.path().join("peer-memory.tmp").exists());
+    assert_eq!(
+        run_a(dir.path(), b.addr).await,
+        1,
+        "after the restart, the first hello goes against the checkpoint"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_peer_memory_file_is_a_whole_hello_and_is_written_anew() {
+    let b = start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    checkpointed_dir(dir.path());
+    let file = dir.path().join("peer-memory");
+    run_a(dir.path(), b.addr).await;
+    let good = std::fs::read(&file).unwrap();
+    let mut changed = good.clone();
+    changed[good.len() / 2] ^= 0x10;
+    let bad = [
+        ("garbage", b"not a peer memory".to_vec()),
+        ("cut short", good[..good.len() - 1].to_vec()),
+        ("a byte changed", changed),
+        ("oversized", vec![0; 1 << 20]),
+    ];
+    for (what, bytes) in bad {
+        std::fs::write(&file, &bytes).unwrap();
+        assert_eq!(run_a(dir.path(), b.addr).await, 0, "{what}: a whole hello");
+        assert_ne!(std::fs::read(&file).unwrap(), bytes, "{what}: written anew");
+    }
+    assert_eq!(
+        run_a(dir.path(), b.addr).await,
+        1,
+        "the file written anew is read"
+    );
+}
