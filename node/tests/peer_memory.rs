@@ -3,8 +3,8 @@
 //! directory's `peer-memory` file. A restarted node's first hello to a
 //! peer that read one goes against a checkpoint, where before it went
 //! whole (22 bytes a retired writer); a bad file (garbage, cut short, a
-//! byte changed, oversized) is no memory: the node starts, its first hello
-//! goes whole, and the file is written anew.
+//! byte changed, oversized) is no memory: the node starts, warns with
+//! the reason, its first hello goes whole, and the file is written anew.
 //!
 //! How: node A (stream 1) starts on a data directory holding a checkpoint
 //! its marks dominate (`support::checkpointed_dir`) and dials node B, which
@@ -81,29 +81,42 @@ async fn a_restarted_node_sends_its_first_hello_against_a_checkpoint() {
     );
 }
 
-#[tokio::test]
-async fn a_bad_peer_memory_file_is_a_whole_hello_and_is_written_anew() {
-    let b = start(2).await;
+/// The warning a bad file gets is captured off the test's own thread (a
+/// current-thread runtime, where the node reads the file as it starts).
+#[test]
+fn a_bad_peer_memory_file_is_a_warning_a_whole_hello_and_is_written_anew() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let b = runtime.block_on(start(2));
     let dir = tempfile::tempdir().unwrap();
     checkpointed_dir(dir.path());
     let file = dir.path().join("peer-memory");
-    run_a(dir.path(), b.addr).await;
+    runtime.block_on(run_a(dir.path(), b.addr));
     let good = std::fs::read(&file).unwrap();
     let mut changed = good.clone();
     changed[good.len() / 2] ^= 0x10;
     let bad = [
-        ("garbage", b"not a peer memory".to_vec()),
-        ("cut short", good[..good.len() - 1].to_vec()),
-        ("a byte changed", changed),
-        ("oversized", vec![0; 1 << 20]),
+        ("garbage", b"not a peer memory".to_vec(), "version 110"),
+        ("cut short", good[..good.len() - 1].to_vec(), "checksum"),
+        ("a byte changed", changed, "checksum"),
+        ("oversized", vec![0; 1 << 20], "is over"),
     ];
-    for (what, bytes) in bad {
+    for (what, bytes, reason) in bad {
         std::fs::write(&file, &bytes).unwrap();
-        assert_eq!(run_a(dir.path(), b.addr).await, 0, "{what}: a whole hello");
+        let mut against = None;
+        let log = support::logged(|| against = Some(runtime.block_on(run_a(dir.path(), b.addr))));
+        assert_eq!(against, Some(0), "{what}: a whole hello");
+        let warning = log
+            .lines()
+            .find(|line| line.contains("WARN") && line.contains("peer memory file is not read"))
+            .unwrap_or_else(|| panic!("{what}: no warning in\n{log}"));
+        assert!(warning.contains(reason), "{what}: {warning}");
         assert_ne!(std::fs::read(&file).unwrap(), bytes, "{what}: written anew");
     }
     assert_eq!(
-        run_a(dir.path(), b.addr).await,
+        runtime.block_on(run_a(dir.path(), b.addr)),
         1,
         "the file written anew is read"
     );
