@@ -10,8 +10,9 @@
 //! its marks dominate (`support::checkpointed_dir`) and dials node B, which
 //! reads a hello against a checkpoint (checkpoints on, the default). A is
 //! stopped and started again on the same directory; what its hellos were
-//! is `meshlog_sync_hellos_against_sent_total` in A's `/metrics`, read
-//! while its link to B is up (the session's own counter is included).
+//! is `meshlog_sync_first_hellos_against_total` in A's `/metrics` (A's
+//! sessions whose first hello went against a checkpoint), read while its
+//! link to B is up (the session running is counted).
 
 mod support;
 
@@ -41,8 +42,8 @@ async fn synced(a: SocketAddr, b: SocketAddr) {
     .await;
 }
 
-async fn hellos_against(a: SocketAddr) -> u64 {
-    counter(a, "meshlog_sync_hellos_against_sent_total").await
+async fn first_hellos_against(a: SocketAddr) -> u64 {
+    counter(a, "meshlog_sync_first_hellos_against_total").await
 }
 
 async fn stop(node: Node) {
@@ -50,13 +51,13 @@ async fn stop(node: Node) {
     node.stopped().await;
 }
 
-/// A started on `dir`, synced with B: how many of its hellos went
-/// against a checkpoint. Stopped after.
+/// A started on `dir`, synced with B: how many of its sessions' first
+/// hellos went against a checkpoint. Stopped after.
 async fn run_a(dir: &Path, b: SocketAddr) -> u64 {
     let a = start_a(dir, b).await;
     let addr = a.local_addr();
     synced(addr, b).await;
-    let against = hellos_against(addr).await;
+    let against = first_hellos_against(addr).await;
     stop(a).await;
     against
 }

@@ -95,6 +95,7 @@ impl Protocol {
     /// marks number 1 if none were numbered yet.
     pub(super) fn hello_frame<L: LocalReplica>(&mut self, local: &L) -> Frame {
         self.hello.hello_due = false;
+        let first = !std::mem::replace(&mut self.hello.hello_sent, true);
         let (marks, floor) = local.marks_and_floor();
         // The first hello's marks are our marks number 1: any hello the
         // peer holds carries them or later ones, so a difference from
@@ -114,7 +115,7 @@ impl Protocol {
         };
         if self.hello.peer_takes_against {
             if let Some(against) = self.against(&hello, local) {
-                self.state.hellos_against_sent += 1;
+                self.state.first_hello_against |= first;
                 return Frame::HelloAgainst(against);
             }
         }
