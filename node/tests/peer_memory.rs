@@ -20,13 +20,35 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use meshlog_node::Node;
-use support::{append, checkpointed_dir, counter, get, marks, start, test_config, wait_until};
+use serde_json::json;
+use support::{
+    append, checkpointed_dir, counter, get, marks, post_json, start, test_config, wait_until,
+};
+
+/// A, on `dir`, dialing `peers` from the start.
+async fn start_a_with(dir: &Path, peers: &[SocketAddr]) -> Node {
+    let mut config = test_config(dir, 1);
+    config.peers = peers.iter().map(|peer| format!("http://{peer}")).collect();
+    Node::start(config).await.expect("the node starts")
+}
 
 /// A, on `dir`, dialing `b`.
 async fn start_a(dir: &Path, b: SocketAddr) -> Node {
-    let mut config = test_config(dir, 1);
-    config.peers = vec![format!("http://{b}")];
-    Node::start(config).await.expect("the node starts")
+    start_a_with(dir, &[b]).await
+}
+
+/// A started on `dir` with no peer, then told to dial `peer` over HTTP,
+/// synced with it: how many of its sessions' first hellos went against
+/// a checkpoint. Stopped after.
+async fn run_a_adding(dir: &Path, peer: SocketAddr) -> u64 {
+    let a = start_a_with(dir, &[]).await;
+    let addr = a.local_addr();
+    let added = post_json(addr, "/peers", &json!({"url": format!("http://{peer}")})).await;
+    assert_eq!(added.status, 201);
+    synced(addr, peer).await;
+    let against = first_hellos_against(addr).await;
+    stop(a).await;
+    against
 }
 
 /// Waits until A's link to B is up and B holds an event A appends now.
@@ -79,6 +101,31 @@ async fn a_restarted_node_sends_its_first_hello_against_a_checkpoint() {
         run_a(dir.path(), b.addr).await,
         1,
         "after the restart, the first hello goes against the checkpoint"
+    );
+}
+
+/// A peer added over HTTP starts from what the file says of it; a write
+/// made while it is no longer dialed drops it.
+#[tokio::test]
+async fn a_peer_added_later_starts_from_the_file_until_a_write_without_it() {
+    let b = start(2).await;
+    let c = start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    checkpointed_dir(dir.path());
+    assert_eq!(run_a(dir.path(), b.addr).await, 0);
+    assert_eq!(
+        run_a_adding(dir.path(), b.addr).await,
+        1,
+        "b, added over HTTP, is remembered"
+    );
+    // A start dialing c only: its session's end writes c, not b.
+    let a = start_a(dir.path(), c.addr).await;
+    synced(a.local_addr(), c.addr).await;
+    stop(a).await;
+    assert_eq!(
+        run_a_adding(dir.path(), b.addr).await,
+        0,
+        "b was dropped from the file: a whole hello"
     );
 }
 
