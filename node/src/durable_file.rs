@@ -1,5 +1,6 @@
 //! The one way the node writes a small file of its data directory that
-//! must never be seen half written (`stream-id`, `writer.key`).
+//! must never be seen half written (`stream-id`, `writer.key`,
+//! `peer-memory`).
 
 use std::io::Write;
 use std::path::Path;

@@ -19,7 +19,10 @@
 //!   document generated from them (`GET /openapi.json`, `meshlog openapi`).
 //! - `peers`: the links to peers by URL: dial, upgrade, run a sync session,
 //!   redial with jittered exponential backoff, report each peer's state;
-//!   peers added and removed at run time.
+//!   peers added and removed at run time. `peer_memory`: the data
+//!   directory's `peer-memory` file, what the links learned of their
+//!   peers, so that a link's first hello after a restart goes against a
+//!   checkpoint.
 //! - `read`: the one read behind `GET /events`, `POST /events/query` and
 //!   follow: a cursor's text, a limit and a stream filter to a page or a
 //!   stale answer.
@@ -63,6 +66,7 @@ pub mod http;
 pub mod mcp;
 mod metrics;
 pub mod peer_auth;
+mod peer_memory;
 mod peers;
 mod read;
 mod recovery;

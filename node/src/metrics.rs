@@ -75,6 +75,9 @@ pub struct Metrics {
     statements_refused: Counter,
     /// Frames of a kind this node does not know, skipped (summed likewise).
     frames_skipped: Counter,
+    /// Sessions whose first hello went against a checkpoint (summed
+    /// likewise).
+    first_hellos_against: Counter,
 }
 
 impl Default for Metrics {
@@ -116,6 +119,7 @@ impl Metrics {
             statements_sent: Counter::default(),
             statements_refused: Counter::default(),
             frames_skipped: Counter::default(),
+            first_hellos_against: Counter::default(),
             registry: Registry::default(),
             render_lock: std::sync::Mutex::new(()),
         };
@@ -281,6 +285,11 @@ impl Metrics {
             "Sync frames of a kind this node does not know (sent by a newer peer), skipped whole; the session goes on",
             self.frames_skipped.clone(),
         );
+        r.register(
+            "sync_first_hellos_against",
+            "Sync sessions whose first hello went against a checkpoint (kind 9) rather than whole: a dialed link's does when the node remembers (in its data directory's peer-memory file, across restarts) that the peer reads one; an inbound session's, when the dialer's hello says it reads one (docs/PROTOCOL.md, The dialer's hello)",
+            self.first_hellos_against.clone(),
+        );
     }
 
     /// The metrics in Prometheus text format, after copying in the
@@ -302,6 +311,7 @@ impl Metrics {
         catch_up(&self.statements_sent, sessions.statements_sent);
         catch_up(&self.statements_refused, sessions.statements_refused);
         catch_up(&self.frames_skipped, sessions.frames_skipped);
+        catch_up(&self.first_hellos_against, sessions.first_hellos_against);
         self.open_warnings
             .set(i64::try_from(stats.open_warnings).unwrap_or(i64::MAX));
         self.peers_connected
@@ -351,6 +361,8 @@ pub struct SessionTotals {
     pub statements_refused: u64,
     /// `SessionState::frames_skipped`.
     pub frames_skipped: u64,
+    /// Sessions whose `SessionState::first_hello_against` is set.
+    pub first_hellos_against: u64,
 }
 
 impl SessionTotals {
@@ -359,6 +371,7 @@ impl SessionTotals {
         self.statements_sent += session.statements_sent;
         self.statements_refused += session.statements_refused;
         self.frames_skipped += session.frames_skipped;
+        self.first_hellos_against += u64::from(session.first_hello_against);
     }
 }
 

@@ -13,7 +13,10 @@
 //! redial loop and its jittered backoff) is `meshlog_sync::PeerLink`, the
 //! one `meshlog_sync::PeerManager` keeps too; this module injects the dial
 //! step (`HttpDial`: TCP, TLS for `https://`, the `GET /sync` upgrade and
-//! the peer proof) and counts the sessions in the node's metrics.
+//! the peer proof) and counts the sessions in the node's metrics. What
+//! each link's sessions learned of its peer outlives a restart in the data
+//! directory's `peer-memory` file (`crate::peer_memory`): a link starts
+//! from it, and a session that ends with something new has it written.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -34,6 +37,7 @@ use crate::auth::Auth;
 use crate::config::SyncSettings;
 use crate::metrics::{Metrics, SessionTotals};
 use crate::peer_auth;
+use crate::peer_memory::{Memories, PeerMemoryFile};
 use crate::replica::NodeReplica;
 use crate::tls::Tls;
 
@@ -96,6 +100,9 @@ struct Inner {
     /// added once its link no longer shows it running: with the running
     /// sessions', what the metrics show ([`Peers::session_totals`]).
     sessions_ended: Mutex<SessionTotals>,
+    /// The data directory's `peer-memory` file: what the dialed links
+    /// start from, and where what they learn is written.
+    memory: PeerMemoryFile,
 }
 
 /// A dialed peer: its link, and the token that stops its dial loop.
@@ -107,13 +114,15 @@ struct Dialed {
 
 impl Peers {
     /// No peers yet; `stop` ends every link when cancelled. At most
-    /// `inbound_max` inbound sessions run at once.
-    pub fn new(
+    /// `inbound_max` inbound sessions run at once. Each peer added starts
+    /// from what `memory` remembers of it.
+    pub(crate) fn new(
         replica: NodeReplica,
         settings: SyncSettings,
         metrics: Arc<Metrics>,
         stop: CancellationToken,
         security: PeerSecurity,
+        memory: PeerMemoryFile,
     ) -> Peers {
         Peers {
             inner: Arc::new(Inner {
@@ -131,6 +140,7 @@ impl Peers {
                 routes: Routes::new(),
                 wants: CheckpointWants::new(),
                 sessions_ended: Mutex::default(),
+                memory,
             }),
         }
     }
@@ -172,8 +182,11 @@ impl Peers {
             if dialed.iter().any(|peer| *peer.link.addr() == normalized) {
                 return Ok((normalized, false));
             }
+            let memory = self.inner.memory.remembered(&normalized);
+            let link =
+                PeerLink::new(normalized.clone(), PeerDirection::Outbound).with_peer_memory(memory);
             let peer = Dialed {
-                link: Arc::new(PeerLink::new(normalized.clone(), PeerDirection::Outbound)),
+                link: Arc::new(link),
                 stop: self.inner.stop.child_token(),
             };
             dialed.push(peer.clone());
@@ -343,11 +356,37 @@ impl Peers {
         lock(&self.inner.sessions_ended).add(&last);
     }
 
-    /// Ends every session and dial loop and waits for them.
+    /// The dialed links' memories now, by URL.
+    fn memories(&self) -> Memories {
+        lock(&self.inner.dialed)
+            .iter()
+            .map(|peer| (peer.link.addr().clone(), peer.link.peer_memory()))
+            .collect()
+    }
+
+    /// Writes the dialed links' memories to the `peer-memory` file, off
+    /// the runtime, if they differ from what it holds.
+    fn write_memory(&self) {
+        if !self.inner.memory.differs(&self.memories()) {
+            return;
+        }
+        let peers = self.clone();
+        // Each write takes the memories as they are when it runs, under
+        // the file's lock: the last one to run writes the newest.
+        self.inner
+            .tasks
+            .spawn_blocking(move || peers.inner.memory.write(&peers.memories()));
+    }
+
+    /// Ends every session and dial loop and waits for them; then writes
+    /// what the links learned, if that is new.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+        let peers = self.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || peers.inner.memory.write(&peers.memories())).await;
     }
 }
 
@@ -382,6 +421,8 @@ impl Dial for HttpDial {
         // both.
         self.peers.session_ended(&self.link);
         self.peers.inner.metrics.sessions_running.dec();
+        // The session left what it learned of the peer to the link.
+        self.peers.write_memory();
     }
 }
 

@@ -34,6 +34,7 @@ use crate::auth::{Auth, SecretsError};
 use crate::config::{Limits, NodeConfig, ServeArgs};
 use crate::http::{self, AppState, ConnInfo};
 use crate::metrics::Metrics;
+use crate::peer_memory::PeerMemoryFile;
 use crate::peers::{PeerSecurity, Peers};
 use crate::replica::{NodeReplica, OpenError};
 use crate::tls::{Tls, TlsError};
@@ -179,6 +180,7 @@ fn start_peers(
         Arc::clone(metrics),
         stop.child_token(),
         security,
+        PeerMemoryFile::load(&config.data),
     );
     for url in &config.peers {
         peers.add(url)?;

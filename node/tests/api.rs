@@ -320,6 +320,7 @@ async fn health_metrics_and_marks_answer_their_shapes() {
         "meshlog_sync_statements_sent_total 0",
         "meshlog_sync_statements_refused_total 0",
         "meshlog_sync_frames_skipped_total 0",
+        "meshlog_sync_first_hellos_against_total 0",
         "meshlog_commit_seconds_count 1",
     ] {
         assert!(

@@ -97,54 +97,13 @@ async fn a_key_file_of_the_wrong_size_is_refused_with_what_to_do() {
     assert!(message.contains("holds 32 bytes, this one 31"), "{message}");
 }
 
-thread_local! {
-    /// The log lines this thread wrote while [`logged`] captured them.
-    static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Writes a log line into this thread's capture, when one is on.
-struct Captured;
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        CAPTURED.with(|captured| {
-            if let Some(lines) = captured.borrow_mut().as_mut() {
-                lines.extend_from_slice(buf);
-            }
-        });
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The log lines `f` writes on this thread. One global subscriber for the
-/// whole test binary, each thread capturing its own lines: a scoped
-/// subscriber (`with_default`) misses lines whenever a test on another
-/// thread first reaches a log call site with no subscriber (tracing caches
-/// that call site's interest as "never"), which made this test flaky when
-/// the binary's tests ran side by side.
-fn logged(f: impl FnOnce()) -> String {
-    static GLOBAL: std::sync::Once = std::sync::Once::new();
-    GLOBAL.call_once(|| {
-        tracing_subscriber::fmt()
-            .with_writer(|| Captured)
-            .with_ansi(false)
-            .init();
-    });
-    CAPTURED.with(|captured| *captured.borrow_mut() = Some(Vec::new()));
-    f();
-    let bytes = CAPTURED.with(|captured| captured.borrow_mut().take().unwrap_or_default());
-    String::from_utf8(bytes).unwrap()
-}
-
 #[test]
 fn the_log_names_the_key_file_and_the_stream_it_derives() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(WRITER_KEY_FILE);
     let mut key = None;
-    let created = logged(|| key = Some(writer_key::load_or_create(Some(dir.path())).unwrap()));
+    let created =
+        support::logged(|| key = Some(writer_key::load_or_create(Some(dir.path())).unwrap()));
     let key = key.unwrap();
     assert!(created.contains("writer key created"), "{created}");
     assert!(created.contains(&path.display().to_string()), "{created}");
@@ -156,14 +115,14 @@ fn the_log_names_the_key_file_and_the_stream_it_derives() {
         created.contains(&format!("key={}", key.public())),
         "{created}"
     );
-    let loaded = logged(|| {
+    let loaded = support::logged(|| {
         let again = writer_key::load_or_create(Some(dir.path())).unwrap();
         assert_eq!(again.public(), key.public());
     });
     assert!(loaded.contains("writer key loaded"), "{loaded}");
 
     let mut runs = Vec::new();
-    let ephemeral = logged(|| {
+    let ephemeral = support::logged(|| {
         runs.push(writer_key::load_or_create(None).unwrap().public());
         runs.push(writer_key::load_or_create(None).unwrap().public());
     });

@@ -136,11 +136,23 @@ impl<A: Clone> PeerLink<A> {
         }
     }
 
+    /// The link starting from `memory`, what a session with the peer
+    /// learned before (kept by the driver past a restart, in
+    /// [`PeerMemory::to_bytes`]' form): its first session dialed goes
+    /// against a checkpoint if the peer read one then. A peer that no
+    /// longer does says so in its hello, and that session's hello goes
+    /// again, whole (`docs/PROTOCOL.md`, "The dialer's hello").
+    pub fn with_peer_memory(self, memory: PeerMemory) -> Self {
+        *lock(&self.memory) = memory;
+        self
+    }
+
     /// What the last session with the peer learned of it (whether it reads
     /// a hello against a checkpoint, which checkpoints it holds): a
     /// dialed link's next session starts from it (`docs/PROTOCOL.md`,
     /// "The dialer's hello"). Nothing before a session heard the peer's
-    /// hello, and after one that did not.
+    /// hello (unless the link started from a memory:
+    /// [`PeerLink::with_peer_memory`]), and after one that did not.
     pub fn peer_memory(&self) -> PeerMemory {
         lock(&self.memory).clone()
     }

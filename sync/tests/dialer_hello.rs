@@ -6,7 +6,9 @@
 //! asks for it by name and the session converges; a peer that stops
 //! reading kind 9 (a build before it, which ends the session on it) gets
 //! a whole hello on the redial, and after; a peer whose hello never had
-//! the flag gets a whole hello, first and after.
+//! the flag gets a whole hello, first and after. A link started from a
+//! memory kept past a restart (`PeerLink::with_peer_memory`, the bytes
+//! read back) sends a hello against a checkpoint in its first session.
 //!
 //! How: a `PeerLink` dials through a relay in memory that records the
 //! kinds of the frames each way on each connection and runs the
@@ -20,6 +22,7 @@ use std::time::Duration;
 
 use meshlog_cursor::StreamId;
 use meshlog_sync::frame::{self, FrameReader};
+use meshlog_sync::proto::PeerMemory;
 use meshlog_sync::testkit::{run_paused, wait_for};
 use meshlog_sync::{
     Backoff, CheckpointWants, Dial, LinkSessions, PeerDirection, PeerLink, Redial, Routes, Session,
@@ -173,9 +176,11 @@ impl Pump {
     }
 }
 
-/// A's link to the relay, dialing and redialing until the test ends.
-fn dial_through(a: &SharedReplica, relay: &Relay) -> Arc<PeerLink<String>> {
-    let link = Arc::new(PeerLink::new("b".to_owned(), PeerDirection::Outbound));
+/// A's link to the relay, starting from `memory`, dialing and redialing
+/// until the test ends.
+fn dial_through(a: &SharedReplica, relay: &Relay, memory: PeerMemory) -> Arc<PeerLink<String>> {
+    let link =
+        Arc::new(PeerLink::new("b".to_owned(), PeerDirection::Outbound).with_peer_memory(memory));
     let sessions = LinkSessions {
         shared: a.clone(),
         config: config(),
@@ -225,7 +230,7 @@ fn a_redialed_peer_gets_a_hello_against_a_checkpoint_until_it_stops_reading_one(
             config: config(),
             before_kind_9: false,
         });
-        let link = dial_through(&a, &relay);
+        let link = dial_through(&a, &relay, PeerMemory::default());
         // The first session knows nothing of B: a whole hello.
         connected(&link, &a, &relay, 1).await;
         crosses(&a, &b).await;
@@ -289,7 +294,7 @@ fn a_peer_whose_hello_lacks_the_flag_gets_a_whole_hello_first_and_after() {
             config: flagless(),
             before_kind_9: false,
         });
-        let link = dial_through(&a, &relay);
+        let link = dial_through(&a, &relay, PeerMemory::default());
         for n in 1..=3 {
             connected(&link, &a, &relay, n).await;
             crosses(&a, &b).await;
@@ -300,5 +305,54 @@ fn a_peer_whose_hello_lacks_the_flag_gets_a_whole_hello_first_and_after() {
             relay.cut();
         }
         assert!(!link.peer_memory().reads_hello_against);
+    });
+}
+
+/// A link started from what an earlier link learned, kept as bytes (as
+/// the node keeps it in its data directory across a restart): its very
+/// first session's hello goes against the checkpoint. Started from
+/// nothing, as before `PeerLink::with_peer_memory`, it goes whole.
+#[test]
+fn a_link_started_from_a_kept_memory_sends_its_first_hello_against_a_checkpoint() {
+    run_paused(async {
+        let a = churned(1, 20, 300);
+        let b = churned(2, 20, 300);
+        let base = a.checkpoint_names()[0];
+        let acceptor = Acceptor {
+            replica: b.clone(),
+            config: config(),
+            before_kind_9: false,
+        };
+        // What a first link to B learned, as a node would write it.
+        let learned = Relay::new(acceptor.clone());
+        let first = dial_through(&a, &learned, PeerMemory::default());
+        connected(&first, &a, &learned, 1).await;
+        crosses(&a, &b).await;
+        assert_eq!(learned.kinds(0).0[0], "hello", "{:?}", learned.kinds(0));
+        // A session leaves its memory to the link as it ends.
+        learned.cut();
+        wait_for("the first session's memory", WAIT, || {
+            first.peer_memory().reads_hello_against
+        })
+        .await;
+        let kept = first.peer_memory().to_bytes();
+
+        // A new link (a restarted process) started from those bytes.
+        let memory = PeerMemory::from_bytes(&kept).expect("the bytes written");
+        assert!(memory.reads_hello_against, "{memory:?}");
+        assert!(memory.checkpoints.contains(&base), "{memory:?}");
+        let relay = Relay::new(acceptor);
+        let link = dial_through(&a, &relay, memory.clone());
+        connected(&link, &a, &relay, 1).await;
+        let (from_a, _) = relay.kinds(0);
+        assert_eq!(from_a[0], "hello against", "{from_a:?}");
+        assert!(
+            !from_a.contains(&"checkpoint"),
+            "B holds the base: {from_a:?}"
+        );
+        assert!(link.status(&a.marks()).session.first_hello_against);
+        crosses(&a, &b).await;
+        crosses(&b, &a).await;
+        assert_eq!(link.peer_memory(), memory);
     });
 }

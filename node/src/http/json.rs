@@ -733,7 +733,8 @@ pub struct PeerJson {
 }
 
 /// A link's session counters, as `GET /peers` shows them; summed over
-/// every session, they are `/metrics`' `meshlog_sync_*_total`.
+/// every session, they are `/metrics`' `meshlog_sync_*_total` of the same
+/// names.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LinkCountersJson {
     /// Compaction statements offered to the peer in `Statement` frames.

@@ -1,8 +1,9 @@
 //! Shared by the node's tests: an in-process node on a free port in a
 //! scratch directory, the built `meshlog` binary as a child process, and a
 //! small raw HTTP/1.1 client (so tests can also send what no real client
-//! would: half a request, a hostile token, too many connections), and
-//! [`raw_peer::RawPeer`], a sync peer driven frame by frame.
+//! would: half a request, a hostile token, too many connections),
+//! [`raw_peer::RawPeer`], a sync peer driven frame by frame, and
+//! [`logged`], the log lines a closure wrote on its thread.
 
 #![allow(dead_code)]
 
@@ -357,4 +358,46 @@ pub async fn node_in(
     let node = Node::start(config).await.expect("the node starts");
     let addr = node.local_addr();
     TestNode { node, addr, dir }
+}
+
+thread_local! {
+    /// The log lines this thread wrote while [`logged`] captured them.
+    static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Writes a log line into this thread's capture, when one is on.
+struct Captured;
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURED.with(|captured| {
+            if let Some(lines) = captured.borrow_mut().as_mut() {
+                lines.extend_from_slice(buf);
+            }
+        });
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log lines `f` writes on this thread. One global subscriber for the
+/// whole test binary, each thread capturing its own lines: a scoped
+/// subscriber (`with_default`) misses lines whenever a test on another
+/// thread first reaches a log call site with no subscriber (tracing caches
+/// that call site's interest as "never"), which made this test flaky when
+/// the binary's tests ran side by side.
+pub fn logged(f: impl FnOnce()) -> String {
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_writer(|| Captured)
+            .with_ansi(false)
+            .init();
+    });
+    CAPTURED.with(|captured| *captured.borrow_mut() = Some(Vec::new()));
+    f();
+    let bytes = CAPTURED.with(|captured| captured.borrow_mut().take().unwrap_or_default());
+    String::from_utf8(bytes).unwrap()
 }

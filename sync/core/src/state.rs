@@ -28,6 +28,13 @@ pub struct SessionState {
     /// build), skipped whole: counted in [`SessionState::frames_received`]
     /// too, and logged at `debug`.
     pub frames_skipped: u64,
+    /// Whether this side's first hello went against a checkpoint (kind
+    /// 9) rather than whole: a dialer's does when it remembers that the
+    /// peer reads one (`docs/PROTOCOL.md`, "The dialer's hello"); an
+    /// accepting side's, when the dialer's hello says it reads one.
+    /// (A re-sent hello goes against one once the peer's hello says it
+    /// reads one, whatever the first did.)
+    pub first_hello_against: bool,
     /// Bytes sent, prefixes included.
     pub bytes_sent: u64,
     /// Bytes received, prefixes included.

@@ -12,7 +12,7 @@ use super::state::{LocalReplica, Protocol, Received};
 
 /// The most checkpoint names a [`PeerMemory`] holds: as many as a replica
 /// keeps (`meshlog_replica::CHECKPOINTS_KEPT`).
-const MEMORY_NAMES_MAX: usize = 16;
+pub(super) const MEMORY_NAMES_MAX: usize = 16;
 
 /// What a session learned of its peer that the next session dialed to the
 /// same peer starts from (`docs/PROTOCOL.md`, "The dialer's hello"): with
@@ -20,7 +20,9 @@ const MEMORY_NAMES_MAX: usize = 16;
 /// retired and compacted costs nothing. Kept by the driver between
 /// sessions (`meshlog_sync::PeerLink`, per peer dialed), handed to the next
 /// with [`Protocol::with_peer_memory`]; the default knows nothing (a
-/// whole hello).
+/// whole hello). A driver that keeps it past its process (the node does,
+/// in its data directory) writes it with [`PeerMemory::to_bytes`] and
+/// reads it back with [`PeerMemory::from_bytes`].
 ///
 /// ```
 /// use std::time::Instant;
@@ -93,6 +95,7 @@ impl Protocol {
     /// marks number 1 if none were numbered yet.
     pub(super) fn hello_frame<L: LocalReplica>(&mut self, local: &L) -> Frame {
         self.hello.hello_due = false;
+        let first = !std::mem::replace(&mut self.hello.hello_sent, true);
         let (marks, floor) = local.marks_and_floor();
         // The first hello's marks are our marks number 1: any hello the
         // peer holds carries them or later ones, so a difference from
@@ -112,6 +115,7 @@ impl Protocol {
         };
         if self.hello.peer_takes_against {
             if let Some(against) = self.against(&hello, local) {
+                self.state.first_hello_against |= first;
                 return Frame::HelloAgainst(against);
             }
         }

@@ -37,6 +37,8 @@
 //! - `hello`: the hello exchange and the checks on the peer's, and
 //!   [`PeerMemory`], what a session leaves for the next one dialed to the
 //!   same peer;
+//! - `memory_bytes`: [`PeerMemory`]'s byte form, for a driver that keeps
+//!   it past a restart, and [`PeerMemoryError`];
 //! - `view`: the peer view, what the peer is believed to hold;
 //! - `delta`: delta sizing, splitting and the send delay, and a received
 //!   delta;
@@ -105,6 +107,7 @@ mod driver;
 mod forks;
 mod gossip;
 mod hello;
+mod memory_bytes;
 mod once;
 mod receipts;
 mod refusals;
@@ -116,5 +119,6 @@ mod timeouts;
 mod view;
 
 pub use hello::PeerMemory;
+pub use memory_bytes::{PeerMemoryError, PEER_MEMORY_BYTES_MAX};
 pub use once::{hand_in, sync_once, SyncReport};
 pub use state::{LocalReplica, Protocol, Received};
