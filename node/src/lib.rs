@@ -80,3 +80,12 @@ pub mod writer_key;
 pub use command::{run, Cli, Command};
 pub use config::{NodeConfig, ServeArgs};
 pub use serve::{Node, ServeError};
+
+/// Locks `mutex`, taking a poisoned lock as it is: only bookkeeping is
+/// done under this crate's locks, so a panic elsewhere leaves it
+/// consistent.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -20,10 +20,11 @@
 //! and its bytes (`PeerMemory::to_bytes`); then a CRC-32 of everything
 //! before it (`u32`).
 
+use crate::lock;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use meshlog_sync::proto::{PeerMemory, PeerMemoryError, PEER_MEMORY_BYTES_MAX};
 
@@ -328,13 +329,6 @@ fn entry(reader: &mut Reader<'_>) -> Result<(String, PeerMemory), DecodeError> {
             }
         })?;
     Ok((url, memory))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only the last written memories are kept under it.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

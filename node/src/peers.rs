@@ -18,7 +18,8 @@
 //! directory's `peer-memory` file (`crate::peer_memory`): a link starts
 //! from it, and a session that ends with something new has it written.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use crate::lock;
+use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::TokioIo;
 use meshlog_cursor::VersionVector;
@@ -481,13 +482,6 @@ fn parse_url(url: &str) -> Result<(String, String, u16), PeerUrlError> {
         reason: error.reason,
     })?;
     Ok((node.base, node.host, node.port))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only bookkeeping happens under these locks.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -143,3 +143,12 @@ pub use once::sync_once;
 pub use session::{Session, SessionEnd, SessionError};
 pub use wants::CheckpointWants;
 pub use watch::ChangeWatch;
+
+/// Locks `mutex`, taking a poisoned lock as it is: only bookkeeping is
+/// done under this crate's locks, so a panic elsewhere leaves it
+/// consistent.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -7,9 +7,10 @@
 //! an HTTP upgrade with TLS and peer authentication for the node. Both
 //! report peers with one type, [`PeerStatus`].
 
+use crate::lock;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use meshlog_cursor::{StreamId, VersionVector};
@@ -298,12 +299,4 @@ impl<A: Clone + std::fmt::Display> PeerLink<A> {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only plain bookkeeping happens under these locks; a panic elsewhere
-    // leaves it consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

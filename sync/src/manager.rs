@@ -1,7 +1,8 @@
 //! `PeerManager`: TCP sessions with configured and inbound peers.
 
+use crate::lock;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use meshlog_replica::{MemStore, Store};
@@ -267,14 +268,6 @@ async fn accept_loop<S: Store + Send + Sync + 'static>(
             lock(&links).retain(|other| !Arc::ptr_eq(other, &link));
         });
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only plain bookkeeping happens under these locks; a panic elsewhere
-    // leaves it consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

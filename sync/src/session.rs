@@ -1,10 +1,11 @@
 //! `Session`: anti-entropy between this replica and one peer over one byte
 //! stream.
 
+use crate::lock;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -550,12 +551,4 @@ async fn next_want(wants: Option<&mut Registration>) -> Option<meshlog_cursor::C
         Some(wants) => wants.next().await,
         None => std::future::pending().await,
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only plain bookkeeping happens under this lock; a panic elsewhere
-    // leaves it consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

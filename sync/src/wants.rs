@@ -11,8 +11,9 @@
 //! waiting; what the peers send back is checked against its name by the
 //! core and kept by the session, which then bumps [`CheckpointWants::kept`].
 
+use crate::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use meshlog_cursor::CheckpointName;
 use tokio::sync::{mpsc, watch};
@@ -140,12 +141,4 @@ impl Drop for Registration {
     fn drop(&mut self) {
         lock(&self.wants.inner.slots).retain(|slot| !Arc::ptr_eq(slot, &self.slot));
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only a list of slots changes under this lock; a panic elsewhere
-    // leaves it consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
