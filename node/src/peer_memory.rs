@@ -20,13 +20,14 @@
 //! and its bytes (`PeerMemory::to_bytes`); then a CRC-32 of everything
 //! before it (`u32`).
 
-use crate::lock;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use meshlog_sync::proto::{PeerMemory, PeerMemoryError, PEER_MEMORY_BYTES_MAX};
+
+use crate::lock;
 
 /// The file's name in the data directory.
 pub(crate) const PEER_MEMORY_FILE: &str = "peer-memory";

@@ -18,7 +18,6 @@
 //! directory's `peer-memory` file (`crate::peer_memory`): a link starts
 //! from it, and a session that ends with something new has it written.
 
-use crate::lock;
 use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::TokioIo;
@@ -36,6 +35,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::Auth;
 use crate::config::SyncSettings;
+use crate::lock;
 use crate::metrics::{Metrics, SessionTotals};
 use crate::peer_auth;
 use crate::peer_memory::{Memories, PeerMemoryFile};

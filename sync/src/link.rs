@@ -7,7 +7,6 @@
 //! an HTTP upgrade with TLS and peer authentication for the node. Both
 //! report peers with one type, [`PeerStatus`].
 
-use crate::lock;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,6 +19,7 @@ use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, SessionState};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
+use crate::lock;
 use crate::{Backoff, CheckpointWants, Session, SessionEnd, SessionError, SharedReplica};
 
 /// One peer as its link sees it now. `A` names the peer: the address

@@ -1,6 +1,5 @@
 //! `PeerManager`: TCP sessions with configured and inbound peers.
 
-use crate::lock;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,6 +9,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::link::{Dial, LinkSessions, PeerLink, Redial};
+use crate::lock;
 use crate::{
     Backoff, CheckpointWants, PeerDirection, PeerStatus, Routes, SessionConfig, SharedReplica,
 };

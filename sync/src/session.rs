@@ -1,7 +1,6 @@
 //! `Session`: anti-entropy between this replica and one peer over one byte
 //! stream.
 
-use crate::lock;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -18,6 +17,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use crate::frame::{FrameError, FrameReader};
+use crate::lock;
 // Named by the docs only.
 #[cfg(doc)]
 use crate::frame::DELTA_EVENTS_MAX;

@@ -11,12 +11,13 @@
 //! waiting; what the peers send back is checked against its name by the
 //! core and kept by the session, which then bumps [`CheckpointWants::kept`].
 
-use crate::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use meshlog_cursor::CheckpointName;
 use tokio::sync::{mpsc, watch};
+
+use crate::lock;
 
 /// The names one session holds before it hands them to its core: as many
 /// as the core queues.
