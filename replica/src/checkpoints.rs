@@ -89,7 +89,7 @@ impl Checkpoints {
     /// [`CHECKPOINT_INTERVAL_MS`] and a jitter of up to
     /// [`ADOPT_JITTER_MS`] (see [`Checkpoints::due`]). Minting at the first
     /// call, a mesh started at once minted one checkpoint per replica (617
-    /// distinct of 1,000 simulated replicas, a gossip of 127.5 MB); with
+    /// distinct of 1,000 simulated replicas; 5 with the deferral); with
     /// the deferral the first of N replicas mints about `2 s + 20 s / N`
     /// after the start and the others keep its checkpoint before their own
     /// deferral ends. A lone replica's tokens stay version 1 that long.
