@@ -287,7 +287,7 @@ impl Metrics {
         );
         r.register(
             "sync_first_hellos_against",
-            "Sync sessions whose first hello went against a checkpoint (kind 9) rather than whole: a dialed link's does when the node remembers (in its data directory's peer-memory file, across restarts) that the peer reads one; an inbound session's, when the dialer's hello says it reads one (docs/PROTOCOL.md, The dialer's hello)",
+            "Sync sessions whose first hello went against a checkpoint (kind 9) rather than whole: a dialed link's does unless the node remembers (in its data directory's peer-memory file, across restarts) that the peer does not read one; an inbound session's, when the dialer's hello says it reads one (docs/PROTOCOL.md, The dialer's hello)",
             self.first_hellos_against.clone(),
         );
     }

@@ -119,10 +119,13 @@ impl PeerMemoryFile {
         }
     }
 
-    /// What the file said at start of the peer at `url` (normalized):
-    /// nothing if it did not name it.
+    /// What the file said at start of the peer at `url` (normalized); a
+    /// peer it does not name is one never met (`PeerMemory::unmet`).
     pub(crate) fn remembered(&self, url: &str) -> PeerMemory {
-        self.read.get(url).cloned().unwrap_or_default()
+        self.read
+            .get(url)
+            .cloned()
+            .unwrap_or_else(PeerMemory::unmet)
     }
 
     /// Whether `memories` (the dialed peers', now) differ from what the

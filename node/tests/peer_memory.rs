@@ -1,14 +1,17 @@
 //! What a node's links learned of their peers outlives a restart (issue
 //! 27, writer churn; `docs/PROTOCOL.md`, "The dialer's hello"): the data
-//! directory's `peer-memory` file. A restarted node's first hello to a
-//! peer that read one goes against a checkpoint, where before it went
-//! whole (22 bytes a retired writer); a bad file (garbage, cut short, a
-//! byte changed, oversized) is no memory: the node starts, warns with
-//! the reason, its first hello goes whole, and the file is written anew.
+//! directory's `peer-memory` file. A link to a peer it never met sends
+//! its first hello against a checkpoint (`PeerMemory::unmet`); a peer
+//! that does not read one (here: checkpoints off) answers with a whole
+//! hello of its own, and the dialer's goes again, whole. The file keeps
+//! that, so a restarted node's first hello to such a peer goes whole at
+//! once; without the file it tried against again. A bad file (garbage,
+//! cut short, a byte changed, oversized) is no memory: the node starts,
+//! warns with the reason, takes the peer for one never met, and the file
+//! is written anew.
 //!
 //! How: node A (stream 1) starts on a data directory holding a checkpoint
-//! its marks dominate (`support::checkpointed_dir`) and dials node B, which
-//! reads a hello against a checkpoint (checkpoints on, the default). A is
+//! its marks dominate (`support::checkpointed_dir`) and dials node B. A is
 //! stopped and started again on the same directory; what its hellos were
 //! is `meshlog_sync_first_hellos_against_total` in A's `/metrics` (A's
 //! sessions whose first hello went against a checkpoint), read while its
@@ -22,7 +25,8 @@ use std::path::Path;
 use meshlog_node::Node;
 use serde_json::json;
 use support::{
-    append, checkpointed_dir, counter, get, marks, post_json, start, test_config, wait_until,
+    append, checkpointed_dir, counter, get, marks, post_json, start, start_with, test_config,
+    wait_until, TestNode,
 };
 
 /// A, on `dir`, dialing `peers` from the start.
@@ -84,23 +88,41 @@ async fn run_a(dir: &Path, b: SocketAddr) -> u64 {
     against
 }
 
+/// B with checkpoint gossip off: it does not read a hello against a
+/// checkpoint (it skips kind 9 and says so in its hello).
+async fn start_b_without_checkpoints() -> TestNode {
+    start_with(2, |config| config.sync.checkpoints = false).await
+}
+
 #[tokio::test]
-async fn a_restarted_node_sends_its_first_hello_against_a_checkpoint() {
+async fn a_peer_never_met_gets_a_hello_against_a_checkpoint() {
     let b = start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    checkpointed_dir(dir.path());
+    assert_eq!(
+        run_a(dir.path(), b.addr).await,
+        1,
+        "a peer never met is taken to read one: B fetches the checkpoint by name"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_node_remembers_a_peer_that_does_not_read_a_hello_against_a_checkpoint() {
+    let b = start_b_without_checkpoints().await;
     let dir = tempfile::tempdir().unwrap();
     checkpointed_dir(dir.path());
     let file = dir.path().join("peer-memory");
     assert_eq!(
         run_a(dir.path(), b.addr).await,
-        0,
-        "the first start knows nothing of b: a whole hello"
+        1,
+        "the first start knows nothing of b: a hello against, then whole"
     );
     assert!(file.exists(), "the session's end wrote what it learned");
     assert!(!dir.path().join("peer-memory.tmp").exists());
     assert_eq!(
         run_a(dir.path(), b.addr).await,
-        1,
-        "after the restart, the first hello goes against the checkpoint"
+        0,
+        "after the restart, the first hello goes whole at once"
     );
 }
 
@@ -108,14 +130,14 @@ async fn a_restarted_node_sends_its_first_hello_against_a_checkpoint() {
 /// made while it is no longer dialed drops it.
 #[tokio::test]
 async fn a_peer_added_later_starts_from_the_file_until_a_write_without_it() {
-    let b = start(2).await;
+    let b = start_b_without_checkpoints().await;
     let c = start(3).await;
     let dir = tempfile::tempdir().unwrap();
     checkpointed_dir(dir.path());
-    assert_eq!(run_a(dir.path(), b.addr).await, 0);
+    assert_eq!(run_a(dir.path(), b.addr).await, 1);
     assert_eq!(
         run_a_adding(dir.path(), b.addr).await,
-        1,
+        0,
         "b, added over HTTP, is remembered"
     );
     // A start dialing c only: its session's end writes c, not b.
@@ -124,20 +146,20 @@ async fn a_peer_added_later_starts_from_the_file_until_a_write_without_it() {
     stop(a).await;
     assert_eq!(
         run_a_adding(dir.path(), b.addr).await,
-        0,
-        "b was dropped from the file: a whole hello"
+        1,
+        "b was dropped from the file: a peer never met again"
     );
 }
 
 /// The warning a bad file gets is captured off the test's own thread (a
 /// current-thread runtime, where the node reads the file as it starts).
 #[test]
-fn a_bad_peer_memory_file_is_a_warning_a_whole_hello_and_is_written_anew() {
+fn a_bad_peer_memory_file_is_a_warning_and_is_written_anew() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let b = runtime.block_on(start(2));
+    let b = runtime.block_on(start_b_without_checkpoints());
     let dir = tempfile::tempdir().unwrap();
     checkpointed_dir(dir.path());
     let file = dir.path().join("peer-memory");
@@ -155,7 +177,7 @@ fn a_bad_peer_memory_file_is_a_warning_a_whole_hello_and_is_written_anew() {
         std::fs::write(&file, &bytes).unwrap();
         let mut against = None;
         let log = support::logged(|| against = Some(runtime.block_on(run_a(dir.path(), b.addr))));
-        assert_eq!(against, Some(0), "{what}: a whole hello");
+        assert_eq!(against, Some(1), "{what}: a peer never met");
         let warning = log
             .lines()
             .find(|line| line.contains("WARN") && line.contains("peer memory file is not read"))
@@ -165,7 +187,7 @@ fn a_bad_peer_memory_file_is_a_warning_a_whole_hello_and_is_written_anew() {
     }
     assert_eq!(
         runtime.block_on(run_a(dir.path(), b.addr)),
-        1,
+        0,
         "the file written anew is read"
     );
 }

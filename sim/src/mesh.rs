@@ -268,7 +268,7 @@ impl Mesh {
                 redial_scheduled: false,
                 backoff: REDIAL_FIRST,
                 bytes_sent: 0,
-                memory: PeerMemory::default(),
+                memory: PeerMemory::unmet(),
             });
             mesh.nodes[dialer].links.push(link);
             mesh.nodes[listener].links.push(link);

@@ -127,13 +127,14 @@ struct LinkState {
 
 impl<A: Clone> PeerLink<A> {
     /// A link to the peer at `addr`, reached in `direction`, with no
-    /// session yet.
+    /// session yet: a peer it never met ([`PeerMemory::unmet`]: its first
+    /// session dialed sends a hello against a checkpoint).
     pub fn new(addr: A, direction: PeerDirection) -> Self {
         PeerLink {
             addr,
             direction,
             state: Mutex::default(),
-            memory: Arc::default(),
+            memory: Arc::new(Mutex::new(PeerMemory::unmet())),
         }
     }
 
@@ -151,9 +152,10 @@ impl<A: Clone> PeerLink<A> {
     /// What the last session with the peer learned of it (whether it reads
     /// a hello against a checkpoint, which checkpoints it holds): a
     /// dialed link's next session starts from it (`docs/PROTOCOL.md`,
-    /// "The dialer's hello"). Nothing before a session heard the peer's
-    /// hello (unless the link started from a memory:
-    /// [`PeerLink::with_peer_memory`]), and after one that did not.
+    /// "The dialer's hello"). [`PeerMemory::unmet`] before a session
+    /// heard the peer's hello (unless the link started from a memory:
+    /// [`PeerLink::with_peer_memory`]); nothing (a whole hello next) after
+    /// one that did not.
     pub fn peer_memory(&self) -> PeerMemory {
         lock(&self.memory).clone()
     }

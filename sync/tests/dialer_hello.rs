@@ -8,7 +8,8 @@
 //! a whole hello on the redial, and after; a peer whose hello never had
 //! the flag gets a whole hello, first and after. A link started from a
 //! memory kept past a restart (`PeerLink::with_peer_memory`, the bytes
-//! read back) sends a hello against a checkpoint in its first session.
+//! read back) sends a hello against a checkpoint in its first session,
+//! and so does a link to a peer it never met (`PeerMemory::unmet`).
 //!
 //! How: a `PeerLink` dials through a relay in memory that records the
 //! kinds of the frames each way on each connection and runs the
@@ -354,5 +355,50 @@ fn a_link_started_from_a_kept_memory_sends_its_first_hello_against_a_checkpoint(
         crosses(&a, &b).await;
         crosses(&b, &a).await;
         assert_eq!(link.peer_memory(), memory);
+    });
+}
+
+/// A link to a peer it never met (`PeerLink::new`, no memory) assumes the
+/// peer reads a hello against a checkpoint: in a mesh the peer most
+/// likely holds the newest one (here both minted the same), so even the
+/// link's first session costs nothing per retired writer. A peer built
+/// before kind 9 ends that first session on it; the redial's hello goes
+/// whole, and stays so. Before `PeerMemory::unmet`, a link's first
+/// session always sent a whole hello (22 bytes a retired writer).
+#[test]
+fn a_link_to_a_peer_it_never_met_sends_its_first_hello_against_a_checkpoint() {
+    run_paused(async {
+        let a = churned(1, 20, 300);
+        let b = churned(2, 20, 300);
+        let relay = Relay::new(Acceptor {
+            replica: b.clone(),
+            config: config(),
+            before_kind_9: false,
+        });
+        let never_met = PeerLink::new("b".to_owned(), PeerDirection::Outbound);
+        assert_eq!(never_met.peer_memory(), PeerMemory::unmet());
+        let link = dial_through(&a, &relay, never_met.peer_memory());
+        connected(&link, &a, &relay, 1).await;
+        let (from_a, _) = relay.kinds(0);
+        assert_eq!(from_a[0], "hello against", "{from_a:?}");
+        assert!(!from_a.contains(&"hello"), "{from_a:?}");
+        crosses(&a, &b).await;
+        crosses(&b, &a).await;
+
+        // A build before kind 9 at another address: its first session
+        // ends on the hello against; the redials go whole.
+        let old = Relay::new(Acceptor {
+            replica: b.clone(),
+            config: flagless(),
+            before_kind_9: true,
+        });
+        let link = dial_through(&a, &old, PeerMemory::unmet());
+        connected(&link, &a, &old, 2).await;
+        assert_eq!(old.kinds(0).0, ["hello against"], "{:?}", old.kinds(0));
+        assert_eq!(old.kinds(1).0[0], "hello", "{:?}", old.kinds(1));
+        crosses(&a, &b).await;
+        old.cut();
+        connected(&link, &a, &old, 3).await;
+        assert_eq!(old.kinds(2).0[0], "hello", "{:?}", old.kinds(2));
     });
 }

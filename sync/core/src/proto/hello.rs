@@ -48,6 +48,25 @@ pub struct PeerMemory {
     pub checkpoints: Vec<CheckpointName>,
 }
 
+impl PeerMemory {
+    /// What a dialer assumes of a peer it never met: that it reads a
+    /// hello against a checkpoint and holds none known. Its first hello
+    /// then goes against the newest checkpoint its marks dominate (in a
+    /// mesh, most likely one the peer holds; if not, the peer fetches it
+    /// by name), so that even a link's first session costs nothing per
+    /// retired writer. A peer that does not read one says so in its hello
+    /// (ours then goes again, whole, at once), and one built before kind
+    /// 9 ends the session on it: the memory that session leaves
+    /// ([`Protocol::peer_memory`]) knows nothing, and the redial's hello
+    /// goes whole. [`PeerMemory::default`] is that memory: a whole hello.
+    pub fn unmet() -> Self {
+        PeerMemory {
+            reads_hello_against: true,
+            checkpoints: Vec::new(),
+        }
+    }
+}
+
 impl Protocol {
     /// Starts from what an earlier session with the same peer learned
     /// ([`Protocol::peer_memory`]): if the peer read a hello against a
