@@ -41,12 +41,6 @@ pub const CHECKPOINT_INTERVAL_MS: u64 = 2_000;
 /// that few replicas take over at once.
 pub(crate) const ADOPT_JITTER_MS: u64 = 20_000;
 
-/// The longest a replica defers its own mint after it kept a peer's
-/// checkpoint, or after it opened: [`CHECKPOINT_INTERVAL_MS`] and the
-/// deferral's jitter, 22 s. A replica asked to mint (`mint_checkpoint`)
-/// at `t` and again at `t` + this has passed its deferral.
-pub const MINT_DEFERRAL_MAX_MS: u64 = CHECKPOINT_INTERVAL_MS + ADOPT_JITTER_MS;
-
 /// The checkpoints kept, oldest first, and when the next may be minted.
 #[derive(Debug, Default)]
 pub(crate) struct Checkpoints {
@@ -80,24 +74,20 @@ impl Clone for Checkpoints {
 }
 
 impl Checkpoints {
-    /// The checkpoints a store recorded, oldest first, at a replica's
-    /// open. A vector that has no name (more streams than a token holds)
-    /// cannot have been kept: it is dropped, with a warning.
+    /// The checkpoints a store recorded, oldest first. A vector that has no
+    /// name (more streams than a token holds) cannot have been kept: it is
+    /// dropped, with a warning.
     ///
-    /// **A replica opens as though it had just kept a peer's checkpoint**:
-    /// its first mint call defers its own mint by
-    /// [`CHECKPOINT_INTERVAL_MS`] and a jitter of up to
-    /// [`ADOPT_JITTER_MS`] (see [`Checkpoints::due`]). Minting at the first
-    /// call, a mesh started at once minted one checkpoint per replica (617
-    /// distinct of 1,000 simulated replicas; 5 with the deferral); with
-    /// the deferral the first of N replicas mints about `2 s + 20 s / N`
-    /// after the start and the others keep its checkpoint before their own
-    /// deferral ends. A lone replica's tokens stay version 1 that long.
+    /// A replica opened mints at its first call (nothing kept near its
+    /// marks, none minted since open), so a mesh started at once mints one
+    /// small checkpoint per replica. Deferring that first mint as a kept
+    /// peer's checkpoint defers the others was tried (2026-12-03): 617
+    /// distinct checkpoints fell to 6 at 1,000 simulated replicas and
+    /// 10,000 writers, but the gossip grew from 127.5 to 525.9 MB (more
+    /// large checkpoints minted under writes, each crossing every link
+    /// about whole), so it was not kept.
     pub(crate) fn from_vectors(vectors: &[VersionVector]) -> Self {
-        let mut checkpoints = Checkpoints {
-            adopted: AtomicBool::new(true),
-            ..Checkpoints::default()
-        };
+        let mut checkpoints = Checkpoints::default();
         for vector in vectors {
             match Checkpoint::new(vector.clone()) {
                 Ok(checkpoint) => {
@@ -320,11 +310,9 @@ impl<S: Store> Replica<S> {
     /// [`CHECKPOINT_DIFF_MAX`] streams of the marks,
     /// [`CHECKPOINT_INTERVAL_MS`] and a jitter have passed since the last
     /// mint, and, if a checkpoint from a peer was kept since the last
-    /// call, or this is the first call since the replica opened,
-    /// [`CHECKPOINT_INTERVAL_MS`] and a jitter of up to 20 s from this
-    /// call (a mesh's other replicas leave the minting to the one that
-    /// mints, and a mesh started at once does not mint one per replica:
-    /// `docs/TOKEN.md`). Recorded by the store before it is kept; answers it, or
+    /// call, [`CHECKPOINT_INTERVAL_MS`] and a jitter of up to 20 s from
+    /// this call (a mesh's other replicas leave the minting to the one
+    /// that mints: `docs/TOKEN.md`). Recorded by the store before it is kept; answers it, or
     /// `None` when none was due. Pages answer tokens relative to it from
     /// then on; a peer reads them once it keeps it too (sync gossips it).
     pub fn mint_checkpoint(&mut self, now_ms: u64) -> Result<Option<Checkpoint>, ReplicaError> {

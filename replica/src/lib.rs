@@ -90,7 +90,7 @@ mod values;
 
 pub use admission::{Admission, Cut, Limit};
 pub use chain::{ChainDigest, ChainHash, StreamChain, StreamHead};
-pub use checkpoints::{CHECKPOINTS_KEPT, CHECKPOINT_INTERVAL_MS, MINT_DEFERRAL_MAX_MS};
+pub use checkpoints::{CHECKPOINTS_KEPT, CHECKPOINT_INTERVAL_MS};
 pub use columns::{ColumnRun, ColumnsError, DeltaColumns};
 pub use disk::{
     DiskError, DiskOptions, DiskStore, FoldLag, Recovery, CACHE_BYTES_DEFAULT,

@@ -27,7 +27,6 @@ use meshlog_sync::{
     CheckpointWants, ProtocolError, Session, SessionConfig, SessionError, SharedReplica,
     PROTOCOL_VERSION,
 };
-use meshlog_testkit::churn;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long any wait here may take, in paused time.
@@ -66,7 +65,7 @@ fn checkpoints_gossip_and_a_token_from_one_replica_reads_on_the_other() {
         let a = SharedReplica::in_memory(StreamId::new(1));
         let b = SharedReplica::in_memory(StreamId::new(2));
         a.apply(writers_at(1)).unwrap();
-        let first = churn::mint_at(&a, T0);
+        let first = a.mint_checkpoint(T0).unwrap().expect("due");
         let (a_end, b_end) = tokio::io::duplex(1 << 20);
         tokio::spawn(Session::new(a.clone(), config()).run(a_end));
         tokio::spawn(Session::new(b.clone(), config()).run(b_end));
@@ -265,7 +264,7 @@ fn a_checkpoint_asked_for_by_name_comes_from_the_peer_that_keeps_it() {
         let a = SharedReplica::in_memory(StreamId::new(1));
         let b = SharedReplica::in_memory(StreamId::new(2));
         a.apply(writers_at(1)).unwrap();
-        let kept = churn::mint_at(&a, T0);
+        let kept = a.mint_checkpoint(T0).unwrap().expect("due");
         let wants = CheckpointWants::new();
         let mut arrived = wants.kept();
         let (a_end, b_end) = tokio::io::duplex(1 << 20);

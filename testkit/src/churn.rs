@@ -1,12 +1,11 @@
 //! Replicas after writer churn: live writers' streams beside retired
 //! ones compacted to their head, for the tests that measure what a
 //! retired writer costs a link (`sync/core/tests/quiet_links.rs`,
-//! `sync/tests/dialer_hello.rs`); and a checkpoint minted at a fixed
-//! time past a replica's first deferral ([`mint_at`]).
+//! `sync/tests/dialer_hello.rs`).
 
 use bytes::Bytes;
-use meshlog_cursor::{Checkpoint, StreamId, VersionVector};
-use meshlog_replica::{Delta, Event, SharedReplica, MINT_DEFERRAL_MAX_MS};
+use meshlog_cursor::{StreamId, VersionVector};
+use meshlog_replica::{Delta, Event, SharedReplica};
 
 /// A stream id spread over 64 bits, as a writer's key-derived id is (the
 /// varint of one is 9 or 10 bytes, as in a real mesh).
@@ -45,24 +44,8 @@ pub fn churned(own: u64, live: u64, retired: u64) -> SharedReplica {
     replica
         .compact(&retired)
         .expect("the churned replica compacts its retired streams");
-    mint_at(&replica, 1_700_000_000_000);
     replica
-}
-
-/// A checkpoint minted from `replica`'s marks at `now_ms`, for a test
-/// that needs one at a fixed time: the replica is asked once at `now_ms -`
-/// [`MINT_DEFERRAL_MAX_MS`] first (a replica defers its first mint since
-/// open; that call starts the deferral), then at `now_ms`.
-///
-/// # Panics
-/// If the replica fails the mint, or none is due at `now_ms` (it minted
-/// or kept one within the bound of its marks).
-pub fn mint_at(replica: &SharedReplica, now_ms: u64) -> Checkpoint {
+        .mint_checkpoint(1_700_000_000_000)
+        .expect("the churned replica mints");
     replica
-        .mint_checkpoint(now_ms - MINT_DEFERRAL_MAX_MS)
-        .expect("the replica mints");
-    replica
-        .mint_checkpoint(now_ms)
-        .expect("the replica mints")
-        .expect("a mint is due past the deferral")
 }

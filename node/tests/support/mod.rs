@@ -326,14 +326,8 @@ pub fn checkpointed_dir(dir: &std::path::Path) -> meshlog_cursor::Checkpoint {
     for seq in 1..=3 {
         replica.apply(&writers_at(WRITERS, seq)).expect("applied");
     }
-    // A replica defers its first mint since open: the first call starts
-    // the deferral, the second is past it.
-    let t0 = 1_700_000_000_000;
-    replica
-        .mint_checkpoint(t0 - meshlog_replica::MINT_DEFERRAL_MAX_MS)
-        .expect("minted");
     let checkpoint = replica
-        .mint_checkpoint(t0)
+        .mint_checkpoint(1_700_000_000_000)
         .expect("minted")
         .expect("a mint is due on a replica holding none");
     replica

@@ -30,7 +30,7 @@ use meshlog_sync_core::frame::{
 };
 use meshlog_sync_core::proto::{PeerMemory, Protocol, Received};
 use meshlog_sync_core::{PeerDirection, Routes, SessionConfig, FRAME_BYTES_MAX, PROTOCOL_VERSION};
-use meshlog_testkit::churn::{self, churned, spread};
+use meshlog_testkit::churn::{churned, spread};
 
 /// One side of a link: its replica, its core, and what it sent, by kind.
 struct Side {
@@ -223,7 +223,7 @@ fn kinds_after(hello: Hello) -> (bool, Vec<&'static str>) {
     let now = Instant::now();
     let a = SharedReplica::in_memory(StreamId::new(1));
     a.apply(many_writers()).unwrap();
-    churn::mint_at(&a, 1_700_000_000_000);
+    a.mint_checkpoint(1_700_000_000_000).unwrap().expect("due");
     let mut core = Protocol::new(a.stream(), SessionConfig::default(), now);
     assert_eq!(
         core.handle_frame(now, Frame::Hello(hello), &a).unwrap(),
