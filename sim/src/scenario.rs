@@ -160,12 +160,7 @@ impl Scenario {
         let converge_time = self.converge(&mut mesh, links)?;
         check::prefix_closed(&mesh)?;
         let counters = mesh.counters().clone();
-        // Every reader fails over once more and walks to the head.
-        for reader in &mut readers {
-            let to = mesh.rng().below(replicas as u64) as usize;
-            reader.fail_over(&mesh, to)?;
-            reader.finish(&mesh, 100)?;
-        }
+        fail_over_all(&mut mesh, &mut readers, false)?;
         let head = mesh.replica(0).expect("up").marks();
         let token_head_bytes = token::encode_text(&head).map_or(0, |t| t.len());
         let token_mid_bytes = token::encode_text(&mid_walk_cursor(&mesh)).map_or(0, |t| t.len());
@@ -174,17 +169,9 @@ impl Scenario {
         // converged marks, minted and gossiped.
         let (quiet, settled, quiet_by_kind) = self.quiet(&mut mesh);
         // At the head after the quiet window (the converged marks'
-        // checkpoint minted and gossiped), every reader takes its
-        // replica's token for the head (version 2 if a checkpoint is
-        // within its bound) and fails over with it once more: mid-walk,
-        // a reader's cursor is often beyond every checkpoint's bound.
-        for reader in &mut readers {
-            reader.finish(&mesh, 100)?;
-            let up = mesh.up();
-            let to = up[mesh.rng().below(up.len() as u64) as usize];
-            reader.fail_over(&mesh, to)?;
-            reader.finish(&mesh, 100)?;
-        }
+        // checkpoint minted and gossiped): mid-walk, a reader's cursor is
+        // often beyond every checkpoint's bound.
+        fail_over_all(&mut mesh, &mut readers, true)?;
         let sum = |f: fn(&Reader) -> u64| readers.iter().map(f).sum::<u64>();
         let head = mesh.replica(0).expect("up").marks();
         let token_v2_head = token_figure(&mesh, &head);
@@ -501,4 +488,25 @@ fn per_link_minute(mesh: &Mesh, links: usize, bytes: u64, since: Duration) -> f6
     let sent = mesh.link_bytes().iter().sum::<u64>() - bytes;
     let minutes = (mesh.now() - since).as_secs_f64() / 60.0;
     sent as f64 / links as f64 / minutes.max(f64::MIN_POSITIVE)
+}
+
+/// Every reader fails over once more and walks to the head. `at_head`:
+/// it first walks to the head and takes its replica's token there
+/// (version 2 if a checkpoint is within its bound), and fails over to a
+/// replica that is up; otherwise it carries its mid-walk token to any
+/// replica (one that is down is paged once it is up).
+fn fail_over_all(mesh: &mut Mesh, readers: &mut [Reader], at_head: bool) -> Result<(), Violation> {
+    for reader in readers {
+        let to = if at_head {
+            reader.finish(mesh, 100)?;
+            let up = mesh.up();
+            up[mesh.rng().below(up.len() as u64) as usize]
+        } else {
+            let replicas = mesh.replicas() as u64;
+            mesh.rng().below(replicas) as usize
+        };
+        reader.fail_over(mesh, to)?;
+        reader.finish(mesh, 100)?;
+    }
+    Ok(())
 }

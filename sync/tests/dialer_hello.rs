@@ -59,6 +59,31 @@ struct Acceptor {
     before_kind_9: bool,
 }
 
+impl Acceptor {
+    /// This build, checkpoints on: it reads a hello against a checkpoint.
+    fn current(replica: &SharedReplica) -> Self {
+        Acceptor::new(replica, config(), false)
+    }
+
+    /// A hello without the flag (checkpoints off): it skips kind 9.
+    fn flagless(replica: &SharedReplica) -> Self {
+        Acceptor::new(replica, flagless(), false)
+    }
+
+    /// A build before kind 9: it ends a session that opens with one.
+    fn before_kind_9(replica: &SharedReplica) -> Self {
+        Acceptor::new(replica, flagless(), true)
+    }
+
+    fn new(replica: &SharedReplica, config: SessionConfig, before_kind_9: bool) -> Self {
+        Acceptor {
+            replica: replica.clone(),
+            config,
+            before_kind_9,
+        }
+    }
+}
+
 /// Per connection, the kinds of the frames each way: (dialer to acceptor,
 /// acceptor to dialer).
 type Kinds = Arc<Mutex<Vec<(Vec<&'static str>, Vec<&'static str>)>>>;
@@ -226,11 +251,7 @@ fn a_redialed_peer_gets_a_hello_against_a_checkpoint_until_it_stops_reading_one(
         let b = churned(2, 20, 300);
         let base = a.checkpoint_names()[0];
         assert_eq!(b.checkpoint_names(), vec![base], "both mint the same");
-        let relay = Relay::new(Acceptor {
-            replica: b.clone(),
-            config: config(),
-            before_kind_9: false,
-        });
+        let relay = Relay::new(Acceptor::current(&b));
         let link = dial_through(&a, &relay, PeerMemory::default());
         // The first session knows nothing of B: a whole hello.
         connected(&link, &a, &relay, 1).await;
@@ -251,11 +272,7 @@ fn a_redialed_peer_gets_a_hello_against_a_checkpoint_until_it_stops_reading_one(
         // it answers; A answers; the session converges.
         let c = SharedReplica::in_memory(StreamId::new(3));
         c.append(&b"from c"[..]).unwrap();
-        relay.set(Acceptor {
-            replica: c.clone(),
-            config: config(),
-            before_kind_9: false,
-        });
+        relay.set(Acceptor::current(&c));
         relay.cut();
         connected(&link, &a, &relay, 3).await;
         let (from_a, from_c) = relay.kinds(2);
@@ -267,11 +284,7 @@ fn a_redialed_peer_gets_a_hello_against_a_checkpoint_until_it_stops_reading_one(
 
         // C downgraded to a build before kind 9: it ends the session on
         // A's hello against a checkpoint; A redials whole, and stays so.
-        relay.set(Acceptor {
-            replica: c.clone(),
-            config: flagless(),
-            before_kind_9: true,
-        });
+        relay.set(Acceptor::before_kind_9(&c));
         relay.cut();
         connected(&link, &a, &relay, 5).await;
         assert_eq!(relay.kinds(3).0, ["hello against"], "{:?}", relay.kinds(3));
@@ -290,11 +303,7 @@ fn a_peer_whose_hello_lacks_the_flag_gets_a_whole_hello_first_and_after() {
     run_paused(async {
         let a = churned(1, 20, 300);
         let b = churned(2, 20, 300);
-        let relay = Relay::new(Acceptor {
-            replica: b.clone(),
-            config: flagless(),
-            before_kind_9: false,
-        });
+        let relay = Relay::new(Acceptor::flagless(&b));
         let link = dial_through(&a, &relay, PeerMemory::default());
         for n in 1..=3 {
             connected(&link, &a, &relay, n).await;
@@ -319,11 +328,7 @@ fn a_link_started_from_a_kept_memory_sends_its_first_hello_against_a_checkpoint(
         let a = churned(1, 20, 300);
         let b = churned(2, 20, 300);
         let base = a.checkpoint_names()[0];
-        let acceptor = Acceptor {
-            replica: b.clone(),
-            config: config(),
-            before_kind_9: false,
-        };
+        let acceptor = Acceptor::current(&b);
         // What a first link to B learned, as a node would write it.
         let learned = Relay::new(acceptor.clone());
         let first = dial_through(&a, &learned, PeerMemory::default());
@@ -370,11 +375,7 @@ fn a_link_to_a_peer_it_never_met_sends_its_first_hello_against_a_checkpoint() {
     run_paused(async {
         let a = churned(1, 20, 300);
         let b = churned(2, 20, 300);
-        let relay = Relay::new(Acceptor {
-            replica: b.clone(),
-            config: config(),
-            before_kind_9: false,
-        });
+        let relay = Relay::new(Acceptor::current(&b));
         let never_met = PeerLink::new("b".to_owned(), PeerDirection::Outbound);
         assert_eq!(never_met.peer_memory(), PeerMemory::unmet());
         let link = dial_through(&a, &relay, never_met.peer_memory());
@@ -387,11 +388,7 @@ fn a_link_to_a_peer_it_never_met_sends_its_first_hello_against_a_checkpoint() {
 
         // A build before kind 9 at another address: its first session
         // ends on the hello against; the redials go whole.
-        let old = Relay::new(Acceptor {
-            replica: b.clone(),
-            config: flagless(),
-            before_kind_9: true,
-        });
+        let old = Relay::new(Acceptor::before_kind_9(&b));
         let link = dial_through(&a, &old, PeerMemory::unmet());
         connected(&link, &a, &old, 2).await;
         assert_eq!(old.kinds(0).0, ["hello against"], "{:?}", old.kinds(0));

@@ -35,7 +35,6 @@ impl Protocol {
                 peer_skips_unknown_kinds: false,
                 peer_has_our_hello: false,
                 hello_due: true,
-                hello_sent: false,
                 peer_takes_against: false,
                 against_base: None,
                 against_pending: None,

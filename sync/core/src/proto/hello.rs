@@ -114,12 +114,14 @@ impl Protocol {
     /// marks number 1 if none were numbered yet.
     pub(super) fn hello_frame<L: LocalReplica>(&mut self, local: &L) -> Frame {
         self.hello.hello_due = false;
-        let first = !std::mem::replace(&mut self.hello.hello_sent, true);
+        // No marks numbered yet: this is our first hello (a later one is a
+        // re-send), as `on_hello` reads it too.
+        let first = self.marks.marks_sent.is_empty();
         let (marks, floor) = local.marks_and_floor();
         // The first hello's marks are our marks number 1: any hello the
         // peer holds carries them or later ones, so a difference from
         // them is sound whichever hello arrived.
-        if self.marks.marks_sent.is_empty() {
+        if first {
             self.marks.marks_sent.push_back((1, marks.clone()));
         }
         let hello = Hello {

@@ -209,8 +209,6 @@ pub(super) struct HelloState {
     pub(super) peer_skips_unknown_kinds: bool,
     pub(super) peer_has_our_hello: bool,
     pub(super) hello_due: bool,
-    /// Whether our hello went once: a later one is a re-send.
-    pub(super) hello_sent: bool,
     /// Whether the peer's hello says it reads a hello against a
     /// checkpoint (`Hello::takes_hello_against`): then ours goes so.
     pub(super) peer_takes_against: bool,
